@@ -1,0 +1,30 @@
+#!/bin/sh
+# Installs the Debian packages the tests and the testbed need, and nothing
+# when they are all there already. Run as root (make test calls it).
+set -eu
+pkgs="btrfs-progs zfs-fuse rsync util-linux mount systemd dbus"
+need=""
+for pkg in $pkgs; do
+	dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need="$need $pkg"
+done
+[ -z "$need" ] && exit 0
+if [ "$(id -u)" != 0 ]; then
+	echo "install-deps: these packages are missing:$need; run as root (sudo make test) to install them" >&2
+	exit 1
+fi
+# zfs-fuse's package would start its daemon on this machine; the testbed
+# runs its own, privately. policy-rc.d stops the start (if we made it, it
+# goes again at the end), and the service is not enabled for the next boot.
+made_policy=""
+if [ ! -e /usr/sbin/policy-rc.d ]; then
+	printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
+	chmod 755 /usr/sbin/policy-rc.d
+	made_policy=1
+fi
+trap '[ -z "$made_policy" ] || rm -f /usr/sbin/policy-rc.d' EXIT
+echo "install-deps: apt-get install$need"
+apt-get update -qq
+DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $need >/dev/null
+case "$need" in
+*zfs-fuse*) systemctl disable --quiet zfs-fuse.service 2>/dev/null || true ;;
+esac

@@ -1,0 +1,393 @@
+package testbed_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	sdbus "github.com/coreos/go-systemd/v22/dbus"
+	"github.com/godbus/dbus/v5"
+
+	"github.com/sandboxd/sandboxd/tests/testbed"
+)
+
+func TestMain(m *testing.M) {
+	if mb := os.Getenv("TESTBED_HOG_MB"); mb != "" {
+		os.Exit(hog(mb))
+	}
+	testbed.Main(m)
+}
+
+// hog waits for a line on stdin, then allocates and touches mb MiB, so the
+// test can put it into a scope before it grows.
+func hog(mb string) int {
+	n, err := strconv.Atoi(mb)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "hog:", err)
+		return 2
+	}
+	if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
+		fmt.Fprintln(os.Stderr, "hog: waiting for go:", err)
+		return 2
+	}
+	var chunks [][]byte
+	for range n {
+		c := make([]byte, 1<<20)
+		for j := 0; j < len(c); j += 4096 {
+			c[j] = 1
+		}
+		chunks = append(chunks, c)
+	}
+	fmt.Printf("allocated %d MiB\n", len(chunks))
+	runtime.KeepAlive(chunks)
+	return 0
+}
+
+// systemBus connects to the testbed's system bus the way sandboxd will.
+func systemBus(t *testing.T) *sdbus.Conn {
+	t.Helper()
+	conn, err := sdbus.NewSystemConnectionContext(context.Background())
+	if err != nil {
+		t.Fatalf("connecting to the system bus: %v", err)
+	}
+	t.Cleanup(conn.Close)
+	return conn
+}
+
+// startScope puts pid into a new transient scope and waits for the job.
+func startScope(t *testing.T, conn *sdbus.Conn, name string, pid int, props ...sdbus.Property) {
+	t.Helper()
+	ctx := context.Background()
+	props = append([]sdbus.Property{
+		sdbus.PropPids(uint32(pid)),
+		sdbus.PropDescription("testbed test " + t.Name()),
+	}, props...)
+	done := make(chan string, 1)
+	if _, err := conn.StartTransientUnitContext(ctx, name, "fail", props, done); err != nil {
+		t.Fatalf("starting scope %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		_, _ = conn.StopUnitContext(ctx, name, "replace", nil)
+		_ = conn.ResetFailedUnitContext(ctx, name)
+	})
+	select {
+	case result := <-done:
+		if result != "done" {
+			t.Fatalf("starting scope %s: job result %q", name, result)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("starting scope %s: no job result after 30s", name)
+	}
+}
+
+func uint64Prop(name string, v uint64) sdbus.Property {
+	return sdbus.Property{Name: name, Value: dbus.MakeVariant(v)}
+}
+
+// runHog runs the hog (200 MiB) in a scope with the given MemoryMax.
+func runHog(t *testing.T, conn *sdbus.Conn, memoryMaxMiB uint64) (string, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe)
+	cmd.Env = append(os.Environ(), "TESTBED_HOG_MB=200")
+	var stdout bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stdout
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	startScope(t, conn, fmt.Sprintf("testbed-hog-%d.scope", memoryMaxMiB), cmd.Process.Pid,
+		uint64Prop("MemoryMax", memoryMaxMiB<<20))
+	if _, err := io.WriteString(stdin, "go\n"); err != nil {
+		t.Fatal(err)
+	}
+	stdin.Close()
+	err = cmd.Wait()
+	return stdout.String(), err
+}
+
+func TestScopeMemoryMaxKillsAProcessOverIt(t *testing.T) {
+	testbed.Require(t)
+	conn := systemBus(t)
+
+	// The control: the same 200 MiB fits under 512 MiB.
+	out, err := runHog(t, conn, 512)
+	if err != nil || !strings.Contains(out, "allocated 200 MiB") {
+		t.Fatalf("200 MiB under MemoryMax=512M: %v, output %q; want it to finish", err, out)
+	}
+
+	out, err = runHog(t, conn, 64)
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) {
+		t.Fatalf("200 MiB under MemoryMax=64M: %v, output %q; want it killed", err, out)
+	}
+	if ws := exit.Sys().(syscall.WaitStatus); !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+		t.Fatalf("200 MiB under MemoryMax=64M ended with %v, output %q; want SIGKILL from the OOM killer", ws, out)
+	}
+	if strings.Contains(out, "allocated") {
+		t.Fatalf("200 MiB under MemoryMax=64M printed %q: the limit did not hold", out)
+	}
+}
+
+// forkLoop starts 30 long sleeps in the background, as fast as it can.
+const forkLoop = `read go
+i=0
+while [ $i -lt 30 ]; do
+	sleep 300 >/dev/null 2>&1 &
+	i=$((i+1))
+done
+echo started $i`
+
+// runForkLoop runs forkLoop in a scope with TasksMax and returns what it
+// printed and the scope's task count after the loop ended.
+func runForkLoop(t *testing.T, conn *sdbus.Conn, tasksMax uint64) (string, uint64, error) {
+	name := fmt.Sprintf("testbed-forks-%d.scope", tasksMax)
+	cmd := exec.Command("/bin/sh", "-c", forkLoop)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	startScope(t, conn, name, cmd.Process.Pid, uint64Prop("TasksMax", tasksMax))
+	if _, err := io.WriteString(stdin, "go\n"); err != nil {
+		t.Fatal(err)
+	}
+	stdin.Close()
+	runErr := cmd.Wait()
+	prop, err := conn.GetUnitTypePropertyContext(context.Background(), name, "Scope", "TasksCurrent")
+	if err != nil {
+		t.Fatalf("reading TasksCurrent of %s: %v", name, err)
+	}
+	tasks, ok := prop.Value.Value().(uint64)
+	if !ok {
+		t.Fatalf("TasksCurrent of %s is %v, not a number", name, prop.Value)
+	}
+	return out.String(), tasks, runErr
+}
+
+func TestScopeTasksMaxStopsAForkLoop(t *testing.T) {
+	testbed.Require(t)
+	conn := systemBus(t)
+
+	out, tasks, err := runForkLoop(t, conn, 100)
+	if err != nil || !strings.Contains(out, "started 30") || tasks != 30 {
+		t.Fatalf("30 forks under TasksMax=100: %v, output %q, %d tasks left; want all 30 running", err, out, tasks)
+	}
+
+	out, tasks, err = runForkLoop(t, conn, 5)
+	if err == nil || strings.Contains(out, "started") {
+		t.Fatalf("30 forks under TasksMax=5: %v, output %q; want the loop to fail to fork", err, out)
+	}
+	if !strings.Contains(strings.ToLower(out), "fork") {
+		t.Errorf("30 forks under TasksMax=5 said %q; want a fork failure", out)
+	}
+	if tasks == 0 || tasks > 5 {
+		t.Fatalf("30 forks under TasksMax=5 left %d tasks; want between 1 and 5", tasks)
+	}
+}
+
+// writeProject fills dir with a small tree of every common kind of entry.
+func writeProject(t *testing.T, dir string) {
+	t.Helper()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.MkdirAll(filepath.Join(dir, "src", "deep", "er"), 0o755))
+	must(os.MkdirAll(filepath.Join(dir, "empty"), 0o700))
+	must(os.WriteFile(filepath.Join(dir, "README"), []byte("a project\n"), 0o644))
+	must(os.WriteFile(filepath.Join(dir, "src", "run.sh"), []byte("#!/bin/sh\necho hi\n"), 0o755))
+	big := bytes.Repeat([]byte("0123456789abcdef"), 1<<16) // 1 MiB
+	must(os.WriteFile(filepath.Join(dir, "src", "deep", "er", "data.bin"), big, 0o600))
+	must(os.Symlink("src/run.sh", filepath.Join(dir, "run")))
+	must(os.Link(filepath.Join(dir, "README"), filepath.Join(dir, "README.hardlink")))
+}
+
+// treeOf describes every entry below root: kind, permissions, size, content
+// digest and link target, keyed by relative path.
+func treeOf(t *testing.T, root string) map[string]string {
+	t.Helper()
+	tree := map[string]string{}
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		desc := fmt.Sprintf("%v", info.Mode())
+		switch {
+		case info.Mode().IsRegular():
+			data, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			desc += fmt.Sprintf(" %d %x", len(data), sha256.Sum256(data))
+		case info.Mode()&fs.ModeSymlink != 0:
+			target, err := os.Readlink(path)
+			if err != nil {
+				return err
+			}
+			desc += " -> " + target
+		}
+		if rel != "." {
+			tree[rel] = desc
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("reading tree %s: %v", root, err)
+	}
+	return tree
+}
+
+func sameTree(t *testing.T, want, got map[string]string, what string) {
+	t.Helper()
+	for path, w := range want {
+		if g, ok := got[path]; !ok {
+			t.Errorf("%s: %s is missing", what, path)
+		} else if g != w {
+			t.Errorf("%s: %s is %s; want %s", what, path, g, w)
+		}
+	}
+	for path := range got {
+		if _, ok := want[path]; !ok {
+			t.Errorf("%s: %s should not be there", what, path)
+		}
+	}
+}
+
+func run(t *testing.T, argv ...string) string {
+	t.Helper()
+	out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s: %v: %s", strings.Join(argv, " "), err, out)
+	}
+	return string(out)
+}
+
+func fsType(t *testing.T, path string) int64 {
+	t.Helper()
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(path, &st); err != nil {
+		t.Fatal(err)
+	}
+	return int64(st.Type)
+}
+
+const (
+	btrfsMagic = 0x9123683e
+	fuseMagic  = 0x65735546
+)
+
+func TestBtrfsSnapshotShowsTheProjectsFiles(t *testing.T) {
+	tb := testbed.Require(t)
+	if got := fsType(t, tb.Btrfs.Project); got != btrfsMagic {
+		t.Fatalf("%s is on filesystem type %#x; want btrfs", tb.Btrfs.Project, got)
+	}
+	writeProject(t, tb.Btrfs.Project)
+	snap := filepath.Join(tb.Btrfs.Mount, "snap1")
+	run(t, "btrfs", "subvolume", "snapshot", tb.Btrfs.Project, snap)
+	t.Cleanup(func() { run(t, "btrfs", "subvolume", "delete", snap) })
+
+	want := treeOf(t, tb.Btrfs.Project)
+	sameTree(t, want, treeOf(t, snap), "btrfs snapshot")
+	if len(want) < 8 {
+		t.Fatalf("project tree has %d entries; the fixture did not land", len(want))
+	}
+
+	// Copy-on-write: a change in the snapshot leaves the project as it was.
+	if err := os.WriteFile(filepath.Join(snap, "README"), []byte("changed\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if data, _ := os.ReadFile(filepath.Join(tb.Btrfs.Project, "README")); string(data) != "a project\n" {
+		t.Fatalf("project README is %q after writing the snapshot's", data)
+	}
+	parent := run(t, "btrfs", "subvolume", "show", snap)
+	uuid := run(t, "btrfs", "subvolume", "show", tb.Btrfs.Project)
+	if !strings.Contains(parent, "Parent UUID:") || !strings.Contains(uuid, strings.TrimSpace(field(parent, "Parent UUID:"))) {
+		t.Fatalf("snapshot's parent is not the project:\n%s\n%s", parent, uuid)
+	}
+}
+
+func TestZFSCloneShowsTheProjectsFiles(t *testing.T) {
+	tb := testbed.Require(t)
+	if got := fsType(t, tb.ZFS.Mountpoint); got != fuseMagic {
+		t.Fatalf("%s is on filesystem type %#x; want zfs-fuse", tb.ZFS.Mountpoint, got)
+	}
+	writeProject(t, tb.ZFS.Mountpoint)
+	snap := tb.ZFS.Project + "@s1"
+	clone := tb.ZFS.Pool + "/clone1"
+	run(t, "zfs", "snapshot", snap)
+	run(t, "zfs", "clone", snap, clone)
+	t.Cleanup(func() {
+		// zfs-fuse refuses to destroy a mounted clone, and for a moment
+		// after the unmount still calls it busy.
+		run(t, "zfs", "unmount", clone)
+		for i := 0; ; i++ {
+			out, err := exec.Command("zfs", "destroy", clone).CombinedOutput()
+			if err == nil {
+				break
+			}
+			if i == 50 || !strings.Contains(string(out), "busy") {
+				t.Fatalf("zfs destroy %s: %v: %s", clone, err, out)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		run(t, "zfs", "destroy", snap)
+	})
+	mountpoint := strings.TrimSpace(run(t, "zfs", "get", "-H", "-o", "value", "mountpoint", clone))
+	if origin := strings.TrimSpace(run(t, "zfs", "get", "-H", "-o", "value", "origin", clone)); origin != snap {
+		t.Fatalf("clone's origin is %q; want %q", origin, snap)
+	}
+
+	want := treeOf(t, tb.ZFS.Mountpoint)
+	sameTree(t, want, treeOf(t, mountpoint), "zfs clone")
+	if len(want) < 8 {
+		t.Fatalf("project tree has %d entries; the fixture did not land", len(want))
+	}
+
+	if err := os.WriteFile(filepath.Join(mountpoint, "README"), []byte("changed\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if data, _ := os.ReadFile(filepath.Join(tb.ZFS.Mountpoint, "README")); string(data) != "a project\n" {
+		t.Fatalf("project README is %q after writing the clone's", data)
+	}
+}
+
+// field returns the rest of the line of out that starts (after blanks) with key.
+func field(out, key string) string {
+	for _, line := range strings.Split(out, "\n") {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), key); ok {
+			return rest
+		}
+	}
+	return ""
+}
