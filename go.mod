@@ -7,4 +7,11 @@ require (
 	github.com/godbus/dbus/v5 v5.2.4
 )
 
-require golang.org/x/sys v0.49.0 // indirect
+require (
+	github.com/BurntSushi/toml v1.6.0 // indirect
+	github.com/dennwc/btrfs v0.0.0-20240418142341-0167142bde7a // indirect
+	github.com/dennwc/ioctl v1.0.0 // indirect
+	github.com/google/uuid v1.2.0 // indirect
+	github.com/mistifyio/go-zfs/v4 v4.0.0 // indirect
+	golang.org/x/sys v0.49.0 // indirect
+)
