@@ -115,8 +115,9 @@ type Capabilities struct {
 	// stream, zfs diff). Without it (zfs-fuse: no `zfs diff`) Changes walks
 	// both trees, in proportion to the project.
 	FastChanges bool
-	// Generation: Generation tells whether a volume changed since a
-	// snapshot without reading its files.
+	// Generation: ChangedSince answers from a transaction number (btrfs
+	// generation, OpenZFS "written@"), without reading files. zfs-fuse
+	// has neither: ChangedSince fails with ErrUnsupported.
 	Generation bool
 	// Quota: SetQuota limits what a volume writes (btrfs simple quotas on
 	// kernels from 6.7, qgroups before; ZFS refquota).
@@ -166,9 +167,9 @@ type Backend interface {
 	// Changes lists what differs from the read-only snapshot from to the
 	// volume to (read-only too on btrfs, which sends from snapshots).
 	Changes(ctx context.Context, from, to Volume) ([]Change, error)
-	// Generation returns a number that grows whenever v changes: v changed
-	// since snapshot s if Generation(v) > Generation(s).
-	Generation(ctx context.Context, v Volume) (uint64, error)
+	// ChangedSince says whether v changed after the snapshot since was
+	// taken of it, without reading files (see Capabilities.Generation).
+	ChangedSince(ctx context.Context, v, since Volume) (bool, error)
 
 	// Send writes a send stream of the read-only snapshot to, incremental
 	// from the read-only snapshot from when from is not nil.

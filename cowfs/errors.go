@@ -30,4 +30,10 @@ var (
 	ErrCorruptStream = errors.New("corrupt send stream")
 	// ErrReadOnly: a change to a read-only volume.
 	ErrReadOnly = errors.New("read-only volume")
+	// ErrNotVolume: a path or dataset that exists but is not a volume (a
+	// plain directory where a subvolume was expected).
+	ErrNotVolume = errors.New("not a subvolume or dataset")
+	// ErrNotOurs: a change that only sandboxd's own volumes may undergo
+	// (delete, rollback) asked of a project or a foreign volume.
+	ErrNotOurs = errors.New("not a volume of sandboxd's")
 )

@@ -1,0 +1,81 @@
+package btrfs_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	dbtrfs "github.com/dennwc/btrfs"
+
+	"github.com/sandboxd/sandboxd/cowfs"
+	"github.com/sandboxd/sandboxd/cowfs/btrfs"
+	"github.com/sandboxd/sandboxd/cowfs/cowfstest"
+	"github.com/sandboxd/sandboxd/tests/testbed"
+)
+
+func TestMain(m *testing.M) { testbed.Main(m) }
+
+var ctx = context.Background()
+
+func TestConformance(t *testing.T) {
+	tb := testbed.Require(t)
+	n := 0
+	cowfstest.Run(t, func(t *testing.T) cowfstest.Pool {
+		n++
+		root := filepath.Join(tb.Btrfs.Mount, fmt.Sprintf("root%d", n))
+		proj := filepath.Join(tb.Btrfs.Mount, fmt.Sprintf("proj%d", n))
+		if err := dbtrfs.CreateSubVolume(proj); err != nil {
+			t.Fatal(err)
+		}
+		b, err := btrfs.Open(ctx, root)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if err := cowfstest.DeleteAll(ctx, b); err != nil {
+				t.Errorf("cleaning up %s: %v", root, err)
+			}
+			_ = os.Remove(root)
+			_ = dbtrfs.DeleteSubVolume(proj)
+		})
+		project, err := b.Project(ctx, proj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cowfstest.Pool{Backend: b, Project: project, Foreign: "/tmp", ForeignErr: cowfs.ErrUnsupportedFS}
+	})
+}
+
+func TestOpenOnAnotherFilesystemNamesIt(t *testing.T) {
+	testbed.Require(t)
+	_, err := btrfs.Open(ctx, "/tmp/sandboxd-root")
+	if !errors.Is(err, cowfs.ErrUnsupportedFS) || !strings.Contains(err.Error(), "tmpfs") || !strings.Contains(err.Error(), "/tmp") {
+		t.Fatalf("Open on tmpfs: %v; want ErrUnsupportedFS naming the path and tmpfs", err)
+	}
+	if _, err := os.Stat("/tmp/sandboxd-root"); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a refused Open left %s behind: %v", "/tmp/sandboxd-root", err)
+	}
+}
+
+func TestProjectMustBeASubvolume(t *testing.T) {
+	tb := testbed.Require(t)
+	b, err := btrfs.Open(ctx, filepath.Join(tb.Btrfs.Mount, "rootp"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(tb.Btrfs.Mount, "plain-dir")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(dir)
+	if _, err := b.Project(ctx, dir); !errors.Is(err, cowfs.ErrNotVolume) {
+		t.Fatalf("a plain directory as project: %v; want ErrNotVolume", err)
+	}
+	if _, err := b.Project(ctx, "relative/path"); !errors.Is(err, cowfs.ErrInvalidName) {
+		t.Fatalf("a relative project path: %v; want ErrInvalidName", err)
+	}
+}

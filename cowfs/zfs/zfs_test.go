@@ -1,0 +1,76 @@
+package zfs_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/sandboxd/sandboxd/cowfs"
+	"github.com/sandboxd/sandboxd/cowfs/cowfstest"
+	"github.com/sandboxd/sandboxd/cowfs/zfs"
+	"github.com/sandboxd/sandboxd/tests/testbed"
+)
+
+func TestMain(m *testing.M) { testbed.Main(m) }
+
+var ctx = context.Background()
+
+func zfsCmd(t *testing.T, args ...string) {
+	t.Helper()
+	if out, err := exec.Command("zfs", args...).CombinedOutput(); err != nil {
+		t.Fatalf("zfs %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+}
+
+func TestConformance(t *testing.T) {
+	tb := testbed.Require(t)
+	n := 0
+	cowfstest.Run(t, func(t *testing.T) cowfstest.Pool {
+		n++
+		root := fmt.Sprintf("%s/root%d", tb.ZFS.Pool, n)
+		proj := fmt.Sprintf("%s/proj%d", tb.ZFS.Pool, n)
+		zfsCmd(t, "create", proj)
+		b, err := zfs.Open(ctx, root)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if err := cowfstest.DeleteAll(ctx, b); err != nil {
+				t.Errorf("cleaning up %s: %v", root, err)
+			}
+			_ = exec.Command("zfs", "unmount", root).Run()
+			_ = exec.Command("zfs", "destroy", "-r", root).Run()
+			_ = exec.Command("zfs", "unmount", proj).Run()
+			_ = exec.Command("zfs", "destroy", "-r", proj).Run()
+		})
+		project, err := b.Project(ctx, proj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cowfstest.Pool{Backend: b, Project: project, Foreign: "otherpool/web", ForeignErr: cowfs.ErrOutsidePool}
+	})
+}
+
+func TestOpenOnAMissingPoolNamesIt(t *testing.T) {
+	testbed.Require(t)
+	_, err := zfs.Open(ctx, "nosuchpool/sandboxd")
+	if !errors.Is(err, cowfs.ErrNotFound) || !strings.Contains(err.Error(), "nosuchpool") {
+		t.Fatalf("Open on a missing pool: %v; want ErrNotFound naming it", err)
+	}
+}
+
+func TestCapabilitiesOfZFSFuse(t *testing.T) {
+	tb := testbed.Require(t)
+	b, err := zfs.Open(ctx, tb.ZFS.Pool+"/capsroot")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info := b.Info()
+	// zfs-fuse (pool version 23) has neither `zfs diff` nor "written@".
+	if info.Capabilities.FastChanges || info.Capabilities.Generation || !strings.Contains(info.Version, "23") {
+		t.Fatalf("zfs-fuse reported as %+v", info)
+	}
+}
