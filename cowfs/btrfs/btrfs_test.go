@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -78,4 +79,31 @@ func TestProjectMustBeASubvolume(t *testing.T) {
 	if _, err := b.Project(ctx, "relative/path"); !errors.Is(err, cowfs.ErrInvalidName) {
 		t.Fatalf("a relative project path: %v; want ErrInvalidName", err)
 	}
+}
+
+func TestFullPool(t *testing.T) {
+	testbed.Require(t)
+	dir := t.TempDir()
+	img, mnt := filepath.Join(dir, "small.img"), filepath.Join(dir, "small")
+	for _, argv := range [][]string{
+		{"truncate", "-s", "256M", img},
+		{"mkfs.btrfs", "-q", img},
+		{"mkdir", mnt},
+		{"mount", "-o", "loop", img, mnt},
+		{"btrfs", "subvolume", "create", filepath.Join(mnt, "proj")},
+	} {
+		if out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput(); err != nil {
+			t.Fatalf("%v: %v: %s", argv, err, out)
+		}
+	}
+	t.Cleanup(func() { _ = exec.Command("umount", mnt).Run() })
+	b, err := btrfs.Open(ctx, filepath.Join(mnt, "root"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	project, err := b.Project(ctx, filepath.Join(mnt, "proj"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cowfstest.FullPool(t, cowfstest.Pool{Backend: b, Project: project})
 }

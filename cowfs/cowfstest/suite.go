@@ -495,3 +495,48 @@ func DeleteAll(ctx context.Context, b cowfs.Backend) error {
 		}
 	}
 }
+
+// FullPool checks, on a small pool, that a receive that runs out of space
+// fails with ErrNoSpace naming the volume, leaves no volume behind, and
+// works again once space is freed.
+func FullPool(t *testing.T, p Pool) {
+	fill(t, p.Project.Path)
+	write(t, filepath.Join(p.Project.Path, "payload"), strings.Repeat("sandboxd ", 2<<20), 0o644) // 18 MiB
+	base := ok[cowfs.Volume](t)(p.Backend.Snapshot(ctx, p.Project, "b1", true))
+	var stream bytes.Buffer
+	if err := p.Backend.Send(ctx, &stream, nil, base); err != nil {
+		t.Fatal(err)
+	}
+	before := names(ok[[]cowfs.Volume](t)(p.Backend.List(ctx)))
+
+	filler := filepath.Join(p.Project.Path, "filler")
+	f, err := os.Create(filler)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunk := bytes.Repeat([]byte("full pool "), 100<<10) // ~1 MiB
+	for {
+		if _, err := f.Write(chunk); err != nil {
+			if !errors.Is(err, syscall.ENOSPC) && !errors.Is(err, syscall.EDQUOT) {
+				t.Fatalf("filling the pool: %v", err)
+			}
+			break
+		}
+	}
+	_ = f.Sync()
+	f.Close()
+	syncFS(t, p.Project.Path)
+
+	_, err = p.Backend.Receive(ctx, bytes.NewReader(stream.Bytes()), "copy")
+	if !errors.Is(err, cowfs.ErrNoSpace) || !strings.Contains(err.Error(), "copy") {
+		t.Fatalf("receiving into a full pool: %v; want ErrNoSpace naming the volume", err)
+	}
+	if after := names(ok[[]cowfs.Volume](t)(p.Backend.List(ctx))); !reflect.DeepEqual(before, after) {
+		t.Fatalf("a failed receive left volumes: %v -> %v", before, after)
+	}
+	// The fault ends: the same receive works.
+	check(t, os.Remove(filler))
+	syncFS(t, p.Project.Path)
+	got := ok[cowfs.Volume](t)(p.Backend.Receive(ctx, bytes.NewReader(stream.Bytes()), "copy"))
+	sameTree(t, "received after space was freed", base.Path, got.Path)
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -73,4 +74,26 @@ func TestCapabilitiesOfZFSFuse(t *testing.T) {
 	if info.Capabilities.FastChanges || info.Capabilities.Generation || !strings.Contains(info.Version, "23") {
 		t.Fatalf("zfs-fuse reported as %+v", info)
 	}
+}
+
+func TestFullPool(t *testing.T) {
+	testbed.Require(t)
+	img := filepath.Join(t.TempDir(), "small.img")
+	if out, err := exec.Command("truncate", "-s", "128M", img).CombinedOutput(); err != nil {
+		t.Fatalf("truncate: %v: %s", err, out)
+	}
+	if out, err := exec.Command("zpool", "create", "-m", "/mnt/testbed-small", "smallpool", img).CombinedOutput(); err != nil {
+		t.Fatalf("zpool create: %v: %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("zpool", "destroy", "-f", "smallpool").Run() })
+	zfsCmd(t, "create", "smallpool/proj")
+	b, err := zfs.Open(ctx, "smallpool/root")
+	if err != nil {
+		t.Fatal(err)
+	}
+	project, err := b.Project(ctx, "smallpool/proj")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cowfstest.FullPool(t, cowfstest.Pool{Backend: b, Project: project})
 }
