@@ -3,6 +3,7 @@ package cowfs
 import (
 	"fmt"
 	"strings"
+	"unicode/utf8"
 )
 
 // MaxNameLen bounds a volume name: it must fit in a ZFS snapshot name
@@ -26,6 +27,51 @@ func ValidateName(name string) error {
 		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.')
 	}); i >= 0 {
 		return fmt.Errorf("volume name %q holds %q: only letters, digits, '-', '_' and '.' are allowed: %w", name, name[i], ErrInvalidName)
+	}
+	return nil
+}
+
+// DatasetNameProblem says what is wrong with a ZFS dataset name as the
+// root of sandboxd's volumes or a project ("" when nothing is): it must be
+// pool/child..., of letters, digits, '_', '-', '.' and ':' joined by single
+// "/", with a pool name starting with a letter, and no "@" (a snapshot).
+func DatasetNameProblem(name string) string {
+	parts := strings.Split(name, "/")
+	switch {
+	case name == "":
+		return "is empty"
+	case len(name) > 255:
+		return "is longer than 255 bytes"
+	case strings.HasPrefix(name, "/") || strings.HasSuffix(name, "/"):
+		return `starts or ends with "/"`
+	case strings.Contains(name, "//"):
+		return `has an empty component ("//")`
+	case strings.Contains(name, "@"):
+		return `has an "@" (that names a snapshot)`
+	case len(parts) < 2:
+		return "names a whole pool, not a dataset in one"
+	case !(parts[0][0] >= 'a' && parts[0][0] <= 'z' || parts[0][0] >= 'A' && parts[0][0] <= 'Z'):
+		return "has a pool name that does not start with a letter"
+	}
+	for _, part := range parts {
+		if part == "." || part == ".." {
+			return fmt.Sprintf("has a %q component", part)
+		}
+		if i := strings.IndexFunc(part, func(r rune) bool {
+			return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("_-.:", r))
+		}); i >= 0 {
+			r, _ := utf8.DecodeRuneInString(part[i:])
+			return fmt.Sprintf("holds %q", r)
+		}
+	}
+	return ""
+}
+
+// ValidateDataset checks a dataset name (see DatasetNameProblem); a bad
+// one is ErrInvalidName, naming it and the problem.
+func ValidateDataset(name string) error {
+	if problem := DatasetNameProblem(name); problem != "" {
+		return fmt.Errorf("dataset name %q %s: %w", name, problem, ErrInvalidName)
 	}
 	return nil
 }

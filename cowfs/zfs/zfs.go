@@ -54,7 +54,7 @@ var _ cowfs.Backend = (*Backend)(nil)
 // Open opens (making it if needed) the root dataset. A missing pool is
 // ErrNotFound, naming it.
 func Open(ctx context.Context, root string) (*Backend, error) {
-	if err := validDataset(root); err != nil {
+	if err := cowfs.ValidateDataset(root); err != nil {
 		return nil, fmt.Errorf("opening zfs root: %w", err)
 	}
 	pool, _, _ := strings.Cut(root, "/")
@@ -104,21 +104,6 @@ func version(ctx context.Context, pool string) string {
 func (b *Backend) Info() cowfs.Info { return b.info }
 
 func (b *Backend) Close() error { return nil }
-
-// validDataset checks the form of a dataset name: pool/child..., no "@",
-// no empty component.
-func validDataset(name string) error {
-	if name == "" || strings.HasPrefix(name, "/") || strings.HasSuffix(name, "/") ||
-		strings.Contains(name, "//") || strings.ContainsAny(name, "@\x00 ") {
-		return fmt.Errorf("dataset name %q: %w", name, cowfs.ErrInvalidName)
-	}
-	for _, part := range strings.Split(name, "/") {
-		if part == "." || part == ".." {
-			return fmt.Errorf("dataset name %q: %w", name, cowfs.ErrInvalidName)
-		}
-	}
-	return nil
-}
 
 // dataset returns ROOT/name after checking the name.
 func (b *Backend) dataset(name string) (string, error) {
@@ -183,7 +168,7 @@ func dash(s string) string {
 }
 
 func (b *Backend) Project(ctx context.Context, location string) (cowfs.Volume, error) {
-	if err := validDataset(location); err != nil {
+	if err := cowfs.ValidateDataset(location); err != nil {
 		return cowfs.Volume{}, fmt.Errorf("opening project: %w", err)
 	}
 	if pool, _, _ := strings.Cut(location, "/"); pool != b.pool {

@@ -1,0 +1,165 @@
+// Package config reads sandboxd's configuration file,
+// /etc/sandboxd/sandboxd.toml: where the daemon keeps its state, which
+// storage pool holds sandboxes, and which projects sandboxes are made from.
+//
+// Reading is strict, because a misspelled key that is silently ignored
+// leaves the daemon running with a default the operator meant to change:
+// an unknown key (also one that differs only in case), a value of the wrong
+// type and a value out of range are all errors, each naming the file, the
+// line, the key and what is allowed there.
+//
+// The file is optional: Load("") reads DefaultPath, and if there is no file
+// there, Default applies. A path given explicitly must exist.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+
+	"github.com/sandboxd/sandboxd/cowfs/pool"
+)
+
+// DefaultPath is where the daemon looks for its configuration when none is
+// named.
+const DefaultPath = "/etc/sandboxd/sandboxd.toml"
+
+// Storage backends, the values of storage.backend.
+const (
+	// BackendEmbedded: a sparse btrfs image that sandboxd makes and
+	// loop-mounts; nothing else on the machine changes.
+	BackendEmbedded = pool.Embedded
+	// BackendBtrfs: a directory on an existing btrfs filesystem.
+	BackendBtrfs = pool.Btrfs
+	// BackendZFS: a dataset of an existing ZFS pool.
+	BackendZFS = pool.ZFS
+)
+
+// Config is the whole configuration file. Each field's toml tag is its key
+// in the file; keys are matched exactly, case included.
+type Config struct {
+	Daemon   Daemon    `toml:"daemon"`
+	Storage  Storage   `toml:"storage"`
+	Projects []Project `toml:"project"`
+}
+
+// Daemon is the [daemon] section.
+type Daemon struct {
+	// StateDir holds the daemon's own records of its sandboxes.
+	StateDir string `toml:"state_dir"`
+	// LogLevel is debug, info, warn or error.
+	LogLevel string `toml:"log_level"`
+}
+
+// Storage is the [storage] section: which pool holds sandboxes. Only the
+// subsection that Backend names is used, but all are checked.
+type Storage struct {
+	Backend  string   `toml:"backend"`
+	Embedded Embedded `toml:"embedded"`
+	Btrfs    Btrfs    `toml:"btrfs"`
+	ZFS      ZFS      `toml:"zfs"`
+}
+
+// Embedded is [storage.embedded]: the image file the embedded pool lives in.
+type Embedded struct {
+	Image      string `toml:"image"`
+	Size       Size   `toml:"size"`
+	Mountpoint string `toml:"mountpoint"`
+}
+
+// Btrfs is [storage.btrfs].
+type Btrfs struct {
+	// Root is a directory on a btrfs filesystem; required with backend btrfs.
+	Root string `toml:"root"`
+}
+
+// ZFS is [storage.zfs].
+type ZFS struct {
+	// Root is a dataset (pool/child...); required with backend zfs.
+	Root string `toml:"root"`
+}
+
+// Project is one [[project]] entry: a volume that sandboxes are cloned from.
+// Exactly one of Path and Dataset is set.
+type Project struct {
+	Name    string `toml:"name"`
+	Path    string `toml:"path"`    // a btrfs subvolume
+	Dataset string `toml:"dataset"` // a ZFS dataset
+}
+
+// Default returns the configuration that applies with no file, and whose
+// values fill in whatever a file leaves out.
+func Default() *Config {
+	return &Config{
+		Daemon: Daemon{
+			StateDir: "/var/lib/sandboxd",
+			LogLevel: "info",
+		},
+		Storage: Storage{
+			Backend: BackendEmbedded,
+			Embedded: Embedded{
+				Image:      "/var/lib/sandboxd/pool.img",
+				Size:       20 * GiB,
+				Mountpoint: "/var/lib/sandboxd/pool",
+			},
+		},
+	}
+}
+
+// Load reads and checks the file at path. With path "", it reads
+// DefaultPath, and a missing file there gives Default(); a missing file at
+// a path given explicitly is an error (wrapping fs.ErrNotExist).
+func Load(path string) (*Config, error) {
+	if path == "" {
+		return load(DefaultPath, true)
+	}
+	return load(path, false)
+}
+
+func load(path string, optional bool) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if optional && errors.Is(err, fs.ErrNotExist) {
+		return Default(), nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	return Parse(data, path)
+}
+
+// Parse reads and checks a configuration file's contents; name (the file's
+// path, usually) begins each error message. The problems found are returned
+// together, each an *Error, joined with errors.Join; all wrap ErrInvalid.
+func Parse(data []byte, name string) (*Config, error) {
+	d, err := parseDoc(string(data))
+	if err != nil {
+		return nil, syntaxError(name, err)
+	}
+	w := newWhere(d)
+	// Unknown keys first: with them out of the way, every key the decoder
+	// meets is a field's exact name, which decodeError relies on.
+	if errs := unknownKeys(name, w); len(errs) > 0 {
+		return nil, joinErrors(errs)
+	}
+	c := Default()
+	if err := d.md.PrimitiveDecode(d.top, c); err != nil {
+		return nil, decodeError(name, w, err)
+	}
+	if err := c.validate(name, w); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Pool is what cowfs/pool needs to open the pool this section names.
+func (s Storage) Pool() pool.Config {
+	return pool.Config{
+		Backend:    s.Backend,
+		Image:      s.Embedded.Image,
+		Size:       uint64(s.Embedded.Size),
+		Mountpoint: s.Embedded.Mountpoint,
+		BtrfsRoot:  s.Btrfs.Root,
+		ZFSRoot:    s.ZFS.Root,
+	}
+}

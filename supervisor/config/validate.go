@@ -1,0 +1,154 @@
+package config
+
+import (
+	"fmt"
+	"path"
+	"slices"
+	"strings"
+
+	"github.com/BurntSushi/toml"
+	"github.com/sandboxd/sandboxd/cowfs"
+	"github.com/sandboxd/sandboxd/cowfs/pool"
+)
+
+var (
+	logLevels = []string{"debug", "info", "warn", "error"}
+	backends  = []string{BackendEmbedded, BackendBtrfs, BackendZFS}
+)
+
+// minImageSize: btrfs keeps about 100MiB of a small filesystem for
+// itself; 256MiB leaves room for sandboxes.
+const minImageSize = Size(pool.MinEmbeddedSize)
+
+// Validate checks every value, returning all problems found, joined, each
+// an *Error wrapping ErrInvalid. Load and Parse call it.
+func (c *Config) Validate() error { return c.validate("", nil) }
+
+// validator collects problems, placing each at its line when w (the
+// file's text) is known.
+type validator struct {
+	file string
+	w    *where
+	errs []*Error
+}
+
+func (v *validator) add(line int, key string, cause error, format string, args ...any) {
+	v.errs = append(v.errs, &Error{File: v.file, Line: line, Key: key, Msg: fmt.Sprintf(format, args...), Err: cause})
+}
+
+// projectLine is where key is set in project i, or its header with key "".
+func (v *validator) projectLine(i int, key string) int {
+	var rest toml.Key
+	if key != "" {
+		rest = toml.Key{key}
+	}
+	return v.w.elemLine(toml.Key{"project"}, i, rest)
+}
+
+func (c *Config) validate(file string, w *where) error {
+	v := &validator{file: file, w: w}
+
+	d := c.Daemon
+	v.path(w.line("daemon", "state_dir"), "daemon.state_dir", d.StateDir)
+	v.oneOf(w.line("daemon", "log_level"), "daemon.log_level", d.LogLevel, logLevels)
+
+	s := c.Storage
+	v.oneOf(w.line("storage", "backend"), "storage.backend", s.Backend, backends)
+	v.path(w.line("storage", "embedded", "image"), "storage.embedded.image", s.Embedded.Image)
+	v.path(w.line("storage", "embedded", "mountpoint"), "storage.embedded.mountpoint", s.Embedded.Mountpoint)
+	if s.Embedded.Size < minImageSize {
+		v.add(w.line("storage", "embedded", "size"), "storage.embedded.size", nil,
+			"storage.embedded.size = %q is too small: at least %s", s.Embedded.Size, minImageSize)
+	}
+	switch {
+	case s.Btrfs.Root != "":
+		v.path(w.line("storage", "btrfs", "root"), "storage.btrfs.root", s.Btrfs.Root)
+	case s.Backend == BackendBtrfs:
+		v.add(w.line("storage", "backend"), "storage.btrfs.root", nil,
+			`storage.btrfs.root is required with storage.backend = "btrfs": the absolute path of a directory on a btrfs filesystem`)
+	}
+	switch {
+	case s.ZFS.Root != "":
+		v.dataset(w.line("storage", "zfs", "root"), "storage.zfs.root", s.ZFS.Root)
+	case s.Backend == BackendZFS:
+		v.add(w.line("storage", "backend"), "storage.zfs.root", nil,
+			`storage.zfs.root is required with storage.backend = "zfs": a dataset of an existing pool, like "tank/sandboxd"`)
+	}
+
+	first := map[string]int{} // project name -> index of its first use
+	for i, p := range c.Projects {
+		key := func(k string) string { return elemName(toml.Key{"project"}, i, toml.Key{k}) }
+		nameLine := v.projectLine(i, "name")
+		if err := cowfs.ValidateName(p.Name); err != nil {
+			what := fmt.Sprintf("%s = %q is not a valid name", key("name"), p.Name)
+			if p.Name == "" {
+				what = key("name") + " is missing or empty"
+			}
+			v.add(nameLine, key("name"), err, "%s: use letters, digits, '-', '_' and '.', not starting with '.' or '-', at most %d bytes",
+				what, cowfs.MaxNameLen)
+		} else if j, dup := first[p.Name]; dup {
+			at := ""
+			if l := v.projectLine(j, "name"); l > 0 {
+				at = fmt.Sprintf(" at line %d", l)
+			}
+			v.add(nameLine, key("name"), nil, "%s = %q is taken: project[%d]%s has that name; each project needs its own",
+				key("name"), p.Name, j, at)
+		} else {
+			first[p.Name] = i
+		}
+
+		const which = "give exactly one: path for a btrfs subvolume, dataset for a ZFS dataset"
+		switch {
+		case p.Path != "" && p.Dataset != "":
+			v.add(v.projectLine(i, ""), elemName(toml.Key{"project"}, i, nil), nil,
+				"project[%d] (%q) has both path = %q and dataset = %q: %s", i, p.Name, p.Path, p.Dataset, which)
+		case p.Path != "":
+			v.path(v.projectLine(i, "path"), key("path"), p.Path)
+		case p.Dataset != "":
+			v.dataset(v.projectLine(i, "dataset"), key("dataset"), p.Dataset)
+		default:
+			v.add(v.projectLine(i, ""), elemName(toml.Key{"project"}, i, nil), nil,
+				"project[%d] (%q) has neither path nor dataset: %s", i, p.Name, which)
+		}
+	}
+
+	if len(v.errs) == 0 {
+		return nil
+	}
+	return joinErrors(v.errs)
+}
+
+func (v *validator) oneOf(line int, key, value string, allowed []string) {
+	if !slices.Contains(allowed, value) {
+		v.add(line, key, nil, "%s = %q is not allowed: use %s", key, value, strings.Join(allowed, ", "))
+	}
+}
+
+// path checks for an absolute, clean path: sandboxd works with paths as
+// given, and "a/../b" or a relative path would depend on where it runs.
+func (v *validator) path(line int, key, p string) {
+	var problem string
+	switch {
+	case p == "":
+		problem = "is empty"
+	case strings.IndexByte(p, 0) >= 0:
+		problem = "holds a NUL byte"
+	case !path.IsAbs(p):
+		problem = "is not absolute"
+	case slices.Contains(strings.Split(p, "/"), ".."):
+		problem = `has a ".." element`
+	case path.Clean(p) != p:
+		problem = fmt.Sprintf("is not clean (%q is)", path.Clean(p))
+	default:
+		return
+	}
+	v.add(line, key, nil, `%s = %q %s: want an absolute path with no ".", ".." or empty elements`, key, p, problem)
+}
+
+// dataset checks a ZFS dataset name below a pool: pool/child...
+func (v *validator) dataset(line int, key, name string) {
+	if problem := cowfs.DatasetNameProblem(name); problem != "" {
+		v.add(line, key, nil, `%s = %q %s: want pool/child like "tank/sandboxd", of letters, digits, '_', '-', '.' and ':' joined by single "/"`,
+			key, name, problem)
+	}
+}
