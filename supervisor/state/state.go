@@ -1,0 +1,190 @@
+// Package state keeps sandboxd's records of its sandboxes in a bbolt
+// database under the state directory. Every change is one transaction, so
+// a crash leaves each record as it was before or after the change, never
+// between; the lifecycle writes a record's intent (creating, destroying)
+// before it touches the filesystem or systemd, so that the reconcile at
+// the next start knows what to finish or undo.
+package state
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Lifecycle states of a sandbox.
+type State string
+
+const (
+	Creating   State = "creating"   // intent written; volumes or scope may be half made
+	Ready      State = "ready"      // volumes and scope exist; nothing runs in it yet
+	Running    State = "running"    // a command runs in it
+	Frozen     State = "frozen"     // its processes are stopped
+	Stopped    State = "stopped"    // its scope is gone; its volumes stay
+	Promoting  State = "promoting"  // its changes are being applied to a stage
+	Destroying State = "destroying" // intent written; the record goes last
+)
+
+// Record is what the daemon remembers of one sandbox.
+type Record struct {
+	ID      string    `json:"id"`
+	Project string    `json:"project"`
+	Owner   uint32    `json:"owner"` // uid of the caller that made it
+	State   State     `json:"state"`
+	Base    string    `json:"base"`   // the base volume's name
+	Volume  string    `json:"volume"` // the sandbox volume's name
+	Unit    string    `json:"unit"`   // its systemd scope
+	Profile string    `json:"profile,omitempty"`
+	Created time.Time `json:"created"`
+	Expires time.Time `json:"expires,omitzero"` // end of its time to live
+	// Limits as the caller asked for them, kept verbatim for inspection
+	// and for restarting the scope.
+	Limits json.RawMessage `json:"limits,omitempty"`
+}
+
+var (
+	// ErrNotFound: no record with that id.
+	ErrNotFound = errors.New("no such sandbox")
+	// ErrExists: a record with that id is there already.
+	ErrExists = errors.New("sandbox id already used")
+	// ErrLocked: another process (a second daemon) holds the database.
+	ErrLocked = errors.New("state database is in use by another process")
+	// ErrCorrupt: the database file cannot be read.
+	ErrCorrupt = errors.New("state database is corrupt")
+)
+
+var bucket = []byte("sandboxes")
+
+// Store is the open database.
+type Store struct {
+	db   *bolt.DB
+	path string
+}
+
+// Open opens (making it if missing) the database at path. Another daemon
+// holding it is ErrLocked after lockWait; a file that is not a database
+// is ErrCorrupt, and is left untouched for the operator.
+func Open(path string, lockWait time.Duration) (*Store, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("opening state %s: %w", path, err)
+	}
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: lockWait})
+	switch {
+	case errors.Is(err, bolt.ErrTimeout):
+		return nil, fmt.Errorf("opening state %s: %w", path, ErrLocked)
+	case errors.Is(err, bolt.ErrInvalid) || errors.Is(err, bolt.ErrVersionMismatch) || errors.Is(err, bolt.ErrChecksum):
+		return nil, fmt.Errorf("opening state %s: %w: %w", path, ErrCorrupt, err)
+	case err != nil:
+		return nil, fmt.Errorf("opening state %s: %w", path, err)
+	}
+	if err := db.Update(func(tx *bolt.Tx) error {
+		_, err := tx.CreateBucketIfNotExists(bucket)
+		return err
+	}); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("opening state %s: %w", path, err)
+	}
+	return &Store{db: db, path: path}, nil
+}
+
+// Close closes the database.
+func (s *Store) Close() error { return s.db.Close() }
+
+// Create adds a new record; its id must be unused.
+func (s *Store) Create(r Record) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucket)
+		if b.Get([]byte(r.ID)) != nil {
+			return fmt.Errorf("recording sandbox %s: %w", r.ID, ErrExists)
+		}
+		return put(b, r)
+	})
+}
+
+// Update changes the record id with fn, in one transaction: fn's error
+// leaves the record as it was.
+func (s *Store) Update(id string, fn func(*Record) error) (Record, error) {
+	var out Record
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucket)
+		r, err := get(b, id)
+		if err != nil {
+			return err
+		}
+		if err := fn(&r); err != nil {
+			return err
+		}
+		r.ID = id // the key is not the caller's to change
+		out = r
+		return put(b, r)
+	})
+	return out, err
+}
+
+// Get returns the record id.
+func (s *Store) Get(id string) (Record, error) {
+	var r Record
+	err := s.db.View(func(tx *bolt.Tx) error {
+		var err error
+		r, err = get(tx.Bucket(bucket), id)
+		return err
+	})
+	return r, err
+}
+
+// List returns every record, oldest first.
+func (s *Store) List() ([]Record, error) {
+	var out []Record
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucket).ForEach(func(k, v []byte) error {
+			var r Record
+			if err := json.Unmarshal(v, &r); err != nil {
+				return fmt.Errorf("reading record %s: %w: %w", k, ErrCorrupt, err)
+			}
+			out = append(out, r)
+			return nil
+		})
+	})
+	sort.Slice(out, func(i, j int) bool { return out[i].Created.Before(out[j].Created) })
+	return out, err
+}
+
+// Delete removes the record id (the last step of a destroy).
+func (s *Store) Delete(id string) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucket)
+		if b.Get([]byte(id)) == nil {
+			return fmt.Errorf("deleting sandbox %s: %w", id, ErrNotFound)
+		}
+		return b.Delete([]byte(id))
+	})
+}
+
+func get(b *bolt.Bucket, id string) (Record, error) {
+	var r Record
+	v := b.Get([]byte(id))
+	if v == nil {
+		return r, fmt.Errorf("sandbox %s: %w", id, ErrNotFound)
+	}
+	if err := json.Unmarshal(v, &r); err != nil {
+		return r, fmt.Errorf("reading sandbox %s: %w: %w", id, ErrCorrupt, err)
+	}
+	return r, nil
+}
+
+func put(b *bolt.Bucket, r Record) error {
+	if r.ID == "" {
+		return errors.New("recording a sandbox: empty id")
+	}
+	data, err := json.Marshal(r)
+	if err != nil {
+		return fmt.Errorf("recording sandbox %s: %w", r.ID, err)
+	}
+	return b.Put([]byte(r.ID), data)
+}
