@@ -16,6 +16,7 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
 )
 
 // Lifecycle states of a sandbox.
@@ -76,9 +77,9 @@ func Open(path string, lockWait time.Duration) (*Store, error) {
 	}
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: lockWait})
 	switch {
-	case errors.Is(err, bolt.ErrTimeout):
+	case errors.Is(err, bolterrors.ErrTimeout):
 		return nil, fmt.Errorf("opening state %s: %w", path, ErrLocked)
-	case errors.Is(err, bolt.ErrInvalid) || errors.Is(err, bolt.ErrVersionMismatch) || errors.Is(err, bolt.ErrChecksum):
+	case errors.Is(err, bolterrors.ErrInvalid) || errors.Is(err, bolterrors.ErrVersionMismatch) || errors.Is(err, bolterrors.ErrChecksum):
 		return nil, fmt.Errorf("opening state %s: %w: %w", path, ErrCorrupt, err)
 	case err != nil:
 		return nil, fmt.Errorf("opening state %s: %w", path, err)
