@@ -25,8 +25,10 @@ deps:
 test: deps build
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 
+# One table of every figure, each beside its baseline from the same run
+# (tests/bench/README.md). Boots its own testbed; about 6 minutes.
 bench: deps build
-	$(GO) test -count=1 -run '^$$' -bench . -benchmem ./...
+	$(GO) run ./tests/bench
 
 $(TOOLS)/staticcheck:
 	GOBIN=$(TOOLS) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)

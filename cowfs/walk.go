@@ -2,6 +2,7 @@ package cowfs
 
 import (
 	"context"
+	"errors"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -27,12 +28,18 @@ type entry struct {
 // content changes (mtime) from metadata changes (ctime alone). Its cost
 // grows with the size of the trees, not of the change.
 func WalkChanges(ctx context.Context, fromDir, toDir string) ([]Change, error) {
-	from, err := readTree(ctx, fromDir)
-	if err != nil {
-		return nil, err
-	}
+	// The two reads are independent and bound by the filesystem's latency
+	// (on FUSE, a round trip per entry): run them at once.
+	var from map[string]entry
+	var fromErr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		from, fromErr = readTree(ctx, fromDir)
+	}()
 	to, err := readTree(ctx, toDir)
-	if err != nil {
+	<-done
+	if err := errors.Join(fromErr, err); err != nil {
 		return nil, err
 	}
 	// Where each inode of the old tree went, for renames. Hard links share

@@ -344,18 +344,21 @@ func (b *Backend) destroy(ctx context.Context, target string, flags ...string) e
 		_, _ = command.Output(ctx, "zfs", "unmount", target)
 	}
 	args := append(append([]string{"zfs", "destroy"}, flags...), target)
-	for attempt := 0; ; attempt++ {
+	wait := 10 * time.Millisecond
+	deadline := time.Now().Add(5 * time.Second)
+	for {
 		_, err := command.Output(ctx, args...)
 		err = classify(err)
-		if err == nil || !errors.Is(err, cowfs.ErrBusy) || attempt == 50 ||
+		if err == nil || !errors.Is(err, cowfs.ErrBusy) || time.Now().After(deadline) ||
 			strings.Contains(err.Error(), "dependent clones") || strings.Contains(err.Error(), "has children") {
 			return err
 		}
 		select {
 		case <-ctx.Done():
 			return err
-		case <-time.After(100 * time.Millisecond):
+		case <-time.After(wait):
 		}
+		wait = min(2*wait, 200*time.Millisecond)
 	}
 }
 

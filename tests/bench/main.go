@@ -1,0 +1,200 @@
+// Command bench measures what sandboxes cost on real copy-on-write
+// filesystems, so the README can show it and the issue's targets can be
+// checked by eye: cowfs snapshots (a writable snapshot of a read-only base,
+// which is what making a sandbox costs) and deletes of projects of 1k, 10k
+// and 100k small files, on btrfs and on ZFS, beside `cp -a` and
+// `cp -a --reflink=always` of the same trees; and cowfs Changes of 10
+// changes in the largest project beside `rsync -an --delete
+// --itemize-changes` over the same two trees.
+//
+// It prints one markdown table on standard output and its progress on
+// standard error. Timings are reported, never asserted.
+//
+// Run it as root from the module root:
+//
+//	go run ./tests/bench [-sizes 1000,10000,100000] [-backends btrfs,zfs]
+//
+// Outside a testbed it boots one around itself (package testbed); inside
+// one (`bin/testbed run -- go run ./tests/bench`) it runs directly.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandboxd/tests/testbed"
+)
+
+// config is what the flags choose.
+type config struct {
+	sizes    []int
+	backends []string
+	reps     int           // runs of snapshot, delete and change listing
+	copyReps int           // runs of each cp of a big tree (bigTree files or more)
+	budget   time.Duration // a series stops early after this long (at least minReps runs)
+}
+
+// minReps is the fewest timed runs a series makes, whatever the budget.
+const minReps = 3
+
+func main() {
+	cfg, err := parseFlags(os.Args[1:])
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+		os.Exit(2)
+	}
+	if !testbed.Inside() {
+		os.Exit(runInTestbed())
+	}
+	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer cancel()
+	if err := run(ctx, cfg); err != nil {
+		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func parseFlags(args []string) (config, error) {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	sizes := fs.String("sizes", "1000,10000,100000", "project sizes, in files, comma-separated")
+	backends := fs.String("backends", "btrfs,zfs", "filesystems to measure, comma-separated: btrfs, zfs")
+	reps := fs.Int("reps", 15, "timed runs of snapshot, delete and change listing")
+	copyReps := fs.Int("copy-reps", 3, "timed runs of each cp of 10k files or more (smaller trees get -reps)")
+	budget := fs.Duration("budget", 40*time.Second, "a series of runs stops early once it has taken this long (after at least 3 runs)")
+	if err := fs.Parse(args); err != nil {
+		return config{}, err
+	}
+	cfg := config{reps: *reps, copyReps: *copyReps, budget: *budget}
+	for _, s := range strings.Split(*sizes, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 100 {
+			return cfg, fmt.Errorf("-sizes: %q is not a number of files (at least 100)", s)
+		}
+		cfg.sizes = append(cfg.sizes, n)
+	}
+	for _, b := range strings.Split(*backends, ",") {
+		b = strings.TrimSpace(b)
+		if b != "btrfs" && b != "zfs" {
+			return cfg, fmt.Errorf("-backends: unknown backend %q (btrfs, zfs)", b)
+		}
+		cfg.backends = append(cfg.backends, b)
+	}
+	if cfg.reps < minReps || cfg.copyReps < 1 {
+		return cfg, fmt.Errorf("-reps must be at least %d and -copy-reps at least 1", minReps)
+	}
+	return cfg, nil
+}
+
+// runInTestbed runs this same binary, with the same arguments, inside a
+// throw-away testbed. The binary's directory (under /tmp for `go run`,
+// which is private inside) and the module root must be seen inside.
+func runInTestbed() int {
+	exe, err := os.Executable()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "bench: finding this program: %v\n", err)
+		return 2
+	}
+	cwd, err := os.Getwd()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+		return 2
+	}
+	binds := []string{filepath.Dir(exe), cwd}
+	if root := moduleRoot(cwd); root != "" {
+		binds = append(binds, root)
+	}
+	return testbed.Run(binds, cwd, append([]string{exe}, os.Args[1:]...))
+}
+
+// moduleRoot is the nearest directory at or above dir holding go.mod, or "".
+func moduleRoot(dir string) string {
+	for d := dir; ; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+			return d
+		}
+		if d == filepath.Dir(d) {
+			return ""
+		}
+	}
+}
+
+func run(ctx context.Context, cfg config) error {
+	begin := time.Now()
+	load := loadAverage()
+	t := &table{}
+	var versions []string
+	var errs []error
+	for _, name := range cfg.backends {
+		p, err := openPool(ctx, name)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		versions = append(versions, fmt.Sprintf("%s (%s; %s)", name, p.backend.Info().Version, p.where))
+		err = benchPool(ctx, cfg, p, t)
+		// Cleanup runs even when ctx was cancelled: a testbed left up by
+		// `testbed up` keeps what we do not remove.
+		if cerr := p.close(context.WithoutCancel(ctx)); cerr != nil {
+			err = errors.Join(err, cerr)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", name, err))
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	if len(t.rows) > 0 {
+		printReport(os.Stdout, cfg, t, versions, time.Since(begin), load)
+	}
+	return errors.Join(errs...)
+}
+
+// printReport prints the table with the few lines it needs to be read.
+func printReport(w *os.File, cfg config, t *table, versions []string, took time.Duration, load string) {
+	var uts unix.Utsname
+	_ = unix.Uname(&uts)
+	fmt.Fprintf(w, "Measured %s on Linux %s, %d CPUs (load average %s at the start, %s at the end): %s.\n\n",
+		time.Now().Format("2006-01-02"), unix.ByteSliceToString(uts.Release[:]), runtime.NumCPU(),
+		load, loadAverage(), strings.Join(versions, "; "))
+	fmt.Fprint(w, t.markdown())
+	fmt.Fprintf(w, "\nSizes that ran: %s. Each project: that many files of 200-800 bytes, 100 per directory. "+
+		"Each time is the wall time of the call alone (setup excluded), after one untimed warm-up call; "+
+		"page caches are not dropped, so reads are warm. Up to %d runs per snapshot, delete, change listing "+
+		"or cp of fewer than %s files, %d per cp of more; fewer once a series has taken %v (at least 3, and 1 for cp); "+
+		"p90 only with 10 runs or more. "+
+		"Copies go into a new subvolume or dataset of the same pool; cp's time excludes write-back. "+
+		"Whole run: %v.\n",
+		t.sizesRan(), cfg.reps, count(bigTree), cfg.copyReps, cfg.budget, took.Round(time.Second))
+}
+
+// loadAverage is the 1-minute load average: other work on the machine
+// shows in the timings, and this says how much there was.
+func loadAverage() string {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(data))
+	if len(f) == 0 {
+		return "unknown"
+	}
+	return f[0]
+}
+
+// progress prints a line on standard error.
+func progress(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "bench: "+format+"\n", args...)
+}
