@@ -1,0 +1,37 @@
+package units
+
+import (
+	"fmt"
+	"strings"
+)
+
+// maxUnitName is systemd's UNIT_NAME_MAX less the terminating NUL.
+const maxUnitName = 255
+
+// checkName refuses a unit name systemd would refuse, or one not of the
+// given type (".scope", ".slice"), before anything is asked of systemd. It
+// allows the characters of a plain unit name only: letters, digits, ":",
+// "_", "." and "-" (no "/", no "\" escapes, no "@" instances), so that a
+// name made from a sandbox id can never reach outside its own unit.
+func checkName(name, suffix string) error {
+	prefix, ok := strings.CutSuffix(name, suffix)
+	switch {
+	case !ok:
+		return fmt.Errorf("%w: %q does not end in %q", ErrInvalidName, name, suffix)
+	case prefix == "":
+		return fmt.Errorf("%w: %q has nothing before %q", ErrInvalidName, name, suffix)
+	case len(name) > maxUnitName:
+		return fmt.Errorf("%w: %q is %d bytes long; systemd allows %d", ErrInvalidName, name, len(name), maxUnitName)
+	}
+	for _, c := range prefix {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.ContainsRune(":_.-", c)) {
+			return fmt.Errorf("%w: %q holds %q; a unit name holds only letters, digits, \":\", \"_\", \".\" and \"-\"", ErrInvalidName, name, c)
+		}
+	}
+	return nil
+}
+
+// CheckScopeName says whether name is a unit name this package will start
+// or act on: a plain systemd unit name that ends in ".scope", such as
+// "sandbox-1f3a.scope". The error wraps ErrInvalidName.
+func CheckScopeName(name string) error { return checkName(name, ".scope") }
