@@ -1,0 +1,137 @@
+package supervisor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/sandboxd/sandboxd/cowfs"
+	"github.com/sandboxd/sandboxd/supervisor/state"
+	"github.com/sandboxd/sandboxd/units"
+)
+
+// Report says what Reconcile found and did, by sandbox id (or volume and
+// unit name for orphans).
+type Report struct {
+	Adopted   []string // consistent: volumes, scope and record all there
+	Restarted []string // the scope was gone (a reboot): init and scope started again
+	Undone    []string // a create a crash interrupted: what it made is removed
+	Finished  []string // a destroy a crash interrupted: completed
+	Lost      []string // the sandbox's volume is gone: its record is removed
+	// Orphans: sandboxd's volumes and scopes that no record names.
+	OrphanVolumes []string
+	OrphanScopes  []string
+}
+
+// Reconcile makes the records, the volumes and the scopes agree, as the
+// daemon starts: it adopts what is consistent, finishes or undoes what a
+// crash interrupted, restarts scopes that are gone, and removes orphans.
+// Only sandboxd's own volumes (base-ID, sb-ID under its root) and scopes
+// (sandbox-ID.scope) are touched.
+func (s *Supervisor) Reconcile(ctx context.Context) (Report, error) {
+	var rep Report
+	recs, err := s.cfg.Store.List()
+	if err != nil {
+		return rep, fmt.Errorf("reconciling: %w", err)
+	}
+	vols, err := s.cfg.Backend.List(ctx)
+	if err != nil {
+		return rep, fmt.Errorf("reconciling: %w", err)
+	}
+	scopes, err := s.cfg.Units.List(ctx, "sandbox-*.scope")
+	if err != nil {
+		return rep, fmt.Errorf("reconciling: %w", err)
+	}
+	volByName := map[string]cowfs.Volume{}
+	for _, v := range vols {
+		volByName[v.Name] = v
+	}
+	active := map[string]bool{}
+	for _, u := range scopes {
+		active[u.Name] = u.ActiveState == "active"
+	}
+	known := map[string]bool{}
+	var errs []error
+	for _, rec := range recs {
+		known[rec.ID] = true
+		unlock := s.lock(rec.ID)
+		did, err := s.reconcileOne(ctx, rec, volByName, active)
+		unlock()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("sandbox %s: %w", rec.ID, err))
+			continue
+		}
+		switch did {
+		case "adopted":
+			rep.Adopted = append(rep.Adopted, rec.ID)
+		case "restarted":
+			rep.Restarted = append(rep.Restarted, rec.ID)
+		case "undone":
+			rep.Undone = append(rep.Undone, rec.ID)
+		case "finished":
+			rep.Finished = append(rep.Finished, rec.ID)
+		case "lost":
+			rep.Lost = append(rep.Lost, rec.ID)
+		}
+		s.log.Info("reconciled", "SANDBOX_ID", rec.ID, "ACTION", "reconcile", "result", did)
+	}
+	// Orphan volumes: sandboxes first (they are clones of the bases).
+	for _, prefix := range []string{"sb-", "base-"} {
+		for _, v := range vols {
+			id, ok := strings.CutPrefix(v.Name, prefix)
+			if !ok || known[id] || !v.Ours {
+				continue
+			}
+			if err := s.cfg.Backend.Delete(ctx, v); err != nil && !errors.Is(err, cowfs.ErrNotFound) {
+				errs = append(errs, fmt.Errorf("removing orphan volume %s: %w", v.Name, err))
+				continue
+			}
+			rep.OrphanVolumes = append(rep.OrphanVolumes, v.Name)
+			s.log.Warn("removed an orphan volume", "volume", v.Name, "ACTION", "reconcile")
+		}
+	}
+	for _, u := range scopes {
+		id := strings.TrimSuffix(strings.TrimPrefix(u.Name, "sandbox-"), ".scope")
+		if known[id] {
+			continue
+		}
+		if err := s.stopScope(ctx, u.Name); err != nil {
+			errs = append(errs, fmt.Errorf("stopping orphan scope %s: %w", u.Name, err))
+			continue
+		}
+		rep.OrphanScopes = append(rep.OrphanScopes, u.Name)
+		s.log.Warn("stopped an orphan scope", "unit", u.Name, "ACTION", "reconcile")
+	}
+	return rep, errors.Join(errs...)
+}
+
+func (s *Supervisor) reconcileOne(ctx context.Context, rec state.Record, vols map[string]cowfs.Volume, active map[string]bool) (string, error) {
+	switch rec.State {
+	case state.Creating:
+		return "undone", s.finishDestroy(ctx, rec)
+	case state.Destroying:
+		return "finished", s.finishDestroy(ctx, rec)
+	}
+	if _, ok := vols[rec.Volume]; !ok {
+		s.log.Error("a sandbox's volume is gone", "SANDBOX_ID", rec.ID, "volume", rec.Volume)
+		return "lost", s.finishDestroy(ctx, rec)
+	}
+	if active[rec.Unit] {
+		return "adopted", nil
+	}
+	var limits units.Limits
+	if len(rec.Limits) > 0 {
+		if err := json.Unmarshal(rec.Limits, &limits); err != nil {
+			return "", fmt.Errorf("reading its limits: %w", err)
+		}
+	}
+	if err := s.stopScope(ctx, rec.Unit); err != nil { // a failed one lingers until reset
+		return "", err
+	}
+	if err := s.startScope(ctx, rec, limits); err != nil {
+		return "", err
+	}
+	return "restarted", nil
+}

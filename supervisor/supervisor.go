@@ -1,0 +1,291 @@
+package supervisor
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/sandboxd/sandboxd/cowfs"
+	"github.com/sandboxd/sandboxd/supervisor/state"
+	"github.com/sandboxd/sandboxd/units"
+)
+
+// Conditions callers (the D-Bus API) branch on.
+var (
+	// ErrNotFound: no sandbox with that id.
+	ErrNotFound = state.ErrNotFound
+	// ErrUnknownProject: the project is not configured.
+	ErrUnknownProject = errors.New("unknown project")
+	// ErrInvalid: options that make no sense (a negative TTL, bad limits).
+	ErrInvalid = errors.New("invalid sandbox options")
+)
+
+// Units is the seam to systemd: *units.Manager in the daemon.
+type Units interface {
+	StartScope(ctx context.Context, s units.Scope) error
+	Stop(ctx context.Context, name string) error
+	ResetFailed(ctx context.Context, name string) error
+	List(ctx context.Context, patterns ...string) ([]units.UnitState, error)
+}
+
+// Config is what a Supervisor works with.
+type Config struct {
+	Backend cowfs.Backend
+	Units   Units
+	Store   *state.Store
+	// Projects maps a project's name to its location in the pool (a btrfs
+	// subvolume path or a ZFS dataset).
+	Projects map[string]string
+	// InitCommand starts the process that holds a sandbox's scope for as
+	// long as the sandbox lives (the scope needs one; commands join it).
+	InitCommand []string
+	Log         *slog.Logger
+}
+
+// Supervisor owns the sandboxes of this host: their volumes, scopes and
+// records, and keeps the three consistent across failures and crashes.
+type Supervisor struct {
+	cfg   Config
+	log   *slog.Logger
+	locks sync.Map // sandbox id -> *sync.Mutex: one operation at a time per sandbox
+}
+
+// New makes a Supervisor. Call Reconcile before serving.
+func New(cfg Config) *Supervisor {
+	log := cfg.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Supervisor{cfg: cfg, log: log}
+}
+
+// CreateOptions are what a caller asks of a new sandbox.
+type CreateOptions struct {
+	Project string
+	Owner   uint32 // the caller's uid
+	Limits  units.Limits
+	// DiskQuota bounds what the sandbox writes, in bytes (0: none).
+	DiskQuota uint64
+	// TTL is the sandbox's time to live (0: none).
+	TTL     time.Duration
+	Profile string
+}
+
+// Sandbox is a sandbox as callers see it.
+type Sandbox struct {
+	state.Record
+	// Path is where the sandbox's copy of the project is on the host.
+	Path string
+}
+
+// Names of a sandbox's parts, derived from its id: the filesystem and
+// systemd alone tell which volumes and scopes are sandboxd's.
+func baseName(id string) string   { return "base-" + id }
+func volumeName(id string) string { return "sb-" + id }
+func unitName(id string) string   { return "sandbox-" + id + ".scope" }
+
+func newID() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func (s *Supervisor) lock(id string) func() {
+	m, _ := s.locks.LoadOrStore(id, &sync.Mutex{})
+	mu := m.(*sync.Mutex)
+	mu.Lock()
+	return mu.Unlock
+}
+
+// Create makes a sandbox: its intent is recorded first, then a read-only
+// base of the project, a writable snapshot of it, and a scope holding the
+// sandbox's init process; the record turns ready last. Any failure undoes
+// what was made, in reverse; a crash is finished by Reconcile.
+func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox, err error) {
+	location, ok := s.cfg.Projects[opts.Project]
+	if !ok {
+		return sb, fmt.Errorf("creating a sandbox of %q: %w", opts.Project, ErrUnknownProject)
+	}
+	if opts.TTL < 0 {
+		return sb, fmt.Errorf("creating a sandbox of %s: time to live %v is negative: %w", opts.Project, opts.TTL, ErrInvalid)
+	}
+	if err := opts.Limits.Validate(); err != nil {
+		return sb, fmt.Errorf("creating a sandbox of %s: %w: %w", opts.Project, ErrInvalid, err)
+	}
+	project, err := s.cfg.Backend.Project(ctx, location)
+	if err != nil {
+		return sb, fmt.Errorf("creating a sandbox of %s: %w", opts.Project, err)
+	}
+	limits, err := json.Marshal(opts.Limits)
+	if err != nil {
+		return sb, err
+	}
+	id := newID()
+	defer s.lock(id)()
+	now := time.Now().UTC()
+	rec := state.Record{
+		ID: id, Project: opts.Project, Owner: opts.Owner, State: state.Creating,
+		Base: baseName(id), Volume: volumeName(id), Unit: unitName(id),
+		Profile: opts.Profile, Created: now, Limits: limits,
+	}
+	if opts.TTL > 0 {
+		rec.Expires = now.Add(opts.TTL)
+	}
+	if err := s.cfg.Store.Create(rec); err != nil {
+		return sb, fmt.Errorf("creating sandbox %s: %w", id, err)
+	}
+	var undo []func(context.Context) error
+	defer func() {
+		if err == nil {
+			return
+		}
+		cleanup := context.WithoutCancel(ctx)
+		for i := len(undo) - 1; i >= 0; i-- {
+			if uerr := undo[i](cleanup); uerr != nil {
+				s.log.Error("undoing a failed create", "SANDBOX_ID", id, "error", uerr)
+				return // keep the record: Reconcile finishes the job
+			}
+		}
+		_ = s.cfg.Store.Delete(id)
+	}()
+
+	base, err := s.cfg.Backend.Snapshot(ctx, project, rec.Base, true)
+	if err != nil {
+		return sb, fmt.Errorf("creating sandbox %s: %w", id, err)
+	}
+	undo = append(undo, func(ctx context.Context) error { return s.cfg.Backend.Delete(ctx, base) })
+	vol, err := s.cfg.Backend.Snapshot(ctx, base, rec.Volume, false)
+	if err != nil {
+		return sb, fmt.Errorf("creating sandbox %s: %w", id, err)
+	}
+	undo = append(undo, func(ctx context.Context) error { return s.cfg.Backend.Delete(ctx, vol) })
+	if opts.DiskQuota > 0 {
+		if err := s.cfg.Backend.SetQuota(ctx, vol, opts.DiskQuota); err != nil {
+			return sb, fmt.Errorf("creating sandbox %s: %w", id, err)
+		}
+	}
+	if err := s.startScope(ctx, rec, opts.Limits); err != nil {
+		return sb, fmt.Errorf("creating sandbox %s: %w", id, err)
+	}
+	undo = append(undo, func(ctx context.Context) error { return s.stopScope(ctx, rec.Unit) })
+	rec, err = s.cfg.Store.Update(id, func(r *state.Record) error { r.State = state.Ready; return nil })
+	if err != nil {
+		return sb, fmt.Errorf("creating sandbox %s: %w", id, err)
+	}
+	s.log.Info("sandbox created", "SANDBOX_ID", id, "CALLER_UID", opts.Owner, "ACTION", "create", "project", opts.Project)
+	return Sandbox{Record: rec, Path: vol.Path}, nil
+}
+
+// startScope starts the sandbox's init process and puts it in the
+// sandbox's scope with its limits. The init runs in its own session so
+// that it outlives the daemon (its scope, not the daemon's service, holds it).
+func (s *Supervisor) startScope(ctx context.Context, rec state.Record, limits units.Limits) error {
+	if len(s.cfg.InitCommand) == 0 {
+		return errors.New("no init command configured")
+	}
+	cmd := exec.Command(s.cfg.InitCommand[0], s.cfg.InitCommand[1:]...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	cmd.Env = append(os.Environ(), "SANDBOXD_SANDBOX_ID="+rec.ID)
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("starting the sandbox's init: %w", err)
+	}
+	// The init is reparented to the scope's care; reap it here if it ends
+	// while the daemon runs.
+	go func() { _ = cmd.Wait() }()
+	err := s.cfg.Units.StartScope(ctx, units.Scope{
+		Name:        rec.Unit,
+		Description: fmt.Sprintf("sandboxd sandbox %s of %s", rec.ID, rec.Project),
+		PIDs:        []int{cmd.Process.Pid},
+		Limits:      limits,
+	})
+	if err != nil {
+		_ = cmd.Process.Kill()
+		return err
+	}
+	return nil
+}
+
+// stopScope stops a sandbox's scope; one that is already gone is fine.
+func (s *Supervisor) stopScope(ctx context.Context, unit string) error {
+	err := s.cfg.Units.Stop(ctx, unit)
+	_ = s.cfg.Units.ResetFailed(ctx, unit)
+	if err != nil && !errors.Is(err, units.ErrNotFound) {
+		return fmt.Errorf("stopping %s: %w", unit, err)
+	}
+	return nil
+}
+
+// Get returns the sandbox id.
+func (s *Supervisor) Get(ctx context.Context, id string) (Sandbox, error) {
+	rec, err := s.cfg.Store.Get(id)
+	if err != nil {
+		return Sandbox{}, err
+	}
+	return s.sandbox(ctx, rec), nil
+}
+
+// List returns every sandbox, oldest first.
+func (s *Supervisor) List(ctx context.Context) ([]Sandbox, error) {
+	recs, err := s.cfg.Store.List()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Sandbox, 0, len(recs))
+	for _, r := range recs {
+		out = append(out, s.sandbox(ctx, r))
+	}
+	return out, nil
+}
+
+func (s *Supervisor) sandbox(ctx context.Context, rec state.Record) Sandbox {
+	sb := Sandbox{Record: rec}
+	if v, err := s.cfg.Backend.Get(ctx, rec.Volume); err == nil {
+		sb.Path = v.Path
+	}
+	return sb
+}
+
+// Destroy ends a sandbox: its intent is recorded, its scope stopped, its
+// volumes deleted, and its record removed last; Reconcile finishes a
+// destroy that a crash interrupted.
+func (s *Supervisor) Destroy(ctx context.Context, id string) error {
+	defer s.lock(id)()
+	rec, err := s.cfg.Store.Update(id, func(r *state.Record) error { r.State = state.Destroying; return nil })
+	if err != nil {
+		return fmt.Errorf("destroying sandbox %s: %w", id, err)
+	}
+	if err := s.finishDestroy(ctx, rec); err != nil {
+		return fmt.Errorf("destroying sandbox %s: %w", id, err)
+	}
+	s.log.Info("sandbox destroyed", "SANDBOX_ID", id, "ACTION", "destroy")
+	return nil
+}
+
+// finishDestroy removes what exists of a sandbox, then its record.
+func (s *Supervisor) finishDestroy(ctx context.Context, rec state.Record) error {
+	if err := s.stopScope(ctx, rec.Unit); err != nil {
+		return err
+	}
+	for _, name := range []string{rec.Volume, rec.Base} { // clones before their origins
+		v, err := s.cfg.Backend.Get(ctx, name)
+		if errors.Is(err, cowfs.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if err := s.cfg.Backend.Delete(ctx, v); err != nil && !errors.Is(err, cowfs.ErrNotFound) {
+			return err
+		}
+	}
+	return s.cfg.Store.Delete(rec.ID)
+}

@@ -1,0 +1,317 @@
+package supervisor_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	dbtrfs "github.com/dennwc/btrfs"
+
+	"github.com/sandboxd/sandboxd/cowfs"
+	"github.com/sandboxd/sandboxd/cowfs/btrfs"
+	"github.com/sandboxd/sandboxd/supervisor"
+	"github.com/sandboxd/sandboxd/supervisor/state"
+	"github.com/sandboxd/sandboxd/tests/testbed"
+	"github.com/sandboxd/sandboxd/units"
+)
+
+func TestMain(m *testing.M) { testbed.Main(m) }
+
+var ctx = context.Background()
+
+// env is one supervisor on a fresh btrfs root with one project, "web".
+type env struct {
+	sup     *supervisor.Supervisor
+	fs      cowfs.Backend
+	units   *units.Manager
+	store   *state.Store
+	project string // the project's path
+	cfg     supervisor.Config
+}
+
+var envs int
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	tb := testbed.Require(t)
+	envs++
+	root := filepath.Join(tb.Btrfs.Mount, fmt.Sprintf("sup-root%d", envs))
+	proj := filepath.Join(tb.Btrfs.Mount, fmt.Sprintf("sup-web%d", envs))
+	if err := dbtrfs.CreateSubVolume(proj); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(proj, "index.html"), []byte("<h1>web</h1>\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fs, err := btrfs.Open(ctx, root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	um, err := units.Connect(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := state.Open(filepath.Join(t.TempDir(), "state.db"), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{fs: fs, units: um, store: store, project: proj}
+	e.cfg = supervisor.Config{
+		Backend:     fs,
+		Units:       um,
+		Store:       store,
+		Projects:    map[string]string{"web": proj},
+		InitCommand: []string{"/bin/sleep", "infinity"},
+	}
+	e.sup = supervisor.New(e.cfg)
+	t.Cleanup(func() {
+		if list, err := e.sup.List(ctx); err == nil {
+			for _, sb := range list {
+				_ = e.sup.Destroy(ctx, sb.ID)
+			}
+		}
+		store.Close()
+		um.Close()
+	})
+	return e
+}
+
+// scopeActive says whether the sandbox's scope runs.
+func (e *env) scopeActive(t *testing.T, unit string) bool {
+	t.Helper()
+	list, err := e.units.List(ctx, unit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(list) == 1 && list[0].ActiveState == "active"
+}
+
+func (e *env) volumes(t *testing.T) []string {
+	t.Helper()
+	vols, err := e.fs.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, v := range vols {
+		names = append(names, v.Name)
+	}
+	return names
+}
+
+func TestCreateMakesAWritableCopyOfTheProject(t *testing.T) {
+	e := newEnv(t)
+	sb, err := e.sup.Create(ctx, supervisor.CreateOptions{
+		Project: "web", Owner: 1000, TTL: time.Hour,
+		Limits: units.Limits{MemoryMax: new(uint64(256 << 20)), TasksMax: new(uint64(64))},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sb.State != state.Ready || sb.Owner != 1000 || sb.Project != "web" || sb.Expires.Sub(sb.Created) != time.Hour {
+		t.Fatalf("created %+v", sb)
+	}
+	data, err := os.ReadFile(filepath.Join(sb.Path, "index.html"))
+	if err != nil || string(data) != "<h1>web</h1>\n" {
+		t.Fatalf("the sandbox's copy of index.html: %q, %v", data, err)
+	}
+	if err := os.WriteFile(filepath.Join(sb.Path, "index.html"), []byte("changed"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if data, _ := os.ReadFile(filepath.Join(e.project, "index.html")); string(data) != "<h1>web</h1>\n" {
+		t.Fatalf("the project changed with its sandbox: %q", data)
+	}
+	if !e.scopeActive(t, sb.Unit) {
+		t.Fatalf("scope %s is not running", sb.Unit)
+	}
+	u, err := e.units.Usage(ctx, sb.Unit)
+	if err != nil || u.Limits.MemoryMax == nil || *u.Limits.MemoryMax != 256<<20 {
+		t.Fatalf("the scope's limits: %+v, %v; want MemoryMax 256M", u.Limits, err)
+	}
+	got, err := e.sup.Get(ctx, sb.ID)
+	if err != nil || got.Path != sb.Path {
+		t.Fatalf("Get = %+v, %v", got, err)
+	}
+
+	if err := e.sup.Destroy(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.sup.Get(ctx, sb.ID); !errors.Is(err, supervisor.ErrNotFound) {
+		t.Fatalf("Get after Destroy: %v; want ErrNotFound", err)
+	}
+	if vols := e.volumes(t); len(vols) != 0 {
+		t.Fatalf("volumes after Destroy: %v", vols)
+	}
+	if e.scopeActive(t, sb.Unit) {
+		t.Fatalf("scope %s still runs after Destroy", sb.Unit)
+	}
+	if err := e.sup.Destroy(ctx, sb.ID); !errors.Is(err, supervisor.ErrNotFound) {
+		t.Fatalf("second Destroy: %v; want ErrNotFound", err)
+	}
+}
+
+func TestBadOptionsChangeNothing(t *testing.T) {
+	e := newEnv(t)
+	cases := []struct {
+		opts supervisor.CreateOptions
+		want error
+		says string
+	}{
+		{supervisor.CreateOptions{Project: "nope"}, supervisor.ErrUnknownProject, "nope"},
+		{supervisor.CreateOptions{Project: "../web"}, supervisor.ErrUnknownProject, "../web"},
+		{supervisor.CreateOptions{Project: "web", TTL: -time.Second}, supervisor.ErrInvalid, "negative"},
+		{supervisor.CreateOptions{Project: "web", Limits: units.Limits{MemoryMax: new(uint64(0))}}, supervisor.ErrInvalid, "MemoryMax"},
+	}
+	for _, c := range cases {
+		_, err := e.sup.Create(ctx, c.opts)
+		if !errors.Is(err, c.want) || !strings.Contains(err.Error(), c.says) {
+			t.Errorf("Create(%+v): %v; want %v saying %q", c.opts, err, c.want, c.says)
+		}
+	}
+	if list, _ := e.sup.List(ctx); len(list) != 0 {
+		t.Fatalf("records after refused creates: %v", list)
+	}
+	if vols := e.volumes(t); len(vols) != 0 {
+		t.Fatalf("volumes after refused creates: %v", vols)
+	}
+}
+
+func TestAFailedCreateIsUndone(t *testing.T) {
+	e := newEnv(t)
+	cfg := e.cfg
+	cfg.InitCommand = []string{"/nonexistent/init"}
+	sup := supervisor.New(cfg)
+	_, err := sup.Create(ctx, supervisor.CreateOptions{Project: "web"})
+	if err == nil || !strings.Contains(err.Error(), "init") {
+		t.Fatalf("Create with an init that cannot start: %v", err)
+	}
+	if list, _ := sup.List(ctx); len(list) != 0 {
+		t.Fatalf("records left: %v", list)
+	}
+	if vols := e.volumes(t); len(vols) != 0 {
+		t.Fatalf("volumes left: %v", vols)
+	}
+	scopes, _ := e.units.List(ctx, "sandbox-*.scope")
+	if len(scopes) != 0 {
+		t.Fatalf("scopes left: %v", scopes)
+	}
+}
+
+func TestReconcileFinishesWhatACrashLeft(t *testing.T) {
+	e := newEnv(t)
+	create := func() supervisor.Sandbox {
+		sb, err := e.sup.Create(ctx, supervisor.CreateOptions{Project: "web"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sb
+	}
+	consistent := create()
+	rebooted := create() // its scope will be gone, as after a reboot
+	if err := e.units.Stop(ctx, rebooted.Unit); err != nil {
+		t.Fatal(err)
+	}
+	interrupted := create() // a destroy that stopped after writing its intent
+	if _, err := e.store.Update(interrupted.ID, func(r *state.Record) error { r.State = state.Destroying; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	// A create that stopped after its base snapshot.
+	half := state.Record{ID: "0123456789ab", Project: "web", State: state.Creating, Base: "base-0123456789ab", Volume: "sb-0123456789ab", Unit: "sandbox-0123456789ab.scope", Created: time.Now()}
+	if err := e.store.Create(half); err != nil {
+		t.Fatal(err)
+	}
+	proj, err := e.fs.Project(ctx, e.project)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.fs.Snapshot(ctx, proj, half.Base, true); err != nil {
+		t.Fatal(err)
+	}
+	// Orphans: a volume and a scope of sandboxd's that no record names,
+	// and a volume of the user's that must stay.
+	orphanBase, err := e.fs.Snapshot(ctx, proj, "base-ffffffffffff", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.fs.Snapshot(ctx, orphanBase, "sb-ffffffffffff", false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.fs.Create(ctx, "keepme"); err != nil {
+		t.Fatal(err)
+	}
+	sleeper := exec.Command("/bin/sleep", "infinity")
+	if err := sleeper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = sleeper.Wait() }()
+	if err := e.units.StartScope(ctx, units.Scope{Name: "sandbox-eeeeeeeeeeee.scope", PIDs: []int{sleeper.Process.Pid}}); err != nil {
+		t.Fatal(err)
+	}
+
+	// The daemon starts again.
+	sup := supervisor.New(e.cfg)
+	rep, err := sup.Reconcile(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := supervisor.Report{
+		Adopted:       []string{consistent.ID},
+		Restarted:     []string{rebooted.ID},
+		Undone:        []string{half.ID},
+		Finished:      []string{interrupted.ID},
+		OrphanVolumes: []string{"sb-ffffffffffff", "base-ffffffffffff"},
+		OrphanScopes:  []string{"sandbox-eeeeeeeeeeee.scope"},
+	}
+	if fmt.Sprint(rep) != fmt.Sprint(want) {
+		t.Fatalf("Reconcile report:\n got %+v\nwant %+v", rep, want)
+	}
+
+	// What the user sees: the two live sandboxes work, nothing else is left.
+	for _, sb := range []supervisor.Sandbox{consistent, rebooted} {
+		got, err := sup.Get(ctx, sb.ID)
+		if err != nil || got.State != state.Ready {
+			t.Fatalf("sandbox %s after reconcile: %+v, %v", sb.ID, got, err)
+		}
+		if _, err := os.Stat(filepath.Join(got.Path, "index.html")); err != nil {
+			t.Fatalf("sandbox %s's files after reconcile: %v", sb.ID, err)
+		}
+		if !e.scopeActive(t, sb.Unit) {
+			t.Fatalf("sandbox %s's scope is not running after reconcile", sb.ID)
+		}
+	}
+	vols := e.volumes(t)
+	slices.Sort(vols)
+	wantVols := []string{"base-" + consistent.ID, "base-" + rebooted.ID, "keepme", "sb-" + consistent.ID, "sb-" + rebooted.ID}
+	slices.Sort(wantVols)
+	if !slices.Equal(vols, wantVols) {
+		t.Fatalf("volumes after reconcile: %v; want %v", vols, wantVols)
+	}
+	scopes, _ := e.units.List(ctx, "sandbox-*.scope")
+	if len(scopes) != 2 {
+		t.Fatalf("scopes after reconcile: %v; want the two live sandboxes'", scopes)
+	}
+	// A second reconcile finds everything consistent.
+	rep, err = sup.Reconcile(ctx)
+	if err != nil || len(rep.Adopted) != 2 || len(rep.Restarted)+len(rep.Undone)+len(rep.Finished)+len(rep.OrphanVolumes)+len(rep.OrphanScopes) != 0 {
+		t.Fatalf("second Reconcile: %+v, %v; want two adopted and nothing else", rep, err)
+	}
+	if err := e.fs.Delete(ctx, mustGet(t, e.fs, "keepme")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func mustGet(t *testing.T, fs cowfs.Backend, name string) cowfs.Volume {
+	t.Helper()
+	v, err := fs.Get(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
