@@ -1,0 +1,126 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	sddaemon "github.com/coreos/go-systemd/v22/daemon"
+	"github.com/godbus/dbus/v5"
+
+	"github.com/sandboxd/sandboxd/cowfs/pool"
+	"github.com/sandboxd/sandboxd/supervisor"
+	"github.com/sandboxd/sandboxd/supervisor/api"
+	"github.com/sandboxd/sandboxd/supervisor/config"
+	"github.com/sandboxd/sandboxd/supervisor/journal"
+	"github.com/sandboxd/sandboxd/supervisor/state"
+	"github.com/sandboxd/sandboxd/units"
+)
+
+// exConfig is sysexits' EX_CONFIG: the configuration is wrong, and
+// restarting will not help.
+const exConfig = exitCode(78)
+
+// run is the daemon: it opens the pool, the state and the bus, reconciles,
+// tells systemd it is ready, and serves until ctx ends. Sandboxes outlive
+// it: their scopes are not the daemon's, and the next start adopts them.
+func run(ctx context.Context, configPath string) error {
+	cfg, err := config.Load(configPath)
+	if err != nil {
+		return errors.Join(exConfig, err)
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(cfg.Daemon.LogLevel)); err != nil {
+		return errors.Join(exConfig, err)
+	}
+	log := slog.New(journal.NewHandler(os.Stderr, level))
+	slog.SetDefault(log)
+
+	status("opening the pool")
+	backend, err := pool.Open(ctx, cfg.Storage.Pool())
+	if err != nil {
+		return fmt.Errorf("opening the pool: %w", err)
+	}
+	defer backend.Close()
+	projects := map[string]string{}
+	for _, p := range cfg.Projects {
+		projects[p.Name] = p.Path + p.Dataset // exactly one is set
+	}
+	um, err := units.Connect(ctx)
+	if err != nil {
+		return fmt.Errorf("connecting to systemd: %w", err)
+	}
+	defer um.Close()
+	store, err := state.Open(filepath.Join(cfg.Daemon.StateDir, "state.db"), 2*time.Second)
+	if errors.Is(err, state.ErrLocked) {
+		return fmt.Errorf("another sandboxd is running (it holds %s): %w", cfg.Daemon.StateDir, err)
+	}
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	sup := supervisor.New(supervisor.Config{
+		Backend: backend, Units: um, Store: store, Projects: projects,
+		InitCommand: []string{exe, "sandbox-init"},
+		Log:         log,
+	})
+
+	status("reconciling sandboxes")
+	rep, err := sup.Reconcile(ctx)
+	log.Info("reconciled", "adopted", len(rep.Adopted), "restarted", len(rep.Restarted),
+		"undone", len(rep.Undone), "finished", len(rep.Finished), "lost", len(rep.Lost),
+		"orphan_volumes", strings.Join(rep.OrphanVolumes, ","), "orphan_scopes", strings.Join(rep.OrphanScopes, ","))
+	if err != nil {
+		// Each sandbox is reconciled on its own: one that fails is
+		// reported, the others are served.
+		log.Error("reconcile left problems", "error", err)
+	}
+
+	conn, err := dbus.ConnectSystemBus()
+	if err != nil {
+		return fmt.Errorf("connecting to the system bus: %w", err)
+	}
+	defer conn.Close()
+	srv, err := api.Serve(ctx, conn, sup, api.DefaultAccess(), log)
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+
+	list, _ := sup.List(ctx)
+	_, _ = sddaemon.SdNotify(false, fmt.Sprintf("READY=1\nSTATUS=serving org.sandboxd1; %d sandboxes", len(list)))
+	log.Info("sandboxd ready", "version", version, "backend", backend.Info().Backend, "root", backend.Info().Root, "sandboxes", len(list))
+
+	if interval, err := sddaemon.SdWatchdogEnabled(false); err == nil && interval > 0 {
+		go watchdog(ctx, interval/2)
+	}
+	<-ctx.Done()
+	_, _ = sddaemon.SdNotify(false, "STOPPING=1\nSTATUS=stopping; sandboxes keep running")
+	log.Info("sandboxd stopping")
+	return nil
+}
+
+// status tells systemd what the daemon is doing (systemctl status shows it).
+func status(s string) { _, _ = sddaemon.SdNotify(false, "STATUS="+s) }
+
+func watchdog(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			_, _ = sddaemon.SdNotify(false, sddaemon.SdNotifyWatchdog)
+		}
+	}
+}

@@ -1,0 +1,118 @@
+package api_test
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/sandboxd/sandboxd/supervisor/api"
+)
+
+// The bus itself refuses a caller outside group sandboxd: its calls never
+// reach the daemon, and it hears none of the daemon's signals, while a
+// member hears them (so the silence is the policy's doing).
+func TestTheBusPolicyShutsOutNonMembers(t *testing.T) {
+	newEnv(t, api.Access{})
+	c := newClient(t)
+
+	res := callAs(t, nobody, "create", "web")
+	if res.ErrorName != "org.freedesktop.DBus.Error.AccessDenied" {
+		t.Fatalf("CreateSandbox as nobody: %+v; want the bus's org.freedesktop.DBus.Error.AccessDenied", res)
+	}
+	res = callAs(t, nobody, "list")
+	if res.ErrorName != "org.freedesktop.DBus.Error.AccessDenied" {
+		t.Fatalf("ListSandboxes as nobody: %+v; want the bus's AccessDenied", res)
+	}
+
+	outsider := listenAs(t, nobody)
+	member := listenAs(t, accounts[memberUser])
+	id, _ := c.mustCreate(nil)
+	if err := c.destroy(id); err != nil {
+		t.Fatal(err)
+	}
+	if heard := outsider.heard(t, c); len(heard) != 0 {
+		t.Errorf("nobody heard %v; want no signal of org.sandboxd1", heard)
+	}
+	want := []string{api.ManagerInterface + ".SandboxNew", api.ManagerInterface + ".SandboxRemoved"}
+	if heard := member.heard(t, c); !slices.Equal(heard, want) {
+		t.Errorf("a member of group sandboxd heard %v; want %v", heard, want)
+	}
+}
+
+// A member of group sandboxd passes the bus, but the daemon lets only its
+// creators create: the refusal names the caller's uid.
+func TestTheDaemonRefusesAMemberWhoMayNotCreate(t *testing.T) {
+	setupBus(t)
+	e := newEnv(t, api.Access{CreatorGIDs: []uint32{gidOf(t, creatorsGroup)}})
+	member := accounts[memberUser]
+
+	res := callAs(t, member, "create", "web")
+	want := fmt.Sprintf("uid %d may not create sandboxes", member.uid)
+	if res.ErrorName != api.ErrorAccessDenied || !strings.Contains(res.Error, want) {
+		t.Fatalf("CreateSandbox as %s: %+v; want %s saying %q", member.name, res, api.ErrorAccessDenied, want)
+	}
+	// The same member, let in by uid, may.
+	e.reserve(t, api.Access{CreatorUIDs: []uint32{member.uid}})
+	res = callAs(t, member, "create", "web")
+	if res.ErrorName != "" || len(res.Result) != 2 {
+		t.Fatalf("CreateSandbox as %s, a creator by uid: %+v", member.name, res)
+	}
+	sb, err := e.sup.Get(ctx, res.Result[0])
+	if err != nil || sb.Owner != member.uid {
+		t.Fatalf("the sandbox %s made: %+v, %v; want it owned by uid %d", member.name, sb, err, member.uid)
+	}
+}
+
+// A caller sees and touches only its own sandboxes; another user's are
+// NoSuchSandbox to it, in the same words as an id that does not exist.
+// Admins see all.
+func TestOwnersSeeOnlyTheirOwnSandboxes(t *testing.T) {
+	setupBus(t)
+	creators := gidOf(t, creatorsGroup)
+	e := newEnv(t, api.Access{CreatorGIDs: []uint32{creators}})
+	c := newClient(t)
+	creator := accounts[creatorUser]
+
+	rootID, rootPath := c.mustCreate(nil)
+	res := callAs(t, creator, "create", "web")
+	if res.ErrorName != "" {
+		t.Fatalf("CreateSandbox as %s: %+v", creator.name, res)
+	}
+	mine, minePath := res.Result[0], res.Result[1]
+
+	if res := callAs(t, creator, "list"); res.ErrorName != "" || !slices.Equal(res.Result, []string{mine}) {
+		t.Fatalf("ListSandboxes as %s: %+v; want only %s", creator.name, res, mine)
+	}
+	if res := callAs(t, creator, "prop", minePath, "Owner"); res.ErrorName != "" || res.Result[0] != fmt.Sprint(creator.uid) {
+		t.Fatalf("its own sandbox's Owner: %+v; want %d", res, creator.uid)
+	}
+	for _, req := range [][]string{{"get", rootID}, {"destroy", rootID}, {"prop", string(rootPath), "State"}} {
+		res := callAs(t, creator, req...)
+		if res.ErrorName != api.ErrorNoSuchSandbox || res.Error != fmt.Sprintf("no sandbox %q", rootID) {
+			t.Errorf("%v as %s: %+v; want NoSuchSandbox as for an unknown id", req, creator.name, res)
+		}
+	}
+	if _, err := e.sup.Get(ctx, rootID); err != nil {
+		t.Fatalf("root's sandbox after %s's attempts: %v", creator.name, err)
+	}
+
+	// Root, an admin, sees both.
+	list, err := c.list()
+	if err != nil || len(list) != 2 {
+		t.Fatalf("ListSandboxes as root: %+v, %v; want both", list, err)
+	}
+	// So does an admin by group.
+	e.reserve(t, api.Access{CreatorGIDs: []uint32{creators}, AdminGIDs: []uint32{creators}})
+	if res := callAs(t, creator, "list"); res.ErrorName != "" || len(res.Result) != 2 {
+		t.Fatalf("ListSandboxes as %s, an admin by group: %+v; want both", creator.name, res)
+	}
+	if res := callAs(t, creator, "get", rootID); res.ErrorName != "" {
+		t.Fatalf("GetSandbox(root's) as an admin: %+v", res)
+	}
+
+	// Its own it may destroy.
+	if res := callAs(t, creator, "destroy", mine); res.ErrorName != "" {
+		t.Fatalf("DestroySandbox of its own as %s: %+v", creator.name, res)
+	}
+}

@@ -1,0 +1,46 @@
+package api
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/godbus/dbus/v5"
+
+	"github.com/sandboxd/sandboxd/supervisor"
+)
+
+// ErrNameTaken: another connection (another sandboxd) owns org.sandboxd1.
+var ErrNameTaken = errors.New("another sandboxd owns " + BusName)
+
+// ErrStopping: the server is closing and takes no new calls.
+var ErrStopping = errors.New("sandboxd is stopping")
+
+func dbusError(name, format string, args ...any) *dbus.Error {
+	return dbus.NewError(name, []any{fmt.Sprintf(format, args...)})
+}
+
+// fromSupervisor names err, an error of the supervisor, for the bus. The
+// message is err's own text: it already says what was done to what.
+func fromSupervisor(err error) *dbus.Error {
+	name := ErrorFailed
+	switch {
+	case errors.Is(err, supervisor.ErrNotFound):
+		name = ErrorNoSuchSandbox
+	case errors.Is(err, supervisor.ErrUnknownProject):
+		name = ErrorNoSuchProject
+	case errors.Is(err, supervisor.ErrInvalid):
+		name = ErrorInvalidArgs
+	}
+	return dbus.NewError(name, []any{err.Error()})
+}
+
+// noSuchSandbox is the answer for an id that names no sandbox the caller
+// may see: the same words whether it does not exist or is someone else's,
+// so that a caller cannot probe for other users' sandboxes.
+func noSuchSandbox(id string) *dbus.Error {
+	return dbusError(ErrorNoSuchSandbox, "no sandbox %q", id)
+}
+
+func invalidID(id string) *dbus.Error {
+	return dbusError(ErrorInvalidArgs, "%q is not a sandbox id (1 to %d of A-Z, a-z, 0-9 and _)", id, maxIDLen)
+}

@@ -1,0 +1,146 @@
+package api
+
+import (
+	"strings"
+
+	"github.com/godbus/dbus/v5/introspect"
+)
+
+// The introspection XML served for the manager and for each sandbox. The
+// same text is shipped as contrib/dbus/org.sandboxd1.Manager.xml and
+// org.sandboxd1.Sandbox.xml; a test compares what the daemon serves with
+// those files byte for byte, and these interfaces with the Go methods that
+// implement them, so neither can drift.
+
+// ManagerXML is what Introspect answers on /org/sandboxd1.
+const ManagerXML = xmlHeader + `<node>
+ <interface name="org.sandboxd1.Manager">
+  <method name="CreateSandbox">
+   <arg type="s" name="project" direction="in"/>
+   <arg type="a{sv}" name="options" direction="in"/>
+   <arg type="s" name="id" direction="out"/>
+   <arg type="o" name="object" direction="out"/>
+  </method>
+  <method name="ListSandboxes">
+   <arg type="a(sssuto)" name="sandboxes" direction="out"/>
+  </method>
+  <method name="GetSandbox">
+   <arg type="s" name="id" direction="in"/>
+   <arg type="o" name="object" direction="out"/>
+  </method>
+  <method name="DestroySandbox">
+   <arg type="s" name="id" direction="in"/>
+  </method>
+  <signal name="SandboxNew">
+   <arg type="s" name="id"/>
+   <arg type="o" name="object"/>
+  </signal>
+  <signal name="SandboxRemoved">
+   <arg type="s" name="id"/>
+   <arg type="o" name="object"/>
+  </signal>
+  <signal name="StateChanged">
+   <arg type="s" name="id"/>
+   <arg type="s" name="state"/>
+  </signal>
+ </interface>
+` + standardInterfacesXML + ` <node name="sandbox"/>
+</node>
+`
+
+// SandboxXML is what Introspect answers on /org/sandboxd1/sandbox/<id>.
+const SandboxXML = xmlHeader + `<node>
+ <interface name="org.sandboxd1.Sandbox">
+  <method name="Destroy"/>
+  <property name="Id" type="s" access="read">
+   <annotation name="org.freedesktop.DBus.Property.EmitsChangedSignal" value="const"/>
+  </property>
+  <property name="Project" type="s" access="read">
+   <annotation name="org.freedesktop.DBus.Property.EmitsChangedSignal" value="const"/>
+  </property>
+  <property name="State" type="s" access="read">
+   <annotation name="org.freedesktop.DBus.Property.EmitsChangedSignal" value="true"/>
+  </property>
+  <property name="Owner" type="u" access="read">
+   <annotation name="org.freedesktop.DBus.Property.EmitsChangedSignal" value="const"/>
+  </property>
+  <property name="Created" type="t" access="read">
+   <annotation name="org.freedesktop.DBus.Property.EmitsChangedSignal" value="const"/>
+  </property>
+  <property name="Expires" type="t" access="read">
+   <annotation name="org.freedesktop.DBus.Property.EmitsChangedSignal" value="const"/>
+  </property>
+  <property name="Path" type="s" access="read">
+   <annotation name="org.freedesktop.DBus.Property.EmitsChangedSignal" value="const"/>
+  </property>
+  <property name="Unit" type="s" access="read">
+   <annotation name="org.freedesktop.DBus.Property.EmitsChangedSignal" value="const"/>
+  </property>
+  <property name="Base" type="s" access="read">
+   <annotation name="org.freedesktop.DBus.Property.EmitsChangedSignal" value="const"/>
+  </property>
+  <property name="Profile" type="s" access="read">
+   <annotation name="org.freedesktop.DBus.Property.EmitsChangedSignal" value="const"/>
+  </property>
+  <property name="Limits" type="a{sv}" access="read">
+   <annotation name="org.freedesktop.DBus.Property.EmitsChangedSignal" value="const"/>
+  </property>
+ </interface>
+ <interface name="org.freedesktop.DBus.Properties">
+  <method name="Get">
+   <arg type="s" name="interface" direction="in"/>
+   <arg type="s" name="property" direction="in"/>
+   <arg type="v" name="value" direction="out"/>
+  </method>
+  <method name="GetAll">
+   <arg type="s" name="interface" direction="in"/>
+   <arg type="a{sv}" name="props" direction="out"/>
+  </method>
+  <method name="Set">
+   <arg type="s" name="interface" direction="in"/>
+   <arg type="s" name="property" direction="in"/>
+   <arg type="v" name="value" direction="in"/>
+  </method>
+  <signal name="PropertiesChanged">
+   <arg type="s" name="interface"/>
+   <arg type="a{sv}" name="changed_properties"/>
+   <arg type="as" name="invalidated_properties"/>
+  </signal>
+ </interface>
+` + standardInterfacesXML + `</node>
+`
+
+const xmlHeader = `<!DOCTYPE node PUBLIC "-//freedesktop//DTD D-BUS Object Introspection 1.0//EN"
+ "http://www.freedesktop.org/standards/dbus/1.0/introspect.dtd">
+`
+
+// standardInterfacesXML: godbus answers Peer on every object, and
+// Introspect is ours.
+const standardInterfacesXML = ` <interface name="org.freedesktop.DBus.Introspectable">
+  <method name="Introspect">
+   <arg type="s" name="xml_data" direction="out"/>
+  </method>
+ </interface>
+ <interface name="org.freedesktop.DBus.Peer">
+  <method name="Ping"/>
+  <method name="GetMachineId">
+   <arg type="s" name="machine_uuid" direction="out"/>
+  </method>
+ </interface>
+`
+
+// sandboxesXML is what Introspect answers on /org/sandboxd1/sandbox: a
+// node whose children are the sandboxes the caller may see, so that
+// `busctl tree` finds them.
+func sandboxesXML(ids []string) string {
+	var b strings.Builder
+	b.WriteString(xmlHeader + "<node>\n" + standardInterfacesXML)
+	for _, id := range ids {
+		b.WriteString(` <node name="` + id + `"/>` + "\n") // ids are [A-Za-z0-9_]: nothing to escape
+	}
+	b.WriteString("</node>\n")
+	return b.String()
+}
+
+// managerIntrospectable serves ManagerXML as it is.
+var managerIntrospectable = introspect.Introspectable(ManagerXML)

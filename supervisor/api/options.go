@@ -1,0 +1,130 @@
+package api
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/godbus/dbus/v5"
+
+	"github.com/sandboxd/sandboxd/supervisor"
+)
+
+// An option of CreateSandbox: its D-Bus type and where it goes. Names and
+// units follow systemd's unit properties, so a caller who knows
+// `systemd-run -p` knows these.
+type option struct {
+	signature string // "t" or "s"
+	unit      string // for messages: what the number counts
+	set       func(o *supervisor.CreateOptions, v any) error
+}
+
+var options = map[string]option{
+	"MemoryMax":          bytesOption(func(o *supervisor.CreateOptions, v uint64) { o.Limits.MemoryMax = &v }),
+	"MemoryHigh":         bytesOption(func(o *supervisor.CreateOptions, v uint64) { o.Limits.MemoryHigh = &v }),
+	"MemorySwapMax":      bytesOption(func(o *supervisor.CreateOptions, v uint64) { o.Limits.MemorySwapMax = &v }),
+	"TasksMax":           countOption("tasks", func(o *supervisor.CreateOptions, v uint64) { o.Limits.TasksMax = &v }),
+	"CPUWeight":          countOption("weight, 1..10000", func(o *supervisor.CreateOptions, v uint64) { o.Limits.CPUWeight = &v }),
+	"IOWeight":           countOption("weight, 1..10000", func(o *supervisor.CreateOptions, v uint64) { o.Limits.IOWeight = &v }),
+	"CPUQuotaPerSecUSec": usecOption(func(o *supervisor.CreateOptions, d time.Duration) { o.Limits.CPUQuota = &d }),
+	"RuntimeMaxUSec":     usecOption(func(o *supervisor.CreateOptions, d time.Duration) { o.Limits.RuntimeMax = &d }),
+	"DiskQuota": {signature: "t", unit: "bytes", set: func(o *supervisor.CreateOptions, v any) error {
+		// 0 would be the supervisor's "no quota": a caller who sets it
+		// means a quota, and a quota of nothing is a mistake.
+		if v.(uint64) == 0 {
+			return errors.New("is 0, which leaves no room to write (leave it out for no quota)")
+		}
+		o.DiskQuota = v.(uint64)
+		return nil
+	}},
+	"TTLUSec": {signature: "t", unit: "µs", set: func(o *supervisor.CreateOptions, v any) error {
+		d, err := usec(v.(uint64))
+		if err == nil && d == 0 {
+			err = errors.New("is 0, which would expire the sandbox at once (leave it out for no time limit)")
+		}
+		o.TTL = d
+		return err
+	}},
+	"Profile": {signature: "s", unit: "a name", set: func(o *supervisor.CreateOptions, v any) error {
+		o.Profile = v.(string)
+		return nil
+	}},
+}
+
+func bytesOption(set func(*supervisor.CreateOptions, uint64)) option {
+	return countOption("bytes", set)
+}
+
+func countOption(unit string, set func(*supervisor.CreateOptions, uint64)) option {
+	return option{signature: "t", unit: unit, set: func(o *supervisor.CreateOptions, v any) error {
+		set(o, v.(uint64))
+		return nil
+	}}
+}
+
+func usecOption(set func(*supervisor.CreateOptions, time.Duration)) option {
+	return option{signature: "t", unit: "µs", set: func(o *supervisor.CreateOptions, v any) error {
+		d, err := usec(v.(uint64))
+		set(o, d)
+		return err
+	}}
+}
+
+// maxUSec is the longest duration Go can hold, in µs (about 292 years).
+const maxUSec = uint64(math.MaxInt64 / int64(time.Microsecond))
+
+func usec(v uint64) (time.Duration, error) {
+	if v > maxUSec {
+		return 0, fmt.Errorf("is %d µs, more than the %d µs (about 292 years) a duration can hold", v, maxUSec)
+	}
+	return time.Duration(v) * time.Microsecond, nil
+}
+
+// optionNames lists the options, for messages.
+func optionNames() string {
+	names := make([]string, 0, len(options))
+	for name := range options {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return strings.Join(names, ", ")
+}
+
+// parseOptions turns CreateSandbox's a{sv} into CreateOptions. Every
+// unknown option, wrong type and impossible value is reported, each by
+// name, in one error.
+func parseOptions(in map[string]dbus.Variant) (supervisor.CreateOptions, error) {
+	var o supervisor.CreateOptions
+	names := make([]string, 0, len(in))
+	for name := range in {
+		names = append(names, name)
+	}
+	slices.Sort(names) // the same message for the same call
+	var errs []error
+	for _, name := range names {
+		v := in[name]
+		opt, ok := options[name]
+		if !ok {
+			errs = append(errs, fmt.Errorf("unknown option %q (known: %s)", name, optionNames()))
+			continue
+		}
+		if sig := v.Signature().String(); sig != opt.signature {
+			errs = append(errs, fmt.Errorf("option %s has type %s; want %s (%s)", name, sig, opt.signature, opt.unit))
+			continue
+		}
+		if err := opt.set(&o, v.Value()); err != nil {
+			errs = append(errs, fmt.Errorf("option %s %w", name, err))
+		}
+	}
+	if len(errs) > 0 {
+		msgs := make([]string, len(errs))
+		for i, err := range errs {
+			msgs[i] = err.Error()
+		}
+		return o, errors.New(strings.Join(msgs, "; "))
+	}
+	return o, nil
+}

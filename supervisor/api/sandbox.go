@@ -1,0 +1,199 @@
+package api
+
+import (
+	"encoding/json"
+	"slices"
+	"time"
+
+	"github.com/godbus/dbus/v5"
+
+	"github.com/sandboxd/sandboxd/supervisor"
+	"github.com/sandboxd/sandboxd/units"
+)
+
+// The handlers below serve the whole subtree under SandboxPathPrefix: godbus
+// hands them the message, whose path names the sandbox. That is also why
+// properties are not godbus's prop.Properties: its Get and GetAll are not
+// told who asks, and a caller may read only the sandboxes it may see.
+
+// sandboxObject implements org.sandboxd1.Sandbox.
+type sandboxObject struct{ s *Server }
+
+// Destroy() destroys the sandbox, as DestroySandbox does.
+func (o sandboxObject) Destroy(sender dbus.Sender, msg dbus.Message) *dbus.Error {
+	s := o.s
+	r, derr := s.begin(sender, "Destroy")
+	if derr != nil {
+		return derr
+	}
+	id, derr := objectID(msg)
+	if derr != nil {
+		return s.end(r, "", derr)
+	}
+	return s.end(r, id, s.destroy(r, id))
+}
+
+// sandboxProperties implements org.freedesktop.DBus.Properties.
+type sandboxProperties struct{ s *Server }
+
+func (p sandboxProperties) Get(sender dbus.Sender, msg dbus.Message, iface, name string) (dbus.Variant, *dbus.Error) {
+	props, r, id, derr := p.s.properties(sender, msg, "Properties.Get", iface)
+	if derr != nil {
+		return dbus.Variant{}, derr
+	}
+	v, ok := props[name]
+	if !ok {
+		return dbus.Variant{}, p.s.end(r, id, dbusError(errorUnknownProperty, "%s has no property %q", SandboxInterface, name))
+	}
+	return v, p.s.end(r, id, nil)
+}
+
+func (p sandboxProperties) GetAll(sender dbus.Sender, msg dbus.Message, iface string) (map[string]dbus.Variant, *dbus.Error) {
+	props, r, id, derr := p.s.properties(sender, msg, "Properties.GetAll", iface)
+	if derr != nil {
+		return nil, derr
+	}
+	return props, p.s.end(r, id, nil)
+}
+
+// Set: every property is read-only; they change with the sandbox.
+func (p sandboxProperties) Set(sender dbus.Sender, msg dbus.Message, iface, name string, _ dbus.Variant) *dbus.Error {
+	props, r, id, derr := p.s.properties(sender, msg, "Properties.Set", iface)
+	if derr != nil {
+		return derr
+	}
+	if _, ok := props[name]; !ok {
+		return p.s.end(r, id, dbusError(errorUnknownProperty, "%s has no property %q", SandboxInterface, name))
+	}
+	return p.s.end(r, id, dbusError(errorPropertyReadOnly, "property %s of sandbox %s is read-only", name, id))
+}
+
+// properties reads the properties of the sandbox msg is sent to. On
+// success the call stays open: the caller ends it.
+func (s *Server) properties(sender dbus.Sender, msg dbus.Message, action, iface string) (map[string]dbus.Variant, *request, string, *dbus.Error) {
+	r, derr := s.begin(sender, action)
+	if derr != nil {
+		return nil, nil, "", derr
+	}
+	id, derr := objectID(msg)
+	if derr != nil {
+		return nil, nil, "", s.end(r, "", derr)
+	}
+	// The empty name means "whichever interface has it" (D-Bus spec).
+	if iface != SandboxInterface && iface != "" {
+		return nil, nil, "", s.end(r, id, dbusError(errorUnknownInterface, "sandbox %s has no properties of interface %q", id, iface))
+	}
+	sb, derr := s.lookup(r, id)
+	if derr != nil {
+		return nil, nil, "", s.end(r, id, derr)
+	}
+	props, err := sandboxProps(sb)
+	if err != nil {
+		return nil, nil, "", s.end(r, id, dbusError(ErrorFailed, "reading the properties of sandbox %s: %v", id, err))
+	}
+	return props, r, id, nil
+}
+
+// sandboxProps are the org.sandboxd1.Sandbox properties of sb.
+func sandboxProps(sb supervisor.Sandbox) (map[string]dbus.Variant, error) {
+	limits, err := limitsMap(sb.Limits)
+	if err != nil {
+		return nil, err
+	}
+	var expires uint64
+	if !sb.Expires.IsZero() {
+		expires = micros(sb.Expires)
+	}
+	return map[string]dbus.Variant{
+		"Id":      dbus.MakeVariant(sb.ID),
+		"Project": dbus.MakeVariant(sb.Project),
+		"State":   dbus.MakeVariant(string(sb.State)),
+		"Owner":   dbus.MakeVariant(sb.Owner),
+		"Created": dbus.MakeVariant(micros(sb.Created)),
+		"Expires": dbus.MakeVariant(expires),
+		"Path":    dbus.MakeVariant(sb.Path),
+		"Unit":    dbus.MakeVariant(sb.Unit),
+		"Base":    dbus.MakeVariant(sb.Base),
+		"Profile": dbus.MakeVariant(sb.Profile),
+		"Limits":  dbus.MakeVariant(limits),
+	}, nil
+}
+
+// limitsMap is a sandbox's recorded limits under CreateSandbox's option
+// names, with only the limits that are set.
+func limitsMap(raw json.RawMessage) (map[string]dbus.Variant, error) {
+	out := map[string]dbus.Variant{}
+	if len(raw) == 0 {
+		return out, nil
+	}
+	var l units.Limits
+	if err := json.Unmarshal(raw, &l); err != nil {
+		return nil, err
+	}
+	for name, v := range map[string]*uint64{
+		"MemoryMax": l.MemoryMax, "MemoryHigh": l.MemoryHigh, "MemorySwapMax": l.MemorySwapMax,
+		"TasksMax": l.TasksMax, "CPUWeight": l.CPUWeight, "IOWeight": l.IOWeight,
+	} {
+		if v != nil {
+			out[name] = dbus.MakeVariant(*v)
+		}
+	}
+	for name, d := range map[string]*time.Duration{"CPUQuotaPerSecUSec": l.CPUQuota, "RuntimeMaxUSec": l.RuntimeMax} {
+		if d != nil {
+			out[name] = dbus.MakeVariant(uint64(d.Microseconds()))
+		}
+	}
+	return out, nil
+}
+
+// sandboxIntrospectable implements org.freedesktop.DBus.Introspectable
+// for the sandboxes and the node above them.
+type sandboxIntrospectable struct{ s *Server }
+
+func (i sandboxIntrospectable) Introspect(sender dbus.Sender, msg dbus.Message) (string, *dbus.Error) {
+	s := i.s
+	r, derr := s.begin(sender, "Introspect")
+	if derr != nil {
+		return "", derr
+	}
+	if path, _ := msg.Headers[dbus.FieldPath].Value().(dbus.ObjectPath); path == SandboxPathPrefix {
+		list, err := s.sup.List(r.ctx)
+		if err != nil {
+			return "", s.end(r, "", dbusError(ErrorFailed, "listing sandboxes: %v", err))
+		}
+		var ids []string
+		for _, sb := range list {
+			if r.who.sees(sb.Owner) && ValidID(sb.ID) {
+				ids = append(ids, sb.ID)
+			}
+		}
+		slices.Sort(ids)
+		return sandboxesXML(ids), s.end(r, "", nil)
+	}
+	id, derr := objectID(msg)
+	if derr != nil {
+		return "", s.end(r, "", derr)
+	}
+	if _, derr := s.lookup(r, id); derr != nil {
+		return "", s.end(r, id, derr)
+	}
+	return SandboxXML, s.end(r, id, nil)
+}
+
+// objectID is the id of the sandbox msg is sent to.
+func objectID(msg dbus.Message) (string, *dbus.Error) {
+	path, _ := msg.Headers[dbus.FieldPath].Value().(dbus.ObjectPath)
+	id, ok := idFromPath(path)
+	if !ok {
+		return "", dbusError(errorUnknownObject, "no sandbox object at %s", path)
+	}
+	return id, nil
+}
+
+// micros is t in µs since the Unix epoch, as systemd gives times.
+func micros(t time.Time) uint64 {
+	if t.Before(time.Unix(0, 0)) {
+		return 0
+	}
+	return uint64(t.UnixMicro())
+}

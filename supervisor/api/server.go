@@ -1,0 +1,348 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/godbus/dbus/v5"
+
+	"github.com/sandboxd/sandboxd/supervisor"
+	"github.com/sandboxd/sandboxd/supervisor/state"
+)
+
+// Server serves org.sandboxd1 on one bus connection until Close.
+//
+// A sandbox's object is served for exactly as long as the supervisor has
+// the sandbox: every call on /org/sandboxd1/sandbox/<id> looks the id up
+// in the supervisor (one handler serves the whole subtree), so an object
+// can neither outlive its sandbox nor be missing for one. What the server
+// remembers is only what it has announced (SandboxNew, StateChanged), so
+// that the signals tell each change once.
+type Server struct {
+	conn   *dbus.Conn
+	sup    *supervisor.Supervisor
+	access Access
+	log    *slog.Logger
+
+	// ctx is the calls' context; Close cancels it once the grace ends.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	life   sync.Mutex // guards closed, and calls.Add against calls.Wait
+	closed bool
+	calls  sync.WaitGroup
+
+	// mu guards known and orders the signals: each sandbox's signals go
+	// out in the order its changes were seen.
+	mu    sync.Mutex
+	known map[string]state.State // id -> the state last announced
+}
+
+// serving holds the connections a Server uses: a second Server on the
+// same connection would replace the first one's handlers.
+var serving sync.Map
+
+// closeGrace is how long Close lets calls in flight finish before it
+// cancels them.
+const closeGrace = 10 * time.Second
+
+// Serve exports the manager and the sandboxes' objects on conn, then takes
+// the name org.sandboxd1, so that a client that sees the name finds every
+// object ready. It refuses to queue for the name: when another connection
+// owns it, the error wraps ErrNameTaken and names the owner. ctx bounds
+// the setting up; the Server lives until Close. Call it after the
+// supervisor's Reconcile: the sandboxes that exist then are the ones
+// served, without signals (clients list them).
+func Serve(ctx context.Context, conn *dbus.Conn, sup *supervisor.Supervisor, access Access, log *slog.Logger) (*Server, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	if _, dup := serving.LoadOrStore(conn, true); dup {
+		return nil, fmt.Errorf("serving %s: this connection serves it already", BusName)
+	}
+	callCtx, cancel := context.WithCancel(context.Background())
+	s := &Server{
+		conn: conn, sup: sup, access: access, log: log,
+		ctx: callCtx, cancel: cancel,
+		known: map[string]state.State{},
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			s.unexport()
+			cancel()
+			serving.Delete(conn)
+		}
+	}()
+	list, err := sup.List(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("serving %s: listing the sandboxes: %w", BusName, err)
+	}
+	for _, sb := range list {
+		if !ValidID(sb.ID) {
+			// Cannot happen with the supervisor's hex ids; such a record
+			// could not have an object path.
+			log.Error("a sandbox's id cannot name a D-Bus object; it is not served", "SANDBOX_ID", sb.ID)
+			continue
+		}
+		s.known[sb.ID] = sb.State
+	}
+	if err := s.export(); err != nil {
+		return nil, fmt.Errorf("serving %s: %w", BusName, err)
+	}
+	if err := s.requestName(ctx); err != nil {
+		return nil, err
+	}
+	ok = true
+	log.Info("serving the D-Bus API", "name", BusName, "sandboxes", len(s.known))
+	return s, nil
+}
+
+func (s *Server) export() error {
+	exports := []struct {
+		v       any
+		path    dbus.ObjectPath
+		iface   string
+		subtree bool
+	}{
+		{manager{s}, ManagerPath, ManagerInterface, false},
+		{managerIntrospectable, ManagerPath, "org.freedesktop.DBus.Introspectable", false},
+		// One handler for every sandbox's object (and the node above them).
+		{sandboxObject{s}, SandboxPathPrefix, SandboxInterface, true},
+		{sandboxProperties{s}, SandboxPathPrefix, "org.freedesktop.DBus.Properties", true},
+		{sandboxIntrospectable{s}, SandboxPathPrefix, "org.freedesktop.DBus.Introspectable", true},
+	}
+	for _, e := range exports {
+		var err error
+		if e.subtree {
+			err = s.conn.ExportSubtree(e.v, e.path, e.iface)
+		} else {
+			err = s.conn.Export(e.v, e.path, e.iface)
+		}
+		if err != nil {
+			return fmt.Errorf("exporting %s on %s: %w", e.iface, e.path, err)
+		}
+	}
+	return nil
+}
+
+func (s *Server) unexport() {
+	_ = s.conn.Export(nil, ManagerPath, ManagerInterface)
+	_ = s.conn.Export(nil, ManagerPath, "org.freedesktop.DBus.Introspectable")
+	for _, iface := range []string{SandboxInterface, "org.freedesktop.DBus.Properties", "org.freedesktop.DBus.Introspectable"} {
+		_ = s.conn.ExportSubtree(nil, SandboxPathPrefix, iface)
+	}
+}
+
+func (s *Server) requestName(ctx context.Context) error {
+	var reply uint32
+	err := s.conn.BusObject().CallWithContext(ctx, "org.freedesktop.DBus.RequestName", 0, BusName, uint32(dbus.NameFlagDoNotQueue)).Store(&reply)
+	var derr dbus.Error
+	if errors.As(err, &derr) && derr.Name == "org.freedesktop.DBus.Error.AccessDenied" {
+		return fmt.Errorf("requesting %s on the bus: %w (the bus policy, org.sandboxd1.conf in the bus's system.d, lets root own it: is it installed, and is this root?)", BusName, err)
+	}
+	if err != nil {
+		return fmt.Errorf("requesting %s on the bus: %w", BusName, err)
+	}
+	switch dbus.RequestNameReply(reply) {
+	case dbus.RequestNameReplyPrimaryOwner, dbus.RequestNameReplyAlreadyOwner:
+		return nil
+	case dbus.RequestNameReplyExists:
+		return fmt.Errorf("%w (%s); not starting a second one", ErrNameTaken, s.owner(ctx))
+	default:
+		return fmt.Errorf("requesting %s on the bus: unexpected answer %d", BusName, reply)
+	}
+}
+
+// owner describes the connection that owns BusName, as well as the bus
+// can tell.
+func (s *Server) owner(ctx context.Context) string {
+	var unique string
+	if err := s.conn.BusObject().CallWithContext(ctx, "org.freedesktop.DBus.GetNameOwner", 0, BusName).Store(&unique); err != nil {
+		return "its owner is unknown: " + err.Error()
+	}
+	var pid uint32
+	if err := s.conn.BusObject().CallWithContext(ctx, "org.freedesktop.DBus.GetConnectionUnixProcessID", 0, unique).Store(&pid); err != nil {
+		return "connection " + unique
+	}
+	return fmt.Sprintf("pid %d, connection %s", pid, unique)
+}
+
+// Close stops serving: new calls are refused, the name is released (so a
+// new daemon may take it), the objects are withdrawn, and calls in flight
+// are given a grace period to finish before their context is cancelled.
+// Close returns once no call runs; it is safe to call more than once.
+func (s *Server) Close() error {
+	s.life.Lock()
+	if s.closed {
+		s.life.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.life.Unlock()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var err error
+	var reply uint32
+	if cerr := s.conn.BusObject().CallWithContext(ctx, "org.freedesktop.DBus.ReleaseName", 0, BusName).Store(&reply); cerr != nil {
+		err = fmt.Errorf("releasing %s: %w", BusName, cerr)
+	}
+	s.unexport()
+
+	done := make(chan struct{})
+	go func() { s.calls.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(closeGrace):
+		s.log.Warn("calls still running at shutdown; cancelling them")
+	}
+	s.cancel()
+	<-done
+	serving.Delete(s.conn)
+	s.log.Info("stopped serving the D-Bus API", "name", BusName)
+	return err
+}
+
+// request is one method call being served.
+type request struct {
+	ctx    context.Context
+	who    caller
+	action string
+	done   func()
+}
+
+// begin admits a call from sender and identifies the caller.
+func (s *Server) begin(sender dbus.Sender, action string) (*request, *dbus.Error) {
+	s.life.Lock()
+	if s.closed {
+		s.life.Unlock()
+		return nil, dbusError(ErrorFailed, "%s: %v", action, ErrStopping)
+	}
+	s.calls.Add(1)
+	s.life.Unlock()
+	who, err := s.identify(s.ctx, sender)
+	if err != nil {
+		s.calls.Done()
+		s.log.Error("refused a call from an unidentified caller", "ACTION", action, "BUS_SENDER", string(sender), "error", err)
+		return nil, dbusError(ErrorAccessDenied, "%s: cannot tell who is calling: %v", action, err)
+	}
+	return &request{ctx: s.ctx, who: who, action: action, done: s.calls.Done}, nil
+}
+
+// end audits the call: who did what to which sandbox, and how it went.
+// Changes and refusals are logged; successful reads only at debug level.
+func (s *Server) end(r *request, id string, derr *dbus.Error) *dbus.Error {
+	r.done()
+	attrs := []any{"ACTION", r.action, "CALLER_UID", r.who.uid, "BUS_SENDER", r.who.name}
+	switch {
+	case ValidID(id):
+		attrs = append(attrs, "SANDBOX_ID", id)
+	case id != "":
+		// Not an id: kept out of SANDBOX_ID (journalctl SANDBOX_ID=...
+		// finds sandboxes), and cut short.
+		if len(id) > maxIDLen {
+			id = id[:maxIDLen] + "..."
+		}
+		attrs = append(attrs, "requested_id", id)
+	}
+	switch {
+	case derr == nil && !mutating(r.action):
+		// Reads are many (a client polls State): they are kept out of
+		// the journal unless debugging.
+		s.log.Debug("D-Bus call", append(attrs, "result", "ok")...)
+	case derr == nil:
+		s.log.Info("D-Bus call", append(attrs, "result", "ok")...)
+	case derr.Name == ErrorFailed:
+		s.log.Error("D-Bus call", append(attrs, "result", derr.Name, "error", derr.Error())...)
+	default:
+		s.log.Warn("D-Bus call", append(attrs, "result", derr.Name, "error", derr.Error())...)
+	}
+	return derr
+}
+
+func mutating(action string) bool {
+	return action == "CreateSandbox" || action == "DestroySandbox" || action == "Destroy"
+}
+
+// SandboxChanged is the hook for changes the server did not make itself
+// (a command starts or ends, a TTL runs out, a scope dies): it reads the
+// sandbox id from the supervisor and announces what changed since the last
+// announcement: SandboxNew, StateChanged with PropertiesChanged, or
+// SandboxRemoved.
+func (s *Server) SandboxChanged(ctx context.Context, id string) error {
+	if !ValidID(id) {
+		return fmt.Errorf("announcing a change of sandbox %q: not a valid id", id)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sb, err := s.sup.Get(ctx, id)
+	switch {
+	case errors.Is(err, supervisor.ErrNotFound):
+		s.announceGone(id)
+		return nil
+	case err != nil:
+		return fmt.Errorf("announcing a change of sandbox %s: %w", id, err)
+	}
+	s.announce(id, sb.State)
+	return nil
+}
+
+// Sync compares every sandbox with what was announced and announces the
+// differences, as SandboxChanged does for one.
+func (s *Server) Sync(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	list, err := s.sup.List(ctx)
+	if err != nil {
+		return fmt.Errorf("announcing changes of sandboxes: %w", err)
+	}
+	seen := map[string]bool{}
+	for _, sb := range list {
+		if ValidID(sb.ID) {
+			seen[sb.ID] = true
+			s.announce(sb.ID, sb.State)
+		}
+	}
+	for id := range s.known {
+		if !seen[id] {
+			s.announceGone(id)
+		}
+	}
+	return nil
+}
+
+// announce tells the bus that sandbox id exists in state st, if that is
+// news. s.mu must be held.
+func (s *Server) announce(id string, st state.State) {
+	old, known := s.known[id]
+	s.known[id] = st
+	switch {
+	case !known:
+		s.emit(ManagerPath, ManagerInterface+".SandboxNew", id, SandboxPath(id))
+	case old != st:
+		s.emit(ManagerPath, ManagerInterface+".StateChanged", id, string(st))
+		s.emit(SandboxPath(id), "org.freedesktop.DBus.Properties.PropertiesChanged",
+			SandboxInterface, map[string]dbus.Variant{"State": dbus.MakeVariant(string(st))}, []string{})
+	}
+}
+
+// announceGone tells the bus that sandbox id is gone, if that is news.
+// s.mu must be held.
+func (s *Server) announceGone(id string) {
+	if _, known := s.known[id]; !known {
+		return
+	}
+	delete(s.known, id)
+	s.emit(ManagerPath, ManagerInterface+".SandboxRemoved", id, SandboxPath(id))
+}
+
+func (s *Server) emit(path dbus.ObjectPath, name string, values ...any) {
+	if err := s.conn.Emit(path, name, values...); err != nil {
+		s.log.Error("emitting a D-Bus signal", "signal", name, "path", string(path), "error", err)
+	}
+}

@@ -1,0 +1,315 @@
+// Package integration drives the real sandboxd, installed as a systemd
+// service in the testbed, over the real system bus, as an operator or an
+// agent would: with busctl and systemctl.
+package integration
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandboxd/sandboxd/tests/testbed"
+)
+
+// daemonBin is built on the host before the testbed starts, into the
+// repository (which the testbed shows at the same path).
+var daemonBin string
+
+func TestMain(m *testing.M) {
+	wd, _ := os.Getwd()
+	root := filepath.Dir(filepath.Dir(wd)) // tests/integration -> repository
+	daemonBin = filepath.Join(root, "bin", "test", "sandboxd")
+	if !testbed.Inside() {
+		build := exec.Command("go", "build", "-o", daemonBin, "./cmd/sandboxd")
+		build.Dir = root
+		out, err := build.CombinedOutput()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "building sandboxd: %v\n%s", err, out)
+			os.Exit(2)
+		}
+	}
+	testbed.Main(m)
+}
+
+func sh(t *testing.T, argv ...string) string {
+	t.Helper()
+	out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", strings.Join(argv, " "), err, out)
+	}
+	return string(out)
+}
+
+// installed is set once the daemon is installed in this testbed.
+var installed bool
+
+// install puts sandboxd in the testbed as a sysadmin would: the config in
+// /etc/sandboxd, the bus policy in /etc/dbus-1/system.d, the unit file, and
+// starts it. The testbed's root is a throw-away overlay.
+func install(t *testing.T) *testbed.Info {
+	t.Helper()
+	tb := testbed.Require(t)
+	if installed {
+		return tb
+	}
+	repo := filepath.Dir(filepath.Dir(daemonBin))
+	repo = filepath.Dir(repo)
+	if err := os.WriteFile(filepath.Join(tb.Btrfs.Project, "index.html"), []byte("<h1>web</h1>\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.MkdirAll("/etc/sandboxd", 0o755))
+	must(os.WriteFile("/etc/sandboxd/sandboxd.toml", fmt.Appendf(nil, `
+[storage]
+backend = "btrfs"
+[storage.btrfs]
+root = %q
+[[project]]
+name = "web"
+path = %q
+`, filepath.Join(tb.Btrfs.Mount, "sandboxd"), tb.Btrfs.Project), 0o644))
+	policy, err := os.ReadFile(filepath.Join(repo, "packaging", "dbus", "org.sandboxd1.conf"))
+	must(err)
+	must(os.WriteFile("/etc/dbus-1/system.d/org.sandboxd1.conf", policy, 0o644))
+	sh(t, "busctl", "call", "org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus", "ReloadConfig")
+	unit, err := os.ReadFile(filepath.Join(repo, "packaging", "systemd", "sandboxd.service"))
+	must(err)
+	unit = bytes.ReplaceAll(unit, []byte("ExecStart=/usr/bin/sandboxd"), []byte("ExecStart="+daemonBin))
+	must(os.WriteFile("/run/systemd/system/sandboxd.service", unit, 0o644))
+	sh(t, "systemctl", "daemon-reload")
+	sh(t, "systemctl", "start", "sandboxd.service") // Type=notify: returns once READY=1
+	installed = true
+	return tb
+}
+
+var (
+	createdRe = regexp.MustCompile(`^so "([0-9a-f]+)" "(/org/sandboxd1/sandbox/[^"]+)"`)
+	stringRe  = regexp.MustCompile(`^s "(.*)"`)
+)
+
+// create makes a sandbox with busctl and returns its id and object path.
+func create(t *testing.T, args ...string) (string, string) {
+	t.Helper()
+	argv := append([]string{"busctl", "call", "org.sandboxd1", "/org/sandboxd1", "org.sandboxd1.Manager", "CreateSandbox", "sa{sv}", "web"}, args...)
+	if len(args) == 0 {
+		argv = append(argv, "0")
+	}
+	out := sh(t, argv...)
+	m := createdRe.FindStringSubmatch(strings.TrimSpace(out))
+	if m == nil {
+		t.Fatalf("CreateSandbox answered %q", out)
+	}
+	return m[1], m[2]
+}
+
+func property(t *testing.T, object, name string) string {
+	t.Helper()
+	out := sh(t, "busctl", "get-property", "org.sandboxd1", object, "org.sandboxd1.Sandbox", name)
+	m := stringRe.FindStringSubmatch(strings.TrimSpace(out))
+	if m == nil {
+		t.Fatalf("property %s of %s: %q", name, object, out)
+	}
+	return m[1]
+}
+
+func TestTheServiceServesSandboxesOverTheBus(t *testing.T) {
+	install(t)
+	if state := strings.TrimSpace(sh(t, "systemctl", "is-active", "sandboxd.service")); state != "active" {
+		t.Fatalf("sandboxd.service is %s", state)
+	}
+	id, object := create(t, "1", "MemoryMax", "t", "268435456")
+	if got := property(t, object, "State"); got != "ready" {
+		t.Fatalf("State = %q; want ready", got)
+	}
+	path := property(t, object, "Path")
+	if data, err := os.ReadFile(filepath.Join(path, "index.html")); err != nil || string(data) != "<h1>web</h1>\n" {
+		t.Fatalf("the sandbox's index.html: %q, %v", data, err)
+	}
+	unit := property(t, object, "Unit")
+	if max := strings.TrimSpace(sh(t, "systemctl", "show", "-P", "MemoryMax", unit)); max != "268435456" {
+		t.Fatalf("%s MemoryMax = %s; want 268435456", unit, max)
+	}
+	// The journal has the create under the sandbox's own field.
+	if out := sh(t, "journalctl", "--no-pager", "-o", "cat", "SANDBOX_ID="+id); !strings.Contains(out, "created") {
+		t.Fatalf("journalctl SANDBOX_ID=%s: %q", id, out)
+	}
+	sh(t, "busctl", "call", "org.sandboxd1", "/org/sandboxd1", "org.sandboxd1.Manager", "DestroySandbox", "s", id)
+	if _, err := os.Stat(path); !os.IsNotExist(err) {
+		t.Fatalf("the sandbox's files after destroy: %v", err)
+	}
+}
+
+func TestACallerOutsideTheGroupIsRefused(t *testing.T) {
+	install(t)
+	cmd := exec.Command("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+		"busctl", "call", "org.sandboxd1", "/org/sandboxd1", "org.sandboxd1.Manager", "CreateSandbox", "sa{sv}", "web", "0")
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "Access denied") && !strings.Contains(string(out), "AccessDenied") {
+		t.Fatalf("CreateSandbox as nobody: %v, %q; want access denied", err, out)
+	}
+}
+
+func TestASecondDaemonIsRefused(t *testing.T) {
+	install(t)
+	out, err := exec.Command(daemonBin).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "another sandboxd") {
+		t.Fatalf("a second sandboxd: %v, %q; want a refusal naming the running one", err, out)
+	}
+	if state := strings.TrimSpace(sh(t, "systemctl", "is-active", "sandboxd.service")); state != "active" {
+		t.Fatalf("the running service after a second start: %s", state)
+	}
+}
+
+// mainPID is the daemon's pid as the testbed sees it.
+func mainPID(t *testing.T) int {
+	t.Helper()
+	pid, err := strconv.Atoi(strings.TrimSpace(sh(t, "systemctl", "show", "-P", "MainPID", "sandboxd.service")))
+	if err != nil || pid == 0 {
+		t.Fatalf("sandboxd's MainPID: %v (%d)", err, pid)
+	}
+	return pid
+}
+
+// waitActive waits for systemd to have restarted the daemon.
+func waitActive(t *testing.T, old int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		state := strings.TrimSpace(string(must1(exec.Command("systemctl", "is-active", "sandboxd.service").Output())))
+		if state == "active" {
+			if pid := mainPID(t); pid != old {
+				return
+			}
+		}
+		if state == "failed" {
+			// Many kills in a few seconds hit systemd's start limit (5
+			// in 10s), as they should; an operator would reset it.
+			sh(t, "systemctl", "reset-failed", "sandboxd.service")
+			sh(t, "systemctl", "start", "sandboxd.service")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatal("sandboxd did not come back within 30s of kill -9")
+}
+
+func must1(b []byte, _ error) []byte { return b }
+
+// volumesAndScopes lists what exists of sandboxd's on the machine.
+func volumesAndScopes(t *testing.T, root string) ([]string, []string) {
+	t.Helper()
+	entries, err := os.ReadDir(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var vols []string
+	for _, e := range entries {
+		if !strings.HasPrefix(e.Name(), ".") {
+			vols = append(vols, e.Name())
+		}
+	}
+	out := sh(t, "systemctl", "list-units", "--all", "--plain", "--no-legend", "sandbox-*.scope")
+	var scopes []string
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		if f := strings.Fields(line); len(f) > 0 {
+			scopes = append(scopes, f[0])
+		}
+	}
+	return vols, scopes
+}
+
+func listedIDs(t *testing.T) []string {
+	t.Helper()
+	out := sh(t, "busctl", "--json=short", "call", "org.sandboxd1", "/org/sandboxd1", "org.sandboxd1.Manager", "ListSandboxes")
+	return regexp.MustCompile(`"([0-9a-f]{12})"`).FindAllString(out, -1)
+}
+
+func TestKill9DuringCreateAndDestroyLosesNothing(t *testing.T) {
+	tb := install(t)
+	root := filepath.Join(tb.Btrfs.Mount, "sandboxd")
+	ready := map[string]string{} // id -> object, of creates that answered
+	// Sandboxes made before the trials: each must survive every kill that
+	// is not its own destroy.
+	for range 4 {
+		id, object := create(t)
+		ready[id] = object
+	}
+	answered := 0
+	const trials = 16
+	for trial := range trials {
+		pid := mainPID(t)
+		// A create (or, every other trial, a destroy) in flight...
+		var call *exec.Cmd
+		if trial%2 == 1 && len(ready) > 0 {
+			for id := range ready {
+				call = exec.Command("busctl", "call", "org.sandboxd1", "/org/sandboxd1", "org.sandboxd1.Manager", "DestroySandbox", "s", id)
+				delete(ready, id) // whatever happens, it may be gone
+				break
+			}
+		} else {
+			call = exec.Command("busctl", "call", "org.sandboxd1", "/org/sandboxd1", "org.sandboxd1.Manager", "CreateSandbox", "sa{sv}", "web", "0")
+		}
+		var out bytes.Buffer
+		call.Stdout = &out
+		if err := call.Start(); err != nil {
+			t.Fatal(err)
+		}
+		// ...and the daemon killed at a different moment of it each time.
+		time.Sleep(time.Duration(trial*6) * time.Millisecond)
+		sh(t, "kill", "-9", strconv.Itoa(pid))
+		callErr := call.Wait()
+		if callErr == nil {
+			if m := createdRe.FindStringSubmatch(strings.TrimSpace(out.String())); m != nil {
+				ready[m[1]] = m[2]
+				answered++
+			}
+		}
+		waitActive(t, pid)
+
+		// After the restart: every sandbox reported ready is usable, and
+		// nothing exists that the daemon does not list.
+		ids := listedIDs(t)
+		for id, object := range ready {
+			if !strings.Contains(strings.Join(ids, " "), id) {
+				t.Fatalf("trial %d: sandbox %s was reported ready and is gone after kill -9", trial, id)
+			}
+			if _, err := os.Stat(filepath.Join(property(t, object, "Path"), "index.html")); err != nil {
+				t.Fatalf("trial %d: sandbox %s's files after kill -9: %v", trial, id, err)
+			}
+		}
+		vols, scopes := volumesAndScopes(t, root)
+		listed := strings.Join(ids, " ")
+		for _, v := range vols {
+			id := v[strings.IndexByte(v, '-')+1:]
+			if !strings.Contains(listed, id) {
+				t.Fatalf("trial %d: orphan volume %s after kill -9 and restart (listed: %s)", trial, v, listed)
+			}
+		}
+		for _, s := range scopes {
+			id := strings.TrimSuffix(strings.TrimPrefix(s, "sandbox-"), ".scope")
+			if !strings.Contains(listed, id) {
+				t.Fatalf("trial %d: orphan scope %s after kill -9 and restart", trial, s)
+			}
+		}
+		if len(vols) != 2*len(ids) || len(scopes) != len(ids) {
+			t.Fatalf("trial %d: %d volumes and %d scopes for %d sandboxes", trial, len(vols), len(scopes), len(ids))
+		}
+	}
+	// Some creates must have answered before their kill, or the check of
+	// "reported ready, still usable" above checked nothing.
+	if answered == 0 {
+		t.Fatal("no create answered before its kill -9: the trials proved nothing")
+	}
+	t.Logf("%d kill -9 trials during create and destroy (0 to %d ms into the call); %d creates answered; %d sandboxes alive at the end", trials, (trials-1)*6, answered, len(ready))
+}
