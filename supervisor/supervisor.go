@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/cowfs"
+	"github.com/sandboxd/sandboxd/supervisor/audit"
 	"github.com/sandboxd/sandboxd/supervisor/state"
 	"github.com/sandboxd/sandboxd/units"
 )
@@ -48,7 +49,10 @@ type Config struct {
 	// InitCommand starts the process that holds a sandbox's scope for as
 	// long as the sandbox lives (the scope needs one; commands join it).
 	InitCommand []string
-	Log         *slog.Logger
+	Policy      Policy
+	// Audit records every state-changing action (nil: none).
+	Audit *audit.Log
+	Log   *slog.Logger
 }
 
 // Supervisor owns the sandboxes of this host: their volumes, scopes and
@@ -57,6 +61,9 @@ type Supervisor struct {
 	cfg   Config
 	log   *slog.Logger
 	locks sync.Map // sandbox id -> *sync.Mutex: one operation at a time per sandbox
+	// admission serializes the caps check with the recording of a create's
+	// intent, so that concurrent creates cannot both take the last place.
+	admission sync.Mutex
 }
 
 // New makes a Supervisor. Call Reconcile before serving.
@@ -111,6 +118,10 @@ func (s *Supervisor) lock(id string) func() {
 // sandbox's init process; the record turns ready last. Any failure undoes
 // what was made, in reverse; a crash is finished by Reconcile.
 func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox, err error) {
+	defer func() { s.audit(ctx, "create", sb.Record, err) }()
+	if err := s.cfg.Policy.applyDefaults(&opts); err != nil {
+		return sb, fmt.Errorf("creating a sandbox of %s: %w", opts.Project, err)
+	}
 	location, ok := s.cfg.Projects[opts.Project]
 	if !ok {
 		return sb, fmt.Errorf("creating a sandbox of %q: %w", opts.Project, ErrUnknownProject)
@@ -129,6 +140,23 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 	if err != nil {
 		return sb, err
 	}
+	s.admission.Lock()
+	live, err := s.live()
+	if err != nil {
+		s.admission.Unlock()
+		return sb, fmt.Errorf("creating a sandbox of %s: %w", opts.Project, err)
+	}
+	evict, err := s.cfg.Policy.admit(live, opts)
+	if err != nil {
+		s.admission.Unlock()
+		return sb, fmt.Errorf("creating a sandbox of %s: %w", opts.Project, err)
+	}
+	for _, old := range evict {
+		if err := s.destroy(ctx, old.ID, "evict"); err != nil && !errors.Is(err, ErrNotFound) {
+			s.admission.Unlock()
+			return sb, fmt.Errorf("creating a sandbox of %s: making room by destroying %s: %w", opts.Project, old.ID, err)
+		}
+	}
 	id := newID()
 	defer s.lock(id)()
 	now := time.Now().UTC()
@@ -140,7 +168,10 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 	if opts.TTL > 0 {
 		rec.Expires = now.Add(opts.TTL)
 	}
-	if err := s.cfg.Store.Create(rec); err != nil {
+	sb.Record = rec
+	err = s.cfg.Store.Create(rec)
+	s.admission.Unlock()
+	if err != nil {
 		return sb, fmt.Errorf("creating sandbox %s: %w", id, err)
 	}
 	var undo []func(context.Context) error
@@ -258,16 +289,31 @@ func (s *Supervisor) sandbox(ctx context.Context, rec state.Record) Sandbox {
 // volumes deleted, and its record removed last; Reconcile finishes a
 // destroy that a crash interrupted.
 func (s *Supervisor) Destroy(ctx context.Context, id string) error {
+	return s.destroy(ctx, id, "destroy")
+}
+
+// destroy is Destroy, named in the journal and audit log by action
+// (destroy, expire, evict).
+func (s *Supervisor) destroy(ctx context.Context, id, action string) (err error) {
 	defer s.lock(id)()
 	rec, err := s.cfg.Store.Update(id, func(r *state.Record) error { r.State = state.Destroying; return nil })
 	if err != nil {
 		return fmt.Errorf("destroying sandbox %s: %w", id, err)
 	}
+	defer func() { s.audit(ctx, action, rec, err) }()
 	if err := s.finishDestroy(ctx, rec); err != nil {
 		return fmt.Errorf("destroying sandbox %s: %w", id, err)
 	}
-	s.log.Info("sandbox destroyed", "SANDBOX_ID", id, "ACTION", "destroy")
+	s.log.Info("sandbox destroyed", "SANDBOX_ID", id, "ACTION", action, "CALLER_UID", uidField(ctx))
 	return nil
+}
+
+// uidField is the caller's uid for the journal, or "daemon".
+func uidField(ctx context.Context) string {
+	if uid := callerOf(ctx); uid != nil {
+		return fmt.Sprint(*uid)
+	}
+	return "daemon"
 }
 
 // finishDestroy removes what exists of a sandbox, then its record.

@@ -16,6 +16,7 @@ import (
 	"github.com/sandboxd/sandboxd/cowfs/pool"
 	"github.com/sandboxd/sandboxd/supervisor"
 	"github.com/sandboxd/sandboxd/supervisor/api"
+	"github.com/sandboxd/sandboxd/supervisor/audit"
 	"github.com/sandboxd/sandboxd/supervisor/config"
 	"github.com/sandboxd/sandboxd/supervisor/journal"
 	"github.com/sandboxd/sandboxd/supervisor/state"
@@ -68,10 +69,26 @@ func run(ctx context.Context, configPath string) error {
 	if err != nil {
 		return err
 	}
+	auditLog, err := audit.Open(cfg.Daemon.AuditLog)
+	if err != nil {
+		return err
+	}
+	defer auditLog.Close()
+	lim := cfg.Limits
 	sup := supervisor.New(supervisor.Config{
 		Backend: backend, Units: um, Store: store, Projects: projects,
 		InitCommand: []string{exe, "sandbox-init"},
-		Log:         log,
+		Policy: supervisor.Policy{
+			MaxSandboxes:     lim.MaxSandboxes,
+			MaxPerOwner:      lim.MaxSandboxesPerUser,
+			DestroyOldest:    lim.OnUserLimit == config.OnUserLimitDestroyOldest,
+			MaxMemory:        uint64(lim.MaxMemory),
+			DefaultMemoryMax: uint64(lim.DefaultMemoryMax),
+			DefaultTTL:       time.Duration(lim.DefaultTTL),
+			MaxTTL:           time.Duration(lim.MaxTTL),
+		},
+		Audit: auditLog,
+		Log:   log,
 	})
 
 	status("reconciling sandboxes")
@@ -103,6 +120,7 @@ func run(ctx context.Context, configPath string) error {
 	if interval, err := sddaemon.SdWatchdogEnabled(false); err == nil && interval > 0 {
 		go watchdog(ctx, interval/2)
 	}
+	go expire(ctx, sup, srv, log)
 	<-ctx.Done()
 	_, _ = sddaemon.SdNotify(false, "STOPPING=1\nSTATUS=stopping; sandboxes keep running")
 	log.Info("sandboxd stopping")
@@ -111,6 +129,30 @@ func run(ctx context.Context, configPath string) error {
 
 // status tells systemd what the daemon is doing (systemctl status shows it).
 func status(s string) { _, _ = sddaemon.SdNotify(false, "STATUS="+s) }
+
+// expire destroys sandboxes past their time to live, every few seconds,
+// and tells the bus they are gone.
+func expire(ctx context.Context, sup *supervisor.Supervisor, srv *api.Server, log *slog.Logger) {
+	t := time.NewTicker(10 * time.Second)
+	defer t.Stop()
+	for {
+		gone, err := sup.Expire(ctx, time.Now())
+		if err != nil {
+			log.Error("expiring sandboxes", "error", err)
+		}
+		if len(gone) > 0 {
+			log.Info("sandboxes expired", "ids", strings.Join(gone, ","), "ACTION", "expire")
+			if err := srv.Sync(ctx); err != nil {
+				log.Error("announcing expired sandboxes", "error", err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
 
 func watchdog(ctx context.Context, every time.Duration) {
 	t := time.NewTicker(every)

@@ -30,6 +30,8 @@ func fromSupervisor(err error) *dbus.Error {
 		name = ErrorNoSuchProject
 	case errors.Is(err, supervisor.ErrInvalid):
 		name = ErrorInvalidArgs
+	case errors.Is(err, supervisor.ErrLimitReached):
+		name = ErrorLimitReached
 	}
 	return dbus.NewError(name, []any{err.Error()})
 }

@@ -26,6 +26,9 @@ const (
 	ErrorNoSuchProject = "org.sandboxd1.Error.NoSuchProject"
 	ErrorInvalidArgs   = "org.freedesktop.DBus.Error.InvalidArgs"
 	ErrorFailed        = "org.sandboxd1.Error.Failed"
+	// ErrorLimitReached: admission control refused a create (too many
+	// sandboxes for the host or the caller, or too much memory promised).
+	ErrorLimitReached = "org.sandboxd1.Error.LimitReached"
 )
 
 // Standard errors of objects and properties (D-Bus specification).

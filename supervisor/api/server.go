@@ -231,7 +231,9 @@ func (s *Server) begin(sender dbus.Sender, action string) (*request, *dbus.Error
 		s.log.Error("refused a call from an unidentified caller", "ACTION", action, "BUS_SENDER", string(sender), "error", err)
 		return nil, dbusError(ErrorAccessDenied, "%s: cannot tell who is calling: %v", action, err)
 	}
-	return &request{ctx: s.ctx, who: who, action: action, done: s.calls.Done}, nil
+	// The supervisor writes the caller into its audit log.
+	ctx := supervisor.WithCaller(s.ctx, who.uid)
+	return &request{ctx: ctx, who: who, action: action, done: s.calls.Done}, nil
 }
 
 // end audits the call: who did what to which sandbox, and how it went.

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"time"
 
 	"github.com/sandboxd/sandboxd/cowfs/pool"
 )
@@ -24,6 +25,12 @@ import (
 // DefaultPath is where the daemon looks for its configuration when none is
 // named.
 const DefaultPath = "/etc/sandboxd/sandboxd.toml"
+
+// Values of limits.on_user_limit.
+const (
+	OnUserLimitRefuse        = "refuse"
+	OnUserLimitDestroyOldest = "destroy-oldest"
+)
 
 // Storage backends, the values of storage.backend.
 const (
@@ -41,6 +48,7 @@ const (
 type Config struct {
 	Daemon   Daemon    `toml:"daemon"`
 	Storage  Storage   `toml:"storage"`
+	Limits   Limits    `toml:"limits"`
 	Projects []Project `toml:"project"`
 }
 
@@ -50,6 +58,28 @@ type Daemon struct {
 	StateDir string `toml:"state_dir"`
 	// LogLevel is debug, info, warn or error.
 	LogLevel string `toml:"log_level"`
+	// AuditLog is the append-only log of every state-changing call.
+	AuditLog string `toml:"audit_log"`
+}
+
+// Limits is the [limits] section: admission control and time to live.
+// Zero means no cap.
+type Limits struct {
+	// MaxSandboxes caps the sandboxes alive at once, over all users.
+	MaxSandboxes int `toml:"max_sandboxes"`
+	// MaxSandboxesPerUser caps one user's live sandboxes.
+	MaxSandboxesPerUser int `toml:"max_sandboxes_per_user"`
+	// OnUserLimit is what a create beyond MaxSandboxesPerUser does:
+	// "refuse" it, or "destroy-oldest" of that user's sandboxes first.
+	OnUserLimit string `toml:"on_user_limit"`
+	// MaxMemory caps the sum of the live sandboxes' MemoryMax.
+	MaxMemory Size `toml:"max_memory"`
+	// DefaultMemoryMax is given to a sandbox created without a MemoryMax.
+	DefaultMemoryMax Size `toml:"default_memory_max"`
+	// DefaultTTL is given to a sandbox created without a time to live;
+	// MaxTTL bounds any.
+	DefaultTTL Duration `toml:"default_ttl"`
+	MaxTTL     Duration `toml:"max_ttl"`
 }
 
 // Storage is the [storage] section: which pool holds sandboxes. Only the
@@ -95,6 +125,13 @@ func Default() *Config {
 		Daemon: Daemon{
 			StateDir: "/var/lib/sandboxd",
 			LogLevel: "info",
+			AuditLog: "/var/log/sandboxd/audit.log",
+		},
+		Limits: Limits{
+			MaxSandboxes:        256,
+			MaxSandboxesPerUser: 32,
+			OnUserLimit:         OnUserLimitRefuse,
+			DefaultTTL:          Duration(24 * time.Hour),
 		},
 		Storage: Storage{
 			Backend: BackendEmbedded,

@@ -179,7 +179,7 @@ func TestParseBad(t *testing.T) {
 	}{
 		// Unknown keys and sections.
 		{"top-level key", "log_level = \"debug\"\n",
-			[]string{"x.toml:1: unknown key log_level", "allowed at top level: daemon, storage, project"}},
+			[]string{"x.toml:1: unknown key log_level", "allowed at top level: daemon, storage, limits, project"}},
 		{"misspelled key", "[daemon]\nstate_dir = \"/x\"\nlog_levl = \"debug\"\n",
 			[]string{"x.toml:3: unknown key daemon.log_levl", "allowed in daemon: state_dir, log_level"}},
 		{"misspelled nested key", "[storage]\nbackend = \"embedded\"\n\n[storage.embedded]\nsise = \"1G\"\n",
@@ -196,6 +196,20 @@ func TestParseBad(t *testing.T) {
 			[]string{"x.toml:1: unknown section [[projects]]"}},
 		{"misspelled key in a later project", "[[project]]\nname = \"a\"\npath = \"/a\"\n[[project]]\nnmae = \"b\"\npath = \"/b\"\n[[project]]\nname = \"c\"\npath = \"/c\"\n",
 			[]string{"x.toml:5: unknown key project[1].nmae", "allowed in project: name, path, dataset"}},
+
+		// Limits.
+		{"negative cap", "[limits]\nmax_sandboxes = -1\n",
+			[]string{"x.toml:2: limits.max_sandboxes = -1 is negative"}},
+		{"bad user-limit policy", "[limits]\non_user_limit = \"kill\"\n",
+			[]string{"x.toml:2:", "limits.on_user_limit", "kill"}},
+		{"bad duration", "[limits]\ndefault_ttl = \"a day\"\n",
+			[]string{"x.toml:2:", "limits.default_ttl", "a day"}},
+		{"negative duration", "[limits]\nmax_ttl = \"-1h\"\n",
+			[]string{"x.toml:2:", "limits.max_ttl", "negative"}},
+		{"duration as a number", "[limits]\ndefault_ttl = 3600\n",
+			[]string{"x.toml:2:", "limits.default_ttl", "not a duration"}},
+		{"default ttl over the max", "[limits]\ndefault_ttl = \"48h\"\nmax_ttl = \"24h\"\n",
+			[]string{"x.toml:2: limits.default_ttl = 48h0m0s is longer than limits.max_ttl = 24h0m0s"}},
 
 		// Types.
 		{"string wanted", "[daemon]\nlog_level = 3\n",

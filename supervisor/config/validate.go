@@ -50,6 +50,24 @@ func (c *Config) validate(file string, w *where) error {
 
 	d := c.Daemon
 	v.path(w.line("daemon", "state_dir"), "daemon.state_dir", d.StateDir)
+	v.path(w.line("daemon", "audit_log"), "daemon.audit_log", d.AuditLog)
+
+	l := c.Limits
+	for _, n := range []struct {
+		key string
+		val int
+	}{{"max_sandboxes", l.MaxSandboxes}, {"max_sandboxes_per_user", l.MaxSandboxesPerUser}} {
+		if n.val < 0 {
+			v.add(w.line("limits", n.key), "limits."+n.key, nil, "limits.%s = %d is negative: want 0 (no cap) or more", n.key, n.val)
+		}
+	}
+	v.oneOf(w.line("limits", "on_user_limit"), "limits.on_user_limit", l.OnUserLimit, []string{OnUserLimitRefuse, OnUserLimitDestroyOldest})
+	if l.MaxTTL > 0 && l.DefaultTTL > l.MaxTTL {
+		v.add(w.line("limits", "default_ttl"), "limits.default_ttl", nil, "limits.default_ttl = %s is longer than limits.max_ttl = %s", l.DefaultTTL, l.MaxTTL)
+	}
+	if l.MaxMemory > 0 && l.DefaultMemoryMax > l.MaxMemory {
+		v.add(w.line("limits", "default_memory_max"), "limits.default_memory_max", nil, "limits.default_memory_max = %s is more than limits.max_memory = %s", l.DefaultMemoryMax, l.MaxMemory)
+	}
 	v.oneOf(w.line("daemon", "log_level"), "daemon.log_level", d.LogLevel, logLevels)
 
 	s := c.Storage

@@ -149,6 +149,35 @@ func TestTheServiceServesSandboxesOverTheBus(t *testing.T) {
 	if _, err := os.Stat(path); !os.IsNotExist(err) {
 		t.Fatalf("the sandbox's files after destroy: %v", err)
 	}
+	// The audit log has both calls, by root (uid 0).
+	audit, err := os.ReadFile("/var/log/sandboxd/audit.log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, action := range []string{"create", "destroy"} {
+		want := fmt.Sprintf(`"caller_uid":0,"action":%q,"sandbox":%q`, action, id)
+		if !strings.Contains(string(audit), want) {
+			t.Fatalf("the audit log has no %s of %s by uid 0:\n%s", action, id, audit)
+		}
+	}
+}
+
+func TestLimitsThatMakeNoSenseAreRefused(t *testing.T) {
+	install(t)
+	for _, opt := range [][]string{{"MemoryMax", "t", "0"}, {"TasksMax", "t", "0"}, {"Bogus", "t", "1"}, {"MemoryMax", "s", "lots"}} {
+		args := append([]string{"busctl", "call", "org.sandboxd1", "/org/sandboxd1", "org.sandboxd1.Manager", "CreateSandbox", "sa{sv}", "web", "1"}, opt...)
+		out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), opt[0]) {
+			t.Errorf("CreateSandbox with %v: %v, %q; want a refusal naming %s", opt, err, out, opt[0])
+		}
+	}
+	out, err := exec.Command("busctl", "call", "org.sandboxd1", "/org/sandboxd1", "org.sandboxd1.Manager", "CreateSandbox", "sa{sv}", "nosuch", "0").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "nosuch") {
+		t.Errorf("CreateSandbox of an unknown project: %v, %q", err, out)
+	}
+	if ids := listedIDs(t); len(ids) != 0 {
+		t.Fatalf("refused creates left sandboxes: %v", ids)
+	}
 }
 
 func TestACallerOutsideTheGroupIsRefused(t *testing.T) {

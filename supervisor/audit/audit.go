@@ -1,0 +1,78 @@
+// Package audit is sandboxd's append-only record of every state-changing
+// action: who (the caller's uid, or the daemon itself), what, to which
+// sandbox, and how it ended. One JSON object per line, each written whole
+// with one write(2) on a file opened O_APPEND and synced before the call
+// returns, so lines never interleave or tear and survive a crash.
+package audit
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+)
+
+// Entry is one line of the log.
+type Entry struct {
+	Time time.Time `json:"time"`
+	// CallerUID is the uid that asked; nil when the daemon acted on its
+	// own (a time to live ran out, a reconcile).
+	CallerUID *uint32 `json:"caller_uid"`
+	Action    string  `json:"action"` // create, destroy, expire, ...
+	Sandbox   string  `json:"sandbox,omitempty"`
+	Project   string  `json:"project,omitempty"`
+	Result    string  `json:"result"` // "ok" or "error"
+	Error     string  `json:"error,omitempty"`
+}
+
+// Log is the open audit file. A nil *Log records nothing.
+type Log struct {
+	mu sync.Mutex
+	f  *os.File
+}
+
+// Open opens (making it and its directory if needed) the log at path.
+func Open(path string) (*Log, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("opening the audit log: %w", err)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("opening the audit log: %w", err)
+	}
+	return &Log{f: f}, nil
+}
+
+// Record appends e (its time set now if zero) and syncs it to disk.
+func (l *Log) Record(e Entry) error {
+	if l == nil {
+		return nil
+	}
+	if e.Time.IsZero() {
+		e.Time = time.Now().UTC()
+	}
+	line, err := json.Marshal(e)
+	if err != nil {
+		return err
+	}
+	line = append(line, '\n')
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, err := l.f.Write(line); err != nil {
+		return fmt.Errorf("writing the audit log: %w", err)
+	}
+	if err := l.f.Sync(); err != nil {
+		return fmt.Errorf("syncing the audit log: %w", err)
+	}
+	return nil
+}
+
+// Close closes the file.
+func (l *Log) Close() error {
+	if l == nil {
+		return nil
+	}
+	return l.f.Close()
+}

@@ -1,0 +1,155 @@
+package supervisor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sandboxd/sandboxd/supervisor/audit"
+	"github.com/sandboxd/sandboxd/supervisor/state"
+	"github.com/sandboxd/sandboxd/units"
+)
+
+// ErrLimitReached: a create that admission control refuses (too many
+// sandboxes, for the host or the caller, or too much memory promised).
+var ErrLimitReached = errors.New("limit reached")
+
+// Policy is admission control and time to live. Zero fields: no cap.
+type Policy struct {
+	MaxSandboxes int
+	MaxPerOwner  int
+	// DestroyOldest: a create beyond MaxPerOwner destroys the owner's
+	// oldest sandbox first, instead of being refused.
+	DestroyOldest bool
+	// MaxMemory caps the sum of the live sandboxes' MemoryMax; with it, a
+	// sandbox needs a MemoryMax (its own or DefaultMemoryMax).
+	MaxMemory        uint64
+	DefaultMemoryMax uint64
+	DefaultTTL       time.Duration
+	MaxTTL           time.Duration
+}
+
+type callerKey struct{}
+
+// WithCaller marks ctx as a call made by uid (the D-Bus API does), for
+// the audit log.
+func WithCaller(ctx context.Context, uid uint32) context.Context {
+	return context.WithValue(ctx, callerKey{}, uid)
+}
+
+func callerOf(ctx context.Context) *uint32 {
+	if uid, ok := ctx.Value(callerKey{}).(uint32); ok {
+		return &uid
+	}
+	return nil
+}
+
+// audit records an action and how it ended.
+func (s *Supervisor) audit(ctx context.Context, action string, rec state.Record, err error) {
+	e := audit.Entry{CallerUID: callerOf(ctx), Action: action, Sandbox: rec.ID, Project: rec.Project, Result: "ok"}
+	if err != nil {
+		e.Result, e.Error = "error", err.Error()
+	}
+	if aerr := s.cfg.Audit.Record(e); aerr != nil {
+		s.log.Error("writing the audit log", "error", aerr, "ACTION", action, "SANDBOX_ID", rec.ID)
+	}
+}
+
+// applyDefaults fills what the policy gives a create that did not say.
+func (p Policy) applyDefaults(opts *CreateOptions) error {
+	if opts.TTL == 0 {
+		opts.TTL = p.DefaultTTL
+	}
+	if p.MaxTTL > 0 && opts.TTL > p.MaxTTL {
+		return fmt.Errorf("time to live %v is over the host's maximum of %v: %w", opts.TTL, p.MaxTTL, ErrInvalid)
+	}
+	if opts.Limits.MemoryMax == nil && p.DefaultMemoryMax > 0 {
+		opts.Limits.MemoryMax = &p.DefaultMemoryMax
+	}
+	return nil
+}
+
+// admit checks a create against the caps, given the live records; it
+// returns the owner's sandboxes to destroy first (DestroyOldest).
+func (p Policy) admit(live []state.Record, opts CreateOptions) ([]state.Record, error) {
+	if p.MaxSandboxes > 0 && len(live) >= p.MaxSandboxes {
+		return nil, fmt.Errorf("%d sandboxes are alive, the host's limit (limits.max_sandboxes): %w", len(live), ErrLimitReached)
+	}
+	var own []state.Record
+	var promised uint64
+	for _, r := range live {
+		if r.Owner == opts.Owner {
+			own = append(own, r)
+		}
+		var l units.Limits
+		if len(r.Limits) > 0 && json.Unmarshal(r.Limits, &l) == nil && l.MemoryMax != nil {
+			promised += *l.MemoryMax
+		}
+	}
+	var evict []state.Record
+	if p.MaxPerOwner > 0 && len(own) >= p.MaxPerOwner {
+		if !p.DestroyOldest {
+			return nil, fmt.Errorf("uid %d has %d sandboxes alive, the limit per user (limits.max_sandboxes_per_user); destroy one first: %w", opts.Owner, len(own), ErrLimitReached)
+		}
+		evict = own[:len(own)-p.MaxPerOwner+1] // live is oldest first
+	}
+	if p.MaxMemory > 0 {
+		if opts.Limits.MemoryMax == nil {
+			return nil, fmt.Errorf("a MemoryMax is required: the host caps the memory of all sandboxes (limits.max_memory): %w", ErrInvalid)
+		}
+		for _, r := range evict {
+			var l units.Limits
+			if json.Unmarshal(r.Limits, &l) == nil && l.MemoryMax != nil {
+				promised -= *l.MemoryMax
+			}
+		}
+		if promised+*opts.Limits.MemoryMax > p.MaxMemory {
+			return nil, fmt.Errorf("MemoryMax %d would bring the memory promised to sandboxes to %d, over the host's %d (limits.max_memory): %w",
+				*opts.Limits.MemoryMax, promised+*opts.Limits.MemoryMax, p.MaxMemory, ErrLimitReached)
+		}
+	}
+	return evict, nil
+}
+
+// live lists the records of sandboxes that count against the caps.
+func (s *Supervisor) live() ([]state.Record, error) {
+	recs, err := s.cfg.Store.List()
+	if err != nil {
+		return nil, err
+	}
+	out := recs[:0]
+	for _, r := range recs {
+		if r.State != state.Destroying {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+// Expire destroys the sandboxes whose time to live ended by now, and
+// returns their ids. The daemon calls it periodically.
+func (s *Supervisor) Expire(ctx context.Context, now time.Time) ([]string, error) {
+	recs, err := s.cfg.Store.List()
+	if err != nil {
+		return nil, err
+	}
+	var done []string
+	var errs []error
+	for _, r := range recs {
+		if r.Expires.IsZero() || r.Expires.After(now) || r.State == state.Creating || r.State == state.Destroying {
+			continue
+		}
+		err := s.destroy(ctx, r.ID, "expire")
+		if errors.Is(err, ErrNotFound) {
+			continue // destroyed meanwhile
+		}
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		done = append(done, r.ID)
+	}
+	return done, errors.Join(errs...)
+}
