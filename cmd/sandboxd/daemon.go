@@ -65,6 +65,9 @@ func run(ctx context.Context, configPath string) error {
 		return err
 	}
 	defer store.Close()
+	if r := store.Recovery(); r.CorruptMovedTo != "" || r.Rebuilt > 0 {
+		log.Warn("the state database was rebuilt from its mirror", "corrupt_moved_to", r.CorruptMovedTo, "records", r.Rebuilt)
+	}
 	exe, err := os.Executable()
 	if err != nil {
 		return err

@@ -4,6 +4,12 @@
 // between; the lifecycle writes a record's intent (creating, destroying)
 // before it touches the filesystem or systemd, so that the reconcile at
 // the next start knows what to finish or undo.
+//
+// Each record is mirrored, after its transaction, as a small JSON file in
+// records/ beside the database (written to a temporary name, synced,
+// renamed). A database that is corrupt is moved aside, never deleted, and
+// the store is rebuilt from the mirror; so is one that went missing. A
+// lost database must not make the daemon take every sandbox for an orphan.
 package state
 
 import (
@@ -13,6 +19,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -64,17 +71,60 @@ var bucket = []byte("sandboxes")
 
 // Store is the open database.
 type Store struct {
-	db   *bolt.DB
-	path string
+	db      *bolt.DB
+	path    string
+	mirror  string // records/ beside the database
+	recover Recovery
 }
 
+// Recovery says what Open had to do to a database it could not use.
+type Recovery struct {
+	// CorruptMovedTo is where a corrupt database was moved ("" if none).
+	CorruptMovedTo string
+	// Rebuilt is how many records were read back from the mirror.
+	Rebuilt int
+}
+
+// Recovery tells what Open found and did (nothing, usually).
+func (s *Store) Recovery() Recovery { return s.recover }
+
 // Open opens (making it if missing) the database at path. Another daemon
-// holding it is ErrLocked after lockWait; a file that is not a database
-// is ErrCorrupt, and is left untouched for the operator.
+// holding it is ErrLocked after lockWait. A file that is not a database is
+// moved aside (path.corrupt-TIME, for the operator) and, like a missing
+// database, rebuilt from the mirror; Recovery says so.
 func Open(path string, lockWait time.Duration) (*Store, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+	mirror := filepath.Join(filepath.Dir(path), "records")
+	if err := os.MkdirAll(mirror, 0o700); err != nil {
 		return nil, fmt.Errorf("opening state %s: %w", path, err)
 	}
+	var rec Recovery
+	_, statErr := os.Stat(path)
+	fresh := errors.Is(statErr, os.ErrNotExist)
+	db, err := openDB(path, lockWait)
+	if errors.Is(err, ErrCorrupt) {
+		aside := fmt.Sprintf("%s.corrupt-%d", path, time.Now().Unix())
+		if rerr := os.Rename(path, aside); rerr != nil {
+			return nil, fmt.Errorf("%w; moving it aside: %w", err, rerr)
+		}
+		rec.CorruptMovedTo = aside
+		fresh = true
+		db, err = openDB(path, lockWait)
+	}
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{db: db, path: path, mirror: mirror}
+	if fresh {
+		if rec.Rebuilt, err = s.rebuild(); err != nil {
+			db.Close()
+			return nil, fmt.Errorf("rebuilding state %s from %s: %w", path, mirror, err)
+		}
+	}
+	s.recover = rec
+	return s, nil
+}
+
+func openDB(path string, lockWait time.Duration) (*bolt.DB, error) {
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: lockWait})
 	switch {
 	case errors.Is(err, bolterrors.ErrTimeout):
@@ -91,7 +141,72 @@ func Open(path string, lockWait time.Duration) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("opening state %s: %w", path, err)
 	}
-	return &Store{db: db, path: path}, nil
+	return db, nil
+}
+
+// rebuild loads every mirrored record into the (new) database.
+func (s *Store) rebuild() (int, error) {
+	entries, err := os.ReadDir(s.mirror)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	err = s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucket)
+		for _, e := range entries {
+			id, ok := strings.CutSuffix(e.Name(), ".json")
+			if !ok {
+				continue // a temporary file a crash left
+			}
+			data, err := os.ReadFile(filepath.Join(s.mirror, e.Name()))
+			if err != nil {
+				return err
+			}
+			var r Record
+			if err := json.Unmarshal(data, &r); err != nil || r.ID != id {
+				continue // unreadable: the reconcile treats its parts as orphans
+			}
+			if err := b.Put([]byte(r.ID), data); err != nil {
+				return err
+			}
+			n++
+		}
+		return nil
+	})
+	return n, err
+}
+
+// mirrorPut writes r's mirror file atomically.
+func (s *Store) mirrorPut(r Record) error {
+	data, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	final := filepath.Join(s.mirror, r.ID+".json")
+	tmp := final + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return fmt.Errorf("mirroring sandbox %s: %w", r.ID, err)
+	}
+	_, werr := f.Write(data)
+	serr := f.Sync()
+	cerr := f.Close()
+	if err := errors.Join(werr, serr, cerr); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("mirroring sandbox %s: %w", r.ID, err)
+	}
+	if err := os.Rename(tmp, final); err != nil {
+		return fmt.Errorf("mirroring sandbox %s: %w", r.ID, err)
+	}
+	return nil
+}
+
+func (s *Store) mirrorDelete(id string) error {
+	err := os.Remove(filepath.Join(s.mirror, id+".json"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	return err
 }
 
 // Close closes the database.
@@ -99,13 +214,17 @@ func (s *Store) Close() error { return s.db.Close() }
 
 // Create adds a new record; its id must be unused.
 func (s *Store) Create(r Record) error {
-	return s.db.Update(func(tx *bolt.Tx) error {
+	err := s.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucket)
 		if b.Get([]byte(r.ID)) != nil {
 			return fmt.Errorf("recording sandbox %s: %w", r.ID, ErrExists)
 		}
 		return put(b, r)
 	})
+	if err != nil {
+		return err
+	}
+	return s.mirrorPut(r)
 }
 
 // Update changes the record id with fn, in one transaction: fn's error
@@ -125,7 +244,10 @@ func (s *Store) Update(id string, fn func(*Record) error) (Record, error) {
 		out = r
 		return put(b, r)
 	})
-	return out, err
+	if err != nil {
+		return out, err
+	}
+	return out, s.mirrorPut(out)
 }
 
 // Get returns the record id.
@@ -158,13 +280,17 @@ func (s *Store) List() ([]Record, error) {
 
 // Delete removes the record id (the last step of a destroy).
 func (s *Store) Delete(id string) error {
-	return s.db.Update(func(tx *bolt.Tx) error {
+	err := s.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucket)
 		if b.Get([]byte(id)) == nil {
 			return fmt.Errorf("deleting sandbox %s: %w", id, ErrNotFound)
 		}
 		return b.Delete([]byte(id))
 	})
+	if err != nil {
+		return err
+	}
+	return s.mirrorDelete(id)
 }
 
 func get(b *bolt.Bucket, id string) (Record, error) {

@@ -105,18 +105,54 @@ func TestASecondDaemonIsRefused(t *testing.T) {
 	}
 }
 
-func TestACorruptFileIsReportedAndKept(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "state.db")
+func TestACorruptOrMissingDatabaseIsRebuilt(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "state.db")
+	s := open(t, path)
+	for _, id := range []string{"a1", "b2", "c3"} {
+		if err := s.Create(state.Record{ID: id, Project: "web", State: state.Ready, Created: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.Update("b2", func(r *state.Record) error { r.Owner = 1000; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Delete("c3"); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+
+	// Corrupt: overwritten with garbage.
 	garbage := []byte(strings.Repeat("not a database ", 1000))
 	if err := os.WriteFile(path, garbage, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, err := state.Open(path, 100*time.Millisecond)
-	if !errors.Is(err, state.ErrCorrupt) || !strings.Contains(err.Error(), path) {
-		t.Fatalf("Open of garbage: %v; want ErrCorrupt naming the file", err)
+	s, err := state.Open(path, 100*time.Millisecond)
+	if err != nil {
+		t.Fatalf("Open of a corrupt database: %v; want it rebuilt", err)
 	}
-	if data, _ := os.ReadFile(path); string(data) != string(garbage) {
-		t.Fatal("Open changed the corrupt file; it must be left for the operator")
+	rec := s.Recovery()
+	if rec.Rebuilt != 2 || !strings.HasPrefix(rec.CorruptMovedTo, path+".corrupt-") {
+		t.Fatalf("Recovery = %+v; want 2 records rebuilt and the corrupt file moved aside", rec)
+	}
+	if data, _ := os.ReadFile(rec.CorruptMovedTo); string(data) != string(garbage) {
+		t.Fatal("the corrupt database was not kept as it was")
+	}
+	if b2, err := s.Get("b2"); err != nil || b2.Owner != 1000 {
+		t.Fatalf("b2 after the rebuild: %+v, %v; want its last update", b2, err)
+	}
+	if _, err := s.Get("c3"); !errors.Is(err, state.ErrNotFound) {
+		t.Fatalf("c3, deleted before the corruption, after the rebuild: %v", err)
+	}
+	s.Close()
+
+	// Missing: deleted.
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	s = open(t, path)
+	if list, err := s.List(); err != nil || len(list) != 2 || s.Recovery().Rebuilt != 2 {
+		t.Fatalf("after the database went missing: %v, %v, %+v", list, err, s.Recovery())
 	}
 }
 

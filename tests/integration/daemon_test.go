@@ -201,6 +201,42 @@ func TestASecondDaemonIsRefused(t *testing.T) {
 	}
 }
 
+func TestAStopLeavesSandboxesAndACorruptStateFileLosesNothing(t *testing.T) {
+	install(t)
+	id, object := create(t)
+	unit := property(t, object, "Unit")
+	path := property(t, object, "Path")
+
+	// systemctl stop: SIGTERM, a clean exit; the sandbox keeps running.
+	sh(t, "systemctl", "stop", "sandboxd.service")
+	if result := strings.TrimSpace(sh(t, "systemctl", "show", "-P", "Result", "sandboxd.service")); result != "success" {
+		t.Fatalf("sandboxd stopped with result %q; want success", result)
+	}
+	if state := strings.TrimSpace(string(must1(exec.Command("systemctl", "is-active", unit).Output()))); state != "active" {
+		t.Fatalf("the sandbox's scope after the daemon stopped: %s; want active", state)
+	}
+
+	// The state database is lost to garbage while the daemon is down.
+	if err := os.WriteFile("/var/lib/sandboxd/state.db", bytes.Repeat([]byte("garbage "), 4096), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sh(t, "systemctl", "start", "sandboxd.service")
+	if ids := strings.Join(listedIDs(t), " "); !strings.Contains(ids, id) {
+		t.Fatalf("sandbox %s after a corrupt state file: listed %s", id, ids)
+	}
+	if _, err := os.Stat(filepath.Join(path, "index.html")); err != nil {
+		t.Fatalf("sandbox %s's files after a corrupt state file: %v", id, err)
+	}
+	corrupt, _ := filepath.Glob("/var/lib/sandboxd/state.db.corrupt-*")
+	if len(corrupt) != 1 {
+		t.Fatalf("the corrupt database was not kept aside: %v", corrupt)
+	}
+	if out := sh(t, "journalctl", "--no-pager", "-o", "cat", "-u", "sandboxd.service"); !strings.Contains(out, "rebuilt from its mirror") {
+		t.Fatalf("the journal does not say the state was rebuilt:\n%s", out)
+	}
+	sh(t, "busctl", "call", "org.sandboxd1", "/org/sandboxd1", "org.sandboxd1.Manager", "DestroySandbox", "s", id)
+}
+
 // mainPID is the daemon's pid as the testbed sees it.
 func mainPID(t *testing.T) int {
 	t.Helper()
