@@ -110,7 +110,11 @@ func run(ctx context.Context, configPath string) error {
 		return fmt.Errorf("connecting to the system bus: %w", err)
 	}
 	defer conn.Close()
-	srv, err := api.Serve(ctx, conn, sup, api.DefaultAccess(), log)
+	access, unresolved := api.ResolveAccess(cfg.Access.CreatorUsers, cfg.Access.CreatorGroups, cfg.Access.AdminUsers, cfg.Access.AdminGroups)
+	for _, err := range unresolved {
+		log.Warn("an [access] name does not resolve; left out", "error", err)
+	}
+	srv, err := api.Serve(ctx, conn, sup, access, log)
 	if err != nil {
 		return err
 	}

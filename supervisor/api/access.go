@@ -41,6 +41,53 @@ func DefaultAccess() Access {
 	return a
 }
 
+// ResolveAccess builds an Access from the configuration's names (or
+// numeric ids) of users and groups. A name that does not resolve is left
+// out and reported, not fatal: a group may be made after the daemon starts
+// (and then counts from its next start).
+func ResolveAccess(creatorUsers, creatorGroups, adminUsers, adminGroups []string) (Access, []error) {
+	var a Access
+	var errs []error
+	users := func(names []string, into *[]uint32) {
+		for _, n := range names {
+			if id, err := strconv.ParseUint(n, 10, 32); err == nil {
+				*into = append(*into, uint32(id))
+				continue
+			}
+			u, err := user.Lookup(n)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("looking up user %q: %w", n, err))
+				continue
+			}
+			id, err := strconv.ParseUint(u.Uid, 10, 32)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("looking up user %q: uid %q is not a number", n, u.Uid))
+				continue
+			}
+			*into = append(*into, uint32(id))
+		}
+	}
+	groups := func(names []string, into *[]uint32) {
+		for _, n := range names {
+			if id, err := strconv.ParseUint(n, 10, 32); err == nil {
+				*into = append(*into, uint32(id))
+				continue
+			}
+			gid, err := GroupID(n)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			*into = append(*into, gid)
+		}
+	}
+	users(creatorUsers, &a.CreatorUIDs)
+	groups(creatorGroups, &a.CreatorGIDs)
+	users(adminUsers, &a.AdminUIDs)
+	groups(adminGroups, &a.AdminGIDs)
+	return a, errs
+}
+
 // GroupID resolves a group's name to its gid (through NSS, as os/user does).
 func GroupID(name string) (uint32, error) {
 	g, err := user.LookupGroup(name)

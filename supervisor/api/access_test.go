@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/sandboxd/sandboxd/supervisor/api"
+	"github.com/sandboxd/sandboxd/tests/testbed"
 )
 
 // The bus itself refuses a caller outside group sandboxd: its calls never
@@ -114,5 +115,16 @@ func TestOwnersSeeOnlyTheirOwnSandboxes(t *testing.T) {
 	// Its own it may destroy.
 	if res := callAs(t, creator, "destroy", mine); res.ErrorName != "" {
 		t.Fatalf("DestroySandbox of its own as %s: %+v", creator.name, res)
+	}
+}
+
+func TestResolveAccessTakesNamesAndIDs(t *testing.T) {
+	testbed.Require(t)
+	a, errs := api.ResolveAccess([]string{"root", "1234"}, []string{"root", "no-such-group-xyz"}, []string{"nobody"}, nil)
+	if fmt.Sprint(a.CreatorUIDs) != "[0 1234]" || fmt.Sprint(a.CreatorGIDs) != "[0]" || fmt.Sprint(a.AdminUIDs) != "[65534]" {
+		t.Fatalf("ResolveAccess = %+v", a)
+	}
+	if len(errs) != 1 || !strings.Contains(errs[0].Error(), "no-such-group-xyz") {
+		t.Fatalf("ResolveAccess errors = %v; want one naming the unknown group", errs)
 	}
 }

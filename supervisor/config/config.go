@@ -49,7 +49,23 @@ type Config struct {
 	Daemon   Daemon    `toml:"daemon"`
 	Storage  Storage   `toml:"storage"`
 	Limits   Limits    `toml:"limits"`
+	Access   Access    `toml:"access"`
 	Projects []Project `toml:"project"`
+}
+
+// Access is the [access] section: who may use sandboxd through its D-Bus
+// API, by user and group names (or numeric ids). Root may always do
+// everything. The bus policy (org.sandboxd1.conf) must let the same
+// groups talk to sandboxd at all.
+type Access struct {
+	// CreatorUsers and the members of CreatorGroups may create sandboxes;
+	// each sees and acts on its own.
+	CreatorUsers  []string `toml:"creator_users"`
+	CreatorGroups []string `toml:"creator_groups"`
+	// AdminUsers and the members of AdminGroups see and act on every
+	// sandbox.
+	AdminUsers  []string `toml:"admin_users"`
+	AdminGroups []string `toml:"admin_groups"`
 }
 
 // Daemon is the [daemon] section.
@@ -126,6 +142,12 @@ func Default() *Config {
 			StateDir: "/var/lib/sandboxd",
 			LogLevel: "info",
 			AuditLog: "/var/log/sandboxd/audit.log",
+		},
+		Access: Access{
+			CreatorUsers:  []string{},
+			CreatorGroups: []string{"sandboxd"},
+			AdminUsers:    []string{},
+			AdminGroups:   []string{},
 		},
 		Limits: Limits{
 			MaxSandboxes:        256,

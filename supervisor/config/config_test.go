@@ -179,7 +179,7 @@ func TestParseBad(t *testing.T) {
 	}{
 		// Unknown keys and sections.
 		{"top-level key", "log_level = \"debug\"\n",
-			[]string{"x.toml:1: unknown key log_level", "allowed at top level: daemon, storage, limits, project"}},
+			[]string{"x.toml:1: unknown key log_level", "allowed at top level: daemon, storage, limits, access, project"}},
 		{"misspelled key", "[daemon]\nstate_dir = \"/x\"\nlog_levl = \"debug\"\n",
 			[]string{"x.toml:3: unknown key daemon.log_levl", "allowed in daemon: state_dir, log_level"}},
 		{"misspelled nested key", "[storage]\nbackend = \"embedded\"\n\n[storage.embedded]\nsise = \"1G\"\n",

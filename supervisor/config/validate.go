@@ -52,6 +52,18 @@ func (c *Config) validate(file string, w *where) error {
 	v.path(w.line("daemon", "state_dir"), "daemon.state_dir", d.StateDir)
 	v.path(w.line("daemon", "audit_log"), "daemon.audit_log", d.AuditLog)
 
+	a := c.Access
+	for _, list := range []struct {
+		key   string
+		names []string
+	}{{"creator_users", a.CreatorUsers}, {"creator_groups", a.CreatorGroups}, {"admin_users", a.AdminUsers}, {"admin_groups", a.AdminGroups}} {
+		for _, n := range list.names {
+			if n == "" || strings.ContainsAny(n, ":/ \t\n\x00") {
+				v.add(w.line("access", list.key), "access."+list.key, nil, "access.%s holds %q: want user or group names, or numeric ids", list.key, n)
+			}
+		}
+	}
+
 	l := c.Limits
 	for _, n := range []struct {
 		key string
