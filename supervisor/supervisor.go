@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -28,12 +29,17 @@ var (
 	ErrUnknownProject = errors.New("unknown project")
 	// ErrInvalid: options that make no sense (a negative TTL, bad limits).
 	ErrInvalid = errors.New("invalid sandbox options")
+	// ErrWrongState: an action the sandbox's state does not allow (thaw
+	// of a sandbox that is not frozen, ...).
+	ErrWrongState = errors.New("not allowed in the sandbox's state")
 )
 
 // Units is the seam to systemd: *units.Manager in the daemon.
 type Units interface {
 	StartScope(ctx context.Context, s units.Scope) error
 	Stop(ctx context.Context, name string) error
+	Freeze(ctx context.Context, name string) error
+	Thaw(ctx context.Context, name string) error
 	ResetFailed(ctx context.Context, name string) error
 	List(ctx context.Context, patterns ...string) ([]units.UnitState, error)
 }
@@ -334,4 +340,39 @@ func (s *Supervisor) finishDestroy(ctx context.Context, rec state.Record) error 
 		}
 	}
 	return s.cfg.Store.Delete(rec.ID)
+}
+
+// Freeze stops every process of a ready or running sandbox until Thaw
+// (its files and scope stay; its limits keep counting).
+func (s *Supervisor) Freeze(ctx context.Context, id string) (Sandbox, error) {
+	return s.transition(ctx, id, "freeze", []state.State{state.Ready, state.Running}, state.Frozen, s.cfg.Units.Freeze)
+}
+
+// Thaw lets a frozen sandbox's processes run again.
+func (s *Supervisor) Thaw(ctx context.Context, id string) (Sandbox, error) {
+	return s.transition(ctx, id, "thaw", []state.State{state.Frozen}, state.Ready, s.cfg.Units.Thaw)
+}
+
+// transition applies act to a sandbox's scope when its state is one of
+// from, then records the state to.
+func (s *Supervisor) transition(ctx context.Context, id, action string, from []state.State, to state.State,
+	act func(context.Context, string) error) (sb Sandbox, err error) {
+	defer s.lock(id)()
+	rec, err := s.cfg.Store.Get(id)
+	if err != nil {
+		return sb, err
+	}
+	defer func() { s.audit(ctx, action, rec, err) }()
+	if !slices.Contains(from, rec.State) {
+		return sb, fmt.Errorf("%s of sandbox %s: it is %s: %w", action, id, rec.State, ErrWrongState)
+	}
+	if err := act(ctx, rec.Unit); err != nil {
+		return sb, fmt.Errorf("%s of sandbox %s: %w", action, id, err)
+	}
+	rec, err = s.cfg.Store.Update(id, func(r *state.Record) error { r.State = to; return nil })
+	if err != nil {
+		return sb, fmt.Errorf("%s of sandbox %s: %w", action, id, err)
+	}
+	s.log.Info("sandbox "+string(to), "SANDBOX_ID", id, "ACTION", action, "CALLER_UID", uidField(ctx))
+	return s.sandbox(ctx, rec), nil
 }

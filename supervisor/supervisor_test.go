@@ -315,3 +315,65 @@ func mustGet(t *testing.T, fs cowfs.Backend, name string) cowfs.Volume {
 	}
 	return v
 }
+
+// procStates reads the state letter (R, S, T, ...) of every process in a
+// scope, from the cgroup systemd keeps it in.
+func procStates(t *testing.T, unit string) []string {
+	t.Helper()
+	out, err := exec.Command("systemctl", "show", "-P", "ControlGroup", unit).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cg := strings.TrimSpace(string(out))
+	var data []byte
+	for _, root := range []string{"/sys/fs/cgroup/unified", "/sys/fs/cgroup/systemd", "/sys/fs/cgroup"} {
+		if data, err = os.ReadFile(filepath.Join(root, cg, "cgroup.procs")); err == nil {
+			break
+		}
+	}
+	var states []string
+	for _, pid := range strings.Fields(string(data)) {
+		stat, err := os.ReadFile(filepath.Join("/proc", pid, "stat"))
+		if err != nil {
+			continue
+		}
+		s := string(stat)
+		states = append(states, s[strings.LastIndexByte(s, ')')+2:][:1])
+	}
+	if len(states) == 0 {
+		t.Fatalf("no processes in %s (%s)", unit, cg)
+	}
+	return states
+}
+
+func TestFreezeStopsTheSandboxAndThawResumesIt(t *testing.T) {
+	e := newEnv(t)
+	sb, err := e.sup.Create(ctx, supervisor.CreateOptions{Project: "web"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.sup.Thaw(ctx, sb.ID); !errors.Is(err, supervisor.ErrWrongState) || !strings.Contains(err.Error(), "ready") {
+		t.Fatalf("Thaw of a ready sandbox: %v; want ErrWrongState naming its state", err)
+	}
+	frozen, err := e.sup.Freeze(ctx, sb.ID)
+	if err != nil || frozen.State != state.Frozen {
+		t.Fatalf("Freeze = %+v, %v", frozen, err)
+	}
+	for _, st := range procStates(t, sb.Unit) {
+		if st != "T" {
+			t.Fatalf("a process of the frozen sandbox is in state %s; want T (stopped)", st)
+		}
+	}
+	if _, err := e.sup.Freeze(ctx, sb.ID); !errors.Is(err, supervisor.ErrWrongState) {
+		t.Fatalf("Freeze of a frozen sandbox: %v; want ErrWrongState", err)
+	}
+	thawed, err := e.sup.Thaw(ctx, sb.ID)
+	if err != nil || thawed.State != state.Ready {
+		t.Fatalf("Thaw = %+v, %v", thawed, err)
+	}
+	for _, st := range procStates(t, sb.Unit) {
+		if st == "T" {
+			t.Fatal("a process of the thawed sandbox is still stopped")
+		}
+	}
+}

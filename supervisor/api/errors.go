@@ -32,6 +32,8 @@ func fromSupervisor(err error) *dbus.Error {
 		name = ErrorInvalidArgs
 	case errors.Is(err, supervisor.ErrLimitReached):
 		name = ErrorLimitReached
+	case errors.Is(err, supervisor.ErrWrongState):
+		name = ErrorWrongState
 	}
 	return dbus.NewError(name, []any{err.Error()})
 }

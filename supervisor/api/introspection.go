@@ -52,6 +52,8 @@ const ManagerXML = xmlHeader + `<node>
 const SandboxXML = xmlHeader + `<node>
  <interface name="org.sandboxd1.Sandbox">
   <method name="Destroy"/>
+  <method name="Freeze"/>
+  <method name="Thaw"/>
   <property name="Id" type="s" access="read">
    <annotation name="org.freedesktop.DBus.Property.EmitsChangedSignal" value="const"/>
   </property>

@@ -29,6 +29,9 @@ const (
 	// ErrorLimitReached: admission control refused a create (too many
 	// sandboxes for the host or the caller, or too much memory promised).
 	ErrorLimitReached = "org.sandboxd1.Error.LimitReached"
+	// ErrorWrongState: the sandbox's state does not allow the call (Thaw
+	// of a sandbox that is not frozen).
+	ErrorWrongState = "org.sandboxd1.Error.WrongState"
 )
 
 // Standard errors of objects and properties (D-Bus specification).

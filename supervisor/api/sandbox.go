@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"slices"
 	"time"
@@ -31,6 +32,41 @@ func (o sandboxObject) Destroy(sender dbus.Sender, msg dbus.Message) *dbus.Error
 		return s.end(r, "", derr)
 	}
 	return s.end(r, id, s.destroy(r, id))
+}
+
+// Freeze() stops every process of the sandbox until Thaw().
+func (o sandboxObject) Freeze(sender dbus.Sender, msg dbus.Message) *dbus.Error {
+	return o.change(sender, msg, "Freeze", o.s.sup.Freeze)
+}
+
+// Thaw() lets a frozen sandbox's processes run again.
+func (o sandboxObject) Thaw(sender dbus.Sender, msg dbus.Message) *dbus.Error {
+	return o.change(sender, msg, "Thaw", o.s.sup.Thaw)
+}
+
+// change runs a state change of the sandbox msg is sent to, for a caller
+// that may see it, and announces the new state.
+func (o sandboxObject) change(sender dbus.Sender, msg dbus.Message, action string,
+	fn func(context.Context, string) (supervisor.Sandbox, error)) *dbus.Error {
+	s := o.s
+	r, derr := s.begin(sender, action)
+	if derr != nil {
+		return derr
+	}
+	id, derr := objectID(msg)
+	if derr != nil {
+		return s.end(r, "", derr)
+	}
+	if _, derr := s.lookup(r, id); derr != nil {
+		return s.end(r, id, derr)
+	}
+	if _, err := fn(r.ctx, id); err != nil {
+		return s.end(r, id, fromSupervisor(err))
+	}
+	if err := s.SandboxChanged(r.ctx, id); err != nil {
+		s.log.Error("announcing a state change", "SANDBOX_ID", id, "error", err)
+	}
+	return s.end(r, id, nil)
 }
 
 // sandboxProperties implements org.freedesktop.DBus.Properties.

@@ -268,7 +268,11 @@ func (s *Server) end(r *request, id string, derr *dbus.Error) *dbus.Error {
 }
 
 func mutating(action string) bool {
-	return action == "CreateSandbox" || action == "DestroySandbox" || action == "Destroy"
+	switch action {
+	case "CreateSandbox", "DestroySandbox", "Destroy", "Freeze", "Thaw":
+		return true
+	}
+	return false
 }
 
 // SandboxChanged is the hook for changes the server did not make itself

@@ -141,6 +141,22 @@ func TestTheServiceServesSandboxesOverTheBus(t *testing.T) {
 	if max := strings.TrimSpace(sh(t, "systemctl", "show", "-P", "MemoryMax", unit)); max != "268435456" {
 		t.Fatalf("%s MemoryMax = %s; want 268435456", unit, max)
 	}
+	// Freeze and thaw, as the State property tells.
+	call := func(method string) ([]byte, error) {
+		return exec.Command("busctl", "call", "org.sandboxd1", object, "org.sandboxd1.Sandbox", method).CombinedOutput()
+	}
+	if out, err := call("Freeze"); err != nil {
+		t.Fatalf("Freeze: %v: %s", err, out)
+	}
+	if got := property(t, object, "State"); got != "frozen" {
+		t.Fatalf("State after Freeze = %q", got)
+	}
+	if out, err := call("Thaw"); err != nil {
+		t.Fatalf("Thaw: %v: %s", err, out)
+	}
+	if out, err := call("Thaw"); err == nil || !strings.Contains(string(out), "ready") {
+		t.Fatalf("a second Thaw: %v, %q; want a refusal naming the state", err, out)
+	}
 	// The journal has the create under the sandbox's own field.
 	if out := sh(t, "journalctl", "--no-pager", "-o", "cat", "SANDBOX_ID="+id); !strings.Contains(out, "created") {
 		t.Fatalf("journalctl SANDBOX_ID=%s: %q", id, out)
