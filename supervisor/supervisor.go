@@ -276,9 +276,17 @@ func (s *Supervisor) List(ctx context.Context) ([]Sandbox, error) {
 	if err != nil {
 		return nil, err
 	}
+	// One listing of the pool for all paths: per sandbox, ZFS would cost a
+	// `zfs get` each.
+	paths := map[string]string{}
+	if vols, err := s.cfg.Backend.List(ctx); err == nil {
+		for _, v := range vols {
+			paths[v.Name] = v.Path
+		}
+	}
 	out := make([]Sandbox, 0, len(recs))
 	for _, r := range recs {
-		out = append(out, s.sandbox(ctx, r))
+		out = append(out, Sandbox{Record: r, Path: paths[r.Volume]})
 	}
 	return out, nil
 }

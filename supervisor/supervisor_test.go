@@ -12,12 +12,10 @@ import (
 	"testing"
 	"time"
 
-	dbtrfs "github.com/dennwc/btrfs"
-
 	"github.com/sandboxd/sandboxd/cowfs"
-	"github.com/sandboxd/sandboxd/cowfs/btrfs"
 	"github.com/sandboxd/sandboxd/supervisor"
 	"github.com/sandboxd/sandboxd/supervisor/state"
+	"github.com/sandboxd/sandboxd/supervisor/supervisortest"
 	"github.com/sandboxd/sandboxd/tests/testbed"
 	"github.com/sandboxd/sandboxd/units"
 )
@@ -36,51 +34,10 @@ type env struct {
 	cfg     supervisor.Config
 }
 
-var envs int
-
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	tb := testbed.Require(t)
-	envs++
-	root := filepath.Join(tb.Btrfs.Mount, fmt.Sprintf("sup-root%d", envs))
-	proj := filepath.Join(tb.Btrfs.Mount, fmt.Sprintf("sup-web%d", envs))
-	if err := dbtrfs.CreateSubVolume(proj); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(proj, "index.html"), []byte("<h1>web</h1>\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	fs, err := btrfs.Open(ctx, root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	um, err := units.Connect(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	store, err := state.Open(filepath.Join(t.TempDir(), "state.db"), time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := &env{fs: fs, units: um, store: store, project: proj}
-	e.cfg = supervisor.Config{
-		Backend:     fs,
-		Units:       um,
-		Store:       store,
-		Projects:    map[string]string{"web": proj},
-		InitCommand: []string{"/bin/sleep", "infinity"},
-	}
-	e.sup = supervisor.New(e.cfg)
-	t.Cleanup(func() {
-		if list, err := e.sup.List(ctx); err == nil {
-			for _, sb := range list {
-				_ = e.sup.Destroy(ctx, sb.ID)
-			}
-		}
-		store.Close()
-		um.Close()
-	})
-	return e
+	e := supervisortest.New(t, "sup", nil)
+	return &env{sup: e.Sup, fs: e.FS, units: e.Units, store: e.Store, project: e.Project, cfg: e.Config}
 }
 
 // scopeActive says whether the sandbox's scope runs.

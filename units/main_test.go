@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -44,23 +43,7 @@ func helper(h string) int {
 			fmt.Fprintln(os.Stderr, "hog:", err)
 			return 2
 		}
-		in := bufio.NewReader(os.Stdin)
-		if _, err := in.ReadString('\n'); err != nil {
-			fmt.Fprintln(os.Stderr, "hog: waiting for go:", err)
-			return 2
-		}
-		var chunks [][]byte
-		for range n {
-			c := make([]byte, 1<<20)
-			for j := 0; j < len(c); j += 4096 {
-				c[j] = 1
-			}
-			chunks = append(chunks, c)
-		}
-		fmt.Printf("allocated %d MiB\n", len(chunks))
-		_, _ = io.Copy(io.Discard, in)
-		runtime.KeepAlive(chunks)
-		return 0
+		return testbed.Hog(n)
 	case "counter":
 		// Written by rename, so that a reader never sees half a number.
 		tmp := arg + ".tmp"

@@ -18,16 +18,14 @@ import (
 	"testing"
 	"time"
 
-	dbtrfs "github.com/dennwc/btrfs"
 	"github.com/godbus/dbus/v5"
 
 	"github.com/sandboxd/sandboxd/cowfs"
-	"github.com/sandboxd/sandboxd/cowfs/btrfs"
 	"github.com/sandboxd/sandboxd/supervisor"
 	"github.com/sandboxd/sandboxd/supervisor/api"
 	"github.com/sandboxd/sandboxd/supervisor/state"
+	"github.com/sandboxd/sandboxd/supervisor/supervisortest"
 	"github.com/sandboxd/sandboxd/tests/testbed"
-	"github.com/sandboxd/sandboxd/units"
 )
 
 // helperEnv, when set, makes the test binary a bus client (see helper):
@@ -178,55 +176,14 @@ type env struct {
 	srvConn *dbus.Conn
 }
 
-var envs int
-
 // newEnv serves a new supervisor with access; everything it makes is
 // destroyed when the test ends.
 func newEnv(t *testing.T, access api.Access) *env {
 	t.Helper()
 	setupBus(t)
-	tb := testbed.Require(t)
-	envs++
-	root := filepath.Join(tb.Btrfs.Mount, fmt.Sprintf("api-root%d", envs))
-	proj := filepath.Join(tb.Btrfs.Mount, fmt.Sprintf("api-web%d", envs))
-	if err := dbtrfs.CreateSubVolume(proj); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(proj, "index.html"), []byte("<h1>web</h1>\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	fs, err := btrfs.Open(ctx, root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	um, err := units.Connect(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	store, err := state.Open(filepath.Join(t.TempDir(), "state.db"), time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := &env{fs: fs, store: store, project: proj}
-	e.sup = supervisor.New(supervisor.Config{
-		Backend:     fs,
-		Units:       um,
-		Store:       store,
-		Projects:    map[string]string{"web": proj},
-		InitCommand: []string{"/bin/sleep", "infinity"},
-		Log:         testLog(t),
-	})
-	t.Cleanup(func() {
-		if list, err := e.sup.List(ctx); err == nil {
-			for _, sb := range list {
-				if err := e.sup.Destroy(ctx, sb.ID); err != nil {
-					t.Errorf("cleaning up sandbox %s: %v", sb.ID, err)
-				}
-			}
-		}
-		store.Close()
-		um.Close()
-	})
+	se := supervisortest.New(t, "api", testLog(t))
+	e := &env{sup: se.Sup, fs: se.FS, store: se.Store, project: se.Project}
+	var err error
 	e.srvConn = systemBus(t)
 	e.srv, err = api.Serve(ctx, e.srvConn, e.sup, access, testLog(t))
 	if err != nil {

@@ -258,7 +258,9 @@ func mainPID(t *testing.T) int {
 	t.Helper()
 	pid, err := strconv.Atoi(strings.TrimSpace(sh(t, "systemctl", "show", "-P", "MainPID", "sandboxd.service")))
 	if err != nil || pid == 0 {
-		t.Fatalf("sandboxd's MainPID: %v (%d)", err, pid)
+		status, _ := exec.Command("systemctl", "status", "--no-pager", "sandboxd.service").CombinedOutput()
+		journal, _ := exec.Command("journalctl", "--no-pager", "-n", "40", "-u", "sandboxd.service").CombinedOutput()
+		t.Fatalf("sandboxd's MainPID: %v (%d)\n%s\n%s", err, pid, status, journal)
 	}
 	return pid
 }
@@ -270,7 +272,10 @@ func waitActive(t *testing.T, old int) {
 	for time.Now().Before(deadline) {
 		state := strings.TrimSpace(string(must1(exec.Command("systemctl", "is-active", "sandboxd.service").Output())))
 		if state == "active" {
-			if pid := mainPID(t); pid != old {
+			// Right after the kill, systemd may not have noticed yet: it
+			// still says active, then MainPID reads 0 while it restarts.
+			out := must1(exec.Command("systemctl", "show", "-P", "MainPID", "sandboxd.service").Output())
+			if pid, _ := strconv.Atoi(strings.TrimSpace(string(out))); pid != 0 && pid != old {
 				return
 			}
 		}

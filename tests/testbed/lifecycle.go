@@ -350,11 +350,15 @@ func Stop(ctx context.Context, base string) error {
 }
 
 // clearStale removes what a dead testbed left under base, or reports
-// ErrBusy if one is alive.
+// ErrBusy if one is alive there or in DefaultDir: a testbed of `testbed
+// up` holds no lock once its command has exited, and two testbeds must
+// not run at once, whatever their directories.
 func clearStale(base string) error {
-	info, err := readInfo(InfoPath(base))
-	if err == nil && info.alive() {
-		return fmt.Errorf("%w: systemd pid %d, started by `testbed up`; end it with `go run ./tests/testbed/cmd/testbed down`", ErrBusy, info.PID)
+	for _, dir := range []string{base, DefaultDir} {
+		info, err := readInfo(InfoPath(dir))
+		if err == nil && info.alive() {
+			return fmt.Errorf("%w: systemd pid %d, started by `testbed up`; end it with `go run ./tests/testbed/cmd/testbed down`", ErrBusy, info.PID)
+		}
 	}
 	return removeInstance(instanceDir(base))
 }

@@ -1,7 +1,6 @@
 package testbed_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -12,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -32,29 +30,14 @@ func TestMain(m *testing.M) {
 	testbed.Main(m)
 }
 
-// hog waits for a line on stdin, then allocates and touches mb MiB, so the
-// test can put it into a scope before it grows.
+// hog runs testbed.Hog with the size from the environment.
 func hog(mb string) int {
 	n, err := strconv.Atoi(mb)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "hog:", err)
 		return 2
 	}
-	if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
-		fmt.Fprintln(os.Stderr, "hog: waiting for go:", err)
-		return 2
-	}
-	var chunks [][]byte
-	for range n {
-		c := make([]byte, 1<<20)
-		for j := 0; j < len(c); j += 4096 {
-			c[j] = 1
-		}
-		chunks = append(chunks, c)
-	}
-	fmt.Printf("allocated %d MiB\n", len(chunks))
-	runtime.KeepAlive(chunks)
-	return 0
+	return testbed.Hog(n)
 }
 
 // systemBus connects to the testbed's system bus the way sandboxd will.

@@ -1,0 +1,90 @@
+// Package supervisortest builds a real Supervisor for tests inside the
+// testbed: a btrfs pool, a project "web" holding index.html, real systemd
+// scopes and a bbolt store, all removed when the test ends.
+package supervisortest
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	dbtrfs "github.com/dennwc/btrfs"
+
+	"github.com/sandboxd/sandboxd/cowfs"
+	"github.com/sandboxd/sandboxd/cowfs/btrfs"
+	"github.com/sandboxd/sandboxd/supervisor"
+	"github.com/sandboxd/sandboxd/supervisor/state"
+	"github.com/sandboxd/sandboxd/tests/testbed"
+	"github.com/sandboxd/sandboxd/units"
+)
+
+// Index is the content of the project's index.html.
+const Index = "<h1>web</h1>\n"
+
+// Env is one supervisor and its parts.
+type Env struct {
+	Sup     *supervisor.Supervisor
+	Config  supervisor.Config // what Sup was made with, to make another
+	FS      cowfs.Backend
+	Units   *units.Manager
+	Store   *state.Store
+	Project string // the project's path
+}
+
+var envs atomic.Int64
+
+// New makes an Env whose pool root and project are named after prefix;
+// every sandbox left at the end of the test is destroyed.
+func New(t *testing.T, prefix string, log *slog.Logger) *Env {
+	t.Helper()
+	ctx := context.Background()
+	tb := testbed.Require(t)
+	n := envs.Add(1)
+	root := filepath.Join(tb.Btrfs.Mount, fmt.Sprintf("%s-root%d", prefix, n))
+	proj := filepath.Join(tb.Btrfs.Mount, fmt.Sprintf("%s-web%d", prefix, n))
+	if err := dbtrfs.CreateSubVolume(proj); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(proj, "index.html"), []byte(Index), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fs, err := btrfs.Open(ctx, root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	um, err := units.Connect(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := state.Open(filepath.Join(t.TempDir(), "state.db"), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &Env{FS: fs, Units: um, Store: store, Project: proj}
+	e.Config = supervisor.Config{
+		Backend:     fs,
+		Units:       um,
+		Store:       store,
+		Projects:    map[string]string{"web": proj},
+		InitCommand: []string{"/bin/sleep", "infinity"},
+		Log:         log,
+	}
+	e.Sup = supervisor.New(e.Config)
+	t.Cleanup(func() {
+		if list, err := e.Sup.List(ctx); err == nil {
+			for _, sb := range list {
+				if err := e.Sup.Destroy(ctx, sb.ID); err != nil {
+					t.Errorf("cleaning up sandbox %s: %v", sb.ID, err)
+				}
+			}
+		}
+		store.Close()
+		um.Close()
+	})
+	return e
+}
