@@ -70,6 +70,7 @@ type Supervisor struct {
 	// admission serializes the caps check with the recording of a create's
 	// intent, so that concurrent creates cannot both take the last place.
 	admission sync.Mutex
+	reaper    reaper
 }
 
 // New makes a Supervisor. Call Reconcile before serving.
@@ -235,17 +236,19 @@ func (s *Supervisor) startScope(ctx context.Context, rec state.Record, limits un
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("starting the sandbox's init: %w", err)
 	}
-	// The init is reparented to the scope's care; reap it here if it ends
-	// while the daemon runs.
-	go func() { _ = cmd.Wait() }()
+	// The reaper collects its exit status when it ends while the daemon
+	// runs (a destroy, RuntimeMax); after a restart, systemd does.
+	pid := cmd.Process.Pid
+	_ = cmd.Process.Release()
+	s.reaper.add(pid)
 	err := s.cfg.Units.StartScope(ctx, units.Scope{
 		Name:        rec.Unit,
 		Description: fmt.Sprintf("sandboxd sandbox %s of %s", rec.ID, rec.Project),
-		PIDs:        []int{cmd.Process.Pid},
+		PIDs:        []int{pid},
 		Limits:      limits,
 	})
 	if err != nil {
-		_ = cmd.Process.Kill()
+		_ = syscall.Kill(pid, syscall.SIGKILL)
 		return err
 	}
 	return nil

@@ -334,3 +334,70 @@ func TestFreezeStopsTheSandboxAndThawResumesIt(t *testing.T) {
 		}
 	}
 }
+
+// threads counts this process's OS threads.
+func threads(t *testing.T) int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(entries)
+}
+
+// children lists this process's child pids and their states.
+func children(t *testing.T) map[string]string {
+	t.Helper()
+	entries, _ := os.ReadDir("/proc")
+	self := fmt.Sprint(os.Getpid())
+	out := map[string]string{}
+	for _, e := range entries {
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		s := string(stat)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+		if len(f) > 1 && f[1] == self {
+			out[e.Name()] = f[0]
+		}
+	}
+	return out
+}
+
+func TestLiveSandboxesCostNoThreadsAndLeaveNoZombies(t *testing.T) {
+	e := newEnv(t)
+	before := threads(t)
+	var ids []string
+	for range 20 {
+		sb, err := e.sup.Create(ctx, supervisor.CreateOptions{Project: "web"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, sb.ID)
+	}
+	if grew := threads(t) - before; grew > 5 {
+		t.Fatalf("20 live sandboxes took %d more threads; want none per sandbox", grew)
+	}
+	for _, id := range ids {
+		if err := e.sup.Destroy(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		zombies := 0
+		for _, st := range children(t) {
+			if st == "Z" {
+				zombies++
+			}
+		}
+		if zombies == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d destroyed sandboxes' inits are left as zombies", zombies)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
