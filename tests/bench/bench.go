@@ -122,16 +122,7 @@ func benchSize(ctx context.Context, cfg config, p *pool, t *table, n int, larges
 	delRow := row{fs: p.name, files: n, op: "cowfs Delete (of that snapshot)", s: dels}
 	verdicts := []string{"reference size"}
 	if ref != nil {
-		verdicts = nil
-		// Compared as printed (one decimal), so that "×1.5" never reads
-		// as "not flat".
-		r := math.Round(float64(res.snapshot)/float64(ref.snapshot)*10) / 10
-		word := "flat"
-		if r > flatWithin {
-			word = "not flat"
-		}
-		verdicts = append(verdicts, fmt.Sprintf("%s: %s of %s, for ×%g the files",
-			word, ratio(res.snapshot, ref.snapshot), count(ref.files), float64(n)/float64(ref.files)))
+		verdicts = []string{flatness(res.snapshot, ref.snapshot, n, ref.files)}
 		delRow.verdict = fmt.Sprintf("no target; %s of %s", ratio(res.dele, ref.dele), count(ref.files))
 	}
 	if p.name == "btrfs" {
@@ -163,6 +154,19 @@ func benchSize(ctx context.Context, cfg config, p *pool, t *table, n int, larges
 		}
 	}
 	return res, nil
+}
+
+// flatness says whether d, a median at n files, is flat: within
+// flatWithin of ref, the median at refFiles files.
+func flatness(d, ref time.Duration, n, refFiles int) string {
+	// Compared as printed (one decimal), so that "×1.5" never reads as
+	// "not flat".
+	r := math.Round(float64(d)/float64(ref)*10) / 10
+	word := "flat"
+	if r > flatWithin {
+		word = "not flat"
+	}
+	return fmt.Sprintf("%s: %s of %s, for ×%g the files", word, ratio(d, ref), count(refFiles), float64(n)/float64(refFiles))
 }
 
 func metOrMissed(met bool) string {

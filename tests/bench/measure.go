@@ -29,14 +29,22 @@ func (s series) median() time.Duration {
 	return (c[len(c)/2-1] + c[len(c)/2]) / 2
 }
 
-// p90 is the nearest-rank 90th percentile; with fewer than 10 runs it
-// would only be the slowest run, so it is not given.
-func (s series) p90() (time.Duration, bool) {
-	if len(s) < 10 {
+// percentile is the nearest-rank p-th percentile (0 < p < 1). With fewer
+// than 1/(1-p) runs (10 for p90, 100 for p99) it would only be the slowest
+// run, so it is not given.
+func (s series) percentile(p float64) (time.Duration, bool) {
+	if len(s) == 0 || float64(len(s)) < math.Round(1/(1-p)) {
 		return 0, false
 	}
 	c := s.sorted()
-	return c[int(math.Ceil(0.9*float64(len(c))))-1], true
+	return c[int(math.Ceil(p*float64(len(c))))-1], true
+}
+
+func (s series) max() time.Duration {
+	if len(s) == 0 {
+		return 0
+	}
+	return slices.Max(s)
 }
 
 // loop says how many times a series runs: one untimed warm-up, then up
@@ -99,6 +107,11 @@ type row struct {
 type table struct {
 	rows []row
 	ran  []string // "btrfs: 1k, 10k, 100k"
+	// pct is the percentile its second column gives: 0.9 for series of
+	// 15 runs, 0.99 for the daemon's 200 calls.
+	pct float64
+	// ratioOf names what the ÷ column divides by: "cowfs", "create".
+	ratioOf string
 }
 
 func (t *table) add(r row) { t.rows = append(t.rows, r) }
@@ -107,20 +120,28 @@ func (t *table) sizesRan() string { return strings.Join(t.ran, "; ") }
 
 func (t *table) markdown() string {
 	var b strings.Builder
-	b.WriteString("| fs | files | operation | median ms | p90 ms | runs | ÷ cowfs | target | verdict |\n")
+	fmt.Fprintf(&b, "| fs | files | operation | median ms | p%.0f ms | runs | ÷ %s | target | verdict |\n", t.pct*100, t.ratioOf)
 	b.WriteString("|---|--:|---|--:|--:|--:|--:|---|---|\n")
 	for _, r := range t.rows {
-		med, p90, runs := "n/a", "–", "–"
-		if r.na == "" {
-			med, p90, runs = ms(r.s.median()), "–", fmt.Sprint(len(r.s))
-			if d, ok := r.s.p90(); ok {
-				p90 = ms(d)
-			}
-		} else {
+		med, pct, runs, files := "n/a", "–", "–", "–"
+		switch {
+		case r.na != "":
 			r.op += " (" + r.na + ")"
+		case len(r.s) == 0:
+			// A row of a size, not a time (memory): its figure is in
+			// the operation.
+			med = "–"
+		default:
+			med, runs = ms(r.s.median()), fmt.Sprint(len(r.s))
+			if d, ok := r.s.percentile(t.pct); ok {
+				pct = ms(d)
+			}
+		}
+		if r.files > 0 {
+			files = count(r.files)
 		}
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
-			r.fs, count(r.files), r.op, med, p90, runs, dash(r.ratio), dash(r.target), dash(r.verdict))
+			r.fs, files, r.op, med, pct, runs, dash(r.ratio), dash(r.target), dash(r.verdict))
 	}
 	return b.String()
 }
