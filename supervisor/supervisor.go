@@ -40,6 +40,7 @@ type Units interface {
 	Stop(ctx context.Context, name string) error
 	Freeze(ctx context.Context, name string) error
 	Thaw(ctx context.Context, name string) error
+	Usage(ctx context.Context, name string) (units.Usage, error)
 	ResetFailed(ctx context.Context, name string) error
 	List(ctx context.Context, patterns ...string) ([]units.UnitState, error)
 }
@@ -386,4 +387,52 @@ func (s *Supervisor) transition(ctx context.Context, id, action string, from []s
 	}
 	s.log.Info("sandbox "+string(to), "SANDBOX_ID", id, "ACTION", action, "CALLER_UID", uidField(ctx))
 	return s.sandbox(ctx, rec), nil
+}
+
+// Staleness values: whether the project moved on since the sandbox's base.
+const (
+	Current      = "current"
+	Stale        = "stale"
+	StaleUnknown = "unknown" // the backend cannot tell without reading files
+)
+
+// Inspection is what a sandbox's live state reads: how its project moved
+// on since its base, and what it uses now.
+type Inspection struct {
+	Staleness string
+	// Memory, CPU (ns) and Tasks of its scope; Known is false where the
+	// host does not account it.
+	Memory, CPU, Tasks units.Amount
+	// Disk is what the sandbox wrote (its volume's exclusive bytes), known
+	// where the pool has quotas on.
+	Disk units.Amount
+}
+
+// Inspect reads a sandbox's staleness and live usage.
+func (s *Supervisor) Inspect(ctx context.Context, id string) (Inspection, error) {
+	rec, err := s.cfg.Store.Get(id)
+	if err != nil {
+		return Inspection{}, err
+	}
+	in := Inspection{Staleness: StaleUnknown}
+	project, perr := s.cfg.Backend.Project(ctx, s.cfg.Projects[rec.Project])
+	base, berr := s.cfg.Backend.Get(ctx, rec.Base)
+	if perr == nil && berr == nil {
+		switch changed, err := s.cfg.Backend.ChangedSince(ctx, project, base); {
+		case err != nil:
+		case changed:
+			in.Staleness = Stale
+		default:
+			in.Staleness = Current
+		}
+	}
+	if u, err := s.cfg.Units.Usage(ctx, rec.Unit); err == nil {
+		in.Memory, in.CPU, in.Tasks = u.Memory, u.CPU, u.Tasks
+	}
+	if vol, err := s.cfg.Backend.Get(ctx, rec.Volume); err == nil {
+		if du, err := s.cfg.Backend.Usage(ctx, vol); err == nil {
+			in.Disk = units.Amount{Value: du.Exclusive, Known: true}
+		}
+	}
+	return in, nil
 }

@@ -401,3 +401,33 @@ func TestLiveSandboxesCostNoThreadsAndLeaveNoZombies(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+func TestInspectTellsStalenessAndUsage(t *testing.T) {
+	e := newEnv(t)
+	sb, err := e.sup.Create(ctx, supervisor.CreateOptions{Project: "web", DiskQuota: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := e.sup.Inspect(ctx, sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in.Staleness != supervisor.Current {
+		t.Fatalf("staleness right after create: %q; want current", in.Staleness)
+	}
+	// Memory is known but may read 0: cgroup v1 charges pages to the cgroup
+	// that was current when they were allocated, before the init moved.
+	if !in.Tasks.Known || in.Tasks.Value != 1 || !in.Memory.Known || !in.Disk.Known {
+		t.Fatalf("usage of a fresh sandbox: %+v; want its init as 1 task, memory and disk (under a quota) known", in)
+	}
+	// The project moves on; btrfs tells at its next commit.
+	if err := os.WriteFile(filepath.Join(e.project, "index.html"), []byte("<h1>v2</h1>\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("btrfs", "filesystem", "sync", e.project).CombinedOutput(); err != nil {
+		t.Fatalf("btrfs filesystem sync: %v: %s", err, out)
+	}
+	if in, err = e.sup.Inspect(ctx, sb.ID); err != nil || in.Staleness != supervisor.Stale {
+		t.Fatalf("staleness after the project changed: %q, %v; want stale", in.Staleness, err)
+	}
+}

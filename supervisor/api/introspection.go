@@ -87,6 +87,12 @@ const SandboxXML = xmlHeader + `<node>
   <property name="Limits" type="a{sv}" access="read">
    <annotation name="org.freedesktop.DBus.Property.EmitsChangedSignal" value="const"/>
   </property>
+  <property name="Staleness" type="s" access="read">
+   <annotation name="org.freedesktop.DBus.Property.EmitsChangedSignal" value="false"/>
+  </property>
+  <property name="Usage" type="a{sv}" access="read">
+   <annotation name="org.freedesktop.DBus.Property.EmitsChangedSignal" value="false"/>
+  </property>
  </interface>
  <interface name="org.freedesktop.DBus.Properties">
   <method name="Get">

@@ -93,7 +93,7 @@ func TestTheXMLDescribesTheCode(t *testing.T) {
 	}
 
 	// The properties, as sandboxProps makes them.
-	props, err := sandboxProps(supervisor.Sandbox{Record: state.Record{ID: "x", State: state.Ready, Limits: []byte(`{"MemoryMax":1}`)}})
+	props, err := sandboxProps(supervisor.Sandbox{Record: state.Record{ID: "x", State: state.Ready, Limits: []byte(`{"MemoryMax":1}`)}}, supervisor.Inspection{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -123,7 +123,11 @@ func (s *Server) properties(sender dbus.Sender, msg dbus.Message, action, iface 
 	if derr != nil {
 		return nil, nil, "", s.end(r, id, derr)
 	}
-	props, err := sandboxProps(sb)
+	insp, err := s.sup.Inspect(r.ctx, id)
+	if err != nil {
+		return nil, nil, "", s.end(r, id, fromSupervisor(err))
+	}
+	props, err := sandboxProps(sb, insp)
 	if err != nil {
 		return nil, nil, "", s.end(r, id, dbusError(ErrorFailed, "reading the properties of sandbox %s: %v", id, err))
 	}
@@ -131,7 +135,7 @@ func (s *Server) properties(sender dbus.Sender, msg dbus.Message, action, iface 
 }
 
 // sandboxProps are the org.sandboxd1.Sandbox properties of sb.
-func sandboxProps(sb supervisor.Sandbox) (map[string]dbus.Variant, error) {
+func sandboxProps(sb supervisor.Sandbox, insp supervisor.Inspection) (map[string]dbus.Variant, error) {
 	limits, err := limitsMap(sb.Limits)
 	if err != nil {
 		return nil, err
@@ -152,7 +156,24 @@ func sandboxProps(sb supervisor.Sandbox) (map[string]dbus.Variant, error) {
 		"Base":    dbus.MakeVariant(sb.Base),
 		"Profile": dbus.MakeVariant(sb.Profile),
 		"Limits":  dbus.MakeVariant(limits),
+		// Live: read at each Get, never announced by PropertiesChanged.
+		"Staleness": dbus.MakeVariant(insp.Staleness),
+		"Usage":     dbus.MakeVariant(usageMap(insp)),
 	}, nil
+}
+
+// usageMap is a sandbox's live usage, with only what the host accounts:
+// MemoryCurrent and DiskUsed in bytes, CPUUsageNSec, TasksCurrent.
+func usageMap(in supervisor.Inspection) map[string]dbus.Variant {
+	out := map[string]dbus.Variant{}
+	for name, a := range map[string]units.Amount{
+		"MemoryCurrent": in.Memory, "CPUUsageNSec": in.CPU, "TasksCurrent": in.Tasks, "DiskUsed": in.Disk,
+	} {
+		if a.Known {
+			out[name] = dbus.MakeVariant(a.Value)
+		}
+	}
+	return out
 }
 
 // limitsMap is a sandbox's recorded limits under CreateSandbox's option

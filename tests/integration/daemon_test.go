@@ -141,6 +141,13 @@ func TestTheServiceServesSandboxesOverTheBus(t *testing.T) {
 	if max := strings.TrimSpace(sh(t, "systemctl", "show", "-P", "MemoryMax", unit)); max != "268435456" {
 		t.Fatalf("%s MemoryMax = %s; want 268435456", unit, max)
 	}
+	// Inspect: staleness and live usage.
+	if got := property(t, object, "Staleness"); got != "current" {
+		t.Fatalf("Staleness = %q; want current", got)
+	}
+	if out := sh(t, "busctl", "get-property", "org.sandboxd1", object, "org.sandboxd1.Sandbox", "Usage"); !strings.Contains(out, `"TasksCurrent" t 1`) {
+		t.Fatalf("Usage = %q; want TasksCurrent 1 (the init)", out)
+	}
 	// Freeze and thaw, as the State property tells.
 	call := func(method string) ([]byte, error) {
 		return exec.Command("busctl", "call", "org.sandboxd1", object, "org.sandboxd1.Sandbox", method).CombinedOutput()
