@@ -145,8 +145,9 @@ func TestTheServiceServesSandboxesOverTheBus(t *testing.T) {
 	if got := property(t, object, "Staleness"); got != "current" {
 		t.Fatalf("Staleness = %q; want current", got)
 	}
-	if out := sh(t, "busctl", "get-property", "org.sandboxd1", object, "org.sandboxd1.Sandbox", "Usage"); !strings.Contains(out, `"TasksCurrent" t 1`) {
-		t.Fatalf("Usage = %q; want TasksCurrent 1 (the init)", out)
+	// The init is a Go process: its runtime threads count as tasks too.
+	if out := sh(t, "busctl", "get-property", "org.sandboxd1", object, "org.sandboxd1.Sandbox", "Usage"); !regexp.MustCompile(`"TasksCurrent" t [1-9]`).MatchString(out) {
+		t.Fatalf("Usage = %q; want the init's tasks counted", out)
 	}
 	// Freeze and thaw, as the State property tells.
 	call := func(method string) ([]byte, error) {
