@@ -105,5 +105,5 @@ func TestFullPool(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cowfstest.FullPool(t, cowfstest.Pool{Backend: b, Project: project})
+	cowfstest.FullPool(t, cowfstest.Pool{Backend: b, Project: project}, nil)
 }

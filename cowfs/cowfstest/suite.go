@@ -498,8 +498,10 @@ func DeleteAll(ctx context.Context, b cowfs.Backend) error {
 
 // FullPool checks, on a small pool, that a receive that runs out of space
 // fails with ErrNoSpace naming the volume, leaves no volume behind, and
-// works again once space is freed.
-func FullPool(t *testing.T, p Pool) {
+// works again once space is freed. takeSpace takes the pool's free space
+// and returns how to give it back; nil fills it by writing a file into the
+// project until ENOSPC.
+func FullPool(t *testing.T, p Pool, takeSpace func(t *testing.T) (free func())) {
 	fill(t, p.Project.Path)
 	write(t, filepath.Join(p.Project.Path, "payload"), strings.Repeat("sandboxd ", 2<<20), 0o644) // 18 MiB
 	base := ok[cowfs.Volume](t)(p.Backend.Snapshot(ctx, p.Project, "b1", true))
@@ -508,8 +510,28 @@ func FullPool(t *testing.T, p Pool) {
 		t.Fatal(err)
 	}
 	before := names(ok[[]cowfs.Volume](t)(p.Backend.List(ctx)))
+	if takeSpace == nil {
+		takeSpace = func(t *testing.T) func() { return fillByWriting(t, p.Project.Path) }
+	}
+	free := takeSpace(t)
 
-	filler := filepath.Join(p.Project.Path, "filler")
+	_, err := p.Backend.Receive(ctx, bytes.NewReader(stream.Bytes()), "copy")
+	if !errors.Is(err, cowfs.ErrNoSpace) || !strings.Contains(err.Error(), "copy") {
+		t.Fatalf("receiving into a full pool: %v; want ErrNoSpace naming the volume", err)
+	}
+	if after := names(ok[[]cowfs.Volume](t)(p.Backend.List(ctx))); !reflect.DeepEqual(before, after) {
+		t.Fatalf("a failed receive left volumes: %v -> %v", before, after)
+	}
+	// The fault ends: the same receive works.
+	free()
+	got := ok[cowfs.Volume](t)(p.Backend.Receive(ctx, bytes.NewReader(stream.Bytes()), "copy"))
+	sameTree(t, "received after space was freed", base.Path, got.Path)
+}
+
+// fillByWriting writes a file into dir until the filesystem is full, and
+// returns how to remove it.
+func fillByWriting(t *testing.T, dir string) func() {
+	filler := filepath.Join(dir, "filler")
 	f, err := os.Create(filler)
 	if err != nil {
 		t.Fatal(err)
@@ -525,18 +547,9 @@ func FullPool(t *testing.T, p Pool) {
 	}
 	_ = f.Sync()
 	f.Close()
-	syncFS(t, p.Project.Path)
-
-	_, err = p.Backend.Receive(ctx, bytes.NewReader(stream.Bytes()), "copy")
-	if !errors.Is(err, cowfs.ErrNoSpace) || !strings.Contains(err.Error(), "copy") {
-		t.Fatalf("receiving into a full pool: %v; want ErrNoSpace naming the volume", err)
+	syncFS(t, dir)
+	return func() {
+		check(t, os.Remove(filler))
+		syncFS(t, dir)
 	}
-	if after := names(ok[[]cowfs.Volume](t)(p.Backend.List(ctx))); !reflect.DeepEqual(before, after) {
-		t.Fatalf("a failed receive left volumes: %v -> %v", before, after)
-	}
-	// The fault ends: the same receive works.
-	check(t, os.Remove(filler))
-	syncFS(t, p.Project.Path)
-	got := ok[cowfs.Volume](t)(p.Backend.Receive(ctx, bytes.NewReader(stream.Bytes()), "copy"))
-	sameTree(t, "received after space was freed", base.Path, got.Path)
 }
