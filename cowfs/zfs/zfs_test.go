@@ -20,13 +20,6 @@ func TestMain(m *testing.M) { testbed.Main(m) }
 
 var ctx = context.Background()
 
-func zfsCmd(t *testing.T, args ...string) {
-	t.Helper()
-	if out, err := exec.Command("zfs", args...).CombinedOutput(); err != nil {
-		t.Fatalf("zfs %s: %v: %s", strings.Join(args, " "), err, out)
-	}
-}
-
 func TestConformance(t *testing.T) {
 	tb := testbed.Require(t)
 	n := 0
@@ -34,7 +27,7 @@ func TestConformance(t *testing.T) {
 		n++
 		root := fmt.Sprintf("%s/root%d", tb.ZFS.Pool, n)
 		proj := fmt.Sprintf("%s/proj%d", tb.ZFS.Pool, n)
-		zfsCmd(t, "create", proj)
+		testbed.MustRun(t, "zfs", "create", proj)
 		b, err := zfs.Open(ctx, root)
 		if err != nil {
 			t.Fatal(err)
@@ -87,7 +80,7 @@ func TestFullPool(t *testing.T) {
 		t.Fatalf("zpool create: %v: %s", err, out)
 	}
 	t.Cleanup(func() { _ = exec.Command("zpool", "destroy", "-f", "smallpool").Run() })
-	zfsCmd(t, "create", "smallpool/proj")
+	testbed.MustRun(t, "zfs", "create", "smallpool/proj")
 	b, err := zfs.Open(ctx, "smallpool/root")
 	if err != nil {
 		t.Fatal(err)
@@ -109,8 +102,8 @@ func TestFullPool(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		zfsCmd(t, "create", "-o", "canmount=off", "-o", fmt.Sprintf("refreservation=%d", avail-(1<<20)), "smallpool/hog")
-		return func() { zfsCmd(t, "destroy", "smallpool/hog") }
+		testbed.MustRun(t, "zfs", "create", "-o", "canmount=off", "-o", fmt.Sprintf("refreservation=%d", avail-(1<<20)), "smallpool/hog")
+		return func() { testbed.MustRun(t, "zfs", "destroy", "smallpool/hog") }
 	}
 	cowfstest.FullPool(t, cowfstest.Pool{Backend: b, Project: project}, takeSpace)
 }

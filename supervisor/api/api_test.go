@@ -17,6 +17,7 @@ import (
 	"github.com/sandboxd/sandboxd/supervisor"
 	"github.com/sandboxd/sandboxd/supervisor/api"
 	"github.com/sandboxd/sandboxd/supervisor/state"
+	"github.com/sandboxd/sandboxd/tests/testbed"
 )
 
 func TestCreateServesTheSandboxAndDestroyRemovesIt(t *testing.T) {
@@ -237,7 +238,7 @@ func TestASecondServerIsRefusedWithAClearError(t *testing.T) {
 
 func TestBusctlDrivesTheAPI(t *testing.T) {
 	newEnv(t, api.Access{})
-	out := run(t, "busctl", "call", "org.sandboxd1", "/org/sandboxd1", "org.sandboxd1.Manager", "CreateSandbox", "sa{sv}", "web", "1", "MemoryMax", "t", "268435456")
+	out := testbed.MustRun(t, "busctl", "call", "org.sandboxd1", "/org/sandboxd1", "org.sandboxd1.Manager", "CreateSandbox", "sa{sv}", "web", "1", "MemoryMax", "t", "268435456")
 	t.Logf("$ busctl call org.sandboxd1 /org/sandboxd1 org.sandboxd1.Manager CreateSandbox sa{sv} web 1 MemoryMax t 268435456\n%s", out)
 	fields := strings.Fields(out)
 	if len(fields) != 3 || fields[0] != "so" {
@@ -256,17 +257,17 @@ func TestBusctlDrivesTheAPI(t *testing.T) {
 		{"busctl", "introspect", "org.sandboxd1", path},
 		{"busctl", "introspect", "org.sandboxd1", "/org/sandboxd1"},
 	} {
-		t.Logf("$ %s\n%s", strings.Join(argv, " "), run(t, argv...))
+		t.Logf("$ %s\n%s", strings.Join(argv, " "), testbed.MustRun(t, argv...))
 	}
-	if got := run(t, "busctl", "get-property", "org.sandboxd1", path, "org.sandboxd1.Sandbox", "State"); got != "s \"ready\"\n" {
+	if got := testbed.MustRun(t, "busctl", "get-property", "org.sandboxd1", path, "org.sandboxd1.Sandbox", "State"); got != "s \"ready\"\n" {
 		t.Fatalf("busctl get-property State: %q", got)
 	}
-	if got := run(t, "busctl", "tree", "--list", "org.sandboxd1"); !strings.Contains(got, path+"\n") {
+	if got := testbed.MustRun(t, "busctl", "tree", "--list", "org.sandboxd1"); !strings.Contains(got, path+"\n") {
 		t.Fatalf("busctl tree --list does not show %s:\n%s", path, got)
 	}
 	// busctl reads the XML: State announces its changes, the rest are
 	// constant.
-	introspection := run(t, "busctl", "introspect", "org.sandboxd1", path)
+	introspection := testbed.MustRun(t, "busctl", "introspect", "org.sandboxd1", path)
 	for prefix, words := range map[string][]string{
 		".Destroy ": {"method"},
 		".State ":   {"property", `"ready"`, "emits-change"},
@@ -277,7 +278,7 @@ func TestBusctlDrivesTheAPI(t *testing.T) {
 			t.Errorf("busctl introspect %s: line %s is %q; want %q in it", path, prefix, line, words)
 		}
 	}
-	if got := run(t, "busctl", "call", "org.sandboxd1", "/org/sandboxd1", "org.sandboxd1.Manager", "ListSandboxes"); !strings.HasPrefix(got, `a(sssuto) 1 "`+id+`" "web" "ready" 0 `) {
+	if got := testbed.MustRun(t, "busctl", "call", "org.sandboxd1", "/org/sandboxd1", "org.sandboxd1.Manager", "ListSandboxes"); !strings.HasPrefix(got, `a(sssuto) 1 "`+id+`" "web" "ready" 0 `) {
 		t.Fatalf("busctl ListSandboxes: %q", got)
 	}
 	// busctl shows the daemon's own words for its errors, but only
@@ -305,7 +306,7 @@ func TestBusctlDrivesTheAPI(t *testing.T) {
 			t.Errorf("%s: %v, %q; want a failure saying %q", strings.Join(tc.argv, " "), err, out, tc.want)
 		}
 	}
-	out = run(t, "busctl", "call", "org.sandboxd1", "/org/sandboxd1", "org.sandboxd1.Manager", "DestroySandbox", "s", id)
+	out = testbed.MustRun(t, "busctl", "call", "org.sandboxd1", "/org/sandboxd1", "org.sandboxd1.Manager", "DestroySandbox", "s", id)
 	if out != "" {
 		t.Fatalf("busctl DestroySandbox printed %q", out)
 	}

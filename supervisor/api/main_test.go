@@ -82,11 +82,11 @@ func setupBus(t *testing.T) {
 	}
 	// The policy names group sandboxd: the bus resolves it when it loads
 	// the policy, so the group comes first.
-	run(t, "groupadd", "--force", api.DefaultGroup)
-	run(t, "groupadd", "--force", creatorsGroup)
-	run(t, "useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", "--groups", api.DefaultGroup, memberUser)
-	run(t, "useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", "--groups", api.DefaultGroup+","+creatorsGroup, creatorUser)
-	run(t, "busctl", "call", "org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus", "ReloadConfig")
+	testbed.MustRun(t, "groupadd", "--force", api.DefaultGroup)
+	testbed.MustRun(t, "groupadd", "--force", creatorsGroup)
+	testbed.MustRun(t, "useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", "--groups", api.DefaultGroup, memberUser)
+	testbed.MustRun(t, "useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", "--groups", api.DefaultGroup+","+creatorsGroup, creatorUser)
+	testbed.MustRun(t, "busctl", "call", "org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus", "ReloadConfig")
 	for _, name := range []string{memberUser, creatorUser} {
 		accounts[name] = lookupAccount(t, name)
 	}
@@ -148,15 +148,6 @@ func gidOf(t *testing.T, group string) uint32 {
 		t.Fatal(err)
 	}
 	return gid
-}
-
-func run(t *testing.T, argv ...string) string {
-	t.Helper()
-	out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s: %v\n%s", strings.Join(argv, " "), err, out)
-	}
-	return string(out)
 }
 
 // runErr runs a command and returns what it printed, and its failure.

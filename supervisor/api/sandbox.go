@@ -73,7 +73,7 @@ func (o sandboxObject) change(sender dbus.Sender, msg dbus.Message, action strin
 type sandboxProperties struct{ s *Server }
 
 func (p sandboxProperties) Get(sender dbus.Sender, msg dbus.Message, iface, name string) (dbus.Variant, *dbus.Error) {
-	props, r, id, derr := p.s.properties(sender, msg, "Properties.Get", iface)
+	props, r, id, derr := p.s.properties(sender, msg, "Properties.Get", iface, name == "Staleness" || name == "Usage")
 	if derr != nil {
 		return dbus.Variant{}, derr
 	}
@@ -85,7 +85,7 @@ func (p sandboxProperties) Get(sender dbus.Sender, msg dbus.Message, iface, name
 }
 
 func (p sandboxProperties) GetAll(sender dbus.Sender, msg dbus.Message, iface string) (map[string]dbus.Variant, *dbus.Error) {
-	props, r, id, derr := p.s.properties(sender, msg, "Properties.GetAll", iface)
+	props, r, id, derr := p.s.properties(sender, msg, "Properties.GetAll", iface, true)
 	if derr != nil {
 		return nil, derr
 	}
@@ -94,7 +94,7 @@ func (p sandboxProperties) GetAll(sender dbus.Sender, msg dbus.Message, iface st
 
 // Set: every property is read-only; they change with the sandbox.
 func (p sandboxProperties) Set(sender dbus.Sender, msg dbus.Message, iface, name string, _ dbus.Variant) *dbus.Error {
-	props, r, id, derr := p.s.properties(sender, msg, "Properties.Set", iface)
+	props, r, id, derr := p.s.properties(sender, msg, "Properties.Set", iface, false)
 	if derr != nil {
 		return derr
 	}
@@ -104,9 +104,11 @@ func (p sandboxProperties) Set(sender dbus.Sender, msg dbus.Message, iface, name
 	return p.s.end(r, id, dbusError(errorPropertyReadOnly, "property %s of sandbox %s is read-only", name, id))
 }
 
-// properties reads the properties of the sandbox msg is sent to. On
-// success the call stays open: the caller ends it.
-func (s *Server) properties(sender dbus.Sender, msg dbus.Message, action, iface string) (map[string]dbus.Variant, *request, string, *dbus.Error) {
+// properties reads the properties of the sandbox msg is sent to; live
+// says whether Staleness and Usage are wanted (they cost a systemd call
+// and filesystem reads, the others nothing). On success the call stays
+// open: the caller ends it.
+func (s *Server) properties(sender dbus.Sender, msg dbus.Message, action, iface string, live bool) (map[string]dbus.Variant, *request, string, *dbus.Error) {
 	r, derr := s.begin(sender, action)
 	if derr != nil {
 		return nil, nil, "", derr
@@ -123,9 +125,12 @@ func (s *Server) properties(sender dbus.Sender, msg dbus.Message, action, iface 
 	if derr != nil {
 		return nil, nil, "", s.end(r, id, derr)
 	}
-	insp, err := s.sup.Inspect(r.ctx, id)
-	if err != nil {
-		return nil, nil, "", s.end(r, id, fromSupervisor(err))
+	var insp supervisor.Inspection
+	if live {
+		var err error
+		if insp, err = s.sup.Inspect(r.ctx, id); err != nil {
+			return nil, nil, "", s.end(r, id, fromSupervisor(err))
+		}
 	}
 	props, err := sandboxProps(sb, insp)
 	if err != nil {

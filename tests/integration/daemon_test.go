@@ -38,15 +38,6 @@ func TestMain(m *testing.M) {
 	testbed.Main(m)
 }
 
-func sh(t *testing.T, argv ...string) string {
-	t.Helper()
-	out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s: %v\n%s", strings.Join(argv, " "), err, out)
-	}
-	return string(out)
-}
-
 // installed is set once the daemon is installed in this testbed.
 var installed bool
 
@@ -83,13 +74,13 @@ path = %q
 	policy, err := os.ReadFile(filepath.Join(repo, "packaging", "dbus", "org.sandboxd1.conf"))
 	must(err)
 	must(os.WriteFile("/etc/dbus-1/system.d/org.sandboxd1.conf", policy, 0o644))
-	sh(t, "busctl", "call", "org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus", "ReloadConfig")
+	testbed.MustRun(t, "busctl", "call", "org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus", "ReloadConfig")
 	unit, err := os.ReadFile(filepath.Join(repo, "packaging", "systemd", "sandboxd.service"))
 	must(err)
 	unit = bytes.ReplaceAll(unit, []byte("ExecStart=/usr/bin/sandboxd"), []byte("ExecStart="+daemonBin))
 	must(os.WriteFile("/run/systemd/system/sandboxd.service", unit, 0o644))
-	sh(t, "systemctl", "daemon-reload")
-	sh(t, "systemctl", "start", "sandboxd.service") // Type=notify: returns once READY=1
+	testbed.MustRun(t, "systemctl", "daemon-reload")
+	testbed.MustRun(t, "systemctl", "start", "sandboxd.service") // Type=notify: returns once READY=1
 	installed = true
 	return tb
 }
@@ -106,7 +97,7 @@ func create(t *testing.T, args ...string) (string, string) {
 	if len(args) == 0 {
 		argv = append(argv, "0")
 	}
-	out := sh(t, argv...)
+	out := testbed.MustRun(t, argv...)
 	m := createdRe.FindStringSubmatch(strings.TrimSpace(out))
 	if m == nil {
 		t.Fatalf("CreateSandbox answered %q", out)
@@ -116,7 +107,7 @@ func create(t *testing.T, args ...string) (string, string) {
 
 func property(t *testing.T, object, name string) string {
 	t.Helper()
-	out := sh(t, "busctl", "get-property", "org.sandboxd1", object, "org.sandboxd1.Sandbox", name)
+	out := testbed.MustRun(t, "busctl", "get-property", "org.sandboxd1", object, "org.sandboxd1.Sandbox", name)
 	m := stringRe.FindStringSubmatch(strings.TrimSpace(out))
 	if m == nil {
 		t.Fatalf("property %s of %s: %q", name, object, out)
@@ -126,7 +117,7 @@ func property(t *testing.T, object, name string) string {
 
 func TestTheServiceServesSandboxesOverTheBus(t *testing.T) {
 	install(t)
-	if state := strings.TrimSpace(sh(t, "systemctl", "is-active", "sandboxd.service")); state != "active" {
+	if state := strings.TrimSpace(testbed.MustRun(t, "systemctl", "is-active", "sandboxd.service")); state != "active" {
 		t.Fatalf("sandboxd.service is %s", state)
 	}
 	id, object := create(t, "1", "MemoryMax", "t", "268435456")
@@ -138,7 +129,7 @@ func TestTheServiceServesSandboxesOverTheBus(t *testing.T) {
 		t.Fatalf("the sandbox's index.html: %q, %v", data, err)
 	}
 	unit := property(t, object, "Unit")
-	if max := strings.TrimSpace(sh(t, "systemctl", "show", "-P", "MemoryMax", unit)); max != "268435456" {
+	if max := strings.TrimSpace(testbed.MustRun(t, "systemctl", "show", "-P", "MemoryMax", unit)); max != "268435456" {
 		t.Fatalf("%s MemoryMax = %s; want 268435456", unit, max)
 	}
 	// Inspect: staleness and live usage.
@@ -146,7 +137,7 @@ func TestTheServiceServesSandboxesOverTheBus(t *testing.T) {
 		t.Fatalf("Staleness = %q; want current", got)
 	}
 	// The init is a Go process: its runtime threads count as tasks too.
-	if out := sh(t, "busctl", "get-property", "org.sandboxd1", object, "org.sandboxd1.Sandbox", "Usage"); !regexp.MustCompile(`"TasksCurrent" t [1-9]`).MatchString(out) {
+	if out := testbed.MustRun(t, "busctl", "get-property", "org.sandboxd1", object, "org.sandboxd1.Sandbox", "Usage"); !regexp.MustCompile(`"TasksCurrent" t [1-9]`).MatchString(out) {
 		t.Fatalf("Usage = %q; want the init's tasks counted", out)
 	}
 	// Freeze and thaw, as the State property tells.
@@ -166,10 +157,10 @@ func TestTheServiceServesSandboxesOverTheBus(t *testing.T) {
 		t.Fatalf("a second Thaw: %v, %q; want a refusal naming the state", err, out)
 	}
 	// The journal has the create under the sandbox's own field.
-	if out := sh(t, "journalctl", "--no-pager", "-o", "cat", "SANDBOX_ID="+id); !strings.Contains(out, "created") {
+	if out := testbed.MustRun(t, "journalctl", "--no-pager", "-o", "cat", "SANDBOX_ID="+id); !strings.Contains(out, "created") {
 		t.Fatalf("journalctl SANDBOX_ID=%s: %q", id, out)
 	}
-	sh(t, "busctl", "call", "org.sandboxd1", "/org/sandboxd1", "org.sandboxd1.Manager", "DestroySandbox", "s", id)
+	testbed.MustRun(t, "busctl", "call", "org.sandboxd1", "/org/sandboxd1", "org.sandboxd1.Manager", "DestroySandbox", "s", id)
 	if _, err := os.Stat(path); !os.IsNotExist(err) {
 		t.Fatalf("the sandbox's files after destroy: %v", err)
 	}
@@ -220,7 +211,7 @@ func TestASecondDaemonIsRefused(t *testing.T) {
 	if err == nil || !strings.Contains(string(out), "another sandboxd") {
 		t.Fatalf("a second sandboxd: %v, %q; want a refusal naming the running one", err, out)
 	}
-	if state := strings.TrimSpace(sh(t, "systemctl", "is-active", "sandboxd.service")); state != "active" {
+	if state := strings.TrimSpace(testbed.MustRun(t, "systemctl", "is-active", "sandboxd.service")); state != "active" {
 		t.Fatalf("the running service after a second start: %s", state)
 	}
 }
@@ -232,8 +223,8 @@ func TestAStopLeavesSandboxesAndACorruptStateFileLosesNothing(t *testing.T) {
 	path := property(t, object, "Path")
 
 	// systemctl stop: SIGTERM, a clean exit; the sandbox keeps running.
-	sh(t, "systemctl", "stop", "sandboxd.service")
-	if result := strings.TrimSpace(sh(t, "systemctl", "show", "-P", "Result", "sandboxd.service")); result != "success" {
+	testbed.MustRun(t, "systemctl", "stop", "sandboxd.service")
+	if result := strings.TrimSpace(testbed.MustRun(t, "systemctl", "show", "-P", "Result", "sandboxd.service")); result != "success" {
 		t.Fatalf("sandboxd stopped with result %q; want success", result)
 	}
 	if state := strings.TrimSpace(string(must1(exec.Command("systemctl", "is-active", unit).Output()))); state != "active" {
@@ -244,7 +235,7 @@ func TestAStopLeavesSandboxesAndACorruptStateFileLosesNothing(t *testing.T) {
 	if err := os.WriteFile("/var/lib/sandboxd/state.db", bytes.Repeat([]byte("garbage "), 4096), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	sh(t, "systemctl", "start", "sandboxd.service")
+	testbed.MustRun(t, "systemctl", "start", "sandboxd.service")
 	if ids := strings.Join(listedIDs(t), " "); !strings.Contains(ids, id) {
 		t.Fatalf("sandbox %s after a corrupt state file: listed %s", id, ids)
 	}
@@ -255,16 +246,16 @@ func TestAStopLeavesSandboxesAndACorruptStateFileLosesNothing(t *testing.T) {
 	if len(corrupt) != 1 {
 		t.Fatalf("the corrupt database was not kept aside: %v", corrupt)
 	}
-	if out := sh(t, "journalctl", "--no-pager", "-o", "cat", "-u", "sandboxd.service"); !strings.Contains(out, "rebuilt from its mirror") {
+	if out := testbed.MustRun(t, "journalctl", "--no-pager", "-o", "cat", "-u", "sandboxd.service"); !strings.Contains(out, "rebuilt from its mirror") {
 		t.Fatalf("the journal does not say the state was rebuilt:\n%s", out)
 	}
-	sh(t, "busctl", "call", "org.sandboxd1", "/org/sandboxd1", "org.sandboxd1.Manager", "DestroySandbox", "s", id)
+	testbed.MustRun(t, "busctl", "call", "org.sandboxd1", "/org/sandboxd1", "org.sandboxd1.Manager", "DestroySandbox", "s", id)
 }
 
 // mainPID is the daemon's pid as the testbed sees it.
 func mainPID(t *testing.T) int {
 	t.Helper()
-	pid, err := strconv.Atoi(strings.TrimSpace(sh(t, "systemctl", "show", "-P", "MainPID", "sandboxd.service")))
+	pid, err := strconv.Atoi(strings.TrimSpace(testbed.MustRun(t, "systemctl", "show", "-P", "MainPID", "sandboxd.service")))
 	if err != nil || pid == 0 {
 		status, _ := exec.Command("systemctl", "status", "--no-pager", "sandboxd.service").CombinedOutput()
 		journal, _ := exec.Command("journalctl", "--no-pager", "-n", "40", "-u", "sandboxd.service").CombinedOutput()
@@ -290,8 +281,8 @@ func waitActive(t *testing.T, old int) {
 		if state == "failed" {
 			// Many kills in a few seconds hit systemd's start limit (5
 			// in 10s), as they should; an operator would reset it.
-			sh(t, "systemctl", "reset-failed", "sandboxd.service")
-			sh(t, "systemctl", "start", "sandboxd.service")
+			testbed.MustRun(t, "systemctl", "reset-failed", "sandboxd.service")
+			testbed.MustRun(t, "systemctl", "start", "sandboxd.service")
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -313,7 +304,7 @@ func volumesAndScopes(t *testing.T, root string) ([]string, []string) {
 			vols = append(vols, e.Name())
 		}
 	}
-	out := sh(t, "systemctl", "list-units", "--all", "--plain", "--no-legend", "sandbox-*.scope")
+	out := testbed.MustRun(t, "systemctl", "list-units", "--all", "--plain", "--no-legend", "sandbox-*.scope")
 	var scopes []string
 	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
 		if f := strings.Fields(line); len(f) > 0 {
@@ -325,7 +316,7 @@ func volumesAndScopes(t *testing.T, root string) ([]string, []string) {
 
 func listedIDs(t *testing.T) []string {
 	t.Helper()
-	out := sh(t, "busctl", "--json=short", "call", "org.sandboxd1", "/org/sandboxd1", "org.sandboxd1.Manager", "ListSandboxes")
+	out := testbed.MustRun(t, "busctl", "--json=short", "call", "org.sandboxd1", "/org/sandboxd1", "org.sandboxd1.Manager", "ListSandboxes")
 	return regexp.MustCompile(`"([0-9a-f]{12})"`).FindAllString(out, -1)
 }
 
@@ -361,7 +352,7 @@ func TestKill9DuringCreateAndDestroyLosesNothing(t *testing.T) {
 		}
 		// ...and the daemon killed at a different moment of it each time.
 		time.Sleep(time.Duration(trial*6) * time.Millisecond)
-		sh(t, "kill", "-9", strconv.Itoa(pid))
+		testbed.MustRun(t, "kill", "-9", strconv.Itoa(pid))
 		callErr := call.Wait()
 		if callErr == nil {
 			if m := createdRe.FindStringSubmatch(strings.TrimSpace(out.String())); m != nil {

@@ -267,15 +267,6 @@ func sameTree(t *testing.T, want, got map[string]string, what string) {
 	}
 }
 
-func run(t *testing.T, argv ...string) string {
-	t.Helper()
-	out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s: %v: %s", strings.Join(argv, " "), err, out)
-	}
-	return string(out)
-}
-
 func fsType(t *testing.T, path string) int64 {
 	t.Helper()
 	var st syscall.Statfs_t
@@ -297,8 +288,8 @@ func TestBtrfsSnapshotShowsTheProjectsFiles(t *testing.T) {
 	}
 	writeProject(t, tb.Btrfs.Project)
 	snap := filepath.Join(tb.Btrfs.Mount, "snap1")
-	run(t, "btrfs", "subvolume", "snapshot", tb.Btrfs.Project, snap)
-	t.Cleanup(func() { run(t, "btrfs", "subvolume", "delete", snap) })
+	testbed.MustRun(t, "btrfs", "subvolume", "snapshot", tb.Btrfs.Project, snap)
+	t.Cleanup(func() { testbed.MustRun(t, "btrfs", "subvolume", "delete", snap) })
 
 	want := treeOf(t, tb.Btrfs.Project)
 	sameTree(t, want, treeOf(t, snap), "btrfs snapshot")
@@ -313,8 +304,8 @@ func TestBtrfsSnapshotShowsTheProjectsFiles(t *testing.T) {
 	if data, _ := os.ReadFile(filepath.Join(tb.Btrfs.Project, "README")); string(data) != "a project\n" {
 		t.Fatalf("project README is %q after writing the snapshot's", data)
 	}
-	parent := run(t, "btrfs", "subvolume", "show", snap)
-	uuid := run(t, "btrfs", "subvolume", "show", tb.Btrfs.Project)
+	parent := testbed.MustRun(t, "btrfs", "subvolume", "show", snap)
+	uuid := testbed.MustRun(t, "btrfs", "subvolume", "show", tb.Btrfs.Project)
 	if !strings.Contains(parent, "Parent UUID:") || !strings.Contains(uuid, strings.TrimSpace(field(parent, "Parent UUID:"))) {
 		t.Fatalf("snapshot's parent is not the project:\n%s\n%s", parent, uuid)
 	}
@@ -328,12 +319,12 @@ func TestZFSCloneShowsTheProjectsFiles(t *testing.T) {
 	writeProject(t, tb.ZFS.Mountpoint)
 	snap := tb.ZFS.Project + "@s1"
 	clone := tb.ZFS.Pool + "/clone1"
-	run(t, "zfs", "snapshot", snap)
-	run(t, "zfs", "clone", snap, clone)
+	testbed.MustRun(t, "zfs", "snapshot", snap)
+	testbed.MustRun(t, "zfs", "clone", snap, clone)
 	t.Cleanup(func() {
 		// zfs-fuse refuses to destroy a mounted clone, and for a moment
 		// after the unmount still calls it busy.
-		run(t, "zfs", "unmount", clone)
+		testbed.MustRun(t, "zfs", "unmount", clone)
 		for i := 0; ; i++ {
 			out, err := exec.Command("zfs", "destroy", clone).CombinedOutput()
 			if err == nil {
@@ -344,10 +335,10 @@ func TestZFSCloneShowsTheProjectsFiles(t *testing.T) {
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
-		run(t, "zfs", "destroy", snap)
+		testbed.MustRun(t, "zfs", "destroy", snap)
 	})
-	mountpoint := strings.TrimSpace(run(t, "zfs", "get", "-H", "-o", "value", "mountpoint", clone))
-	if origin := strings.TrimSpace(run(t, "zfs", "get", "-H", "-o", "value", "origin", clone)); origin != snap {
+	mountpoint := strings.TrimSpace(testbed.MustRun(t, "zfs", "get", "-H", "-o", "value", "mountpoint", clone))
+	if origin := strings.TrimSpace(testbed.MustRun(t, "zfs", "get", "-H", "-o", "value", "origin", clone)); origin != snap {
 		t.Fatalf("clone's origin is %q; want %q", origin, snap)
 	}
 

@@ -151,3 +151,14 @@ func Require(t testing.TB) *Info {
 	}
 	return info
 }
+
+// MustRun runs argv and returns its combined output; a failure fails the
+// test with the command, its error and what it printed.
+func MustRun(t testing.TB, argv ...string) string {
+	t.Helper()
+	out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", strings.Join(argv, " "), err, out)
+	}
+	return string(out)
+}
