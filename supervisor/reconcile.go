@@ -133,5 +133,11 @@ func (s *Supervisor) reconcileOne(ctx context.Context, rec state.Record, vols ma
 	if err := s.startScope(ctx, rec, limits); err != nil {
 		return "", err
 	}
+	// A new scope runs: whatever it was (frozen), the sandbox is ready.
+	if rec.State != state.Ready {
+		if _, err := s.cfg.Store.Update(rec.ID, func(r *state.Record) error { r.State = state.Ready; return nil }); err != nil {
+			return "", err
+		}
+	}
 	return "restarted", nil
 }

@@ -171,7 +171,10 @@ func TestReconcileFinishesWhatACrashLeft(t *testing.T) {
 		return sb
 	}
 	consistent := create()
-	rebooted := create() // its scope will be gone, as after a reboot
+	rebooted := create() // frozen, then its scope gone, as after a reboot
+	if _, err := e.sup.Freeze(ctx, rebooted.ID); err != nil {
+		t.Fatal(err)
+	}
 	if err := e.units.Stop(ctx, rebooted.Unit); err != nil {
 		t.Fatal(err)
 	}
