@@ -1,6 +1,8 @@
 // Package config reads sandboxd's configuration file,
 // /etc/sandboxd/sandboxd.toml: where the daemon keeps its state, which
-// storage pool holds sandboxes, and which projects sandboxes are made from.
+// storage pool holds sandboxes, which projects sandboxes are made from, what
+// of the host sandboxes see, and the profiles (named sets of sandbox
+// settings) that creates pick from.
 //
 // Reading is strict, because a misspelled key that is silently ignored
 // leaves the daemon running with a default the operator meant to change:
@@ -51,6 +53,11 @@ type Config struct {
 	Limits   Limits    `toml:"limits"`
 	Access   Access    `toml:"access"`
 	Projects []Project `toml:"project"`
+	Sandbox  Sandbox   `toml:"sandbox"`
+	// Profiles are the file's [profile.NAME] tables, by name. The
+	// built-in profiles are not in it: use Profile and ProfileNames,
+	// which know them.
+	Profiles map[string]Profile `toml:"profile"`
 }
 
 // Access is the [access] section: who may use sandboxd through its D-Bus
@@ -163,6 +170,14 @@ func Default() *Config {
 				Mountpoint: "/var/lib/sandboxd/pool",
 			},
 		},
+		Sandbox: Sandbox{
+			HiddenPaths: []string{
+				"/root", "/home", "/var/lib/sandboxd", "/var/log/sandboxd",
+				"/etc/sandboxd", "/etc/shadow", "/etc/gshadow", "/etc/ssh",
+			},
+			ReadonlyPaths:  []string{},
+			DefaultProfile: ProfileDefault,
+		},
 	}
 }
 
@@ -198,7 +213,7 @@ func Parse(data []byte, name string) (*Config, error) {
 	w := newWhere(d)
 	// Unknown keys first: with them out of the way, every key the decoder
 	// meets is a field's exact name, which decodeError relies on.
-	if errs := unknownKeys(name, w); len(errs) > 0 {
+	if errs := append(unknownKeys(name, w), notTables(name, w)...); len(errs) > 0 {
 		return nil, joinErrors(errs)
 	}
 	c := Default()

@@ -49,6 +49,15 @@ func TestRepoConfigExamples(t *testing.T) {
 	want.Storage.Btrfs.Root = "/srv/sandboxd"
 	want.Storage.ZFS.Root = "tank/sandboxd"
 	want.Projects = []Project{{Name: "web", Path: "/srv/web"}, {Name: "data", Dataset: "tank/data"}}
+	// The built-in profiles, written out as they are, and one more.
+	want.Profiles = builtinProfiles()
+	want.Profiles["build"] = Profile{
+		Network:         new(NetworkAllowlist),
+		Allow:           []string{"proxy.golang.org:443", "*.githubusercontent.com:443", "10.0.0.0/8:80", "[::1]:8080"},
+		ReadonlyProject: new(true),
+		HiddenPaths:     []string{"/srv/secrets"},
+		ReadonlyPaths:   []string{"/opt/toolchains"},
+	}
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("got\n%+v\nwant\n%+v", c, want)
 	}
@@ -59,7 +68,7 @@ func TestRepoConfigExamples(t *testing.T) {
 	}
 	set := map[string]bool{}
 	for _, k := range d.md.Keys() {
-		set[k.String()] = true
+		set[schemaKey(reflect.TypeFor[Config](), k)] = true
 	}
 	for _, k := range leafKeys(reflect.TypeFor[Config](), nil) {
 		if !set[k] {
@@ -68,9 +77,13 @@ func TestRepoConfigExamples(t *testing.T) {
 	}
 }
 
-// leafKeys lists the dotted keys of every value in t's schema.
+// leafKeys lists the dotted keys of every value in t's schema; "*" stands
+// for the name of an entry in a table of named things ("profile.*.ttl").
 func leafKeys(t reflect.Type, prefix toml.Key) []string {
 	t = deref(t)
+	if t.Kind() == reflect.Map {
+		return leafKeys(t.Elem(), append(prefix[:len(prefix):len(prefix)], "*"))
+	}
 	if t.Kind() != reflect.Struct || isValue(t) {
 		return []string{prefix.String()}
 	}
@@ -80,6 +93,23 @@ func leafKeys(t reflect.Type, prefix toml.Key) []string {
 		keys = append(keys, leafKeys(f.Type, append(prefix[:len(prefix):len(prefix)], name))...)
 	}
 	return keys
+}
+
+// schemaKey writes key as leafKeys does, with "*" for names in a table of
+// named things.
+func schemaKey(t reflect.Type, key toml.Key) string {
+	out := make(toml.Key, len(key))
+	for i, name := range key {
+		out[i] = name
+		switch t = deref(t); t.Kind() {
+		case reflect.Map:
+			out[i], t = "*", t.Elem()
+		case reflect.Struct:
+			f, _ := fieldByKey(t, name)
+			t = f.Type
+		}
+	}
+	return out.String()
 }
 
 func TestLoadMissingFile(t *testing.T) {

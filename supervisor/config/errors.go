@@ -98,9 +98,7 @@ func decodeError(file string, w *where, err error) error {
 	if e.Key == "" {
 		return e
 	}
-	// Unknown keys were refused before decoding, so the key is made of
-	// field names, which need no quoting: splitting at "." is safe.
-	key := toml.Key(strings.Split(e.Key, "."))
+	key := w.keyNamed(e.Key)
 	if e.Line == 0 {
 		e.Line = w.line(key...)
 	}
@@ -112,6 +110,18 @@ func decodeError(file string, w *where, err error) error {
 	}
 	e.Msg = fmt.Sprintf("%s: %s", e.Key, e.Msg)
 	return e
+}
+
+// keyNamed finds the file's key that name is, as toml.Key.String writes
+// it: a key below a table of named things (a profile's) may have a "." in
+// a part, written quoted.
+func (w *where) keyNamed(name string) toml.Key {
+	for _, k := range w.doc.md.Keys() {
+		if k.String() == name {
+			return k
+		}
+	}
+	return toml.Key(strings.Split(name, "."))
 }
 
 var (

@@ -63,6 +63,34 @@ func unknownKeys(file string, w *where) []*Error {
 	return errs
 }
 
+// notTables reports each table of named things (like profile) that the
+// file sets to something other than a table, which the decoder would
+// otherwise pass over in silence.
+func notTables(file string, w *where) []*Error {
+	var errs []*Error
+	for _, key := range w.doc.md.Keys() {
+		t := schemaType(reflect.TypeFor[Config](), key)
+		typ := w.doc.md.Type(key...)
+		if t == nil || deref(t).Kind() != reflect.Map || typ == "Hash" {
+			continue
+		}
+		what, ok := tomlTypes[typ]
+		if !ok {
+			what = typ
+		}
+		errs = append(errs, &Error{File: file, Line: w.line(key...), Key: key.String(),
+			Msg: fmt.Sprintf("%s: want a table, not %s", key, what)})
+	}
+	return errs
+}
+
+// tomlTypes words MetaData.Type's names.
+var tomlTypes = map[string]string{
+	"String": "a string", "Integer": "an integer", "Float": "a float", "Bool": "a boolean",
+	"Datetime": "a date or time", "DatetimeLocal": "a date or time", "DateLocal": "a date or time", "TimeLocal": "a date or time",
+	"Array": "an array", "ArrayHash": "an array of tables",
+}
+
 // unknownAt finds the first part of key that type t has no field for, and
 // the struct it is missing from (nil when the part is below a plain value).
 // It is -1 when t knows the whole key.

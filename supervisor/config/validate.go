@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"maps"
 	"path"
 	"slices"
 	"strings"
@@ -114,8 +115,7 @@ func (c *Config) validate(file string, w *where) error {
 			if p.Name == "" {
 				what = key("name") + " is missing or empty"
 			}
-			v.add(nameLine, key("name"), err, "%s: use letters, digits, '-', '_' and '.', not starting with '.' or '-', at most %d bytes",
-				what, cowfs.MaxNameLen)
+			v.add(nameLine, key("name"), err, "%s: "+nameRule, what, cowfs.MaxNameLen)
 		} else if j, dup := first[p.Name]; dup {
 			at := ""
 			if l := v.projectLine(j, "name"); l > 0 {
@@ -142,10 +142,66 @@ func (c *Config) validate(file string, w *where) error {
 		}
 	}
 
+	v.sandbox(c)
+
 	if len(v.errs) == 0 {
 		return nil
 	}
 	return joinErrors(v.errs)
+}
+
+const nameRule = "use letters, digits, '-', '_' and '.', not starting with '.' or '-', at most %d bytes"
+
+// sandbox checks [sandbox] and the [profile.NAME] tables.
+func (v *validator) sandbox(c *Config) {
+	w, s := v.w, c.Sandbox
+	v.paths(w.line("sandbox", "hidden_paths"), "sandbox.hidden_paths", s.HiddenPaths,
+		w.line("sandbox", "readonly_paths"), "sandbox.readonly_paths", s.ReadonlyPaths)
+	if _, ok := c.Profile(s.DefaultProfile); !ok {
+		v.add(w.line("sandbox", "default_profile"), "sandbox.default_profile", nil,
+			"sandbox.default_profile = %q names no profile: use one of %s, or add [%s]",
+			s.DefaultProfile, strings.Join(c.ProfileNames(), ", "), toml.Key{"profile", s.DefaultProfile})
+	}
+
+	for _, name := range slices.Sorted(maps.Keys(c.Profiles)) {
+		p := c.Profiles[name]
+		table := toml.Key{"profile", name}
+		key := func(k string) string { return append(table[:2:2], k).String() }
+		line := func(k string) int { return w.line(append(table[:2:2], k)...) }
+		if err := cowfs.ValidateName(name); err != nil {
+			v.add(w.line(table...), table.String(), err, "[%s]: %q is not a valid profile name: "+nameRule,
+				table, name, cowfs.MaxNameLen)
+		}
+
+		network := p.NetworkMode()
+		if p.Network != nil {
+			v.oneOf(line("network"), key("network"), network, []string{NetworkNone, NetworkAllowlist, NetworkHost})
+		}
+		switch {
+		case network == NetworkAllowlist && len(p.Allow) == 0:
+			l := line("network")
+			if p.Allow != nil {
+				l = line("allow")
+			}
+			v.add(l, key("allow"), nil, `%s = "allowlist" needs %s: a non-empty list of destinations like "example.com:443"`,
+				key("network"), key("allow"))
+		case network != NetworkAllowlist && len(p.Allow) > 0:
+			v.add(line("allow"), key("allow"), nil, `%s is set, but %s is %q: allow is only for network = "allowlist"`,
+				key("allow"), key("network"), network)
+		}
+		for _, a := range p.Allow {
+			if !strings.Contains(a, ":") {
+				v.add(line("allow"), key("allow"), nil,
+					`%s holds %q: want host:port entries like "example.com:443", "*.example.com:*", "10.0.0.0/8:80" or "[::1]:8080"`,
+					key("allow"), a)
+			}
+		}
+		if p.TasksMax != nil && *p.TasksMax < 1 {
+			v.add(line("tasks_max"), key("tasks_max"), nil, "%s = %d is too small: want 1 or more", key("tasks_max"), *p.TasksMax)
+		}
+		v.paths(line("hidden_paths"), key("hidden_paths"), p.HiddenPaths,
+			line("readonly_paths"), key("readonly_paths"), p.ReadonlyPaths)
+	}
 }
 
 func (v *validator) oneOf(line int, key, value string, allowed []string) {
@@ -157,22 +213,57 @@ func (v *validator) oneOf(line int, key, value string, allowed []string) {
 // path checks for an absolute, clean path: sandboxd works with paths as
 // given, and "a/../b" or a relative path would depend on where it runs.
 func (v *validator) path(line int, key, p string) {
-	var problem string
+	if problem := pathProblem(p); problem != "" {
+		v.add(line, key, nil, `%s = %q %s: want an absolute path with no ".", ".." or empty elements`, key, p, problem)
+	}
+}
+
+// pathProblem says what keeps p from being an absolute, clean path, or "".
+func pathProblem(p string) string {
 	switch {
 	case p == "":
-		problem = "is empty"
+		return "is empty"
 	case strings.IndexByte(p, 0) >= 0:
-		problem = "holds a NUL byte"
+		return "holds a NUL byte"
 	case !path.IsAbs(p):
-		problem = "is not absolute"
+		return "is not absolute"
 	case slices.Contains(strings.Split(p, "/"), ".."):
-		problem = `has a ".." element`
+		return `has a ".." element`
 	case path.Clean(p) != p:
-		problem = fmt.Sprintf("is not clean (%q is)", path.Clean(p))
-	default:
-		return
+		return fmt.Sprintf("is not clean (%q is)", path.Clean(p))
 	}
-	v.add(line, key, nil, `%s = %q %s: want an absolute path with no ".", ".." or empty elements`, key, p, problem)
+	return ""
+}
+
+// paths checks a table's lists of hidden and read-only host paths: each
+// path absolute and clean, not "/" (which would be the whole host), and
+// listed once, in one of the two.
+func (v *validator) paths(hiddenLine int, hiddenKey string, hidden []string, readonlyLine int, readonlyKey string, readonly []string) {
+	const want = `want absolute paths with no ".", ".." or empty elements, other than "/"`
+	in := map[string]string{} // path -> the key of the list it is in
+	for _, list := range []struct {
+		line  int
+		key   string
+		paths []string
+	}{{hiddenLine, hiddenKey, hidden}, {readonlyLine, readonlyKey, readonly}} {
+		for _, p := range list.paths {
+			problem := pathProblem(p)
+			if p == "/" {
+				problem = "is the whole host"
+			}
+			switch other, dup := in[p]; {
+			case problem != "":
+				v.add(list.line, list.key, nil, "%s holds %q, which %s: %s", list.key, p, problem, want)
+			case dup && other == list.key:
+				v.add(list.line, list.key, nil, "%s holds %q twice: list each path once", list.key, p)
+			case dup:
+				v.add(list.line, list.key, nil, "%s holds %q, as %s does: a path is hidden or read-only, not both",
+					list.key, p, other)
+			default:
+				in[p] = list.key
+			}
+		}
+	}
 }
 
 // dataset checks a ZFS dataset name below a pool: pool/child...

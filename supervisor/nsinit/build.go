@@ -1,0 +1,281 @@
+package nsinit
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// build makes the sandbox's world in the init's new namespaces and pivots
+// into it. It returns the control socket, bound at its host path before
+// the host's root goes out of sight.
+func build(spec *Spec) (*net.UnixListener, error) {
+	// Nothing mounted here may reach the host: the namespace's copy of
+	// the host's mounts stops sharing events with them first.
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return nil, fmt.Errorf("making the sandbox's mounts private: %w", err)
+	}
+	newRoot := spec.Dir + "/root"
+	if err := mountOverlay(spec, newRoot); err != nil {
+		return nil, err
+	}
+	r, err := openRoot(newRoot)
+	if err != nil {
+		return nil, err
+	}
+	defer r.close()
+	for _, step := range []func(*root) error{mountProc, mountDev, maskProc, mountSys, mountScratch} {
+		if err := step(r); err != nil {
+			return nil, err
+		}
+	}
+	for _, p := range spec.Hidden {
+		if err := hide(r, p); err != nil {
+			return nil, err
+		}
+	}
+	if err := r.mkdirAll(spec.Project.Target, 0o755); err != nil {
+		return nil, err
+	}
+	if err := r.bind(spec.Project.Source, spec.Project.Target, spec.Project.ReadOnly); err != nil {
+		return nil, err
+	}
+	for _, p := range spec.ReadOnly {
+		if _, ok, err := r.stat(p); err != nil || !ok {
+			continue // nothing there to protect
+		}
+		if err := r.bindInside(p, p, true); err != nil {
+			return nil, err
+		}
+	}
+	ln, err := listen(Control(spec.Dir))
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Sethostname([]byte(spec.Hostname)); err != nil {
+		return nil, fmt.Errorf("setting the hostname: %w", err)
+	}
+	if spec.Network != NetworkHost {
+		if err := loopbackUp(); err != nil {
+			return nil, err
+		}
+	}
+	if err := pivot(r); err != nil {
+		return nil, err
+	}
+	return ln, nil
+}
+
+// mountOverlay mounts the host's `/` with the sandbox's system layer over
+// it on newRoot. Only `/`'s own filesystem shows through: other host
+// mounts (pools, /home on its own disk, ...) are not in the lower layer.
+func mountOverlay(spec *Spec, newRoot string) error {
+	layer := spec.Layer
+	if layer == "" {
+		layer = spec.Dir + "/layer"
+		if err := os.MkdirAll(layer, 0o700); err != nil {
+			return fmt.Errorf("making the system layer: %w", err)
+		}
+		opts := "mode=0700"
+		if spec.LayerSize > 0 {
+			opts += fmt.Sprintf(",size=%d", spec.LayerSize)
+		}
+		if err := unix.Mount("sandbox-layer", layer, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+			return fmt.Errorf("mounting the system layer's tmpfs on %s: %w", layer, err)
+		}
+	}
+	upper, work := layer+"/upper", layer+"/work"
+	for _, d := range []string{upper, work} {
+		if strings.ContainsAny(d, ",:\\") {
+			return fmt.Errorf("the system layer's path %s has a character overlayfs options cannot carry", d)
+		}
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return fmt.Errorf("making the system layer: %w", err)
+		}
+	}
+	opts := "lowerdir=/,upperdir=" + upper + ",workdir=" + work
+	if err := unix.Mount("sandbox", newRoot, "overlay", 0, opts); err != nil {
+		if errors.Is(err, unix.ELOOP) {
+			return fmt.Errorf("mounting the sandbox's root (overlay of / with upper layer %s): the layer is on the root filesystem itself: %w", upper, err)
+		}
+		return fmt.Errorf("mounting the sandbox's root (overlay of / with upper layer %s): %w", upper, err)
+	}
+	return nil
+}
+
+func mountProc(r *root) error {
+	if err := r.mkdirAll("/proc", 0o555); err != nil {
+		return err
+	}
+	return r.mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
+}
+
+// Device nodes a program may expect; nothing that reaches hardware.
+var devices = []struct {
+	name         string
+	major, minor uint32
+}{
+	{"null", 1, 3}, {"zero", 1, 5}, {"full", 1, 7}, {"random", 1, 8}, {"urandom", 1, 9}, {"tty", 5, 0},
+}
+
+func mountDev(r *root) error {
+	if err := r.mkdirAll("/dev", 0o755); err != nil {
+		return err
+	}
+	if err := r.mount("sandbox-dev", "/dev", "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "mode=0755,size=64k"); err != nil {
+		return err
+	}
+	for _, d := range devices {
+		err := r.at("/dev", func(dev string) error {
+			return unix.Mknod(dev+"/"+d.name, unix.S_IFCHR|0o666, int(unix.Mkdev(d.major, d.minor)))
+		})
+		if err != nil {
+			return fmt.Errorf("making /dev/%s in the sandbox: %w", d.name, err)
+		}
+		// mknod obeys the umask; the nodes are for everyone.
+		if err := r.at("/dev/"+d.name, func(p string) error { return unix.Chmod(p, 0o666) }); err != nil {
+			return err
+		}
+	}
+	for _, d := range []string{"/dev/pts", "/dev/shm"} {
+		if err := r.mkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	if err := r.mount("devpts", "/dev/pts", "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620"); err != nil {
+		return err
+	}
+	if err := r.mount("sandbox-shm", "/dev/shm", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777"); err != nil {
+		return err
+	}
+	return r.at("/dev", func(dev string) error {
+		for name, target := range map[string]string{
+			"ptmx": "pts/ptmx", "fd": "/proc/self/fd", "stdin": "/proc/self/fd/0",
+			"stdout": "/proc/self/fd/1", "stderr": "/proc/self/fd/2",
+		} {
+			if err := unix.Symlinkat(target, unix.AT_FDCWD, dev+"/"+name); err != nil {
+				return fmt.Errorf("making /dev/%s in the sandbox: %w", name, err)
+			}
+		}
+		return nil
+	})
+}
+
+// maskProc keeps /proc's doors to the host's kernel shut even for a
+// sandbox's root: sysctls and sysrq read-only, kernel memory and keys
+// masked.
+func maskProc(r *root) error {
+	for _, p := range []string{"/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", "/proc/fs"} {
+		if _, ok, err := r.stat(p); err != nil || !ok {
+			continue
+		}
+		if err := r.bindInside(p, p, true); err != nil {
+			return err
+		}
+	}
+	for _, p := range []string{"/proc/kcore", "/proc/keys", "/proc/timer_list", "/proc/sched_debug", "/proc/kallsyms", "/proc/kmsg"} {
+		if _, ok, err := r.stat(p); err != nil || !ok {
+			continue
+		}
+		if err := r.bindInside("/dev/null", p, true); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func mountSys(r *root) error {
+	if err := r.mkdirAll("/sys", 0o555); err != nil {
+		return err
+	}
+	return r.mount("sysfs", "/sys", "sysfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
+}
+
+// mountScratch gives the sandbox its own /tmp and /run (the host's /run
+// holds the system bus's and sandboxd's sockets).
+func mountScratch(r *root) error {
+	for _, m := range []struct{ path, opts string }{{"/tmp", "mode=1777"}, {"/run", "mode=0755"}} {
+		if err := r.mkdirAll(m.path, 0o755); err != nil {
+			return err
+		}
+		if err := r.mount("sandbox-"+m.path[1:], m.path, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, m.opts); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// hide puts an empty directory (a tmpfs, writable by root only) or an
+// empty file in place of host path p, if it exists.
+func hide(r *root, p string) error {
+	st, ok, err := r.stat(p)
+	if err != nil || !ok {
+		return err
+	}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFDIR:
+		return r.mount("sandbox-hidden", p, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755")
+	case unix.S_IFLNK:
+		return nil // what it points to is hidden (or not) by its own path
+	default:
+		return r.bindInside("/dev/null", p, true)
+	}
+}
+
+// listen binds the control socket, for root only.
+func listen(path string) (*net.UnixListener, error) {
+	_ = os.Remove(path)
+	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: path, Net: "unixpacket"})
+	if err != nil {
+		return nil, fmt.Errorf("listening on the control socket: %w", err)
+	}
+	ln.SetUnlinkOnClose(false) // the path is the daemon's to remove
+	if err := os.Chmod(path, 0o600); err != nil {
+		return nil, fmt.Errorf("listening on the control socket: %w", err)
+	}
+	return ln, nil
+}
+
+// loopbackUp brings up lo, the only interface of a new network namespace.
+func loopbackUp() error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("bringing up loopback: %w", err)
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		return err
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("bringing up loopback: %w", err)
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("bringing up loopback: %w", err)
+	}
+	return nil
+}
+
+// pivot makes the new root the root, and lets go of the host's.
+func pivot(r *root) error {
+	if err := unix.Fchdir(r.fd); err != nil {
+		return fmt.Errorf("entering the new root: %w", err)
+	}
+	// pivot_root(".", ".") stacks the old root on top of the new one,
+	// where it is unmounted: no directory for it is needed.
+	if err := unix.PivotRoot(".", "."); err != nil {
+		return fmt.Errorf("pivot_root into %s: %w", r.path, err)
+	}
+	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("letting go of the host's root: %w", err)
+	}
+	if err := unix.Chdir("/"); err != nil {
+		return err
+	}
+	return nil
+}

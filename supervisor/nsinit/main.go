@@ -1,0 +1,97 @@
+package nsinit
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandboxd/supervisor/nsinit/seccomp"
+)
+
+// Main is the init: it reads its Spec from fd 3, builds the sandbox's
+// world, answers "ok" (or what failed) on fd 3, and then runs commands on
+// request until the sandbox's scope is stopped. It never returns.
+func Main() {
+	syscall.Umask(0o022)
+	setup := os.NewFile(3, "setup")
+	fail := func(err error) {
+		fmt.Fprintln(setup, err)
+		os.Exit(1)
+	}
+	var spec Spec
+	if err := json.NewDecoder(setup).Decode(&spec); err != nil {
+		fail(fmt.Errorf("reading the spec: %w", err))
+	}
+	// The memory limit's OOM killer must pick a command, never the init
+	// (whose end is the sandbox's), and no one may read its memory.
+	_ = os.WriteFile("/proc/self/oom_score_adj", []byte("-1000"), 0)
+	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
+	ln, err := build(&spec)
+	if err != nil {
+		fail(err)
+	}
+	s := newServer()
+	if err := s.startForker(); err != nil {
+		fail(err)
+	}
+	fmt.Fprintln(setup, "ok")
+	setup.Close()
+
+	go s.reap()
+	// Stopping the scope sends SIGTERM: end every command at once rather
+	// than wait for the stop timeout.
+	term := make(chan os.Signal, 1)
+	signal.Notify(term, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	go func() {
+		<-term
+		_ = syscall.Kill(-1, syscall.SIGKILL) // everything in this PID namespace but us
+		os.Exit(0)
+	}()
+	s.serve(ln)
+	os.Exit(1)
+}
+
+// keptCaps are what a command started as root keeps: enough to manage
+// files and processes inside the sandbox, nothing that reaches the kernel
+// or the host (no CAP_SYS_ADMIN, _MODULE, _RAWIO, _PTRACE, _NET_ADMIN,
+// _MKNOD, _DAC_READ_SEARCH).
+var keptCaps = []uintptr{
+	unix.CAP_CHOWN, unix.CAP_DAC_OVERRIDE, unix.CAP_FOWNER, unix.CAP_FSETID, unix.CAP_KILL,
+	unix.CAP_SETGID, unix.CAP_SETUID, unix.CAP_NET_BIND_SERVICE, unix.CAP_SYS_CHROOT,
+}
+
+// lockdown bounds what the init's children can ever hold: the capability
+// bounding set shrinks to keptCaps, no new privileges (setuid binaries and
+// file capabilities grant nothing), and the seccomp filter. Capabilities
+// are per thread: the caller is the locked thread that forks every command
+// (the seccomp filter and no_new_privs reach all threads).
+func lockdown() error {
+	last := unix.CAP_LAST_CAP
+	if b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap"); err == nil {
+		if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+			last = n
+		}
+	}
+	keep := map[uintptr]bool{}
+	for _, c := range keptCaps {
+		keep[c] = true
+	}
+	for c := uintptr(0); c <= uintptr(last); c++ {
+		if keep[c] {
+			continue
+		}
+		if err := unix.Prctl(unix.PR_CAPBSET_DROP, c, 0, 0, 0); err != nil {
+			return fmt.Errorf("dropping capability %d from the bounding set: %w", c, err)
+		}
+	}
+	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
+		return fmt.Errorf("clearing ambient capabilities: %w", err)
+	}
+	return seccomp.Install()
+}

@@ -1,0 +1,471 @@
+package nsinit
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// server runs commands for the daemon. As pid 1 of the sandbox's PID
+// namespace it also reaps every orphan there.
+type server struct {
+	// mu is held from fork to registration, so that the reaper cannot
+	// take a command's exit for an orphan's.
+	mu      sync.Mutex
+	waiting map[int]chan syscall.WaitStatus
+	forks   chan fork
+}
+
+func newServer() *server {
+	return &server{waiting: map[int]chan syscall.WaitStatus{}, forks: make(chan fork)}
+}
+
+// fork is a request to the forker thread.
+type fork struct {
+	path string
+	argv []string
+	attr *syscall.ProcAttr
+	done chan forked
+}
+
+type forked struct {
+	pid int
+	err error
+}
+
+// startForker starts the one thread that forks commands, locked down
+// (lockdown) before its first fork: a fork's child starts with the
+// credentials of the thread that forked it.
+func (s *server) startForker() error {
+	ready := make(chan error)
+	go func() {
+		runtime.LockOSThread() // for good: its credentials are not the others'
+		if err := lockdown(); err != nil {
+			ready <- err
+			return
+		}
+		close(ready)
+		for f := range s.forks {
+			pid, err := syscall.ForkExec(f.path, f.argv, f.attr)
+			f.done <- forked{pid, err}
+		}
+	}()
+	return <-ready
+}
+
+// reap collects every child that ends, and hands the commands' statuses
+// to whoever waits for them.
+func (s *server) reap() {
+	sig := make(chan os.Signal, 32)
+	signal.Notify(sig, syscall.SIGCHLD)
+	tick := time.NewTicker(5 * time.Second) // in case signals were merged
+	for {
+		select {
+		case <-sig:
+		case <-tick.C:
+		}
+		for {
+			var ws syscall.WaitStatus
+			pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+			if pid <= 0 || err != nil {
+				break
+			}
+			s.mu.Lock()
+			if ch, ok := s.waiting[pid]; ok {
+				ch <- ws
+				delete(s.waiting, pid)
+			}
+			s.mu.Unlock()
+		}
+	}
+}
+
+func (s *server) serve(ln *net.UnixListener) {
+	for {
+		conn, err := ln.AcceptUnix()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		go s.handle(conn)
+	}
+}
+
+// handle serves one command: a request (with its stdio), the answer
+// "started", later the exit; meanwhile the daemon may send signals.
+func (s *server) handle(conn *net.UnixConn) {
+	defer conn.Close()
+	msg, files, err := readMessage(conn)
+	if err != nil || msg.Request == nil {
+		closeAll(files)
+		_ = writeMessage(conn, message{Error: "expected a request"}, nil)
+		return
+	}
+	cmd, err := s.start(msg.Request, files)
+	closeAll(files) // the command has its own copies
+	if err != nil {
+		_ = writeMessage(conn, message{Error: err.Error()}, nil)
+		return
+	}
+	var pass []*os.File
+	if cmd.master != nil {
+		pass = []*os.File{cmd.master}
+	}
+	err = writeMessage(conn, message{Started: int(cmd.pid.Load())}, pass)
+	if cmd.master != nil {
+		cmd.master.Close()
+	}
+	if err != nil {
+		cmd.kill(syscall.SIGKILL) // no one will hear of it
+	}
+	go func() {
+		for {
+			m, extra, err := readMessage(conn)
+			closeAll(extra)
+			if err != nil {
+				return // the daemon went away: the command goes on
+			}
+			if m.Signal > 0 {
+				cmd.kill(syscall.Signal(m.Signal))
+			}
+		}
+	}()
+	res := cmd.wait()
+	_ = writeMessage(conn, message{Exit: &res}, nil)
+}
+
+// command is one started command.
+type command struct {
+	pid    atomic.Int64 // 0 until the fork returns
+	master *os.File // the pty's master, handed to the caller
+	status chan syscall.WaitStatus
+	copies sync.WaitGroup // output being counted
+	ended  atomic.Value   // a How that ended it early, set once
+	timer  *time.Timer
+}
+
+func (c *command) kill(sig syscall.Signal) {
+	// Its own session and process group: this reaches what it started
+	// too, unless that left the group. (kill(-0) would be the init's.)
+	if pid := int(c.pid.Load()); pid > 0 {
+		_ = syscall.Kill(-pid, sig)
+	}
+}
+
+func (c *command) end(how string) {
+	if c.ended.CompareAndSwap(nil, how) {
+		c.kill(syscall.SIGKILL)
+	}
+}
+
+func (c *command) wait() Result {
+	ws := <-c.status
+	if c.timer != nil {
+		c.timer.Stop()
+	}
+	c.copies.Wait()
+	res := Result{How: Exited, Code: ws.ExitStatus()}
+	if ws.Signaled() {
+		res = Result{How: Signaled, Signal: int(ws.Signal())}
+	}
+	if how, ok := c.ended.Load().(string); ok {
+		res.How = how
+	}
+	return res
+}
+
+func (s *server) start(req *Request, stdio []*os.File) (*command, error) {
+	if len(req.Argv) == 0 || req.Argv[0] == "" {
+		return nil, errors.New("no command given")
+	}
+	path, err := lookPath(req.Argv[0], req.Env)
+	if err != nil {
+		return nil, err
+	}
+	if req.Home != "" {
+		if err := makeHome(req.Home, req.UID, req.GID); err != nil {
+			return nil, err
+		}
+	}
+	dir := req.Dir
+	if dir == "" {
+		dir = "/"
+	}
+	c := &command{status: make(chan syscall.WaitStatus, 1)}
+	sys := &syscall.SysProcAttr{
+		Setsid:     true,
+		Credential: &syscall.Credential{Uid: req.UID, Gid: req.GID, Groups: req.Groups},
+	}
+	var files []uintptr
+	var closeAfter []*os.File
+	defer func() { closeAll(closeAfter) }()
+	switch {
+	case req.PTY:
+		master, slave, err := openPTY(req.Rows, req.Cols, req.UID)
+		if err != nil {
+			return nil, err
+		}
+		c.master = master
+		closeAfter = append(closeAfter, slave)
+		files = []uintptr{slave.Fd(), slave.Fd(), slave.Fd()}
+		sys.Setctty, sys.Ctty = true, 0
+	case len(stdio) == 3:
+		files = []uintptr{stdio[0].Fd(), stdio[1].Fd(), stdio[2].Fd()}
+		if req.OutputLimit > 0 {
+			w, err := c.countOutput(stdio[1:], req.OutputLimit)
+			if err != nil {
+				return nil, err
+			}
+			closeAfter = append(closeAfter, w...)
+			files[1], files[2] = w[0].Fd(), w[1].Fd()
+		}
+	default:
+		return nil, fmt.Errorf("expected 3 file descriptors (stdin, stdout, stderr), got %d", len(stdio))
+	}
+	s.mu.Lock()
+	f := fork{path: path, argv: req.Argv, attr: &syscall.ProcAttr{Dir: dir, Env: req.Env, Files: files, Sys: sys}, done: make(chan forked, 1)}
+	s.forks <- f
+	r := <-f.done
+	pid, err := r.pid, r.err
+	if err == nil {
+		c.pid.Store(int64(pid))
+		s.waiting[pid] = c.status
+	}
+	s.mu.Unlock()
+	if _, ended := c.ended.Load().(string); ended {
+		c.kill(syscall.SIGKILL) // its output passed the limit before its pid was known
+	}
+	if err != nil {
+		if c.master != nil {
+			c.master.Close()
+		}
+		return nil, fmt.Errorf("starting %s in %s: %w", path, dir, err)
+	}
+	if req.Timeout > 0 {
+		c.timer = time.AfterFunc(req.Timeout, func() { c.end(TimedOut) })
+	}
+	return c, nil
+}
+
+// countOutput puts pipes between the command and the caller's stdout and
+// stderr that count what passes, and end the command past limit. It
+// returns the pipes' write ends, for the command.
+func (c *command) countOutput(out []*os.File, limit int64) ([]*os.File, error) {
+	var total atomic.Int64
+	var ends []*os.File
+	for _, dst := range out {
+		r, w, err := os.Pipe()
+		if err != nil {
+			closeAll(ends)
+			return nil, fmt.Errorf("making the output pipe: %w", err)
+		}
+		ends = append(ends, w)
+		dst, err := dupFile(dst)
+		if err != nil {
+			r.Close()
+			closeAll(ends)
+			return nil, err
+		}
+		c.copies.Add(1)
+		go func() {
+			defer c.copies.Done()
+			defer r.Close()
+			defer dst.Close()
+			buf := make([]byte, 32*1024)
+			for {
+				n, err := r.Read(buf)
+				if n > 0 {
+					over := total.Add(int64(n)) - limit
+					keep := n
+					if over > 0 {
+						keep = max(n-int(over), 0)
+					}
+					if _, werr := dst.Write(buf[:keep]); werr != nil {
+						return
+					}
+					if over > 0 {
+						c.end(OutputLimit)
+						_, _ = io.Copy(io.Discard, r) // until the command is gone
+						return
+					}
+				}
+				if err != nil {
+					return
+				}
+			}
+		}()
+	}
+	return ends, nil
+}
+
+func dupFile(f *os.File) (*os.File, error) {
+	fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), f.Name()), nil
+}
+
+// lookPath finds name as the command's PATH would, inside the sandbox.
+func lookPath(name string, env []string) (string, error) {
+	if strings.Contains(name, "/") {
+		return name, executable(name)
+	}
+	path := "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			path = v
+		}
+	}
+	for _, dir := range filepath.SplitList(path) {
+		if dir == "" {
+			dir = "."
+		}
+		p := filepath.Join(dir, name)
+		if executable(p) == nil {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("%s: not found in PATH %s", name, path)
+}
+
+func executable(p string) error {
+	st, err := os.Stat(p)
+	if err != nil {
+		return err
+	}
+	if st.IsDir() || st.Mode()&0o111 == 0 {
+		return fmt.Errorf("%s: not an executable file", p)
+	}
+	return nil
+}
+
+// makeHome makes an empty home for uid where there is none (the host's
+// homes are hidden).
+func makeHome(home string, uid, gid uint32) error {
+	if _, err := os.Lstat(home); err == nil {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(home), 0o755); err != nil {
+		return fmt.Errorf("making home %s: %w", home, err)
+	}
+	if err := os.Mkdir(home, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("making home %s: %w", home, err)
+	}
+	if err := os.Lchown(home, int(uid), int(gid)); err != nil {
+		return fmt.Errorf("making home %s: %w", home, err)
+	}
+	return nil
+}
+
+// openPTY makes a pseudo-terminal in the sandbox's own devpts, its slave
+// owned by uid.
+func openPTY(rows, cols uint16, uid uint32) (master, slave *os.File, err error) {
+	m, err := os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("opening a pseudo-terminal: %w", err)
+	}
+	fail := func(err error) (*os.File, *os.File, error) {
+		m.Close()
+		return nil, nil, fmt.Errorf("opening a pseudo-terminal: %w", err)
+	}
+	if err := unix.IoctlSetPointerInt(int(m.Fd()), unix.TIOCSPTLCK, 0); err != nil {
+		return fail(err)
+	}
+	n, err := unix.IoctlGetInt(int(m.Fd()), unix.TIOCGPTN)
+	if err != nil {
+		return fail(err)
+	}
+	name := fmt.Sprintf("/dev/pts/%d", n)
+	if err := os.Chown(name, int(uid), -1); err != nil {
+		return fail(err)
+	}
+	s, err := os.OpenFile(name, os.O_RDWR|syscall.O_NOCTTY, 0)
+	if err != nil {
+		return fail(err)
+	}
+	if rows > 0 && cols > 0 {
+		_ = unix.IoctlSetWinsize(int(s.Fd()), unix.TIOCSWINSZ, &unix.Winsize{Row: rows, Col: cols})
+	}
+	return m, s, nil
+}
+
+func closeAll(files []*os.File) {
+	for _, f := range files {
+		if f != nil {
+			f.Close()
+		}
+	}
+}
+
+// maxMessage bounds one datagram on the control socket.
+const maxMessage = 1 << 20
+
+func writeMessage(conn *net.UnixConn, m message, files []*os.File) error {
+	b, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	var oob []byte
+	if len(files) > 0 {
+		fds := make([]int, len(files))
+		for i, f := range files {
+			fds[i] = int(f.Fd())
+		}
+		oob = unix.UnixRights(fds...)
+	}
+	_, _, err = conn.WriteMsgUnix(b, oob, nil)
+	return err
+}
+
+// readMessage reads one datagram and the descriptors that came with it.
+func readMessage(conn *net.UnixConn) (message, []*os.File, error) {
+	var m message
+	buf := make([]byte, maxMessage)
+	oob := make([]byte, unix.CmsgSpace(8*4))
+	n, oobn, flags, _, err := conn.ReadMsgUnix(buf, oob)
+	if err != nil {
+		return m, nil, err
+	}
+	var files []*os.File
+	if cmsgs, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil {
+		for _, c := range cmsgs {
+			fds, err := unix.ParseUnixRights(&c)
+			if err != nil {
+				continue
+			}
+			for _, fd := range fds {
+				unix.CloseOnExec(fd)
+				files = append(files, os.NewFile(uintptr(fd), "passed"))
+			}
+		}
+	}
+	if n == 0 && oobn == 0 {
+		return m, nil, io.EOF
+	}
+	if flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 {
+		closeAll(files)
+		return m, nil, errors.New("control message too large")
+	}
+	if err := json.Unmarshal(buf[:n], &m); err != nil {
+		closeAll(files)
+		return m, nil, fmt.Errorf("reading a control message: %w", err)
+	}
+	return m, files, nil
+}

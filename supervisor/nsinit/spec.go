@@ -1,0 +1,174 @@
+// Package nsinit is a sandbox's init: the small process that lives inside
+// the sandbox as pid 1 of its own PID namespace, builds the sandbox's world
+// (a mount namespace whose root is an overlay of the host's `/`, the
+// project's path bound to the sandbox's snapshot, private /tmp, /run, /dev
+// and /proc, hidden host paths, UTS, IPC and, unless the network is the
+// host's, network namespaces), and then starts commands in it on request.
+//
+// Commands join a live sandbox through its init rather than building
+// namespaces again: Go cannot setns into a mount namespace once its runtime
+// has threads, so the daemon sends each request, with the caller's stdin,
+// stdout and stderr as file descriptors (SCM_RIGHTS), over the init's
+// control socket, and the init forks the command as the caller. Nothing
+// the command writes passes through the daemon.
+//
+// The daemon side is Start (make an init from a Spec) and Exec (run a
+// command in a live one); the init side is Main.
+package nsinit
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"syscall"
+	"time"
+)
+
+// Network modes of a sandbox.
+const (
+	// NetworkNone: a network namespace with only loopback.
+	NetworkNone = "none"
+	// NetworkAllowlist: like none, and the daemon serves a filtering
+	// proxy on the sandbox's loopback (see supervisor/egress).
+	NetworkAllowlist = "allowlist"
+	// NetworkHost: the host's own network namespace.
+	NetworkHost = "host"
+)
+
+// Spec is the world an init builds. Paths are as the daemon sees them.
+type Spec struct {
+	ID       string `json:"id"`
+	Hostname string `json:"hostname"`
+	// Dir is the sandbox's runtime directory: the new root is mounted on
+	// Dir/root and the control socket is Dir/control.
+	Dir string `json:"dir"`
+	// Layer holds the sandbox's system layer: writes to /usr, /etc, ...
+	// go to Layer/upper. Empty: the layer is a tmpfs of LayerSize bytes
+	// (for pools that cannot carry an overlay's upper layer, zfs-fuse).
+	Layer     string `json:"layer,omitempty"`
+	LayerSize uint64 `json:"layer_size,omitempty"`
+	// Project is the sandbox's copy of the project (Source), seen at the
+	// project's own path (Target).
+	Project Bind `json:"project"`
+	// Hidden host paths are replaced by an empty directory or file;
+	// ReadOnly ones are seen but cannot be changed.
+	Hidden   []string `json:"hidden,omitempty"`
+	ReadOnly []string `json:"readonly,omitempty"`
+	Network  string   `json:"network"`
+}
+
+// Bind is a host directory seen at another path inside the sandbox.
+type Bind struct {
+	Source   string `json:"source"`
+	Target   string `json:"target"`
+	ReadOnly bool   `json:"readonly,omitempty"`
+}
+
+// Control is the path of the init's control socket, and Root that of its
+// root as mounted, for a sandbox whose runtime directory is dir.
+func Control(dir string) string { return dir + "/control" }
+
+// Request is a command to run in a sandbox.
+type Request struct {
+	Argv []string `json:"argv"`
+	// Env is the command's whole environment.
+	Env []string `json:"env"`
+	// Dir is the working directory, inside the sandbox.
+	Dir    string   `json:"dir"`
+	UID    uint32   `json:"uid"`
+	GID    uint32   `json:"gid"`
+	Groups []uint32 `json:"groups,omitempty"`
+	// Home is made (empty, the caller's) if it does not exist.
+	Home string `json:"home,omitempty"`
+	// PTY: the command gets a new pseudo-terminal as its controlling
+	// terminal and stdio; its master is handed back to the caller.
+	PTY  bool   `json:"pty,omitempty"`
+	Rows uint16 `json:"rows,omitempty"`
+	Cols uint16 `json:"cols,omitempty"`
+	// Timeout ends the command (its process group) after this long.
+	Timeout time.Duration `json:"timeout,omitempty"`
+	// OutputLimit ends the command once it has written this many bytes
+	// to stdout and stderr together (0: no limit). Only then does the
+	// output pass through the init, to be counted.
+	OutputLimit int64 `json:"output_limit,omitempty"`
+}
+
+// How a command ended.
+const (
+	Exited      = "exited"       // Code is its exit status
+	Signaled    = "signaled"     // Signal ended it
+	OOMKilled   = "oom-killed"   // the sandbox's memory limit ended it
+	TimedOut    = "timed-out"    // Request.Timeout ended it
+	OutputLimit = "output-limit" // Request.OutputLimit ended it
+	Lost        = "lost"         // the sandbox (its init) ended first
+)
+
+// Result is how a command ended.
+type Result struct {
+	How    string `json:"how"`
+	Code   int    `json:"code"`
+	Signal int    `json:"signal,omitempty"`
+}
+
+// String reads like a shell's report: "exited 0", "killed by signal 9
+// (killed)", "killed by the memory limit".
+func (r Result) String() string {
+	switch r.How {
+	case Exited:
+		return fmt.Sprintf("exited %d", r.Code)
+	case Signaled:
+		return fmt.Sprintf("killed by signal %d (%v)", r.Signal, syscall.Signal(r.Signal))
+	case OOMKilled:
+		return "killed by the memory limit"
+	case TimedOut:
+		return "timed out"
+	case OutputLimit:
+		return "stopped at the output limit"
+	case Lost:
+		return "lost: the sandbox ended"
+	}
+	return r.How
+}
+
+// ExitCode is the status a shell would give: the code, or 128+signal.
+func (r Result) ExitCode() int {
+	switch r.How {
+	case Exited:
+		return r.Code
+	case Signaled, OOMKilled, TimedOut, OutputLimit:
+		if r.Signal == 0 {
+			return 128 + int(syscall.SIGKILL)
+		}
+		return 128 + r.Signal
+	}
+	return 255
+}
+
+// Errors of Exec.
+var (
+	// ErrNotRunning: the sandbox's init does not answer (the sandbox is
+	// being destroyed, or was never started).
+	ErrNotRunning = errors.New("the sandbox's init is not running")
+	// ErrCommand: the command could not be started (not found, not
+	// executable, bad directory); the message says which.
+	ErrCommand = errors.New("cannot start the command")
+)
+
+// message is what travels on the control socket, one per datagram.
+type message struct {
+	Request *Request `json:"request,omitempty"`
+	// Signal asks the init to signal the command's process group.
+	Signal int `json:"signal,omitempty"`
+	// Started answers a request: the command's pid inside the sandbox
+	// (a pty's master travels with it).
+	Started int     `json:"started,omitempty"`
+	Exit    *Result `json:"exit,omitempty"`
+	Error   string  `json:"error,omitempty"`
+}
+
+// envInit marks the process that must run Main.
+const envInit = "SANDBOXD_NSINIT"
+
+// IsInit reports whether this process was started by Start to be a
+// sandbox's init; its main function must then call Main and nothing else.
+func IsInit() bool { return os.Getenv(envInit) == "1" }
