@@ -24,7 +24,6 @@ type Command struct {
 	conn *net.UnixConn
 	done chan struct{}
 	res  Result
-	once sync.Once
 }
 
 // Exec runs req in the sandbox whose init listens on socket, with stdio

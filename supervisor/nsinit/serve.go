@@ -153,7 +153,7 @@ func (s *server) handle(conn *net.UnixConn) {
 // command is one started command.
 type command struct {
 	pid    atomic.Int64 // 0 until the fork returns
-	master *os.File // the pty's master, handed to the caller
+	master *os.File     // the pty's master, handed to the caller
 	status chan syscall.WaitStatus
 	copies sync.WaitGroup // output being counted
 	ended  atomic.Value   // a How that ended it early, set once
