@@ -125,6 +125,9 @@ type Capabilities struct {
 	// SimpleQuota: the quota is btrfs's simple quota (squota), which counts
 	// exactly what a snapshot writes; false on ZFS and on btrfs qgroups.
 	SimpleQuota bool
+	// OverlayUpper: a volume can be an overlayfs upper layer (btrfs;
+	// OpenZFS from 2.2, which has RENAME_WHITEOUT). zfs-fuse cannot.
+	OverlayUpper bool
 }
 
 // Info describes an open backend.

@@ -55,8 +55,8 @@ func TestCapsPerHostAndPerUser(t *testing.T) {
 	if !errors.Is(err, supervisor.ErrLimitReached) || !strings.Contains(err.Error(), "limits.max_sandboxes") {
 		t.Fatalf("a fourth sandbox on the host: %v; want the host limit named", err)
 	}
-	if vols := e.volumes(t); len(vols) != 6 {
-		t.Fatalf("refused creates left volumes: %v; want the 3 sandboxes' 6", vols)
+	if vols := e.volumes(t); len(vols) != 9 {
+		t.Fatalf("refused creates left volumes: %v; want the 3 sandboxes' 9 (base, copy, system layer)", vols)
 	}
 }
 

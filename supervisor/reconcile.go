@@ -78,7 +78,7 @@ func (s *Supervisor) Reconcile(ctx context.Context) (Report, error) {
 		s.log.Info("reconciled", "SANDBOX_ID", rec.ID, "ACTION", "reconcile", "result", did)
 	}
 	// Orphan volumes: sandboxes first (they are clones of the bases).
-	for _, prefix := range []string{"sb-", "base-"} {
+	for _, prefix := range []string{"sys-", "sb-", "base-"} {
 		for _, v := range vols {
 			id, ok := strings.CutPrefix(v.Name, prefix)
 			if !ok || known[id] || !v.Ours {
@@ -119,7 +119,13 @@ func (s *Supervisor) reconcileOne(ctx context.Context, rec state.Record, vols ma
 		return "lost", s.finishDestroy(ctx, rec)
 	}
 	if active[rec.Unit] {
-		return "adopted", nil
+		if err := s.adoptWorld(ctx, rec); err != nil {
+			// An init that does not answer cannot run commands: start
+			// the sandbox again.
+			s.log.Warn("a sandbox's init does not answer; restarting it", "SANDBOX_ID", rec.ID, "error", err)
+		} else {
+			return "adopted", nil
+		}
 	}
 	var limits units.Limits
 	if len(rec.Limits) > 0 {

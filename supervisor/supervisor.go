@@ -8,11 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"os/exec"
 	"slices"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/sandboxd/sandboxd/cowfs"
@@ -53,10 +50,21 @@ type Config struct {
 	// Projects maps a project's name to its location in the pool (a btrfs
 	// subvolume path or a ZFS dataset).
 	Projects map[string]string
-	// InitCommand starts the process that holds a sandbox's scope for as
-	// long as the sandbox lives (the scope needs one; commands join it).
+	// InitCommand starts a sandbox's init (a program whose main runs
+	// nsinit.Main when nsinit.IsInit): it builds the sandbox's world,
+	// holds its scope for as long as the sandbox lives, and starts its
+	// commands.
 	InitCommand []string
-	Policy      Policy
+	// RuntimeDir holds each live sandbox's runtime directory (its init's
+	// control socket): /run/sandboxd in the daemon.
+	RuntimeDir string
+	// Profiles by name, and the one a create that names none gets ("":
+	// none, the defaults of Profile).
+	Profiles       map[string]Profile
+	DefaultProfile string
+	// Hidden and ReadOnly host paths of every sandbox.
+	Hidden, ReadOnly []string
+	Policy           Policy
 	// Audit records every state-changing action (nil: none).
 	Audit *audit.Log
 	Log   *slog.Logger
@@ -72,6 +80,8 @@ type Supervisor struct {
 	// intent, so that concurrent creates cannot both take the last place.
 	admission sync.Mutex
 	reaper    reaper
+	worlds    worlds
+	commands  commands
 }
 
 // New makes a Supervisor. Call Reconcile before serving.
@@ -91,8 +101,19 @@ type CreateOptions struct {
 	// DiskQuota bounds what the sandbox writes, in bytes (0: none).
 	DiskQuota uint64
 	// TTL is the sandbox's time to live (0: none).
-	TTL     time.Duration
+	TTL time.Duration
+	// Profile names the profile whose settings fill what these leave
+	// unset ("": the default profile).
 	Profile string
+	// Network is nsinit.NetworkNone, NetworkAllowlist (with Allow) or
+	// NetworkHost; "" takes the profile's.
+	Network string
+	Allow   []string
+	// ReadOnlyProject: the sandbox sees its project but cannot change it
+	// (nil: the profile's).
+	ReadOnlyProject *bool
+
+	hidden, readOnly []string // the host's and the profile's
 }
 
 // Sandbox is a sandbox as callers see it.
@@ -127,6 +148,9 @@ func (s *Supervisor) lock(id string) func() {
 // what was made, in reverse; a crash is finished by Reconcile.
 func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox, err error) {
 	defer func() { s.audit(ctx, "create", sb.Record, err) }()
+	if err := s.resolveProfile(&opts); err != nil {
+		return sb, fmt.Errorf("creating a sandbox of %s: %w", opts.Project, err)
+	}
 	if err := s.cfg.Policy.applyDefaults(&opts); err != nil {
 		return sb, fmt.Errorf("creating a sandbox of %s: %w", opts.Project, err)
 	}
@@ -171,7 +195,9 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 	rec := state.Record{
 		ID: id, Project: opts.Project, Owner: opts.Owner, State: state.Creating,
 		Base: baseName(id), Volume: volumeName(id), Unit: unitName(id),
-		Profile: opts.Profile, Created: now, Limits: limits,
+		Profile: opts.Profile, Created: now, Limits: limits, DiskQuota: opts.DiskQuota,
+		Network: opts.Network, Allow: opts.Allow, ReadOnlyProject: *opts.ReadOnlyProject,
+		Hidden: opts.hidden, ReadOnly: opts.readOnly,
 	}
 	if opts.TTL > 0 {
 		rec.Expires = now.Add(opts.TTL)
@@ -212,11 +238,19 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 			return sb, fmt.Errorf("creating sandbox %s: %w", id, err)
 		}
 	}
+	layer, made, err := s.makeLayer(ctx, &rec)
+	if made {
+		undo = append(undo, func(ctx context.Context) error { return s.cfg.Backend.Delete(ctx, layer) })
+	}
+	if err != nil {
+		return sb, fmt.Errorf("creating sandbox %s: its system layer: %w", id, err)
+	}
+	undo = append(undo, func(context.Context) error { return s.removeWorld(id) })
 	if err := s.startScope(ctx, rec, opts.Limits); err != nil {
 		return sb, fmt.Errorf("creating sandbox %s: %w", id, err)
 	}
 	undo = append(undo, func(ctx context.Context) error { return s.stopScope(ctx, rec.Unit) })
-	rec, err = s.cfg.Store.Update(id, func(r *state.Record) error { r.State = state.Ready; return nil })
+	rec, err = s.cfg.Store.Update(id, func(r *state.Record) error { r.State = state.Ready; r.Layer = rec.Layer; return nil })
 	if err != nil {
 		return sb, fmt.Errorf("creating sandbox %s: %w", id, err)
 	}
@@ -224,32 +258,24 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 	return Sandbox{Record: rec, Path: vol.Path}, nil
 }
 
-// startScope starts the sandbox's init process and puts it in the
-// sandbox's scope with its limits. The init runs in its own session so
-// that it outlives the daemon (its scope, not the daemon's service, holds it).
+// startScope starts the sandbox's init, which builds its world, and puts
+// it in the sandbox's scope with its limits. The init runs in its own
+// session so that it outlives the daemon (its scope, not the daemon's
+// service, holds it).
 func (s *Supervisor) startScope(ctx context.Context, rec state.Record, limits units.Limits) error {
-	if len(s.cfg.InitCommand) == 0 {
-		return errors.New("no init command configured")
+	pid, err := s.startWorld(ctx, rec)
+	if err != nil {
+		return err
 	}
-	cmd := exec.Command(s.cfg.InitCommand[0], s.cfg.InitCommand[1:]...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	cmd.Env = append(os.Environ(), "SANDBOXD_SANDBOX_ID="+rec.ID)
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("starting the sandbox's init: %w", err)
-	}
-	// The reaper collects its exit status when it ends while the daemon
-	// runs (a destroy, RuntimeMax); after a restart, systemd does.
-	pid := cmd.Process.Pid
-	_ = cmd.Process.Release()
-	s.reaper.add(pid)
-	err := s.cfg.Units.StartScope(ctx, units.Scope{
+	err = s.cfg.Units.StartScope(ctx, units.Scope{
 		Name:        rec.Unit,
 		Description: fmt.Sprintf("sandboxd sandbox %s of %s", rec.ID, rec.Project),
 		PIDs:        []int{pid},
 		Limits:      limits,
 	})
 	if err != nil {
-		_ = syscall.Kill(pid, syscall.SIGKILL)
+		s.killInit(pid)
+		s.worlds.drop(rec.ID)
 		return err
 	}
 	return nil
@@ -339,7 +365,12 @@ func (s *Supervisor) finishDestroy(ctx context.Context, rec state.Record) error 
 	if err := s.stopScope(ctx, rec.Unit); err != nil {
 		return err
 	}
-	for _, name := range []string{rec.Volume, rec.Base} { // clones before their origins
+	if err := s.removeWorld(rec.ID); err != nil {
+		return err
+	}
+	// Clones before their origins; the layer by its name, which a crash
+	// may have left out of the record.
+	for _, name := range []string{layerName(rec.ID), rec.Volume, rec.Base} {
 		v, err := s.cfg.Backend.Get(ctx, name)
 		if errors.Is(err, cowfs.ErrNotFound) {
 			continue

@@ -77,10 +77,17 @@ func run(ctx context.Context, configPath string) error {
 		return err
 	}
 	defer auditLog.Close()
+	profs, err := profiles(cfg)
+	if err != nil {
+		return errors.Join(exConfig, err)
+	}
 	lim := cfg.Limits
 	sup := supervisor.New(supervisor.Config{
 		Backend: backend, Units: um, Store: store, Projects: projects,
 		InitCommand: []string{exe, "sandbox-init"},
+		RuntimeDir:  runtimeDir,
+		Profiles:    profs, DefaultProfile: cfg.Sandbox.DefaultProfile,
+		Hidden: cfg.Sandbox.HiddenPaths, ReadOnly: cfg.Sandbox.ReadonlyPaths,
 		Policy: supervisor.Policy{
 			MaxSandboxes:     lim.MaxSandboxes,
 			MaxPerOwner:      lim.MaxSandboxesPerUser,
@@ -93,6 +100,7 @@ func run(ctx context.Context, configPath string) error {
 		Audit: auditLog,
 		Log:   log,
 	})
+	defer sup.Close()
 
 	status("reconciling sandboxes")
 	rep, err := sup.Reconcile(ctx)

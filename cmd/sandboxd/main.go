@@ -4,8 +4,8 @@
 //	sandboxd [--config FILE]   run the daemon (systemd starts it: Type=notify)
 //	sandboxd --version
 //
-// `sandboxd sandbox-init` is not for people: it is the process that holds a
-// sandbox's scope for as long as the sandbox lives.
+// `sandboxd sandbox-init` is not for people: it is a sandbox's init (see
+// supervisor/nsinit), which the daemon starts.
 package main
 
 import (
@@ -17,15 +17,20 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/sandboxd/sandboxd/supervisor/nsinit"
 )
+
+// runtimeDir holds the live sandboxes' control sockets (systemd's
+// RuntimeDirectory=sandboxd, kept across restarts of the daemon).
+const runtimeDir = "/run/sandboxd"
 
 // version is set at build time from `git describe` (see the Makefile).
 var version = "dev"
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == "sandbox-init" {
-		sandboxInit()
-		return
+	if nsinit.IsInit() {
+		nsinit.Main() // `sandboxd sandbox-init`, started by the daemon
 	}
 	fs := flag.NewFlagSet("sandboxd", flag.ContinueOnError)
 	configPath := fs.String("config", "", "configuration file (default /etc/sandboxd/sandboxd.toml, optional there)")
@@ -59,11 +64,3 @@ func main() {
 type exitCode int
 
 func (e exitCode) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
-
-// sandboxInit holds a sandbox's scope: it waits, doing nothing, until it
-// is told to end. The sandbox's commands run beside it in the same scope.
-func sandboxInit() {
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
-	<-sig
-}

@@ -88,6 +88,7 @@ func Open(ctx context.Context, root string) (*Backend, error) {
 			Generation:           true,
 			Quota:                true,
 			SimpleQuota:          kernelAtLeast(kernel, 6, 7),
+			OverlayUpper:         true,
 		},
 	}
 	if err := b.removeLeftovers(ctx); err != nil {

@@ -78,6 +78,7 @@ func Open(ctx context.Context, root string) (*Backend, error) {
 	caps.FastChanges = err == nil || !strings.Contains(command.Stderr(err), "unrecognized command")
 	_, err = command.Output(ctx, "zfs", "get", "-H", "-o", "value", "written", root)
 	caps.Generation = err == nil
+	caps.OverlayUpper = overlayUpper(b.info.Version)
 	if err := b.removeLeftovers(ctx); err != nil {
 		return nil, err
 	}
@@ -99,6 +100,21 @@ func version(ctx context.Context, pool string) string {
 		return "unknown"
 	}
 	return "zfs-fuse, pool version " + f[2]
+}
+
+// overlayUpper reports whether a ZFS of this version can carry an
+// overlayfs upper layer: OpenZFS from 2.2 (`zfs version` prints
+// "zfs-2.2.0-1"); not zfs-fuse.
+func overlayUpper(version string) bool {
+	v, ok := strings.CutPrefix(version, "zfs-")
+	if !ok {
+		return false
+	}
+	var major, minor int
+	if _, err := fmt.Sscanf(v, "%d.%d", &major, &minor); err != nil {
+		return false
+	}
+	return major > 2 || major == 2 && minor >= 2
 }
 
 func (b *Backend) Info() cowfs.Info { return b.info }

@@ -193,12 +193,12 @@ func TestBadInputGetsTheRightErrorName(t *testing.T) {
 	wantError(t, "GetAll(org.example.Nope)", err, "org.freedesktop.DBus.Error.UnknownInterface", "org.example.Nope")
 
 	// Nothing was made by the refused calls: only the one sandbox exists,
-	// and only its two volumes.
+	// and only its three volumes (base, copy, system layer).
 	if sbs, _ := e.sup.List(ctx); len(sbs) != 1 {
 		t.Fatalf("sandboxes after the refused calls: %v; want only the one made", sbs)
 	}
-	if vols, _ := e.fs.List(ctx); len(vols) != 2 {
-		t.Fatalf("volumes after the refused calls: %v; want the one sandbox's two", vols)
+	if vols, _ := e.fs.List(ctx); len(vols) != 3 {
+		t.Fatalf("volumes after the refused calls: %v; want the one sandbox's three", vols)
 	}
 }
 

@@ -54,6 +54,32 @@ const SandboxXML = xmlHeader + `<node>
   <method name="Destroy"/>
   <method name="Freeze"/>
   <method name="Thaw"/>
+  <method name="Exec">
+   <arg type="as" name="argv" direction="in"/>
+   <arg type="a{sv}" name="options" direction="in"/>
+   <arg type="h" name="stdin" direction="in"/>
+   <arg type="h" name="stdout" direction="in"/>
+   <arg type="h" name="stderr" direction="in"/>
+   <arg type="s" name="command" direction="out"/>
+  </method>
+  <method name="ExecTerminal">
+   <arg type="as" name="argv" direction="in"/>
+   <arg type="a{sv}" name="options" direction="in"/>
+   <arg type="q" name="rows" direction="in"/>
+   <arg type="q" name="cols" direction="in"/>
+   <arg type="s" name="command" direction="out"/>
+   <arg type="h" name="terminal" direction="out"/>
+  </method>
+  <method name="Signal">
+   <arg type="s" name="command" direction="in"/>
+   <arg type="i" name="signal" direction="in"/>
+  </method>
+  <signal name="CommandExited">
+   <arg type="s" name="command"/>
+   <arg type="s" name="how"/>
+   <arg type="i" name="status"/>
+   <arg type="i" name="signal"/>
+  </signal>
   <property name="Id" type="s" access="read">
    <annotation name="org.freedesktop.DBus.Property.EmitsChangedSignal" value="const"/>
   </property>

@@ -36,7 +36,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(helperEnv) != "" {
 		os.Exit(helper(os.Args[1:]))
 	}
-	testbed.Main(m)
+	supervisortest.Main(m)
 }
 
 var ctx = context.Background()

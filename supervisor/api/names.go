@@ -32,6 +32,8 @@ const (
 	// ErrorWrongState: the sandbox's state does not allow the call (Thaw
 	// of a sandbox that is not frozen).
 	ErrorWrongState = "org.sandboxd1.Error.WrongState"
+	// ErrorNoSuchCommand: Signal names no running command of the sandbox.
+	ErrorNoSuchCommand = "org.sandboxd1.Error.NoSuchCommand"
 )
 
 // Standard errors of objects and properties (D-Bus specification).

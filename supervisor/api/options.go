@@ -52,6 +52,18 @@ var options = map[string]option{
 		o.Profile = v.(string)
 		return nil
 	}},
+	"Network": {signature: "s", unit: "none, allowlist or host", set: func(o *supervisor.CreateOptions, v any) error {
+		o.Network = v.(string)
+		return nil
+	}},
+	"Allow": {signature: "as", unit: "host:port entries", set: func(o *supervisor.CreateOptions, v any) error {
+		o.Allow = v.([]string)
+		return nil
+	}},
+	"ReadOnlyProject": {signature: "b", unit: "true or false", set: func(o *supervisor.CreateOptions, v any) error {
+		o.ReadOnlyProject = new(v.(bool))
+		return nil
+	}},
 }
 
 func bytesOption(set func(*supervisor.CreateOptions, uint64)) option {

@@ -269,7 +269,7 @@ func (s *Server) end(r *request, id string, derr *dbus.Error) *dbus.Error {
 
 func mutating(action string) bool {
 	switch action {
-	case "CreateSandbox", "DestroySandbox", "Destroy", "Freeze", "Thaw":
+	case "CreateSandbox", "DestroySandbox", "Destroy", "Freeze", "Thaw", "Exec", "ExecTerminal", "Signal":
 		return true
 	}
 	return false

@@ -54,6 +54,17 @@ type Record struct {
 	// Limits as the caller asked for them, kept verbatim for inspection
 	// and for restarting the scope.
 	Limits json.RawMessage `json:"limits,omitempty"`
+	// DiskQuota bounds what the sandbox writes, in bytes (0: none).
+	DiskQuota uint64 `json:"disk_quota,omitempty"`
+	// The sandbox's world, as its init builds it again after a reboot:
+	// Network is none, allowlist (through Allow) or host.
+	Network         string   `json:"network,omitempty"`
+	Allow           []string `json:"allow,omitempty"`
+	ReadOnlyProject bool     `json:"readonly_project,omitempty"`
+	Hidden          []string `json:"hidden,omitempty"`
+	ReadOnly        []string `json:"readonly,omitempty"`
+	// Layer is the volume of its system layer ("": a tmpfs).
+	Layer string `json:"layer,omitempty"`
 }
 
 var (

@@ -18,6 +18,7 @@ import (
 	"github.com/sandboxd/sandboxd/cowfs"
 	"github.com/sandboxd/sandboxd/cowfs/btrfs"
 	"github.com/sandboxd/sandboxd/supervisor"
+	"github.com/sandboxd/sandboxd/supervisor/nsinit"
 	"github.com/sandboxd/sandboxd/supervisor/state"
 	"github.com/sandboxd/sandboxd/tests/testbed"
 	"github.com/sandboxd/sandboxd/units"
@@ -25,6 +26,15 @@ import (
 
 // Index is the content of the project's index.html.
 const Index = "<h1>web</h1>\n"
+
+// Main is TestMain for a package that uses New: the test binary is also
+// the sandboxes' init (New's InitCommand), and runs in the testbed.
+func Main(m *testing.M) {
+	if nsinit.IsInit() {
+		nsinit.Main()
+	}
+	testbed.Main(m)
+}
 
 // Env is one supervisor and its parts.
 type Env struct {
@@ -71,8 +81,16 @@ func New(t *testing.T, prefix string, log *slog.Logger) *Env {
 		Units:       um,
 		Store:       store,
 		Projects:    map[string]string{"web": proj},
-		InitCommand: []string{"/bin/sleep", "infinity"},
-		Log:         log,
+		InitCommand: []string{os.Args[0], "sandbox-init"},
+		// Short: a unix socket's path has at most 107 bytes.
+		RuntimeDir: fmt.Sprintf("/run/sbx-%s%d", prefix, n),
+		Hidden:     []string{"/root"},
+		Profiles: map[string]supervisor.Profile{
+			"default": {Network: nsinit.NetworkNone},
+			"trusted": {Network: nsinit.NetworkHost},
+		},
+		DefaultProfile: "default",
+		Log:            log,
 	}
 	e.Sup = supervisor.New(e.Config)
 	t.Cleanup(func() {

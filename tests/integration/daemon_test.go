@@ -387,7 +387,7 @@ func TestKill9DuringCreateAndDestroyLosesNothing(t *testing.T) {
 				t.Fatalf("trial %d: orphan scope %s after kill -9 and restart", trial, s)
 			}
 		}
-		if len(vols) != 2*len(ids) || len(scopes) != len(ids) {
+		if len(vols) != 3*len(ids) || len(scopes) != len(ids) { // base, copy, system layer
 			t.Fatalf("trial %d: %d volumes and %d scopes for %d sandboxes", trial, len(vols), len(scopes), len(ids))
 		}
 	}

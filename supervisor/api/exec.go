@@ -1,0 +1,169 @@
+package api
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"syscall"
+	"time"
+
+	"github.com/godbus/dbus/v5"
+
+	"github.com/sandboxd/sandboxd/supervisor"
+)
+
+// Exec(as argv, a{sv} options, h stdin, h stdout, h stderr) -> (s command)
+// starts argv in the sandbox as the caller, with the caller's own files
+// as its stdio: output streams to the caller, nothing passes through the
+// daemon. It returns once the command runs; CommandExited, sent to the
+// caller alone, tells how it ended. Options: Environment (as, KEY=value),
+// WorkingDirectory (s), Root (b, for root only), TimeoutUSec (t),
+// OutputLimit (t, bytes of stdout and stderr together).
+func (o sandboxObject) Exec(sender dbus.Sender, msg dbus.Message, argv []string, options map[string]dbus.Variant,
+	stdin, stdout, stderr dbus.UnixFD) (string, *dbus.Error) {
+	files := []*os.File{os.NewFile(uintptr(stdin), "stdin"), os.NewFile(uintptr(stdout), "stdout"), os.NewFile(uintptr(stderr), "stderr")}
+	defer func() { // the init has its own copies
+		for _, f := range files {
+			f.Close()
+		}
+	}()
+	cmd, derr := o.exec(sender, msg, "Exec", argv, options, func(e *supervisor.ExecOptions) { e.Stdio = files })
+	if derr != nil {
+		return "", derr
+	}
+	return cmd.ID, nil
+}
+
+// ExecTerminal(as argv, a{sv} options, q rows, q cols) -> (s command,
+// h terminal) starts argv as Exec does, on a new pseudo-terminal of the
+// sandbox's: the caller reads and writes the terminal's master, and sets
+// its size there (TIOCSWINSZ).
+func (o sandboxObject) ExecTerminal(sender dbus.Sender, msg dbus.Message, argv []string, options map[string]dbus.Variant,
+	rows, cols uint16) (string, dbus.UnixFD, *dbus.Error) {
+	cmd, derr := o.exec(sender, msg, "ExecTerminal", argv, options, func(e *supervisor.ExecOptions) {
+		e.PTY, e.Rows, e.Cols = true, rows, cols
+	})
+	if derr != nil {
+		return "", -1, derr
+	}
+	// godbus sends the descriptor after this returns, and does not close
+	// it: ours is closed once the reply is surely out.
+	master := cmd.Master
+	time.AfterFunc(5*time.Second, func() { master.Close() })
+	return cmd.ID, dbus.UnixFD(master.Fd()), nil
+}
+
+func (o sandboxObject) exec(sender dbus.Sender, msg dbus.Message, action string, argv []string,
+	options map[string]dbus.Variant, set func(*supervisor.ExecOptions)) (*supervisor.Command, *dbus.Error) {
+	s := o.s
+	r, derr := s.begin(sender, action)
+	if derr != nil {
+		return nil, derr
+	}
+	id, derr := objectID(msg)
+	if derr != nil {
+		return nil, s.end(r, "", derr)
+	}
+	if _, derr := s.lookup(r, id); derr != nil {
+		return nil, s.end(r, id, derr)
+	}
+	opts := supervisor.ExecOptions{Argv: argv, UID: r.who.uid}
+	if err := execOptions(&opts, options); err != nil {
+		return nil, s.end(r, id, dbusError(ErrorInvalidArgs, "%s: %v", action, err))
+	}
+	set(&opts)
+	cmd, err := s.sup.Exec(r.ctx, id, opts)
+	if err != nil {
+		return nil, s.end(r, id, fromSupervisor(err))
+	}
+	go func() {
+		res := cmd.Result()
+		code := res.Code
+		if res.How != "exited" {
+			code = res.ExitCode()
+		}
+		s.emitTo(string(sender), SandboxPath(id), "CommandExited", cmd.ID, res.How, int32(code), int32(res.Signal))
+	}()
+	return cmd, s.end(r, id, nil)
+}
+
+// Signal(s command, i signal) sends a signal to a running command's
+// process group (Ctrl-C of a client: SIGINT).
+func (o sandboxObject) Signal(sender dbus.Sender, msg dbus.Message, command string, signal int32) *dbus.Error {
+	s := o.s
+	r, derr := s.begin(sender, "Signal")
+	if derr != nil {
+		return derr
+	}
+	id, derr := objectID(msg)
+	if derr != nil {
+		return s.end(r, "", derr)
+	}
+	if _, derr := s.lookup(r, id); derr != nil {
+		return s.end(r, id, derr)
+	}
+	if signal <= 0 || signal > 64 {
+		return s.end(r, id, dbusError(ErrorInvalidArgs, "signal %d: want 1..64", signal))
+	}
+	if err := s.sup.Signal(r.ctx, id, command, syscall.Signal(signal)); err != nil {
+		if errors.Is(err, supervisor.ErrNoCommand) {
+			return s.end(r, id, dbusError(ErrorNoSuchCommand, "%v", err))
+		}
+		return s.end(r, id, fromSupervisor(err))
+	}
+	return s.end(r, id, nil)
+}
+
+// execOptions reads Exec's options into o.
+func execOptions(o *supervisor.ExecOptions, options map[string]dbus.Variant) error {
+	for name, v := range options {
+		var err error
+		switch name {
+		case "Environment":
+			err = dbus.Store([]any{v.Value()}, &o.Env)
+		case "WorkingDirectory":
+			err = dbus.Store([]any{v.Value()}, &o.Dir)
+		case "Root":
+			err = dbus.Store([]any{v.Value()}, &o.AsRoot)
+		case "TimeoutUSec":
+			var us uint64
+			if err = dbus.Store([]any{v.Value()}, &us); err == nil {
+				o.Timeout, err = usec(us)
+			}
+		case "OutputLimit":
+			var n uint64
+			if err = dbus.Store([]any{v.Value()}, &n); err == nil {
+				if n > 1<<62 {
+					err = errors.New("too large")
+				}
+				o.OutputLimit = int64(n)
+			}
+		default:
+			return fmt.Errorf("unknown option %q (known: Environment, WorkingDirectory, Root, TimeoutUSec, OutputLimit)", name)
+		}
+		if err != nil {
+			return fmt.Errorf("option %s (%s): %v", name, v.Signature(), err)
+		}
+	}
+	return nil
+}
+
+// emitTo sends a signal to one client: command results are the caller's.
+func (s *Server) emitTo(dest string, path dbus.ObjectPath, name string, values ...any) {
+	msg := &dbus.Message{
+		Type: dbus.TypeSignal,
+		Headers: map[dbus.HeaderField]dbus.Variant{
+			dbus.FieldPath:        dbus.MakeVariant(path),
+			dbus.FieldInterface:   dbus.MakeVariant(SandboxInterface),
+			dbus.FieldMember:      dbus.MakeVariant(name),
+			dbus.FieldDestination: dbus.MakeVariant(dest),
+		},
+		Body: values,
+	}
+	if len(values) > 0 {
+		msg.Headers[dbus.FieldSignature] = dbus.MakeVariant(dbus.SignatureOf(values...))
+	}
+	if call := s.conn.Send(msg, nil); call.Err != nil {
+		s.log.Error("emitting a D-Bus signal", "signal", name, "path", string(path), "error", call.Err)
+	}
+}

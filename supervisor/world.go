@@ -1,0 +1,230 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+
+	"github.com/sandboxd/sandboxd/cowfs"
+	"github.com/sandboxd/sandboxd/supervisor/egress"
+	"github.com/sandboxd/sandboxd/supervisor/nsinit"
+	"github.com/sandboxd/sandboxd/supervisor/state"
+)
+
+// ProxyAddr is where a sandbox under an allowlist finds the daemon's
+// filtering proxy, on its own loopback.
+const ProxyAddr = "127.0.0.1:3128"
+
+// layerName is the volume that holds a sandbox's system layer (what it
+// writes to /usr, /etc, ...), where the pool can carry one.
+func layerName(id string) string { return "sys-" + id }
+
+// runtimeDir is the sandbox's directory for its init (root mountpoint,
+// control socket).
+func (s *Supervisor) runtimeDir(id string) string { return filepath.Join(s.cfg.RuntimeDir, id) }
+
+// world is what the daemon holds of a live sandbox's init: its pid, and
+// the proxy it serves into its network namespace.
+type world struct {
+	pid         int
+	stopProxy   context.CancelFunc
+	proxyClosed chan struct{}
+}
+
+type worlds struct {
+	mu sync.Mutex
+	m  map[string]*world
+}
+
+func (w *worlds) get(id string) *world {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.m[id]
+}
+
+func (w *worlds) set(id string, x *world) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.m == nil {
+		w.m = map[string]*world{}
+	}
+	w.m[id] = x
+}
+
+// drop forgets a sandbox's world and stops its proxy.
+func (w *worlds) drop(id string) {
+	w.mu.Lock()
+	x := w.m[id]
+	delete(w.m, id)
+	w.mu.Unlock()
+	if x != nil && x.stopProxy != nil {
+		x.stopProxy()
+		<-x.proxyClosed
+	}
+}
+
+// spec is the world of sandbox rec: the host's OS under its own layer,
+// its copy of the project at the project's path, and what it must not see.
+func (s *Supervisor) spec(ctx context.Context, rec state.Record) (nsinit.Spec, error) {
+	project, err := s.cfg.Backend.Project(ctx, s.cfg.Projects[rec.Project])
+	if err != nil {
+		return nsinit.Spec{}, err
+	}
+	vol, err := s.cfg.Backend.Get(ctx, rec.Volume)
+	if err != nil {
+		return nsinit.Spec{}, err
+	}
+	spec := nsinit.Spec{
+		ID:       rec.ID,
+		Hostname: "sandbox-" + rec.ID,
+		Dir:      s.runtimeDir(rec.ID),
+		Project:  nsinit.Bind{Source: vol.Path, Target: project.Path, ReadOnly: rec.ReadOnlyProject},
+		Hidden:   slices.Clone(rec.Hidden),
+		ReadOnly: rec.ReadOnly,
+		Network:  rec.Network,
+	}
+	if rec.Layer != "" {
+		layer, err := s.cfg.Backend.Get(ctx, rec.Layer)
+		if err != nil {
+			return nsinit.Spec{}, err
+		}
+		spec.Layer = layer.Path
+	} else {
+		spec.LayerSize = rec.DiskQuota
+	}
+	// Where the pool or the other projects show through the host's root
+	// (a pool on the root filesystem), they are hidden: the sandbox sees
+	// its own copy of its own project, nothing else of the pool.
+	if root := s.cfg.Backend.Info().Root; filepath.IsAbs(root) {
+		spec.Hidden = append(spec.Hidden, root)
+	}
+	for name, loc := range s.cfg.Projects {
+		if name != rec.Project && filepath.IsAbs(loc) {
+			spec.Hidden = append(spec.Hidden, loc)
+		}
+	}
+	return spec, nil
+}
+
+// makeLayer makes the volume of a sandbox's system layer, where the pool
+// can carry an overlay's upper layer; elsewhere the layer is a tmpfs.
+func (s *Supervisor) makeLayer(ctx context.Context, rec *state.Record) (cowfs.Volume, bool, error) {
+	if !s.cfg.Backend.Info().Capabilities.OverlayUpper {
+		return cowfs.Volume{}, false, nil
+	}
+	v, err := s.cfg.Backend.Create(ctx, layerName(rec.ID))
+	if err != nil {
+		return v, false, err
+	}
+	rec.Layer = v.Name
+	if rec.DiskQuota > 0 {
+		if err := s.cfg.Backend.SetQuota(ctx, v, rec.DiskQuota); err != nil {
+			return v, true, err
+		}
+	}
+	return v, true, nil
+}
+
+// startWorld starts the sandbox's init, which builds its world, and the
+// allowlist's proxy. It returns the init's pid, for the scope.
+func (s *Supervisor) startWorld(ctx context.Context, rec state.Record) (int, error) {
+	if len(s.cfg.InitCommand) == 0 {
+		return 0, errors.New("no init command configured")
+	}
+	spec, err := s.spec(ctx, rec)
+	if err != nil {
+		return 0, err
+	}
+	pid, err := nsinit.Start(ctx, s.cfg.InitCommand, spec)
+	if pid > 0 {
+		// The reaper collects its exit status when it ends while the
+		// daemon runs (a destroy, RuntimeMax); after a restart, systemd.
+		s.reaper.add(pid)
+	}
+	if err != nil {
+		return 0, err
+	}
+	w := &world{pid: pid}
+	if err := s.startProxy(rec, w); err != nil {
+		s.killInit(pid)
+		return 0, err
+	}
+	s.worlds.set(rec.ID, w)
+	return pid, nil
+}
+
+func (s *Supervisor) killInit(pid int) {
+	p, err := os.FindProcess(pid)
+	if err == nil {
+		_ = p.Kill()
+	}
+}
+
+// startProxy serves the allowlist's proxy on the sandbox's loopback.
+func (s *Supervisor) startProxy(rec state.Record, w *world) error {
+	if rec.Network != nsinit.NetworkAllowlist {
+		return nil
+	}
+	allow, err := egress.ParseAllowlist(rec.Allow)
+	if err != nil {
+		return err
+	}
+	ln, err := egress.ListenInNetNS(fmt.Sprintf("/proc/%d/ns/net", w.pid), ProxyAddr)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	w.stopProxy, w.proxyClosed = cancel, make(chan struct{})
+	p := &egress.Proxy{Allow: allow, Log: s.log, Sandbox: rec.ID}
+	go func() {
+		defer close(w.proxyClosed)
+		if err := p.Serve(ctx, ln); err != nil {
+			s.log.Error("the allowlist proxy stopped", "SANDBOX_ID", rec.ID, "error", err)
+		}
+	}()
+	return nil
+}
+
+// adoptWorld finds the init of a sandbox that outlived a daemon restart,
+// and serves its proxy again.
+func (s *Supervisor) adoptWorld(ctx context.Context, rec state.Record) error {
+	pid, err := nsinit.PeerPID(ctx, nsinit.Control(s.runtimeDir(rec.ID)))
+	if err != nil {
+		return err
+	}
+	w := &world{pid: pid}
+	if err := s.startProxy(rec, w); err != nil {
+		return err
+	}
+	s.worlds.set(rec.ID, w)
+	return nil
+}
+
+// removeWorld forgets a stopped sandbox's init and removes its runtime
+// directory.
+func (s *Supervisor) removeWorld(id string) error {
+	s.worlds.drop(id)
+	dir := s.runtimeDir(id)
+	_ = os.Remove(nsinit.Control(dir))
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("removing %s: %w", dir, err)
+	}
+	return nil
+}
+
+// Close stops the proxies this daemon serves; the sandboxes run on.
+func (s *Supervisor) Close() {
+	s.worlds.mu.Lock()
+	ids := make([]string, 0, len(s.worlds.m))
+	for id := range s.worlds.m {
+		ids = append(ids, id)
+	}
+	s.worlds.mu.Unlock()
+	for _, id := range ids {
+		s.worlds.drop(id)
+	}
+}
