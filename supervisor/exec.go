@@ -137,9 +137,14 @@ func (s *Supervisor) Exec(ctx context.Context, id string, o ExecOptions) (*Comma
 		"command", cmd.ID, "argv", strings.Join(o.Argv, " "), "as_root", o.AsRoot)
 	go func() {
 		res := nc.Result()
-		if res.How == nsinit.Signaled && res.Signal == int(syscall.SIGKILL) && w != nil {
+		// A SIGKILL while the cgroup's OOM kills went up is the memory
+		// limit's, also when it hit a child and the command (a shell)
+		// reports it as status 137.
+		killed := res.How == nsinit.Signaled && res.Signal == int(syscall.SIGKILL) ||
+			res.How == nsinit.Exited && res.Code == 128+int(syscall.SIGKILL)
+		if killed && w != nil {
 			if after, err := units.OOMKills(w.pid); err == nil && after > oomBefore {
-				res.How = nsinit.OOMKilled
+				res = nsinit.Result{How: nsinit.OOMKilled, Signal: int(syscall.SIGKILL)}
 			}
 		}
 		cmd.res = res

@@ -187,7 +187,10 @@ func (tb *Testbed) boot(ctx context.Context, dieWithParent bool) error {
 	}
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Cloneflags: syscall.CLONE_NEWPID | syscall.CLONE_NEWNS,
+		// Its own network namespace too: network tests (a listener on
+		// "the host's" loopback, test hosts on veth pairs) touch nothing of
+		// the machine's.
+		Cloneflags: syscall.CLONE_NEWPID | syscall.CLONE_NEWNS | syscall.CLONE_NEWNET,
 		Setsid:     true,
 	}
 	if dieWithParent {

@@ -243,7 +243,7 @@ func (tb *Testbed) Command(ctx context.Context, dir string, argv ...string) *exe
 	if dir == "" {
 		dir = "/"
 	}
-	args := append([]string{"-t", strconv.Itoa(tb.PID), "-p", "-m", "--wd=" + dir, "--"}, argv...)
+	args := append([]string{"-t", strconv.Itoa(tb.PID), "-p", "-m", "-n", "--wd=" + dir, "--"}, argv...)
 	cmd := exec.CommandContext(ctx, "nsenter", args...)
 	cmd.Env = append(os.Environ(), envInfo+"="+InfoPath(filepath.Dir(tb.Dir)))
 	return cmd
