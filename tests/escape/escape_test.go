@@ -373,4 +373,3 @@ func hasCap(line string, bit uint) bool {
 func limits(memory, tasks uint64) units.Limits {
 	return units.Limits{MemoryMax: new(memory), TasksMax: new(tasks)}
 }
-
