@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sandboxd/sandboxd/supervisor/audit"
 	"github.com/sandboxd/sandboxd/supervisor/nsinit"
 	"github.com/sandboxd/sandboxd/supervisor/state"
 	"github.com/sandboxd/sandboxd/units"
@@ -101,11 +102,14 @@ func (c *commands) get(sandbox, id string) *Command {
 // runs; its output goes straight to the caller's files. Command.Done
 // tells when it ends, and Result how: a kill by the sandbox's memory limit
 // is told apart from other kills.
-func (s *Supervisor) Exec(ctx context.Context, id string, o ExecOptions) (*Command, error) {
+func (s *Supervisor) Exec(ctx context.Context, id string, o ExecOptions) (_ *Command, err error) {
 	rec, err := s.cfg.Store.Get(id)
 	if err != nil {
 		return nil, err
 	}
+	defer func() {
+		s.auditEntry(ctx, audit.Entry{Action: "exec", Command: strings.Join(o.Argv, " ")}, rec, err)
+	}()
 	if rec.State != state.Ready && rec.State != state.Running {
 		return nil, fmt.Errorf("running a command in sandbox %s: it is %s: %w", id, rec.State, ErrWrongState)
 	}

@@ -48,7 +48,16 @@ func callerOf(ctx context.Context) *uint32 {
 
 // audit records an action and how it ended.
 func (s *Supervisor) audit(ctx context.Context, action string, rec state.Record, err error) {
-	e := audit.Entry{CallerUID: callerOf(ctx), Action: action, Sandbox: rec.ID, Project: rec.Project, Result: "ok"}
+	s.auditEntry(ctx, audit.Entry{Action: action, Network: rec.Network}, rec, err)
+}
+
+// auditEntry records e, an action on rec, with its caller and result.
+func (s *Supervisor) auditEntry(ctx context.Context, e audit.Entry, rec state.Record, err error) {
+	e.CallerUID, e.Sandbox, e.Project, e.Result = callerOf(ctx), rec.ID, rec.Project, "ok"
+	if e.Action != "create" {
+		e.Network = ""
+	}
+	action := e.Action
 	if err != nil {
 		e.Result, e.Error = "error", err.Error()
 	}

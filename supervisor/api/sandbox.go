@@ -145,22 +145,32 @@ func sandboxProps(sb supervisor.Sandbox, insp supervisor.Inspection) (map[string
 	if err != nil {
 		return nil, err
 	}
+	if sb.DiskQuota > 0 {
+		limits["DiskQuota"] = dbus.MakeVariant(sb.DiskQuota)
+	}
+	allow := sb.Allow
+	if allow == nil {
+		allow = []string{}
+	}
 	var expires uint64
 	if !sb.Expires.IsZero() {
 		expires = micros(sb.Expires)
 	}
 	return map[string]dbus.Variant{
-		"Id":      dbus.MakeVariant(sb.ID),
-		"Project": dbus.MakeVariant(sb.Project),
-		"State":   dbus.MakeVariant(string(sb.State)),
-		"Owner":   dbus.MakeVariant(sb.Owner),
-		"Created": dbus.MakeVariant(micros(sb.Created)),
-		"Expires": dbus.MakeVariant(expires),
-		"Path":    dbus.MakeVariant(sb.Path),
-		"Unit":    dbus.MakeVariant(sb.Unit),
-		"Base":    dbus.MakeVariant(sb.Base),
-		"Profile": dbus.MakeVariant(sb.Profile),
-		"Limits":  dbus.MakeVariant(limits),
+		"Id":              dbus.MakeVariant(sb.ID),
+		"Project":         dbus.MakeVariant(sb.Project),
+		"State":           dbus.MakeVariant(string(sb.State)),
+		"Owner":           dbus.MakeVariant(sb.Owner),
+		"Created":         dbus.MakeVariant(micros(sb.Created)),
+		"Expires":         dbus.MakeVariant(expires),
+		"Path":            dbus.MakeVariant(sb.Path),
+		"Unit":            dbus.MakeVariant(sb.Unit),
+		"Base":            dbus.MakeVariant(sb.Base),
+		"Profile":         dbus.MakeVariant(sb.Profile),
+		"Limits":          dbus.MakeVariant(limits),
+		"Network":         dbus.MakeVariant(sb.Network),
+		"Allow":           dbus.MakeVariant(allow),
+		"ReadOnlyProject": dbus.MakeVariant(sb.ReadOnlyProject),
 		// Live: read at each Get, never announced by PropertiesChanged.
 		"Staleness": dbus.MakeVariant(insp.Staleness),
 		"Usage":     dbus.MakeVariant(usageMap(insp)),

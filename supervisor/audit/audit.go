@@ -25,6 +25,10 @@ type Entry struct {
 	Project   string  `json:"project,omitempty"`
 	Result    string  `json:"result"` // "ok" or "error"
 	Error     string  `json:"error,omitempty"`
+	// Network of a created sandbox (host access is worth a line), and
+	// Command of an exec, as argv joined by spaces.
+	Network string `json:"network,omitempty"`
+	Command string `json:"command,omitempty"`
 }
 
 // Log is the open audit file. A nil *Log records nothing.

@@ -96,6 +96,9 @@ type daemon struct {
 	started    bool
 	configPath string
 	live       map[string]bool // sandboxes made and not yet destroyed
+	// CommandExited signals, and the statuses they told by command id.
+	signals chan *dbus.Signal
+	exited  map[string]int32
 }
 
 // benchDaemon makes projects of daemonSizes files, installs and starts
@@ -286,6 +289,10 @@ func benchDaemonSize(ctx context.Context, cfg config, d *daemon, t *table, fs *b
 		}
 		ir.files = n
 		mem = append(mem, ir)
+	}
+
+	if err := benchRuntime(ctx, cfg, d, t, project, n, ids[0]); err != nil {
+		return nil, mem, err
 	}
 
 	begin = time.Now()

@@ -1,0 +1,134 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"time"
+
+	"github.com/godbus/dbus/v5"
+
+	"github.com/sandboxd/sandboxd/supervisor/api"
+)
+
+// Targets of the runtime (issue 6).
+const (
+	execOverheadTarget = 5 * time.Millisecond  // Exec of `true` in a live sandbox, over running it directly
+	firstCommandTarget = 30 * time.Millisecond // create + first command, at targetSize files
+	execRuns           = 200
+)
+
+// benchRuntime measures commands in sandboxes of project (n files):
+// `true` by Exec in a live sandbox (until CommandExited) beside `true`
+// forked directly by this program, and a whole create + first command +
+// destroy beside `unshare` of the same namespaces running `true`.
+func benchRuntime(ctx context.Context, cfg config, d *daemon, t *table, project string, n int, live string) error {
+	null, err := os.Open("/dev/null")
+	if err != nil {
+		return err
+	}
+	defer null.Close()
+	var direct, inside series
+	if err := (loop{reps: execRuns, min: minReps, budget: cfg.budget}).run(ctx, "exec", func(warm bool) error {
+		dt, err := timed(func() error { return exec.CommandContext(ctx, "/bin/true").Run() })
+		if err != nil {
+			return err
+		}
+		dt2, err := timed(func() error { return d.execTrue(ctx, live, null) })
+		if err != nil {
+			return err
+		}
+		if !warm {
+			direct, inside = append(direct, dt), append(inside, dt2)
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("exec of true in sandbox %s: %w", live, err)
+	}
+	over := inside.median() - direct.median()
+	t.add(row{fs: "btrfs", files: n, s: direct, op: "`true` forked and waited for by the bench itself (the baseline)"})
+	t.add(row{fs: "btrfs", files: n, s: inside,
+		op:      fmt.Sprintf("`Exec` of `true` in a live sandbox, until `CommandExited`: %s ms over the baseline", ms(over)),
+		ratio:   ratio(inside.median(), direct.median()),
+		target:  fmt.Sprintf("overhead < %d ms", execOverheadTarget/time.Millisecond),
+		verdict: metOrMissed(over < execOverheadTarget)})
+
+	var unshare, first, whole series
+	if err := (loop{reps: max(cfg.creates/4, minReps), min: minReps, budget: cfg.budget}).run(ctx, "create+exec", func(warm bool) error {
+		du, err := timed(func() error {
+			return exec.CommandContext(ctx, "unshare", "--mount", "--pid", "--fork", "--net", "--uts", "--ipc", "/bin/true").Run()
+		})
+		if err != nil {
+			return fmt.Errorf("unshare: %w", err)
+		}
+		start := time.Now()
+		id, err := d.create(ctx, project)
+		if err != nil {
+			return err
+		}
+		if err := d.execTrue(ctx, id, null); err != nil {
+			return err
+		}
+		df := time.Since(start)
+		if err := d.destroy(ctx, id); err != nil {
+			return err
+		}
+		if !warm {
+			unshare, first, whole = append(unshare, du), append(first, df), append(whole, time.Since(start))
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("create + first command of %s: %w", project, err)
+	}
+	r := row{fs: "btrfs", files: n, s: first, op: "`CreateSandbox` + `Exec` of `true` until `CommandExited`",
+		ratio: ratio(first.median(), unshare.median())}
+	if n == targetSize {
+		r.target = fmt.Sprintf("< %d ms", firstCommandTarget/time.Millisecond)
+		r.verdict = metOrMissed(first.median() < firstCommandTarget)
+	}
+	t.add(r)
+	t.add(row{fs: "btrfs", files: n, s: whole, op: "the same, then `DestroySandbox`"})
+	t.add(row{fs: "btrfs", files: n, s: unshare, op: "`unshare` of the same namespaces running `true` (no copy, no overlay, no scope)"})
+	return nil
+}
+
+// execTrue runs /bin/true in sandbox id and waits for its CommandExited.
+func (d *daemon) execTrue(ctx context.Context, id string, null *os.File) error {
+	if d.signals == nil {
+		d.signals, d.exited = make(chan *dbus.Signal, 64), map[string]int32{}
+		d.conn.Signal(d.signals)
+		if err := d.conn.AddMatchSignal(dbus.WithMatchInterface(api.SandboxInterface), dbus.WithMatchMember("CommandExited")); err != nil {
+			return err
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	var cmd string
+	fd := dbus.UnixFD(null.Fd())
+	err := d.conn.Object(api.BusName, api.SandboxPath(id)).CallWithContext(ctx, api.SandboxInterface+".Exec", 0,
+		[]string{"/bin/true"}, map[string]dbus.Variant{}, fd, fd, fd).Store(&cmd)
+	if err != nil {
+		return fmt.Errorf("Exec in %s: %w", id, err)
+	}
+	// The signal can come before the reply: results are kept by id.
+	for {
+		if status, ok := d.exited[cmd]; ok {
+			delete(d.exited, cmd)
+			if status != 0 {
+				return fmt.Errorf("true in %s exited %d", id, status)
+			}
+			return nil
+		}
+		select {
+		case s := <-d.signals:
+			if s.Name == api.SandboxInterface+".CommandExited" && len(s.Body) == 4 {
+				if c, ok := s.Body[0].(string); ok {
+					d.exited[c], _ = s.Body[2].(int32)
+				}
+			}
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for command %s in %s: %w", cmd, id, ctx.Err())
+		}
+	}
+}
