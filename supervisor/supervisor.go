@@ -14,6 +14,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/cowfs"
 	"github.com/sandboxd/sandboxd/supervisor/audit"
+	"github.com/sandboxd/sandboxd/supervisor/nsinit"
 	"github.com/sandboxd/sandboxd/supervisor/state"
 	"github.com/sandboxd/sandboxd/units"
 )
@@ -223,6 +224,19 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 		_ = s.cfg.Store.Delete(id)
 	}()
 
+	// The init starts now, so that its start overlaps the snapshots;
+	// startScope takes it over.
+	init, err := s.launch(opts.Network)
+	if err != nil {
+		return sb, fmt.Errorf("creating sandbox %s: %w", id, err)
+	}
+	handed := false
+	undo = append(undo, func(context.Context) error {
+		if !handed {
+			init.Kill()
+		}
+		return nil
+	})
 	base, err := s.cfg.Backend.Snapshot(ctx, project, rec.Base, true)
 	if err != nil {
 		return sb, fmt.Errorf("creating sandbox %s: %w", id, err)
@@ -246,7 +260,8 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 		return sb, fmt.Errorf("creating sandbox %s: its system layer: %w", id, err)
 	}
 	undo = append(undo, func(context.Context) error { return s.removeWorld(id) })
-	if err := s.startScope(ctx, rec, opts.Limits); err != nil {
+	handed = true
+	if err := s.startScope(ctx, rec, opts.Limits, init); err != nil {
 		return sb, fmt.Errorf("creating sandbox %s: %w", id, err)
 	}
 	undo = append(undo, func(ctx context.Context) error { return s.stopScope(ctx, rec.Unit) })
@@ -258,26 +273,48 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 	return Sandbox{Record: rec, Path: vol.Path}, nil
 }
 
-// startScope starts the sandbox's init, which builds its world, and puts
-// it in the sandbox's scope with its limits. The init runs in its own
-// session so that it outlives the daemon (its scope, not the daemon's
-// service, holds it).
-func (s *Supervisor) startScope(ctx context.Context, rec state.Record, limits units.Limits) error {
-	pid, err := s.startWorld(ctx, rec)
+// startScope gives the sandbox's init (launched, or launched here) its
+// world to build, and puts it in the sandbox's scope with its limits, the
+// two at once: systemd's job and the init's mounts take about as long.
+// The init runs in its own session so that it outlives the daemon (its
+// scope, not the daemon's service, holds it). On failure it is killed.
+func (s *Supervisor) startScope(ctx context.Context, rec state.Record, limits units.Limits, init *nsinit.Init) error {
+	if init == nil {
+		var err error
+		if init, err = s.launch(rec.Network); err != nil {
+			return err
+		}
+	}
+	spec, err := s.spec(ctx, rec)
 	if err != nil {
+		init.Kill()
 		return err
 	}
-	err = s.cfg.Units.StartScope(ctx, units.Scope{
+	built := make(chan error, 1)
+	go func() { built <- init.Build(ctx, spec) }()
+	scopeErr := s.cfg.Units.StartScope(ctx, units.Scope{
 		Name:        rec.Unit,
 		Description: fmt.Sprintf("sandboxd sandbox %s of %s", rec.ID, rec.Project),
-		PIDs:        []int{pid},
+		PIDs:        []int{init.PID},
 		Limits:      limits,
 	})
-	if err != nil {
-		s.killInit(pid)
-		s.worlds.drop(rec.ID)
+	if err := <-built; err != nil || scopeErr != nil {
+		init.Kill()
+		if scopeErr == nil {
+			_ = s.stopScope(context.WithoutCancel(ctx), rec.Unit)
+		}
+		if err != nil {
+			return err // the init's account says more than the scope's
+		}
+		return scopeErr
+	}
+	w := &world{pid: init.PID}
+	if err := s.startProxy(rec, w); err != nil {
+		init.Kill()
+		_ = s.stopScope(context.WithoutCancel(ctx), rec.Unit)
 		return err
 	}
+	s.worlds.set(rec.ID, w)
 	return nil
 }
 

@@ -129,39 +129,21 @@ func (s *Supervisor) makeLayer(ctx context.Context, rec *state.Record) (cowfs.Vo
 	return v, true, nil
 }
 
-// startWorld starts the sandbox's init, which builds its world, and the
-// allowlist's proxy. It returns the init's pid, for the scope.
-func (s *Supervisor) startWorld(ctx context.Context, rec state.Record) (int, error) {
+// launch starts a sandbox's init, which waits for its world (startScope):
+// Create launches it first, so that the program's start overlaps the
+// snapshots.
+func (s *Supervisor) launch(network string) (*nsinit.Init, error) {
 	if len(s.cfg.InitCommand) == 0 {
-		return 0, errors.New("no init command configured")
+		return nil, errors.New("no init command configured")
 	}
-	spec, err := s.spec(ctx, rec)
+	init, err := nsinit.Launch(s.cfg.InitCommand, network)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	pid, err := nsinit.Start(ctx, s.cfg.InitCommand, spec)
-	if pid > 0 {
-		// The reaper collects its exit status when it ends while the
-		// daemon runs (a destroy, RuntimeMax); after a restart, systemd.
-		s.reaper.add(pid)
-	}
-	if err != nil {
-		return 0, err
-	}
-	w := &world{pid: pid}
-	if err := s.startProxy(rec, w); err != nil {
-		s.killInit(pid)
-		return 0, err
-	}
-	s.worlds.set(rec.ID, w)
-	return pid, nil
-}
-
-func (s *Supervisor) killInit(pid int) {
-	p, err := os.FindProcess(pid)
-	if err == nil {
-		_ = p.Kill()
-	}
+	// The reaper collects its exit status when it ends while the daemon
+	// runs (a destroy, RuntimeMax); after a restart, systemd does.
+	s.reaper.add(init.PID)
+	return init, nil
 }
 
 // startProxy serves the allowlist's proxy on the sandbox's loopback.
