@@ -46,7 +46,7 @@ func Launch(argv []string, network string) (*Init, error) {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), envInit+"=1")
 	cmd.ExtraFiles = []*os.File{theirs} // fd 3
-	cmd.Stderr = os.Stderr               // the init's own complaints reach the journal
+	cmd.Stderr = os.Stderr              // the init's own complaints reach the journal
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Cloneflags: uintptr(flags)}
 	err = cmd.Start()
 	theirs.Close()
