@@ -291,10 +291,6 @@ func benchDaemonSize(ctx context.Context, cfg config, d *daemon, t *table, fs *b
 		mem = append(mem, ir)
 	}
 
-	if err := benchRuntime(ctx, cfg, d, t, project, n, ids[0]); err != nil {
-		return nil, mem, err
-	}
-
 	begin = time.Now()
 	for _, id := range ids {
 		dt, err := timed(func() error { return d.destroy(ctx, id) })
@@ -326,8 +322,21 @@ func benchDaemonSize(ctx context.Context, cfg config, d *daemon, t *table, fs *b
 	t.add(cr)
 	t.add(dr)
 
-	// The copy a naive sandbox would make, on the same filesystem. The
-	// destroyed snapshots are cleaned first, untimed.
+	// Commands, and the copy a naive sandbox would make, on the same
+	// filesystem; the destroyed snapshots are cleaned first, untimed.
+	if err := fs.settle(ctx); err != nil {
+		return nil, mem, err
+	}
+	live, err := d.create(ctx, project)
+	if err != nil {
+		return nil, mem, err
+	}
+	if err := benchRuntime(ctx, cfg, d, t, project, n, live); err != nil {
+		return nil, mem, err
+	}
+	if err := d.destroy(ctx, live); err != nil {
+		return nil, mem, err
+	}
 	if err := fs.settle(ctx); err != nil {
 		return nil, mem, err
 	}

@@ -54,41 +54,69 @@ func benchRuntime(ctx context.Context, cfg config, d *daemon, t *table, project 
 		target:  fmt.Sprintf("overhead < %d ms", execOverheadTarget/time.Millisecond),
 		verdict: metOrMissed(over < execOverheadTarget)})
 
-	var unshare, first, whole series
-	if err := (loop{reps: max(cfg.creates/4, minReps), min: minReps, budget: cfg.budget}).run(ctx, "create+exec", func(warm bool) error {
+	// Create + first command, the sandboxes kept (as an agent trying
+	// several approaches side by side), then the whole cycle of create,
+	// command and destroy, one after another.
+	runs := max(cfg.creates/4, minReps)
+	var unshare, first, cycle series
+	var kept []string
+	defer func() {
+		for _, id := range kept {
+			_ = d.destroy(context.WithoutCancel(ctx), id)
+		}
+	}()
+	for range runs {
 		du, err := timed(func() error {
 			return exec.CommandContext(ctx, "unshare", "--mount", "--pid", "--fork", "--net", "--uts", "--ipc", "/bin/true").Run()
 		})
 		if err != nil {
 			return fmt.Errorf("unshare: %w", err)
 		}
-		start := time.Now()
-		id, err := d.create(ctx, project)
+		var id string
+		df, err := timed(func() (err error) {
+			if id, err = d.create(ctx, project); err != nil {
+				return err
+			}
+			return d.execTrue(ctx, id, null)
+		})
 		if err != nil {
-			return err
+			return fmt.Errorf("create + first command of %s: %w", project, err)
 		}
-		if err := d.execTrue(ctx, id, null); err != nil {
-			return err
-		}
-		df := time.Since(start)
-		if err := d.destroy(ctx, id); err != nil {
-			return err
-		}
-		if !warm {
-			unshare, first, whole = append(unshare, du), append(first, df), append(whole, time.Since(start))
-		}
-		return nil
-	}); err != nil {
-		return fmt.Errorf("create + first command of %s: %w", project, err)
+		unshare, first, kept = append(unshare, du), append(first, df), append(kept, id)
 	}
-	r := row{fs: "btrfs", files: n, s: first, op: "`CreateSandbox` + `Exec` of `true` until `CommandExited`",
+	for len(kept) > 0 {
+		if err := d.destroy(ctx, kept[0]); err != nil {
+			return err
+		}
+		kept = kept[1:]
+	}
+	progress("create+exec: %d runs", runs)
+	if err := (loop{reps: runs, min: minReps, budget: cfg.budget}).run(ctx, "create+exec+destroy", func(warm bool) error {
+		dt, err := timed(func() error {
+			id, err := d.create(ctx, project)
+			if err != nil {
+				return err
+			}
+			if err := d.execTrue(ctx, id, null); err != nil {
+				return err
+			}
+			return d.destroy(ctx, id)
+		})
+		if !warm {
+			cycle = append(cycle, dt)
+		}
+		return err
+	}); err != nil {
+		return fmt.Errorf("create + first command + destroy of %s: %w", project, err)
+	}
+	r := row{fs: "btrfs", files: n, s: first, op: fmt.Sprintf("`CreateSandbox` + `Exec` of `true` until `CommandExited`, %d in a row, kept", runs),
 		ratio: ratio(first.median(), unshare.median())}
 	if n == targetSize {
 		r.target = fmt.Sprintf("< %d ms", firstCommandTarget/time.Millisecond)
 		r.verdict = metOrMissed(first.median() < firstCommandTarget)
 	}
 	t.add(r)
-	t.add(row{fs: "btrfs", files: n, s: whole, op: "the same, then `DestroySandbox`"})
+	t.add(row{fs: "btrfs", files: n, s: cycle, op: "create, `true`, destroy, each cycle after the last (a destroy's cleanup slows the next create)"})
 	t.add(row{fs: "btrfs", files: n, s: unshare, op: "`unshare` of the same namespaces running `true` (no copy, no overlay, no scope)"})
 	return nil
 }
@@ -109,7 +137,7 @@ func (d *daemon) execTrue(ctx context.Context, id string, null *os.File) error {
 	err := d.conn.Object(api.BusName, api.SandboxPath(id)).CallWithContext(ctx, api.SandboxInterface+".Exec", 0,
 		[]string{"/bin/true"}, map[string]dbus.Variant{}, fd, fd, fd).Store(&cmd)
 	if err != nil {
-		return fmt.Errorf("Exec in %s: %w", id, err)
+		return fmt.Errorf("calling Exec in %s: %w", id, err)
 	}
 	// The signal can come before the reply: results are kept by id.
 	for {

@@ -9,7 +9,6 @@ package escape
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -61,13 +60,7 @@ func newBoxIn(t *testing.T, e *supervisortest.Env, opts supervisor.CreateOptions
 // its output (stdout and stderr) and how it ended.
 func (b *box) run(t *testing.T, uid uint32, script string, tweak ...func(*supervisor.ExecOptions)) (string, nsinit.Result) {
 	t.Helper()
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	null, _ := os.Open("/dev/null")
-	defer null.Close()
+	null, w, collect := testbed.Capture(t)
 	o := supervisor.ExecOptions{
 		Argv: []string{"/bin/sh", "-c", script}, UID: uid, AsRoot: uid == 0,
 		Stdio: []*os.File{null, w, w}, Timeout: 60 * time.Second,
@@ -76,12 +69,11 @@ func (b *box) run(t *testing.T, uid uint32, script string, tweak ...func(*superv
 		f(&o)
 	}
 	cmd, err := b.env.Sup.Exec(ctx, b.sb.ID, o)
-	w.Close()
+	out := collect()
 	if err != nil {
 		t.Fatalf("running %q in sandbox %s: %v", script, b.sb.ID, err)
 	}
-	out, _ := io.ReadAll(r)
-	return string(out), cmd.Result()
+	return out, cmd.Result()
 }
 
 // mustFail runs script in the sandbox and fails the test if it succeeds.

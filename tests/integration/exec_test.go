@@ -39,23 +39,16 @@ func newClient(t *testing.T) *client {
 // stderr; it returns the output and CommandExited's how and status.
 func (c *client) exec(t *testing.T, object string, argv ...string) (string, string, int32) {
 	t.Helper()
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	null, _ := os.Open("/dev/null")
-	defer null.Close()
+	null, w, collect := testbed.Capture(t)
 	var id string
-	err = c.conn.Object("org.sandboxd1", dbus.ObjectPath(object)).Call("org.sandboxd1.Sandbox.Exec", 0,
+	err := c.conn.Object("org.sandboxd1", dbus.ObjectPath(object)).Call("org.sandboxd1.Sandbox.Exec", 0,
 		argv, map[string]dbus.Variant{}, dbus.UnixFD(null.Fd()), dbus.UnixFD(w.Fd()), dbus.UnixFD(w.Fd())).Store(&id)
-	w.Close()
+	out := collect()
 	if err != nil {
 		t.Fatalf("Exec %q: %v", argv, err)
 	}
-	out, _ := io.ReadAll(r)
 	how, status := c.wait(t, object, id)
-	return string(out), how, status
+	return out, how, status
 }
 
 func (c *client) wait(t *testing.T, object, command string) (string, int32) {

@@ -1,0 +1,199 @@
+package supervisor_test
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandboxd/sandboxd/cowfs/zfs"
+	"github.com/sandboxd/sandboxd/supervisor"
+	"github.com/sandboxd/sandboxd/supervisor/nsinit"
+	"github.com/sandboxd/sandboxd/supervisor/state"
+	"github.com/sandboxd/sandboxd/tests/testbed"
+	"github.com/sandboxd/sandboxd/units"
+)
+
+// run runs script in sandbox id as uid 65534, and returns its output and
+// result.
+func run(t *testing.T, sup *supervisor.Supervisor, id, script string) (string, nsinit.Result) {
+	t.Helper()
+	null, w, collect := testbed.Capture(t)
+	cmd, err := sup.Exec(ctx, id, supervisor.ExecOptions{
+		Argv: []string{"/bin/sh", "-c", script}, UID: 65534, Stdio: []*os.File{null, w, w}, Timeout: 30 * time.Second,
+	})
+	out := collect()
+	if err != nil {
+		t.Fatalf("running %q: %v", script, err)
+	}
+	return out, cmd.Result()
+}
+
+func TestProfilesFillWhatACreateLeavesOut(t *testing.T) {
+	e := newEnv(t)
+	cfg := e.cfg
+	cfg.Profiles = map[string]supervisor.Profile{
+		"default": {Network: nsinit.NetworkNone},
+		"small": {
+			Limits:    units.Limits{MemoryMax: new(uint64(128 << 20)), TasksMax: new(uint64(32))},
+			DiskQuota: 16 << 20, TTL: time.Hour, ReadOnlyProject: true, Hidden: []string{"/etc/hostname"},
+		},
+		"web": {Network: nsinit.NetworkAllowlist, Allow: []string{"example.com:443"}},
+	}
+	cfg.DefaultProfile = "default"
+	sup := supervisor.New(cfg)
+
+	sb, err := sup.Create(ctx, supervisor.CreateOptions{Project: "web", Profile: "small",
+		Limits: units.Limits{TasksMax: new(uint64(48))}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sb.Profile != "small" || sb.DiskQuota != 16<<20 || sb.Expires.Sub(sb.Created) != time.Hour || !sb.ReadOnlyProject || sb.Network != nsinit.NetworkNone {
+		t.Errorf("a sandbox of profile small: %+v", sb.Record)
+	}
+	if got := string(sb.Limits); !strings.Contains(got, `"MemoryMax":134217728`) || !strings.Contains(got, `"TasksMax":48`) {
+		t.Errorf("limits of profile small with the create's own TasksMax: %s", got)
+	}
+	out, res := run(t, sup, sb.ID, "cat /etc/hostname | wc -c; echo x > index.html")
+	if !strings.HasPrefix(out, "0\n") || res.Code == 0 || !strings.Contains(out, "Read-only file system") {
+		t.Errorf("a hidden /etc/hostname and a read-only project: %v %q", res, out)
+	}
+
+	sb, err = sup.Create(ctx, supervisor.CreateOptions{Project: "web"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sb.Profile != "default" || sb.ReadOnlyProject || sb.Network != nsinit.NetworkNone {
+		t.Errorf("a sandbox that names no profile: %+v", sb.Record)
+	}
+	if _, res := run(t, sup, sb.ID, "echo x > index.html"); res.Code != 0 {
+		t.Errorf("writing the project of the default profile: %v", res)
+	}
+	sb, err = sup.Create(ctx, supervisor.CreateOptions{Project: "web", Profile: "web"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, _ := run(t, sup, sb.ID, "echo $https_proxy"); out != "http://"+supervisor.ProxyAddr+"\n" {
+		t.Errorf("https_proxy in a sandbox under an allowlist: %q", out)
+	}
+
+	for _, c := range []struct {
+		opts supervisor.CreateOptions
+		want string
+	}{
+		{supervisor.CreateOptions{Profile: "nope"}, `profile "nope" is not configured`},
+		{supervisor.CreateOptions{Network: "bridge"}, `network "bridge"`},
+		{supervisor.CreateOptions{Network: nsinit.NetworkAllowlist}, "allowlist with nothing in it"},
+		{supervisor.CreateOptions{Network: nsinit.NetworkAllowlist, Allow: []string{"example.com"}}, `allow entry "example.com"`},
+		{supervisor.CreateOptions{Network: nsinit.NetworkNone, Allow: []string{"example.com:443"}}, "the network is \"none\""},
+	} {
+		c.opts.Project = "web"
+		_, err := sup.Create(ctx, c.opts)
+		if !errors.Is(err, supervisor.ErrInvalid) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("create with %+v: %v; want ErrInvalid naming %q", c.opts, err, c.want)
+		}
+	}
+}
+
+func TestExecAsksForWhatTheSandboxAllows(t *testing.T) {
+	e := newEnv(t)
+	sb, err := e.sup.Create(ctx, supervisor.CreateOptions{Project: "web"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	null, _ := os.Open("/dev/null")
+	defer null.Close()
+	stdio := []*os.File{null, null, null}
+	for _, c := range []struct {
+		what string
+		o    supervisor.ExecOptions
+		want error
+	}{
+		{"no command", supervisor.ExecOptions{UID: 1000, Stdio: stdio}, supervisor.ErrInvalid},
+		{"root for a user", supervisor.ExecOptions{Argv: []string{"true"}, UID: 1000, AsRoot: true, Stdio: stdio}, supervisor.ErrInvalid},
+		{"no stdio", supervisor.ExecOptions{Argv: []string{"true"}, UID: 1000}, supervisor.ErrInvalid},
+	} {
+		if _, err := e.sup.Exec(ctx, sb.ID, c.o); !errors.Is(err, c.want) {
+			t.Errorf("exec with %s: %v; want %v", c.what, err, c.want)
+		}
+	}
+	if _, err := e.sup.Exec(ctx, "nosuchsandbox", supervisor.ExecOptions{Argv: []string{"true"}, Stdio: stdio}); !errors.Is(err, supervisor.ErrNotFound) {
+		t.Errorf("exec in a sandbox that does not exist: %v", err)
+	}
+	if _, err := e.sup.Freeze(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.sup.Exec(ctx, sb.ID, supervisor.ExecOptions{Argv: []string{"true"}, Stdio: stdio}); !errors.Is(err, supervisor.ErrWrongState) {
+		t.Errorf("exec in a frozen sandbox: %v; want ErrWrongState", err)
+	}
+	if _, err := e.sup.Thaw(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	// A command whose sandbox is destroyed under it ends as lost.
+	r, w, _ := os.Pipe()
+	defer r.Close()
+	cmd, err := e.sup.Exec(ctx, sb.ID, supervisor.ExecOptions{Argv: []string{"sleep", "60"}, UID: 65534, Stdio: []*os.File{null, w, w}})
+	w.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.sup.Destroy(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-cmd.Done():
+		if res := cmd.Result(); res.How != nsinit.Lost && res.How != nsinit.Signaled {
+			t.Errorf("a command whose sandbox was destroyed: %v", res)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("a command whose sandbox was destroyed has not ended after 10s")
+	}
+}
+
+// On zfs-fuse the system layer is a tmpfs: the project comes from a ZFS
+// clone, bound through FUSE.
+func TestASandboxOnZFS(t *testing.T) {
+	tb := testbed.Require(t)
+	root := fmt.Sprintf("%s/sup-zfs-%d", tb.ZFS.Pool, os.Getpid())
+	fs, err := zfs.Open(ctx, root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { testbed.MustRun(t, "zfs", "destroy", "-r", root) })
+	if fs.Info().Capabilities.OverlayUpper {
+		t.Fatalf("zfs-fuse (%s) reported as able to carry an overlay's upper layer", fs.Info().Version)
+	}
+	if err := os.WriteFile(filepath.Join(tb.ZFS.Mountpoint, "zfs-index.html"), []byte("on zfs\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t)
+	cfg := e.cfg
+	cfg.Backend = fs
+	cfg.Projects = map[string]string{"data": tb.ZFS.Project}
+	cfg.Store, err = state.Open(filepath.Join(t.TempDir(), "state.db"), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cfg.Store.Close()
+	sup := supervisor.New(cfg)
+	sb, err := sup.Create(ctx, supervisor.CreateOptions{Project: "data"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sb.Layer != "" {
+		t.Errorf("a zfs-fuse sandbox's system layer is volume %q; want a tmpfs", sb.Layer)
+	}
+	out, res := run(t, sup, sb.ID, "cat zfs-index.html && pwd")
+	if res.Code != 0 || out != "on zfs\n"+tb.ZFS.Mountpoint+"\n" {
+		t.Errorf("the project in a sandbox on ZFS: %v %q", res, out)
+	}
+	if err := sup.Destroy(ctx, sb.ID); err != nil {
+		t.Fatalf("destroying a sandbox on ZFS: %v", err)
+	}
+	if vols, _ := fs.List(ctx); len(vols) != 0 {
+		t.Errorf("volumes left after destroying the ZFS sandbox: %v", vols)
+	}
+}
