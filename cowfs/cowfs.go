@@ -128,6 +128,10 @@ type Capabilities struct {
 	// OverlayUpper: a volume can be an overlayfs upper layer (btrfs;
 	// OpenZFS from 2.2, which has RENAME_WHITEOUT). zfs-fuse cannot.
 	OverlayUpper bool
+	// SeparateMounts: each volume is a mount of its own (ZFS), which a
+	// mount namespace made before the volume was mounted does not see.
+	// btrfs volumes are part of the pool's mount.
+	SeparateMounts bool
 }
 
 // Info describes an open backend.

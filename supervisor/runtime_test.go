@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -21,9 +22,15 @@ import (
 // result.
 func run(t *testing.T, sup *supervisor.Supervisor, id, script string) (string, nsinit.Result) {
 	t.Helper()
+	return runAs(t, sup, id, 65534, script)
+}
+
+// runAs is run as uid (0: as root).
+func runAs(t *testing.T, sup *supervisor.Supervisor, id string, uid uint32, script string) (string, nsinit.Result) {
+	t.Helper()
 	null, w, collect := testbed.Capture(t)
 	cmd, err := sup.Exec(ctx, id, supervisor.ExecOptions{
-		Argv: []string{"/bin/sh", "-c", script}, UID: 65534, Stdio: []*os.File{null, w, w}, Timeout: 30 * time.Second,
+		Argv: []string{"/bin/sh", "-c", script}, UID: uid, AsRoot: uid == 0, Stdio: []*os.File{null, w, w}, Timeout: 30 * time.Second,
 	})
 	out := collect()
 	if err != nil {
@@ -57,7 +64,7 @@ func TestProfilesFillWhatACreateLeavesOut(t *testing.T) {
 	if got := string(sb.Limits); !strings.Contains(got, `"MemoryMax":134217728`) || !strings.Contains(got, `"TasksMax":48`) {
 		t.Errorf("limits of profile small with the create's own TasksMax: %s", got)
 	}
-	out, res := run(t, sup, sb.ID, "cat /etc/hostname | wc -c; echo x > index.html")
+	out, res := runAs(t, sup, sb.ID, 0, "cat /etc/hostname | wc -c; echo x > index.html")
 	if !strings.HasPrefix(out, "0\n") || res.Code == 0 || !strings.Contains(out, "Read-only file system") {
 		t.Errorf("a hidden /etc/hostname and a read-only project: %v %q", res, out)
 	}
@@ -69,7 +76,7 @@ func TestProfilesFillWhatACreateLeavesOut(t *testing.T) {
 	if sb.Profile != "default" || sb.ReadOnlyProject || sb.Network != nsinit.NetworkNone {
 		t.Errorf("a sandbox that names no profile: %+v", sb.Record)
 	}
-	if _, res := run(t, sup, sb.ID, "echo x > index.html"); res.Code != 0 {
+	if _, res := runAs(t, sup, sb.ID, 0, "echo x > index.html"); res.Code != 0 {
 		t.Errorf("writing the project of the default profile: %v", res)
 	}
 	sb, err = sup.Create(ctx, supervisor.CreateOptions{Project: "web", Profile: "web"})
@@ -162,7 +169,17 @@ func TestASandboxOnZFS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { testbed.MustRun(t, "zfs", "destroy", "-r", root) })
+	t.Cleanup(func() {
+		// zfs-fuse calls a dataset busy for a moment after its last
+		// clone is gone.
+		var out []byte
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+			if out, err = exec.Command("zfs", "destroy", "-r", root).CombinedOutput(); err == nil {
+				return
+			}
+		}
+		t.Errorf("zfs destroy -r %s: %v: %s", root, err, out)
+	})
 	if fs.Info().Capabilities.OverlayUpper {
 		t.Fatalf("zfs-fuse (%s) reported as able to carry an overlay's upper layer", fs.Info().Version)
 	}
@@ -187,6 +204,7 @@ func TestASandboxOnZFS(t *testing.T) {
 		t.Errorf("a zfs-fuse sandbox's system layer is volume %q; want a tmpfs", sb.Layer)
 	}
 	out, res := run(t, sup, sb.ID, "cat zfs-index.html && pwd")
+
 	if res.Code != 0 || out != "on zfs\n"+tb.ZFS.Mountpoint+"\n" {
 		t.Errorf("the project in a sandbox on ZFS: %v %q", res, out)
 	}

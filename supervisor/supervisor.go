@@ -224,19 +224,28 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 		_ = s.cfg.Store.Delete(id)
 	}()
 
-	// The init starts now, so that its start overlaps the snapshots;
+	// The init starts first, so that its start overlaps the snapshots,
+	// unless the sandbox's volume will be a mount of its own, which the
+	// init's mount namespace, a copy of the daemon's, must already have.
 	// startScope takes it over.
-	init, err := s.launch(opts.Network)
-	if err != nil {
-		return sb, fmt.Errorf("creating sandbox %s: %w", id, err)
-	}
+	var init *nsinit.Init
 	handed := false
 	undo = append(undo, func(context.Context) error {
-		if !handed {
+		if init != nil && !handed {
 			init.Kill()
 		}
 		return nil
 	})
+	launch := func() (err error) {
+		init, err = s.launch(opts.Network)
+		return err
+	}
+	early := !s.cfg.Backend.Info().Capabilities.SeparateMounts
+	if early {
+		if err := launch(); err != nil {
+			return sb, fmt.Errorf("creating sandbox %s: %w", id, err)
+		}
+	}
 	base, err := s.cfg.Backend.Snapshot(ctx, project, rec.Base, true)
 	if err != nil {
 		return sb, fmt.Errorf("creating sandbox %s: %w", id, err)
@@ -249,6 +258,11 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 	undo = append(undo, func(ctx context.Context) error { return s.cfg.Backend.Delete(ctx, vol) })
 	if opts.DiskQuota > 0 {
 		if err := s.cfg.Backend.SetQuota(ctx, vol, opts.DiskQuota); err != nil {
+			return sb, fmt.Errorf("creating sandbox %s: %w", id, err)
+		}
+	}
+	if !early {
+		if err := launch(); err != nil {
 			return sb, fmt.Errorf("creating sandbox %s: %w", id, err)
 		}
 	}

@@ -73,6 +73,7 @@ func Open(ctx context.Context, root string) (*Backend, error) {
 	b.info = cowfs.Info{Backend: "zfs", Root: root, Version: version(ctx, pool)}
 	caps := &b.info.Capabilities
 	caps.Quota = true
+	caps.SeparateMounts = true
 	// zfs-fuse answers "unrecognized command" to what it lacks.
 	_, err := command.Output(ctx, "zfs", "diff")
 	caps.FastChanges = err == nil || !strings.Contains(command.Stderr(err), "unrecognized command")
