@@ -18,6 +18,11 @@ all: build
 
 build:
 	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/ ./cmd/sandboxd ./cmd/sandboxctl ./tests/testbed/cmd/testbed
+	@mkdir -p bin/completion
+	bin/sandboxctl man > bin/sandboxctl.1
+	bin/sandboxctl completion bash > bin/completion/sandboxctl.bash
+	bin/sandboxctl completion zsh > bin/completion/_sandboxctl
+	bin/sandboxctl completion fish > bin/completion/sandboxctl.fish
 
 deps:
 	tests/install-deps.sh

@@ -14,5 +14,6 @@ require (
 require (
 	github.com/dennwc/ioctl v1.0.0 // indirect
 	github.com/google/uuid v1.2.0 // indirect
+	github.com/urfave/cli/v3 v3.14.0 // indirect
 	go.etcd.io/bbolt v1.4.3 // indirect
 )

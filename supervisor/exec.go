@@ -206,7 +206,7 @@ func (s *Supervisor) request(ctx context.Context, rec state.Record, o ExecOption
 		req.Home = home
 	}
 	if req.Dir == "" {
-		project, err := s.cfg.Backend.Project(ctx, s.cfg.Projects[rec.Project])
+		project, err := s.cfg.Backend.Project(ctx, s.projects.location(rec.Project))
 		if err != nil {
 			return req, err
 		}

@@ -122,19 +122,15 @@ func (p Policy) admit(live []state.Record, opts CreateOptions) ([]state.Record, 
 	return evict, nil
 }
 
-// live lists the records of sandboxes that count against the caps.
-func (s *Supervisor) live() ([]state.Record, error) {
-	recs, err := s.cfg.Store.List()
-	if err != nil {
-		return nil, err
-	}
-	out := recs[:0]
+// liveOf lists the records of sandboxes that count against the caps.
+func liveOf(recs []state.Record) []state.Record {
+	var out []state.Record
 	for _, r := range recs {
 		if r.State != state.Destroying {
 			out = append(out, r)
 		}
 	}
-	return out, nil
+	return out
 }
 
 // Expire destroys the sandboxes whose time to live ended by now, and

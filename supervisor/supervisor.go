@@ -23,13 +23,23 @@ import (
 var (
 	// ErrNotFound: no sandbox with that id.
 	ErrNotFound = state.ErrNotFound
-	// ErrUnknownProject: the project is not configured.
+	// ErrUnknownProject: no project of that name (configured or added).
 	ErrUnknownProject = errors.New("unknown project")
-	// ErrInvalid: options that make no sense (a negative TTL, bad limits).
+	// ErrInvalid: options that make no sense (a negative TTL, bad limits,
+	// a bad name).
 	ErrInvalid = errors.New("invalid sandbox options")
 	// ErrWrongState: an action the sandbox's state does not allow (thaw
 	// of a sandbox that is not frozen, ...).
 	ErrWrongState = errors.New("not allowed in the sandbox's state")
+	// ErrExists: the name is taken, by another sandbox (a create's name)
+	// or another project (AddProject).
+	ErrExists = errors.New("name taken")
+	// ErrInvalidProject: an AddProject or RemoveProject that cannot be
+	// done as asked: a bad name, a location that is not a volume of the
+	// pool, the removal of a project of the configuration.
+	ErrInvalidProject = errors.New("invalid project")
+	// ErrProjectInUse: RemoveProject of a project that has sandboxes.
+	ErrProjectInUse = errors.New("project in use")
 )
 
 // Units is the seam to systemd: *units.Manager in the daemon.
@@ -49,7 +59,9 @@ type Config struct {
 	Units   Units
 	Store   *state.Store
 	// Projects maps a project's name to its location in the pool (a btrfs
-	// subvolume path or a ZFS dataset).
+	// subvolume path or a ZFS dataset): the configuration's projects.
+	// New copies it; AddProject and RemoveProject change the supervisor's
+	// projects, never this map, and LoadProjects adds the recorded ones.
 	Projects map[string]string
 	// InitCommand starts a sandbox's init (a program whose main runs
 	// nsinit.Main when nsinit.IsInit): it builds the sandbox's world,
@@ -78,27 +90,33 @@ type Supervisor struct {
 	log   *slog.Logger
 	locks sync.Map // sandbox id -> *sync.Mutex: one operation at a time per sandbox
 	// admission serializes the caps check with the recording of a create's
-	// intent, so that concurrent creates cannot both take the last place.
+	// intent, so that concurrent creates cannot both take the last place
+	// (or the same name), and the changes of the projects with both.
 	admission sync.Mutex
+	projects  *projectRegistry
 	reaper    reaper
 	worlds    worlds
 	commands  commands
 }
 
-// New makes a Supervisor. Call Reconcile before serving.
+// New makes a Supervisor. Call LoadProjects, then Reconcile, before
+// serving.
 func New(cfg Config) *Supervisor {
 	log := cfg.Log
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Supervisor{cfg: cfg, log: log}
+	return &Supervisor{cfg: cfg, log: log, projects: newProjectRegistry(cfg.Projects)}
 }
 
 // CreateOptions are what a caller asks of a new sandbox.
 type CreateOptions struct {
 	Project string
-	Owner   uint32 // the caller's uid
-	Limits  units.Limits
+	// Name is the sandbox's name ("": none): see ValidateSandboxName; no
+	// other sandbox may have it.
+	Name   string
+	Owner  uint32 // the caller's uid
+	Limits units.Limits
 	// DiskQuota bounds what the sandbox writes, in bytes (0: none).
 	DiskQuota uint64
 	// TTL is the sandbox's time to live (0: none).
@@ -155,9 +173,14 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 	if err := s.cfg.Policy.applyDefaults(&opts); err != nil {
 		return sb, fmt.Errorf("creating a sandbox of %s: %w", opts.Project, err)
 	}
-	location, ok := s.cfg.Projects[opts.Project]
-	if !ok {
+	location := s.projects.location(opts.Project)
+	if location == "" {
 		return sb, fmt.Errorf("creating a sandbox of %q: %w", opts.Project, ErrUnknownProject)
+	}
+	if opts.Name != "" {
+		if err := ValidateSandboxName(opts.Name); err != nil {
+			return sb, fmt.Errorf("creating a sandbox of %s: %w: name %w", opts.Project, ErrInvalid, err)
+		}
 	}
 	if opts.TTL < 0 {
 		return sb, fmt.Errorf("creating a sandbox of %s: time to live %v is negative: %w", opts.Project, opts.TTL, ErrInvalid)
@@ -174,11 +197,28 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 		return sb, err
 	}
 	s.admission.Lock()
-	live, err := s.live()
+	// Under the lock: a project removed since the check above is gone,
+	// and one whose removal comes next will see this create's record.
+	if s.projects.location(opts.Project) != location {
+		s.admission.Unlock()
+		return sb, fmt.Errorf("creating a sandbox of %q: it was removed meanwhile: %w", opts.Project, ErrUnknownProject)
+	}
+	recs, err := s.cfg.Store.List()
 	if err != nil {
 		s.admission.Unlock()
 		return sb, fmt.Errorf("creating a sandbox of %s: %w", opts.Project, err)
 	}
+	// Names are unique among all the records, a destroying sandbox's too:
+	// its name is free once it is gone.
+	if opts.Name != "" {
+		for _, r := range recs {
+			if r.Name == opts.Name {
+				s.admission.Unlock()
+				return sb, fmt.Errorf("creating a sandbox of %s: a sandbox named %q exists; pick another name or destroy it: %w", opts.Project, opts.Name, ErrExists)
+			}
+		}
+	}
+	live := liveOf(recs)
 	evict, err := s.cfg.Policy.admit(live, opts)
 	if err != nil {
 		s.admission.Unlock()
@@ -194,7 +234,7 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 	defer s.lock(id)()
 	now := time.Now().UTC()
 	rec := state.Record{
-		ID: id, Project: opts.Project, Owner: opts.Owner, State: state.Creating,
+		ID: id, Name: opts.Name, Project: opts.Project, Owner: opts.Owner, State: state.Creating,
 		Base: baseName(id), Volume: volumeName(id), Unit: unitName(id),
 		Profile: opts.Profile, Created: now, Limits: limits, DiskQuota: opts.DiskQuota,
 		Network: opts.Network, Allow: opts.Allow, ReadOnlyProject: *opts.ReadOnlyProject,
@@ -283,7 +323,11 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 	if err != nil {
 		return sb, fmt.Errorf("creating sandbox %s: %w", id, err)
 	}
-	s.log.Info("sandbox created", "SANDBOX_ID", id, "CALLER_UID", opts.Owner, "ACTION", "create", "project", opts.Project)
+	attrs := []any{"SANDBOX_ID", id, "CALLER_UID", opts.Owner, "ACTION", "create", "project", opts.Project}
+	if opts.Name != "" {
+		attrs = append(attrs, "name", opts.Name)
+	}
+	s.log.Info("sandbox created", attrs...)
 	return Sandbox{Record: rec, Path: vol.Path}, nil
 }
 
@@ -497,7 +541,7 @@ func (s *Supervisor) Inspect(ctx context.Context, id string) (Inspection, error)
 		return Inspection{}, err
 	}
 	in := Inspection{Staleness: StaleUnknown}
-	project, perr := s.cfg.Backend.Project(ctx, s.cfg.Projects[rec.Project])
+	project, perr := s.cfg.Backend.Project(ctx, s.projects.location(rec.Project))
 	base, berr := s.cfg.Backend.Get(ctx, rec.Base)
 	if perr == nil && berr == nil {
 		switch changed, err := s.cfg.Backend.ChangedSince(ctx, project, base); {

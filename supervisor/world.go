@@ -70,7 +70,7 @@ func (w *worlds) drop(id string) {
 // spec is the world of sandbox rec: the host's OS under its own layer,
 // its copy of the project at the project's path, and what it must not see.
 func (s *Supervisor) spec(ctx context.Context, rec state.Record) (nsinit.Spec, error) {
-	project, err := s.cfg.Backend.Project(ctx, s.cfg.Projects[rec.Project])
+	project, err := s.cfg.Backend.Project(ctx, s.projects.location(rec.Project))
 	if err != nil {
 		return nsinit.Spec{}, err
 	}
@@ -102,9 +102,9 @@ func (s *Supervisor) spec(ctx context.Context, rec state.Record) (nsinit.Spec, e
 	if root := s.cfg.Backend.Info().Root; filepath.IsAbs(root) {
 		spec.Hidden = append(spec.Hidden, root)
 	}
-	for name, loc := range s.cfg.Projects {
-		if name != rec.Project && filepath.IsAbs(loc) {
-			spec.Hidden = append(spec.Hidden, loc)
+	for _, p := range s.projects.list() {
+		if p.Name != rec.Project && filepath.IsAbs(p.Location) {
+			spec.Hidden = append(spec.Hidden, p.Location)
 		}
 	}
 	return spec, nil

@@ -1,19 +1,17 @@
-// Command sandboxctl controls sandboxd over D-Bus.
+// Command sandboxctl controls sandboxd over D-Bus: see package cli, and
+// `sandboxctl --help`.
 package main
 
 import (
-	"fmt"
+	"context"
 	"os"
+
+	"github.com/sandboxd/sandboxd/cli"
 )
 
 // version is set at build time from `git describe` (see the Makefile).
 var version = "dev"
 
 func main() {
-	if len(os.Args) == 2 && (os.Args[1] == "--version" || os.Args[1] == "-V") {
-		fmt.Println("sandboxctl", version)
-		return
-	}
-	fmt.Fprintln(os.Stderr, "sandboxctl: no verbs yet (issue 7); only --version works")
-	os.Exit(2)
+	os.Exit(cli.Run(context.Background(), version, os.Args, os.Stdout, os.Stderr))
 }

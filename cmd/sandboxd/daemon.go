@@ -65,8 +65,8 @@ func run(ctx context.Context, configPath string) error {
 		return err
 	}
 	defer store.Close()
-	if r := store.Recovery(); r.CorruptMovedTo != "" || r.Rebuilt > 0 {
-		log.Warn("the state database was rebuilt from its mirror", "corrupt_moved_to", r.CorruptMovedTo, "records", r.Rebuilt)
+	if r := store.Recovery(); r.CorruptMovedTo != "" || r.Rebuilt > 0 || r.Projects > 0 {
+		log.Warn("the state database was rebuilt from its mirror", "corrupt_moved_to", r.CorruptMovedTo, "records", r.Rebuilt, "projects", r.Projects)
 	}
 	exe, err := os.Executable()
 	if err != nil {
@@ -101,6 +101,17 @@ func run(ctx context.Context, configPath string) error {
 		Log:   log,
 	})
 	defer sup.Close()
+
+	// The projects added with AddProject join the configuration's before
+	// the reconcile, which may restart sandboxes of theirs.
+	shadowed, err := sup.LoadProjects()
+	if err != nil {
+		return err
+	}
+	for _, p := range shadowed {
+		log.Warn("a project added with AddProject has the name of one in sandboxd.toml: sandboxd.toml's is used, the added one ignored (it returns if sandboxd.toml drops its own)",
+			"project", p.Name, "added_location", p.Location, "config_location", projects[p.Name])
+	}
 
 	status("reconciling sandboxes")
 	rep, err := sup.Reconcile(ctx)

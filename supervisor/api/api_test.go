@@ -83,7 +83,7 @@ func TestCreateServesTheSandboxAndDestroyRemovesIt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := api.ListEntry{ID: id, Project: "web", State: "ready", Owner: 0, Created: props["Created"].Value().(uint64), Object: path}
+	want := api.ListEntry{ID: id, Name: "", Project: "web", State: "ready", Owner: 0, Created: props["Created"].Value().(uint64), Object: path}
 	if len(list) != 1 || list[0] != want {
 		t.Fatalf("ListSandboxes = %+v; want [%+v]", list, want)
 	}
@@ -156,6 +156,10 @@ func TestBadInputGetsTheRightErrorName(t *testing.T) {
 		{"a TTL of 0", "web", map[string]dbus.Variant{"TTLUSec": t64(0)}, api.ErrorInvalidArgs, []string{"TTLUSec is 0"}},
 		{"a runtime longer than a duration holds", "web", map[string]dbus.Variant{"RuntimeMaxUSec": t64(math.MaxInt64)}, api.ErrorInvalidArgs, []string{"RuntimeMaxUSec is"}},
 		{"a disk quota of 0", "web", map[string]dbus.Variant{"DiskQuota": t64(0)}, api.ErrorInvalidArgs, []string{"DiskQuota is 0"}},
+		{"a name with a space", "web", map[string]dbus.Variant{"Name": dbus.MakeVariant("a b")}, api.ErrorInvalidArgs, []string{`option Name "a b" is not a valid name`, "letters, digits"}},
+		{"a name that reads as an id", "web", map[string]dbus.Variant{"Name": dbus.MakeVariant("0123456789ab")}, api.ErrorInvalidArgs, []string{`option Name "0123456789ab" is 12 hex digits`}},
+		{"an empty name", "web", map[string]dbus.Variant{"Name": dbus.MakeVariant("")}, api.ErrorInvalidArgs, []string{"option Name is empty"}},
+		{"a number for the name", "web", map[string]dbus.Variant{"Name": t64(1)}, api.ErrorInvalidArgs, []string{"Name has type t; want s"}},
 		{"every problem at once", "web", map[string]dbus.Variant{"A": t64(1), "TasksMax": dbus.MakeVariant("x"), "TTLUSec": t64(0)}, api.ErrorInvalidArgs, []string{`"A"`, "TasksMax has type s", "TTLUSec is 0"}},
 	} {
 		_, _, err := c.create(tc.project, tc.opts)
@@ -278,7 +282,7 @@ func TestBusctlDrivesTheAPI(t *testing.T) {
 			t.Errorf("busctl introspect %s: line %s is %q; want %q in it", path, prefix, line, words)
 		}
 	}
-	if got := testbed.MustRun(t, "busctl", "call", "org.sandboxd1", "/org/sandboxd1", "org.sandboxd1.Manager", "ListSandboxes"); !strings.HasPrefix(got, `a(sssuto) 1 "`+id+`" "web" "ready" 0 `) {
+	if got := testbed.MustRun(t, "busctl", "call", "org.sandboxd1", "/org/sandboxd1", "org.sandboxd1.Manager", "ListSandboxes"); !strings.HasPrefix(got, `a(ssssuto) 1 "`+id+`" "" "web" "ready" 0 `) {
 		t.Fatalf("busctl ListSandboxes: %q", got)
 	}
 	// busctl shows the daemon's own words for its errors, but only

@@ -32,8 +32,12 @@ func fromSupervisor(err error) *dbus.Error {
 		name = ErrorInvalidArgs
 	case errors.Is(err, supervisor.ErrLimitReached):
 		name = ErrorLimitReached
-	case errors.Is(err, supervisor.ErrWrongState):
+	case errors.Is(err, supervisor.ErrWrongState), errors.Is(err, supervisor.ErrProjectInUse):
 		name = ErrorWrongState
+	case errors.Is(err, supervisor.ErrExists):
+		name = ErrorExists
+	case errors.Is(err, supervisor.ErrInvalidProject):
+		name = ErrorInvalidArgs
 	}
 	return dbus.NewError(name, []any{err.Error()})
 }

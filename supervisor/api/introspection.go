@@ -22,7 +22,7 @@ const ManagerXML = xmlHeader + `<node>
    <arg type="o" name="object" direction="out"/>
   </method>
   <method name="ListSandboxes">
-   <arg type="a(sssuto)" name="sandboxes" direction="out"/>
+   <arg type="a(ssssuto)" name="sandboxes" direction="out"/>
   </method>
   <method name="GetSandbox">
    <arg type="s" name="id" direction="in"/>
@@ -30,6 +30,16 @@ const ManagerXML = xmlHeader + `<node>
   </method>
   <method name="DestroySandbox">
    <arg type="s" name="id" direction="in"/>
+  </method>
+  <method name="ListProjects">
+   <arg type="a(sss)" name="projects" direction="out"/>
+  </method>
+  <method name="AddProject">
+   <arg type="s" name="name" direction="in"/>
+   <arg type="s" name="location" direction="in"/>
+  </method>
+  <method name="RemoveProject">
+   <arg type="s" name="name" direction="in"/>
   </method>
   <signal name="SandboxNew">
    <arg type="s" name="id"/>
@@ -81,6 +91,9 @@ const SandboxXML = xmlHeader + `<node>
    <arg type="i" name="signal"/>
   </signal>
   <property name="Id" type="s" access="read">
+   <annotation name="org.freedesktop.DBus.Property.EmitsChangedSignal" value="const"/>
+  </property>
+  <property name="Name" type="s" access="read">
    <annotation name="org.freedesktop.DBus.Property.EmitsChangedSignal" value="const"/>
   </property>
   <property name="Project" type="s" access="read">

@@ -160,6 +160,7 @@ func runErr(argv ...string) (string, error) {
 // served on the system bus.
 type env struct {
 	sup     *supervisor.Supervisor
+	cfg     supervisor.Config // what sup was made with, to make another
 	fs      cowfs.Backend
 	store   *state.Store
 	project string // the project's path
@@ -173,7 +174,7 @@ func newEnv(t *testing.T, access api.Access) *env {
 	t.Helper()
 	setupBus(t)
 	se := supervisortest.New(t, "api", testLog(t))
-	e := &env{sup: se.Sup, fs: se.FS, store: se.Store, project: se.Project}
+	e := &env{sup: se.Sup, cfg: se.Config, fs: se.FS, store: se.Store, project: se.Project}
 	var err error
 	e.srvConn = systemBus(t)
 	e.srv, err = api.Serve(ctx, e.srvConn, e.sup, access, testLog(t))
@@ -354,6 +355,7 @@ type helperResult struct {
 // helper is the test binary as a client, run as another user:
 //
 //	create PROJECT | list | get ID | destroy ID | prop PATH NAME
+//	listprojects | addproject NAME LOCATION | removeproject NAME
 //	listen     print the member of each org.sandboxd1 signal, one a line,
 //	           after "ready", until the marker signal
 func helper(args []string) int {
@@ -387,6 +389,17 @@ func helper(args []string) int {
 		res.Result = []string{string(path)}
 	case len(args) == 2 && args[0] == "destroy":
 		err = mgr.Call(api.ManagerInterface+".DestroySandbox", 0, args[1]).Err
+	case len(args) == 1 && args[0] == "listprojects":
+		var list []api.ProjectEntry
+		err = mgr.Call(api.ManagerInterface+".ListProjects", 0).Store(&list)
+		res.Result = []string{}
+		for _, p := range list {
+			res.Result = append(res.Result, p.Name+" "+p.Location+" "+p.Origin)
+		}
+	case len(args) == 3 && args[0] == "addproject":
+		err = mgr.Call(api.ManagerInterface+".AddProject", 0, args[1], args[2]).Err
+	case len(args) == 2 && args[0] == "removeproject":
+		err = mgr.Call(api.ManagerInterface+".RemoveProject", 0, args[1]).Err
 	case len(args) == 3 && args[0] == "prop":
 		var v dbus.Variant
 		err = conn.Object(api.BusName, dbus.ObjectPath(args[1])).Call("org.freedesktop.DBus.Properties.Get", 0, api.SandboxInterface, args[2]).Store(&v)

@@ -51,7 +51,7 @@ func (m manager) CreateSandbox(sender dbus.Sender, project string, opts map[stri
 	return sb.ID, SandboxPath(sb.ID), s.end(r, sb.ID, nil)
 }
 
-// ListSandboxes() -> a(sssuto): the sandboxes the caller may see, oldest
+// ListSandboxes() -> a(ssssuto): the sandboxes the caller may see, oldest
 // first.
 func (m manager) ListSandboxes(sender dbus.Sender) ([]ListEntry, *dbus.Error) {
 	s := m.s
@@ -69,7 +69,7 @@ func (m manager) ListSandboxes(sender dbus.Sender) ([]ListEntry, *dbus.Error) {
 			continue
 		}
 		out = append(out, ListEntry{
-			ID: sb.ID, Project: sb.Project, State: string(sb.State), Owner: sb.Owner,
+			ID: sb.ID, Name: sb.Name, Project: sb.Project, State: string(sb.State), Owner: sb.Owner,
 			Created: micros(sb.Created), Object: SandboxPath(sb.ID),
 		})
 	}
@@ -97,6 +97,60 @@ func (m manager) DestroySandbox(sender dbus.Sender, id string) *dbus.Error {
 		return derr
 	}
 	return s.end(r, id, s.destroy(r, id))
+}
+
+// ListProjects() -> a(sss): every project, by name: its name, its location
+// and where it comes from (config or added). Any caller may list them:
+// they are what CreateSandbox takes.
+func (m manager) ListProjects(sender dbus.Sender) ([]ProjectEntry, *dbus.Error) {
+	s := m.s
+	r, derr := s.begin(sender, "ListProjects")
+	if derr != nil {
+		return nil, derr
+	}
+	out := []ProjectEntry{}
+	for _, p := range s.sup.Projects() {
+		out = append(out, ProjectEntry{Name: p.Name, Location: p.Location, Origin: p.Origin})
+	}
+	return out, s.end(r, "", nil)
+}
+
+// AddProject(s name, s location): registers a btrfs subvolume or a ZFS
+// dataset of the pool as a project; root and admins only.
+func (m manager) AddProject(sender dbus.Sender, name, location string) *dbus.Error {
+	s := m.s
+	r, derr := s.begin(sender, "AddProject")
+	if derr != nil {
+		return derr
+	}
+	r.project = name
+	if !r.who.admin {
+		return s.end(r, "", dbusError(ErrorAccessDenied,
+			"adding project %q: uid %d may not add projects (only root and admins may: [access] admin_users, admin_groups)", name, r.who.uid))
+	}
+	if err := s.sup.AddProject(r.ctx, name, location); err != nil {
+		return s.end(r, "", fromSupervisor(err))
+	}
+	return s.end(r, "", nil)
+}
+
+// RemoveProject(s name): unregisters a project added with AddProject that
+// has no sandboxes, leaving its files; root and admins only.
+func (m manager) RemoveProject(sender dbus.Sender, name string) *dbus.Error {
+	s := m.s
+	r, derr := s.begin(sender, "RemoveProject")
+	if derr != nil {
+		return derr
+	}
+	r.project = name
+	if !r.who.admin {
+		return s.end(r, "", dbusError(ErrorAccessDenied,
+			"removing project %q: uid %d may not remove projects (only root and admins may: [access] admin_users, admin_groups)", name, r.who.uid))
+	}
+	if err := s.sup.RemoveProject(r.ctx, name); err != nil {
+		return s.end(r, "", fromSupervisor(err))
+	}
+	return s.end(r, "", nil)
 }
 
 // lookup returns the sandbox id if the caller may see it.

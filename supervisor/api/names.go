@@ -34,6 +34,9 @@ const (
 	ErrorWrongState = "org.sandboxd1.Error.WrongState"
 	// ErrorNoSuchCommand: Signal names no running command of the sandbox.
 	ErrorNoSuchCommand = "org.sandboxd1.Error.NoSuchCommand"
+	// ErrorExists: the name is taken, by another sandbox (CreateSandbox's
+	// Name) or project (AddProject).
+	ErrorExists = "org.sandboxd1.Error.Exists"
 )
 
 // Standard errors of objects and properties (D-Bus specification).
@@ -77,12 +80,24 @@ func idFromPath(path dbus.ObjectPath) (string, bool) {
 }
 
 // ListEntry is one sandbox as ListSandboxes returns it: the D-Bus struct
-// (sssuto).
+// (ssssuto).
 type ListEntry struct {
 	ID      string
+	Name    string // "" when it has none
 	Project string
 	State   string
 	Owner   uint32          // the uid that created it
 	Created uint64          // µs since the Unix epoch
 	Object  dbus.ObjectPath // its org.sandboxd1.Sandbox object
+}
+
+// ProjectEntry is one project as ListProjects returns it: the D-Bus
+// struct (sss).
+type ProjectEntry struct {
+	Name string
+	// Location is a btrfs subvolume path or a ZFS dataset.
+	Location string
+	// Origin is "config" (sandboxd.toml's [[project]]) or "added"
+	// (AddProject).
+	Origin string
 }

@@ -48,6 +48,18 @@ var options = map[string]option{
 		o.TTL = d
 		return err
 	}},
+	"Name": {signature: "s", unit: "a name", set: func(o *supervisor.CreateOptions, v any) error {
+		// "" would be the supervisor's "no name": a caller who sets it
+		// means a name.
+		if v.(string) == "" {
+			return errors.New("is empty (leave it out for no name)")
+		}
+		if err := supervisor.ValidateSandboxName(v.(string)); err != nil {
+			return err
+		}
+		o.Name = v.(string)
+		return nil
+	}},
 	"Profile": {signature: "s", unit: "a name", set: func(o *supervisor.CreateOptions, v any) error {
 		o.Profile = v.(string)
 		return nil

@@ -158,6 +158,7 @@ func sandboxProps(sb supervisor.Sandbox, insp supervisor.Inspection) (map[string
 	}
 	return map[string]dbus.Variant{
 		"Id":              dbus.MakeVariant(sb.ID),
+		"Name":            dbus.MakeVariant(sb.Name),
 		"Project":         dbus.MakeVariant(sb.Project),
 		"State":           dbus.MakeVariant(string(sb.State)),
 		"Owner":           dbus.MakeVariant(sb.Owner),

@@ -213,7 +213,10 @@ type request struct {
 	ctx    context.Context
 	who    caller
 	action string
-	done   func()
+	// project a call about a project names, for the journal: not an id,
+	// it stays out of SANDBOX_ID.
+	project string
+	done    func()
 }
 
 // begin admits a call from sender and identifies the caller.
@@ -252,6 +255,9 @@ func (s *Server) end(r *request, id string, derr *dbus.Error) *dbus.Error {
 		}
 		attrs = append(attrs, "requested_id", id)
 	}
+	if r.project != "" {
+		attrs = append(attrs, "project", r.project)
+	}
 	switch {
 	case derr == nil && !mutating(r.action):
 		// Reads are many (a client polls State): they are kept out of
@@ -269,7 +275,8 @@ func (s *Server) end(r *request, id string, derr *dbus.Error) *dbus.Error {
 
 func mutating(action string) bool {
 	switch action {
-	case "CreateSandbox", "DestroySandbox", "Destroy", "Freeze", "Thaw", "Exec", "ExecTerminal", "Signal":
+	case "CreateSandbox", "DestroySandbox", "Destroy", "Freeze", "Thaw", "Exec", "ExecTerminal", "Signal",
+		"AddProject", "RemoveProject":
 		return true
 	}
 	return false

@@ -29,6 +29,9 @@ type Entry struct {
 	// Command of an exec, as argv joined by spaces.
 	Network string `json:"network,omitempty"`
 	Command string `json:"command,omitempty"`
+	// Location of a project added or removed (project-add,
+	// project-remove): the volume the project's name stood for.
+	Location string `json:"location,omitempty"`
 }
 
 // Log is the open audit file. A nil *Log records nothing.

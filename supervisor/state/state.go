@@ -10,6 +10,10 @@
 // renamed). A database that is corrupt is moved aside, never deleted, and
 // the store is rebuilt from the mirror; so is one that went missing. A
 // lost database must not make the daemon take every sandbox for an orphan.
+//
+// The projects added at run time (AddProject) are kept the same way, in
+// their own bucket and mirrored in projects/: a lost database must not
+// make them vanish either, or their sandboxes would be of unknown projects.
 package state
 
 import (
@@ -42,6 +46,7 @@ const (
 // Record is what the daemon remembers of one sandbox.
 type Record struct {
 	ID      string    `json:"id"`
+	Name    string    `json:"name,omitempty"` // its creator's name for it ("": none); the supervisor keeps names unique
 	Project string    `json:"project"`
 	Owner   uint32    `json:"owner"` // uid of the caller that made it
 	State   State     `json:"state"`
@@ -76,24 +81,43 @@ var (
 	ErrLocked = errors.New("state database is in use by another process")
 	// ErrCorrupt: the database file cannot be read.
 	ErrCorrupt = errors.New("state database is corrupt")
+	// ErrNoProject: no added project of that name is recorded.
+	ErrNoProject = errors.New("no such project recorded")
+	// ErrProjectExists: an added project of that name is recorded already.
+	ErrProjectExists = errors.New("project already recorded")
 )
 
-var bucket = []byte("sandboxes")
+var (
+	bucket         = []byte("sandboxes")
+	projectsBucket = []byte("projects")
+)
+
+// Project is a project added at run time: its name and its location in
+// the pool (a btrfs subvolume path or a ZFS dataset). The configuration's
+// projects are not recorded here: the configuration file is theirs.
+type Project struct {
+	Name     string    `json:"name"`
+	Location string    `json:"location"`
+	Added    time.Time `json:"added"`
+}
 
 // Store is the open database.
 type Store struct {
-	db      *bolt.DB
-	path    string
-	mirror  string // records/ beside the database
-	recover Recovery
+	db       *bolt.DB
+	path     string
+	mirror   string // records/ beside the database
+	projects string // projects/ beside the database: the projects' mirror
+	recover  Recovery
 }
 
 // Recovery says what Open had to do to a database it could not use.
 type Recovery struct {
 	// CorruptMovedTo is where a corrupt database was moved ("" if none).
 	CorruptMovedTo string
-	// Rebuilt is how many records were read back from the mirror.
-	Rebuilt int
+	// Rebuilt is how many records were read back from the mirror, and
+	// Projects how many added projects.
+	Rebuilt  int
+	Projects int
 }
 
 // Recovery tells what Open found and did (nothing, usually).
@@ -105,8 +129,11 @@ func (s *Store) Recovery() Recovery { return s.recover }
 // database, rebuilt from the mirror; Recovery says so.
 func Open(path string, lockWait time.Duration) (*Store, error) {
 	mirror := filepath.Join(filepath.Dir(path), "records")
-	if err := os.MkdirAll(mirror, 0o700); err != nil {
-		return nil, fmt.Errorf("opening state %s: %w", path, err)
+	projects := filepath.Join(filepath.Dir(path), "projects")
+	for _, dir := range []string{mirror, projects} {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, fmt.Errorf("opening state %s: %w", path, err)
+		}
 	}
 	var rec Recovery
 	_, statErr := os.Stat(path)
@@ -124,11 +151,15 @@ func Open(path string, lockWait time.Duration) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{db: db, path: path, mirror: mirror}
+	s := &Store{db: db, path: path, mirror: mirror, projects: projects}
 	if fresh {
 		if rec.Rebuilt, err = s.rebuild(); err != nil {
 			db.Close()
 			return nil, fmt.Errorf("rebuilding state %s from %s: %w", path, mirror, err)
+		}
+		if rec.Projects, err = s.rebuildProjects(); err != nil {
+			db.Close()
+			return nil, fmt.Errorf("rebuilding state %s from %s: %w", path, projects, err)
 		}
 	}
 	s.recover = rec
@@ -146,8 +177,12 @@ func openDB(path string, lockWait time.Duration) (*bolt.DB, error) {
 		return nil, fmt.Errorf("opening state %s: %w", path, err)
 	}
 	if err := db.Update(func(tx *bolt.Tx) error {
-		_, err := tx.CreateBucketIfNotExists(bucket)
-		return err
+		for _, name := range [][]byte{bucket, projectsBucket} {
+			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+				return err
+			}
+		}
+		return nil
 	}); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("opening state %s: %w", path, err)
@@ -193,23 +228,28 @@ func (s *Store) mirrorPut(r Record) error {
 	if err != nil {
 		return err
 	}
-	final := filepath.Join(s.mirror, r.ID+".json")
+	if err := writeAtomic(filepath.Join(s.mirror, r.ID+".json"), data); err != nil {
+		return fmt.Errorf("mirroring sandbox %s: %w", r.ID, err)
+	}
+	return nil
+}
+
+// writeAtomic writes data to final through a temporary file, synced and
+// then renamed: a crash leaves the old file or the new one, never half.
+func writeAtomic(final string, data []byte) error {
 	tmp := final + ".tmp"
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
-		return fmt.Errorf("mirroring sandbox %s: %w", r.ID, err)
+		return err
 	}
 	_, werr := f.Write(data)
 	serr := f.Sync()
 	cerr := f.Close()
 	if err := errors.Join(werr, serr, cerr); err != nil {
 		os.Remove(tmp)
-		return fmt.Errorf("mirroring sandbox %s: %w", r.ID, err)
+		return err
 	}
-	if err := os.Rename(tmp, final); err != nil {
-		return fmt.Errorf("mirroring sandbox %s: %w", r.ID, err)
-	}
-	return nil
+	return os.Rename(tmp, final)
 }
 
 func (s *Store) mirrorDelete(id string) error {
@@ -325,4 +365,105 @@ func put(b *bolt.Bucket, r Record) error {
 		return fmt.Errorf("recording sandbox %s: %w", r.ID, err)
 	}
 	return b.Put([]byte(r.ID), data)
+}
+
+// AddProject records p, a project added at run time, then mirrors it; a
+// project of that name must not be recorded already.
+func (s *Store) AddProject(p Project) error {
+	// The name is also the mirror's file name.
+	if p.Name == "" || p.Name[0] == '.' || strings.ContainsAny(p.Name, "/\x00") {
+		return fmt.Errorf("recording project %q: not a usable name", p.Name)
+	}
+	data, err := json.Marshal(p)
+	if err != nil {
+		return fmt.Errorf("recording project %s: %w", p.Name, err)
+	}
+	err = s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(projectsBucket)
+		if b.Get([]byte(p.Name)) != nil {
+			return fmt.Errorf("recording project %s: %w", p.Name, ErrProjectExists)
+		}
+		return b.Put([]byte(p.Name), data)
+	})
+	if err != nil {
+		return err
+	}
+	if err := writeAtomic(filepath.Join(s.projects, p.Name+".json"), data); err != nil {
+		// Undone, so that a failed add leaves nothing: the caller was told
+		// it failed, and must not find the project after a restart.
+		uerr := s.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(projectsBucket).Delete([]byte(p.Name)) })
+		return errors.Join(fmt.Errorf("mirroring project %s: %w", p.Name, err), uerr)
+	}
+	return nil
+}
+
+// Projects returns the projects added at run time, by name.
+func (s *Store) Projects() ([]Project, error) {
+	var out []Project
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(projectsBucket).ForEach(func(k, v []byte) error {
+			var p Project
+			if err := json.Unmarshal(v, &p); err != nil {
+				return fmt.Errorf("reading project %s: %w: %w", k, ErrCorrupt, err)
+			}
+			out = append(out, p)
+			return nil
+		})
+	})
+	return out, err // bbolt's keys are sorted: so are the projects
+}
+
+// DeleteProject removes the added project name: its mirror first, then
+// its record. In that order a failure (or a crash) between the two leaves
+// the project recorded, where the daemon reads it, and the removal can be
+// asked again; the other order would leave a mirror that a rebuild of the
+// database brings back, a removed project returning.
+func (s *Store) DeleteProject(name string) error {
+	err := s.db.View(func(tx *bolt.Tx) error {
+		if tx.Bucket(projectsBucket).Get([]byte(name)) == nil {
+			return fmt.Errorf("deleting project %s: %w", name, ErrNoProject)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if err := os.Remove(filepath.Join(s.projects, name+".json")); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("deleting the mirror of project %s: %w", name, err)
+	}
+	return s.db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(projectsBucket).Delete([]byte(name))
+	})
+}
+
+// rebuildProjects loads every mirrored project into the (new) database.
+func (s *Store) rebuildProjects() (int, error) {
+	entries, err := os.ReadDir(s.projects)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	err = s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(projectsBucket)
+		for _, e := range entries {
+			name, ok := strings.CutSuffix(e.Name(), ".json")
+			if !ok {
+				continue // a temporary file a crash left
+			}
+			data, err := os.ReadFile(filepath.Join(s.projects, e.Name()))
+			if err != nil {
+				return err
+			}
+			var p Project
+			if err := json.Unmarshal(data, &p); err != nil || p.Name != name {
+				continue // unreadable: the operator adds it again
+			}
+			if err := b.Put([]byte(p.Name), data); err != nil {
+				return err
+			}
+			n++
+		}
+		return nil
+	})
+	return n, err
 }

@@ -27,12 +27,14 @@ func TestMain(m *testing.M) {
 	root := filepath.Dir(filepath.Dir(wd)) // tests/integration -> repository
 	daemonBin = filepath.Join(root, "bin", "test", "sandboxd")
 	if !testbed.Inside() {
-		build := exec.Command("go", "build", "-o", daemonBin, "./cmd/sandboxd")
-		build.Dir = root
-		out, err := build.CombinedOutput()
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "building sandboxd: %v\n%s", err, out)
-			os.Exit(2)
+		for _, prog := range []string{"sandboxd", "sandboxctl"} {
+			build := exec.Command("go", "build", "-o", filepath.Join(filepath.Dir(daemonBin), prog), "./cmd/"+prog)
+			build.Dir = root
+			out, err := build.CombinedOutput()
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "building %s: %v\n%s", prog, err, out)
+				os.Exit(2)
+			}
 		}
 	}
 	testbed.Main(m)

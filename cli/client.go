@@ -1,0 +1,145 @@
+package cli
+
+import (
+	"context"
+	"os"
+	"strings"
+
+	"github.com/godbus/dbus/v5"
+
+	"github.com/sandboxd/sandboxd/supervisor/api"
+)
+
+// client is sandboxctl's connection to sandboxd on the system bus.
+type client struct {
+	conn    *dbus.Conn
+	signals chan *dbus.Signal
+	// exits keeps CommandExited signals by command id: one can arrive
+	// before Exec's reply.
+	exits map[string]exitStatus
+}
+
+type exitStatus struct {
+	How    string
+	Status int32
+	Signal int32
+}
+
+func connect(ctx context.Context) (*client, error) {
+	conn, err := dbus.ConnectSystemBus(dbus.WithContext(ctx))
+	if err != nil {
+		return nil, &Error{Code: ExitUnavailable, Msg: "cannot reach the system bus: " + err.Error(),
+			Fix: "is dbus running? (`systemctl status dbus`)", Err: err}
+	}
+	return &client{conn: conn}, nil
+}
+
+func (c *client) close() { c.conn.Close() }
+
+func (c *client) manager() dbus.BusObject { return c.conn.Object(api.BusName, api.ManagerPath) }
+
+func (c *client) sandbox(id string) dbus.BusObject {
+	return c.conn.Object(api.BusName, api.SandboxPath(id))
+}
+
+// call calls method on obj and stores its reply in out; what names the
+// action for errors.
+func call(ctx context.Context, obj dbus.BusObject, what, method string, args []any, out ...any) error {
+	c := obj.CallWithContext(ctx, method, 0, args...)
+	if c.Err != nil {
+		return fromBus(what, c.Err)
+	}
+	if len(out) > 0 {
+		if err := c.Store(out...); err != nil {
+			return fromBus(what, err)
+		}
+	}
+	return nil
+}
+
+func (c *client) list(ctx context.Context) ([]api.ListEntry, error) {
+	var entries []api.ListEntry
+	err := call(ctx, c.manager(), "listing sandboxes", api.ManagerInterface+".ListSandboxes", nil, &entries)
+	return entries, err
+}
+
+// properties reads every property of sandbox id.
+func (c *client) properties(ctx context.Context, id string) (map[string]dbus.Variant, error) {
+	var props map[string]dbus.Variant
+	err := call(ctx, c.sandbox(id), "reading sandbox "+id, "org.freedesktop.DBus.Properties.GetAll",
+		[]any{api.SandboxInterface}, &props)
+	return props, err
+}
+
+// resolve finds the sandbox arg names: its id, its name, or a prefix of
+// its id that only it has.
+func (c *client) resolve(ctx context.Context, arg string) (api.ListEntry, error) {
+	if arg == "" {
+		return api.ListEntry{}, usage("a sandbox id or name is empty")
+	}
+	entries, err := c.list(ctx)
+	if err != nil {
+		return api.ListEntry{}, err
+	}
+	var prefixed []api.ListEntry
+	for _, e := range entries {
+		if e.ID == arg || e.Name == arg {
+			return e, nil
+		}
+		if strings.HasPrefix(e.ID, arg) {
+			prefixed = append(prefixed, e)
+		}
+	}
+	switch len(prefixed) {
+	case 1:
+		return prefixed[0], nil
+	case 0:
+		return api.ListEntry{}, &Error{Code: ExitNotFound, Msg: "no sandbox is called or starts with " + quote(arg),
+			Fix: "see `sandboxctl list`"}
+	}
+	ids := make([]string, len(prefixed))
+	for i, e := range prefixed {
+		ids[i] = e.ID
+	}
+	return api.ListEntry{}, usage("%s is the start of several sandboxes' ids (%s): give more of it", quote(arg), strings.Join(ids, ", "))
+}
+
+// watchExits subscribes to CommandExited, before any Exec.
+func (c *client) watchExits() error {
+	if c.signals != nil {
+		return nil
+	}
+	c.signals, c.exits = make(chan *dbus.Signal, 16), map[string]exitStatus{}
+	c.conn.Signal(c.signals)
+	return c.conn.AddMatchSignal(dbus.WithMatchInterface(api.SandboxInterface), dbus.WithMatchMember("CommandExited"))
+}
+
+// waitExit waits for command's CommandExited; onSignal is called with
+// each signal the user sends sandboxctl meanwhile.
+func (c *client) waitExit(ctx context.Context, command string, interrupts <-chan os.Signal, onSignal func(os.Signal)) (exitStatus, error) {
+	for {
+		if st, ok := c.exits[command]; ok {
+			return st, nil
+		}
+		select {
+		case s, ok := <-c.signals:
+			if !ok {
+				return exitStatus{}, &Error{Code: ExitFailed, Msg: "the connection to sandboxd ended while the command ran"}
+			}
+			if s.Name != api.SandboxInterface+".CommandExited" || len(s.Body) != 4 {
+				continue
+			}
+			id, _ := s.Body[0].(string)
+			how, _ := s.Body[1].(string)
+			status, _ := s.Body[2].(int32)
+			sig, _ := s.Body[3].(int32)
+			c.exits[id] = exitStatus{How: how, Status: status, Signal: sig}
+		case sig := <-interrupts:
+			onSignal(sig)
+		case <-ctx.Done():
+			return exitStatus{}, ctx.Err()
+		}
+	}
+}
+
+func quote(s string) string { return "\"" + s + "\"" }

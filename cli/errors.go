@@ -1,0 +1,94 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/godbus/dbus/v5"
+
+	"github.com/sandboxd/sandboxd/supervisor/api"
+)
+
+// Exit codes of sandboxctl: stable, documented in its help and man page.
+// `exec` and `shell` exit with the command's own status once it ran.
+const (
+	ExitOK          = 0
+	ExitFailed      = 1 // the daemon could not do it, or another error
+	ExitUsage       = 2 // a usage mistake: the message shows the right form
+	ExitNotFound    = 3 // no such sandbox or project
+	ExitDenied      = 4 // not allowed for this user
+	ExitConflict    = 5 // the state does not allow it, a name is taken, a limit is reached
+	ExitUnavailable = 6 // sandboxd is not running, or the system bus cannot be reached
+)
+
+// exitCodes documents the codes, for help and the man page.
+const exitCodes = `EXIT STATUS
+   0  ok
+   1  the daemon could not do it, or another error
+   2  usage mistake (the message shows the right form)
+   3  no such sandbox or project
+   4  not allowed for this user
+   5  conflict: the sandbox's state does not allow it, a name is taken, a limit is reached
+   6  sandboxd is not running, or the system bus cannot be reached
+   exec and shell exit with the command's own status once it ran
+   (128+N for a signal N, 124 when its timeout ended it).`
+
+// Error is a failure with its exit code and, where there is one, the fix.
+type Error struct {
+	Code int
+	Msg  string
+	Fix  string // how to put it right; "" when there is nothing to say
+	Err  error
+}
+
+func (e *Error) Error() string {
+	if e.Fix != "" {
+		return e.Msg + "\n  " + e.Fix
+	}
+	return e.Msg
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+func usage(format string, args ...any) *Error {
+	return &Error{Code: ExitUsage, Msg: fmt.Sprintf(format, args...)}
+}
+
+// fromBus turns an error of a call to the daemon into an Error with the
+// code a script branches on, keeping the daemon's words.
+func fromBus(what string, err error) *Error {
+	var derr dbus.Error
+	if errors.As(err, &derr) {
+		msg := what + ": " + dbusMessage(derr)
+		switch derr.Name {
+		case api.ErrorNoSuchSandbox:
+			return &Error{Code: ExitNotFound, Msg: msg, Fix: "see `sandboxctl list`", Err: err}
+		case api.ErrorNoSuchProject:
+			return &Error{Code: ExitNotFound, Msg: msg, Fix: "see `sandboxctl project list`", Err: err}
+		case api.ErrorAccessDenied, "org.freedesktop.DBus.Error.AccessDenied":
+			return &Error{Code: ExitDenied, Msg: msg, Fix: "ask an administrator to add you to group sandboxd (or to [access] in /etc/sandboxd/sandboxd.toml)", Err: err}
+		case api.ErrorWrongState, api.ErrorLimitReached, api.ErrorExists:
+			return &Error{Code: ExitConflict, Msg: msg, Err: err}
+		case api.ErrorInvalidArgs:
+			return &Error{Code: ExitUsage, Msg: msg, Err: err}
+		case "org.freedesktop.DBus.Error.ServiceUnknown", "org.freedesktop.DBus.Error.NameHasNoOwner":
+			return notRunning(err)
+		}
+		return &Error{Code: ExitFailed, Msg: msg, Err: err}
+	}
+	return &Error{Code: ExitFailed, Msg: what + ": " + err.Error(), Err: err}
+}
+
+func dbusMessage(e dbus.Error) string {
+	if len(e.Body) > 0 {
+		if s, ok := e.Body[0].(string); ok {
+			return s
+		}
+	}
+	return e.Name
+}
+
+func notRunning(err error) *Error {
+	return &Error{Code: ExitUnavailable, Msg: "sandboxd is not running (nothing owns org.sandboxd1 on the system bus)",
+		Fix: "start it with `systemctl start sandboxd`; `journalctl -u sandboxd` says why it stopped", Err: err}
+}

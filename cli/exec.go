@@ -1,0 +1,263 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/godbus/dbus/v5"
+	ucli "github.com/urfave/cli/v3"
+	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandboxd/supervisor/api"
+	"github.com/sandboxd/sandboxd/supervisor/config"
+)
+
+func execFlags() []ucli.Flag {
+	return []ucli.Flag{
+		&ucli.BoolFlag{Name: "root", Usage: "run as root in the sandbox (only root may)"},
+		&ucli.StringSliceFlag{Name: "env", Aliases: []string{"e"}, Usage: "KEY=value for the command's environment (repeat it)"},
+		&ucli.StringFlag{Name: "workdir", Aliases: []string{"w"}, Usage: "working directory in the sandbox (default: the project's path)"},
+		&ucli.DurationFlag{Name: "timeout", Usage: "end the command after this long, like 30s (exit status 124)"},
+	}
+}
+
+func execOptions(cmd *ucli.Command) (map[string]dbus.Variant, error) {
+	opts := map[string]dbus.Variant{}
+	if cmd.Bool("root") {
+		opts["Root"] = dbus.MakeVariant(true)
+	}
+	if env := cmd.StringSlice("env"); len(env) > 0 {
+		for _, kv := range env {
+			if k, _, ok := cutEnv(kv); !ok || k == "" {
+				return nil, usage("--env %s: want KEY=value", kv)
+			}
+		}
+		opts["Environment"] = dbus.MakeVariant(env)
+	}
+	if w := cmd.String("workdir"); w != "" {
+		opts["WorkingDirectory"] = dbus.MakeVariant(w)
+	}
+	if cmd.IsSet("timeout") {
+		if d := cmd.Duration("timeout"); d > 0 {
+			opts["TimeoutUSec"] = dbus.MakeVariant(uint64(d.Microseconds()))
+		} else {
+			return nil, usage("--timeout %v: want a duration above 0, like 30s", d)
+		}
+	}
+	if cmd.Name == "exec" {
+		if v := cmd.String("output-limit"); v != "" {
+			var size config.Size
+			if err := size.UnmarshalText([]byte(v)); err != nil || size == 0 {
+				return nil, usage("--output-limit %s: want a size above 0, like 10M", v)
+			}
+			opts["OutputLimit"] = dbus.MakeVariant(uint64(size))
+		}
+	}
+	return opts, nil
+}
+
+func cutEnv(kv string) (string, string, bool) {
+	for i := 0; i < len(kv); i++ {
+		if kv[i] == '=' {
+			return kv[:i], kv[i+1:], true
+		}
+	}
+	return kv, "", false
+}
+
+// splitCommand takes SANDBOX [--] COMMAND... apart.
+func splitCommand(cmd *ucli.Command, needCommand bool) (string, []string, error) {
+	a := cmd.Args().Slice()
+	if len(a) == 0 {
+		return "", nil, usage("which sandbox? (usage: %s)", usageLine(cmd))
+	}
+	rest := a[1:]
+	if len(rest) > 0 && rest[0] == "--" {
+		rest = rest[1:]
+	}
+	if needCommand && len(rest) == 0 {
+		return "", nil, usage("what command? (usage: %s)", usageLine(cmd))
+	}
+	return a[0], rest, nil
+}
+
+func execCommand() *ucli.Command {
+	one := 1
+	return &ucli.Command{
+		Name:      "exec",
+		Usage:     "run a command in a sandbox, as you, with your stdin, stdout and stderr",
+		ArgsUsage: "SANDBOX -- COMMAND [ARG...]",
+		Description: `Runs COMMAND in the sandbox as you. Its output streams to your terminal
+or pipe as it is written (sandboxd hands your own stdin, stdout and
+stderr to the command). sandboxctl exits with the command's status:
+128+N if signal N ended it, 124 if --timeout did. Ctrl-C (SIGINT),
+SIGTERM and SIGHUP are passed to the command; the sandbox stays.`,
+		StopOnNthArg: &one,
+		Flags: append(execFlags(),
+			&ucli.StringFlag{Name: "output-limit", Usage: "end the command once it wrote this much to stdout and stderr, like 10M"}),
+		Action: func(ctx context.Context, cmd *ucli.Command) error {
+			target, argv, err := splitCommand(cmd, true)
+			if err != nil {
+				return err
+			}
+			opts, err := execOptions(cmd)
+			if err != nil {
+				return err
+			}
+			return withClient(ctx, func(c *client) error {
+				e, err := c.resolve(ctx, target)
+				if err != nil {
+					return err
+				}
+				if err := c.watchExits(); err != nil {
+					return fromBus("watching for the command's end", err)
+				}
+				// Caught before the call, so that a Ctrl-C in between is
+				// not lost: it is passed on once the command runs.
+				interrupts := make(chan os.Signal, 4)
+				signal.Notify(interrupts, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+				defer signal.Stop(interrupts)
+				var id string
+				if err := call(ctx, c.sandbox(e.ID), "running "+argv[0]+" in sandbox "+e.ID, api.SandboxInterface+".Exec",
+					[]any{argv, opts, dbus.UnixFD(0), dbus.UnixFD(1), dbus.UnixFD(2)}, &id); err != nil {
+					return err
+				}
+				return c.finish(ctx, e.ID, id, interrupts)
+			})
+		},
+	}
+}
+
+// finish waits for command id in sandbox to end, passing the user's
+// signals on, and ends sandboxctl with its status.
+func (c *client) finish(ctx context.Context, sandbox, id string, interrupts <-chan os.Signal) error {
+	st, err := c.waitExit(ctx, id, interrupts, func(sig os.Signal) {
+		if s, ok := sig.(syscall.Signal); ok {
+			_ = call(ctx, c.sandbox(sandbox), "signalling the command", api.SandboxInterface+".Signal", []any{id, int32(s)})
+		}
+	})
+	if err != nil {
+		return err
+	}
+	switch st.How {
+	case "exited":
+		if st.Status == 0 {
+			return nil
+		}
+		return exitWith(st.Status)
+	case "signaled":
+		return exitWith(st.Status)
+	case "oom-killed":
+		fmt.Fprintf(os.Stderr, "sandboxctl: the command was killed by sandbox %s's memory limit\n", sandbox)
+		return exitWith(st.Status)
+	case "timed-out":
+		fmt.Fprintln(os.Stderr, "sandboxctl: the command timed out")
+		return exitWith(124)
+	case "output-limit":
+		fmt.Fprintln(os.Stderr, "sandboxctl: the command was stopped at its output limit")
+		return exitWith(st.Status)
+	}
+	return &Error{Code: ExitFailed, Msg: fmt.Sprintf("the command ended without a status (%s): sandbox %s ended under it", st.How, sandbox)}
+}
+
+func shellCommand() *ucli.Command {
+	one := 1
+	return &ucli.Command{
+		Name:      "shell",
+		Usage:     "an interactive shell in a sandbox, on a terminal of its own",
+		ArgsUsage: "SANDBOX [-- COMMAND [ARG...]]",
+		Description: `Starts a login shell (bash where the host has it, else sh), or COMMAND,
+on a new pseudo-terminal in the sandbox, and connects your terminal to
+it. Ctrl-C and the window size reach it; exit the shell to come back.`,
+		StopOnNthArg: &one,
+		Flags:        execFlags(),
+		Action: func(ctx context.Context, cmd *ucli.Command) error {
+			target, argv, err := splitCommand(cmd, false)
+			if err != nil {
+				return err
+			}
+			if len(argv) == 0 {
+				argv = []string{"/bin/sh", "-l"}
+				if _, err := os.Stat("/bin/bash"); err == nil {
+					argv = []string{"/bin/bash", "-l"}
+				}
+			}
+			opts, err := execOptions(cmd)
+			if err != nil {
+				return err
+			}
+			saved, err := unix.IoctlGetTermios(0, unix.TCGETS)
+			if err != nil {
+				return usage("shell needs a terminal on stdin; use `sandboxctl exec` from scripts")
+			}
+			ws, err := unix.IoctlGetWinsize(0, unix.TIOCGWINSZ)
+			if err != nil {
+				ws = &unix.Winsize{Row: 24, Col: 80}
+			}
+			return withClient(ctx, func(c *client) error {
+				e, err := c.resolve(ctx, target)
+				if err != nil {
+					return err
+				}
+				if err := c.watchExits(); err != nil {
+					return fromBus("watching for the shell's end", err)
+				}
+				var id string
+				var fd dbus.UnixFD
+				if err := call(ctx, c.sandbox(e.ID), "starting a shell in sandbox "+e.ID, api.SandboxInterface+".ExecTerminal",
+					[]any{argv, opts, ws.Row, ws.Col}, &id, &fd); err != nil {
+					return err
+				}
+				master := os.NewFile(uintptr(fd), "terminal")
+				defer master.Close()
+				raw := *saved
+				makeRaw(&raw)
+				if err := unix.IoctlSetTermios(0, unix.TCSETS, &raw); err != nil {
+					return &Error{Code: ExitFailed, Msg: "setting the terminal to raw mode: " + err.Error()}
+				}
+				defer func() { _ = unix.IoctlSetTermios(0, unix.TCSETS, saved) }()
+				go func() { _, _ = io.Copy(master, os.Stdin) }()
+				drained := make(chan struct{})
+				go func() { _, _ = io.Copy(os.Stdout, master); close(drained) }()
+				winch := make(chan os.Signal, 1)
+				signal.Notify(winch, syscall.SIGWINCH)
+				defer signal.Stop(winch)
+				go func() {
+					for range winch {
+						if ws, err := unix.IoctlGetWinsize(0, unix.TIOCGWINSZ); err == nil {
+							_ = unix.IoctlSetWinsize(int(master.Fd()), unix.TIOCSWINSZ, ws)
+						}
+					}
+				}()
+				// Ctrl-C is a byte on the terminal now; a signal sent to
+				// sandboxctl itself is passed on.
+				interrupts := make(chan os.Signal, 4)
+				signal.Notify(interrupts, syscall.SIGTERM, syscall.SIGHUP)
+				defer signal.Stop(interrupts)
+				err = c.finish(ctx, e.ID, id, interrupts)
+				select { // the terminal's last output
+				case <-drained:
+				case <-time.After(500 * time.Millisecond):
+				}
+				return err
+			})
+		},
+	}
+}
+
+// makeRaw is cfmakeraw(3): input byte by byte, no echo, no signals from
+// keys (the sandbox's terminal handles them), output untouched.
+func makeRaw(t *unix.Termios) {
+	t.Iflag &^= unix.IGNBRK | unix.BRKINT | unix.PARMRK | unix.ISTRIP | unix.INLCR | unix.IGNCR | unix.ICRNL | unix.IXON
+	t.Oflag &^= unix.OPOST
+	t.Lflag &^= unix.ECHO | unix.ECHONL | unix.ICANON | unix.ISIG | unix.IEXTEN
+	t.Cflag &^= unix.CSIZE | unix.PARENB
+	t.Cflag |= unix.CS8
+	t.Cc[unix.VMIN] = 1
+	t.Cc[unix.VTIME] = 0
+}

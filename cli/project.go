@@ -1,0 +1,112 @@
+package cli
+
+import (
+	"context"
+
+	ucli "github.com/urfave/cli/v3"
+
+	"github.com/sandboxd/sandboxd/supervisor/api"
+)
+
+// projectEntry is one of ListProjects' entries.
+type projectEntry struct {
+	Name     string `json:"name"`
+	Location string `json:"location"`
+	Origin   string `json:"origin"`
+}
+
+func projectCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:  "project",
+		Usage: "the projects sandboxes are made from",
+		Commands: []*ucli.Command{
+			{
+				Name:      "add",
+				Usage:     "register a btrfs subvolume or a ZFS dataset as a project (administrators)",
+				ArgsUsage: "NAME LOCATION",
+				Action: func(ctx context.Context, cmd *ucli.Command) error {
+					a, err := args(cmd, 2, 2)
+					if err != nil {
+						return err
+					}
+					return withClient(ctx, func(c *client) error {
+						if err := call(ctx, c.manager(), "adding project "+a[0], api.ManagerInterface+".AddProject", []any{a[0], a[1]}); err != nil {
+							return err
+						}
+						out := outputOf(cmd)
+						switch {
+						case out.json:
+							return out.JSON(projectEntry{a[0], a[1], "added"})
+						case out.quiet:
+							return nil
+						}
+						return out.line("added project %s at %s", a[0], a[1])
+					})
+				},
+			},
+			{
+				Name:  "list",
+				Usage: "list the projects",
+				Action: func(ctx context.Context, cmd *ucli.Command) error {
+					if _, err := args(cmd, 0, 0); err != nil {
+						return err
+					}
+					return withClient(ctx, func(c *client) error {
+						var list []projectEntry
+						if err := call(ctx, c.manager(), "listing projects", api.ManagerInterface+".ListProjects", nil, &list); err != nil {
+							return err
+						}
+						out := outputOf(cmd)
+						if out.json {
+							if list == nil {
+								list = []projectEntry{}
+							}
+							return out.JSON(list)
+						}
+						if out.quiet {
+							for _, p := range list {
+								if err := out.line("%s", p.Name); err != nil {
+									return err
+								}
+							}
+							return nil
+						}
+						rows := [][]string{}
+						for _, p := range list {
+							origin := "sandboxd.toml"
+							if p.Origin != "config" {
+								origin = "sandboxctl project add"
+							}
+							rows = append(rows, []string{p.Name, p.Location, origin})
+						}
+						return out.table([]string{"NAME", "LOCATION", "FROM"}, rows)
+					})
+				},
+			},
+			{
+				Name:      "remove",
+				Usage:     "forget a project added with `project add` (its files stay) (administrators)",
+				ArgsUsage: "NAME",
+				Action: func(ctx context.Context, cmd *ucli.Command) error {
+					a, err := args(cmd, 1, 1)
+					if err != nil {
+						return err
+					}
+					return withClient(ctx, func(c *client) error {
+						if err := call(ctx, c.manager(), "removing project "+a[0], api.ManagerInterface+".RemoveProject", []any{a[0]}); err != nil {
+							return err
+						}
+						out := outputOf(cmd)
+						switch {
+						case out.json:
+							return out.JSON(map[string]string{"removed": a[0]})
+						case out.quiet:
+							return nil
+						}
+						return out.line("removed project %s (its files are untouched)", a[0])
+					})
+				},
+			},
+		},
+	}
+}
