@@ -8,13 +8,6 @@ import (
 	"github.com/sandboxd/sandboxd/supervisor/api"
 )
 
-// projectEntry is one of ListProjects' entries.
-type projectEntry struct {
-	Name     string `json:"name"`
-	Location string `json:"location"`
-	Origin   string `json:"origin"`
-}
-
 func projectCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:  "project",
@@ -36,7 +29,7 @@ func projectCommand() *ucli.Command {
 						out := outputOf(cmd)
 						switch {
 						case out.json:
-							return out.JSON(projectEntry{a[0], a[1], "added"})
+							return out.JSON(api.ProjectEntry{Name: a[0], Location: a[1], Origin: "added"})
 						case out.quiet:
 							return nil
 						}
@@ -52,14 +45,14 @@ func projectCommand() *ucli.Command {
 						return err
 					}
 					return withClient(ctx, func(c *client) error {
-						var list []projectEntry
+						var list []api.ProjectEntry
 						if err := call(ctx, c.manager(), "listing projects", api.ManagerInterface+".ListProjects", nil, &list); err != nil {
 							return err
 						}
 						out := outputOf(cmd)
 						if out.json {
 							if list == nil {
-								list = []projectEntry{}
+								list = []api.ProjectEntry{}
 							}
 							return out.JSON(list)
 						}

@@ -94,10 +94,10 @@ type ListEntry struct {
 // ProjectEntry is one project as ListProjects returns it: the D-Bus
 // struct (sss).
 type ProjectEntry struct {
-	Name string
+	Name string `json:"name"`
 	// Location is a btrfs subvolume path or a ZFS dataset.
-	Location string
+	Location string `json:"location"`
 	// Origin is "config" (sandboxd.toml's [[project]]) or "added"
 	// (AddProject).
-	Origin string
+	Origin string `json:"origin"`
 }
