@@ -148,7 +148,7 @@ func TestProjectRemovalsAndCreatesDoNotCross(t *testing.T) {
 			if err := sup.Destroy(ctx, sb.ID); err != nil {
 				t.Fatal(err)
 			}
-			if err := sup.RemoveProject(ctx, "race"); err != nil {
+			if err := sup.RemoveProject(supervisor.WithCaller(ctx, 0), "race"); err != nil {
 				t.Fatalf("round %d: RemoveProject once its sandbox is gone: %v", round, err)
 			}
 			orders["create first"]++
