@@ -6,23 +6,30 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 TOOLS := $(CURDIR)/.tools/bin
 STATICCHECK_VERSION := v0.8.2
+NFPM_VERSION := v2.45.2
+PKG_VERSION ?= $(shell packaging/version.sh)
+# Where build puts the programs (and their man page and completions), and
+# where deb and rpm put the packages: the packaging test builds its own.
+BIN ?= bin
+DIST ?= dist
+PKG_ARCH ?= $(shell $(GO) env GOARCH)
 # Tests boot a private systemd per test binary; one runs at a time (a lock
 # makes the others wait), so the timeout covers the waiting too.
 TEST_TIMEOUT ?= 20m
 
 export PATH := $(dir $(GO)):$(PATH)
 
-.PHONY: all build test deps lint bench demo clean
+.PHONY: all build test deps lint bench demo clean deb rpm packages
 
 all: build
 
 build:
-	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/ ./cmd/sandboxd ./cmd/sandboxctl ./tests/testbed/cmd/testbed
-	@mkdir -p bin/completion
-	bin/sandboxctl man > bin/sandboxctl.1
-	bin/sandboxctl completion bash > bin/completion/sandboxctl.bash
-	bin/sandboxctl completion zsh > bin/completion/_sandboxctl
-	bin/sandboxctl completion fish > bin/completion/sandboxctl.fish
+	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/sandboxd ./cmd/sandboxctl ./tests/testbed/cmd/testbed
+	@mkdir -p $(BIN)/completion
+	$(BIN)/sandboxctl man > $(BIN)/sandboxctl.1
+	$(BIN)/sandboxctl completion bash > $(BIN)/completion/sandboxctl.bash
+	$(BIN)/sandboxctl completion zsh > $(BIN)/completion/_sandboxctl
+	$(BIN)/sandboxctl completion fish > $(BIN)/completion/sandboxctl.fish
 
 deps:
 	tests/install-deps.sh
@@ -34,6 +41,18 @@ test: deps build
 # (tests/bench/README.md). Boots its own testbed; about 6 minutes.
 bench: deps build
 	$(GO) run ./tests/bench
+
+# deb and rpm into dist/ (packaging/nfpm.yaml), with nfpm installed into
+# .tools/ at the version known to build here.
+$(TOOLS)/nfpm:
+	GOBIN=$(TOOLS) $(GO) install github.com/goreleaser/nfpm/v2/cmd/nfpm@$(NFPM_VERSION)
+
+deb rpm: build $(TOOLS)/nfpm
+	@mkdir -p $(DIST)
+	sed 's|src: bin/|src: $(BIN)/|' packaging/nfpm.yaml > $(BIN)/nfpm.yaml
+	PKG_VERSION=$(PKG_VERSION) PKG_ARCH=$(PKG_ARCH) $(TOOLS)/nfpm package --config $(BIN)/nfpm.yaml --packager $@ --target $(DIST)/
+
+packages: deb rpm
 
 $(TOOLS)/staticcheck:
 	GOBIN=$(TOOLS) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)

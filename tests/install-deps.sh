@@ -4,8 +4,9 @@
 set -eu
 # iproute2 and curl: the escape tests' test hosts (network namespaces, veth)
 # and the HTTP client that goes through a sandbox's allowlist proxy; man-db
-# renders sandboxctl's man page in its test.
-pkgs="btrfs-progs zfs-fuse rsync util-linux mount systemd dbus iproute2 curl bash man-db"
+# renders sandboxctl's man page in its test; rpm reads the .rpm in the
+# packaging test, which makes a user with passwd's useradd.
+pkgs="btrfs-progs zfs-fuse rsync util-linux mount systemd dbus iproute2 curl bash man-db rpm passwd"
 need=""
 for pkg in $pkgs; do
 	dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need="$need $pkg"
