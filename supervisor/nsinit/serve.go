@@ -179,6 +179,10 @@ func (c *command) wait() Result {
 	if c.timer != nil {
 		c.timer.Stop()
 	}
+	// A command ends with its process group: what it left running in the
+	// background (a fork bomb's children) goes too. Daemons it started
+	// left the group (setsid) and stay.
+	c.kill(syscall.SIGKILL)
 	c.copies.Wait()
 	res := Result{How: Exited, Code: ws.ExitStatus()}
 	if ws.Signaled() {
