@@ -353,7 +353,8 @@ func TestKill9DuringCreateAndDestroyLosesNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 		// ...and the daemon killed at a different moment of it each time.
-		time.Sleep(time.Duration(trial*6) * time.Millisecond)
+		// (0 to 150 ms: a create takes 15 to 60 ms, more under load.)
+		time.Sleep(time.Duration(trial*10) * time.Millisecond)
 		testbed.MustRun(t, "kill", "-9", strconv.Itoa(pid))
 		callErr := call.Wait()
 		if callErr == nil {
