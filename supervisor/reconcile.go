@@ -77,7 +77,26 @@ func (s *Supervisor) Reconcile(ctx context.Context) (Report, error) {
 		}
 		s.log.Info("reconciled", "SANDBOX_ID", rec.ID, "ACTION", "reconcile", "result", did)
 	}
-	// Orphan volumes: sandboxes first (they are clones of the bases).
+	// Orphan volumes: checkpoints first (snapshots of the sandboxes),
+	// then sandboxes (clones of the bases).
+	listed := map[string]bool{} // "id/name" of every recorded checkpoint
+	for _, rec := range recs {
+		for _, c := range rec.Checkpoints {
+			listed[rec.ID+"/"+c.Name] = true
+		}
+	}
+	for _, v := range vols {
+		id, name, ok := checkpointOf(v.Name)
+		if !ok || !v.Ours || (known[id] && listed[id+"/"+name]) {
+			continue
+		}
+		if err := s.cfg.Backend.Delete(ctx, v); err != nil && !errors.Is(err, cowfs.ErrNotFound) {
+			errs = append(errs, fmt.Errorf("removing orphan volume %s: %w", v.Name, err))
+			continue
+		}
+		rep.OrphanVolumes = append(rep.OrphanVolumes, v.Name)
+		s.log.Warn("removed an orphan volume", "volume", v.Name, "ACTION", "reconcile")
+	}
 	for _, prefix := range []string{"sys-", "sb-", "base-"} {
 		for _, v := range vols {
 			id, ok := strings.CutPrefix(v.Name, prefix)
@@ -107,6 +126,17 @@ func (s *Supervisor) Reconcile(ctx context.Context) (Report, error) {
 	return rep, errors.Join(errs...)
 }
 
+// unmarshalLimits reads a record's limits.
+func unmarshalLimits(raw json.RawMessage, l *units.Limits) error {
+	if len(raw) == 0 {
+		return nil
+	}
+	if err := json.Unmarshal(raw, l); err != nil {
+		return fmt.Errorf("reading its limits: %w", err)
+	}
+	return nil
+}
+
 func (s *Supervisor) reconcileOne(ctx context.Context, rec state.Record, vols map[string]cowfs.Volume, active map[string]bool) (string, error) {
 	switch rec.State {
 	case state.Creating:
@@ -128,10 +158,8 @@ func (s *Supervisor) reconcileOne(ctx context.Context, rec state.Record, vols ma
 		}
 	}
 	var limits units.Limits
-	if len(rec.Limits) > 0 {
-		if err := json.Unmarshal(rec.Limits, &limits); err != nil {
-			return "", fmt.Errorf("reading its limits: %w", err)
-		}
+	if err := unmarshalLimits(rec.Limits, &limits); err != nil {
+		return "", err
 	}
 	if err := s.stopScope(ctx, rec.Unit); err != nil { // a failed one lingers until reset
 		return "", err

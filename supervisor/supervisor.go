@@ -463,9 +463,15 @@ func (s *Supervisor) finishDestroy(ctx context.Context, rec state.Record) error 
 	if err := s.removeWorld(rec.ID); err != nil {
 		return err
 	}
-	// Clones before their origins; the layer by its name, which a crash
-	// may have left out of the record.
-	for _, name := range []string{layerName(rec.ID), rec.Volume, rec.Base} {
+	// Checkpoints (snapshots of the sandbox) first; clones before their
+	// origins; the layer by its name, which a crash may have left out of
+	// the record.
+	var names []string
+	for _, c := range slices.Backward(rec.Checkpoints) {
+		names = append(names, checkpointLayerName(rec.ID, c.Name), checkpointName(rec.ID, c.Name))
+	}
+	names = append(names, layerName(rec.ID), rec.Volume, rec.Base)
+	for _, name := range names {
 		v, err := s.cfg.Backend.Get(ctx, name)
 		if errors.Is(err, cowfs.ErrNotFound) {
 			continue

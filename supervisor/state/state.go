@@ -70,6 +70,17 @@ type Record struct {
 	ReadOnly        []string `json:"readonly,omitempty"`
 	// Layer is the volume of its system layer ("": a tmpfs).
 	Layer string `json:"layer,omitempty"`
+	// Checkpoints are its named read-only snapshots, oldest first.
+	Checkpoints []Checkpoint `json:"checkpoints,omitempty"`
+}
+
+// Checkpoint is a named read-only snapshot of a sandbox.
+type Checkpoint struct {
+	Name    string    `json:"name"`
+	Created time.Time `json:"created"`
+	// Layer: the system layer is in it too (not where the layer is a
+	// tmpfs).
+	Layer bool `json:"layer,omitempty"`
 }
 
 var (
