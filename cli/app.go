@@ -71,6 +71,7 @@ that no other sandbox's id has will do.
 		},
 		Commands: []*ucli.Command{
 			createCommand(), listCommand(), statusCommand(), execCommand(), shellCommand(),
+			checkpointCommand(), checkpointsCommand(), rollbackCommand(), diffCommand(),
 			freezeCommand(), thawCommand(), destroyCommand(), gcCommand(), projectCommand(), manCommand(),
 		},
 	}

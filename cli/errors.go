@@ -15,7 +15,7 @@ const (
 	ExitOK          = 0
 	ExitFailed      = 1 // the daemon could not do it, or another error
 	ExitUsage       = 2 // a usage mistake: the message shows the right form
-	ExitNotFound    = 3 // no such sandbox or project
+	ExitNotFound    = 3 // no such sandbox, project or checkpoint
 	ExitDenied      = 4 // not allowed for this user
 	ExitConflict    = 5 // the state does not allow it, a name is taken, a limit is reached
 	ExitUnavailable = 6 // sandboxd is not running, or the system bus cannot be reached
@@ -63,6 +63,8 @@ func fromBus(what string, err error) *Error {
 		switch derr.Name {
 		case api.ErrorNoSuchSandbox:
 			return &Error{Code: ExitNotFound, Msg: msg, Fix: "see `sandboxctl list`", Err: err}
+		case api.ErrorNoSuchCheckpoint:
+			return &Error{Code: ExitNotFound, Msg: msg, Fix: "see `sandboxctl checkpoints SANDBOX`", Err: err}
 		case api.ErrorNoSuchProject:
 			return &Error{Code: ExitNotFound, Msg: msg, Fix: "see `sandboxctl project list`", Err: err}
 		case api.ErrorAccessDenied, "org.freedesktop.DBus.Error.AccessDenied":

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"syscall"
 	"time"
 
@@ -77,6 +78,11 @@ func splitCommand(cmd *ucli.Command, needCommand bool) (string, []string, error)
 		return "", nil, usage("which sandbox? (usage: %s)", usageLine(cmd))
 	}
 	rest := a[1:]
+	if i := slices.Index(rest, "--"); i > 0 {
+		// Options are read up to the sandbox's name only: one after it
+		// would be taken for the command.
+		return "", nil, usage("%s comes after the sandbox; options go before it (usage: %s)", rest[0], usageLine(cmd))
+	}
 	if len(rest) > 0 && rest[0] == "--" {
 		rest = rest[1:]
 	}

@@ -38,6 +38,8 @@ func fromSupervisor(err error) *dbus.Error {
 		name = ErrorExists
 	case errors.Is(err, supervisor.ErrInvalidProject):
 		name = ErrorInvalidArgs
+	case errors.Is(err, supervisor.ErrNoCheckpoint):
+		name = ErrorNoSuchCheckpoint
 	}
 	return dbus.NewError(name, []any{err.Error()})
 }

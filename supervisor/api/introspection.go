@@ -84,6 +84,22 @@ const SandboxXML = xmlHeader + `<node>
    <arg type="s" name="command" direction="in"/>
    <arg type="i" name="signal" direction="in"/>
   </method>
+  <method name="Checkpoint">
+   <arg type="s" name="name" direction="in"/>
+   <arg type="t" name="created" direction="out"/>
+  </method>
+  <method name="ListCheckpoints">
+   <arg type="a(stb)" name="checkpoints" direction="out"/>
+  </method>
+  <method name="DeleteCheckpoint">
+   <arg type="s" name="name" direction="in"/>
+  </method>
+  <method name="Rollback">
+   <arg type="s" name="name" direction="in"/>
+  </method>
+  <method name="Diff">
+   <arg type="a(ssss)" name="changes" direction="out"/>
+  </method>
   <signal name="CommandExited">
    <arg type="s" name="command"/>
    <arg type="s" name="how"/>

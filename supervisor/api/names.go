@@ -32,6 +32,8 @@ const (
 	// ErrorWrongState: the sandbox's state does not allow the call (Thaw
 	// of a sandbox that is not frozen).
 	ErrorWrongState = "org.sandboxd1.Error.WrongState"
+	// ErrorNoSuchCheckpoint: the sandbox has no checkpoint of that name.
+	ErrorNoSuchCheckpoint = "org.sandboxd1.Error.NoSuchCheckpoint"
 	// ErrorNoSuchCommand: Signal names no running command of the sandbox.
 	ErrorNoSuchCommand = "org.sandboxd1.Error.NoSuchCommand"
 	// ErrorExists: the name is taken, by another sandbox (CreateSandbox's

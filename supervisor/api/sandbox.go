@@ -48,25 +48,15 @@ func (o sandboxObject) Thaw(sender dbus.Sender, msg dbus.Message) *dbus.Error {
 // that may see it, and announces the new state.
 func (o sandboxObject) change(sender dbus.Sender, msg dbus.Message, action string,
 	fn func(context.Context, string) (supervisor.Sandbox, error)) *dbus.Error {
-	s := o.s
-	r, derr := s.begin(sender, action)
-	if derr != nil {
-		return derr
-	}
-	id, derr := objectID(msg)
-	if derr != nil {
-		return s.end(r, "", derr)
-	}
-	if _, derr := s.lookup(r, id); derr != nil {
-		return s.end(r, id, derr)
-	}
-	if _, err := fn(r.ctx, id); err != nil {
-		return s.end(r, id, fromSupervisor(err))
-	}
-	if err := s.SandboxChanged(r.ctx, id); err != nil {
-		s.log.Error("announcing a state change", "SANDBOX_ID", id, "error", err)
-	}
-	return s.end(r, id, nil)
+	return o.onSandbox(sender, msg, action, func(ctx context.Context, id string) error {
+		if _, err := fn(ctx, id); err != nil {
+			return err
+		}
+		if err := o.s.SandboxChanged(ctx, id); err != nil {
+			o.s.log.Error("announcing a state change", "SANDBOX_ID", id, "error", err)
+		}
+		return nil
+	})
 }
 
 // sandboxProperties implements org.freedesktop.DBus.Properties.

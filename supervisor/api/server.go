@@ -276,6 +276,7 @@ func (s *Server) end(r *request, id string, derr *dbus.Error) *dbus.Error {
 func mutating(action string) bool {
 	switch action {
 	case "CreateSandbox", "DestroySandbox", "Destroy", "Freeze", "Thaw", "Exec", "ExecTerminal", "Signal",
+		"Checkpoint", "DeleteCheckpoint", "Rollback",
 		"AddProject", "RemoveProject":
 		return true
 	}

@@ -313,3 +313,32 @@ func openPTY(t *testing.T) (*os.File, *os.File) {
 	_ = unix.IoctlSetWinsize(int(s.Fd()), unix.TIOCSWINSZ, &unix.Winsize{Row: 24, Col: 80})
 	return m, s
 }
+
+func TestCLICheckpointRollbackDiff(t *testing.T) {
+	install(t)
+	id := strings.TrimSpace(ok(t, "create", "-q", "--name", "ck", "web"))
+	defer ctl(t, "", "destroy", id)
+	fails(t, 2, "options go before it", "exec", "ck", "--root", "--", "true")
+	ok(t, "exec", "--root", "ck", "--", "sh", "-c", "echo v1 > notes.txt && echo tool > /usr/local/bin/ck-tool")
+	if out := ok(t, "checkpoint", "ck", "good"); out != "checkpoint good of sandbox "+id+" taken\n" {
+		t.Errorf("checkpoint said %q", out)
+	}
+	fails(t, 5, "exists", "checkpoint", "ck", "good")
+	ok(t, "exec", "--root", "ck", "--", "sh", "-c", "echo broken > notes.txt && rm index.html /usr/local/bin/ck-tool")
+	if out := ok(t, "diff", "ck"); out != "D index.html\nA notes.txt\n" {
+		t.Errorf("diff:\n%s", out)
+	}
+	list := ok(t, "checkpoints", "ck")
+	if !regexp.MustCompile(`(?m)^good\s+\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\s+files and system layer$`).MatchString(list) {
+		t.Errorf("checkpoints:\n%s", list)
+	}
+	ok(t, "rollback", "ck", "good")
+	if out := ok(t, "exec", "ck", "--", "cat", "notes.txt", "index.html", "/usr/local/bin/ck-tool"); out != "v1\n<h1>web</h1>\ntool\n" {
+		t.Errorf("after rollback: %q", out)
+	}
+	fails(t, 3, `no such checkpoint`, "rollback", "ck", "nope")
+	ok(t, "checkpoint", "--delete", "ck", "good")
+	if out := ok(t, "checkpoints", "-q", "ck"); out != "" {
+		t.Errorf("checkpoints after delete: %q", out)
+	}
+}

@@ -1,0 +1,198 @@
+package cli
+
+import (
+	"context"
+	"time"
+
+	ucli "github.com/urfave/cli/v3"
+
+	"github.com/sandboxd/sandboxd/supervisor/api"
+)
+
+func checkpointCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:      "checkpoint",
+		Usage:     "take a named checkpoint of a sandbox (its files and its system layer), or delete one",
+		ArgsUsage: "SANDBOX NAME",
+		Description: `Takes a read-only snapshot of the sandbox's copy of the project and of
+its system layer (what it changed in /usr, /etc, ...), at one instant (the
+sandbox is frozen for it). Roll back to it with ` + "`sandboxctl rollback`" + `.`,
+		Flags: []ucli.Flag{&ucli.BoolFlag{Name: "delete", Usage: "delete checkpoint NAME instead"}},
+		Action: func(ctx context.Context, cmd *ucli.Command) error {
+			a, err := args(cmd, 2, 2)
+			if err != nil {
+				return err
+			}
+			return withClient(ctx, func(c *client) error {
+				e, err := c.resolve(ctx, a[0])
+				if err != nil {
+					return err
+				}
+				out := outputOf(cmd)
+				if cmd.Bool("delete") {
+					if err := call(ctx, c.sandbox(e.ID), "deleting checkpoint "+a[1]+" of sandbox "+e.ID,
+						api.SandboxInterface+".DeleteCheckpoint", []any{a[1]}); err != nil {
+						return err
+					}
+					if out.json {
+						return out.JSON(map[string]string{"sandbox": e.ID, "deleted": a[1]})
+					}
+					if out.quiet {
+						return nil
+					}
+					return out.line("deleted checkpoint %s of sandbox %s", a[1], e.ID)
+				}
+				var created uint64
+				if err := call(ctx, c.sandbox(e.ID), "taking checkpoint "+a[1]+" of sandbox "+e.ID,
+					api.SandboxInterface+".Checkpoint", []any{a[1]}, &created); err != nil {
+					return err
+				}
+				switch {
+				case out.json:
+					return out.JSON(map[string]any{"sandbox": e.ID, "checkpoint": a[1], "created": fromMicros(created)})
+				case out.quiet:
+					return nil
+				}
+				return out.line("checkpoint %s of sandbox %s taken", a[1], e.ID)
+			})
+		},
+	}
+}
+
+func checkpointsCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:      "checkpoints",
+		Usage:     "list a sandbox's checkpoints",
+		ArgsUsage: "SANDBOX",
+		Action: func(ctx context.Context, cmd *ucli.Command) error {
+			a, err := args(cmd, 1, 1)
+			if err != nil {
+				return err
+			}
+			return withClient(ctx, func(c *client) error {
+				e, err := c.resolve(ctx, a[0])
+				if err != nil {
+					return err
+				}
+				var list []api.CheckpointEntry
+				if err := call(ctx, c.sandbox(e.ID), "listing the checkpoints of sandbox "+e.ID,
+					api.SandboxInterface+".ListCheckpoints", nil, &list); err != nil {
+					return err
+				}
+				out := outputOf(cmd)
+				if out.json {
+					if list == nil {
+						list = []api.CheckpointEntry{}
+					}
+					return out.JSON(list)
+				}
+				if out.quiet {
+					for _, ck := range list {
+						if err := out.line("%s", ck.Name); err != nil {
+							return err
+						}
+					}
+					return nil
+				}
+				rows := [][]string{}
+				for _, ck := range list {
+					covers := "files and system layer"
+					if !ck.Layer {
+						covers = "files (the system layer is in memory)"
+					}
+					rows = append(rows, []string{ck.Name, fromMicros(ck.Created).Local().Format(time.DateTime), covers})
+				}
+				return out.table([]string{"NAME", "TAKEN", "COVERS"}, rows)
+			})
+		},
+	}
+}
+
+func rollbackCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:      "rollback",
+		Usage:     "bring a sandbox back to a checkpoint (its processes are stopped, it starts again)",
+		ArgsUsage: "SANDBOX NAME",
+		Description: `Stops every process of the sandbox, brings its files and its system
+layer back to checkpoint NAME, and starts it again: the same sandbox, id,
+limits and time to live. Later checkpoints stay.`,
+		Action: func(ctx context.Context, cmd *ucli.Command) error {
+			a, err := args(cmd, 2, 2)
+			if err != nil {
+				return err
+			}
+			return withClient(ctx, func(c *client) error {
+				e, err := c.resolve(ctx, a[0])
+				if err != nil {
+					return err
+				}
+				if err := call(ctx, c.sandbox(e.ID), "rolling sandbox "+e.ID+" back to "+a[1],
+					api.SandboxInterface+".Rollback", []any{a[1]}); err != nil {
+					return err
+				}
+				out := outputOf(cmd)
+				switch {
+				case out.json:
+					return out.JSON(map[string]string{"sandbox": e.ID, "rolled_back_to": a[1]})
+				case out.quiet:
+					return nil
+				}
+				return out.line("sandbox %s is back at checkpoint %s (its processes were stopped; it runs again)", e.ID, a[1])
+			})
+		},
+	}
+}
+
+func diffCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:      "diff",
+		Usage:     "what a sandbox changed in its project since its base",
+		ArgsUsage: "SANDBOX",
+		Action: func(ctx context.Context, cmd *ucli.Command) error {
+			a, err := args(cmd, 1, 1)
+			if err != nil {
+				return err
+			}
+			return withClient(ctx, func(c *client) error {
+				e, err := c.resolve(ctx, a[0])
+				if err != nil {
+					return err
+				}
+				var changes []api.ChangeEntry
+				if err := call(ctx, c.sandbox(e.ID), "listing the changes of sandbox "+e.ID,
+					api.SandboxInterface+".Diff", nil, &changes); err != nil {
+					return err
+				}
+				out := outputOf(cmd)
+				if out.json {
+					if changes == nil {
+						changes = []api.ChangeEntry{}
+					}
+					return out.JSON(changes)
+				}
+				marks := map[string]string{"added": "A", "modified": "M", "deleted": "D", "renamed": "R", "metadata": "m"}
+				for _, ch := range changes {
+					p := ch.Path
+					if ch.Type == "dir" {
+						p += "/"
+					}
+					if ch.NewPath != "" {
+						p += " -> " + ch.NewPath
+					}
+					if out.quiet {
+						p = ch.Path
+					} else {
+						p = marks[ch.Kind] + " " + p
+					}
+					if err := out.line("%s", p); err != nil {
+						return err
+					}
+				}
+				if len(changes) == 0 && !out.quiet {
+					return out.line("no changes since the base")
+				}
+				return nil
+			})
+		},
+	}
+}

@@ -1,0 +1,103 @@
+package api
+
+import (
+	"context"
+
+	"github.com/godbus/dbus/v5"
+)
+
+// CheckpointEntry is one of ListCheckpoints' entries: a(stb).
+type CheckpointEntry struct {
+	Name    string `json:"name"`
+	Created uint64 `json:"created"` // µs since the epoch
+	// Layer: the system layer is in it too.
+	Layer bool `json:"layer"`
+}
+
+// ChangeEntry is one of Diff's entries: a(ssss).
+type ChangeEntry struct {
+	Kind    string `json:"kind"` // added, modified, deleted, renamed, metadata
+	Type    string `json:"type"` // file, dir, symlink, ...
+	Path    string `json:"path"`
+	NewPath string `json:"new_path,omitempty"` // of a rename
+}
+
+// onSandbox runs fn for a caller that may see the sandbox msg is sent to,
+// and audits the call as action.
+func (o sandboxObject) onSandbox(sender dbus.Sender, msg dbus.Message, action string, fn func(ctx context.Context, id string) error) *dbus.Error {
+	s := o.s
+	r, derr := s.begin(sender, action)
+	if derr != nil {
+		return derr
+	}
+	id, derr := objectID(msg)
+	if derr != nil {
+		return s.end(r, "", derr)
+	}
+	if _, derr := s.lookup(r, id); derr != nil {
+		return s.end(r, id, derr)
+	}
+	if err := fn(r.ctx, id); err != nil {
+		return s.end(r, id, fromSupervisor(err))
+	}
+	return s.end(r, id, nil)
+}
+
+// Checkpoint(s name) -> (t created) takes a named read-only snapshot of
+// the sandbox (its project copy and its system layer).
+func (o sandboxObject) Checkpoint(sender dbus.Sender, msg dbus.Message, name string) (uint64, *dbus.Error) {
+	var created uint64
+	derr := o.onSandbox(sender, msg, "Checkpoint", func(ctx context.Context, id string) error {
+		ck, err := o.s.sup.Checkpoint(ctx, id, name)
+		created = micros(ck.Created)
+		return err
+	})
+	return created, derr
+}
+
+// ListCheckpoints() -> a(stb): name, created (µs), whether the system
+// layer is in it; oldest first.
+func (o sandboxObject) ListCheckpoints(sender dbus.Sender, msg dbus.Message) ([]CheckpointEntry, *dbus.Error) {
+	out := []CheckpointEntry{}
+	derr := o.onSandbox(sender, msg, "ListCheckpoints", func(ctx context.Context, id string) error {
+		cks, err := o.s.sup.Checkpoints(ctx, id)
+		for _, c := range cks {
+			out = append(out, CheckpointEntry{Name: c.Name, Created: micros(c.Created), Layer: c.Layer})
+		}
+		return err
+	})
+	return out, derr
+}
+
+// DeleteCheckpoint(s name).
+func (o sandboxObject) DeleteCheckpoint(sender dbus.Sender, msg dbus.Message, name string) *dbus.Error {
+	return o.onSandbox(sender, msg, "DeleteCheckpoint", func(ctx context.Context, id string) error {
+		return o.s.sup.DeleteCheckpoint(ctx, id, name)
+	})
+}
+
+// Rollback(s name) stops the sandbox, brings its files and system layer
+// back to the checkpoint, and starts it again.
+func (o sandboxObject) Rollback(sender dbus.Sender, msg dbus.Message, name string) *dbus.Error {
+	return o.onSandbox(sender, msg, "Rollback", func(ctx context.Context, id string) error {
+		_, err := o.s.sup.Rollback(ctx, id, name)
+		if err == nil {
+			_ = o.s.SandboxChanged(ctx, id)
+		}
+		return err
+	})
+}
+
+// Diff() -> a(ssss): what the sandbox changed in its project copy since
+// its base: kind, type, path, new path (of a rename).
+func (o sandboxObject) Diff(sender dbus.Sender, msg dbus.Message) ([]ChangeEntry, *dbus.Error) {
+	out := []ChangeEntry{}
+	derr := o.onSandbox(sender, msg, "Diff", func(ctx context.Context, id string) error {
+		changes, err := o.s.sup.Diff(ctx, id)
+		for _, c := range changes {
+			out = append(out, ChangeEntry{Kind: string(c.Kind), Type: string(c.Type), Path: c.Path, NewPath: c.NewPath})
+		}
+		return err
+	})
+	return out, derr
+}
