@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/godbus/dbus/v5"
 
@@ -17,6 +18,8 @@ type client struct {
 	// exits keeps CommandExited signals by command id: one can arrive
 	// before Exec's reply.
 	exits map[string]exitStatus
+	// daemon is sandboxd's unique bus name: only its signals count.
+	daemon string
 }
 
 type exitStatus struct {
@@ -111,12 +114,28 @@ func (c *client) watchExits() error {
 	}
 	c.signals, c.exits = make(chan *dbus.Signal, 16), map[string]exitStatus{}
 	c.conn.Signal(c.signals)
-	return c.conn.AddMatchSignal(dbus.WithMatchInterface(api.SandboxInterface), dbus.WithMatchMember("CommandExited"))
+	if err := c.conn.AddMatchSignal(dbus.WithMatchInterface(api.SandboxInterface), dbus.WithMatchMember("CommandExited")); err != nil {
+		return err
+	}
+	// A daemon that restarts while a command runs will not tell its end.
+	var owner string
+	if err := c.conn.BusObject().Call("org.freedesktop.DBus.GetNameOwner", 0, api.BusName).Store(&owner); err != nil {
+		return err
+	}
+	c.daemon = owner
+	return c.conn.AddMatchSignal(dbus.WithMatchInterface("org.freedesktop.DBus"), dbus.WithMatchMember("NameOwnerChanged"),
+		dbus.WithMatchArg(0, api.BusName))
 }
 
 // waitExit waits for command's CommandExited; onSignal is called with
 // each signal the user sends sandboxctl meanwhile.
 func (c *client) waitExit(ctx context.Context, command string, interrupts <-chan os.Signal, onSignal func(os.Signal)) (exitStatus, error) {
+	// NameOwnerChanged tells of a restart at once; the daemon's name is
+	// also checked now and then, for one that came before the match.
+	check := time.NewTicker(2 * time.Second)
+	defer check.Stop()
+	restarted := &Error{Code: ExitFailed,
+		Msg: "sandboxd stopped or restarted while the command ran: its status is lost (the command may still run; see `sandboxctl status`)"}
 	for {
 		if st, ok := c.exits[command]; ok {
 			return st, nil
@@ -126,7 +145,10 @@ func (c *client) waitExit(ctx context.Context, command string, interrupts <-chan
 			if !ok {
 				return exitStatus{}, &Error{Code: ExitFailed, Msg: "the connection to sandboxd ended while the command ran"}
 			}
-			if s.Name != api.SandboxInterface+".CommandExited" || len(s.Body) != 4 {
+			if s.Name == "org.freedesktop.DBus.NameOwnerChanged" && len(s.Body) == 3 && s.Body[0] == api.BusName {
+				return exitStatus{}, restarted
+			}
+			if s.Name != api.SandboxInterface+".CommandExited" || len(s.Body) != 4 || s.Sender != c.daemon {
 				continue
 			}
 			id, _ := s.Body[0].(string)
@@ -134,6 +156,12 @@ func (c *client) waitExit(ctx context.Context, command string, interrupts <-chan
 			status, _ := s.Body[2].(int32)
 			sig, _ := s.Body[3].(int32)
 			c.exits[id] = exitStatus{How: how, Status: status, Signal: sig}
+		case <-check.C:
+			var owner string
+			err := c.conn.BusObject().CallWithContext(ctx, "org.freedesktop.DBus.GetNameOwner", 0, api.BusName).Store(&owner)
+			if err != nil || owner != c.daemon {
+				return exitStatus{}, restarted
+			}
 		case sig := <-interrupts:
 			onSignal(sig)
 		case <-ctx.Done():

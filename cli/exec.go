@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -78,7 +79,7 @@ func splitCommand(cmd *ucli.Command, needCommand bool) (string, []string, error)
 		return "", nil, usage("which sandbox? (usage: %s)", usageLine(cmd))
 	}
 	rest := a[1:]
-	if i := slices.Index(rest, "--"); i > 0 {
+	if i := slices.Index(rest, "--"); i > 0 && strings.HasPrefix(rest[0], "-") {
 		// Options are read up to the sandbox's name only: one after it
 		// would be taken for the command.
 		return "", nil, usage("%s comes after the sandbox; options go before it (usage: %s)", rest[0], usageLine(cmd))
@@ -221,6 +222,13 @@ it. Ctrl-C and the window size reach it; exit the shell to come back.`,
 				}
 				master := os.NewFile(uintptr(fd), "terminal")
 				defer master.Close()
+				// Ctrl-C is a byte on the terminal in raw mode; a signal
+				// sent to sandboxctl itself is passed on. Caught before
+				// raw mode, so that none ends sandboxctl with the terminal
+				// left raw.
+				interrupts := make(chan os.Signal, 4)
+				signal.Notify(interrupts, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+				defer signal.Stop(interrupts)
 				raw := *saved
 				makeRaw(&raw)
 				if err := unix.IoctlSetTermios(0, unix.TCSETS, &raw); err != nil {
@@ -240,11 +248,6 @@ it. Ctrl-C and the window size reach it; exit the shell to come back.`,
 						}
 					}
 				}()
-				// Ctrl-C is a byte on the terminal now; a signal sent to
-				// sandboxctl itself is passed on.
-				interrupts := make(chan os.Signal, 4)
-				signal.Notify(interrupts, syscall.SIGTERM, syscall.SIGHUP)
-				defer signal.Stop(interrupts)
 				err = c.finish(ctx, e.ID, id, interrupts)
 				select { // the terminal's last output
 				case <-drained:

@@ -45,7 +45,10 @@ func (s *Supervisor) resolveProfile(opts *CreateOptions) error {
 			return fmt.Errorf("profile %q is not configured (there are: %v): %w", opts.Profile, names, ErrInvalid)
 		}
 	}
-	if opts.Network == "" {
+	switch {
+	case opts.Network == "" && len(opts.Allow) > 0:
+		opts.Network = nsinit.NetworkAllowlist // an allowlist given is the network asked for
+	case opts.Network == "":
 		opts.Network, opts.Allow = p.Network, p.Allow
 	}
 	if opts.Network == "" {

@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"os"
 	"syscall"
-	"time"
 
 	"github.com/godbus/dbus/v5"
+	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandboxd/supervisor"
 )
@@ -21,7 +21,10 @@ import (
 // OutputLimit (t, bytes of stdout and stderr together).
 func (o sandboxObject) Exec(sender dbus.Sender, msg dbus.Message, argv []string, options map[string]dbus.Variant,
 	stdin, stdout, stderr dbus.UnixFD) (string, *dbus.Error) {
-	files := []*os.File{os.NewFile(uintptr(stdin), "stdin"), os.NewFile(uintptr(stdout), "stdout"), os.NewFile(uintptr(stderr), "stderr")}
+	files, err := adoptFDs(stdin, stdout, stderr)
+	if err != nil {
+		return "", dbusError(ErrorFailed, "Exec: taking the caller's files: %v", err)
+	}
 	defer func() { // the init has its own copies
 		for _, f := range files {
 			f.Close()
@@ -47,9 +50,10 @@ func (o sandboxObject) ExecTerminal(sender dbus.Sender, msg dbus.Message, argv [
 		return "", -1, derr
 	}
 	// godbus sends the descriptor after this returns, and does not close
-	// it: ours is closed once the reply is surely out.
+	// it: ours is closed when the command ends (a number closed sooner
+	// could be reused before the reply is written).
 	master := cmd.Master
-	time.AfterFunc(5*time.Second, func() { master.Close() })
+	go func() { <-cmd.Done(); master.Close() }()
 	return cmd.ID, dbus.UnixFD(master.Fd()), nil
 }
 
@@ -146,6 +150,35 @@ func execOptions(o *supervisor.ExecOptions, options map[string]dbus.Variant) err
 		}
 	}
 	return nil
+}
+
+// adoptFDs takes the descriptors godbus received for one call: a caller
+// may name one descriptor for several arguments, so each argument gets a
+// copy of its own, and each number received is closed once.
+func adoptFDs(fds ...dbus.UnixFD) ([]*os.File, error) {
+	files := make([]*os.File, 0, len(fds))
+	var err error
+	for _, fd := range fds {
+		var dup int
+		if dup, err = unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 3); err != nil {
+			break
+		}
+		files = append(files, os.NewFile(uintptr(dup), "caller's"))
+	}
+	closed := map[dbus.UnixFD]bool{}
+	for _, fd := range fds {
+		if !closed[fd] && fd >= 0 {
+			closed[fd] = true
+			_ = unix.Close(int(fd))
+		}
+	}
+	if err != nil {
+		for _, f := range files {
+			f.Close()
+		}
+		return nil, err
+	}
+	return files, nil
 }
 
 // emitTo sends a signal to one client: command results are the caller's.

@@ -216,14 +216,22 @@ func hide(r *root, p string) error {
 	if err != nil || !ok {
 		return err
 	}
-	switch st.Mode & unix.S_IFMT {
-	case unix.S_IFDIR:
-		return r.mount("sandbox-hidden", p, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755")
-	case unix.S_IFLNK:
-		return nil // what it points to is hidden (or not) by its own path
-	default:
-		return r.bindInside("/dev/null", p, true)
+	if st.Mode&unix.S_IFMT == unix.S_IFLNK {
+		// A hidden path that is a symlink (/home -> /srv/home): what it
+		// points to, inside the root, is what must not be seen.
+		target, err := r.resolve(p)
+		if err != nil {
+			return nil // it points nowhere: nothing to hide
+		}
+		if target == "/" {
+			return fmt.Errorf("hidden path %s points to the whole root", p)
+		}
+		return hide(r, target)
 	}
+	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		return r.mount("sandbox-hidden", p, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755")
+	}
+	return r.bindInside("/dev/null", p, true)
 }
 
 // listen binds the control socket, for root only.

@@ -45,7 +45,7 @@ func Exec(ctx context.Context, socket string, req Request, stdio []*os.File) (*C
 		conn.Close()
 		return nil, fmt.Errorf("running %q: sending the request: %w", req.Argv, err)
 	}
-	m, files, err := readMessage(conn)
+	m, files, err := readMessage(conn, smallMessage)
 	if err != nil {
 		conn.Close()
 		if ctx.Err() != nil {
@@ -78,7 +78,7 @@ func (c *Command) await() {
 	defer close(c.done)
 	defer c.conn.Close()
 	for {
-		m, files, err := readMessage(c.conn)
+		m, files, err := readMessage(c.conn, smallMessage)
 		closeAll(files)
 		if err != nil {
 			c.res = Result{How: Lost}

@@ -51,6 +51,31 @@ func (r *root) open(p string) (int, error) {
 	return fd, nil
 }
 
+// resolve is where p leads inside the root, symlinks followed (as the
+// root sees them): an absolute path inside the root.
+func (r *root) resolve(p string) (string, error) {
+	fd, err := unix.Openat2(r.fd, rel(p), &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	if err != nil {
+		return "", &os.PathError{Op: "resolve", Path: p, Err: err}
+	}
+	defer unix.Close(fd)
+	full, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", fd))
+	if err != nil {
+		return "", err
+	}
+	inside, ok := strings.CutPrefix(full, r.path)
+	if !ok || (inside != "" && !strings.HasPrefix(inside, "/")) {
+		return "", fmt.Errorf("%s leads to %s, outside the sandbox's root", p, full)
+	}
+	if inside == "" {
+		inside = "/"
+	}
+	return inside, nil
+}
+
 // at runs fn with a path that names p inside the root (a magic link of
 // /proc/self/fd), for calls like mount(2) that take a path.
 func (r *root) at(p string, fn func(path string) error) error {

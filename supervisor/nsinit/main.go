@@ -46,6 +46,17 @@ func Main() {
 	go s.reap()
 	// Stopping the scope sends SIGTERM: end every command at once rather
 	// than wait for the stop timeout.
+	// Signals the init has no use for are caught and dropped: Go's
+	// runtime would otherwise end pid 1 (and the sandbox) on any of them.
+	// Caught, not ignored: an ignored signal stays ignored in the commands
+	// the init starts, a caught one is theirs again after exec.
+	dropped := make(chan os.Signal, 8)
+	signal.Notify(dropped, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGALRM,
+		syscall.SIGVTALRM, syscall.SIGPROF)
+	go func() {
+		for range dropped {
+		}
+	}()
 	term := make(chan os.Signal, 1)
 	signal.Notify(term, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	go func() {

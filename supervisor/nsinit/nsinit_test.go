@@ -256,3 +256,63 @@ func TestRootInTheSandboxIsBounded(t *testing.T) {
 		t.Errorf("the bounding set of root in the sandbox: %q, want %q", out, want)
 	}
 }
+
+func TestAHiddenSymlinkHidesWhatItPointsTo(t *testing.T) {
+	dir := fmt.Sprintf("/srv/nsinit-homes-%d", os.Getpid())
+	link := dir + "-link"
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	if err := os.WriteFile(dir+"/secret", []byte("secret\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(dir, link); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(link)
+	w := start(t, func(s *nsinit.Spec) { s.Hidden = append(s.Hidden, link) })
+	for _, p := range []string{dir + "/secret", link + "/secret"} {
+		if out, res := w.sh(t, 65534, "cat "+p); res.Code == 0 {
+			t.Errorf("reading %s behind a hidden symlink: %q", p, out)
+		}
+	}
+}
+
+func TestAnOutputLimitDoesNotWaitForADaemon(t *testing.T) {
+	w := start(t, nil)
+	done := make(chan nsinit.Result, 1)
+	go func() {
+		_, _, res := w.run(t, nsinit.Request{UID: 65534, GID: 65534, OutputLimit: 1 << 20}, "/bin/sh", "-c", "setsid sleep 30 & echo started")
+		done <- res
+	}()
+	select {
+	case res := <-done:
+		if res.How != nsinit.Exited || res.Code != 0 {
+			t.Errorf("a command that left a daemon holding its output: %v", res)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a command that left a daemon holding its output did not end")
+	}
+}
+
+func TestRelativeCommandsAndDirectoriesAsStdio(t *testing.T) {
+	w := start(t, nil)
+	if out, res := w.sh(t, 0, "printf '#!/bin/sh\\necho relative\\n' > /tmp/rel.sh && chmod 755 /tmp/rel.sh"); res.Code != 0 {
+		t.Fatal(out)
+	}
+	out, _, res := w.run(t, nsinit.Request{UID: 65534, GID: 65534, Dir: "/tmp"}, "./rel.sh")
+	if res.Code != 0 || out != "relative\n" {
+		t.Errorf("./rel.sh in /tmp: %v %q", res, out)
+	}
+	dirFile, err := os.Open("/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dirFile.Close()
+	_, err = nsinit.Exec(context.Background(), w.socket, nsinit.Request{Argv: []string{"/bin/true"}, UID: 65534, GID: 65534},
+		[]*os.File{dirFile, dirFile, dirFile})
+	if err == nil || !strings.Contains(err.Error(), "directory") {
+		t.Errorf("a directory as stdin: %v; want it refused", err)
+	}
+}

@@ -111,7 +111,7 @@ func (s *server) serve(ln *net.UnixListener) {
 // "started", later the exit; meanwhile the daemon may send signals.
 func (s *server) handle(conn *net.UnixConn) {
 	defer conn.Close()
-	msg, files, err := readMessage(conn)
+	msg, files, err := readMessage(conn, maxMessage)
 	if err != nil || msg.Request == nil {
 		closeAll(files)
 		_ = writeMessage(conn, message{Error: "expected a request"}, nil)
@@ -136,7 +136,7 @@ func (s *server) handle(conn *net.UnixConn) {
 	}
 	go func() {
 		for {
-			m, extra, err := readMessage(conn)
+			m, extra, err := readMessage(conn, smallMessage)
 			closeAll(extra)
 			if err != nil {
 				return // the daemon went away: the command goes on
@@ -156,8 +156,12 @@ type command struct {
 	master *os.File     // the pty's master, handed to the caller
 	status chan syscall.WaitStatus
 	copies sync.WaitGroup // output being counted
-	ended  atomic.Value   // a How that ended it early, set once
-	timer  *time.Timer
+	// readers are the output pipes' read ends, closed once the command
+	// has ended: a process that left its group may still hold the write
+	// ends.
+	readers []*os.File
+	ended   atomic.Value // a How that ended it early, set once
+	timer   *time.Timer
 }
 
 func (c *command) kill(sig syscall.Signal) {
@@ -183,7 +187,14 @@ func (c *command) wait() Result {
 	// background (a fork bomb's children) goes too. Daemons it started
 	// left the group (setsid) and stay.
 	c.kill(syscall.SIGKILL)
-	c.copies.Wait()
+	copied := make(chan struct{})
+	go func() { c.copies.Wait(); close(copied) }()
+	select {
+	case <-copied:
+	case <-time.After(time.Second): // a daemon holds the output: stop counting it
+		closeAll(c.readers)
+		<-copied
+	}
 	res := Result{How: Exited, Code: ws.ExitStatus()}
 	if ws.Signaled() {
 		res = Result{How: Signaled, Signal: int(ws.Signal())}
@@ -198,18 +209,21 @@ func (s *server) start(req *Request, stdio []*os.File) (*command, error) {
 	if len(req.Argv) == 0 || req.Argv[0] == "" {
 		return nil, errors.New("no command given")
 	}
-	path, err := lookPath(req.Argv[0], req.Env)
+	dir := req.Dir
+	if dir == "" {
+		dir = "/"
+	}
+	path, err := lookPath(req.Argv[0], dir, req.Env)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkStdio(stdio); err != nil {
 		return nil, err
 	}
 	if req.Home != "" {
 		if err := makeHome(req.Home, req.UID, req.GID); err != nil {
 			return nil, err
 		}
-	}
-	dir := req.Dir
-	if dir == "" {
-		dir = "/"
 	}
 	c := &command{status: make(chan syscall.WaitStatus, 1)}
 	sys := &syscall.SysProcAttr{
@@ -286,6 +300,7 @@ func (c *command) countOutput(out []*os.File, limit int64) ([]*os.File, error) {
 			closeAll(ends)
 			return nil, err
 		}
+		c.readers = append(c.readers, r)
 		c.copies.Add(1)
 		go func() {
 			defer c.copies.Done()
@@ -326,10 +341,13 @@ func dupFile(f *os.File) (*os.File, error) {
 	return os.NewFile(uintptr(fd), f.Name()), nil
 }
 
-// lookPath finds name as the command's PATH would, inside the sandbox.
-func lookPath(name string, env []string) (string, error) {
+// lookPath finds name as the command's PATH would, inside the sandbox. A
+// name with a slash is left to execve, relative to the command's
+// directory, whose error the caller gets: the init does not stat it as
+// root for the caller.
+func lookPath(name, dir string, env []string) (string, error) {
 	if strings.Contains(name, "/") {
-		return name, executable(name)
+		return name, nil
 	}
 	path := "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
 	for _, kv := range env {
@@ -337,11 +355,11 @@ func lookPath(name string, env []string) (string, error) {
 			path = v
 		}
 	}
-	for _, dir := range filepath.SplitList(path) {
-		if dir == "" {
-			dir = "."
+	for _, d := range filepath.SplitList(path) {
+		if !filepath.IsAbs(d) {
+			d = filepath.Join(dir, d)
 		}
-		p := filepath.Join(dir, name)
+		p := filepath.Join(d, name)
 		if executable(p) == nil {
 			return p, nil
 		}
@@ -356,6 +374,25 @@ func executable(p string) error {
 	}
 	if st.IsDir() || st.Mode()&0o111 == 0 {
 		return fmt.Errorf("%s: not an executable file", p)
+	}
+	return nil
+}
+
+// checkStdio refuses a directory or an O_PATH descriptor as stdio: with
+// openat, either would let the command reach the caller's filesystem.
+func checkStdio(files []*os.File) error {
+	for i, f := range files {
+		var st unix.Stat_t
+		if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+			return fmt.Errorf("file descriptor %d of the command: %w", i, err)
+		}
+		flags, err := unix.FcntlInt(f.Fd(), unix.F_GETFL, 0)
+		if err != nil {
+			return fmt.Errorf("file descriptor %d of the command: %w", i, err)
+		}
+		if st.Mode&unix.S_IFMT == unix.S_IFDIR || flags&unix.O_PATH != 0 {
+			return fmt.Errorf("file descriptor %d of the command is a directory or a path: not allowed as stdio", i)
+		}
 	}
 	return nil
 }
@@ -418,8 +455,12 @@ func closeAll(files []*os.File) {
 	}
 }
 
-// maxMessage bounds one datagram on the control socket.
-const maxMessage = 1 << 20
+// maxMessage bounds one datagram on the control socket (a request, with
+// its argv and environment); the others (started, exit, signal) are small.
+const (
+	maxMessage   = 1 << 20
+	smallMessage = 4 << 10
+)
 
 func writeMessage(conn *net.UnixConn, m message, files []*os.File) error {
 	b, err := json.Marshal(m)
@@ -439,9 +480,9 @@ func writeMessage(conn *net.UnixConn, m message, files []*os.File) error {
 }
 
 // readMessage reads one datagram and the descriptors that came with it.
-func readMessage(conn *net.UnixConn) (message, []*os.File, error) {
+func readMessage(conn *net.UnixConn, size int) (message, []*os.File, error) {
 	var m message
-	buf := make([]byte, maxMessage)
+	buf := make([]byte, size)
 	oob := make([]byte, unix.CmsgSpace(8*4))
 	n, oobn, flags, _, err := conn.ReadMsgUnix(buf, oob)
 	if err != nil {

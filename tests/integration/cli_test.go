@@ -342,3 +342,36 @@ func TestCLICheckpointRollbackDiff(t *testing.T) {
 		t.Errorf("checkpoints after delete: %q", out)
 	}
 }
+
+func TestCLIExecSaysSoWhenTheDaemonRestarts(t *testing.T) {
+	install(t)
+	id := strings.TrimSpace(ok(t, "create", "-q", "web"))
+	defer ctl(t, "", "destroy", id)
+	// A file, not a pipe, for stderr: the command goes on running (and
+	// holding its stderr) after sandboxctl has given up on it.
+	errFile, err := os.Create(filepath.Join(t.TempDir(), "stderr"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer errFile.Close()
+	cmd := exec.Command(ctlBin(), "exec", id, "--", "sleep", "30")
+	cmd.Stderr = errFile
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	testbed.MustRun(t, "systemctl", "restart", "sandboxd.service")
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		said, _ := os.ReadFile(errFile.Name())
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 1 || !strings.Contains(string(said), "restarted while the command ran") {
+			t.Errorf("exec across a daemon restart: %v, %q", err, said)
+		}
+	case <-time.After(15 * time.Second):
+		_ = cmd.Process.Kill() // the sandboxctl this test started
+		t.Fatal("sandboxctl exec still waits 15s after the daemon restarted")
+	}
+}
