@@ -10,6 +10,8 @@ import (
 	"text/tabwriter"
 
 	ucli "github.com/urfave/cli/v3"
+
+	"github.com/sandboxd/sandboxd/supervisor/api"
 )
 
 // Run runs sandboxctl with args (os.Args) and returns its exit status.
@@ -204,4 +206,47 @@ func editDistance(a, b string) int {
 		prev = cur
 	}
 	return prev[len(b)]
+}
+
+// onSandbox is the Action of a verb about one sandbox: it takes nargs
+// arguments, the first naming the sandbox, connects, finds the sandbox,
+// and runs fn with it and the other arguments.
+func onSandbox(nargs int, fn func(ctx context.Context, cmd *ucli.Command, c *client, e api.ListEntry, rest []string) error) ucli.ActionFunc {
+	return func(ctx context.Context, cmd *ucli.Command) error {
+		a, err := args(cmd, nargs, nargs)
+		if err != nil {
+			return err
+		}
+		return withClient(ctx, func(c *client) error {
+			e, err := c.resolve(ctx, a[0])
+			if err != nil {
+				return err
+			}
+			return fn(ctx, cmd, c, e, a[1:])
+		})
+	}
+}
+
+// printList prints items as JSON, as a name a line (--quiet), or as a
+// table under header.
+func printList[T any](out output, items []T, name func(T) string, header []string, row func(T) []string) error {
+	if out.json {
+		if items == nil {
+			items = []T{}
+		}
+		return out.JSON(items)
+	}
+	if out.quiet {
+		for _, it := range items {
+			if err := out.line("%s", name(it)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	rows := [][]string{}
+	for _, it := range items {
+		rows = append(rows, row(it))
+	}
+	return out.table(header, rows)
 }

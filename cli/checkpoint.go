@@ -18,44 +18,34 @@ func checkpointCommand() *ucli.Command {
 its system layer (what it changed in /usr, /etc, ...), at one instant (the
 sandbox is frozen for it). Roll back to it with ` + "`sandboxctl rollback`" + `.`,
 		Flags: []ucli.Flag{&ucli.BoolFlag{Name: "delete", Usage: "delete checkpoint NAME instead"}},
-		Action: func(ctx context.Context, cmd *ucli.Command) error {
-			a, err := args(cmd, 2, 2)
-			if err != nil {
-				return err
-			}
-			return withClient(ctx, func(c *client) error {
-				e, err := c.resolve(ctx, a[0])
-				if err != nil {
+		Action: onSandbox(2, func(ctx context.Context, cmd *ucli.Command, c *client, e api.ListEntry, rest []string) error {
+			out := outputOf(cmd)
+			if cmd.Bool("delete") {
+				if err := call(ctx, c.sandbox(e.ID), "deleting checkpoint "+rest[0]+" of sandbox "+e.ID,
+					api.SandboxInterface+".DeleteCheckpoint", []any{rest[0]}); err != nil {
 					return err
 				}
-				out := outputOf(cmd)
-				if cmd.Bool("delete") {
-					if err := call(ctx, c.sandbox(e.ID), "deleting checkpoint "+a[1]+" of sandbox "+e.ID,
-						api.SandboxInterface+".DeleteCheckpoint", []any{a[1]}); err != nil {
-						return err
-					}
-					if out.json {
-						return out.JSON(map[string]string{"sandbox": e.ID, "deleted": a[1]})
-					}
-					if out.quiet {
-						return nil
-					}
-					return out.line("deleted checkpoint %s of sandbox %s", a[1], e.ID)
+				if out.json {
+					return out.JSON(map[string]string{"sandbox": e.ID, "deleted": rest[0]})
 				}
-				var created uint64
-				if err := call(ctx, c.sandbox(e.ID), "taking checkpoint "+a[1]+" of sandbox "+e.ID,
-					api.SandboxInterface+".Checkpoint", []any{a[1]}, &created); err != nil {
-					return err
-				}
-				switch {
-				case out.json:
-					return out.JSON(map[string]any{"sandbox": e.ID, "checkpoint": a[1], "created": fromMicros(created)})
-				case out.quiet:
+				if out.quiet {
 					return nil
 				}
-				return out.line("checkpoint %s of sandbox %s taken", a[1], e.ID)
-			})
-		},
+				return out.line("deleted checkpoint %s of sandbox %s", rest[0], e.ID)
+			}
+			var created uint64
+			if err := call(ctx, c.sandbox(e.ID), "taking checkpoint "+rest[0]+" of sandbox "+e.ID,
+				api.SandboxInterface+".Checkpoint", []any{rest[0]}, &created); err != nil {
+				return err
+			}
+			switch {
+			case out.json:
+				return out.JSON(map[string]any{"sandbox": e.ID, "checkpoint": rest[0], "created": fromMicros(created)})
+			case out.quiet:
+				return nil
+			}
+			return out.line("checkpoint %s of sandbox %s taken", rest[0], e.ID)
+		}),
 	}
 }
 
@@ -64,47 +54,21 @@ func checkpointsCommand() *ucli.Command {
 		Name:      "checkpoints",
 		Usage:     "list a sandbox's checkpoints",
 		ArgsUsage: "SANDBOX",
-		Action: func(ctx context.Context, cmd *ucli.Command) error {
-			a, err := args(cmd, 1, 1)
-			if err != nil {
+		Action: onSandbox(1, func(ctx context.Context, cmd *ucli.Command, c *client, e api.ListEntry, _ []string) error {
+			var list []api.CheckpointEntry
+			if err := call(ctx, c.sandbox(e.ID), "listing the checkpoints of sandbox "+e.ID,
+				api.SandboxInterface+".ListCheckpoints", nil, &list); err != nil {
 				return err
 			}
-			return withClient(ctx, func(c *client) error {
-				e, err := c.resolve(ctx, a[0])
-				if err != nil {
-					return err
-				}
-				var list []api.CheckpointEntry
-				if err := call(ctx, c.sandbox(e.ID), "listing the checkpoints of sandbox "+e.ID,
-					api.SandboxInterface+".ListCheckpoints", nil, &list); err != nil {
-					return err
-				}
-				out := outputOf(cmd)
-				if out.json {
-					if list == nil {
-						list = []api.CheckpointEntry{}
-					}
-					return out.JSON(list)
-				}
-				if out.quiet {
-					for _, ck := range list {
-						if err := out.line("%s", ck.Name); err != nil {
-							return err
-						}
-					}
-					return nil
-				}
-				rows := [][]string{}
-				for _, ck := range list {
+			return printList(outputOf(cmd), list, func(ck api.CheckpointEntry) string { return ck.Name },
+				[]string{"NAME", "TAKEN", "COVERS"}, func(ck api.CheckpointEntry) []string {
 					covers := "files and system layer"
 					if !ck.Layer {
 						covers = "files (the system layer is in memory)"
 					}
-					rows = append(rows, []string{ck.Name, fromMicros(ck.Created).Local().Format(time.DateTime), covers})
-				}
-				return out.table([]string{"NAME", "TAKEN", "COVERS"}, rows)
-			})
-		},
+					return []string{ck.Name, fromMicros(ck.Created).Local().Format(time.DateTime), covers}
+				})
+		}),
 	}
 }
 
@@ -116,30 +80,20 @@ func rollbackCommand() *ucli.Command {
 		Description: `Stops every process of the sandbox, brings its files and its system
 layer back to checkpoint NAME, and starts it again: the same sandbox, id,
 limits and time to live. Later checkpoints stay.`,
-		Action: func(ctx context.Context, cmd *ucli.Command) error {
-			a, err := args(cmd, 2, 2)
-			if err != nil {
+		Action: onSandbox(2, func(ctx context.Context, cmd *ucli.Command, c *client, e api.ListEntry, rest []string) error {
+			if err := call(ctx, c.sandbox(e.ID), "rolling sandbox "+e.ID+" back to "+rest[0],
+				api.SandboxInterface+".Rollback", []any{rest[0]}); err != nil {
 				return err
 			}
-			return withClient(ctx, func(c *client) error {
-				e, err := c.resolve(ctx, a[0])
-				if err != nil {
-					return err
-				}
-				if err := call(ctx, c.sandbox(e.ID), "rolling sandbox "+e.ID+" back to "+a[1],
-					api.SandboxInterface+".Rollback", []any{a[1]}); err != nil {
-					return err
-				}
-				out := outputOf(cmd)
-				switch {
-				case out.json:
-					return out.JSON(map[string]string{"sandbox": e.ID, "rolled_back_to": a[1]})
-				case out.quiet:
-					return nil
-				}
-				return out.line("sandbox %s is back at checkpoint %s (its processes were stopped; it runs again)", e.ID, a[1])
-			})
-		},
+			out := outputOf(cmd)
+			switch {
+			case out.json:
+				return out.JSON(map[string]string{"sandbox": e.ID, "rolled_back_to": rest[0]})
+			case out.quiet:
+				return nil
+			}
+			return out.line("sandbox %s is back at checkpoint %s (its processes were stopped; it runs again)", e.ID, rest[0])
+		}),
 	}
 }
 
@@ -148,51 +102,41 @@ func diffCommand() *ucli.Command {
 		Name:      "diff",
 		Usage:     "what a sandbox changed in its project since its base",
 		ArgsUsage: "SANDBOX",
-		Action: func(ctx context.Context, cmd *ucli.Command) error {
-			a, err := args(cmd, 1, 1)
-			if err != nil {
+		Action: onSandbox(1, func(ctx context.Context, cmd *ucli.Command, c *client, e api.ListEntry, _ []string) error {
+			var changes []api.ChangeEntry
+			if err := call(ctx, c.sandbox(e.ID), "listing the changes of sandbox "+e.ID,
+				api.SandboxInterface+".Diff", nil, &changes); err != nil {
 				return err
 			}
-			return withClient(ctx, func(c *client) error {
-				e, err := c.resolve(ctx, a[0])
-				if err != nil {
+			out := outputOf(cmd)
+			if out.json {
+				if changes == nil {
+					changes = []api.ChangeEntry{}
+				}
+				return out.JSON(changes)
+			}
+			marks := map[string]string{"added": "A", "modified": "M", "deleted": "D", "renamed": "R", "metadata": "m"}
+			for _, ch := range changes {
+				p := ch.Path
+				if ch.Type == "dir" {
+					p += "/"
+				}
+				if ch.NewPath != "" {
+					p += " -> " + ch.NewPath
+				}
+				if out.quiet {
+					p = ch.Path
+				} else {
+					p = marks[ch.Kind] + " " + p
+				}
+				if err := out.line("%s", p); err != nil {
 					return err
 				}
-				var changes []api.ChangeEntry
-				if err := call(ctx, c.sandbox(e.ID), "listing the changes of sandbox "+e.ID,
-					api.SandboxInterface+".Diff", nil, &changes); err != nil {
-					return err
-				}
-				out := outputOf(cmd)
-				if out.json {
-					if changes == nil {
-						changes = []api.ChangeEntry{}
-					}
-					return out.JSON(changes)
-				}
-				marks := map[string]string{"added": "A", "modified": "M", "deleted": "D", "renamed": "R", "metadata": "m"}
-				for _, ch := range changes {
-					p := ch.Path
-					if ch.Type == "dir" {
-						p += "/"
-					}
-					if ch.NewPath != "" {
-						p += " -> " + ch.NewPath
-					}
-					if out.quiet {
-						p = ch.Path
-					} else {
-						p = marks[ch.Kind] + " " + p
-					}
-					if err := out.line("%s", p); err != nil {
-						return err
-					}
-				}
-				if len(changes) == 0 && !out.quiet {
-					return out.line("no changes since the base")
-				}
-				return nil
-			})
-		},
+			}
+			if len(changes) == 0 && !out.quiet {
+				return out.line("no changes since the base")
+			}
+			return nil
+		}),
 	}
 }

@@ -49,30 +49,14 @@ func projectCommand() *ucli.Command {
 						if err := call(ctx, c.manager(), "listing projects", api.ManagerInterface+".ListProjects", nil, &list); err != nil {
 							return err
 						}
-						out := outputOf(cmd)
-						if out.json {
-							if list == nil {
-								list = []api.ProjectEntry{}
-							}
-							return out.JSON(list)
-						}
-						if out.quiet {
-							for _, p := range list {
-								if err := out.line("%s", p.Name); err != nil {
-									return err
+						return printList(outputOf(cmd), list, func(p api.ProjectEntry) string { return p.Name },
+							[]string{"NAME", "LOCATION", "FROM"}, func(p api.ProjectEntry) []string {
+								origin := "sandboxd.toml"
+								if p.Origin != "config" {
+									origin = "sandboxctl project add"
 								}
-							}
-							return nil
-						}
-						rows := [][]string{}
-						for _, p := range list {
-							origin := "sandboxd.toml"
-							if p.Origin != "config" {
-								origin = "sandboxctl project add"
-							}
-							rows = append(rows, []string{p.Name, p.Location, origin})
-						}
-						return out.table([]string{"NAME", "LOCATION", "FROM"}, rows)
+								return []string{p.Name, p.Location, origin}
+							})
 					})
 				},
 			},

@@ -139,26 +139,15 @@ func listCommand() *ucli.Command {
 					return err
 				}
 				out := outputOf(cmd)
-				if out.json {
-					js := []sandboxJSON{}
-					for _, e := range entries {
-						js = append(js, sandboxJSON{e.ID, e.Name, e.Project, e.State, e.Owner, fromMicros(e.Created)})
-					}
-					return out.JSON(js)
-				}
-				if out.quiet {
-					for _, e := range entries {
-						if err := out.line("%s", e.ID); err != nil {
-							return err
-						}
-					}
-					return nil
-				}
-				rows := [][]string{}
+				js := []sandboxJSON{}
 				for _, e := range entries {
-					rows = append(rows, []string{e.ID, dash(e.Name), e.Project, e.State, userName(e.Owner), age(fromMicros(e.Created))})
+					js = append(js, sandboxJSON{e.ID, e.Name, e.Project, e.State, e.Owner, fromMicros(e.Created)})
 				}
-				if err := out.table([]string{"ID", "NAME", "PROJECT", "STATE", "OWNER", "AGE"}, rows); err != nil {
+				err = printList(out, js, func(e sandboxJSON) string { return e.ID },
+					[]string{"ID", "NAME", "PROJECT", "STATE", "OWNER", "AGE"}, func(e sandboxJSON) []string {
+						return []string{e.ID, dash(e.Name), e.Project, e.State, userName(e.Owner), age(e.Created)}
+					})
+				if err != nil || out.json || out.quiet {
 					return err
 				}
 				return out.line("\n%d sandboxes", len(entries))
@@ -172,23 +161,13 @@ func statusCommand() *ucli.Command {
 		Name:      "status",
 		Usage:     "show a sandbox: state, base, age, staleness, usage against its limits",
 		ArgsUsage: "SANDBOX",
-		Action: func(ctx context.Context, cmd *ucli.Command) error {
-			a, err := args(cmd, 1, 1)
+		Action: onSandbox(1, func(ctx context.Context, cmd *ucli.Command, c *client, e api.ListEntry, _ []string) error {
+			props, err := c.properties(ctx, e.ID)
 			if err != nil {
 				return err
 			}
-			return withClient(ctx, func(c *client) error {
-				e, err := c.resolve(ctx, a[0])
-				if err != nil {
-					return err
-				}
-				props, err := c.properties(ctx, e.ID)
-				if err != nil {
-					return err
-				}
-				return printStatus(outputOf(cmd), props)
-			})
-		},
+			return printStatus(outputOf(cmd), props)
+		}),
 	}
 }
 
