@@ -1,5 +1,6 @@
 # sandboxd: build, test, lint, bench. `sudo make test` is the test command;
-# `sudo make demo` the main job (for now: build, and the testbed's status).
+# `sudo make demo` the main job (for now: sandboxes side by side, checks,
+# diff, checkpoint and rollback; promotion comes with its issue).
 
 GO ?= $(shell command -v go 2>/dev/null || echo /usr/local/go/bin/go)
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
@@ -63,8 +64,10 @@ lint: $(TOOLS)/staticcheck
 	$(GO) vet ./...
 	$(TOOLS)/staticcheck ./...
 
+# The main job so far, with real output, in a fresh testbed (its private
+# systemd, bus and btrfs): contrib/demo/demo.sh.
 demo: deps build
-	bin/testbed up && bin/testbed status; rc=$$?; bin/testbed down; exit $$rc
+	bin/testbed run -- $(CURDIR)/contrib/demo/demo.sh
 
 clean:
 	rm -rf bin dist

@@ -44,6 +44,18 @@ func build(spec *Spec) (*net.UnixListener, error) {
 	if err := r.bind(spec.Project.Source, spec.Project.Target, spec.Project.ReadOnly); err != nil {
 		return nil, err
 	}
+	// Reading a file must not change it: an atime update would show in
+	// the sandbox's diff as a metadata change of every file it read.
+	err = r.at(spec.Project.Target, func(target string) error {
+		flags := uintptr(unix.MS_NOATIME)
+		if spec.Project.ReadOnly {
+			flags |= unix.MS_RDONLY
+		}
+		return remount(target, flags)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("mounting the project at %s without access times: %w", spec.Project.Target, err)
+	}
 	for _, p := range spec.ReadOnly {
 		if _, ok, err := r.stat(p); err != nil || !ok {
 			continue // nothing there to protect

@@ -140,7 +140,7 @@ func (r *root) bind(source, p string, ro bool) error {
 	if err == nil && ro {
 		// Resolved again: a descriptor opened before the bind names the
 		// mount below it.
-		err = r.at(p, remountReadOnly)
+		err = r.at(p, func(target string) error { return remount(target, unix.MS_RDONLY) })
 	}
 	if err != nil {
 		return fmt.Errorf("binding %s on %s in the sandbox: %w", source, p, err)
@@ -153,10 +153,10 @@ func (r *root) bindInside(p, q string, ro bool) error {
 	return r.at(p, func(source string) error { return r.bind(source, q, ro) })
 }
 
-// remountReadOnly makes the bind mount at target read-only, keeping the
-// flags the kernel insists a remount repeats (nosuid, nodev, noexec of a
-// mount it came from).
-func remountReadOnly(target string) error {
+// remount sets flags (MS_RDONLY, MS_NOATIME) on the bind mount at
+// target, keeping the flags the kernel insists a remount repeats (nosuid,
+// nodev, noexec of a mount it came from).
+func remount(target string, flags uintptr) error {
 	var st unix.Statfs_t
 	if err := unix.Statfs(target, &st); err != nil {
 		return err
@@ -170,5 +170,8 @@ func remountReadOnly(target string) error {
 			keep |= f.ms
 		}
 	}
-	return unix.Mount("", target, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|keep, "")
+	if flags&unix.MS_NOATIME != 0 {
+		keep &^= unix.MS_RELATIME
+	}
+	return unix.Mount("", target, "", unix.MS_BIND|unix.MS_REMOUNT|flags|keep, "")
 }

@@ -316,3 +316,24 @@ func TestRelativeCommandsAndDirectoriesAsStdio(t *testing.T) {
 		t.Errorf("a directory as stdin: %v; want it refused", err)
 	}
 }
+
+// Reading a project file in the sandbox leaves it as it was (no access
+// time written), so that a diff shows only what the sandbox changed.
+func TestReadingAProjectFileDoesNotChangeIt(t *testing.T) {
+	w := start(t, nil)
+	file := filepath.Join(w.spec.Project.Source, "file.txt")
+	var before, after syscall.Stat_t
+	if err := syscall.Stat(file, &before); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	if out, res := w.sh(t, 65534, "cat "+w.spec.Project.Target+"/file.txt >/dev/null"); res.Code != 0 {
+		t.Fatalf("reading: %v %s", res, out)
+	}
+	if err := syscall.Stat(file, &after); err != nil {
+		t.Fatal(err)
+	}
+	if after.Atim != before.Atim {
+		t.Errorf("reading file.txt in the sandbox changed its access time: %v -> %v", before.Atim, after.Atim)
+	}
+}
