@@ -227,6 +227,23 @@ func onSandbox(nargs int, fn func(ctx context.Context, cmd *ucli.Command, c *cli
 	}
 }
 
+// onSandboxes is the Action of a verb about all the sandboxes the caller
+// may see: it takes no arguments, connects and lists them for fn.
+func onSandboxes(fn func(ctx context.Context, cmd *ucli.Command, c *client, entries []api.ListEntry) error) ucli.ActionFunc {
+	return func(ctx context.Context, cmd *ucli.Command) error {
+		if _, err := args(cmd, 0, 0); err != nil {
+			return err
+		}
+		return withClient(ctx, func(c *client) error {
+			entries, err := c.list(ctx)
+			if err != nil {
+				return err
+			}
+			return fn(ctx, cmd, c, entries)
+		})
+	}
+}
+
 // printList prints items as JSON, as a name a line (--quiet), or as a
 // table under header.
 func printList[T any](out output, items []T, name func(T) string, header []string, row func(T) []string) error {

@@ -129,30 +129,21 @@ func listCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:  "list",
 		Usage: "list the sandboxes you may see",
-		Action: func(ctx context.Context, cmd *ucli.Command) error {
-			if _, err := args(cmd, 0, 0); err != nil {
+		Action: onSandboxes(func(ctx context.Context, cmd *ucli.Command, c *client, entries []api.ListEntry) error {
+			out := outputOf(cmd)
+			js := []sandboxJSON{}
+			for _, e := range entries {
+				js = append(js, sandboxJSON{e.ID, e.Name, e.Project, e.State, e.Owner, fromMicros(e.Created)})
+			}
+			err := printList(out, js, func(e sandboxJSON) string { return e.ID },
+				[]string{"ID", "NAME", "PROJECT", "STATE", "OWNER", "AGE"}, func(e sandboxJSON) []string {
+					return []string{e.ID, dash(e.Name), e.Project, e.State, userName(e.Owner), age(e.Created)}
+				})
+			if err != nil || out.json || out.quiet {
 				return err
 			}
-			return withClient(ctx, func(c *client) error {
-				entries, err := c.list(ctx)
-				if err != nil {
-					return err
-				}
-				out := outputOf(cmd)
-				js := []sandboxJSON{}
-				for _, e := range entries {
-					js = append(js, sandboxJSON{e.ID, e.Name, e.Project, e.State, e.Owner, fromMicros(e.Created)})
-				}
-				err = printList(out, js, func(e sandboxJSON) string { return e.ID },
-					[]string{"ID", "NAME", "PROJECT", "STATE", "OWNER", "AGE"}, func(e sandboxJSON) []string {
-						return []string{e.ID, dash(e.Name), e.Project, e.State, userName(e.Owner), age(e.Created)}
-					})
-				if err != nil || out.json || out.quiet {
-					return err
-				}
-				return out.line("\n%d sandboxes", len(entries))
-			})
-		},
+			return out.line("\n%d sandboxes", len(entries))
+		}),
 	}
 }
 
@@ -352,48 +343,39 @@ gets them out of (creating or destroying for over a minute), or, with
 			&ucli.DurationFlag{Name: "older-than", Usage: "also destroy sandboxes made longer ago than this, like 24h"},
 			&ucli.BoolFlag{Name: "dry-run", Usage: "say what would be destroyed, destroy nothing"},
 		},
-		Action: func(ctx context.Context, cmd *ucli.Command) error {
-			if _, err := args(cmd, 0, 0); err != nil {
-				return err
+		Action: onSandboxes(func(ctx context.Context, cmd *ucli.Command, c *client, entries []api.ListEntry) error {
+			out := outputOf(cmd)
+			now := time.Now()
+			var gone []string
+			for _, e := range entries {
+				why := gcReason(ctx, c, e, now, cmd.Duration("older-than"))
+				if why == "" {
+					continue
+				}
+				if !cmd.Bool("dry-run") {
+					if err := call(ctx, c.sandbox(e.ID), "destroying sandbox "+e.ID, api.SandboxInterface+".Destroy", nil); err != nil {
+						return err
+					}
+				}
+				gone = append(gone, e.ID)
+				if !out.json && !out.quiet {
+					verb := "destroyed"
+					if cmd.Bool("dry-run") {
+						verb = "would destroy"
+					}
+					if err := out.line("%s sandbox %s: %s", verb, e.ID, why); err != nil {
+						return err
+					}
+				}
 			}
-			return withClient(ctx, func(c *client) error {
-				entries, err := c.list(ctx)
-				if err != nil {
-					return err
-				}
-				out := outputOf(cmd)
-				now := time.Now()
-				var gone []string
-				for _, e := range entries {
-					why := gcReason(ctx, c, e, now, cmd.Duration("older-than"))
-					if why == "" {
-						continue
-					}
-					if !cmd.Bool("dry-run") {
-						if err := call(ctx, c.sandbox(e.ID), "destroying sandbox "+e.ID, api.SandboxInterface+".Destroy", nil); err != nil {
-							return err
-						}
-					}
-					gone = append(gone, e.ID)
-					if !out.json && !out.quiet {
-						verb := "destroyed"
-						if cmd.Bool("dry-run") {
-							verb = "would destroy"
-						}
-						if err := out.line("%s sandbox %s: %s", verb, e.ID, why); err != nil {
-							return err
-						}
-					}
-				}
-				if out.json {
-					return out.JSON(map[string]any{"destroyed": slices.Clip(append([]string{}, gone...)), "dry_run": cmd.Bool("dry-run")})
-				}
-				if len(gone) == 0 && !out.quiet {
-					return out.line("nothing to collect")
-				}
-				return nil
-			})
-		},
+			if out.json {
+				return out.JSON(map[string]any{"destroyed": slices.Clip(append([]string{}, gone...)), "dry_run": cmd.Bool("dry-run")})
+			}
+			if len(gone) == 0 && !out.quiet {
+				return out.line("nothing to collect")
+			}
+			return nil
+		}),
 	}
 }
 

@@ -340,20 +340,7 @@ func TestParseBad(t *testing.T) {
 			[]string{"x.toml:3: ", "daemon.log_level", "already been defined"}},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			_, err := Parse([]byte(tt.in), "x.toml")
-			if err == nil {
-				t.Fatalf("no error; want %q", tt.want)
-			}
-			if !errors.Is(err, ErrInvalid) {
-				t.Errorf("%v: does not wrap ErrInvalid", err)
-			}
-			for _, w := range tt.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error\n%v\ndoes not say %q", err, w)
-				}
-			}
-		})
+		t.Run(tt.name, func(t *testing.T) { wantParseError(t, tt.in, tt.want) })
 	}
 }
 
@@ -424,5 +411,23 @@ func TestDefaultStorageOpensTheEmbeddedPool(t *testing.T) {
 	}
 	if got != want {
 		t.Fatalf("Default().Storage.Pool() = %+v; want %+v", got, want)
+	}
+}
+
+// wantParseError parses in and wants an error wrapping ErrInvalid that
+// says each of want.
+func wantParseError(t *testing.T, in string, want []string) {
+	t.Helper()
+	_, err := Parse([]byte(in), "x.toml")
+	if err == nil {
+		t.Fatalf("no error; want %q", want)
+	}
+	if !errors.Is(err, ErrInvalid) {
+		t.Errorf("%v: does not wrap ErrInvalid", err)
+	}
+	for _, w := range want {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error\n%v\ndoes not say %q", err, w)
+		}
 	}
 }

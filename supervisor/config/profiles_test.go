@@ -293,20 +293,7 @@ func TestParseBadSandbox(t *testing.T) {
 			[]string{`allowed at top level: daemon, storage, limits, access, project, sandbox, profile`}},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			_, err := Parse([]byte(tt.in), "x.toml")
-			if err == nil {
-				t.Fatalf("no error; want %q", tt.want)
-			}
-			if !errors.Is(err, ErrInvalid) {
-				t.Errorf("%v: does not wrap ErrInvalid", err)
-			}
-			for _, w := range tt.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error\n%v\ndoes not say %q", err, w)
-				}
-			}
-		})
+		t.Run(tt.name, func(t *testing.T) { wantParseError(t, tt.in, tt.want) })
 	}
 }
 
