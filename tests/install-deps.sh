@@ -5,8 +5,10 @@ set -eu
 # iproute2 and curl: the escape tests' test hosts (network namespaces, veth)
 # and the HTTP client that goes through a sandbox's allowlist proxy; man-db
 # renders sandboxctl's man page in its test; rpm reads the .rpm in the
-# packaging test, which makes a user with passwd's useradd.
-pkgs="btrfs-progs zfs-fuse rsync util-linux mount systemd dbus iproute2 curl bash man-db rpm passwd"
+# packaging test, which makes a user with passwd's useradd; diffutils makes
+# the unified diff of a sandbox; openssh is the transport of remote stages
+# (the test runs its own sshd on the testbed's loopback).
+pkgs="btrfs-progs zfs-fuse rsync util-linux mount systemd dbus iproute2 curl bash man-db rpm passwd diffutils openssh-client openssh-server"
 need=""
 for pkg in $pkgs; do
 	dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need="$need $pkg"
@@ -29,6 +31,11 @@ trap '[ -z "$made_policy" ] || rm -f /usr/sbin/policy-rc.d' EXIT
 echo "install-deps: apt-get install$need"
 apt-get update -qq
 DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $need >/dev/null
+# Neither may the testbed's private systemd, which boots this machine's own
+# units: a test starts the daemons it needs itself.
 case "$need" in
 *zfs-fuse*) systemctl disable --quiet zfs-fuse.service 2>/dev/null || true ;;
+esac
+case "$need" in
+*openssh-server*) systemctl disable --quiet ssh.service ssh.socket 2>/dev/null || true ;;
 esac
