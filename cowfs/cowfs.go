@@ -170,6 +170,12 @@ type Backend interface {
 	// Rollback makes the writable volume v hold exactly what the read-only
 	// snapshot to holds. Its Path stays the same.
 	Rollback(ctx context.Context, v, to Volume) error
+	// RollbackProject makes project hold exactly what to holds: a read-only
+	// snapshot that Snapshot took of that project (a promotion's rollback
+	// point). It is the one change sandboxd makes to a project other than
+	// a promotion's own writes, and it is atomic: after a crash the
+	// project holds either what it held or what to holds.
+	RollbackProject(ctx context.Context, project, to Volume) error
 
 	// Changes lists what differs from the read-only snapshot from to the
 	// volume to (read-only too on btrfs, which sends from snapshots).

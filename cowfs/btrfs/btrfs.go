@@ -401,14 +401,34 @@ func (b *Backend) Rollback(ctx context.Context, v, to cowfs.Volume) error {
 	if to.Kind != cowfs.KindReadOnly {
 		return fmt.Errorf("rolling back %s to %s: the target must be a read-only snapshot: %w", v.Name, to.Name, cowfs.ErrInvalidName)
 	}
-	// A writable snapshot of the target, swapped with v in one atomic
-	// rename: after a crash, v's name holds either the old or the new tree.
-	tmp := filepath.Join(b.root, tmpPrefix+"rb-"+v.Name)
+	return b.swapIn(ctx, v, to, "rb-"+v.Name)
+}
+
+func (b *Backend) RollbackProject(ctx context.Context, project, to cowfs.Volume) error {
+	if project.Kind != cowfs.KindProject {
+		return fmt.Errorf("rolling back project %s: not a project: %w", project.Name, cowfs.ErrInvalidName)
+	}
+	if to.Kind != cowfs.KindReadOnly || !to.Ours {
+		return fmt.Errorf("rolling back project %s to %s: the target must be a read-only snapshot of sandboxd's: %w", project.Name, to.Name, cowfs.ErrInvalidName)
+	}
+	// The same swap as Rollback: the project's path is a subvolume of the
+	// pool's filesystem (Project checked), so it can be exchanged.
+	return b.swapIn(ctx, project, to, "rbp-"+to.Name)
+}
+
+// swapIn makes v's path hold a writable snapshot of to, in one atomic
+// rename: after a crash, v's path holds either the old or the new tree.
+// The old tree goes after, under tmp.
+func (b *Backend) swapIn(ctx context.Context, v, to cowfs.Volume, tmp string) error {
+	tmp = filepath.Join(b.root, tmpPrefix+tmp)
 	if err := dbtrfs.SnapshotSubVolume(to.ID, tmp, false); err != nil {
 		return fmt.Errorf("rolling back %s to %s: %w", v.Name, to.Name, classify(err))
 	}
 	if err := unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, v.ID, unix.RENAME_EXCHANGE); err != nil {
 		_ = b.removeTree(ctx, tmp)
+		if errors.Is(err, unix.EBUSY) || errors.Is(err, unix.EXDEV) {
+			return fmt.Errorf("rolling back %s to %s: %s is a mount point of its own, which cannot be swapped: %w", v.Name, to.Name, v.ID, cowfs.ErrBusy)
+		}
 		return fmt.Errorf("rolling back %s to %s: swapping: %w", v.Name, to.Name, classify(err))
 	}
 	if err := b.removeTree(ctx, tmp); err != nil {

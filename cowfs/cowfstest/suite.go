@@ -45,6 +45,7 @@ func Run(t *testing.T, newPool func(t *testing.T) Pool) {
 		{"GetAndList", getAndList},
 		{"DeleteRemovesOnlyOurs", deleteOnlyOurs},
 		{"RollbackRestoresTheCheckpoint", rollback},
+		{"RollbackProjectRestoresItsSnapshot", rollbackProject},
 		{"ChangesListWhatChanged", changes},
 		{"ChangedSince", changedSince},
 		{"SendAndReceive", sendReceive},
@@ -289,6 +290,30 @@ func rollback(t *testing.T, p Pool) {
 	if err := p.Backend.Rollback(ctx, ck, sb); !errors.Is(err, cowfs.ErrReadOnly) {
 		t.Fatalf("rolling back a read-only snapshot: %v; want ErrReadOnly", err)
 	}
+}
+
+func rollbackProject(t *testing.T, p Pool) {
+	fill(t, p.Project.Path)
+	rp := ok[cowfs.Volume](t)(p.Backend.Snapshot(ctx, p.Project, "rp1", true))
+	write(t, filepath.Join(p.Project.Path, "README"), "half promoted\n", 0o644)
+	write(t, filepath.Join(p.Project.Path, "new"), "new\n", 0o644)
+	if err := p.Backend.RollbackProject(ctx, p.Project, rp); err != nil {
+		t.Fatal(err)
+	}
+	sameTree(t, "project after its rollback", rp.Path, p.Project.Path)
+	again := ok[cowfs.Volume](t)(p.Backend.Project(ctx, p.Project.Name))
+	if again.Path != p.Project.Path {
+		t.Fatalf("the rollback moved the project: %s -> %s", p.Project.Path, again.Path)
+	}
+	// Only a project, and only to a read-only snapshot of sandboxd's.
+	sb := ok[cowfs.Volume](t)(p.Backend.Snapshot(ctx, rp, "s1", false))
+	if err := p.Backend.RollbackProject(ctx, sb, rp); !errors.Is(err, cowfs.ErrInvalidName) {
+		t.Fatalf("RollbackProject of a sandbox: %v; want ErrInvalidName", err)
+	}
+	if err := p.Backend.RollbackProject(ctx, p.Project, sb); !errors.Is(err, cowfs.ErrInvalidName) {
+		t.Fatalf("RollbackProject to a writable volume: %v; want ErrInvalidName", err)
+	}
+	sameTree(t, "project after refused rollbacks", rp.Path, p.Project.Path)
 }
 
 func changes(t *testing.T, p Pool) {

@@ -460,6 +460,26 @@ func (b *Backend) Rollback(ctx context.Context, v, to cowfs.Volume) error {
 	return nil
 }
 
+func (b *Backend) RollbackProject(ctx context.Context, project, to cowfs.Volume) error {
+	if project.Kind != cowfs.KindProject {
+		return fmt.Errorf("rolling back project %s: not a project: %w", project.Name, cowfs.ErrInvalidName)
+	}
+	// Snapshot of a project made project@NAME and a read-only clone of it;
+	// ZFS rolls a dataset back to one of its own snapshots, atomically.
+	if to.Kind != cowfs.KindReadOnly || !to.Ours || !strings.HasPrefix(to.ID, project.ID+"@") {
+		return fmt.Errorf("rolling back project %s to %s: not a snapshot sandboxd took of it: %w", project.Name, to.Name, cowfs.ErrInvalidName)
+	}
+	snap := &gozfs.Dataset{Name: to.ID, Type: gozfs.DatasetSnapshot}
+	if err := snap.Rollback(false); err != nil {
+		err = classify(err)
+		if strings.Contains(err.Error(), "more recent snapshots") {
+			return fmt.Errorf("rolling back project %s to %s: later snapshots of it exist (sandboxes made since), and ZFS would destroy them: %w", project.Name, to.Name, cowfs.ErrBusy)
+		}
+		return fmt.Errorf("rolling back project %s to %s: %w", project.Name, to.Name, err)
+	}
+	return nil
+}
+
 func (b *Backend) ChangedSince(ctx context.Context, v, since cowfs.Volume) (bool, error) {
 	if !b.info.Capabilities.Generation {
 		return false, fmt.Errorf("telling whether %s changed since %s: this ZFS (%s) has no \"written@\" property: %w", v.Name, since.Name, b.info.Version, cowfs.ErrUnsupported)
