@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandboxd/cowfs"
+	"github.com/sandboxd/sandboxd/internal/crashpoint"
 )
 
 // ErrUnsafePath: a change names a path that leaves its tree (a "..", an
@@ -73,12 +74,15 @@ func Apply(ctx context.Context, changes []cowfs.Change, src, dst string) (Applie
 			return a, fmt.Errorf("applying changes to %s: removing %s: %w", dst, rm, err)
 		}
 	}
-	for _, put := range p.put {
+	for i, put := range p.put {
 		if err := ctx.Err(); err != nil {
 			return a, err
 		}
 		if err := ap.put(put.path, put.tree); err != nil {
 			return a, fmt.Errorf("applying changes to %s: writing %s: %w", dst, put.path, err)
+		}
+		if i+1 == (len(p.put)+1)/2 {
+			crashpoint.Hit(crashpoint.PromoteApplying)
 		}
 	}
 	for _, m := range p.meta {

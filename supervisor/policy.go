@@ -39,6 +39,12 @@ func WithCaller(ctx context.Context, uid uint32) context.Context {
 	return context.WithValue(ctx, callerKey{}, uid)
 }
 
+// CallerUID is the uid WithCaller marked ctx with.
+func CallerUID(ctx context.Context) (uint32, bool) {
+	uid, ok := ctx.Value(callerKey{}).(uint32)
+	return uid, ok
+}
+
 func callerOf(ctx context.Context) *uint32 {
 	if uid, ok := ctx.Value(callerKey{}).(uint32); ok {
 		return &uid

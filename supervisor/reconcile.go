@@ -23,6 +23,8 @@ type Report struct {
 	// Orphans: sandboxd's volumes and scopes that no record names.
 	OrphanVolumes []string
 	OrphanScopes  []string
+	// Promotions a crash interrupted: rolled back, or found done.
+	Promotions []string
 }
 
 // Reconcile makes the records, the volumes and the scopes agree, as the
@@ -76,6 +78,15 @@ func (s *Supervisor) Reconcile(ctx context.Context) (Report, error) {
 			rep.Lost = append(rep.Lost, rec.ID)
 		}
 		s.log.Info("reconciled", "SANDBOX_ID", rec.ID, "ACTION", "reconcile", "result", did)
+	}
+	// Promotions a crash interrupted, before the orphans: their rollback
+	// points are needed first.
+	if err := s.reconcilePromotions(ctx, &rep); err != nil {
+		errs = append(errs, err)
+	}
+	vols, err = s.cfg.Backend.List(ctx)
+	if err != nil {
+		return rep, errors.Join(append(errs, fmt.Errorf("reconciling: %w", err))...)
 	}
 	// Orphan volumes: checkpoints first (snapshots of the sandboxes),
 	// then sandboxes (clones of the bases).

@@ -81,6 +81,8 @@ type Config struct {
 	// Audit records every state-changing action (nil: none).
 	Audit *audit.Log
 	Log   *slog.Logger
+	// Stages are where promotions go, in order ("": the project alone).
+	Stages []Stage
 }
 
 // Supervisor owns the sandboxes of this host: their volumes, scopes and
@@ -97,6 +99,7 @@ type Supervisor struct {
 	reaper    reaper
 	worlds    worlds
 	commands  commands
+	gate      projectGate
 }
 
 // New makes a Supervisor. Call LoadProjects, then Reconcile, before
@@ -133,6 +136,9 @@ type CreateOptions struct {
 	ReadOnlyProject *bool
 
 	hidden, readOnly []string // the host's and the profile's
+	// gateHeld: the caller (a promotion's checks) holds the project's
+	// gate already.
+	gateHeld bool
 }
 
 // Sandbox is a sandbox as callers see it.
@@ -286,7 +292,15 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 			return sb, fmt.Errorf("creating sandbox %s: %w", id, err)
 		}
 	}
+	// Not while a promotion writes or checks the project (projectGate).
+	ungate := func() {}
+	if !opts.gateHeld {
+		gate := s.gate.of(opts.Project)
+		gate.RLock()
+		ungate = gate.RUnlock
+	}
 	base, err := s.cfg.Backend.Snapshot(ctx, project, rec.Base, true)
+	ungate()
 	if err != nil {
 		return sb, fmt.Errorf("creating sandbox %s: %w", id, err)
 	}

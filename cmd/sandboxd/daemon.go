@@ -97,8 +97,9 @@ func run(ctx context.Context, configPath string) error {
 			DefaultTTL:       time.Duration(lim.DefaultTTL),
 			MaxTTL:           time.Duration(lim.MaxTTL),
 		},
-		Audit: auditLog,
-		Log:   log,
+		Audit:  auditLog,
+		Log:    log,
+		Stages: stagesOf(cfg),
 	})
 	defer sup.Close()
 
@@ -191,4 +192,18 @@ func watchdog(ctx context.Context, every time.Duration) {
 			_, _ = sddaemon.SdNotify(false, sddaemon.SdNotifyWatchdog)
 		}
 	}
+}
+
+// stagesOf is the configuration's stages as the supervisor runs them.
+func stagesOf(cfg *config.Config) []supervisor.Stage {
+	var out []supervisor.Stage
+	for _, st := range cfg.StageList() {
+		out = append(out, supervisor.Stage{
+			Name: st.Name, Target: st.Target, Checks: st.Checks,
+			CheckTimeout: time.Duration(st.CheckTimeout),
+			Admin:        st.Approval == config.ApprovalAdmin,
+			SSHOptions:   st.SSHOptions,
+		})
+	}
+	return out
 }

@@ -40,6 +40,14 @@ func fromSupervisor(err error) *dbus.Error {
 		name = ErrorInvalidArgs
 	case errors.Is(err, supervisor.ErrNoCheckpoint):
 		name = ErrorNoSuchCheckpoint
+	case errors.Is(err, supervisor.ErrConflict):
+		name = ErrorConflict
+	case errors.Is(err, supervisor.ErrBusy):
+		name = ErrorBusy
+	case errors.Is(err, supervisor.ErrNoPromotion):
+		name = ErrorNoSuchPromotion
+	case errors.Is(err, supervisor.ErrNothingToPromote):
+		name = ErrorWrongState
 	}
 	return dbus.NewError(name, []any{err.Error()})
 }

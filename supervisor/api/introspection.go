@@ -41,6 +41,20 @@ const ManagerXML = xmlHeader + `<node>
   <method name="RemoveProject">
    <arg type="s" name="name" direction="in"/>
   </method>
+  <method name="ListPromotions">
+   <arg type="a(ssssssut)" name="promotions" direction="out"/>
+  </method>
+  <method name="GetPromotion">
+   <arg type="s" name="id" direction="in"/>
+   <arg type="s" name="record" direction="out"/>
+  </method>
+  <method name="ApprovePromotion">
+   <arg type="s" name="id" direction="in"/>
+  </method>
+  <method name="RejectPromotion">
+   <arg type="s" name="id" direction="in"/>
+   <arg type="s" name="reason" direction="in"/>
+  </method>
   <signal name="SandboxNew">
    <arg type="s" name="id"/>
    <arg type="o" name="object"/>
@@ -99,6 +113,10 @@ const SandboxXML = xmlHeader + `<node>
   </method>
   <method name="Diff">
    <arg type="a(ssss)" name="changes" direction="out"/>
+  </method>
+  <method name="Promote">
+   <arg type="a{sv}" name="options" direction="in"/>
+   <arg type="s" name="promotion" direction="out"/>
   </method>
   <signal name="CommandExited">
    <arg type="s" name="command"/>

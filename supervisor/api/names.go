@@ -39,6 +39,13 @@ const (
 	// ErrorExists: the name is taken, by another sandbox (CreateSandbox's
 	// Name) or project (AddProject).
 	ErrorExists = "org.sandboxd1.Error.Exists"
+	// ErrorConflict: a promotion's change set and the project's own
+	// changes since the sandbox's base touch the same paths.
+	ErrorConflict = "org.sandboxd1.Error.Conflict"
+	// ErrorBusy: another promotion of the same project is under way.
+	ErrorBusy = "org.sandboxd1.Error.Busy"
+	// ErrorNoSuchPromotion: no promotion of that id that the caller may see.
+	ErrorNoSuchPromotion = "org.sandboxd1.Error.NoSuchPromotion"
 )
 
 // Standard errors of objects and properties (D-Bus specification).

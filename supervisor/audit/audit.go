@@ -32,6 +32,35 @@ type Entry struct {
 	// Location of a project added or removed (project-add,
 	// project-remove): the volume the project's name stood for.
 	Location string `json:"location,omitempty"`
+	// Promotion is a promotion's step (promote, promote-stage,
+	// promote-waiting, promote-approve, promote-reject, promote-done).
+	Promotion *Promotion `json:"promotion,omitempty"`
+}
+
+// Promotion is what the audit log keeps of a promotion's step: which
+// promotion and stage, the change set's size and digest, the conflicts
+// forced over, the checks' results and an admin's decision.
+type Promotion struct {
+	ID         string   `json:"id"`
+	State      string   `json:"state"`
+	Stage      string   `json:"stage,omitempty"`
+	Target     string   `json:"target,omitempty"`
+	StageState string   `json:"stage_state,omitempty"`
+	Changes    int      `json:"changes"`
+	Digest     string   `json:"digest,omitempty"`
+	Conflicts  []string `json:"conflicts,omitempty"`
+	Forced     bool     `json:"forced,omitempty"`
+	Checks     []Check  `json:"checks,omitempty"`
+	Approved   bool     `json:"approved,omitempty"`
+	DecidedBy  *uint32  `json:"decided_by,omitempty"`
+}
+
+// Check is one check's result.
+type Check struct {
+	Command  string `json:"command"`
+	How      string `json:"how"`
+	Status   int    `json:"status"`
+	Duration string `json:"duration"`
 }
 
 // Log is the open audit file. A nil *Log records nothing.

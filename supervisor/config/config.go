@@ -58,6 +58,57 @@ type Config struct {
 	// built-in profiles are not in it: use Profile and ProfileNames,
 	// which know them.
 	Profiles map[string]Profile `toml:"profile"`
+	// Stages are the [[stage]] list, in order: where a promotion carries
+	// a sandbox's changes. Without any, there is one: "project".
+	Stages []Stage `toml:"stage"`
+}
+
+// Stage targets other than a path or an ssh:// address.
+const (
+	// TargetProject is the sandbox's own project.
+	TargetProject = "project"
+	// ProjectPlaceholder in a target is replaced by the project's name.
+	ProjectPlaceholder = "{project}"
+)
+
+// Values of stage.approval.
+const (
+	ApprovalAuto  = "auto"
+	ApprovalAdmin = "admin"
+)
+
+// Stage is one [[stage]] entry.
+type Stage struct {
+	Name string `toml:"name"`
+	// Target is "project", an absolute path on this host, or
+	// ssh://[user@]host[:port]/path; "{project}" in it is replaced by the
+	// project's name. A path or ssh target is a replica on btrfs that
+	// sandboxd keeps by send and receive.
+	Target string `toml:"target"`
+	// Checks are shell commands run against the promoted state; each
+	// must exit 0 for the stage to pass.
+	Checks []string `toml:"checks"`
+	// CheckTimeout bounds each check (0: 10 minutes).
+	CheckTimeout Duration `toml:"check_timeout"`
+	// Approval is "auto" or "admin": an admin must approve the stage
+	// before anything is applied to it.
+	Approval string `toml:"approval"`
+	// SSHOptions are extra ssh arguments for an ssh target, like
+	// ["-i", "/etc/sandboxd/id_ed25519"].
+	SSHOptions []string `toml:"ssh_options"`
+}
+
+// DefaultStages is the list without any [[stage]]: the project alone.
+func DefaultStages() []Stage {
+	return []Stage{{Name: "project", Target: TargetProject, Approval: ApprovalAuto}}
+}
+
+// StageList is the configured stages, or DefaultStages.
+func (c *Config) StageList() []Stage {
+	if len(c.Stages) == 0 {
+		return DefaultStages()
+	}
+	return c.Stages
 }
 
 // Access is the [access] section: who may use sandboxd through its D-Bus

@@ -143,6 +143,7 @@ func (c *Config) validate(file string, w *where) error {
 	}
 
 	v.sandbox(c)
+	v.stages(c)
 
 	if len(v.errs) == 0 {
 		return nil
@@ -271,5 +272,58 @@ func (v *validator) dataset(line int, key, name string) {
 	if problem := cowfs.DatasetNameProblem(name); problem != "" {
 		v.add(line, key, nil, `%s = %q %s: want pool/child like "tank/sandboxd", of letters, digits, '_', '-', '.' and ':' joined by single "/"`,
 			key, name, problem)
+	}
+}
+
+// stages checks the [[stage]] list: names, targets, approvals.
+func (v *validator) stages(c *Config) {
+	seen := map[string]int{}
+	for i, st := range c.Stages {
+		key := func(k string) string { return elemName(toml.Key{"stage"}, i, toml.Key{k}) }
+		line := func(k string) int {
+			var rest toml.Key
+			if k != "" {
+				rest = toml.Key{k}
+			}
+			return v.w.elemLine(toml.Key{"stage"}, i, rest)
+		}
+		if err := cowfs.ValidateName(st.Name); err != nil {
+			v.add(line("name"), key("name"), err, "%s = %q is not a valid stage name: "+nameRule, key("name"), st.Name, cowfs.MaxNameLen)
+		} else if j, dup := seen[st.Name]; dup {
+			v.add(line("name"), key("name"), nil, "%s = %q is taken by stage[%d]: each stage needs its own name", key("name"), st.Name, j)
+		} else {
+			seen[st.Name] = i
+		}
+		target := strings.ReplaceAll(st.Target, ProjectPlaceholder, "x")
+		switch {
+		case st.Target == TargetProject:
+			if i != 0 {
+				v.add(line("target"), key("target"), nil, `%s = "project": the project must be the first stage, which the others are fed from`, key("target"))
+			}
+		case strings.HasPrefix(target, "/"):
+			v.path(line("target"), key("target"), target)
+		case strings.HasPrefix(target, "ssh://"):
+			rest := strings.TrimPrefix(target, "ssh://")
+			host, p, ok := strings.Cut(rest, "/")
+			if !ok || host == "" || path.Clean("/"+p) != "/"+p || p == "" {
+				v.add(line("target"), key("target"), nil, `%s = %q: want ssh://[user@]host[:port]/absolute/path`, key("target"), st.Target)
+			}
+		default:
+			v.add(line("target"), key("target"), nil, `%s = %q: want "project", an absolute path, or ssh://[user@]host[:port]/path`, key("target"), st.Target)
+		}
+		if i == 0 && st.Target != TargetProject {
+			v.add(line("target"), key("target"), nil, `%s = %q: the first stage must be the project (target = "project")`, key("target"), st.Target)
+		}
+		if st.Approval != "" {
+			v.oneOf(line("approval"), key("approval"), st.Approval, []string{ApprovalAuto, ApprovalAdmin})
+		}
+		for _, ch := range st.Checks {
+			if strings.TrimSpace(ch) == "" {
+				v.add(line("checks"), key("checks"), nil, "%s holds an empty command", key("checks"))
+			}
+		}
+		if st.CheckTimeout < 0 {
+			v.add(line("check_timeout"), key("check_timeout"), nil, "%s is negative", key("check_timeout"))
+		}
 	}
 }

@@ -118,7 +118,9 @@ type Store struct {
 	path     string
 	mirror   string // records/ beside the database
 	projects string // projects/ beside the database: the projects' mirror
-	recover  Recovery
+	// promotions/ beside the database: the promotions' mirror.
+	promotions string
+	recover    Recovery
 }
 
 // Recovery says what Open had to do to a database it could not use.
@@ -127,8 +129,9 @@ type Recovery struct {
 	CorruptMovedTo string
 	// Rebuilt is how many records were read back from the mirror, and
 	// Projects how many added projects.
-	Rebuilt  int
-	Projects int
+	Rebuilt    int
+	Projects   int
+	Promotions int
 }
 
 // Recovery tells what Open found and did (nothing, usually).
@@ -141,7 +144,8 @@ func (s *Store) Recovery() Recovery { return s.recover }
 func Open(path string, lockWait time.Duration) (*Store, error) {
 	mirror := filepath.Join(filepath.Dir(path), "records")
 	projects := filepath.Join(filepath.Dir(path), "projects")
-	for _, dir := range []string{mirror, projects} {
+	promotions := filepath.Join(filepath.Dir(path), "promotions")
+	for _, dir := range []string{mirror, projects, promotions} {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return nil, fmt.Errorf("opening state %s: %w", path, err)
 		}
@@ -162,7 +166,7 @@ func Open(path string, lockWait time.Duration) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{db: db, path: path, mirror: mirror, projects: projects}
+	s := &Store{db: db, path: path, mirror: mirror, projects: projects, promotions: promotions}
 	if fresh {
 		if rec.Rebuilt, err = s.rebuild(); err != nil {
 			db.Close()
@@ -171,6 +175,10 @@ func Open(path string, lockWait time.Duration) (*Store, error) {
 		if rec.Projects, err = s.rebuildProjects(); err != nil {
 			db.Close()
 			return nil, fmt.Errorf("rebuilding state %s from %s: %w", path, projects, err)
+		}
+		if rec.Promotions, err = s.rebuildPromotions(); err != nil {
+			db.Close()
+			return nil, fmt.Errorf("rebuilding state %s from %s: %w", path, promotions, err)
 		}
 	}
 	s.recover = rec
@@ -188,7 +196,7 @@ func openDB(path string, lockWait time.Duration) (*bolt.DB, error) {
 		return nil, fmt.Errorf("opening state %s: %w", path, err)
 	}
 	if err := db.Update(func(tx *bolt.Tx) error {
-		for _, name := range [][]byte{bucket, projectsBucket} {
+		for _, name := range [][]byte{bucket, projectsBucket, promotionsBucket} {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return err
 			}
@@ -203,27 +211,39 @@ func openDB(path string, lockWait time.Duration) (*bolt.DB, error) {
 
 // rebuild loads every mirrored record into the (new) database.
 func (s *Store) rebuild() (int, error) {
-	entries, err := os.ReadDir(s.mirror)
+	return rebuildBucket(s.db, s.mirror, bucket, func(data []byte) string {
+		var r Record
+		if json.Unmarshal(data, &r) != nil {
+			return ""
+		}
+		return r.ID
+	})
+}
+
+// rebuildBucket loads each mirror file NAME.json of dir into bkt under
+// NAME, if keyOf (the key the file's own content says) agrees; a file
+// that does not is left out: unreadable, or a temporary file a crash left.
+func rebuildBucket(db *bolt.DB, dir string, bkt []byte, keyOf func([]byte) string) (int, error) {
+	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return 0, err
 	}
 	n := 0
-	err = s.db.Update(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucket)
+	err = db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bkt)
 		for _, e := range entries {
-			id, ok := strings.CutSuffix(e.Name(), ".json")
+			key, ok := strings.CutSuffix(e.Name(), ".json")
 			if !ok {
-				continue // a temporary file a crash left
+				continue
 			}
-			data, err := os.ReadFile(filepath.Join(s.mirror, e.Name()))
+			data, err := os.ReadFile(filepath.Join(dir, e.Name()))
 			if err != nil {
 				return err
 			}
-			var r Record
-			if err := json.Unmarshal(data, &r); err != nil || r.ID != id {
-				continue // unreadable: the reconcile treats its parts as orphans
+			if keyOf(data) != key {
+				continue
 			}
-			if err := b.Put([]byte(r.ID), data); err != nil {
+			if err := b.Put([]byte(key), data); err != nil {
 				return err
 			}
 			n++
@@ -447,34 +467,14 @@ func (s *Store) DeleteProject(name string) error {
 	})
 }
 
-// rebuildProjects loads every mirrored project into the (new) database.
+// rebuildProjects loads every mirrored project into the (new) database;
+// one it cannot read the operator adds again.
 func (s *Store) rebuildProjects() (int, error) {
-	entries, err := os.ReadDir(s.projects)
-	if err != nil {
-		return 0, err
-	}
-	n := 0
-	err = s.db.Update(func(tx *bolt.Tx) error {
-		b := tx.Bucket(projectsBucket)
-		for _, e := range entries {
-			name, ok := strings.CutSuffix(e.Name(), ".json")
-			if !ok {
-				continue // a temporary file a crash left
-			}
-			data, err := os.ReadFile(filepath.Join(s.projects, e.Name()))
-			if err != nil {
-				return err
-			}
-			var p Project
-			if err := json.Unmarshal(data, &p); err != nil || p.Name != name {
-				continue // unreadable: the operator adds it again
-			}
-			if err := b.Put([]byte(p.Name), data); err != nil {
-				return err
-			}
-			n++
+	return rebuildBucket(s.db, s.projects, projectsBucket, func(data []byte) string {
+		var p Project
+		if json.Unmarshal(data, &p) != nil {
+			return ""
 		}
-		return nil
+		return p.Name
 	})
-	return n, err
 }

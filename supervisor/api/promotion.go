@@ -1,0 +1,173 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/godbus/dbus/v5"
+
+	"github.com/sandboxd/sandboxd/supervisor"
+)
+
+// PromotionEntry is one of ListPromotions' entries: a(ssssssut).
+type PromotionEntry struct {
+	ID          string `json:"id"`
+	Sandbox     string `json:"sandbox"`
+	SandboxName string `json:"sandbox_name"`
+	Project     string `json:"project"`
+	State       string `json:"state"` // running, waiting, done, failed, rejected
+	Stage       string `json:"stage"` // the stage it is at, or ended at
+	Changes     uint32 `json:"changes"`
+	Created     uint64 `json:"created"` // µs since the epoch
+}
+
+// Promote(a{sv} options) -> (s promotion) starts promoting the sandbox's
+// changes through the stages. Options: Force (b) applies over conflicts;
+// To (s) is the last stage to go to. It returns once the change set is
+// known and free of conflicts; the stages run on, and GetPromotion tells
+// where they are.
+func (o sandboxObject) Promote(sender dbus.Sender, msg dbus.Message, opts map[string]dbus.Variant) (string, *dbus.Error) {
+	var pid string
+	derr := o.onSandbox(sender, msg, "Promote", func(ctx context.Context, id string) error {
+		uid, _ := supervisor.CallerUID(ctx)
+		po := supervisor.PromoteOptions{Owner: uid}
+		for name, v := range opts {
+			switch name {
+			case "Force":
+				b, ok := v.Value().(bool)
+				if !ok {
+					return fmt.Errorf("option Force has type %s; want b: %w", v.Signature(), supervisor.ErrInvalid)
+				}
+				po.Force = b
+			case "To":
+				s, ok := v.Value().(string)
+				if !ok {
+					return fmt.Errorf("option To has type %s; want s: %w", v.Signature(), supervisor.ErrInvalid)
+				}
+				po.To = s
+			default:
+				return fmt.Errorf("unknown option %q (known: Force, To): %w", name, supervisor.ErrInvalid)
+			}
+		}
+		p, err := o.s.sup.Promote(ctx, id, po)
+		pid = p.ID
+		return err
+	})
+	return pid, derr
+}
+
+// visiblePromotion says whether the caller may see promotion p: its own,
+// or any for an admin.
+func visiblePromotion(who caller, p supervisor.Promotion) bool {
+	return who.admin || p.Owner == who.uid
+}
+
+// ListPromotions() -> a(ssssssut): the promotions the caller may see,
+// oldest first.
+func (m manager) ListPromotions(sender dbus.Sender) ([]PromotionEntry, *dbus.Error) {
+	s := m.s
+	r, derr := s.begin(sender, "ListPromotions")
+	if derr != nil {
+		return nil, derr
+	}
+	ps, err := s.sup.Promotions(r.ctx)
+	if err != nil {
+		return nil, s.end(r, "", fromSupervisor(err))
+	}
+	out := []PromotionEntry{}
+	for _, p := range ps {
+		if !visiblePromotion(r.who, p) {
+			continue
+		}
+		out = append(out, PromotionEntry{
+			ID: p.ID, Sandbox: p.Sandbox, SandboxName: p.SandboxName, Project: p.Project,
+			State: string(p.State), Stage: currentStage(p), Changes: uint32(p.Changes), Created: micros(p.Created),
+		})
+	}
+	return out, s.end(r, "", nil)
+}
+
+// currentStage is the stage a promotion is at: the first not passed.
+func currentStage(p supervisor.Promotion) string {
+	for _, st := range p.Stages {
+		if st.State != "passed" && st.State != "skipped" {
+			return st.Name
+		}
+	}
+	if len(p.Stages) == 0 {
+		return ""
+	}
+	return p.Stages[len(p.Stages)-1].Name
+}
+
+// GetPromotion(s id) -> (s record): the promotion's whole record as JSON
+// (docs/dbus-api.md shows its fields): each stage's state, checks with
+// the end of their output, approvals, conflicts.
+func (m manager) GetPromotion(sender dbus.Sender, id string) (string, *dbus.Error) {
+	s := m.s
+	r, derr := s.begin(sender, "GetPromotion")
+	if derr != nil {
+		return "", derr
+	}
+	p, derr := s.promotion(r, id)
+	if derr != nil {
+		return "", s.end(r, "", derr)
+	}
+	data, err := json.Marshal(p)
+	if err != nil {
+		return "", s.end(r, "", fromSupervisor(err))
+	}
+	return string(data), s.end(r, "", nil)
+}
+
+// promotion returns promotion id if the caller may see it.
+func (s *Server) promotion(r *request, id string) (supervisor.Promotion, *dbus.Error) {
+	if !ValidID(id) {
+		return supervisor.Promotion{}, dbusError(ErrorInvalidArgs, "%q is not a promotion id", id)
+	}
+	p, err := s.sup.GetPromotion(r.ctx, id)
+	if err != nil || !visiblePromotion(r.who, p) {
+		return p, dbusError(ErrorNoSuchPromotion, "no promotion %q", id)
+	}
+	return p, nil
+}
+
+// ApprovePromotion(s id): an admin lets a promotion that waits go on to
+// its next stage.
+func (m manager) ApprovePromotion(sender dbus.Sender, id string) *dbus.Error {
+	return m.decide(sender, "ApprovePromotion", id, func(ctx context.Context, uid uint32) error {
+		_, err := m.s.sup.Approve(ctx, id, uid)
+		return err
+	})
+}
+
+// RejectPromotion(s id, s reason): an admin ends a promotion that waits.
+func (m manager) RejectPromotion(sender dbus.Sender, id, reason string) *dbus.Error {
+	return m.decide(sender, "RejectPromotion", id, func(ctx context.Context, uid uint32) error {
+		_, err := m.s.sup.Reject(ctx, id, uid, reason)
+		return err
+	})
+}
+
+func (m manager) decide(sender dbus.Sender, action, id string, fn func(ctx context.Context, uid uint32) error) *dbus.Error {
+	s := m.s
+	r, derr := s.begin(sender, action)
+	if derr != nil {
+		return derr
+	}
+	p, derr := s.promotion(r, id)
+	if derr != nil {
+		return s.end(r, "", derr)
+	}
+	if !r.who.admin {
+		return s.end(r, p.Sandbox, dbusError(ErrorAccessDenied,
+			"%s %s: uid %d may not decide on promotions (only root and admins may: [access] admin_users, admin_groups)",
+			strings.ToLower(strings.TrimSuffix(action, "Promotion")), id, r.who.uid))
+	}
+	if err := fn(r.ctx, r.who.uid); err != nil {
+		return s.end(r, p.Sandbox, fromSupervisor(err))
+	}
+	return s.end(r, p.Sandbox, nil)
+}

@@ -1,0 +1,809 @@
+package supervisor
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sandboxd/sandboxd/cowfs"
+	"github.com/sandboxd/sandboxd/internal/crashpoint"
+	"github.com/sandboxd/sandboxd/promote"
+	"github.com/sandboxd/sandboxd/supervisor/audit"
+	"github.com/sandboxd/sandboxd/supervisor/nsinit"
+	"github.com/sandboxd/sandboxd/supervisor/state"
+)
+
+var (
+	// ErrConflict: the project changed, since the sandbox's base, paths
+	// that the sandbox changed too. The error lists them.
+	ErrConflict = errors.New("conflicting changes")
+	// ErrBusy: another promotion of the same project is under way.
+	ErrBusy = errors.New("busy")
+	// ErrNoPromotion: no promotion with that id.
+	ErrNoPromotion = state.ErrNoPromotion
+	// ErrNothingToPromote: the sandbox changed nothing since its base.
+	ErrNothingToPromote = errors.New("nothing to promote")
+)
+
+// Promotion is the record of a promotion, as callers see it.
+type Promotion = state.Promotion
+
+// Stage is a configured stage (sandboxd.toml's [[stage]]).
+type Stage struct {
+	Name string
+	// Target is "project", a path on this host, or an ssh:// address;
+	// "{project}" is replaced by the project's name.
+	Target       string
+	Checks       []string
+	CheckTimeout time.Duration // 0: defaultCheckTimeout
+	// Admin: an admin approves the stage before anything is applied to it.
+	Admin      bool
+	SSHOptions []string
+}
+
+const (
+	defaultCheckTimeout = 10 * time.Minute
+	// checkOutput is how much of a check's output its record keeps (the
+	// end, where failures are told).
+	checkOutput = 4 << 10
+)
+
+// stages are the configured stages, or the project alone.
+func (s *Supervisor) stages() []Stage {
+	if len(s.cfg.Stages) == 0 {
+		return []Stage{{Name: "project", Target: "project"}}
+	}
+	return s.cfg.Stages
+}
+
+// PromoteOptions are what a caller asks of a promotion.
+type PromoteOptions struct {
+	// Force applies the change set over conflicts (they are audited).
+	Force bool
+	// To is the last stage to go to ("": all of them).
+	To string
+	// Owner is the caller's uid; the checks run as that user.
+	Owner uint32
+}
+
+// Names of a promotion's volumes: the sandbox's source snapshot, each
+// stage's rollback point, and the promoted project's snapshot that the
+// replica stages receive. Reconcile removes those of finished promotions.
+func promotionPrefix(pid string) string { return "pv-" + pid + "-" }
+func sourceName(pid string) string      { return promotionPrefix(pid) + "src" }
+func rollbackName(pid string, stage int) string {
+	return fmt.Sprintf("%srp%d", promotionPrefix(pid), stage)
+}
+func promotedName(pid string) string { return promotionPrefix(pid) + "out" }
+
+// checkSandboxName is the name of the sandbox a promotion's checks run in.
+func checkSandboxName(pid string) string { return "check-" + pid }
+
+// promotionOf tells a promotion volume's promotion id.
+func promotionOf(volume string) (string, bool) {
+	rest, ok := strings.CutPrefix(volume, "pv-")
+	if !ok {
+		return "", false
+	}
+	pid, _, ok := strings.Cut(rest, "-")
+	return pid, ok
+}
+
+// projectGate keeps sandbox creates from snapshotting a project while a
+// promotion writes it or checks it: a new sandbox gets the project from
+// before the promotion's stage or from after it, never between.
+type projectGate struct {
+	mu    sync.Mutex
+	gates map[string]*sync.RWMutex
+	busy  map[string]string // project -> the promotion under way
+}
+
+func (g *projectGate) of(project string) *sync.RWMutex {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.gates == nil {
+		g.gates = map[string]*sync.RWMutex{}
+	}
+	m, ok := g.gates[project]
+	if !ok {
+		m = &sync.RWMutex{}
+		g.gates[project] = m
+	}
+	return m
+}
+
+// claim marks project as being promoted by pid, or says who is.
+func (g *projectGate) claim(project, pid string) (string, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.busy == nil {
+		g.busy = map[string]string{}
+	}
+	if other, ok := g.busy[project]; ok {
+		return other, false
+	}
+	g.busy[project] = pid
+	return "", true
+}
+
+func (g *projectGate) release(project string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	delete(g.busy, project)
+}
+
+// Promote starts promoting what sandbox id changed through the stages. It
+// returns once the change set is known and found free of conflicts with
+// the project (or forced), with the promotion's record; the stages then
+// run in the background, and the record (Promotion) says where they are.
+// A conflict is refused here, with ErrConflict naming every path.
+func (s *Supervisor) Promote(ctx context.Context, id string, o PromoteOptions) (p Promotion, err error) {
+	unlock := s.lock(id)
+	defer unlock()
+	rec, err := s.cfg.Store.Get(id)
+	if err != nil {
+		return p, err
+	}
+	what := "promoting sandbox " + id
+	defer func() { s.auditPromotion(ctx, "promote", p, -1, err) }()
+	if !slices.Contains([]state.State{state.Ready, state.Running, state.Frozen, state.Stopped}, rec.State) {
+		return p, fmt.Errorf("%s: it is %s: %w", what, rec.State, ErrWrongState)
+	}
+	stages := s.stages()
+	last := len(stages) - 1
+	if o.To != "" {
+		last = slices.IndexFunc(stages, func(st Stage) bool { return st.Name == o.To })
+		if last < 0 {
+			return p, fmt.Errorf("%s: no stage %q (stages: %s): %w", what, o.To, stageNames(stages), ErrInvalid)
+		}
+	}
+	location := s.projects.location(rec.Project)
+	if location == "" {
+		return p, fmt.Errorf("%s: its project %q is gone: %w", what, rec.Project, ErrUnknownProject)
+	}
+	project, err := s.cfg.Backend.Project(ctx, location)
+	if err != nil {
+		return p, fmt.Errorf("%s: %w", what, err)
+	}
+	pid := newID()
+	if other, ok := s.gate.claim(rec.Project, pid); !ok {
+		return p, fmt.Errorf("%s: promotion %s of project %s is under way; wait for it (sandboxctl promotions): %w", what, other, rec.Project, ErrBusy)
+	}
+	handed := false
+	defer func() {
+		if !handed {
+			s.gate.release(rec.Project)
+		}
+	}()
+	now := time.Now().UTC()
+	p = Promotion{
+		ID: pid, Sandbox: id, SandboxName: rec.Name, Project: rec.Project, Owner: o.Owner,
+		State: state.PromotionRunning, Source: sourceName(pid), Base: rec.Base, Force: o.Force,
+		Created: now, Updated: now,
+	}
+	for i, st := range stages {
+		run := state.StageRun{Name: st.Name, Target: s.stageTarget(st, rec.Project), State: state.StagePending, Approval: "auto"}
+		if st.Admin {
+			run.Approval = "admin"
+		}
+		if i > last {
+			run.State = state.StageSkipped
+		}
+		p.Stages = append(p.Stages, run)
+	}
+	// The record first (I5: every volume made after is named by it).
+	if err := s.cfg.Store.PutPromotion(p); err != nil {
+		return p, fmt.Errorf("%s: %w", what, err)
+	}
+	crashpoint.Hit(crashpoint.PromoteRecorded)
+	fail := func(err error) (Promotion, error) {
+		p.State, p.Error, p.Updated = state.PromotionFailed, err.Error(), time.Now().UTC()
+		_ = s.cfg.Store.PutPromotion(p)
+		s.deletePromotionVolumes(context.WithoutCancel(ctx), pid, false)
+		return p, err
+	}
+
+	// The source: what the sandbox holds now, read-only (I2).
+	vol, err := s.cfg.Backend.Get(ctx, rec.Volume)
+	if err != nil {
+		return fail(fmt.Errorf("%s: %w", what, err))
+	}
+	source, err := s.cfg.Backend.Snapshot(ctx, vol, p.Source, true)
+	if err != nil {
+		return fail(fmt.Errorf("%s: its source snapshot: %w", what, err))
+	}
+	crashpoint.Hit(crashpoint.PromoteSource)
+	base, err := s.cfg.Backend.Get(ctx, rec.Base)
+	if err != nil {
+		return fail(fmt.Errorf("%s: %w", what, err))
+	}
+	changes, err := s.cfg.Backend.Changes(ctx, base, source)
+	if err != nil {
+		return fail(fmt.Errorf("%s: listing its changes: %w", what, err))
+	}
+	if len(changes) == 0 {
+		return fail(fmt.Errorf("%s: it changed nothing since its base: %w", what, ErrNothingToPromote))
+	}
+	p.Changes, p.Digest = len(changes), digest(changes)
+
+	// Conflicts, against a snapshot of the project that is the first
+	// stage's rollback point too, unless that stage waits for approval
+	// (the project may move meanwhile: it is taken again then).
+	rp, conflicts, err := s.projectRollbackPoint(ctx, project, base, changes, rollbackName(pid, 0))
+	if err != nil {
+		return fail(fmt.Errorf("%s: %w", what, err))
+	}
+	p.Conflicts = conflicts
+	if len(conflicts) > 0 && !o.Force {
+		return fail(fmt.Errorf("%s: the project changed these paths since the sandbox's base, and so did the sandbox: %s; rebase the sandbox, or force: %w",
+			what, strings.Join(conflicts, ", "), ErrConflict))
+	}
+	if stages[0].Admin {
+		if err := s.cfg.Backend.Delete(ctx, rp); err != nil {
+			return fail(fmt.Errorf("%s: %w", what, err))
+		}
+	} else {
+		p.Stages[0].RollbackPoint = rp.Name
+	}
+	p.Updated = time.Now().UTC()
+	if err := s.cfg.Store.PutPromotion(p); err != nil {
+		return fail(fmt.Errorf("%s: %w", what, err))
+	}
+	s.log.Info("promotion started", "SANDBOX_ID", id, "ACTION", "promote", "promotion", pid,
+		"changes", len(changes), "conflicts_forced", len(conflicts), "CALLER_UID", o.Owner)
+	handed = true
+	go s.runPromotion(pid, changes)
+	return p, nil
+}
+
+// projectRollbackPoint takes a read-only snapshot of project, named name,
+// and lists the paths that project changed since base which changes
+// touch too.
+func (s *Supervisor) projectRollbackPoint(ctx context.Context, project, base cowfs.Volume, changes []cowfs.Change, name string) (cowfs.Volume, []string, error) {
+	rp, err := s.cfg.Backend.Snapshot(ctx, project, name, true)
+	if err != nil {
+		return rp, nil, fmt.Errorf("taking the project's rollback point: %w", err)
+	}
+	theirs, err := s.cfg.Backend.Changes(ctx, base, rp)
+	if err != nil {
+		_ = s.cfg.Backend.Delete(context.WithoutCancel(ctx), rp)
+		return rp, nil, fmt.Errorf("listing the project's changes since the base: %w", err)
+	}
+	var paths []string
+	for _, c := range promote.Conflicts(changes, theirs) {
+		paths = append(paths, c.Path)
+	}
+	return rp, paths, nil
+}
+
+// runPromotion runs the promotion's stages from the first that is not
+// passed, until one fails, waits for approval, or all are passed.
+func (s *Supervisor) runPromotion(pid string, changes []cowfs.Change) {
+	ctx := context.Background()
+	p, err := s.cfg.Store.Promotion(pid)
+	if err != nil {
+		s.log.Error("running a promotion", "promotion", pid, "error", err)
+		return
+	}
+	defer s.gate.release(p.Project)
+	for i := range p.Stages {
+		st := &p.Stages[i]
+		if st.State == state.StagePassed {
+			continue
+		}
+		if st.State == state.StageSkipped {
+			break
+		}
+		if st.Approval == "admin" && !st.Approved {
+			st.State = state.StageWaiting
+			p.State = state.PromotionWaiting
+			s.putPromotion(&p)
+			s.auditPromotion(ctx, "promote-waiting", p, i, nil)
+			s.log.Info("promotion waits for an admin's approval", "promotion", pid, "stage", st.Name)
+			return
+		}
+		if err := s.runStage(ctx, &p, i, changes); err != nil {
+			st.State, st.Error, st.Ended = state.StageFailed, err.Error(), time.Now().UTC()
+			p.State, p.Error = state.PromotionFailed, fmt.Sprintf("stage %s: %v", st.Name, err)
+			s.putPromotion(&p)
+			s.auditPromotion(ctx, "promote-stage", p, i, err)
+			s.deletePromotionVolumes(ctx, pid, false)
+			s.log.Warn("promotion failed", "promotion", pid, "stage", st.Name, "error", err)
+			return
+		}
+		s.auditPromotion(ctx, "promote-stage", p, i, nil)
+	}
+	p.State = state.PromotionDone
+	s.putPromotion(&p)
+	s.auditPromotion(ctx, "promote-done", p, -1, nil)
+	s.deletePromotionVolumes(ctx, pid, true)
+	s.log.Info("promotion done", "promotion", pid, "SANDBOX_ID", p.Sandbox)
+}
+
+// putPromotion records p, logging a failure (the daemon's start rolls
+// back a stage whose record did not move on).
+func (s *Supervisor) putPromotion(p *Promotion) {
+	p.Updated = time.Now().UTC()
+	if err := s.cfg.Store.PutPromotion(*p); err != nil {
+		s.log.Error("recording a promotion", "promotion", p.ID, "error", err)
+	}
+}
+
+// runStage applies the change set to stage i, runs its checks, and rolls
+// it back if they fail. It records each step before taking it.
+func (s *Supervisor) runStage(ctx context.Context, p *Promotion, i int, changes []cowfs.Change) error {
+	st := &p.Stages[i]
+	cfg := s.stages()[i]
+	st.Started, st.Error = time.Now().UTC(), ""
+	if cfg.Target != "project" {
+		return s.runReplicaStage(ctx, p, i, cfg)
+	}
+	project, err := s.cfg.Backend.Project(ctx, s.projects.location(p.Project))
+	if err != nil {
+		return err
+	}
+	// Creates of sandboxes of the project wait for the stage's end.
+	gate := s.gate.of(p.Project)
+	gate.Lock()
+	defer gate.Unlock()
+
+	var rp cowfs.Volume
+	if st.RollbackPoint != "" {
+		if rp, err = s.cfg.Backend.Get(ctx, st.RollbackPoint); err != nil {
+			return err
+		}
+	} else {
+		st.RollbackPoint = rollbackName(p.ID, i)
+		st.State = state.StageApplying
+		s.putPromotion(p)
+		base, err := s.cfg.Backend.Get(ctx, p.Base)
+		if err != nil {
+			return err
+		}
+		var conflicts []string
+		if rp, conflicts, err = s.projectRollbackPoint(ctx, project, base, changes, st.RollbackPoint); err != nil {
+			return err
+		}
+		if len(conflicts) > 0 && !p.Force {
+			return fmt.Errorf("the project changed these paths while the stage waited, and so did the sandbox: %s: %w", strings.Join(conflicts, ", "), ErrConflict)
+		}
+		p.Conflicts = conflicts
+	}
+	st.State = state.StageApplying
+	s.putPromotion(p)
+	crashpoint.Hit(crashpoint.PromoteRollbackPoint)
+	source, err := s.cfg.Backend.Get(ctx, p.Source)
+	if err != nil {
+		return err
+	}
+	rollback := func(cause error) error {
+		crashpoint.Hit(crashpoint.PromoteRollingBack)
+		if rerr := s.cfg.Backend.RollbackProject(context.WithoutCancel(ctx), project, rp); rerr != nil {
+			return fmt.Errorf("%w; and rolling the project back to %s failed: %w", cause, rp.Name, rerr)
+		}
+		return cause
+	}
+	applied, err := promote.Apply(ctx, changes, source.Path, project.Path)
+	if err != nil {
+		return rollback(err)
+	}
+	crashpoint.Hit(crashpoint.PromoteApplied)
+	s.log.Info("promotion applied", "promotion", p.ID, "stage", st.Name, "removed", applied.Removed,
+		"written", applied.Written, "cloned_bytes", applied.Cloned, "copied_bytes", applied.Copied)
+
+	st.State = state.StageChecking
+	s.putPromotion(p)
+	if len(cfg.Checks) > 0 {
+		results, err := s.checkInSandbox(ctx, p, cfg)
+		st.Checks = results
+		if err == nil {
+			err = failedCheck(results)
+		}
+		if err != nil {
+			return rollback(err)
+		}
+	}
+	crashpoint.Hit(crashpoint.PromoteChecked)
+	// The replicas receive the project as it is now.
+	if s.hasReplicas() {
+		if _, err := s.cfg.Backend.Snapshot(ctx, project, promotedName(p.ID), true); err != nil {
+			return rollback(fmt.Errorf("snapshotting the promoted project for the next stages: %w", err))
+		}
+	}
+	st.State, st.Ended = state.StagePassed, time.Now().UTC()
+	s.putPromotion(p)
+	crashpoint.Hit(crashpoint.PromotePassed)
+	if err := s.deleteVolume(ctx, st.RollbackPoint); err != nil {
+		s.log.Warn("deleting a passed stage's rollback point", "promotion", p.ID, "volume", st.RollbackPoint, "error", err)
+	}
+	return nil
+}
+
+// failedCheck is the error of the first check that did not pass.
+func failedCheck(results []state.CheckResult) error {
+	for _, r := range results {
+		if r.How != nsinit.Exited || r.Status != 0 {
+			return fmt.Errorf("check %q failed (%s, status %d)", r.Command, r.How, r.Status)
+		}
+	}
+	return nil
+}
+
+func (s *Supervisor) hasReplicas() bool {
+	return slices.ContainsFunc(s.stages(), func(st Stage) bool { return st.Target != "project" })
+}
+
+// checkInSandbox runs the stage's checks, one after the other, in a new
+// sandbox of the promoted project, so that a check that writes cannot
+// change it; the sandbox goes after.
+func (s *Supervisor) checkInSandbox(ctx context.Context, p *Promotion, st Stage) (results []state.CheckResult, err error) {
+	crashpoint.Hit(crashpoint.PromoteChecking)
+	timeout := st.CheckTimeout
+	if timeout == 0 {
+		timeout = defaultCheckTimeout
+	}
+	sb, err := s.Create(ctx, CreateOptions{
+		Project: p.Project, Name: checkSandboxName(p.ID), Owner: p.Owner,
+		TTL: time.Duration(len(st.Checks)+1) * timeout, gateHeld: true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("making a sandbox for the checks: %w", err)
+	}
+	defer func() {
+		if derr := s.Destroy(context.WithoutCancel(ctx), sb.ID); derr != nil {
+			s.log.Error("destroying a check sandbox", "SANDBOX_ID", sb.ID, "error", derr)
+		}
+	}()
+	for _, check := range st.Checks {
+		r, err := s.runCheck(ctx, sb.ID, p.Owner, check, timeout)
+		if err != nil {
+			return results, err
+		}
+		results = append(results, r)
+		if r.How != nsinit.Exited || r.Status != 0 {
+			break // the first failure decides
+		}
+	}
+	return results, nil
+}
+
+// runCheck runs command with sh -c in sandbox id as uid, and keeps the
+// end of its output.
+func (s *Supervisor) runCheck(ctx context.Context, id string, uid uint32, command string, timeout time.Duration) (state.CheckResult, error) {
+	r := state.CheckResult{Command: command}
+	devNull, err := os.Open(os.DevNull)
+	if err != nil {
+		return r, err
+	}
+	defer devNull.Close()
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return r, err
+	}
+	defer pr.Close()
+	start := time.Now()
+	cmd, err := s.Exec(ctx, id, ExecOptions{
+		Argv: []string{"/bin/sh", "-c", command}, UID: uid, AsRoot: uid == 0,
+		Stdio: []*os.File{devNull, pw, pw}, Timeout: timeout,
+	})
+	pw.Close() // the init holds its own copy
+	if err != nil {
+		return r, fmt.Errorf("running check %q: %w", command, err)
+	}
+	var out tailBuffer
+	copied := make(chan struct{})
+	go func() { _, _ = io.Copy(&out, pr); close(copied) }()
+	<-cmd.Done()
+	select {
+	case <-copied:
+	case <-time.After(2 * time.Second): // something in the background kept the pipe
+	}
+	res := cmd.Result()
+	r.Duration, r.How, r.Output = time.Since(start), string(res.How), out.String()
+	r.Status = res.Code
+	if res.Signal != 0 {
+		r.Status = 128 + res.Signal
+	}
+	return r, nil
+}
+
+// tailBuffer keeps the last checkOutput bytes written to it.
+type tailBuffer struct {
+	mu  sync.Mutex
+	buf []byte
+}
+
+func (t *tailBuffer) Write(b []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf = append(t.buf, b...)
+	if len(t.buf) > checkOutput {
+		t.buf = t.buf[len(t.buf)-checkOutput:]
+	}
+	return len(b), nil
+}
+
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(bytes.ToValidUTF8(t.buf, []byte("?")))
+}
+
+// Promotions lists every recorded promotion, oldest first.
+func (s *Supervisor) Promotions(ctx context.Context) ([]Promotion, error) {
+	return s.cfg.Store.Promotions()
+}
+
+// GetPromotion returns promotion pid's record.
+func (s *Supervisor) GetPromotion(ctx context.Context, pid string) (Promotion, error) {
+	return s.cfg.Store.Promotion(pid)
+}
+
+// Approve lets a promotion that waits for an admin go on to its stage.
+// The caller must be an admin (the API checks).
+func (s *Supervisor) Approve(ctx context.Context, pid string, uid uint32) (p Promotion, err error) {
+	return s.decide(ctx, pid, uid, true, "")
+}
+
+// Reject ends a promotion that waits for an admin; the stages it passed
+// keep its change.
+func (s *Supervisor) Reject(ctx context.Context, pid string, uid uint32, reason string) (p Promotion, err error) {
+	return s.decide(ctx, pid, uid, false, reason)
+}
+
+func (s *Supervisor) decide(ctx context.Context, pid string, uid uint32, approve bool, reason string) (p Promotion, err error) {
+	action := "promote-approve"
+	if !approve {
+		action = "promote-reject"
+	}
+	i := -1
+	defer func() { s.auditPromotion(ctx, action, p, i, err) }()
+	p, err = s.cfg.Store.Promotion(pid)
+	if err != nil {
+		return p, err
+	}
+	i = slices.IndexFunc(p.Stages, func(st state.StageRun) bool { return st.State == state.StageWaiting })
+	if p.State != state.PromotionWaiting || i < 0 {
+		return p, fmt.Errorf("deciding on promotion %s: it is %s, not waiting for an approval: %w", pid, p.State, ErrWrongState)
+	}
+	p.Stages[i].DecidedBy, p.Stages[i].Decided = &uid, time.Now().UTC()
+	if !approve {
+		p.Stages[i].State, p.Stages[i].Reason = state.StageRejected, reason
+		p.State, p.Error = state.PromotionRejected, fmt.Sprintf("stage %s rejected by uid %d: %s", p.Stages[i].Name, uid, reason)
+		s.putPromotion(&p)
+		s.deletePromotionVolumes(ctx, pid, true)
+		return p, nil
+	}
+	if other, ok := s.gate.claim(p.Project, pid); !ok {
+		return p, fmt.Errorf("approving promotion %s: promotion %s of project %s is under way; approve again after it: %w", pid, other, p.Project, ErrBusy)
+	}
+	// The change list again, from the recorded source and base.
+	changes, err := s.promotionChanges(ctx, p)
+	if err != nil {
+		s.gate.release(p.Project)
+		return p, fmt.Errorf("approving promotion %s: %w", pid, err)
+	}
+	p.Stages[i].Approved = true
+	p.Stages[i].State, p.State = state.StagePending, state.PromotionRunning
+	s.putPromotion(&p)
+	go s.runPromotion(pid, changes)
+	return p, nil
+}
+
+// promotionChanges lists p's change set again.
+func (s *Supervisor) promotionChanges(ctx context.Context, p Promotion) ([]cowfs.Change, error) {
+	base, err := s.cfg.Backend.Get(ctx, p.Base)
+	if err != nil {
+		return nil, fmt.Errorf("the sandbox's base: %w", err)
+	}
+	source, err := s.cfg.Backend.Get(ctx, p.Source)
+	if err != nil {
+		return nil, fmt.Errorf("the promotion's source: %w", err)
+	}
+	changes, err := s.cfg.Backend.Changes(ctx, base, source)
+	if err != nil {
+		return nil, err
+	}
+	if d := digest(changes); d != p.Digest {
+		return nil, fmt.Errorf("the change set's digest is %s, recorded %s: %w", d, p.Digest, ErrWrongState)
+	}
+	return changes, nil
+}
+
+// deletePromotionVolumes deletes promotion pid's volumes, except, with
+// keepOut, the promoted project's snapshot that replicas hold as the
+// parent of their next incremental stream.
+func (s *Supervisor) deletePromotionVolumes(ctx context.Context, pid string, keepOut bool) {
+	vols, err := s.cfg.Backend.List(ctx)
+	if err != nil {
+		s.log.Warn("listing volumes to delete a promotion's", "promotion", pid, "error", err)
+		return
+	}
+	for _, v := range vols {
+		if !strings.HasPrefix(v.Name, promotionPrefix(pid)) || keepOut && v.Name == promotedName(pid) {
+			continue
+		}
+		if err := s.cfg.Backend.Delete(ctx, v); err != nil && !errors.Is(err, cowfs.ErrNotFound) {
+			s.log.Warn("deleting a promotion's volume", "promotion", pid, "volume", v.Name, "error", err)
+		}
+	}
+}
+
+// digest is a hash of a change list, for the record and the audit log.
+func digest(changes []cowfs.Change) string {
+	h := sha256.New()
+	for _, c := range changes {
+		fmt.Fprintf(h, "%s\x00%s\x00%s\x00%s\n", c.Kind, c.Type, c.Path, c.NewPath)
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+func stageNames(stages []Stage) string {
+	names := make([]string, len(stages))
+	for i, st := range stages {
+		names[i] = st.Name
+	}
+	return strings.Join(names, ", ")
+}
+
+// stageTarget is st's target for project.
+func (s *Supervisor) stageTarget(st Stage, project string) string {
+	return strings.ReplaceAll(st.Target, "{project}", project)
+}
+
+// auditPromotion writes a promotion's step to the audit log: stage i's
+// checks and approval (i < 0: the promotion as a whole).
+func (s *Supervisor) auditPromotion(ctx context.Context, action string, p Promotion, i int, err error) {
+	e := audit.Entry{Action: action, Promotion: &audit.Promotion{
+		ID: p.ID, State: string(p.State), Changes: p.Changes, Digest: p.Digest, Conflicts: p.Conflicts, Forced: p.Force,
+	}}
+	if i >= 0 && i < len(p.Stages) {
+		st := p.Stages[i]
+		e.Promotion.Stage, e.Promotion.Target, e.Promotion.StageState = st.Name, st.Target, string(st.State)
+		e.Promotion.Approved, e.Promotion.DecidedBy = st.Approved, st.DecidedBy
+		for _, c := range st.Checks {
+			e.Promotion.Checks = append(e.Promotion.Checks, audit.Check{Command: c.Command, How: c.How, Status: c.Status, Duration: c.Duration.String()})
+		}
+	}
+	s.auditEntry(ctx, e, state.Record{ID: p.Sandbox, Project: p.Project}, err)
+}
+
+// runReplicaStage: until replicas land.
+func (s *Supervisor) runReplicaStage(ctx context.Context, p *Promotion, i int, cfg Stage) error {
+	return fmt.Errorf("stage %s: replica targets are not built yet: %w", cfg.Name, ErrInvalid)
+}
+
+// reconcilePromotions finishes what a crash left of promotions (I1, I5):
+// a stage that was being applied or checked is rolled back to its
+// rollback point and the promotion fails, saying so; a promotion whose
+// stages all passed is done. Then the volumes of finished promotions go,
+// except the newest promoted snapshot of each project, which replicas
+// hold as the parent of their next stream.
+func (s *Supervisor) reconcilePromotions(ctx context.Context, rep *Report) error {
+	ps, err := s.cfg.Store.Promotions()
+	if err != nil {
+		return fmt.Errorf("reconciling promotions: %w", err)
+	}
+	var errs []error
+	for _, p := range ps {
+		if p.State != state.PromotionRunning {
+			continue
+		}
+		if err := s.reconcilePromotion(ctx, &p); err != nil {
+			errs = append(errs, fmt.Errorf("promotion %s: %w", p.ID, err))
+			continue
+		}
+		rep.Promotions = append(rep.Promotions, p.ID)
+	}
+	ps, err = s.cfg.Store.Promotions()
+	if err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	vols, err := s.cfg.Backend.List(ctx)
+	if err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	byID := map[string]Promotion{}
+	newestOut := map[string]string{} // project -> promotion id
+	for _, p := range ps {
+		byID[p.ID] = p
+		if p.State.Finished() && slices.ContainsFunc(vols, func(v cowfs.Volume) bool { return v.Name == promotedName(p.ID) }) {
+			newestOut[p.Project] = p.ID // ps is oldest first
+		}
+	}
+	for _, v := range vols {
+		pid, ok := promotionOf(v.Name)
+		if !ok || !v.Ours {
+			continue
+		}
+		p, known := byID[pid]
+		if known && (!p.State.Finished() || v.Name == promotedName(pid) && newestOut[p.Project] == pid) {
+			continue
+		}
+		if err := s.cfg.Backend.Delete(ctx, v); err != nil && !errors.Is(err, cowfs.ErrNotFound) {
+			errs = append(errs, fmt.Errorf("removing promotion volume %s: %w", v.Name, err))
+			continue
+		}
+		rep.OrphanVolumes = append(rep.OrphanVolumes, v.Name)
+	}
+	return errors.Join(errs...)
+}
+
+// reconcilePromotion settles one promotion that was running at a crash.
+func (s *Supervisor) reconcilePromotion(ctx context.Context, p *Promotion) error {
+	// Its check sandbox, if any, goes first: on ZFS a sandbox's base is a
+	// snapshot of the project, which a rollback would have to destroy.
+	if recs, err := s.cfg.Store.List(); err == nil {
+		for _, r := range recs {
+			if r.Name == checkSandboxName(p.ID) {
+				if err := s.destroy(ctx, r.ID, "promote-interrupted"); err != nil && !errors.Is(err, ErrNotFound) {
+					return fmt.Errorf("destroying its check sandbox %s: %w", r.ID, err)
+				}
+			}
+		}
+	}
+	i := slices.IndexFunc(p.Stages, func(st state.StageRun) bool {
+		return st.State != state.StagePassed && st.State != state.StageSkipped
+	})
+	if i < 0 {
+		p.State = state.PromotionDone
+		s.putPromotion(p)
+		s.auditPromotion(ctx, "promote-done", *p, -1, nil)
+		return nil
+	}
+	st := &p.Stages[i]
+	cause := fmt.Sprintf("interrupted by a restart of the daemon before stage %s began; nothing of it was applied", st.Name)
+	if st.State == state.StageApplying || st.State == state.StageChecking {
+		if err := s.rollbackStage(ctx, p, i); err != nil {
+			return err
+		}
+		cause = fmt.Sprintf("interrupted by a restart of the daemon while stage %s was %s; rolled back", st.Name, st.State)
+	}
+	st.State, st.Error, st.Ended = state.StageFailed, cause, time.Now().UTC()
+	p.State, p.Error = state.PromotionFailed, cause
+	s.putPromotion(p)
+	s.auditPromotion(ctx, "promote-interrupted", *p, i, errors.New(cause))
+	s.log.Warn("promotion interrupted", "promotion", p.ID, "stage", st.Name, "ACTION", "reconcile", "result", cause)
+	return nil
+}
+
+// rollbackStage puts stage i of p back to its rollback point, if that
+// point was taken (if not, nothing was written to the stage).
+func (s *Supervisor) rollbackStage(ctx context.Context, p *Promotion, i int) error {
+	st := p.Stages[i]
+	if st.RollbackPoint == "" {
+		return nil
+	}
+	if s.stages()[i].Target != "project" {
+		return s.revertReplica(ctx, p, i)
+	}
+	rp, err := s.cfg.Backend.Get(ctx, st.RollbackPoint)
+	if errors.Is(err, cowfs.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	project, err := s.cfg.Backend.Project(ctx, s.projects.location(p.Project))
+	if err != nil {
+		return err
+	}
+	if err := s.cfg.Backend.RollbackProject(ctx, project, rp); err != nil {
+		return fmt.Errorf("rolling project %s back to %s: %w", p.Project, rp.Name, err)
+	}
+	return nil
+}
+
+// revertReplica: until replicas land.
+func (s *Supervisor) revertReplica(ctx context.Context, p *Promotion, i int) error {
+	return nil
+}
