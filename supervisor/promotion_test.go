@@ -1,0 +1,283 @@
+package supervisor_test
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandboxd/sandboxd/supervisor"
+	"github.com/sandboxd/sandboxd/supervisor/state"
+)
+
+// promoteEnv is a supervisor whose stages are given.
+func promoteEnv(t *testing.T, stages ...supervisor.Stage) *env {
+	t.Helper()
+	e := newEnv(t)
+	e.cfg.Stages = stages
+	e.sup = supervisor.New(e.cfg)
+	return e
+}
+
+// waitPromotion waits until promotion pid is no longer running.
+func waitPromotion(t *testing.T, sup *supervisor.Supervisor, pid string) supervisor.Promotion {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		p, err := sup.GetPromotion(ctx, pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.State != state.PromotionRunning {
+			return p
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("promotion %s still running: %+v", pid, p)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// treeOf describes every entry below root: type, mode, owner, content or
+// link target. Two trees are the same to a user when these are.
+func treeOf(t *testing.T, root string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		if rel == "." {
+			return nil
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		desc := info.Mode().String()
+		switch {
+		case info.Mode().IsRegular():
+			data, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			desc += " " + string(data)
+		case info.Mode()&fs.ModeSymlink != 0:
+			target, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			desc += " -> " + target
+		}
+		out[rel] = desc
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func sameTrees(t *testing.T, what string, got, want map[string]string) {
+	t.Helper()
+	var diffs []string
+	for p, w := range want {
+		if g, ok := got[p]; !ok {
+			diffs = append(diffs, fmt.Sprintf("%s: missing (want %q)", p, w))
+		} else if g != w {
+			diffs = append(diffs, fmt.Sprintf("%s: %q, want %q", p, g, w))
+		}
+	}
+	for p, g := range got {
+		if _, ok := want[p]; !ok {
+			diffs = append(diffs, fmt.Sprintf("%s: extra %q", p, g))
+		}
+	}
+	slices.Sort(diffs)
+	if len(diffs) > 0 {
+		t.Fatalf("%s differs:\n  %s", what, strings.Join(diffs, "\n  "))
+	}
+}
+
+func TestPromotionAppliesTheChangeExactly(t *testing.T) {
+	e := promoteEnv(t, supervisor.Stage{Name: "project", Target: "project",
+		Checks: []string{"grep -q fixed index.html", "test -x bin/run && test -L current"}})
+	for _, f := range []struct{ path, data string }{{"old.txt", "old\n"}, {"gone/a", "a\n"}, {"keep/b", "b\n"}} {
+		if err := os.MkdirAll(filepath.Join(e.project, filepath.Dir(f.path)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(e.project, f.path), []byte(f.data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sb, err := e.sup.Create(ctx, supervisor.CreateOptions{Project: "web"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every kind of change: modified, added (dir, file, executable,
+	// symlink), deleted (file, dir), renamed, mode only.
+	script := `set -e
+echo '<h1>fixed</h1>' > index.html
+mkdir -p bin && printf '#!/bin/sh\necho run\n' > bin/run && chmod 755 bin/run
+ln -s bin/run current
+rm -r gone
+mv old.txt renamed.txt
+chmod 600 keep/b`
+	if out, res := runAs(t, e.sup, sb.ID, 0, script); res.Code != 0 {
+		t.Fatalf("changing the sandbox: %v %s", res, out)
+	}
+	// The project's own later change elsewhere stays (no conflict).
+	if err := os.WriteFile(filepath.Join(e.project, "theirs.txt"), []byte("theirs\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	want := treeOf(t, sb.Path)
+	want["theirs.txt"] = "-rw-r--r-- theirs\n"
+
+	p, err := e.sup.Promote(ctx, sb.ID, supervisor.PromoteOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p = waitPromotion(t, e.sup, p.ID)
+	if p.State != state.PromotionDone || p.Stages[0].State != state.StagePassed {
+		t.Fatalf("promotion ended %s: %+v", p.State, p)
+	}
+	sameTrees(t, "the project after the promotion", treeOf(t, e.project), want)
+	if len(p.Stages[0].Checks) != 2 || p.Stages[0].Checks[1].Status != 0 {
+		t.Fatalf("checks recorded: %+v", p.Stages[0].Checks)
+	}
+	for _, v := range e.volumes(t) {
+		if strings.HasPrefix(v, "pv-") || strings.Contains(v, "check") {
+			t.Errorf("volume %s left after the promotion", v)
+		}
+	}
+	// The check sandbox is gone; the sandbox itself stays.
+	list, _ := e.sup.List(ctx)
+	if len(list) != 1 || list[0].ID != sb.ID {
+		t.Fatalf("sandboxes after the promotion: %+v", list)
+	}
+}
+
+func TestPromotionRefusesConflictsByName(t *testing.T) {
+	e := promoteEnv(t)
+	sb, err := e.sup.Create(ctx, supervisor.CreateOptions{Project: "web"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, res := runAs(t, e.sup, sb.ID, 0, "echo sandbox > index.html && echo new > mine.txt"); res.Code != 0 {
+		t.Fatalf("%v %s", res, out)
+	}
+	if err := os.WriteFile(filepath.Join(e.project, "index.html"), []byte("host\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	before := treeOf(t, e.project)
+	_, err = e.sup.Promote(ctx, sb.ID, supervisor.PromoteOptions{})
+	if !errors.Is(err, supervisor.ErrConflict) || !strings.Contains(err.Error(), "index.html") || strings.Contains(err.Error(), "mine.txt") {
+		t.Fatalf("promoting over a conflict: %v; want ErrConflict naming index.html alone", err)
+	}
+	sameTrees(t, "the project after a refused promotion", treeOf(t, e.project), before)
+	for _, v := range e.volumes(t) {
+		if strings.HasPrefix(v, "pv-") {
+			t.Errorf("volume %s left after a refused promotion", v)
+		}
+	}
+	ps, _ := e.sup.Promotions(ctx)
+	if len(ps) != 1 || ps[0].State != state.PromotionFailed || !slices.Equal(ps[0].Conflicts, []string{"index.html"}) {
+		t.Fatalf("the refused promotion's record: %+v", ps)
+	}
+
+	p, err := e.sup.Promote(ctx, sb.ID, supervisor.PromoteOptions{Force: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p = waitPromotion(t, e.sup, p.ID); p.State != state.PromotionDone {
+		t.Fatalf("forced promotion: %+v", p)
+	}
+	if data, _ := os.ReadFile(filepath.Join(e.project, "index.html")); string(data) != "sandbox\n" {
+		t.Fatalf("index.html after a forced promotion: %q", data)
+	}
+}
+
+func TestFailedCheckLeavesTheProjectAsItWas(t *testing.T) {
+	e := promoteEnv(t, supervisor.Stage{Name: "project", Target: "project",
+		Checks: []string{"echo checking; test -f must-exist || { echo 'must-exist is missing' >&2; exit 3; }"}})
+	sb, err := e.sup.Create(ctx, supervisor.CreateOptions{Project: "web"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, res := runAs(t, e.sup, sb.ID, 0, "echo broken > index.html && rm -f x && mkdir d && echo 1 > d/f"); res.Code != 0 {
+		t.Fatalf("%v %s", res, out)
+	}
+	before := treeOf(t, e.project)
+	p, err := e.sup.Promote(ctx, sb.ID, supervisor.PromoteOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p = waitPromotion(t, e.sup, p.ID)
+	if p.State != state.PromotionFailed || p.Stages[0].State != state.StageFailed {
+		t.Fatalf("promotion with a failing check: %+v", p)
+	}
+	c := p.Stages[0].Checks
+	if len(c) != 1 || c[0].Status != 3 || !strings.Contains(c[0].Output, "must-exist is missing") {
+		t.Fatalf("the check's result: %+v", c)
+	}
+	sameTrees(t, "the project after a failed check", treeOf(t, e.project), before)
+	for _, v := range e.volumes(t) {
+		if strings.HasPrefix(v, "pv-") {
+			t.Errorf("volume %s left after a failed promotion", v)
+		}
+	}
+}
+
+func TestAdminApprovalGatesAStage(t *testing.T) {
+	e := promoteEnv(t, supervisor.Stage{Name: "project", Target: "project", Admin: true})
+	sb, err := e.sup.Create(ctx, supervisor.CreateOptions{Project: "web"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, res := runAs(t, e.sup, sb.ID, 0, "echo approved > index.html"); res.Code != 0 {
+		t.Fatalf("%v %s", res, out)
+	}
+	before := treeOf(t, e.project)
+	p, err := e.sup.Promote(ctx, sb.ID, supervisor.PromoteOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p = waitPromotion(t, e.sup, p.ID); p.State != state.PromotionWaiting || p.Stages[0].State != state.StageWaiting {
+		t.Fatalf("promotion before approval: %+v", p)
+	}
+	sameTrees(t, "the project before approval", treeOf(t, e.project), before)
+	if _, err := e.sup.Approve(ctx, p.ID, 0); err != nil {
+		t.Fatal(err)
+	}
+	p = waitPromotion(t, e.sup, p.ID)
+	if p.State != state.PromotionDone || !p.Stages[0].Approved || p.Stages[0].DecidedBy == nil {
+		t.Fatalf("promotion after approval: %+v", p)
+	}
+	if data, _ := os.ReadFile(filepath.Join(e.project, "index.html")); string(data) != "approved\n" {
+		t.Fatalf("index.html after approval: %q", data)
+	}
+	if _, err := e.sup.Approve(ctx, p.ID, 0); !errors.Is(err, supervisor.ErrWrongState) {
+		t.Fatalf("approving a done promotion: %v; want ErrWrongState", err)
+	}
+
+	// A rejection ends it with the project untouched.
+	if out, res := runAs(t, e.sup, sb.ID, 0, "echo rejected > index.html"); res.Code != 0 {
+		t.Fatalf("%v %s", res, out)
+	}
+	before = treeOf(t, e.project)
+	p, err = e.sup.Promote(ctx, sb.ID, supervisor.PromoteOptions{Force: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitPromotion(t, e.sup, p.ID)
+	if p, err = e.sup.Reject(ctx, p.ID, 0, "not today"); err != nil || p.State != state.PromotionRejected {
+		t.Fatalf("Reject: %+v, %v", p, err)
+	}
+	sameTrees(t, "the project after a rejection", treeOf(t, e.project), before)
+}
