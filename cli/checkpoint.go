@@ -2,8 +2,10 @@ package cli
 
 import (
 	"context"
+	"io"
 	"time"
 
+	"github.com/godbus/dbus/v5"
 	ucli "github.com/urfave/cli/v3"
 
 	"github.com/sandboxd/sandboxd/supervisor/api"
@@ -102,7 +104,18 @@ func diffCommand() *ucli.Command {
 		Name:      "diff",
 		Usage:     "what a sandbox changed in its project since its base",
 		ArgsUsage: "SANDBOX",
+		Flags: []ucli.Flag{&ucli.BoolFlag{Name: "text", Aliases: []string{"u"},
+			Usage: "a unified text diff of the changed files, as git shows it (binary files named as such)"}},
 		Action: onSandbox(1, func(ctx context.Context, cmd *ucli.Command, c *client, e api.ListEntry, _ []string) error {
+			if cmd.Bool("text") {
+				var text string
+				if err := call(ctx, c.sandbox(e.ID), "diffing sandbox "+e.ID,
+					api.SandboxInterface+".UnifiedDiff", []any{map[string]dbus.Variant{}}, &text); err != nil {
+					return err
+				}
+				_, err := io.WriteString(cmd.Root().Writer, text)
+				return written(err)
+			}
 			var changes []api.ChangeEntry
 			if err := call(ctx, c.sandbox(e.ID), "listing the changes of sandbox "+e.ID,
 				api.SandboxInterface+".Diff", nil, &changes); err != nil {

@@ -26,9 +26,10 @@ const exitCodes = `EXIT STATUS
    0  ok
    1  the daemon could not do it, or another error
    2  usage mistake (the message shows the right form)
-   3  no such sandbox or project
+   3  no such sandbox, project, checkpoint or promotion
    4  not allowed for this user
-   5  conflict: the sandbox's state does not allow it, a name is taken, a limit is reached
+   5  conflict: the sandbox's state does not allow it, a name is taken, a limit is reached,
+      a promotion's paths were changed in the project too
    6  sandboxd is not running, or the system bus cannot be reached
    exec and shell exit with the command's own status once it ran
    (128+N for a signal N, 124 when its timeout ended it).`
@@ -69,7 +70,11 @@ func fromBus(what string, err error) *Error {
 			return &Error{Code: ExitNotFound, Msg: msg, Fix: "see `sandboxctl project list`", Err: err}
 		case api.ErrorAccessDenied, "org.freedesktop.DBus.Error.AccessDenied":
 			return &Error{Code: ExitDenied, Msg: msg, Fix: "ask an administrator to add you to group sandboxd (or to [access] in /etc/sandboxd/sandboxd.toml)", Err: err}
-		case api.ErrorWrongState, api.ErrorLimitReached, api.ErrorExists:
+		case api.ErrorNoSuchPromotion:
+			return &Error{Code: ExitNotFound, Msg: msg, Fix: "see `sandboxctl promotions`", Err: err}
+		case api.ErrorConflict:
+			return &Error{Code: ExitConflict, Msg: msg, Fix: "rebase the sandbox onto the project (sandboxctl rebase), or promote with --force", Err: err}
+		case api.ErrorWrongState, api.ErrorLimitReached, api.ErrorExists, api.ErrorBusy:
 			return &Error{Code: ExitConflict, Msg: msg, Err: err}
 		case api.ErrorInvalidArgs:
 			return &Error{Code: ExitUsage, Msg: msg, Err: err}

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/sandboxd/sandboxd/cowfs"
+	"github.com/sandboxd/sandboxd/promote"
 	"github.com/sandboxd/sandboxd/supervisor/state"
 	"github.com/sandboxd/sandboxd/units"
 )
@@ -219,32 +221,52 @@ func (s *Supervisor) Rollback(ctx context.Context, id, name string) (sb Sandbox,
 // Diff lists what sandbox id changed in its copy of the project since its
 // base, from the backend's change list (its cost follows the change, not
 // the project, where the backend has FastChanges).
-func (s *Supervisor) Diff(ctx context.Context, id string) ([]cowfs.Change, error) {
+func (s *Supervisor) Diff(ctx context.Context, id string) (changes []cowfs.Change, err error) {
+	err = s.withChanges(ctx, id, "listing the changes of sandbox "+id, func(_, _ cowfs.Volume, c []cowfs.Change) error {
+		changes = c
+		return nil
+	})
+	return changes, err
+}
+
+// UnifiedDiff writes what sandbox id changed since its base as a unified
+// text diff (promote.Unified): the change list's files only.
+func (s *Supervisor) UnifiedDiff(ctx context.Context, id string, w io.Writer, o promote.UnifiedOptions) error {
+	return s.withChanges(ctx, id, "diffing sandbox "+id, func(base, now cowfs.Volume, changes []cowfs.Change) error {
+		return promote.Unified(ctx, w, changes, base.Path, now.Path, o)
+	})
+}
+
+// withChanges calls fn with sandbox id's base, a moment's read-only
+// snapshot of it (btrfs sends from read-only snapshots), and the change
+// list between the two; the snapshot goes after.
+func (s *Supervisor) withChanges(ctx context.Context, id, what string, fn func(base, now cowfs.Volume, changes []cowfs.Change) error) error {
 	defer s.lock(id)()
 	rec, err := s.cfg.Store.Get(id)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	what := "listing the changes of sandbox " + id
 	base, err := s.cfg.Backend.Get(ctx, rec.Base)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", what, err)
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	vol, err := s.cfg.Backend.Get(ctx, rec.Volume)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", what, err)
+		return fmt.Errorf("%s: %w", what, err)
 	}
-	// btrfs sends from read-only snapshots: a moment's one of the sandbox.
 	now, err := s.cfg.Backend.Snapshot(ctx, vol, "diff-"+id+"-"+newCommandID(), true)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", what, err)
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	defer func() { _ = s.cfg.Backend.Delete(context.WithoutCancel(ctx), now) }()
 	changes, err := s.cfg.Backend.Changes(ctx, base, now)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", what, err)
+		return fmt.Errorf("%s: %w", what, err)
 	}
-	return changes, nil
+	if err := fn(base, now, changes); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return nil
 }
 
 // checkpointOf tells a checkpoint's (or diff's) volume name's sandbox id,

@@ -2,8 +2,13 @@ package api
 
 import (
 	"context"
+	"fmt"
+	"strings"
 
 	"github.com/godbus/dbus/v5"
+
+	"github.com/sandboxd/sandboxd/promote"
+	"github.com/sandboxd/sandboxd/supervisor"
 )
 
 // CheckpointEntry is one of ListCheckpoints' entries: a(stb).
@@ -100,4 +105,36 @@ func (o sandboxObject) Diff(sender dbus.Sender, msg dbus.Message) ([]ChangeEntry
 		return err
 	})
 	return out, derr
+}
+
+// maxUnifiedDiff bounds UnifiedDiff's answer, which is one D-Bus string.
+const maxUnifiedDiff = 32 << 20
+
+// UnifiedDiff(a{sv} options) -> (s diff): what the sandbox changed since
+// its base as a unified text diff (binary files named as such). Options:
+// Context (u) lines of context, MaxBytes (t) where the text is cut (at
+// most 32 MiB, the default).
+func (o sandboxObject) UnifiedDiff(sender dbus.Sender, msg dbus.Message, opts map[string]dbus.Variant) (string, *dbus.Error) {
+	var out strings.Builder
+	derr := o.onSandbox(sender, msg, "UnifiedDiff", func(ctx context.Context, id string) error {
+		uo := promote.UnifiedOptions{MaxBytes: maxUnifiedDiff}
+		for name, v := range opts {
+			switch x := v.Value().(type) {
+			case uint32:
+				if name != "Context" {
+					return fmt.Errorf("option %s: unknown, or not of type u (known: Context u, MaxBytes t): %w", name, supervisor.ErrInvalid)
+				}
+				uo.Context = int(min(x, 1000))
+			case uint64:
+				if name != "MaxBytes" {
+					return fmt.Errorf("option %s: unknown, or not of type t (known: Context u, MaxBytes t): %w", name, supervisor.ErrInvalid)
+				}
+				uo.MaxBytes = int64(min(x, maxUnifiedDiff))
+			default:
+				return fmt.Errorf("option %s: unknown, or of the wrong type (known: Context u, MaxBytes t): %w", name, supervisor.ErrInvalid)
+			}
+		}
+		return o.s.sup.UnifiedDiff(ctx, id, &out, uo)
+	})
+	return out.String(), derr
 }

@@ -114,6 +114,10 @@ const SandboxXML = xmlHeader + `<node>
   <method name="Diff">
    <arg type="a(ssss)" name="changes" direction="out"/>
   </method>
+  <method name="UnifiedDiff">
+   <arg type="a{sv}" name="options" direction="in"/>
+   <arg type="s" name="diff" direction="out"/>
+  </method>
   <method name="Promote">
    <arg type="a{sv}" name="options" direction="in"/>
    <arg type="s" name="promotion" direction="out"/>

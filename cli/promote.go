@@ -1,0 +1,296 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/godbus/dbus/v5"
+	ucli "github.com/urfave/cli/v3"
+
+	"github.com/sandboxd/sandboxd/supervisor/api"
+	"github.com/sandboxd/sandboxd/supervisor/state"
+)
+
+func promoteCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:      "promote",
+		Usage:     "carry what a sandbox changed to its project and on through the stages",
+		ArgsUsage: "SANDBOX",
+		Description: `Applies the sandbox's changes since its base to the project (data shared
+by reflink), runs the stage's checks in a new sandbox of the result, and
+goes on to the next stage of /etc/sandboxd/sandboxd.toml's [[stage]] list.
+A path both the sandbox and the project changed since the base is a
+conflict: the promotion is refused, naming each, unless --force. A failed
+check rolls that stage back and stops. A stage with approval = "admin"
+waits for ` + "`sandboxctl approve`" + `. The project is never seen half promoted,
+also if sandboxd dies midway.
+
+Exit status: 0 when every stage asked for passed or the promotion waits for
+an approval; 1 when a stage failed or was rejected; 5 on a conflict.`,
+		Flags: []ucli.Flag{
+			&ucli.BoolFlag{Name: "force", Usage: "apply over conflicting paths (they are audited)"},
+			&ucli.StringFlag{Name: "to", Usage: "stop after stage `STAGE` (default: the last)"},
+			&ucli.BoolFlag{Name: "no-wait", Usage: "print the promotion's id and return while the stages run"},
+		},
+		Action: onSandbox(1, func(ctx context.Context, cmd *ucli.Command, c *client, e api.ListEntry, _ []string) error {
+			opts := map[string]dbus.Variant{}
+			if cmd.Bool("force") {
+				opts["Force"] = dbus.MakeVariant(true)
+			}
+			if to := cmd.String("to"); to != "" {
+				opts["To"] = dbus.MakeVariant(to)
+			}
+			var pid string
+			if err := call(ctx, c.sandbox(e.ID), "promoting sandbox "+sandboxLabel(e),
+				api.SandboxInterface+".Promote", []any{opts}, &pid); err != nil {
+				return err
+			}
+			out := outputOf(cmd)
+			if cmd.Bool("no-wait") {
+				if out.json {
+					return out.JSON(map[string]string{"promotion": pid})
+				}
+				return out.line("%s", pid)
+			}
+			return followPromotion(ctx, c, out, pid)
+		}),
+	}
+}
+
+func sandboxLabel(e api.ListEntry) string {
+	if e.Name != "" {
+		return e.Name
+	}
+	return e.ID
+}
+
+// getPromotion reads promotion pid's record.
+func (c *client) getPromotion(ctx context.Context, pid string) (state.Promotion, error) {
+	var p state.Promotion
+	var record string
+	if err := call(ctx, c.manager(), "reading promotion "+pid, api.ManagerInterface+".GetPromotion", []any{pid}, &record); err != nil {
+		return p, err
+	}
+	if err := json.Unmarshal([]byte(record), &p); err != nil {
+		return p, &Error{Code: ExitFailed, Msg: fmt.Sprintf("reading promotion %s: %v", pid, err)}
+	}
+	return p, nil
+}
+
+// followPromotion prints a promotion's progress until it ends or waits,
+// a line per step, and exits as its outcome says.
+func followPromotion(ctx context.Context, c *client, out output, pid string) error {
+	var seen []string // lines printed
+	say := func(line string) error {
+		for _, s := range seen {
+			if s == line {
+				return nil
+			}
+		}
+		seen = append(seen, line)
+		if out.json || out.quiet {
+			return nil
+		}
+		return out.line("%s", line)
+	}
+	for {
+		p, err := c.getPromotion(ctx, pid)
+		if err != nil {
+			return err
+		}
+		if len(seen) == 0 {
+			if err := say(fmt.Sprintf("promotion %s: %d changes of sandbox %s (digest %s)", p.ID, p.Changes, labelOf(p), p.Digest)); err != nil {
+				return err
+			}
+			if len(p.Conflicts) > 0 {
+				if err := say("forced over conflicts: " + strings.Join(p.Conflicts, ", ")); err != nil {
+					return err
+				}
+			}
+		}
+		for _, st := range p.Stages {
+			for _, line := range stageLines(p, st) {
+				if err := say(line); err != nil {
+					return err
+				}
+			}
+		}
+		if p.State != state.PromotionRunning {
+			if out.json {
+				if err := out.JSON(p); err != nil {
+					return err
+				}
+			}
+			switch p.State {
+			case state.PromotionDone, state.PromotionWaiting:
+				return nil
+			default:
+				return &Error{Code: ExitFailed, Msg: fmt.Sprintf("promotion %s %s: %s", p.ID, p.State, p.Error)}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func labelOf(p state.Promotion) string {
+	if p.SandboxName != "" {
+		return p.SandboxName
+	}
+	return p.Sandbox
+}
+
+// stageLines are what a stage's record says, as lines to print once each.
+func stageLines(p state.Promotion, st state.StageRun) []string {
+	prefix := fmt.Sprintf("stage %s (%s): ", st.Name, st.Target)
+	var lines []string
+	switch st.State {
+	case state.StagePending, state.StageSkipped:
+		return nil
+	case state.StageWaiting:
+		return []string{prefix + "waiting for an admin's approval: sandboxctl approve " + p.ID + " (or reject)"}
+	}
+	if st.Approved && st.DecidedBy != nil {
+		lines = append(lines, fmt.Sprintf("%sapproved by %s", prefix, userName(*st.DecidedBy)))
+	}
+	lines = append(lines, prefix+"applying")
+	if st.State == state.StageApplying {
+		return lines
+	}
+	if st.State != state.StageRejected {
+		lines = append(lines, prefix+"checking")
+	}
+	for _, ch := range st.Checks {
+		result := "passed"
+		if ch.How != "exited" || ch.Status != 0 {
+			result = fmt.Sprintf("FAILED (%s, status %d)", ch.How, ch.Status)
+		}
+		lines = append(lines, fmt.Sprintf("  check %q: %s in %s", ch.Command, result, ch.Duration.Round(time.Millisecond)))
+		if result != "passed" && ch.Output != "" {
+			for _, l := range strings.Split(strings.TrimRight(ch.Output, "\n"), "\n") {
+				lines = append(lines, "    | "+l)
+			}
+		}
+	}
+	switch st.State {
+	case state.StagePassed:
+		lines = append(lines, prefix+"passed")
+	case state.StageFailed:
+		lines = append(lines, prefix+"FAILED, rolled back: "+st.Error)
+	case state.StageRejected:
+		by := ""
+		if st.DecidedBy != nil {
+			by = " by " + userName(*st.DecidedBy)
+		}
+		lines = []string{prefix + "rejected" + by + ": " + st.Reason}
+	}
+	return lines
+}
+
+func promotionsCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:      "promotions",
+		Usage:     "list promotions, or show one's stages, checks and approvals",
+		ArgsUsage: "[PROMOTION]",
+		Action: func(ctx context.Context, cmd *ucli.Command) error {
+			a, err := args(cmd, 0, 1)
+			if err != nil {
+				return err
+			}
+			out := outputOf(cmd)
+			return withClient(ctx, func(c *client) error {
+				if len(a) == 1 {
+					p, err := c.getPromotion(ctx, a[0])
+					if err != nil {
+						return err
+					}
+					if out.json {
+						return out.JSON(p)
+					}
+					if err := out.line("promotion %s of sandbox %s (project %s): %s, %d changes, started %s",
+						p.ID, labelOf(p), p.Project, p.State, p.Changes, p.Created.Local().Format(time.DateTime)); err != nil {
+						return err
+					}
+					for _, st := range p.Stages {
+						for _, l := range stageLines(p, st) {
+							if err := out.line("%s", l); err != nil {
+								return err
+							}
+						}
+					}
+					if p.Error != "" {
+						return out.line("error: %s", p.Error)
+					}
+					return nil
+				}
+				var list []api.PromotionEntry
+				if err := call(ctx, c.manager(), "listing promotions", api.ManagerInterface+".ListPromotions", nil, &list); err != nil {
+					return err
+				}
+				return printList(out, list, func(p api.PromotionEntry) string { return p.ID },
+					[]string{"ID", "SANDBOX", "PROJECT", "STATE", "STAGE", "CHANGES", "AGE"}, func(p api.PromotionEntry) []string {
+						sb := p.SandboxName
+						if sb == "" {
+							sb = p.Sandbox
+						}
+						return []string{p.ID, sb, p.Project, p.State, p.Stage, fmt.Sprint(p.Changes), age(fromMicros(p.Created))}
+					})
+			})
+		},
+	}
+}
+
+func approveCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:      "approve",
+		Usage:     "let a promotion that waits go on to its next stage (admins)",
+		ArgsUsage: "PROMOTION",
+		Flags:     []ucli.Flag{&ucli.BoolFlag{Name: "no-wait", Usage: "return at once; do not follow the stage"}},
+		Action: func(ctx context.Context, cmd *ucli.Command) error {
+			a, err := args(cmd, 1, 1)
+			if err != nil {
+				return err
+			}
+			return withClient(ctx, func(c *client) error {
+				if err := call(ctx, c.manager(), "approving promotion "+a[0], api.ManagerInterface+".ApprovePromotion", []any{a[0]}); err != nil {
+					return err
+				}
+				if cmd.Bool("no-wait") {
+					return nil
+				}
+				return followPromotion(ctx, c, outputOf(cmd), a[0])
+			})
+		},
+	}
+}
+
+func rejectCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:      "reject",
+		Usage:     "end a promotion that waits for an approval (admins)",
+		ArgsUsage: "PROMOTION",
+		Flags:     []ucli.Flag{&ucli.StringFlag{Name: "reason", Usage: "why, for the record"}},
+		Action: func(ctx context.Context, cmd *ucli.Command) error {
+			a, err := args(cmd, 1, 1)
+			if err != nil {
+				return err
+			}
+			return withClient(ctx, func(c *client) error {
+				if err := call(ctx, c.manager(), "rejecting promotion "+a[0], api.ManagerInterface+".RejectPromotion", []any{a[0], cmd.String("reason")}); err != nil {
+					return err
+				}
+				out := outputOf(cmd)
+				if out.quiet || out.json {
+					return nil
+				}
+				return out.line("promotion %s rejected", a[0])
+			})
+		},
+	}
+}
