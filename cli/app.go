@@ -73,7 +73,8 @@ that no other sandbox's id has will do.
 		},
 		Commands: []*ucli.Command{
 			createCommand(), listCommand(), statusCommand(), execCommand(), shellCommand(),
-			checkpointCommand(), checkpointsCommand(), rollbackCommand(), diffCommand(),
+			checkpointCommand(), checkpointsCommand(), rollbackCommand(), diffCommand(), tryCommand(),
+			promoteCommand(), promotionsCommand(), approveCommand(), rejectCommand(),
 			freezeCommand(), thawCommand(), destroyCommand(), gcCommand(), projectCommand(), manCommand(),
 		},
 	}

@@ -1,8 +1,15 @@
 package promote
 
 import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
 	"slices"
 	"strings"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandboxd/cowfs"
 )
@@ -100,4 +107,106 @@ func parent(p string) string {
 		return ""
 	}
 	return p[:i]
+}
+
+// Same reports whether path is the same in the trees at a and b: absent
+// from both, or of one type, mode and owner, with the same content (a
+// file's bytes, a link's target). Both sides making the same change is no
+// conflict: a sandbox promoted once and promoted again after more work
+// finds its own first change in the project.
+func Same(a, b, path string) (bool, error) {
+	if err := checkRel(path); err != nil {
+		return false, err
+	}
+	fa, sa, errA := openEntry(a, path)
+	fb, sb, errB := openEntry(b, path)
+	defer closeFD(fa)
+	defer closeFD(fb)
+	switch {
+	case errors.Is(errA, unix.ENOENT) && errors.Is(errB, unix.ENOENT):
+		return true, nil
+	case errors.Is(errA, unix.ENOENT) || errors.Is(errB, unix.ENOENT):
+		return false, nil
+	case errA != nil:
+		return false, errA
+	case errB != nil:
+		return false, errB
+	}
+	if sa.Mode != sb.Mode || sa.Uid != sb.Uid || sa.Gid != sb.Gid || sa.Size != sb.Size || sa.Rdev != sb.Rdev {
+		return false, nil
+	}
+	switch sa.Mode & unix.S_IFMT {
+	case unix.S_IFREG:
+		return sameContent(fa, fb)
+	case unix.S_IFLNK:
+		ta, err := readlinkAt(fa, "")
+		if err != nil {
+			return false, err
+		}
+		tb, err := readlinkAt(fb, "")
+		return err == nil && ta == tb, err
+	}
+	return true, nil
+}
+
+// openEntry opens path below root without following any symlink (a
+// symlink itself is opened as O_PATH).
+func openEntry(root, path string) (int, unix.Stat_t, error) {
+	var st unix.Stat_t
+	rootFD, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, st, err
+	}
+	defer unix.Close(rootFD)
+	fd, err := unix.Openat2(rootFD, path, &unix.OpenHow{
+		Flags:   uint64(unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC),
+		Resolve: resolve,
+	})
+	if err != nil {
+		return -1, st, err
+	}
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return -1, st, err
+	}
+	return fd, st, nil
+}
+
+func closeFD(fd int) {
+	if fd >= 0 {
+		unix.Close(fd)
+	}
+}
+
+// sameContent compares two regular files (O_PATH fds) byte for byte.
+func sameContent(a, b int) (bool, error) {
+	ra, err := os.Open(fmt.Sprintf("/proc/self/fd/%d", a))
+	if err != nil {
+		return false, err
+	}
+	defer ra.Close()
+	rb, err := os.Open(fmt.Sprintf("/proc/self/fd/%d", b))
+	if err != nil {
+		return false, err
+	}
+	defer rb.Close()
+	bufA, bufB := make([]byte, 64<<10), make([]byte, 64<<10)
+	for {
+		na, errA := io.ReadFull(ra, bufA)
+		nb, errB := io.ReadFull(rb, bufB)
+		if na != nb || !bytes.Equal(bufA[:na], bufB[:nb]) {
+			return false, nil
+		}
+		endA := errors.Is(errA, io.EOF) || errors.Is(errA, io.ErrUnexpectedEOF)
+		endB := errors.Is(errB, io.EOF) || errors.Is(errB, io.ErrUnexpectedEOF)
+		if endA || endB {
+			return endA && endB, nil
+		}
+		if errA != nil {
+			return false, errA
+		}
+		if errB != nil {
+			return false, errB
+		}
+	}
 }

@@ -238,7 +238,7 @@ func (s *Supervisor) Promote(ctx context.Context, id string, o PromoteOptions) (
 	// Conflicts, against a snapshot of the project that is the first
 	// stage's rollback point too, unless that stage waits for approval
 	// (the project may move meanwhile: it is taken again then).
-	rp, conflicts, err := s.projectRollbackPoint(ctx, project, base, changes, rollbackName(pid, 0))
+	rp, conflicts, err := s.projectRollbackPoint(ctx, project, base, source, changes, rollbackName(pid, 0))
 	if err != nil {
 		return fail(fmt.Errorf("%s: %w", what, err))
 	}
@@ -266,9 +266,9 @@ func (s *Supervisor) Promote(ctx context.Context, id string, o PromoteOptions) (
 }
 
 // projectRollbackPoint takes a read-only snapshot of project, named name,
-// and lists the paths that project changed since base which changes
-// touch too.
-func (s *Supervisor) projectRollbackPoint(ctx context.Context, project, base cowfs.Volume, changes []cowfs.Change, name string) (cowfs.Volume, []string, error) {
+// and lists the paths that project changed since base which changes (of
+// source) touch too, and that differ between the two.
+func (s *Supervisor) projectRollbackPoint(ctx context.Context, project, base, source cowfs.Volume, changes []cowfs.Change, name string) (cowfs.Volume, []string, error) {
 	rp, err := s.cfg.Backend.Snapshot(ctx, project, name, true)
 	if err != nil {
 		return rp, nil, fmt.Errorf("taking the project's rollback point: %w", err)
@@ -280,7 +280,14 @@ func (s *Supervisor) projectRollbackPoint(ctx context.Context, project, base cow
 	}
 	var paths []string
 	for _, c := range promote.Conflicts(changes, theirs) {
-		paths = append(paths, c.Path)
+		same, err := promote.Same(rp.Path, source.Path, c.Path)
+		if err != nil {
+			_ = s.cfg.Backend.Delete(context.WithoutCancel(ctx), rp)
+			return rp, nil, fmt.Errorf("comparing %s in the project and the sandbox: %w", c.Path, err)
+		}
+		if !same {
+			paths = append(paths, c.Path)
+		}
 	}
 	return rp, paths, nil
 }
@@ -369,8 +376,12 @@ func (s *Supervisor) runStage(ctx context.Context, p *Promotion, i int, changes 
 		if err != nil {
 			return err
 		}
+		source, err := s.cfg.Backend.Get(ctx, p.Source)
+		if err != nil {
+			return err
+		}
 		var conflicts []string
-		if rp, conflicts, err = s.projectRollbackPoint(ctx, project, base, changes, st.RollbackPoint); err != nil {
+		if rp, conflicts, err = s.projectRollbackPoint(ctx, project, base, source, changes, st.RollbackPoint); err != nil {
 			return err
 		}
 		if len(conflicts) > 0 && !p.Force {

@@ -64,15 +64,7 @@ func install(t *testing.T) *testbed.Info {
 		}
 	}
 	must(os.MkdirAll("/etc/sandboxd", 0o755))
-	must(os.WriteFile("/etc/sandboxd/sandboxd.toml", fmt.Appendf(nil, `
-[storage]
-backend = "btrfs"
-[storage.btrfs]
-root = %q
-[[project]]
-name = "web"
-path = %q
-`, filepath.Join(tb.Btrfs.Mount, "sandboxd"), tb.Btrfs.Project), 0o644))
+	must(os.WriteFile("/etc/sandboxd/sandboxd.toml", []byte(baseConfig(tb)), 0o644))
 	policy, err := os.ReadFile(filepath.Join(repo, "packaging", "dbus", "org.sandboxd1.conf"))
 	must(err)
 	must(os.WriteFile("/etc/dbus-1/system.d/org.sandboxd1.conf", policy, 0o644))
@@ -85,6 +77,20 @@ path = %q
 	testbed.MustRun(t, "systemctl", "start", "sandboxd.service") // Type=notify: returns once READY=1
 	installed = true
 	return tb
+}
+
+// baseConfig is the tests' sandboxd.toml: the testbed's btrfs, project
+// "web".
+func baseConfig(tb *testbed.Info) string {
+	return fmt.Sprintf(`
+[storage]
+backend = "btrfs"
+[storage.btrfs]
+root = %q
+[[project]]
+name = "web"
+path = %q
+`, filepath.Join(tb.Btrfs.Mount, "sandboxd"), tb.Btrfs.Project)
 }
 
 var (

@@ -1,0 +1,321 @@
+package integration
+
+import (
+	"encoding/json"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/sandboxd/sandboxd/internal/crashpoint"
+	"github.com/sandboxd/sandboxd/tests/testbed"
+)
+
+// addProject makes a btrfs subvolume with files, adds it as project name,
+// and returns its path; at the end of the test its sandboxes are
+// destroyed and it is removed.
+func addProject(t *testing.T, name string, files map[string]string) string {
+	t.Helper()
+	tb := install(t)
+	path := filepath.Join(tb.Btrfs.Mount, name)
+	testbed.MustRun(t, "btrfs", "subvolume", "create", path)
+	for file, text := range files {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(path, file)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(path, file), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ok(t, "project", "add", name, path)
+	t.Cleanup(func() {
+		for _, s := range sandboxIDsOf(t, name) {
+			ctl(t, "", "destroy", s)
+		}
+		ctl(t, "", "project", "remove", name)
+		_ = exec.Command("btrfs", "subvolume", "delete", path).Run()
+	})
+	return path
+}
+
+// sandboxIDsOf lists the ids of project's sandboxes.
+func sandboxIDsOf(t *testing.T, project string) []string {
+	t.Helper()
+	var list []struct{ ID, Project string }
+	if err := json.Unmarshal([]byte(ok(t, "list", "--json")), &list); err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, s := range list {
+		if s.Project == project {
+			ids = append(ids, s.ID)
+		}
+	}
+	return ids
+}
+
+// reconfigure restarts sandboxd with extra appended to the tests'
+// sandboxd.toml and env in its environment; the test's end puts the
+// usual configuration back.
+func reconfigure(t *testing.T, extra string, env ...string) {
+	t.Helper()
+	tb := install(t)
+	apply := func(extra string, env []string) {
+		if err := os.WriteFile("/etc/sandboxd/sandboxd.toml", []byte(baseConfig(tb)+extra), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		dropIn := "/run/systemd/system/sandboxd.service.d/test-env.conf"
+		if len(env) == 0 {
+			_ = os.Remove(dropIn)
+		} else {
+			if err := os.MkdirAll(filepath.Dir(dropIn), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(dropIn, []byte("[Service]\nEnvironment="+strings.Join(env, " ")+"\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		testbed.MustRun(t, "systemctl", "daemon-reload")
+		testbed.MustRun(t, "systemctl", "reset-failed", "sandboxd.service")
+		testbed.MustRun(t, "systemctl", "restart", "sandboxd.service")
+	}
+	apply(extra, env)
+	t.Cleanup(func() { apply("", nil) })
+}
+
+// snapshotTree describes every entry below root as a user would compare
+// two trees: type and mode, content, link target.
+func snapshotTree(t *testing.T, root string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		info, err := d.Info()
+		if err != nil || rel == "." {
+			return err
+		}
+		desc := info.Mode().String()
+		if info.Mode().IsRegular() {
+			data, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			desc += " " + string(data)
+		} else if info.Mode()&fs.ModeSymlink != 0 {
+			target, _ := os.Readlink(p)
+			desc += " -> " + target
+		}
+		out[rel] = desc
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func treesEqual(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+// promotionRecord reads a promotion with sandboxctl.
+func promotionRecord(t *testing.T, id string) (p struct {
+	ID, State, Error string
+	Conflicts       []string
+	Stages          []struct {
+		Name, State, Error string
+		Checks             []struct {
+			Command, How, Output string
+			Status               int
+		}
+	}
+}) {
+	t.Helper()
+	if err := json.Unmarshal([]byte(ok(t, "--json", "promotions", id)), &p); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+var promotionIDRe = regexp.MustCompile(`promotion ([0-9a-f]{12})`)
+
+const promoteStages = `
+[[stage]]
+name = "project"
+target = "project"
+checks = ["sh check.sh"]
+check_timeout = "1m"
+`
+
+func TestCLIPromoteAppliesChecksAndRefusesConflicts(t *testing.T) {
+	path := addProject(t, "promo", map[string]string{
+		"check.sh": "grep -q 'VAT 20' price.txt || { echo 'price.txt does not say VAT 20' >&2; exit 1; }\n",
+		"price.txt": "VAT 2\n", "lib/old.txt": "old\n",
+	})
+	reconfigure(t, promoteStages)
+
+	// A fix that passes the check: promoted, and the project has it.
+	id := strings.TrimSpace(ok(t, "create", "--quiet", "promo"))
+	ok(t, "exec", id, "--", "sh", "-c", "echo 'VAT 20' > price.txt && rm lib/old.txt && mkdir -p docs && echo note > docs/NOTE")
+	sandboxTree := snapshotTree(t, property(t, "/org/sandboxd1/sandbox/"+id, "Path"))
+	out := ok(t, "promote", id)
+	for _, want := range []string{`stage project \(project\): applying`, `check "sh check.sh": passed`, `stage project \(project\): passed`} {
+		if !regexp.MustCompile(want).MatchString(out) {
+			t.Errorf("promote's output has no %q:\n%s", want, out)
+		}
+	}
+	if got := snapshotTree(t, path); !treesEqual(got, sandboxTree) {
+		t.Fatalf("the project after the promotion:\n%v\nwant the sandbox's:\n%v", got, sandboxTree)
+	}
+	pid := promotionIDRe.FindStringSubmatch(out)[1]
+	if p := promotionRecord(t, pid); p.State != "done" || p.Stages[0].Checks[0].Status != 0 {
+		t.Fatalf("the promotion's record: %+v", p)
+	}
+	if list := ok(t, "promotions"); !strings.Contains(list, pid) || !strings.Contains(list, "done") {
+		t.Fatalf("sandboxctl promotions:\n%s", list)
+	}
+
+	// A fix that fails the check: the stage is rolled back, exit 1, and
+	// the project is as it was.
+	before := snapshotTree(t, path)
+	bad := strings.TrimSpace(ok(t, "create", "--quiet", "promo"))
+	ok(t, "exec", bad, "--", "sh", "-c", "echo 'VAT 200' > docs/NOTE && echo 'VAT 0' > price.txt")
+	stdout, stderr, code := ctl(t, "", "promote", bad)
+	if code != 1 || !strings.Contains(stdout, "FAILED") || !strings.Contains(stdout, "price.txt does not say VAT 20") || !strings.Contains(stderr, "failed") {
+		t.Fatalf("promoting a change that fails its check: exit %d\n%s%s", code, stdout, stderr)
+	}
+	if got := snapshotTree(t, path); !treesEqual(got, before) {
+		t.Fatalf("the project after a failed check:\n%v\nwant:\n%v", got, before)
+	}
+
+	// A sandbox made before the first promotion that changed price.txt
+	// too: a conflict, refused by name with exit 5; --force applies it.
+	// (The first sandbox's base is from before the first promotion.)
+	ok(t, "exec", id, "--", "sh", "-c", "echo 'VAT 20 and more' > price.txt && echo x > unrelated.txt")
+	fails(t, 5, `price.txt`, "promote", id)
+	if got := snapshotTree(t, path); !treesEqual(got, before) {
+		t.Fatalf("the project after a refused promotion changed")
+	}
+	ok(t, "promote", "--force", id)
+	if data, _ := os.ReadFile(filepath.Join(path, "price.txt")); string(data) != "VAT 20 and more\n" {
+		t.Fatalf("price.txt after a forced promotion: %q", data)
+	}
+
+	// The audit log has each step, with the change set's digest and the
+	// checks' results.
+	audit, err := os.ReadFile("/var/log/sandboxd/audit.log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"action":"promote-stage"`, `"command":"sh check.sh"`, `"digest":"`, `"conflicts":["price.txt"]`, `"forced":true`} {
+		if !strings.Contains(string(audit), want) {
+			var lines []string
+			for _, l := range strings.Split(string(audit), "\n") {
+				if strings.Contains(l, "promot") {
+					lines = append(lines, l)
+				}
+			}
+			t.Errorf("the audit log has no %s:\n%s", want, strings.Join(lines, "\n"))
+		}
+	}
+}
+
+func TestCLIDiffTextShowsUnifiedDiff(t *testing.T) {
+	addProject(t, "difftext", map[string]string{"a.txt": "one\ntwo\nthree\n", "bin.dat": "x\x00y"})
+	id := strings.TrimSpace(ok(t, "create", "--quiet", "difftext"))
+	ok(t, "exec", id, "--", "sh", "-c", "sed -i s/two/TWO/ a.txt && printf 'z\\000' > bin.dat && echo new > b.txt")
+	out := ok(t, "diff", "--text", id)
+	for _, want := range []string{"--- a/a.txt\n+++ b/a.txt\n", "-two\n+TWO\n", "Binary files a/bin.dat and b/bin.dat differ", "+++ b/b.txt\n@@ -0,0 +1 @@\n+new\n"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("diff --text has no %q:\n%s", want, out)
+		}
+	}
+}
+
+// TestKill9AtEachStepOfAPromotion kills the daemon at each named step of
+// a promotion (crashpoint) and checks, after systemd restarted it, that
+// the project holds exactly what it held before the promotion or exactly
+// the promoted change, and that nothing of the promotion is left.
+func TestKill9AtEachStepOfAPromotion(t *testing.T) {
+	tb := install(t)
+	path := addProject(t, "crash", map[string]string{
+		"check.sh": "test ! -f FAIL || { echo told to fail; exit 1; }\n", "app.txt": "v1\n", "keep/k.txt": "k\n",
+	})
+	// The project may end "after" only where the change was complete and
+	// checked: killed once the stage is recorded passed.
+	wantAfter := map[string]bool{crashpoint.PromotePassed: true}
+	for _, point := range crashpoint.Promotion {
+		t.Run(point, func(t *testing.T) {
+			reconfigure(t, promoteStages, crashpoint.Env+"="+point)
+			old := mainPID(t)
+			id := strings.TrimSpace(ok(t, "create", "--quiet", "crash"))
+			change := "echo v2-" + point + " > app.txt && rm keep/k.txt && mkdir -p new && for i in 1 2 3 4 5 6; do echo $i > new/$i; done"
+			if point == crashpoint.PromoteRollingBack {
+				change += " && touch FAIL" // the check fails, the rollback starts
+			}
+			ok(t, "exec", id, "--", "sh", "-c", change)
+			before := snapshotTree(t, path)
+			after := snapshotTree(t, property(t, "/org/sandboxd1/sandbox/"+id, "Path"))
+
+			ctl(t, "", "promote", id) // the daemon dies under it
+			waitActive(t, old)
+
+			got := snapshotTree(t, path)
+			switch {
+			case wantAfter[point] && !treesEqual(got, after):
+				t.Fatalf("killed at %s: the project is not the promoted change:\n%v\nwant:\n%v", point, got, after)
+			case !wantAfter[point] && !treesEqual(got, before):
+				t.Fatalf("killed at %s: the project is not as before the promotion:\n%v\nwant:\n%v", point, got, before)
+			}
+			var list []struct{ ID, State, Sandbox string }
+			if err := json.Unmarshal([]byte(ok(t, "--json", "promotions")), &list); err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range list {
+				if p.State == "running" {
+					t.Fatalf("killed at %s: promotion %s still says running after the restart", point, p.ID)
+				}
+			}
+			// The kill did happen: the restarted daemon found the
+			// promotion interrupted (or, past the last step, done).
+			last := promotionRecord(t, list[len(list)-1].ID)
+			if wantAfter[point] && last.State != "done" ||
+				!wantAfter[point] && (last.State != "failed" || !strings.Contains(last.Error, "interrupted by a restart of the daemon")) {
+				t.Fatalf("killed at %s: the promotion's record after the restart: %+v", point, last)
+			}
+			// Nothing of the promotion is left: no volume of it, no check
+			// sandbox.
+			entries, _ := os.ReadDir(filepath.Join(tb.Btrfs.Mount, "sandboxd"))
+			for _, e := range entries {
+				if strings.HasPrefix(e.Name(), "pv-") {
+					t.Fatalf("killed at %s: volume %s left after the restart", point, e.Name())
+				}
+			}
+			if ids := sandboxIDsOf(t, "crash"); len(ids) != 1 || ids[0] != id {
+				t.Fatalf("killed at %s: sandboxes of the project after the restart: %v; want only %s", point, ids, id)
+			}
+			ok(t, "destroy", id)
+			// The next trial starts from the project as it is now.
+			if wantAfter[point] {
+				t.Logf("killed at %s: the project holds the promoted change", point)
+			} else {
+				t.Logf("killed at %s: the project is as before", point)
+			}
+		})
+	}
+	t.Logf("%d crash points of a promotion, one kill -9 each", len(crashpoint.Promotion))
+}
