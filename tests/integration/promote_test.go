@@ -135,8 +135,8 @@ func treesEqual(a, b map[string]string) bool {
 // promotionRecord reads a promotion with sandboxctl.
 func promotionRecord(t *testing.T, id string) (p struct {
 	ID, State, Error string
-	Conflicts       []string
-	Stages          []struct {
+	Conflicts        []string
+	Stages           []struct {
 		Name, State, Error string
 		Checks             []struct {
 			Command, How, Output string
@@ -163,7 +163,7 @@ check_timeout = "1m"
 
 func TestCLIPromoteAppliesChecksAndRefusesConflicts(t *testing.T) {
 	path := addProject(t, "promo", map[string]string{
-		"check.sh": "grep -q 'VAT 20' price.txt || { echo 'price.txt does not say VAT 20' >&2; exit 1; }\n",
+		"check.sh":  "grep -q 'VAT 20' price.txt || { echo 'price.txt does not say VAT 20' >&2; exit 1; }\n",
 		"price.txt": "VAT 2\n", "lib/old.txt": "old\n",
 	})
 	reconfigure(t, promoteStages)
