@@ -78,13 +78,18 @@ that no other sandbox's id has will do.
 			freezeCommand(), thawCommand(), destroyCommand(), gcCommand(), projectCommand(), manCommand(),
 		},
 	}
+	root.DisableSliceFlagSeparator = true
 	for _, c := range root.Commands {
 		setUsageError(c)
 	}
 	return root
 }
 
+// setUsageError also keeps list flags' values whole: urfave splits them
+// at commas by default, which would cut --env 'A=x,y' or an allowlist
+// entry in two.
 func setUsageError(c *ucli.Command) {
+	c.DisableSliceFlagSeparator = true
 	c.OnUsageError = func(_ context.Context, cmd *ucli.Command, err error, _ bool) error {
 		return usage("%v (usage: %s)", err, usageLine(cmd))
 	}
