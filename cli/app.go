@@ -74,7 +74,7 @@ that no other sandbox's id has will do.
 		Commands: []*ucli.Command{
 			createCommand(), listCommand(), statusCommand(), execCommand(), shellCommand(),
 			checkpointCommand(), checkpointsCommand(), rollbackCommand(), diffCommand(), tryCommand(),
-			promoteCommand(), promotionsCommand(), approveCommand(), rejectCommand(),
+			promoteCommand(), promotionsCommand(), approveCommand(), rejectCommand(), rebaseCommand(),
 			freezeCommand(), thawCommand(), destroyCommand(), gcCommand(), projectCommand(), manCommand(),
 		},
 	}

@@ -217,7 +217,7 @@ func (s *Supervisor) Promote(ctx context.Context, id string, o PromoteOptions) (
 	if err != nil {
 		return fail(fmt.Errorf("%s: %w", what, err))
 	}
-	source, err := s.cfg.Backend.Snapshot(ctx, vol, p.Source, true)
+	source, err := s.frozenSnapshot(ctx, rec, vol, p.Source)
 	if err != nil {
 		return fail(fmt.Errorf("%s: its source snapshot: %w", what, err))
 	}

@@ -108,10 +108,16 @@ func (s *Supervisor) Reconcile(ctx context.Context) (Report, error) {
 		rep.OrphanVolumes = append(rep.OrphanVolumes, v.Name)
 		s.log.Warn("removed an orphan volume", "volume", v.Name, "ACTION", "reconcile")
 	}
+	// A sandbox's volumes are those its record names: a rebase makes new
+	// ones (base-ID-N, sb-ID-N) before the record names them.
+	named := map[string]bool{}
+	for _, rec := range recs {
+		named[rec.Base], named[rec.Volume], named[rec.Layer] = true, true, true
+	}
 	for _, prefix := range []string{"sys-", "sb-", "base-"} {
 		for _, v := range vols {
-			id, ok := strings.CutPrefix(v.Name, prefix)
-			if !ok || known[id] || !v.Ours {
+			_, ok := strings.CutPrefix(v.Name, prefix)
+			if !ok || named[v.Name] || !v.Ours {
 				continue
 			}
 			if err := s.cfg.Backend.Delete(ctx, v); err != nil && !errors.Is(err, cowfs.ErrNotFound) {

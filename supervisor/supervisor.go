@@ -549,6 +549,11 @@ type Inspection struct {
 	// Memory, CPU (ns) and Tasks of its scope; Known is false where the
 	// host does not account it.
 	Memory, CPU, Tasks units.Amount
+	// MemoryPeak is the most memory (bytes) its scope used at once since
+	// the scope started (a rebase or restore starts it anew), read from
+	// the memory cgroup of its init: known while the init runs, on a
+	// kernel that counts it.
+	MemoryPeak units.Amount
 	// Disk is what the sandbox wrote (its volume's exclusive bytes), known
 	// where the pool has quotas on.
 	Disk units.Amount
@@ -567,13 +572,23 @@ func (s *Supervisor) Inspect(ctx context.Context, id string) (Inspection, error)
 		switch changed, err := s.cfg.Backend.ChangedSince(ctx, project, base); {
 		case err != nil:
 		case changed:
+			// The generation moves with access times too (a read of the
+			// project on the host): the change list tells.
 			in.Staleness = Stale
+			if m, err := s.projectMoves(ctx, rec); err == nil && len(m.Paths) == 0 {
+				in.Staleness = Current
+			}
 		default:
 			in.Staleness = Current
 		}
 	}
 	if u, err := s.cfg.Units.Usage(ctx, rec.Unit); err == nil {
 		in.Memory, in.CPU, in.Tasks = u.Memory, u.CPU, u.Tasks
+	}
+	if w := s.worlds.get(id); w != nil {
+		if peak, err := units.MemoryPeak(w.pid); err == nil {
+			in.MemoryPeak = units.Amount{Value: peak, Known: true}
+		}
 	}
 	if vol, err := s.cfg.Backend.Get(ctx, rec.Volume); err == nil {
 		if du, err := s.cfg.Backend.Usage(ctx, vol); err == nil {

@@ -138,3 +138,32 @@ func (o sandboxObject) UnifiedDiff(sender dbus.Sender, msg dbus.Message, opts ma
 	})
 	return out.String(), derr
 }
+
+// Rebase() brings the sandbox onto its project as it is now: a new base,
+// and the sandbox's own changes applied onto a copy of it; refused
+// (Conflict) where the project changed the same paths. The sandbox's
+// processes are stopped and it starts again, as after a Rollback.
+func (o sandboxObject) Rebase(sender dbus.Sender, msg dbus.Message) *dbus.Error {
+	return o.onSandbox(sender, msg, "Rebase", func(ctx context.Context, id string) error {
+		_, err := o.s.sup.Rebase(ctx, id)
+		if err == nil {
+			_ = o.s.SandboxChanged(ctx, id)
+		}
+		return err
+	})
+}
+
+// ProjectChanges() -> (as paths, t base): the paths the project changed
+// since the sandbox's base (access times left out), and when the base was
+// taken (µs since the epoch).
+func (o sandboxObject) ProjectChanges(sender dbus.Sender, msg dbus.Message) ([]string, uint64, *dbus.Error) {
+	paths := []string{}
+	var base uint64
+	derr := o.onSandbox(sender, msg, "ProjectChanges", func(ctx context.Context, id string) error {
+		m, err := o.s.sup.ProjectMoves(ctx, id)
+		paths = append(paths, m.Paths...)
+		base = micros(m.Base)
+		return err
+	})
+	return paths, base, derr
+}

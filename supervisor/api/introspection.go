@@ -118,6 +118,11 @@ const SandboxXML = xmlHeader + `<node>
    <arg type="a{sv}" name="options" direction="in"/>
    <arg type="s" name="diff" direction="out"/>
   </method>
+  <method name="Rebase"/>
+  <method name="ProjectChanges">
+   <arg type="as" name="paths" direction="out"/>
+   <arg type="t" name="base" direction="out"/>
+  </method>
   <method name="Promote">
    <arg type="a{sv}" name="options" direction="in"/>
    <arg type="s" name="promotion" direction="out"/>

@@ -169,11 +169,13 @@ func sandboxProps(sb supervisor.Sandbox, insp supervisor.Inspection) (map[string
 }
 
 // usageMap is a sandbox's live usage, with only what the host accounts:
-// MemoryCurrent and DiskUsed in bytes, CPUUsageNSec, TasksCurrent.
+// MemoryCurrent, MemoryPeak and DiskUsed in bytes, CPUUsageNSec,
+// TasksCurrent.
 func usageMap(in supervisor.Inspection) map[string]dbus.Variant {
 	out := map[string]dbus.Variant{}
 	for name, a := range map[string]units.Amount{
-		"MemoryCurrent": in.Memory, "CPUUsageNSec": in.CPU, "TasksCurrent": in.Tasks, "DiskUsed": in.Disk,
+		"MemoryCurrent": in.Memory, "MemoryPeak": in.MemoryPeak, "CPUUsageNSec": in.CPU, "TasksCurrent": in.Tasks,
+		"DiskUsed": in.Disk,
 	} {
 		if a.Known {
 			out[name] = dbus.MakeVariant(a.Value)

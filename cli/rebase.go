@@ -1,0 +1,70 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	ucli "github.com/urfave/cli/v3"
+
+	"github.com/sandboxd/sandboxd/supervisor/api"
+)
+
+func rebaseCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:      "rebase",
+		Usage:     "bring a sandbox onto its project as it is now, keeping the sandbox's changes",
+		ArgsUsage: "SANDBOX",
+		Description: `Takes a new base of the project and applies the sandbox's own changes
+onto a copy of it, unless the project changed any of the same paths (a
+conflict: refused, naming each; exit 5). Like a rollback, the sandbox's
+processes are stopped and it starts again, on the new copy; its system
+layer and checkpoints stay.`,
+		Action: onSandbox(1, func(ctx context.Context, cmd *ucli.Command, c *client, e api.ListEntry, _ []string) error {
+			moved, _, err := c.projectChanges(ctx, e.ID)
+			if err != nil {
+				return err
+			}
+			if err := call(ctx, c.sandbox(e.ID), "rebasing sandbox "+sandboxLabel(e),
+				api.SandboxInterface+".Rebase", nil); err != nil {
+				return err
+			}
+			out := outputOf(cmd)
+			switch {
+			case out.json:
+				return out.JSON(map[string]any{"sandbox": e.ID, "project_changes": len(moved)})
+			case out.quiet:
+				return nil
+			}
+			return out.line("sandbox %s is on project %s as it is now (%d paths the project changed since the old base); its processes were stopped, it runs again",
+				sandboxLabel(e), e.Project, len(moved))
+		}),
+	}
+}
+
+// projectChanges asks what sandbox id's project changed since its base.
+func (c *client) projectChanges(ctx context.Context, id string) ([]string, uint64, error) {
+	var paths []string
+	var base uint64
+	err := call(ctx, c.sandbox(id), "reading how the project of sandbox "+id+" moved",
+		api.SandboxInterface+".ProjectChanges", nil, &paths, &base)
+	return paths, base, err
+}
+
+// stalenessDetail says how far the project moved, for status: how many
+// paths, the first few, since when.
+func stalenessDetail(paths []string, base uint64) string {
+	if len(paths) == 0 {
+		return "current (the project has not changed since the base was taken)"
+	}
+	shown := paths
+	if len(shown) > 5 {
+		shown = shown[:5]
+	}
+	more := ""
+	if len(paths) > len(shown) {
+		more = fmt.Sprintf(", and %d more", len(paths)-len(shown))
+	}
+	return fmt.Sprintf("stale: the project changed %d paths since the base was taken %s ago (%s%s); `sandboxctl rebase` brings the sandbox onto it",
+		len(paths), age(fromMicros(base)), strings.Join(shown, ", "), more)
+}

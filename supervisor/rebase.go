@@ -1,0 +1,216 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/sandboxd/sandboxd/cowfs"
+	"github.com/sandboxd/sandboxd/promote"
+	"github.com/sandboxd/sandboxd/supervisor/state"
+	"github.com/sandboxd/sandboxd/units"
+)
+
+// ProjectMove is how far a sandbox's project moved on since its base.
+type ProjectMove struct {
+	// Paths the project changed since the base, metadata-only changes
+	// (access times of a read) left out.
+	Paths []string
+	// Base is when the base was taken.
+	Base time.Time
+}
+
+// ProjectMoves lists what sandbox id's project changed since the
+// sandbox's base. Its cost follows the change (a snapshot of the project
+// and the backend's change list), not the project.
+func (s *Supervisor) ProjectMoves(ctx context.Context, id string) (ProjectMove, error) {
+	rec, err := s.cfg.Store.Get(id)
+	if err != nil {
+		return ProjectMove{}, err
+	}
+	return s.projectMoves(ctx, rec)
+}
+
+func (s *Supervisor) projectMoves(ctx context.Context, rec state.Record) (ProjectMove, error) {
+	what := "reading how the project of sandbox " + rec.ID + " moved"
+	m := ProjectMove{}
+	project, err := s.cfg.Backend.Project(ctx, s.projects.location(rec.Project))
+	if err != nil {
+		return m, fmt.Errorf("%s: %w", what, err)
+	}
+	base, err := s.cfg.Backend.Get(ctx, rec.Base)
+	if err != nil {
+		return m, fmt.Errorf("%s: %w", what, err)
+	}
+	m.Base = base.Created
+	now, err := s.cfg.Backend.Snapshot(ctx, project, "diff-"+rec.ID+"-p"+newCommandID(), true)
+	if err != nil {
+		return m, fmt.Errorf("%s: %w", what, err)
+	}
+	defer func() { _ = s.cfg.Backend.Delete(context.WithoutCancel(ctx), now) }()
+	changes, err := s.cfg.Backend.Changes(ctx, base, now)
+	if err != nil {
+		return m, fmt.Errorf("%s: %w", what, err)
+	}
+	for _, c := range changes {
+		if c.Kind == cowfs.Metadata || c.Type == cowfs.TypeDir && c.Kind == cowfs.Modified {
+			continue
+		}
+		m.Paths = append(m.Paths, c.Path)
+	}
+	return m, nil
+}
+
+// Rebase brings sandbox id onto its project as it is now: a new base is
+// taken of the project, and the sandbox's own changes are applied onto a
+// copy of it, unless the project changed any of the same paths (a
+// conflict, refused by name). Like a rollback, the sandbox's processes
+// are stopped and it starts again on the new copy; its system layer and
+// checkpoints stay.
+func (s *Supervisor) Rebase(ctx context.Context, id string) (sb Sandbox, err error) {
+	defer s.lock(id)()
+	rec, err := s.cfg.Store.Get(id)
+	if err != nil {
+		return sb, err
+	}
+	defer func() { s.audit(ctx, "rebase", rec, err) }()
+	what := "rebasing sandbox " + id
+	if !slices.Contains([]state.State{state.Ready, state.Running, state.Frozen, state.Stopped}, rec.State) {
+		return sb, fmt.Errorf("%s: it is %s: %w", what, rec.State, ErrWrongState)
+	}
+	var limits units.Limits
+	if err := unmarshalLimits(rec.Limits, &limits); err != nil {
+		return sb, fmt.Errorf("%s: %w", what, err)
+	}
+	project, err := s.cfg.Backend.Project(ctx, s.projects.location(rec.Project))
+	if err != nil {
+		return sb, fmt.Errorf("%s: %w", what, err)
+	}
+	oldBase, err := s.cfg.Backend.Get(ctx, rec.Base)
+	if err != nil {
+		return sb, fmt.Errorf("%s: %w", what, err)
+	}
+	oldVol, err := s.cfg.Backend.Get(ctx, rec.Volume)
+	if err != nil {
+		return sb, fmt.Errorf("%s: %w", what, err)
+	}
+	var made []cowfs.Volume
+	defer func() {
+		if err != nil {
+			for _, v := range slices.Backward(made) {
+				_ = s.cfg.Backend.Delete(context.WithoutCancel(ctx), v)
+			}
+		}
+	}()
+	// What the sandbox changed, read from a moment's read-only copy; the
+	// sandbox is frozen for it, as for a checkpoint.
+	src, err := s.frozenSnapshot(ctx, rec, oldVol, "diff-"+id+"-r"+newCommandID())
+	if err != nil {
+		return sb, fmt.Errorf("%s: %w", what, err)
+	}
+	defer func() { _ = s.cfg.Backend.Delete(context.WithoutCancel(ctx), src) }()
+	changes, err := s.cfg.Backend.Changes(ctx, oldBase, src)
+	if err != nil {
+		return sb, fmt.Errorf("%s: %w", what, err)
+	}
+	gen := newCommandID()
+	gate := s.gate.of(rec.Project)
+	gate.RLock()
+	newBase, err := s.cfg.Backend.Snapshot(ctx, project, baseName(id)+"-"+gen, true)
+	gate.RUnlock()
+	if err != nil {
+		return sb, fmt.Errorf("%s: %w", what, err)
+	}
+	made = append(made, newBase)
+	theirs, err := s.cfg.Backend.Changes(ctx, oldBase, newBase)
+	if err != nil {
+		return sb, fmt.Errorf("%s: %w", what, err)
+	}
+	var conflicts []string
+	for _, c := range promote.Conflicts(changes, theirs) {
+		same, err := promote.Same(newBase.Path, src.Path, c.Path)
+		if err != nil {
+			return sb, fmt.Errorf("%s: %w", what, err)
+		}
+		if !same {
+			conflicts = append(conflicts, c.Path)
+		}
+	}
+	if len(conflicts) > 0 {
+		return sb, fmt.Errorf("%s: the project changed these paths since the sandbox's base, and so did the sandbox: %s: %w",
+			what, strings.Join(conflicts, ", "), ErrConflict)
+	}
+	newVol, err := s.cfg.Backend.Snapshot(ctx, newBase, volumeName(id)+"-"+gen, false)
+	if err != nil {
+		return sb, fmt.Errorf("%s: %w", what, err)
+	}
+	made = append(made, newVol)
+	if rec.DiskQuota > 0 {
+		if err := s.cfg.Backend.SetQuota(ctx, newVol, rec.DiskQuota); err != nil {
+			return sb, fmt.Errorf("%s: %w", what, err)
+		}
+	}
+	if _, err := promote.Apply(ctx, changes, src.Path, newVol.Path); err != nil {
+		return sb, fmt.Errorf("%s: applying its changes onto the project: %w", what, err)
+	}
+
+	// The swap: stop, record the new volumes (one transaction: a crash
+	// leaves the old pair or the new one named, and Reconcile removes the
+	// other), start again, delete the old pair.
+	if err := s.stopScope(ctx, rec.Unit); err != nil {
+		return sb, fmt.Errorf("%s: %w", what, err)
+	}
+	if err := s.removeWorld(id); err != nil {
+		s.restartAfterFailure(ctx, rec, limits)
+		return sb, fmt.Errorf("%s: %w", what, err)
+	}
+	rec, err = s.cfg.Store.Update(id, func(r *state.Record) error {
+		r.Base, r.Volume = newBase.Name, newVol.Name
+		return nil
+	})
+	if err != nil {
+		s.restartAfterFailure(ctx, rec, limits)
+		return sb, fmt.Errorf("%s: %w", what, err)
+	}
+	made = nil // named by the record now
+	if err := s.startScope(ctx, rec, limits, nil); err != nil {
+		return sb, fmt.Errorf("%s: starting it again: %w", what, err)
+	}
+	if rec, err = s.cfg.Store.Update(id, func(r *state.Record) error { r.State = state.Ready; return nil }); err != nil {
+		return sb, fmt.Errorf("%s: %w", what, err)
+	}
+	for _, v := range []cowfs.Volume{oldVol, oldBase} {
+		if err := s.cfg.Backend.Delete(ctx, v); err != nil && !errors.Is(err, cowfs.ErrNotFound) {
+			s.log.Warn("deleting a rebased sandbox's old volume", "SANDBOX_ID", id, "volume", v.Name, "error", err)
+		}
+	}
+	s.log.Info("sandbox rebased", "SANDBOX_ID", id, "ACTION", "rebase", "changes", len(changes), "CALLER_UID", uidField(ctx))
+	return s.sandbox(ctx, rec), nil
+}
+
+// restartAfterFailure starts a sandbox again on what its volumes hold,
+// after a failure once it was stopped.
+func (s *Supervisor) restartAfterFailure(ctx context.Context, rec state.Record, limits units.Limits) {
+	if err := s.startScope(context.WithoutCancel(ctx), rec, limits, nil); err != nil {
+		s.log.Error("restarting a sandbox after a failure", "SANDBOX_ID", rec.ID, "error", err)
+	}
+}
+
+// frozenSnapshot takes a read-only snapshot of vol, sandbox rec's copy of
+// its project, with the sandbox frozen for the instant.
+func (s *Supervisor) frozenSnapshot(ctx context.Context, rec state.Record, vol cowfs.Volume, name string) (v cowfs.Volume, err error) {
+	if rec.State == state.Ready || rec.State == state.Running {
+		if err := s.cfg.Units.Freeze(ctx, rec.Unit); err != nil {
+			return v, fmt.Errorf("freezing it for a snapshot: %w", err)
+		}
+		defer func() {
+			if terr := s.cfg.Units.Thaw(context.WithoutCancel(ctx), rec.Unit); terr != nil && err == nil {
+				err = fmt.Errorf("thawing it after a snapshot: %w", terr)
+			}
+		}()
+	}
+	return s.cfg.Backend.Snapshot(ctx, vol, name, true)
+}
