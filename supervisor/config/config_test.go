@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/BurntSushi/toml"
 	"github.com/sandboxd/sandboxd/cowfs"
@@ -57,6 +58,12 @@ func TestRepoConfigExamples(t *testing.T) {
 		ReadonlyProject: new(true),
 		HiddenPaths:     []string{"/srv/secrets"},
 		ReadonlyPaths:   []string{"/opt/toolchains"},
+	}
+	want.Stages = []Stage{
+		{Name: "project", Target: "project", Checks: []string{"make test"}, CheckTimeout: Duration(10 * time.Minute), Approval: "auto"},
+		{Name: "staging", Target: "/srv/staging/{project}", Checks: []string{"make smoke"}},
+		{Name: "production", Target: "ssh://deploy@prod.example.com/srv/{project}", Checks: []string{"make smoke"}, Approval: "admin",
+			SSHOptions: []string{"-i", "/etc/sandboxd/id_ed25519", "-o", "UserKnownHostsFile=/etc/sandboxd/known_hosts"}},
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("got\n%+v\nwant\n%+v", c, want)
@@ -226,6 +233,24 @@ func TestParseBad(t *testing.T) {
 			[]string{"x.toml:1: unknown section [[projects]]"}},
 		{"misspelled key in a later project", "[[project]]\nname = \"a\"\npath = \"/a\"\n[[project]]\nnmae = \"b\"\npath = \"/b\"\n[[project]]\nname = \"c\"\npath = \"/c\"\n",
 			[]string{"x.toml:5: unknown key project[1].nmae", "allowed in project: name, path, dataset"}},
+
+		// Stages.
+		{"stage without a name", "[[stage]]\ntarget = \"project\"\n",
+			[]string{"x.toml:1:", "stage[0].name", "not a valid stage name"}},
+		{"first stage not the project", "[[stage]]\nname = \"s\"\ntarget = \"/srv/s\"\n",
+			[]string{"x.toml:3:", "the first stage must be the project"}},
+		{"project stage later", "[[stage]]\nname = \"a\"\ntarget = \"project\"\n[[stage]]\nname = \"b\"\ntarget = \"project\"\n",
+			[]string{"x.toml:6:", "stage[1].target", "must be the first stage"}},
+		{"bad target", "[[stage]]\nname = \"a\"\ntarget = \"project\"\n[[stage]]\nname = \"b\"\ntarget = \"ftp://x/y\"\n",
+			[]string{"x.toml:6:", "stage[1].target", "ssh://"}},
+		{"ssh target without a path", "[[stage]]\nname = \"a\"\ntarget = \"project\"\n[[stage]]\nname = \"b\"\ntarget = \"ssh://host\"\n",
+			[]string{"x.toml:6:", "want ssh://[user@]host[:port]/absolute/path"}},
+		{"duplicate stage", "[[stage]]\nname = \"a\"\ntarget = \"project\"\n[[stage]]\nname = \"a\"\ntarget = \"/srv/a\"\n",
+			[]string{"x.toml:5:", "is taken by stage[0]"}},
+		{"bad approval", "[[stage]]\nname = \"a\"\ntarget = \"project\"\napproval = \"maybe\"\n",
+			[]string{"x.toml:4:", "stage[0].approval", "maybe"}},
+		{"empty check", "[[stage]]\nname = \"a\"\ntarget = \"project\"\nchecks = [\" \"]\n",
+			[]string{"x.toml:4:", "empty command"}},
 
 		// Limits.
 		{"negative cap", "[limits]\nmax_sandboxes = -1\n",
