@@ -1,6 +1,6 @@
 # sandboxd: build, test, lint, bench. `sudo make test` is the test command;
-# `sudo make demo` the main job (for now: sandboxes side by side, checks,
-# diff, checkpoint and rollback; promotion comes with its issue).
+# `sudo make demo` the main job: sandboxes side by side, checks compared,
+# the winner's diff, checkpoint and rollback, promotion to the project.
 
 GO ?= $(shell command -v go 2>/dev/null || echo /usr/local/go/bin/go)
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
@@ -64,10 +64,15 @@ lint: $(TOOLS)/staticcheck
 	$(GO) vet ./...
 	$(TOOLS)/staticcheck ./...
 
-# The main job so far, with real output, in a fresh testbed (its private
-# systemd, bus and btrfs): contrib/demo/demo.sh.
+# The main job, with real output (contrib/demo/demo.sh): under this
+# machine's systemd where it is PID 1, otherwise in a fresh testbed (its
+# private systemd and bus; nothing of this machine changes).
 demo: deps build
-	bin/testbed run -- $(CURDIR)/contrib/demo/demo.sh
+	@if [ -d /run/systemd/system ]; then \
+		echo "demo: systemd is PID 1 here: running under it"; $(CURDIR)/contrib/demo/demo.sh; \
+	else \
+		bin/testbed run -- $(CURDIR)/contrib/demo/demo.sh; \
+	fi
 
 clean:
 	rm -rf bin dist

@@ -1,9 +1,14 @@
 #!/bin/bash
-# The main job so far, with real output: sandboxd installed as a service
-# (in the testbed's private systemd, so nothing of this machine changes),
-# three sandboxes of one project trying three fixes side by side, their
-# checks compared, the winner's diff, a checkpoint and a rollback.
-# `make demo` runs it inside a fresh testbed (bin/testbed run).
+# The main job, with real output: sandboxd installed as a service on its
+# embedded pool, a small project, three sandboxes of it trying three fixes
+# side by side, their checks compared, the winner's diff, a checkpoint and
+# a rollback, the winner promoted to the project through its check, and a
+# memory limit; then it cleans up after itself.
+#
+# `make demo` runs it inside a fresh testbed (bin/testbed run), where
+# nothing of this machine changes; on a machine whose PID 1 is systemd and
+# that has no sandboxd of its own, it runs under that systemd, with its
+# state under /run/sandboxd-demo, and removes all of it at the end.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 
@@ -12,73 +17,110 @@ step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 run() {
 	local line="$" a
 	for a in "$@"; do
-		case "$a" in *[[:space:]\$\>\|\;]*) line+=" '$a'" ;; *) line+=" $a" ;; esac
+		case "$a" in *[[:space:]\$\>\|\;\'\(]*) line+=" '${a//\'/\'\\\'\'}'" ;; *) line+=" $a" ;; esac
 	done
 	printf '%s\n' "$line"
 	"$@"
 }
 
-step "install sandboxd as a service, a project on btrfs"
-mkdir -p /etc/sandboxd
-cat > /etc/sandboxd/sandboxd.toml <<TOML
+demo=/run/sandboxd-demo
+conf=$demo/sandboxd.toml
+pool=$demo/pool
+proj=$pool/projects/shop
+
+cleanup() {
+	set +e
+	sandboxctl destroy --quiet $(sandboxctl list --quiet 2>/dev/null) >/dev/null 2>&1
+	sandboxctl project remove shop >/dev/null 2>&1
+	systemctl stop sandboxd.service 2>/dev/null
+	btrfs subvolume delete "$proj" >/dev/null 2>&1
+	umount "$pool" 2>/dev/null
+	rm -rf "$demo" /run/systemd/system/sandboxd.service /usr/local/bin/sandboxctl
+	[ -z "$made_policy" ] || rm -f /etc/dbus-1/system.d/org.sandboxd1.conf
+	systemctl daemon-reload 2>/dev/null
+}
+
+step "install sandboxd as a service, on its embedded pool, with a stage"
+if systemctl cat sandboxd.service >/dev/null 2>&1 && [ ! -e /run/systemd/system/sandboxd.service ]; then
+	echo "demo: this machine has a sandboxd.service of its own; the demo would replace it. Run it in the testbed: bin/testbed run -- $0" >&2
+	exit 1
+fi
+made_policy=""
+trap cleanup EXIT
+mkdir -p "$demo"
+cat > "$conf" <<TOML
+[daemon]
+state_dir = "$demo/state"
+audit_log = "$demo/audit.log"
 [storage]
-backend = "btrfs"
-[storage.btrfs]
-root = "/mnt/testbed-btrfs/sandboxd"
-[[project]]
-name = "shop"
-path = "/mnt/testbed-btrfs/project"
+backend = "embedded"
+[storage.embedded]
+image = "$demo/pool.img"
+size = "2GiB"
+mountpoint = "$pool"
+# Promotion to the project passes only if the project's own check does.
+[[stage]]
+name = "project"
+target = "project"
+checks = ["sh check.sh"]
 TOML
-proj=/mnt/testbed-btrfs/project
-cat > $proj/price.sh <<'SH'
-#!/bin/sh
-# Prints the price with VAT of $1 cents: has a bug (adds 2% not 20%).
-echo $(( $1 * 102 / 100 ))
-SH
-cat > $proj/check.sh <<'SH'
-#!/bin/sh
-# The project's check: 1000 cents with 20% VAT is 1200.
-test "$(sh price.sh 1000)" = 1200
-SH
-cp "$repo/packaging/dbus/org.sandboxd1.conf" /etc/dbus-1/system.d/
+run cat "$conf"
+made_policy=""
+if [ ! -e /etc/dbus-1/system.d/org.sandboxd1.conf ]; then
+	cp "$repo/packaging/dbus/org.sandboxd1.conf" /etc/dbus-1/system.d/
+	made_policy=1
+fi
 busctl call org.freedesktop.DBus /org/freedesktop/DBus org.freedesktop.DBus ReloadConfig >/dev/null
-sed "s|ExecStart=/usr/bin/sandboxd|ExecStart=$repo/bin/sandboxd|" "$repo/packaging/systemd/sandboxd.service" > /run/systemd/system/sandboxd.service
+sed "s|ExecStart=/usr/bin/sandboxd|ExecStart=$repo/bin/sandboxd --config $conf|" "$repo/packaging/systemd/sandboxd.service" > /run/systemd/system/sandboxd.service
 systemctl daemon-reload
 run systemctl start sandboxd.service
 ln -sf "$repo/bin/sandboxctl" /usr/local/bin/sandboxctl
 
-step "three sandboxes of one project, three fixes side by side"
-run sandboxctl create --name fix-a shop
-run sandboxctl create --name fix-b shop
-run sandboxctl create --name fix-c --profile untrusted shop
-run sandboxctl exec fix-a -- sed -i s/102/120/ price.sh
-run sandboxctl exec fix-b -- sed -i s/102/112/ price.sh
-run sandboxctl exec fix-c -- sed -i s/102/121/ price.sh
-run sandboxctl list
+step "a small project in the pool: a price with VAT, with a bug"
+mkdir -p "$pool/projects"
+btrfs subvolume create "$proj" >/dev/null
+cat > "$proj/price.sh" <<'SH'
+#!/bin/sh
+# Prints the price with VAT of $1 cents: has a bug (adds 2% not 20%).
+echo $(( $1 * 102 / 100 ))
+SH
+cat > "$proj/check.sh" <<'SH'
+#!/bin/sh
+# The project's check: 1000 cents with 20% VAT is 1200.
+got=$(sh price.sh 1000)
+echo "1000 cents with VAT: $got"
+test "$got" = 1200
+SH
+run sandboxctl project add shop "$proj"
 
-step "the same check in each"
-for s in fix-a fix-b fix-c; do
-	if sandboxctl exec "$s" -- sh check.sh; then r=pass; else r=fail; fi
-	printf '%-6s %-4s 2000 cents -> %s\n' "$s" "$r" "$(sandboxctl exec "$s" -- sh price.sh 2000)"
-done
+step "three sandboxes of it try three fixes side by side, the same check in each"
+run sandboxctl try shop --name fix --check 'sh check.sh' \
+	--variant 'sed -i s/102/112/ price.sh' \
+	--variant 'sed -i s/102/120/ price.sh && echo "VAT is 20%" > NOTES' \
+	--variant 'sed -i s/102/1200/ price.sh'
 
-step "the winner's change, against its base; the project itself is untouched"
-run sandboxctl diff fix-a
-run cat $proj/price.sh
+step "the winner's change against its base: the list, then the text"
+run sandboxctl diff fix-2
+run sandboxctl diff --text fix-2
 
 step "a checkpoint, a mistake, a rollback"
-run sandboxctl checkpoint fix-a fixed
-run sandboxctl exec fix-a -- sh -c 'echo broken > price.sh'
-run sandboxctl exec fix-a -- sh check.sh || echo "(check fails: exit $?)"
-run sandboxctl rollback fix-a fixed
-run sandboxctl exec fix-a -- sh check.sh && echo "(check passes again)"
+run sandboxctl checkpoint fix-2 fixed
+run sandboxctl exec fix-2 -- sh -c 'echo broken > price.sh'
+run sandboxctl exec fix-2 -- sh check.sh || echo "(the check fails: exit $?)"
+run sandboxctl rollback fix-2 fixed
+run sandboxctl exec fix-2 -- sh check.sh
+
+step "promote the winner: checked in a sandbox of the result, then kept"
+run cat "$proj/price.sh"
+run sandboxctl promote fix-2
+run cat "$proj/price.sh" "$proj/NOTES"
+run sandboxctl promotions
 
 step "the limits hold: untrusted has 512 MiB"
-run sandboxctl status fix-c
-run sandboxctl exec fix-c -- tail /dev/zero || echo "(exit $?)"
+run sandboxctl create --name hog --profile untrusted shop
+run sandboxctl exec hog -- tail /dev/zero || echo "(exit $?)"
 
 step "clean up"
-run sandboxctl destroy fix-a fix-b fix-c
+run sandboxctl destroy fix-2 hog
+run sandboxctl project remove shop
 run systemctl stop sandboxd.service
-echo
-echo "Promotion of the winner to the project comes with the promotion issue."
