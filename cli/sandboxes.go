@@ -157,12 +157,20 @@ func statusCommand() *ucli.Command {
 			if err != nil {
 				return err
 			}
-			return printStatus(outputOf(cmd), props)
+			stale, _ := props["Staleness"].Value().(string)
+			detail := staleness(stale)
+			if stale == "stale" {
+				// How far: the paths the project changed since the base.
+				if paths, base, err := c.projectChanges(ctx, e.ID); err == nil {
+					detail = stalenessDetail(paths, base)
+				}
+			}
+			return printStatus(outputOf(cmd), props, detail)
 		}),
 	}
 }
 
-func printStatus(out output, props map[string]dbus.Variant) error {
+func printStatus(out output, props map[string]dbus.Variant, stalenessText string) error {
 	str := func(k string) string { s, _ := props[k].Value().(string); return s }
 	u64 := func(k string) uint64 { v, _ := props[k].Value().(uint64); return v }
 	limits, _ := props["Limits"].Value().(map[string]dbus.Variant)
@@ -193,7 +201,7 @@ func printStatus(out output, props map[string]dbus.Variant) error {
 		{"Created", fmt.Sprintf("%s (%s ago)", created.Local().Format(time.DateTime), age(created))},
 		{"Expires", expires(u64("Expires"))},
 		{"Base", str("Base")},
-		{"Staleness", staleness(str("Staleness"))},
+		{"Staleness", stalenessText},
 		{"Network", network(str("Network"), props["Allow"])},
 		{"Files", str("Path")},
 		{"Unit", str("Unit")},
@@ -205,13 +213,16 @@ func printStatus(out output, props map[string]dbus.Variant) error {
 		v, ok := m[k].Value().(uint64)
 		return v, ok
 	}
+	// Each a line: "USED of LIMIT (N%)" or "USED, no limit", then the
+	// peak, where there is one: "12.0 MiB of 256.0 MiB (4%), peak 60.0
+	// MiB (23%)".
 	for _, r := range []struct {
-		label, used, limit string
-		bytes              bool
+		label, used, limit, peak string
+		bytes                    bool
 	}{
-		{"Memory", "MemoryCurrent", "MemoryMax", true},
-		{"Tasks", "TasksCurrent", "TasksMax", false},
-		{"Disk", "DiskUsed", "DiskQuota", true},
+		{"Memory", "MemoryCurrent", "MemoryMax", "MemoryPeak", true},
+		{"Tasks", "TasksCurrent", "TasksMax", "", false},
+		{"Disk", "DiskUsed", "DiskQuota", "", true},
 	} {
 		u, uok := amount(usage, r.used)
 		l, lok := amount(limits, r.limit)
@@ -232,6 +243,12 @@ func printStatus(out output, props map[string]dbus.Variant) error {
 			}
 		} else {
 			text += ", no limit"
+		}
+		if p, ok := amount(usage, r.peak); r.peak != "" && ok {
+			text += ", peak " + f(p)
+			if lok && l > 0 {
+				text += fmt.Sprintf(" (%d%%)", p*100/l)
+			}
 		}
 		rows = append(rows, []string{r.label, text})
 	}

@@ -262,7 +262,15 @@ func (t Target) String() string {
 	return fmt.Sprintf("invalid target (kind %d, path %q)", int(t.Kind), t.Path)
 }
 
-// Replica is a path or ssh target kept as a btrfs replica.
+// Replica is a path or ssh target kept as a btrfs replica. The target's
+// directory must be on btrfs, and the target itself a subvolume that is
+// not a mount point (Switch renames it). The scripts run as the ssh user
+// (as the daemon's user for a path target), who must be able to receive,
+// snapshot and delete subvolumes there: root in practice. The replica's
+// host needs sh, btrfs-progs, GNU coreutils and findutils, and util-linux
+// (flock, setsid). Operations on one replica from several processes are
+// serialised by a lock in its store; each ssh operation is one connection
+// (about 0.3s on the testbed).
 type Replica struct {
 	Target Target
 	// SSHOptions are extra ssh arguments from the config, e.g. -i KEY
@@ -320,7 +328,8 @@ func (r *Replica) Has(ctx context.Context, name string) (bool, error) {
 // incremental from one the replica holds). The received snapshot is kept
 // only if send returns nil, the stream checks out to its end, and btrfs
 // receive succeeds: on any failure, nothing of it is left there. A name
-// received already is cowfs.ErrExists.
+// received already is cowfs.ErrExists. send must return once ctx ends (it
+// gets a write error once the receiving side has gone).
 func (r *Replica) Receive(ctx context.Context, name string, send func(io.Writer) error) error {
 	what := "receiving " + name
 	if err := r.ready(what, name); err != nil {
@@ -331,6 +340,7 @@ func (r *Replica) Receive(ctx context.Context, name string, send func(io.Writer)
 		return fmt.Errorf("replica %s: %s: %w", r.Target, what, err)
 	}
 	var sendErr, streamErr error
+	var replica *firstErrWriter
 	feed := func(stdin io.Writer) error {
 		// Our own parser reads the stream on the way, so that a stream cut
 		// short between two commands is not taken for a whole one.
@@ -341,10 +351,11 @@ func (r *Replica) Receive(ctx context.Context, name string, send func(io.Writer)
 			_, _ = io.Copy(io.Discard, pr)
 			checked <- err
 		}()
-		sendErr = send(io.MultiWriter(stdin, pw))
+		replica = &firstErrWriter{w: stdin}
+		sendErr = send(io.MultiWriter(replica, pw))
 		pw.Close()
 		streamErr = <-checked
-		if sendErr != nil || streamErr != nil {
+		if sendErr != nil || streamErr != nil || replica.err != nil {
 			return nil // closing stdin without the word aborts the receive
 		}
 		// btrfs receive -e stops reading at the stream's end command; the
@@ -353,22 +364,43 @@ func (r *Replica) Receive(ctx context.Context, name string, send func(io.Writer)
 		return err
 	}
 	res := r.run(ctx, r.script(receiveScript, "N", name, "ID", id), nil, feed)
-	local, doing := sendErr, "sending"
-	if local == nil {
+	remote := r.failure(ctx, what, res)
+	var local error
+	var doing string
+	switch {
+	case ctx.Err() != nil:
+	case replica != nil && replica.err != nil:
+		// The replica stopped reading the stream: its error says why, and
+		// what this side saw of the stream after that is beside the point.
+	case sendErr != nil:
+		local, doing = sendErr, "sending"
+	case streamErr != nil:
 		local, doing = streamErr, "checking the stream"
 	}
-	remote := r.failure(ctx, what, res)
 	switch {
-	case ctx.Err() != nil || local == nil:
+	case local == nil:
 		return remote
-	case res.code == exitAborted:
+	case remote == nil || res.code == exitAborted:
 		// The replica did all it was asked: the fault is on this side.
 		return fmt.Errorf("replica %s: %s: %s: %w", r.Target, what, doing, local)
 	default:
-		// Both sides failed, and either may have caused the other (a
-		// stream cut short, or a receive that stopped reading it).
+		// Both sides failed; a stream cut short here made the receive fail.
 		return fmt.Errorf("%w (%s: %w)", remote, doing, local)
 	}
+}
+
+// firstErrWriter keeps the first error of writes to w.
+type firstErrWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (e *firstErrWriter) Write(p []byte) (int, error) {
+	n, err := e.w.Write(p)
+	if err != nil && e.err == nil {
+		e.err = err
+	}
+	return n, err
 }
 
 // checkSendStream reads a whole send stream with our parser.
@@ -430,9 +462,11 @@ func (r *Replica) Revert(ctx context.Context, prev string) error {
 // new writable snapshot of the target's current state, never in the target
 // itself: its working directory is that snapshot (in the store, beside the
 // target), which is deleted afterwards. Its standard output and error go
-// to out. It returns the command's exit status (0: passed), and an error
-// only if the command could not be run. Cancelling ctx kills it, on the
-// replica's host too.
+// to out; its standard input is empty. It returns the command's exit
+// status (0: passed), and an error only if the command could not be run.
+// Cancelling ctx kills it (its whole session), on the replica's host too.
+// The snapshot is not a sandbox: a check that writes to the target's own
+// path, by its absolute name, reaches the target.
 func (r *Replica) Check(ctx context.Context, command string, out io.Writer) (status int, err error) {
 	what := fmt.Sprintf("running check %.80q", command)
 	if err := r.ready(what); err != nil {
@@ -590,8 +624,8 @@ func (r *Replica) sshArgs(script string) []string {
 	return append(args, "--", dest, "sh -c "+shellQuote(script))
 }
 
-// result is one run of a script.
-type result struct {
+// scriptResult is one run of a script.
+type scriptResult struct {
 	stdout string // when not streamed to a writer
 	stderr string // its last lines
 	code   int    // exit status; -1 when it did not start or was killed
@@ -603,7 +637,7 @@ type result struct {
 // writes (then it is closed) or, without feed, that stays open while the
 // script runs: the check script takes its end as the sign that sandboxd
 // went away.
-func (r *Replica) run(ctx context.Context, script string, stdout io.Writer, feed func(io.Writer) error) result {
+func (r *Replica) run(ctx context.Context, script string, stdout io.Writer, feed func(io.Writer) error) scriptResult {
 	cmd := r.command(ctx, script)
 	var captured bytes.Buffer
 	cmd.Stdout = &captured
@@ -614,11 +648,11 @@ func (r *Replica) run(ctx context.Context, script string, stdout io.Writer, feed
 	cmd.Stderr = stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
-		return result{code: -1, err: err}
+		return scriptResult{code: -1, err: err}
 	}
 	start := time.Now()
 	if err := cmd.Start(); err != nil {
-		return result{code: -1, err: fmt.Errorf("starting %s: %w", cmd.Args[0], err)}
+		return scriptResult{code: -1, err: fmt.Errorf("starting %s: %w", cmd.Args[0], err)}
 	}
 	fed := make(chan error, 1)
 	if feed != nil {
@@ -634,7 +668,7 @@ func (r *Replica) run(ctx context.Context, script string, stdout io.Writer, feed
 			err = fmt.Errorf("writing to %s: %w", cmd.Args[0], ferr)
 		}
 	}
-	res := result{stdout: captured.String(), stderr: stderr.String(), code: cmd.ProcessState.ExitCode(), err: err}
+	res := scriptResult{stdout: captured.String(), stderr: stderr.String(), code: cmd.ProcessState.ExitCode(), err: err}
 	slog.Default().LogAttrs(ctx, slog.LevelDebug, "replica",
 		slog.String("target", r.Target.String()),
 		slog.Duration("took", time.Since(start)),
@@ -645,12 +679,15 @@ func (r *Replica) run(ctx context.Context, script string, stdout io.Writer, feed
 // failure turns a run that failed into an error naming the target, what
 // was being done, and the last lines of what the script (or ssh) printed
 // on its standard error; nil when the run succeeded.
-func (r *Replica) failure(ctx context.Context, what string, res result) error {
+func (r *Replica) failure(ctx context.Context, what string, res scriptResult) error {
 	if res.err == nil && res.code == 0 {
 		return nil
 	}
 	detail := lastLines(res.stderr, 5)
-	if detail == "" && res.err != nil {
+	switch {
+	case detail == "" && ctx.Err() != nil:
+		detail = "stopped"
+	case detail == "" && res.err != nil:
 		detail = res.err.Error()
 	}
 	var cause error
@@ -770,11 +807,25 @@ target_ok() {
 		fail 17 "the target $P is a mount point, which cannot be renamed"
 	fi
 }
-# need_target fails when the target is missing after an interrupted switch or revert.
+# interrupted lists the switches and reverts interrupted between their renames.
+interrupted() {
+	ops=
+	for p in "$S"/prev-*; do
+		x=${p##*/prev-}
+		if have "$S/next-$x"; then
+			ops="$ops, a switch to $x"
+		elif have "$S/gone-$x"; then
+			ops="$ops, a revert to prev:$x"
+		fi
+	done
+	printf '%s' "${ops#, }"
+}
+# need_target fails when the target is missing, naming the interrupted operation.
 need_target() {
 	have "$P" && return 0
-	kept=$(cd "$S" 2>/dev/null && for p in prev-*; do have "$p" && printf 'prev:%s ' "${p#prev-}"; done)
-	fail 18 "the target $P is missing: a switch or revert was interrupted; run it again to finish it (kept: ${kept:-nothing})"
+	ops=$(interrupted)
+	[ -n "$ops" ] || fail 18 "the target $P is missing, and no interrupted switch or revert explains it"
+	fail 18 "the target $P is missing after an interrupted operation ($ops): run it again to finish it"
 }
 # sweep removes what interrupted checks and receives left: those whose lock nobody holds.
 sweep() {
@@ -791,7 +842,7 @@ const hasScript = `if [ -d "$S/recv-$N" ]; then echo yes; else echo no; fi
 
 // receiveScript receives the stream on its standard input into
 // part-NAME~ID, then keeps it as recv-NAME only if the next line of its
-// standard input is "commit" and the result is one read-only received
+// standard input is "commit" and the scriptResult is one read-only received
 // subvolume.
 const receiveScript = `setup
 lock
@@ -804,7 +855,7 @@ mkdir "$T" || fail 10 "cannot make $T"
 unlock
 trap 'rmtree "$T"; rm -f -- "$T.lock"' EXIT
 trap 'exit 143' HUP INT TERM
-btrfs receive -e "$T" >/dev/null || fail 10 "btrfs receive of $N failed; nothing of it was kept"
+btrfs receive -q -e "$T" >/dev/null || fail 10 "btrfs receive of $N failed; nothing of it was kept"
 IFS= read -r word || word=
 [ "$word" = commit ] || fail 19 "the sender did not finish the stream of $N; nothing of it was kept"
 n=$(find "$T" -mindepth 1 -maxdepth 1 | wc -l)
@@ -845,11 +896,16 @@ next() {
 	fi
 	have "$NX" || btrfs subvolume snapshot "$RS" "$NX" >/dev/null || fail 10 "cannot snapshot $RS to $NX"
 }
-if ! have "$P" && ! have "$PV"; then
-	# Missing after another name's interrupted switch or revert: not ours to finish.
-	for p in "$S"/prev-*; do have "$p" && need_target; done
-	# The first switch: an empty target, kept as prev.
-	btrfs subvolume create "$P" >/dev/null || fail 10 "cannot create the target subvolume $P"
+if ! have "$P"; then
+	if have "$PV" && have "$NX"; then
+		: # This switch was interrupted between its renames: finish it below.
+	else
+		# Missing after another interrupted operation: not ours to finish.
+		[ -z "$(interrupted)" ] || need_target
+		# The first switch (or the target was removed): an empty target,
+		# kept as prev.
+		btrfs subvolume create "$P" >/dev/null || fail 10 "cannot create the target subvolume $P"
+	fi
 fi
 if have "$P"; then
 	target_ok
@@ -860,11 +916,12 @@ if have "$P"; then
 		exit 0
 	fi
 	have "$PV" && fail 12 "$PV still holds what the target held before an earlier switch to $N: forget prev:$N first"
-	rmtree "$GN" || fail 10 "cannot remove $GN"
 	next
 	mv -T -- "$P" "$PV" || fail 10 "cannot move $P to $PV"
 fi
-# The target is missing here: prev-NAME holds what it held.
+# The target is missing here: prev-NAME holds what it held. What an
+# earlier Revert(prev:NAME) took away is of no more use.
+rmtree "$GN" || fail 10 "cannot remove $GN"
 next
 mv -T -- "$NX" "$P" || fail 10 "cannot move $NX to $P"
 sync -f "$P" 2>/dev/null || sync
@@ -888,7 +945,10 @@ if have "$P"; then
 		fail 11 "prev:$N is not kept (no $PV)"
 	fi
 fi
-have "$PV" || need_target
+# The target is missing here: finish this revert, or undo an interrupted
+# switch to the same name, or put prev back where nothing explains why the
+# target is missing; another interrupted operation is for it to finish.
+{ have "$PV" && { have "$GN" || have "$S/next-$N" || [ -z "$(interrupted)" ]; }; } || need_target
 mv -T -- "$PV" "$P" || fail 10 "cannot move $PV to $P"
 sync -f "$P" 2>/dev/null || sync
 `

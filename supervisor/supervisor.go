@@ -566,20 +566,27 @@ func (s *Supervisor) Inspect(ctx context.Context, id string) (Inspection, error)
 		return Inspection{}, err
 	}
 	in := Inspection{Staleness: StaleUnknown}
-	project, perr := s.cfg.Backend.Project(ctx, s.projects.location(rec.Project))
-	base, berr := s.cfg.Backend.Get(ctx, rec.Base)
-	if perr == nil && berr == nil {
-		switch changed, err := s.cfg.Backend.ChangedSince(ctx, project, base); {
-		case err != nil:
-		case changed:
-			// The generation moves with access times too (a read of the
-			// project on the host): the change list tells.
-			in.Staleness = Stale
-			if m, err := s.projectMoves(ctx, rec); err == nil && len(m.Paths) == 0 {
+	if s.cfg.Backend.Info().Capabilities.FastChanges {
+		// The change list, not the generation: a generation lags until
+		// the filesystem commits (seconds after a write on btrfs), and
+		// moves with access times too (a read of the project).
+		if m, err := s.projectMoves(ctx, rec); err == nil {
+			in.Staleness = Current
+			if len(m.Paths) > 0 {
+				in.Staleness = Stale
+			}
+		}
+	} else {
+		project, perr := s.cfg.Backend.Project(ctx, s.projects.location(rec.Project))
+		base, berr := s.cfg.Backend.Get(ctx, rec.Base)
+		if perr == nil && berr == nil {
+			switch changed, err := s.cfg.Backend.ChangedSince(ctx, project, base); {
+			case err != nil:
+			case changed:
+				in.Staleness = Stale
+			default:
 				in.Staleness = Current
 			}
-		default:
-			in.Staleness = Current
 		}
 	}
 	if u, err := s.cfg.Units.Usage(ctx, rec.Unit); err == nil {

@@ -319,3 +319,37 @@ func TestKill9AtEachStepOfAPromotion(t *testing.T) {
 	}
 	t.Logf("%d crash points of a promotion, one kill -9 each", len(crashpoint.Promotion))
 }
+
+func TestCLIStatusSaysHowFarTheProjectMovedAndRebaseCatchesUp(t *testing.T) {
+	path := addProject(t, "moving", map[string]string{"a.txt": "a\n", "b.txt": "b\n"})
+	id := strings.TrimSpace(ok(t, "create", "--quiet", "moving"))
+	ok(t, "exec", id, "--", "sh", "-c", "echo mine > mine.txt && echo sandbox > b.txt")
+	// A read on the host is no change.
+	if _, err := os.ReadFile(filepath.Join(path, "a.txt")); err != nil {
+		t.Fatal(err)
+	}
+	if out := ok(t, "status", id); !strings.Contains(out, "Staleness: current") {
+		t.Fatalf("status after a read of the project:\n%s", out)
+	}
+	if err := os.WriteFile(filepath.Join(path, "a.txt"), []byte("host\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out := ok(t, "status", id); !strings.Contains(out, "stale: the project changed 1 paths since the base was taken") || !strings.Contains(out, "(a.txt)") {
+		t.Fatalf("status after the project changed:\n%s", out)
+	}
+	ok(t, "rebase", id)
+	if out := ok(t, "exec", id, "--", "cat", "a.txt", "b.txt", "mine.txt"); out != "host\nsandbox\nmine\n" {
+		t.Fatalf("the rebased sandbox's files: %q", out)
+	}
+	if out := ok(t, "status", id); !strings.Contains(out, "Staleness: current") {
+		t.Fatalf("status after the rebase:\n%s", out)
+	}
+	// The project changes b.txt too: a conflict, named, exit 5.
+	if err := os.WriteFile(filepath.Join(path, "b.txt"), []byte("host\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fails(t, 5, `b\.txt`, "rebase", id)
+	if out := ok(t, "exec", id, "--", "cat", "b.txt"); out != "sandbox\n" {
+		t.Fatalf("b.txt in the sandbox after a refused rebase: %q", out)
+	}
+}
