@@ -80,9 +80,11 @@ The table: RESULT is pass or fail, and what failed how (exit N, signaled,
 oom-killed, timed-out); TIME is the command's and the check's time
 together; DIFF is how many paths the sandbox changed in its project (as
 ` + "`sandboxctl diff`" + ` lists them), "-" where the pool cannot tell; DISK is what it
-wrote, "-" where the pool does not account it (sandboxd reports no memory
-peak). --json prints the same as an array of objects, with the output too
-under --verbose; --quiet prints only the winner's name.
+wrote, "-" where the pool does not account it; PEAK is the most memory it
+used at once (its command and check, page cache included), "-" where the
+kernel does not count it. --json prints the same as an array of objects,
+with the output too under --verbose; --quiet prints only the winner's
+name.
 
 The winner is the passing variant with the least TIME (the earlier one on
 a tie). Promote it with ` + "`sandboxctl promote NAME`" + `.
@@ -130,7 +132,10 @@ type tryResult struct {
 	// cannot tell.
 	Changed *int `json:"changed"`
 	// DiskUsed is Usage's DiskUsed, bytes; nil where it is not accounted.
-	DiskUsed      *uint64 `json:"disk_used"`
+	DiskUsed *uint64 `json:"disk_used"`
+	// MemoryPeak is Usage's MemoryPeak, bytes, read once the check
+	// ended; nil where it is not counted.
+	MemoryPeak    *uint64 `json:"memory_peak"`
 	Winner        bool    `json:"winner"`
 	Kept          bool    `json:"kept"`
 	CommandOutput *string `json:"command_output,omitempty"` // with --verbose
@@ -339,7 +344,7 @@ func (t *trial) run(ctx context.Context, cancel context.CancelFunc) error {
 }
 
 // one makes sandbox i, runs its command and the check, and reads what it
-// changed and wrote.
+// changed and wrote and its memory peak.
 func (t *trial) one(ctx context.Context, c *client, i int, stdin dbus.UnixFD) error {
 	r := &t.results[i]
 	opts := map[string]dbus.Variant{"Name": dbus.MakeVariant(r.Name)}
@@ -399,6 +404,9 @@ func (t *trial) one(ctx context.Context, c *client, i int, stdin dbus.UnixFD) er
 	usage, _ := props["Usage"].Value().(map[string]dbus.Variant)
 	if d, ok := usage["DiskUsed"].Value().(uint64); ok {
 		r.DiskUsed = &d
+	}
+	if p, ok := usage["MemoryPeak"].Value().(uint64); ok {
+		r.MemoryPeak = &p
 	}
 	return nil
 }
@@ -598,7 +606,7 @@ func (t *trial) print(out output, verbose bool, winner int) error {
 		what = "INPUT"
 	}
 	err := printList(out, t.results, func(r tryResult) string { return r.Name },
-		[]string{"NAME", what, "RESULT", "TIME", "DIFF", "DISK"}, func(r tryResult) []string {
+		[]string{"NAME", what, "RESULT", "TIME", "DIFF", "DISK", "PEAK"}, func(r tryResult) []string {
 			variant := r.Command
 			if r.Input != nil {
 				variant = *r.Input
@@ -607,14 +615,17 @@ func (t *trial) print(out output, verbose bool, winner int) error {
 			if r.Winner {
 				result += " (winner)"
 			}
-			diff, disk := "-", "-"
+			diff, disk, peak := "-", "-", "-"
 			if r.Changed != nil {
 				diff = fmt.Sprint(*r.Changed)
 			}
 			if r.DiskUsed != nil {
 				disk = bytesText(*r.DiskUsed)
 			}
-			return []string{r.Name, shorten(variant, 40), result, seconds(r.time), diff, disk}
+			if r.MemoryPeak != nil {
+				peak = bytesText(*r.MemoryPeak)
+			}
+			return []string{r.Name, shorten(variant, 40), result, seconds(r.time), diff, disk, peak}
 		})
 	if err != nil || out.json {
 		return err

@@ -208,7 +208,7 @@ func (s *Supervisor) Promote(ctx context.Context, id string, o PromoteOptions) (
 	fail := func(err error) (Promotion, error) {
 		p.State, p.Error, p.Updated = state.PromotionFailed, err.Error(), time.Now().UTC()
 		_ = s.cfg.Store.PutPromotion(p)
-		s.deletePromotionVolumes(context.WithoutCancel(ctx), pid, false)
+		_, _ = s.prunePromotions(context.WithoutCancel(ctx))
 		return p, err
 	}
 
@@ -238,7 +238,7 @@ func (s *Supervisor) Promote(ctx context.Context, id string, o PromoteOptions) (
 	// Conflicts, against a snapshot of the project that is the first
 	// stage's rollback point too, unless that stage waits for approval
 	// (the project may move meanwhile: it is taken again then).
-	rp, conflicts, err := s.projectRollbackPoint(ctx, project, base, source, changes, rollbackName(pid, 0))
+	rp, conflicts, err := s.projectRollbackPoint(ctx, project, base, source, s.earlierSource(ctx, id), changes, rollbackName(pid, 0))
 	if err != nil {
 		return fail(fmt.Errorf("%s: %w", what, err))
 	}
@@ -268,7 +268,11 @@ func (s *Supervisor) Promote(ctx context.Context, id string, o PromoteOptions) (
 // projectRollbackPoint takes a read-only snapshot of project, named name,
 // and lists the paths that project changed since base which changes (of
 // source) touch too, and that differ between the two.
-func (s *Supervisor) projectRollbackPoint(ctx context.Context, project, base, source cowfs.Volume, changes []cowfs.Change, name string) (cowfs.Volume, []string, error) {
+//
+// A path whose version in the project is the one this same sandbox
+// promoted earlier (earlier: that promotion's source) is no conflict
+// either: the sandbox's later change supersedes its own.
+func (s *Supervisor) projectRollbackPoint(ctx context.Context, project, base, source cowfs.Volume, earlier *cowfs.Volume, changes []cowfs.Change, name string) (cowfs.Volume, []string, error) {
 	rp, err := s.cfg.Backend.Snapshot(ctx, project, name, true)
 	if err != nil {
 		return rp, nil, fmt.Errorf("taking the project's rollback point: %w", err)
@@ -281,6 +285,9 @@ func (s *Supervisor) projectRollbackPoint(ctx context.Context, project, base, so
 	var paths []string
 	for _, c := range promote.Conflicts(changes, theirs) {
 		same, err := promote.Same(rp.Path, source.Path, c.Path)
+		if err == nil && !same && earlier != nil {
+			same, err = promote.Same(rp.Path, earlier.Path, c.Path)
+		}
 		if err != nil {
 			_ = s.cfg.Backend.Delete(context.WithoutCancel(ctx), rp)
 			return rp, nil, fmt.Errorf("comparing %s in the project and the sandbox: %w", c.Path, err)
@@ -323,7 +330,7 @@ func (s *Supervisor) runPromotion(pid string, changes []cowfs.Change) {
 			p.State, p.Error = state.PromotionFailed, fmt.Sprintf("stage %s: %v", st.Name, err)
 			s.putPromotion(&p)
 			s.auditPromotion(ctx, "promote-stage", p, i, err)
-			s.deletePromotionVolumes(ctx, pid, false)
+			_, _ = s.prunePromotions(ctx)
 			s.log.Warn("promotion failed", "promotion", pid, "stage", st.Name, "error", err)
 			return
 		}
@@ -332,7 +339,7 @@ func (s *Supervisor) runPromotion(pid string, changes []cowfs.Change) {
 	p.State = state.PromotionDone
 	s.putPromotion(&p)
 	s.auditPromotion(ctx, "promote-done", p, -1, nil)
-	s.deletePromotionVolumes(ctx, pid, true)
+	_, _ = s.prunePromotions(ctx)
 	s.log.Info("promotion done", "promotion", pid, "SANDBOX_ID", p.Sandbox)
 }
 
@@ -381,7 +388,7 @@ func (s *Supervisor) runStage(ctx context.Context, p *Promotion, i int, changes 
 			return err
 		}
 		var conflicts []string
-		if rp, conflicts, err = s.projectRollbackPoint(ctx, project, base, source, changes, st.RollbackPoint); err != nil {
+		if rp, conflicts, err = s.projectRollbackPoint(ctx, project, base, source, s.earlierSource(ctx, p.Sandbox), changes, st.RollbackPoint); err != nil {
 			return err
 		}
 		if len(conflicts) > 0 && !p.Force {
@@ -591,7 +598,7 @@ func (s *Supervisor) decide(ctx context.Context, pid string, uid uint32, approve
 		p.Stages[i].State, p.Stages[i].Reason = state.StageRejected, reason
 		p.State, p.Error = state.PromotionRejected, fmt.Sprintf("stage %s rejected by uid %d: %s", p.Stages[i].Name, uid, reason)
 		s.putPromotion(&p)
-		s.deletePromotionVolumes(ctx, pid, true)
+		_, _ = s.prunePromotions(ctx)
 		return p, nil
 	}
 	if other, ok := s.gate.claim(p.Project, pid); !ok {
@@ -630,24 +637,6 @@ func (s *Supervisor) promotionChanges(ctx context.Context, p Promotion) ([]cowfs
 	return changes, nil
 }
 
-// deletePromotionVolumes deletes promotion pid's volumes, except, with
-// keepOut, the promoted project's snapshot that replicas hold as the
-// parent of their next incremental stream.
-func (s *Supervisor) deletePromotionVolumes(ctx context.Context, pid string, keepOut bool) {
-	vols, err := s.cfg.Backend.List(ctx)
-	if err != nil {
-		s.log.Warn("listing volumes to delete a promotion's", "promotion", pid, "error", err)
-		return
-	}
-	for _, v := range vols {
-		if !strings.HasPrefix(v.Name, promotionPrefix(pid)) || keepOut && v.Name == promotedName(pid) {
-			continue
-		}
-		if err := s.cfg.Backend.Delete(ctx, v); err != nil && !errors.Is(err, cowfs.ErrNotFound) {
-			s.log.Warn("deleting a promotion's volume", "promotion", pid, "volume", v.Name, "error", err)
-		}
-	}
-}
 
 // digest is a hash of a change list, for the record and the audit log.
 func digest(changes []cowfs.Change) string {
@@ -688,10 +677,6 @@ func (s *Supervisor) auditPromotion(ctx context.Context, action string, p Promot
 	s.auditEntry(ctx, e, state.Record{ID: p.Sandbox, Project: p.Project}, err)
 }
 
-// runReplicaStage: until replicas land.
-func (s *Supervisor) runReplicaStage(ctx context.Context, p *Promotion, i int, cfg Stage) error {
-	return fmt.Errorf("stage %s: replica targets are not built yet: %w", cfg.Name, ErrInvalid)
-}
 
 // reconcilePromotions finishes what a crash left of promotions (I1, I5):
 // a stage that was being applied or checked is rolled back to its
@@ -715,36 +700,10 @@ func (s *Supervisor) reconcilePromotions(ctx context.Context, rep *Report) error
 		}
 		rep.Promotions = append(rep.Promotions, p.ID)
 	}
-	ps, err = s.cfg.Store.Promotions()
+	pruned, err := s.prunePromotions(ctx)
+	rep.OrphanVolumes = append(rep.OrphanVolumes, pruned...)
 	if err != nil {
-		return errors.Join(append(errs, err)...)
-	}
-	vols, err := s.cfg.Backend.List(ctx)
-	if err != nil {
-		return errors.Join(append(errs, err)...)
-	}
-	byID := map[string]Promotion{}
-	newestOut := map[string]string{} // project -> promotion id
-	for _, p := range ps {
-		byID[p.ID] = p
-		if p.State.Finished() && slices.ContainsFunc(vols, func(v cowfs.Volume) bool { return v.Name == promotedName(p.ID) }) {
-			newestOut[p.Project] = p.ID // ps is oldest first
-		}
-	}
-	for _, v := range vols {
-		pid, ok := promotionOf(v.Name)
-		if !ok || !v.Ours {
-			continue
-		}
-		p, known := byID[pid]
-		if known && (!p.State.Finished() || v.Name == promotedName(pid) && newestOut[p.Project] == pid) {
-			continue
-		}
-		if err := s.cfg.Backend.Delete(ctx, v); err != nil && !errors.Is(err, cowfs.ErrNotFound) {
-			errs = append(errs, fmt.Errorf("removing promotion volume %s: %w", v.Name, err))
-			continue
-		}
-		rep.OrphanVolumes = append(rep.OrphanVolumes, v.Name)
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
@@ -814,7 +773,233 @@ func (s *Supervisor) rollbackStage(ctx context.Context, p *Promotion, i int) err
 	return nil
 }
 
-// revertReplica: until replicas land.
+
+// replica is stage i's target as a replica, for project.
+func (s *Supervisor) replica(cfg Stage, project string) (*promote.Replica, error) {
+	t, err := promote.ParseTarget(s.stageTarget(cfg, project))
+	if err != nil {
+		return nil, fmt.Errorf("stage %s: %w: %w", cfg.Name, ErrInvalid, err)
+	}
+	return &promote.Replica{Target: t, SSHOptions: cfg.SSHOptions, Backend: s.cfg.Backend.Info().Backend}, nil
+}
+
+// runReplicaStage carries the project as the promotion left it (its
+// promoted snapshot) to stage i's replica: an incremental send stream
+// from the newest snapshot the replica holds (a full one the first
+// time), received there, switched in by rename, checked there, and
+// switched back if a check fails.
+func (s *Supervisor) runReplicaStage(ctx context.Context, p *Promotion, i int, cfg Stage) error {
+	st := &p.Stages[i]
+	r, err := s.replica(cfg, p.Project)
+	if err != nil {
+		return err
+	}
+	out, err := s.cfg.Backend.Get(ctx, promotedName(p.ID))
+	if err != nil {
+		return fmt.Errorf("the promoted project's snapshot: %w", err)
+	}
+	parent, err := s.replicaParent(ctx, r, p, i)
+	if err != nil {
+		return err
+	}
+	// The rollback point is the replica's previous tree, named before the
+	// switch makes it (Reconcile reverts to it).
+	st.RollbackPoint = "prev:" + out.Name
+	st.State = state.StageApplying
+	s.putPromotion(p)
+	crashpoint.Hit(crashpoint.PromoteRollbackPoint)
+	err = r.Receive(ctx, out.Name, func(w io.Writer) error { return s.cfg.Backend.Send(ctx, w, parent, out) })
+	if err != nil && !errors.Is(err, cowfs.ErrExists) { // received by a run a crash cut short
+		return fmt.Errorf("sending to %s: %w", r.Target, err)
+	}
+	prev, err := r.Switch(ctx, out.Name)
+	if err != nil {
+		return fmt.Errorf("switching %s: %w", r.Target, err)
+	}
+	crashpoint.Hit(crashpoint.PromoteApplied)
+	st.State = state.StageChecking
+	s.putPromotion(p)
+	timeout := cfg.CheckTimeout
+	if timeout == 0 {
+		timeout = defaultCheckTimeout
+	}
+	for _, check := range cfg.Checks {
+		res := state.CheckResult{Command: check, How: "exited"}
+		var buf tailBuffer
+		cctx, cancel := context.WithTimeout(ctx, timeout)
+		start := time.Now()
+		res.Status, err = r.Check(cctx, check, &buf)
+		res.Duration, res.Output = time.Since(start), buf.String()
+		timedOut := cctx.Err() != nil
+		cancel()
+		if timedOut {
+			res.How, err = string(nsinit.TimedOut), nil
+		}
+		if err != nil {
+			res.How = "lost"
+			res.Output += err.Error()
+		}
+		st.Checks = append(st.Checks, res)
+		if res.How != nsinit.Exited || res.Status != 0 {
+			crashpoint.Hit(crashpoint.PromoteRollingBack)
+			if rerr := r.Revert(context.WithoutCancel(ctx), prev); rerr != nil {
+				return fmt.Errorf("check %q failed; and switching %s back failed: %w", check, r.Target, rerr)
+			}
+			_ = r.Forget(context.WithoutCancel(ctx), out.Name)
+			return failedCheck(st.Checks)
+		}
+	}
+	crashpoint.Hit(crashpoint.PromoteChecked)
+	st.State, st.Ended = state.StagePassed, time.Now().UTC()
+	s.putPromotion(p)
+	crashpoint.Hit(crashpoint.PromotePassed)
+	// The replica keeps what it now holds, as the next stream's parent.
+	forget := []string{prev}
+	if parent != nil {
+		forget = append(forget, parent.Name)
+	}
+	if err := r.Forget(ctx, forget...); err != nil {
+		s.log.Warn("forgetting a replica's previous trees", "promotion", p.ID, "stage", st.Name, "error", err)
+	}
+	return nil
+}
+
+// replicaParent is the newest promoted snapshot that stage i's replica
+// holds and this host still has: the parent of an incremental stream
+// (nil: send it whole).
+func (s *Supervisor) replicaParent(ctx context.Context, r *promote.Replica, p *Promotion, i int) (*cowfs.Volume, error) {
+	ps, err := s.cfg.Store.Promotions()
+	if err != nil {
+		return nil, err
+	}
+	for _, old := range slices.Backward(ps) {
+		if old.ID == p.ID || old.Project != p.Project || i >= len(old.Stages) || old.Stages[i].State != state.StagePassed {
+			continue
+		}
+		v, err := s.cfg.Backend.Get(ctx, promotedName(old.ID))
+		if err != nil {
+			continue
+		}
+		if has, err := r.Has(ctx, v.Name); err != nil {
+			return nil, fmt.Errorf("asking %s what it holds: %w", r.Target, err)
+		} else if has {
+			return &v, nil
+		}
+	}
+	return nil, nil
+}
+
+// revertReplica puts stage i's replica back to its tree from before the
+// promotion, after a crash: a switch a crash cut short is finished first.
 func (s *Supervisor) revertReplica(ctx context.Context, p *Promotion, i int) error {
+	r, err := s.replica(s.stages()[i], p.Project)
+	if err != nil {
+		return err
+	}
+	prev := p.Stages[i].RollbackPoint
+	name := strings.TrimPrefix(prev, "prev:")
+	err = r.Revert(ctx, prev)
+	if errors.Is(err, promote.ErrReplicaInterrupted) {
+		if _, serr := r.Switch(ctx, name); serr != nil {
+			return fmt.Errorf("finishing an interrupted switch of %s: %w", r.Target, serr)
+		}
+		err = r.Revert(ctx, prev)
+	}
+	if err != nil && !errors.Is(err, cowfs.ErrNotFound) { // not found: the switch never happened
+		return fmt.Errorf("reverting %s: %w", r.Target, err)
+	}
+	if err := r.Forget(ctx, name); err != nil && !errors.Is(err, cowfs.ErrNotFound) {
+		s.log.Warn("forgetting an interrupted promotion's snapshot on a replica", "promotion", p.ID, "error", err)
+	}
+	return nil
+}
+
+// keptVolumes names the volumes of finished promotions that are still
+// needed: for each project and replica stage, the promoted snapshot of the
+// newest promotion that passed the stage (the replica holds it: the parent
+// of the next stream); for each live sandbox, the source of its newest
+// promotion that passed the project (the next promotion of that sandbox
+// tells its own earlier change in the project from another's by it).
+func keptVolumes(ps []Promotion, live map[string]bool) map[string]bool {
+	newest := map[string]string{} // project/stage or sandbox -> promotion id
+	for _, p := range ps {        // oldest first
+		for i, st := range p.Stages {
+			if st.State != state.StagePassed {
+				continue
+			}
+			if i == 0 && live[p.Sandbox] {
+				newest["src/"+p.Sandbox] = sourceName(p.ID)
+			}
+			if i > 0 {
+				newest[fmt.Sprintf("out/%s/%d", p.Project, i)] = promotedName(p.ID)
+			}
+		}
+	}
+	keep := map[string]bool{}
+	for _, name := range newest {
+		keep[name] = true
+	}
+	return keep
+}
+
+// prunePromotions deletes the volumes of finished promotions (and of
+// promotions no record names) that keptVolumes does not keep, and says
+// which.
+func (s *Supervisor) prunePromotions(ctx context.Context) ([]string, error) {
+	ps, err := s.cfg.Store.Promotions()
+	if err != nil {
+		return nil, err
+	}
+	recs, err := s.cfg.Store.List()
+	if err != nil {
+		return nil, err
+	}
+	live := map[string]bool{}
+	for _, r := range recs {
+		live[r.ID] = true
+	}
+	vols, err := s.cfg.Backend.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	byID := map[string]Promotion{}
+	for _, p := range ps {
+		byID[p.ID] = p
+	}
+	keep := keptVolumes(ps, live)
+	var deleted []string
+	var errs []error
+	for _, v := range vols {
+		pid, ok := promotionOf(v.Name)
+		if !ok || !v.Ours || keep[v.Name] {
+			continue
+		}
+		if p, known := byID[pid]; known && !p.State.Finished() {
+			continue
+		}
+		if err := s.cfg.Backend.Delete(ctx, v); err != nil && !errors.Is(err, cowfs.ErrNotFound) {
+			errs = append(errs, fmt.Errorf("removing promotion volume %s: %w", v.Name, err))
+			continue
+		}
+		deleted = append(deleted, v.Name)
+	}
+	return deleted, errors.Join(errs...)
+}
+
+// earlierSource is the source of sandbox id's newest promotion that
+// passed the project stage, if it is still there.
+func (s *Supervisor) earlierSource(ctx context.Context, id string) *cowfs.Volume {
+	ps, err := s.cfg.Store.Promotions()
+	if err != nil {
+		return nil
+	}
+	for _, p := range slices.Backward(ps) {
+		if p.Sandbox == id && len(p.Stages) > 0 && p.Stages[0].State == state.StagePassed {
+			if v, err := s.cfg.Backend.Get(ctx, p.Source); err == nil {
+				return &v
+			}
+			return nil
+		}
+	}
 	return nil
 }

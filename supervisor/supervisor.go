@@ -458,6 +458,12 @@ func (s *Supervisor) destroy(ctx context.Context, id, action string) (err error)
 		return fmt.Errorf("destroying sandbox %s: %w", id, err)
 	}
 	s.log.Info("sandbox destroyed", "SANDBOX_ID", id, "ACTION", action, "CALLER_UID", uidField(ctx))
+	// The source of its last promotion was kept for its next one.
+	if s.earlierSource(ctx, id) != nil {
+		if _, err := s.prunePromotions(ctx); err != nil {
+			s.log.Warn("deleting a destroyed sandbox's promotion source", "SANDBOX_ID", id, "error", err)
+		}
+	}
 	return nil
 }
 

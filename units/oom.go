@@ -1,10 +1,8 @@
 package units
 
 import (
-	"bufio"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 )
@@ -15,39 +13,15 @@ import (
 // scope; the cgroup does: memory.events on the unified hierarchy,
 // memory.oom_control on a legacy memory controller.
 func OOMKills(pid int) (uint64, error) {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/cgroup", pid))
+	cg, err := memoryCgroupOf(pid)
 	if err != nil {
-		return 0, fmt.Errorf("reading the cgroup of pid %d: %w", pid, err)
+		return 0, err
 	}
-	defer f.Close()
-	var unified, legacy string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		// hierarchy-ID:controller-list:cgroup-path
-		parts := strings.SplitN(sc.Text(), ":", 3)
-		if len(parts) != 3 {
-			continue
-		}
-		if parts[0] == "0" && parts[1] == "" {
-			unified = parts[2]
-		}
-		for _, c := range strings.Split(parts[1], ",") {
-			if c == "memory" {
-				legacy = parts[2]
-			}
-		}
+	n, err := counter(cg.file("memory.oom_control", "memory.events"), "oom_kill")
+	if err != nil {
+		return 0, fmt.Errorf("reading the OOM kills of pid %d: %w", pid, err)
 	}
-	if legacy != "" {
-		return counter(filepath.Join("/sys/fs/cgroup/memory", legacy, "memory.oom_control"), "oom_kill")
-	}
-	if unified != "" {
-		for _, root := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"} {
-			if n, err := counter(filepath.Join(root, unified, "memory.events"), "oom_kill"); err == nil {
-				return n, nil
-			}
-		}
-	}
-	return 0, fmt.Errorf("pid %d has no memory cgroup: %w", pid, ErrUnsupported)
+	return n, nil
 }
 
 // counter reads "key N" from a cgroup file of such lines.

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -85,13 +86,26 @@ func TestCLICreateListStatusDestroy(t *testing.T) {
 		t.Errorf("list --json: %v %v", js, err)
 	}
 
+	// 20 MiB held at once (tail keeps what has no newline), then freed:
+	// status shows it as the peak.
+	ok(t, "exec", "tour", "--", "sh", "-c", "head -c 20M /dev/zero | tail >/dev/null")
+
 	// By name, and by the start of its id.
 	for _, ref := range []string{"tour", id[:6]} {
 		st := ok(t, "status", ref)
+		t.Logf("$ sandboxctl status %s\n%s", ref, st)
 		for _, want := range []string{"Sandbox:   " + id + " (tour)", "State:     ready", "Memory:    ", "of 256.0 MiB", "Tasks:     ", " of 64", "Staleness: current"} {
 			if !strings.Contains(st, want) {
 				t.Errorf("status %s lacks %q:\n%s", ref, want, st)
 			}
+		}
+		// What it uses of its limit, and the most it used.
+		memory := `(?m)^Memory:    (?:\d+ B|\d+\.\d [KM]iB) of 256\.0 MiB \(\d+%\), peak (\d+\.\d) MiB \(\d+%\)$`
+		m := regexp.MustCompile(memory).FindStringSubmatch(st)
+		if m == nil {
+			t.Errorf("status %s has no line matching %s:\n%s", ref, memory, st)
+		} else if peak, _ := strconv.ParseFloat(m[1], 64); peak < 16 || peak > 64 {
+			t.Errorf("status %s: peak %s MiB after a command held 20 MiB; want 16 to 64 MiB:\n%s", ref, m[1], st)
 		}
 	}
 	if st := strings.TrimSpace(ok(t, "status", "-q", "tour")); st != "ready" {

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"encoding/json"
+	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -168,6 +169,8 @@ func TestCLIPromoteAppliesChecksAndRefusesConflicts(t *testing.T) {
 	})
 	reconfigure(t, promoteStages)
 
+	// A sandbox made now, whose base the promotions below leave behind.
+	stale := strings.TrimSpace(ok(t, "create", "--quiet", "promo"))
 	// A fix that passes the check: promoted, and the project has it.
 	id := strings.TrimSpace(ok(t, "create", "--quiet", "promo"))
 	ok(t, "exec", id, "--", "sh", "-c", "echo 'VAT 20' > price.txt && rm lib/old.txt && mkdir -p docs && echo note > docs/NOTE")
@@ -202,15 +205,20 @@ func TestCLIPromoteAppliesChecksAndRefusesConflicts(t *testing.T) {
 		t.Fatalf("the project after a failed check:\n%v\nwant:\n%v", got, before)
 	}
 
+	// The first sandbox promotes again after more work: its own earlier
+	// change in the project is no conflict.
+	ok(t, "exec", id, "--", "sh", "-c", "echo 'VAT 20.' > price.txt")
+	ok(t, "promote", id)
+	before = snapshotTree(t, path)
+
 	// A sandbox made before the first promotion that changed price.txt
 	// too: a conflict, refused by name with exit 5; --force applies it.
-	// (The first sandbox's base is from before the first promotion.)
-	ok(t, "exec", id, "--", "sh", "-c", "echo 'VAT 20 and more' > price.txt && echo x > unrelated.txt")
-	fails(t, 5, `price.txt`, "promote", id)
+	ok(t, "exec", stale, "--", "sh", "-c", "echo 'VAT 20 and more' > price.txt && echo x > unrelated.txt")
+	fails(t, 5, `price.txt`, "promote", stale)
 	if got := snapshotTree(t, path); !treesEqual(got, before) {
 		t.Fatalf("the project after a refused promotion changed")
 	}
-	ok(t, "promote", "--force", id)
+	ok(t, "promote", "--force", stale)
 	if data, _ := os.ReadFile(filepath.Join(path, "price.txt")); string(data) != "VAT 20 and more\n" {
 		t.Fatalf("price.txt after a forced promotion: %q", data)
 	}
@@ -297,18 +305,18 @@ func TestKill9AtEachStepOfAPromotion(t *testing.T) {
 				!wantAfter[point] && (last.State != "failed" || !strings.Contains(last.Error, "interrupted by a restart of the daemon")) {
 				t.Fatalf("killed at %s: the promotion's record after the restart: %+v", point, last)
 			}
-			// Nothing of the promotion is left: no volume of it, no check
-			// sandbox.
+			// Nothing of the promotion is left once its sandbox is gone:
+			// no volume of it, no check sandbox.
+			if ids := sandboxIDsOf(t, "crash"); len(ids) != 1 || ids[0] != id {
+				t.Fatalf("killed at %s: sandboxes of the project after the restart: %v; want only %s", point, ids, id)
+			}
+			ok(t, "destroy", id)
 			entries, _ := os.ReadDir(filepath.Join(tb.Btrfs.Mount, "sandboxd"))
 			for _, e := range entries {
 				if strings.HasPrefix(e.Name(), "pv-") {
 					t.Fatalf("killed at %s: volume %s left after the restart", point, e.Name())
 				}
 			}
-			if ids := sandboxIDsOf(t, "crash"); len(ids) != 1 || ids[0] != id {
-				t.Fatalf("killed at %s: sandboxes of the project after the restart: %v; want only %s", point, ids, id)
-			}
-			ok(t, "destroy", id)
 			// The next trial starts from the project as it is now.
 			if wantAfter[point] {
 				t.Logf("killed at %s: the project holds the promoted change", point)
@@ -351,5 +359,108 @@ func TestCLIStatusSaysHowFarTheProjectMovedAndRebaseCatchesUp(t *testing.T) {
 	fails(t, 5, `b\.txt`, "rebase", id)
 	if out := ok(t, "exec", id, "--", "cat", "b.txt"); out != "sandbox\n" {
 		t.Fatalf("b.txt in the sandbox after a refused rebase: %q", out)
+	}
+}
+
+// TestCLIPromoteThroughStagingToProductionOverSSH promotes through three
+// stages: the project, a path on this host (staging, on another btrfs
+// filesystem), and production, reached over ssh (a real sshd on the
+// testbed's loopback) with an admin's approval.
+func TestCLIPromoteThroughStagingToProductionOverSSH(t *testing.T) {
+	path := addProject(t, "shop", map[string]string{
+		"check.sh": "grep -q 'VAT 20' price.txt\n", "price.txt": "VAT 2\n", "lib/a.txt": "a\n",
+	})
+	remote := testbed.SecondBtrfs(t)
+	sshd := testbed.StartSSHD(t)
+	staging, prod := filepath.Join(remote, "staging", "shop"), filepath.Join(remote, "prod", "shop")
+	for _, d := range []string{filepath.Dir(staging), filepath.Dir(prod)} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	quoted := make([]string, len(sshd.Options))
+	for i, o := range sshd.Options {
+		quoted[i] = fmt.Sprintf("%q", o)
+	}
+	reconfigure(t, fmt.Sprintf(`
+[[stage]]
+name = "project"
+target = "project"
+checks = ["sh check.sh"]
+[[stage]]
+name = "staging"
+target = %q
+checks = ["sh check.sh", "test ! -f FAIL"]
+[[stage]]
+name = "production"
+target = %q
+checks = ["sh check.sh"]
+approval = "admin"
+ssh_options = [%s]
+`, filepath.Join(remote, "staging", "{project}"), sshd.Target(filepath.Join(remote, "prod", "{project}")), strings.Join(quoted, ", ")))
+
+	// First promotion: through the project and staging; production waits.
+	id := strings.TrimSpace(ok(t, "create", "--quiet", "shop"))
+	ok(t, "exec", id, "--", "sh", "-c", "echo 'VAT 20' > price.txt && rm lib/a.txt && mkdir -p docs && echo v1 > docs/v")
+	out := ok(t, "promote", id)
+	pid := promotionIDRe.FindStringSubmatch(out)[1]
+	for _, want := range []string{"stage staging (" + staging + "): passed", "stage production (ssh://", "waiting for an admin's approval: sandboxctl approve " + pid} {
+		if !strings.Contains(out, want) {
+			t.Errorf("promote's output has no %q:\n%s", want, out)
+		}
+	}
+	project := snapshotTree(t, path)
+	if got := snapshotTree(t, staging); !treesEqual(got, project) {
+		t.Fatalf("staging after the promotion:\n%v\nwant the project's:\n%v", got, project)
+	}
+	if _, err := os.Stat(prod); !os.IsNotExist(err) {
+		t.Fatalf("production before its approval: %v; want it not there yet", err)
+	}
+	if p := promotionRecord(t, pid); p.State != "waiting" || p.Stages[2].State != "waiting" {
+		t.Fatalf("the promotion before approval: %+v", p)
+	}
+	// Only an admin approves.
+	nobody := exec.Command("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", ctlBin(), "approve", pid)
+	if out, _ := nobody.CombinedOutput(); nobody.ProcessState.ExitCode() != 4 {
+		t.Fatalf("approve as nobody: exit %d: %s", nobody.ProcessState.ExitCode(), out)
+	}
+	out = ok(t, "approve", pid)
+	if !strings.Contains(out, "stage production (ssh://") || !strings.Contains(out, "passed") {
+		t.Fatalf("approve's output:\n%s", out)
+	}
+	if got := snapshotTree(t, prod); !treesEqual(got, project) {
+		t.Fatalf("production after approval:\n%v\nwant the project's:\n%v", got, project)
+	}
+
+	// Second promotion: staging gets it (an incremental stream), an
+	// admin rejects production, which stays at the first.
+	prodBefore := snapshotTree(t, prod)
+	ok(t, "exec", id, "--", "sh", "-c", "echo v2 > docs/v")
+	out = ok(t, "promote", id)
+	pid2 := promotionIDRe.FindStringSubmatch(out)[1]
+	ok(t, "reject", pid2, "--reason", "not on a Friday")
+	if got := snapshotTree(t, prod); !treesEqual(got, prodBefore) {
+		t.Fatalf("production after a rejection changed:\n%v", got)
+	}
+	if data, _ := os.ReadFile(filepath.Join(staging, "docs/v")); string(data) != "v2\n" {
+		t.Fatalf("staging after the second promotion: docs/v = %q", data)
+	}
+	if p := promotionRecord(t, pid2); p.State != "rejected" {
+		t.Fatalf("the rejected promotion: %+v", p)
+	}
+
+	// Third: staging's check fails; staging is as it was, and the
+	// promotion stops there (the project keeps what passed its stage).
+	stagingBefore := snapshotTree(t, staging)
+	ok(t, "exec", id, "--", "sh", "-c", "echo v3 > docs/v && touch FAIL")
+	stdout, _, code := ctl(t, "", "promote", id)
+	if code != 1 || !strings.Contains(stdout, "stage staging") || !strings.Contains(stdout, "FAILED") {
+		t.Fatalf("a promotion whose staging check fails: exit %d\n%s", code, stdout)
+	}
+	if got := snapshotTree(t, staging); !treesEqual(got, stagingBefore) {
+		t.Fatalf("staging after its failed check:\n%v\nwant:\n%v", got, stagingBefore)
+	}
+	if got := snapshotTree(t, prod); !treesEqual(got, prodBefore) {
+		t.Fatalf("production after staging failed changed")
 	}
 }

@@ -3,6 +3,7 @@ package integration
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -115,15 +116,24 @@ func TestTryKeepsTheWinnerAndShowsEachVariant(t *testing.T) {
 		t.Errorf("the check ran after a command that failed")
 	}
 	// The table: a row each, pass or fail and how, the time, the paths
-	// changed (the winner wrote price.sh and CHANGES).
+	// changed (the winner wrote price.sh and CHANGES), what it wrote and
+	// its memory peak: a shell or two, some MiB.
 	for _, row := range []string{
-		`^NAME\s+VARIANT\s+RESULT\s+TIME\s+DIFF\s+DISK$`,
-		`^fix-1\s+echo 'echo \$\(\( \$1 \* 112 / 100 \)\)' > p\S*\.\.\.\s+fail \(check: exit 1\)\s+\d+\.\d\ds\s+1\s+\S+`,
-		`^fix-2\s+echo 'echo \$\(\( \$1 \* 120 / 100 \)\)' > p\S*\.\.\.\s+pass \(winner\)\s+\d+\.\d\ds\s+2\s+\S+`,
-		`^fix-3\s+exit 1\s+fail \(command: exit 1\)\s+\d+\.\d\ds\s+0\s+\S+`,
+		`^NAME\s+VARIANT\s+RESULT\s+TIME\s+DIFF\s+DISK\s+PEAK$`,
+		`^fix-1\s+echo 'echo \$\(\( \$1 \* 112 / 100 \)\)' > p\S*\.\.\.\s+fail \(check: exit 1\)\s+\d+\.\d\ds\s+1\s+` + trySizes,
+		`^fix-2\s+echo 'echo \$\(\( \$1 \* 120 / 100 \)\)' > p\S*\.\.\.\s+pass \(winner\)\s+\d+\.\d\ds\s+2\s+` + trySizes,
+		`^fix-3\s+exit 1\s+fail \(command: exit 1\)\s+\d+\.\d\ds\s+0\s+` + trySizes,
 	} {
-		if !regexp.MustCompile(`(?m)` + row).MatchString(out) {
+		m := regexp.MustCompile(`(?m)` + row).FindStringSubmatch(out)
+		if m == nil {
 			t.Errorf("try's table has no row matching %s", row)
+			continue
+		}
+		if len(m) < 2 {
+			continue // the header, which captures no PEAK
+		}
+		if peak := sizeOf(t, m[1]); peak == 0 || peak >= 40<<20 {
+			t.Errorf("%s has PEAK %s; want some, below 40 MiB", m[0][:5], m[1])
 		}
 	}
 
@@ -139,6 +149,51 @@ func TestTryKeepsTheWinnerAndShowsEachVariant(t *testing.T) {
 		t.Errorf("the winner's diff: %q", out)
 	}
 	projectUnchanged(t, path)
+}
+
+// trySizes matches the DISK and PEAK columns of try's table, PEAK
+// captured: "-" where it is not counted, "512 B", "16.0 KiB", "3.5 MiB".
+const trySizes = `(?:-|\d+ B|\d+\.\d [KMGT]iB)\s+(\d+ B|\d+\.\d [KMGT]iB)$`
+
+// sizeOf reads a size as sandboxctl prints it ("512 B", "3.5 MiB") back
+// into bytes, to a tenth of its unit.
+func sizeOf(t *testing.T, text string) uint64 {
+	t.Helper()
+	var n float64
+	var unit string
+	if _, err := fmt.Sscanf(text, "%g %s", &n, &unit); err != nil {
+		t.Fatalf("size %q: %v", text, err)
+	}
+	i := strings.Index("BKMGT", unit[:1])
+	if i < 0 {
+		t.Fatalf("size %q: unknown unit", text)
+	}
+	return uint64(n * float64(uint64(1)<<(10*i)))
+}
+
+func TestTryShowsEachSandboxsMemoryPeak(t *testing.T) {
+	tryProject(t, "try-peak")
+	// tail keeps its input until it has ten lines: /dev/zero has none,
+	// so it holds all it read.
+	out := ok(t, "try", "try-peak", "--check", "true", "--name", "peak", "--keep", "none",
+		"--variant", `head -c "$SANDBOX_INPUT" /dev/zero | tail >/dev/null`, "--input", "50M", "--input", "1K")
+	t.Logf("$ sandboxctl try try-peak --variant 'head -c \"$SANDBOX_INPUT\" /dev/zero | tail >/dev/null' --input 50M --input 1K ...\n%s", out)
+	for _, want := range []struct {
+		row        string
+		least, max uint64
+	}{
+		{`^peak-1\s+50M\s+pass.*\s+` + trySizes, 40 << 20, 256 << 20},
+		{`^peak-2\s+1K\s+pass.*\s+` + trySizes, 1, 40 << 20},
+	} {
+		m := regexp.MustCompile(`(?m)` + want.row).FindStringSubmatch(out)
+		if m == nil {
+			t.Errorf("try's table has no row matching %s", want.row)
+			continue
+		}
+		if peak := sizeOf(t, m[1]); peak < want.least || peak >= want.max {
+			t.Errorf("%s: PEAK %s; want %d to %d MiB", m[0][:6], m[1], want.least>>20, want.max>>20)
+		}
+	}
 }
 
 func TestTryWithNoneThatPassesExits1AndKeepsNothing(t *testing.T) {
@@ -189,6 +244,7 @@ func TestTryKeepNoneAndJSONWithInputs(t *testing.T) {
 		Seconds                   float64
 		CommandSeconds            float64 `json:"command_seconds"`
 		Changed                   *int
+		MemoryPeak                *uint64 `json:"memory_peak"`
 	}
 	if err := json.Unmarshal([]byte(out), &rows); err != nil || len(rows) != 2 {
 		t.Fatalf("try --json: %v:\n%s", err, out)
@@ -201,6 +257,12 @@ func TestTryKeepNoneAndJSONWithInputs(t *testing.T) {
 		if r.Name != want.name || r.Input == nil || *r.Input != want.input || r.Command != fix || !r.Passed || r.Result != "pass" ||
 			r.Winner != want.winner || !r.Kept || r.Changed == nil || *r.Changed != 2 || len(r.ID) != 12 {
 			t.Errorf("try --json row %d: %+v; want %s, input %s, passed, winner %v, kept, 2 paths changed", i, r, want.name, want.input, want.winner)
+		}
+	}
+	for i, r := range rows {
+		// A sleep and two shells.
+		if r.MemoryPeak == nil || *r.MemoryPeak == 0 || *r.MemoryPeak >= 40<<20 {
+			t.Errorf("try --json row %d: memory_peak %v; want some bytes, below 40 MiB", i, r.MemoryPeak)
 		}
 	}
 	if rows[0].CommandSeconds < 2 || rows[0].Seconds <= rows[1].Seconds {
