@@ -637,7 +637,6 @@ func (s *Supervisor) promotionChanges(ctx context.Context, p Promotion) ([]cowfs
 	return changes, nil
 }
 
-
 // digest is a hash of a change list, for the record and the audit log.
 func digest(changes []cowfs.Change) string {
 	h := sha256.New()
@@ -676,7 +675,6 @@ func (s *Supervisor) auditPromotion(ctx context.Context, action string, p Promot
 	}
 	s.auditEntry(ctx, e, state.Record{ID: p.Sandbox, Project: p.Project}, err)
 }
-
 
 // reconcilePromotions finishes what a crash left of promotions (I1, I5):
 // a stage that was being applied or checked is rolled back to its
@@ -772,7 +770,6 @@ func (s *Supervisor) rollbackStage(ctx context.Context, p *Promotion, i int) err
 	}
 	return nil
 }
-
 
 // replica is stage i's target as a replica, for project.
 func (s *Supervisor) replica(cfg Stage, project string) (*promote.Replica, error) {
