@@ -4,12 +4,9 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
-	"maps"
 	"net"
 	"os"
 	"os/exec"
@@ -23,6 +20,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/cowfs"
 	"github.com/sandboxd/sandboxd/cowfs/btrfs"
+	"github.com/sandboxd/sandboxd/internal/treetest"
 	"github.com/sandboxd/sandboxd/tests/testbed"
 )
 
@@ -133,63 +131,10 @@ func (c *replicaCounter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// replicaTree describes every entry under root: type, permissions, and a
-// digest of a file's content or a symlink's target.
-func replicaTree(t *testing.T, root string) map[string]string {
-	t.Helper()
-	tree := map[string]string{}
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(root, p)
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
-		switch {
-		case info.Mode()&fs.ModeSymlink != 0:
-			target, err := os.Readlink(p)
-			if err != nil {
-				return err
-			}
-			tree[rel] = "symlink -> " + target
-		case info.IsDir():
-			tree[rel] = fmt.Sprintf("dir %o", info.Mode().Perm())
-		default:
-			data, err := os.ReadFile(p)
-			if err != nil {
-				return err
-			}
-			tree[rel] = fmt.Sprintf("file %o %x", info.Mode().Perm(), sha256.Sum256(data))
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatalf("reading %s: %v", root, err)
-	}
-	return tree
-}
-
 // replicaSameTree fails unless dir holds exactly what snapshot want holds.
 func replicaSameTree(t *testing.T, what, dir string, want cowfs.Volume) {
 	t.Helper()
-	got, exp := replicaTree(t, dir), replicaTree(t, want.Path)
-	if maps.Equal(got, exp) {
-		return
-	}
-	var diff []string
-	for _, k := range slices.Sorted(maps.Keys(exp)) {
-		if got[k] != exp[k] {
-			diff = append(diff, fmt.Sprintf("  %s: %q, want %q", k, got[k], exp[k]))
-		}
-	}
-	for _, k := range slices.Sorted(maps.Keys(got)) {
-		if _, ok := exp[k]; !ok {
-			diff = append(diff, fmt.Sprintf("  %s: %q, not in %s", k, got[k], want.Name))
-		}
-	}
-	t.Fatalf("%s: %s does not hold what %s holds:\n%s", what, dir, want.Name, strings.Join(diff, "\n"))
+	treetest.Equal(t, fmt.Sprintf("%s: %s against %s", what, dir, want.Name), treetest.Describe(t, dir), treetest.Describe(t, want.Path))
 }
 
 // replicaStore lists the replica's store (without its lock file).

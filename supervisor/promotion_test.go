@@ -2,8 +2,6 @@ package supervisor_test
 
 import (
 	"errors"
-	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -11,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/internal/treetest"
 	"github.com/sandboxd/sandboxd/supervisor"
 	"github.com/sandboxd/sandboxd/supervisor/state"
 )
@@ -40,68 +39,6 @@ func waitPromotion(t *testing.T, sup *supervisor.Supervisor, pid string) supervi
 			t.Fatalf("promotion %s still running: %+v", pid, p)
 		}
 		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// treeOf describes every entry below root: type, mode, owner, content or
-// link target. Two trees are the same to a user when these are.
-func treeOf(t *testing.T, root string) map[string]string {
-	t.Helper()
-	out := map[string]string{}
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(root, p)
-		if rel == "." {
-			return nil
-		}
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
-		desc := info.Mode().String()
-		switch {
-		case info.Mode().IsRegular():
-			data, err := os.ReadFile(p)
-			if err != nil {
-				return err
-			}
-			desc += " " + string(data)
-		case info.Mode()&fs.ModeSymlink != 0:
-			target, err := os.Readlink(p)
-			if err != nil {
-				return err
-			}
-			desc += " -> " + target
-		}
-		out[rel] = desc
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
-func sameTrees(t *testing.T, what string, got, want map[string]string) {
-	t.Helper()
-	var diffs []string
-	for p, w := range want {
-		if g, ok := got[p]; !ok {
-			diffs = append(diffs, fmt.Sprintf("%s: missing (want %q)", p, w))
-		} else if g != w {
-			diffs = append(diffs, fmt.Sprintf("%s: %q, want %q", p, g, w))
-		}
-	}
-	for p, g := range got {
-		if _, ok := want[p]; !ok {
-			diffs = append(diffs, fmt.Sprintf("%s: extra %q", p, g))
-		}
-	}
-	slices.Sort(diffs)
-	if len(diffs) > 0 {
-		t.Fatalf("%s differs:\n  %s", what, strings.Join(diffs, "\n  "))
 	}
 }
 
@@ -136,8 +73,8 @@ chmod 600 keep/b`
 	if err := os.WriteFile(filepath.Join(e.project, "theirs.txt"), []byte("theirs\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	want := treeOf(t, sb.Path)
-	want["theirs.txt"] = "-rw-r--r-- theirs\n"
+	want := treetest.Describe(t, sb.Path)
+	want["theirs.txt"] = `-rw-r--r-- "theirs\n"`
 
 	p, err := e.sup.Promote(ctx, sb.ID, supervisor.PromoteOptions{})
 	if err != nil {
@@ -147,7 +84,7 @@ chmod 600 keep/b`
 	if p.State != state.PromotionDone || p.Stages[0].State != state.StagePassed {
 		t.Fatalf("promotion ended %s: %+v", p.State, p)
 	}
-	sameTrees(t, "the project after the promotion", treeOf(t, e.project), want)
+	treetest.Equal(t, "the project after the promotion", treetest.Describe(t, e.project), want)
 	if len(p.Stages[0].Checks) != 2 || p.Stages[0].Checks[1].Status != 0 {
 		t.Fatalf("checks recorded: %+v", p.Stages[0].Checks)
 	}
@@ -200,12 +137,12 @@ func TestPromotionRefusesConflictsByName(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(e.project, "index.html"), []byte("host\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	before := treeOf(t, e.project)
+	before := treetest.Describe(t, e.project)
 	_, err = e.sup.Promote(ctx, sb.ID, supervisor.PromoteOptions{})
 	if !errors.Is(err, supervisor.ErrConflict) || !strings.Contains(err.Error(), "index.html") || strings.Contains(err.Error(), "mine.txt") {
 		t.Fatalf("promoting over a conflict: %v; want ErrConflict naming index.html alone", err)
 	}
-	sameTrees(t, "the project after a refused promotion", treeOf(t, e.project), before)
+	treetest.Equal(t, "the project after a refused promotion", treetest.Describe(t, e.project), before)
 	for _, v := range e.volumes(t) {
 		if strings.HasPrefix(v, "pv-") {
 			t.Errorf("volume %s left after a refused promotion", v)
@@ -238,7 +175,7 @@ func TestFailedCheckLeavesTheProjectAsItWas(t *testing.T) {
 	if out, res := runAs(t, e.sup, sb.ID, 0, "echo broken > index.html && rm -f x && mkdir d && echo 1 > d/f"); res.Code != 0 {
 		t.Fatalf("%v %s", res, out)
 	}
-	before := treeOf(t, e.project)
+	before := treetest.Describe(t, e.project)
 	p, err := e.sup.Promote(ctx, sb.ID, supervisor.PromoteOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -251,7 +188,7 @@ func TestFailedCheckLeavesTheProjectAsItWas(t *testing.T) {
 	if len(c) != 1 || c[0].Status != 3 || !strings.Contains(c[0].Output, "must-exist is missing") {
 		t.Fatalf("the check's result: %+v", c)
 	}
-	sameTrees(t, "the project after a failed check", treeOf(t, e.project), before)
+	treetest.Equal(t, "the project after a failed check", treetest.Describe(t, e.project), before)
 	for _, v := range e.volumes(t) {
 		if strings.HasPrefix(v, "pv-") {
 			t.Errorf("volume %s left after a failed promotion", v)
@@ -268,7 +205,7 @@ func TestAdminApprovalGatesAStage(t *testing.T) {
 	if out, res := runAs(t, e.sup, sb.ID, 0, "echo approved > index.html"); res.Code != 0 {
 		t.Fatalf("%v %s", res, out)
 	}
-	before := treeOf(t, e.project)
+	before := treetest.Describe(t, e.project)
 	p, err := e.sup.Promote(ctx, sb.ID, supervisor.PromoteOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -276,7 +213,7 @@ func TestAdminApprovalGatesAStage(t *testing.T) {
 	if p = waitPromotion(t, e.sup, p.ID); p.State != state.PromotionWaiting || p.Stages[0].State != state.StageWaiting {
 		t.Fatalf("promotion before approval: %+v", p)
 	}
-	sameTrees(t, "the project before approval", treeOf(t, e.project), before)
+	treetest.Equal(t, "the project before approval", treetest.Describe(t, e.project), before)
 	if _, err := e.sup.Approve(ctx, p.ID, 0); err != nil {
 		t.Fatal(err)
 	}
@@ -295,7 +232,7 @@ func TestAdminApprovalGatesAStage(t *testing.T) {
 	if out, res := runAs(t, e.sup, sb.ID, 0, "echo rejected > index.html"); res.Code != 0 {
 		t.Fatalf("%v %s", res, out)
 	}
-	before = treeOf(t, e.project)
+	before = treetest.Describe(t, e.project)
 	p, err = e.sup.Promote(ctx, sb.ID, supervisor.PromoteOptions{Force: true})
 	if err != nil {
 		t.Fatal(err)
@@ -304,7 +241,7 @@ func TestAdminApprovalGatesAStage(t *testing.T) {
 	if p, err = e.sup.Reject(ctx, p.ID, 0, "not today"); err != nil || p.State != state.PromotionRejected {
 		t.Fatalf("Reject: %+v, %v", p, err)
 	}
-	sameTrees(t, "the project after a rejection", treeOf(t, e.project), before)
+	treetest.Equal(t, "the project after a rejection", treetest.Describe(t, e.project), before)
 }
 
 func TestRebaseBringsASandboxOntoItsProject(t *testing.T) {

@@ -6,9 +6,7 @@ package cowfstest
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"errors"
-	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -20,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandboxd/cowfs"
+	"github.com/sandboxd/sandboxd/internal/treetest"
 )
 
 // Pool is what a backend's test gives the suite.
@@ -102,46 +101,9 @@ func fill(t *testing.T, dir string) {
 	}
 }
 
-// tree describes every entry below root (type, permissions, content).
-func tree(t *testing.T, root string) map[string]string {
-	t.Helper()
-	out := map[string]string{}
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(root, path)
-		if rel == "." {
-			return nil
-		}
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
-		desc := info.Mode().String()
-		switch {
-		case info.Mode().IsRegular():
-			data, err := os.ReadFile(path)
-			if err != nil {
-				return err
-			}
-			desc += fmt.Sprintf(" %x", sha256.Sum256(data))
-		case info.Mode()&fs.ModeSymlink != 0:
-			target, _ := os.Readlink(path)
-			desc += " -> " + target
-		}
-		out[rel] = desc
-		return nil
-	})
-	if err != nil {
-		t.Fatalf("reading %s: %v", root, err)
-	}
-	return out
-}
-
 func sameTree(t *testing.T, what, a, b string) {
 	t.Helper()
-	ta, tb := tree(t, a), tree(t, b)
+	ta, tb := treetest.Describe(t, a), treetest.Describe(t, b)
 	if !reflect.DeepEqual(ta, tb) {
 		t.Fatalf("%s: trees differ\n%s: %v\n%s: %v", what, a, ta, b, tb)
 	}

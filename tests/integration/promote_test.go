@@ -3,7 +3,6 @@ package integration
 import (
 	"encoding/json"
 	"fmt"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/sandboxd/sandboxd/internal/crashpoint"
+	"github.com/sandboxd/sandboxd/internal/treetest"
 	"github.com/sandboxd/sandboxd/tests/testbed"
 )
 
@@ -87,52 +87,6 @@ func reconfigure(t *testing.T, extra string, env ...string) {
 	t.Cleanup(func() { apply("", nil) })
 }
 
-// snapshotTree describes every entry below root as a user would compare
-// two trees: type and mode, content, link target.
-func snapshotTree(t *testing.T, root string) map[string]string {
-	t.Helper()
-	out := map[string]string{}
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(root, p)
-		info, err := d.Info()
-		if err != nil || rel == "." {
-			return err
-		}
-		desc := info.Mode().String()
-		if info.Mode().IsRegular() {
-			data, err := os.ReadFile(p)
-			if err != nil {
-				return err
-			}
-			desc += " " + string(data)
-		} else if info.Mode()&fs.ModeSymlink != 0 {
-			target, _ := os.Readlink(p)
-			desc += " -> " + target
-		}
-		out[rel] = desc
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
-func treesEqual(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if w, ok := b[k]; !ok || w != v {
-			return false
-		}
-	}
-	return true
-}
-
 // promotionRecord reads a promotion with sandboxctl.
 func promotionRecord(t *testing.T, id string) (p struct {
 	ID, State, Error string
@@ -174,14 +128,14 @@ func TestCLIPromoteAppliesChecksAndRefusesConflicts(t *testing.T) {
 	// A fix that passes the check: promoted, and the project has it.
 	id := strings.TrimSpace(ok(t, "create", "--quiet", "promo"))
 	ok(t, "exec", id, "--", "sh", "-c", "echo 'VAT 20' > price.txt && rm lib/old.txt && mkdir -p docs && echo note > docs/NOTE")
-	sandboxTree := snapshotTree(t, property(t, "/org/sandboxd1/sandbox/"+id, "Path"))
+	sandboxTree := treetest.Describe(t, property(t, "/org/sandboxd1/sandbox/"+id, "Path"))
 	out := ok(t, "promote", id)
 	for _, want := range []string{`stage project \(project\): applying`, `check "sh check.sh": passed`, `stage project \(project\): passed`} {
 		if !regexp.MustCompile(want).MatchString(out) {
 			t.Errorf("promote's output has no %q:\n%s", want, out)
 		}
 	}
-	if got := snapshotTree(t, path); !treesEqual(got, sandboxTree) {
+	if got := treetest.Describe(t, path); len(treetest.Diff(got, sandboxTree)) > 0 {
 		t.Fatalf("the project after the promotion:\n%v\nwant the sandbox's:\n%v", got, sandboxTree)
 	}
 	pid := promotionIDRe.FindStringSubmatch(out)[1]
@@ -194,14 +148,14 @@ func TestCLIPromoteAppliesChecksAndRefusesConflicts(t *testing.T) {
 
 	// A fix that fails the check: the stage is rolled back, exit 1, and
 	// the project is as it was.
-	before := snapshotTree(t, path)
+	before := treetest.Describe(t, path)
 	bad := strings.TrimSpace(ok(t, "create", "--quiet", "promo"))
 	ok(t, "exec", bad, "--", "sh", "-c", "echo 'VAT 200' > docs/NOTE && echo 'VAT 0' > price.txt")
 	stdout, stderr, code := ctl(t, "", "promote", bad)
 	if code != 1 || !strings.Contains(stdout, "FAILED") || !strings.Contains(stdout, "price.txt does not say VAT 20") || !strings.Contains(stderr, "failed") {
 		t.Fatalf("promoting a change that fails its check: exit %d\n%s%s", code, stdout, stderr)
 	}
-	if got := snapshotTree(t, path); !treesEqual(got, before) {
+	if got := treetest.Describe(t, path); len(treetest.Diff(got, before)) > 0 {
 		t.Fatalf("the project after a failed check:\n%v\nwant:\n%v", got, before)
 	}
 
@@ -209,13 +163,13 @@ func TestCLIPromoteAppliesChecksAndRefusesConflicts(t *testing.T) {
 	// change in the project is no conflict.
 	ok(t, "exec", id, "--", "sh", "-c", "echo 'VAT 20.' > price.txt")
 	ok(t, "promote", id)
-	before = snapshotTree(t, path)
+	before = treetest.Describe(t, path)
 
 	// A sandbox made before the first promotion that changed price.txt
 	// too: a conflict, refused by name with exit 5; --force applies it.
 	ok(t, "exec", stale, "--", "sh", "-c", "echo 'VAT 20 and more' > price.txt && echo x > unrelated.txt")
 	fails(t, 5, `price.txt`, "promote", stale)
-	if got := snapshotTree(t, path); !treesEqual(got, before) {
+	if got := treetest.Describe(t, path); len(treetest.Diff(got, before)) > 0 {
 		t.Fatalf("the project after a refused promotion changed")
 	}
 	ok(t, "promote", "--force", stale)
@@ -276,17 +230,17 @@ func TestKill9AtEachStepOfAPromotion(t *testing.T) {
 				change += " && touch FAIL" // the check fails, the rollback starts
 			}
 			ok(t, "exec", id, "--", "sh", "-c", change)
-			before := snapshotTree(t, path)
-			after := snapshotTree(t, property(t, "/org/sandboxd1/sandbox/"+id, "Path"))
+			before := treetest.Describe(t, path)
+			after := treetest.Describe(t, property(t, "/org/sandboxd1/sandbox/"+id, "Path"))
 
 			ctl(t, "", "promote", id) // the daemon dies under it
 			waitActive(t, old)
 
-			got := snapshotTree(t, path)
+			got := treetest.Describe(t, path)
 			switch {
-			case wantAfter[point] && !treesEqual(got, after):
+			case wantAfter[point] && len(treetest.Diff(got, after)) > 0:
 				t.Fatalf("killed at %s: the project is not the promoted change:\n%v\nwant:\n%v", point, got, after)
-			case !wantAfter[point] && !treesEqual(got, before):
+			case !wantAfter[point] && len(treetest.Diff(got, before)) > 0:
 				t.Fatalf("killed at %s: the project is not as before the promotion:\n%v\nwant:\n%v", point, got, before)
 			}
 			var list []struct{ ID, State, Sandbox string }
@@ -409,8 +363,8 @@ ssh_options = [%s]
 			t.Errorf("promote's output has no %q:\n%s", want, out)
 		}
 	}
-	project := snapshotTree(t, path)
-	if got := snapshotTree(t, staging); !treesEqual(got, project) {
+	project := treetest.Describe(t, path)
+	if got := treetest.Describe(t, staging); len(treetest.Diff(got, project)) > 0 {
 		t.Fatalf("staging after the promotion:\n%v\nwant the project's:\n%v", got, project)
 	}
 	if _, err := os.Stat(prod); !os.IsNotExist(err) {
@@ -428,18 +382,18 @@ ssh_options = [%s]
 	if !strings.Contains(out, "stage production (ssh://") || !strings.Contains(out, "passed") {
 		t.Fatalf("approve's output:\n%s", out)
 	}
-	if got := snapshotTree(t, prod); !treesEqual(got, project) {
+	if got := treetest.Describe(t, prod); len(treetest.Diff(got, project)) > 0 {
 		t.Fatalf("production after approval:\n%v\nwant the project's:\n%v", got, project)
 	}
 
 	// Second promotion: staging gets it (an incremental stream), an
 	// admin rejects production, which stays at the first.
-	prodBefore := snapshotTree(t, prod)
+	prodBefore := treetest.Describe(t, prod)
 	ok(t, "exec", id, "--", "sh", "-c", "echo v2 > docs/v")
 	out = ok(t, "promote", id)
 	pid2 := promotionIDRe.FindStringSubmatch(out)[1]
 	ok(t, "reject", pid2, "--reason", "not on a Friday")
-	if got := snapshotTree(t, prod); !treesEqual(got, prodBefore) {
+	if got := treetest.Describe(t, prod); len(treetest.Diff(got, prodBefore)) > 0 {
 		t.Fatalf("production after a rejection changed:\n%v", got)
 	}
 	if data, _ := os.ReadFile(filepath.Join(staging, "docs/v")); string(data) != "v2\n" {
@@ -451,16 +405,16 @@ ssh_options = [%s]
 
 	// Third: staging's check fails; staging is as it was, and the
 	// promotion stops there (the project keeps what passed its stage).
-	stagingBefore := snapshotTree(t, staging)
+	stagingBefore := treetest.Describe(t, staging)
 	ok(t, "exec", id, "--", "sh", "-c", "echo v3 > docs/v && touch FAIL")
 	stdout, _, code := ctl(t, "", "promote", id)
 	if code != 1 || !strings.Contains(stdout, "stage staging") || !strings.Contains(stdout, "FAILED") {
 		t.Fatalf("a promotion whose staging check fails: exit %d\n%s", code, stdout)
 	}
-	if got := snapshotTree(t, staging); !treesEqual(got, stagingBefore) {
+	if got := treetest.Describe(t, staging); len(treetest.Diff(got, stagingBefore)) > 0 {
 		t.Fatalf("staging after its failed check:\n%v\nwant:\n%v", got, stagingBefore)
 	}
-	if got := snapshotTree(t, prod); !treesEqual(got, prodBefore) {
+	if got := treetest.Describe(t, prod); len(treetest.Diff(got, prodBefore)) > 0 {
 		t.Fatalf("production after staging failed changed")
 	}
 }
