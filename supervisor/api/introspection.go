@@ -41,6 +41,15 @@ const ManagerXML = xmlHeader + `<node>
   <method name="RemoveProject">
    <arg type="s" name="name" direction="in"/>
   </method>
+  <method name="Try">
+   <arg type="s" name="project" direction="in"/>
+   <arg type="as" name="variants" direction="in"/>
+   <arg type="s" name="check" direction="in"/>
+   <arg type="s" name="keep" direction="in"/>
+   <arg type="a{sv}" name="options" direction="in"/>
+   <arg type="a(sssbstutbs)" name="results" direction="out"/>
+   <arg type="i" name="winner" direction="out"/>
+  </method>
   <method name="ListPromotions">
    <arg type="a(ssssssut)" name="promotions" direction="out"/>
   </method>

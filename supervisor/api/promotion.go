@@ -171,3 +171,60 @@ func (m manager) decide(sender dbus.Sender, action, id string, fn func(ctx conte
 	}
 	return s.end(r, p.Sandbox, nil)
 }
+
+// TryEntry is one of Try's results: (sssbstutbs).
+type TryEntry struct {
+	Name, ID, Variant string
+	Passed            bool
+	Failed            string // which step failed and how: "check: exited 1"
+	DurationUS        uint64 // the variant's and the check's time, µs
+	Changes           uint32 // paths it changed
+	MemoryPeak        uint64 // bytes (0: not known here)
+	Kept              bool
+	Output            string // the end of its output
+}
+
+// Try(s project, as variants, s check, s keep, a{sv} options) ->
+// (a(sssbstutbs) results, i winner): a sandbox of the project per variant
+// (a shell line), named PREFIX-1... (the Name option is the prefix), the
+// variant then the check run in each, in parallel; the winner is the
+// passing one that took least time (-1: none passed). keep is "winner"
+// (default), "all" or "none". The options are CreateSandbox's. The call
+// lasts as long as the slowest sandbox (each step is bounded by 10
+// minutes): give it a long timeout.
+func (m manager) Try(sender dbus.Sender, project string, variants []string, check, keep string, opts map[string]dbus.Variant) ([]TryEntry, int32, *dbus.Error) {
+	s := m.s
+	r, derr := s.begin(sender, "Try")
+	if derr != nil {
+		return nil, -1, derr
+	}
+	r.project = project
+	if !s.access.mayCreate(r.who) {
+		return nil, -1, s.end(r, "", dbusError(ErrorAccessDenied,
+			"trying variants of %q: uid %d may not create sandboxes (not root, nor a creator by uid or group)", project, r.who.uid))
+	}
+	co, err := parseOptions(opts)
+	if err != nil {
+		return nil, -1, s.end(r, "", dbusError(ErrorInvalidArgs, "trying variants of %q: %v", project, err))
+	}
+	co.Project, co.Owner = project, r.who.uid
+	results, winner, err := s.sup.Try(r.ctx, supervisor.TryOptions{Create: co, Variants: variants, Check: check, Keep: keep})
+	out := []TryEntry{}
+	for _, res := range results {
+		out = append(out, TryEntry{
+			Name: res.Name, ID: res.ID, Variant: res.Variant, Passed: res.Passed, Failed: res.Failed,
+			DurationUS: uint64(res.Duration.Microseconds()), Changes: uint32(res.Changes), MemoryPeak: res.MemoryPeak,
+			Kept: res.Kept, Output: res.Output,
+		})
+	}
+	if syncErr := s.Sync(r.ctx); syncErr != nil {
+		s.log.Error("announcing after Try", "error", syncErr)
+	}
+	if err != nil && len(results) == 0 {
+		return nil, -1, s.end(r, "", fromSupervisor(err))
+	}
+	if err != nil {
+		s.log.Warn("Try finished with errors", "error", err)
+	}
+	return out, int32(winner), s.end(r, "", nil)
+}
