@@ -103,9 +103,11 @@ type daemon struct {
 
 // benchDaemon makes projects of daemonSizes files, installs and starts
 // sandboxd, and times creates and destroys at each size, beside `cp -a`
-// of the project; it adds the daemon's memory. Everything goes at the
-// end, also after an error. It returns what ran, for the report.
-func benchDaemon(ctx context.Context, cfg config, t *table) (version string, err error) {
+// of the project, and adds the daemon's memory (the daemon part, to t);
+// then it times diffs and promotions (the promotion part, to pr).
+// Everything goes at the end, also after an error. It returns what ran,
+// for the report.
+func benchDaemon(ctx context.Context, cfg config, t, pr *table) (version string, err error) {
 	cleanup := context.WithoutCancel(ctx)
 	bin := os.Getenv(daemonBinEnv)
 	if bin == "" { // started inside a testbed: nobody built it
@@ -163,9 +165,26 @@ func benchDaemon(ctx context.Context, cfg config, t *table) (version string, err
 	}
 	version = fmt.Sprintf("sandboxd (built from this tree, a service of the testbed's %s, its pool a directory of the testbed's btrfs)", systemd)
 
+	if cfg.daemon {
+		if err := benchDaemonSizes(ctx, cfg, d, t, fs, dirs); err != nil {
+			return version, err
+		}
+	}
+	// Last: promotions change the projects.
+	if cfg.promote {
+		if err := benchPromotions(ctx, cfg, d, fs, pr, dirs); err != nil {
+			return version, fmt.Errorf("promotions: %w", err)
+		}
+	}
+	return version, nil
+}
+
+// benchDaemonSizes is the daemon part: creates, destroys, commands and
+// memory, at each of daemonSizes (projects at dirs).
+func benchDaemonSizes(ctx context.Context, cfg config, d *daemon, t *table, fs *btrfsFS, dirs map[int]string) error {
 	pid, idle, err := d.memory(ctx)
 	if err != nil {
-		return version, err
+		return err
 	}
 	var mem []row // memory rows, after the timings
 	mem = append(mem, row{fs: "btrfs", op: fmt.Sprintf("sandboxd's VmRSS, no sandboxes (just started): %s, %d threads", mib(idle.rss), idle.threads)})
@@ -175,7 +194,7 @@ func benchDaemon(ctx context.Context, cfg config, t *table) (version string, err
 		res, rows, err := benchDaemonSize(ctx, cfg, d, t, fs, n, dirs[n], ref, pid, idle)
 		mem = append(mem, rows...)
 		if err != nil {
-			return version, err
+			return err
 		}
 		if ref == nil {
 			ref = res
@@ -183,7 +202,7 @@ func benchDaemon(ctx context.Context, cfg config, t *table) (version string, err
 	}
 	_, after, err := d.memory(ctx)
 	if err != nil {
-		return version, err
+		return err
 	}
 	mem = append(mem, row{fs: "btrfs",
 		op:      fmt.Sprintf("sandboxd's VmRSS, no sandboxes again (after %d creates and destroys): %s, %d threads", len(daemonSizes)*(cfg.creates+1), mib(after.rss), after.threads),
@@ -191,7 +210,7 @@ func benchDaemon(ctx context.Context, cfg config, t *table) (version string, err
 	for _, r := range mem {
 		t.add(r)
 	}
-	return version, nil
+	return nil
 }
 
 // projectName is the daemon's name of the project of n files.
@@ -202,9 +221,9 @@ func projectPath(n int) string { return fmt.Sprintf("bench-daemon-p%d", n) }
 
 // clearLeftovers removes what a run killed inside a testbed that stayed
 // up has left: its daemon, still running with its sandboxes (their scopes
-// outlive it), its pool and its projects. Its unit file, which names the
-// bench's configuration, tells it from a sandboxd installed by others,
-// which start refuses to replace.
+// outlive it), its pool, its projects and the copies rsync wrote to. Its
+// unit file, which names the bench's configuration, tells it from a
+// sandboxd installed by others, which start refuses to replace.
 func clearLeftovers(ctx context.Context, fs *btrfsFS) error {
 	unit, err := os.ReadFile(unitPath)
 	if err == nil && bytes.Contains(unit, []byte(benchConfigDir)) {
@@ -225,6 +244,9 @@ func clearLeftovers(ctx context.Context, fs *btrfsFS) error {
 	errs := []error{fs.close(ctx)}
 	for _, n := range daemonSizes {
 		errs = append(errs, deleteSubvolume(filepath.Join(fs.mount, projectPath(n))))
+	}
+	for _, c := range []string{rsyncCopyA, rsyncCopyB} {
+		errs = append(errs, deleteSubvolume(filepath.Join(fs.mount, c)))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("removing what an earlier run left: %w", err)

@@ -12,12 +12,18 @@
 // each, for projects of 1k and 100k files beside `cp -a` of them, and the
 // daemon's memory with 200 live sandboxes.
 //
+// Its promotion part, through the same daemon, times the change list
+// (Diff) and a promotion until done of 10, 100 and 1,000 changed files in
+// a sandbox of the 100k-file project, and of 10 in the 1k one, beside
+// `rsync -a` of the same change from the sandbox's tree to a copy of the
+// project.
+//
 // It prints markdown tables on standard output and its progress on
 // standard error. Timings and sizes are reported, never asserted.
 //
 // Run it as root from the module root:
 //
-//	go run ./tests/bench [-parts cowfs,daemon] [-sizes 1000,10000,100000] [-backends btrfs,zfs]
+//	go run ./tests/bench [-parts cowfs,daemon,promote] [-sizes 1000,10000,100000] [-backends btrfs,zfs]
 //
 // Outside a testbed it boots one around itself (package testbed); inside
 // one (`bin/testbed run -- go run ./tests/bench`) it runs directly.
@@ -32,6 +38,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -44,14 +51,19 @@ import (
 
 // config is what the flags choose.
 type config struct {
-	cowfs, daemon bool // the parts that run
-	sizes         []int
-	backends      []string
-	reps          int           // runs of snapshot, delete and change listing
-	copyReps      int           // runs of each cp of a big tree (bigTree files or more)
-	budget        time.Duration // a series stops early after this long (at least minReps runs)
-	creates       int           // sandboxes the daemon part makes in a row, per project size
+	cowfs, daemon, promote bool // the parts that run
+	sizes                  []int
+	backends               []string
+	reps                   int           // runs of snapshot, delete and change listing
+	copyReps               int           // runs of each cp of a big tree (bigTree files or more)
+	budget                 time.Duration // a series stops early after this long (at least minReps runs)
+	creates                int           // sandboxes the daemon part makes in a row, per project size
+	promoteReps            int           // promotions of each change size
+	changes                []int         // changed files the promotion part promotes
 }
+
+// usesDaemon says whether a part that runs needs sandboxd installed.
+func (c config) usesDaemon() bool { return c.daemon || c.promote }
 
 // minReps is the fewest timed runs a series makes, whatever the budget.
 const minReps = 3
@@ -63,7 +75,7 @@ func main() {
 		os.Exit(2)
 	}
 	if !testbed.Inside() {
-		if cfg.daemon {
+		if cfg.usesDaemon() {
 			// Built here, before the wait for the testbed's lock, with
 			// the user's Go environment; the repository is seen at the
 			// same path inside.
@@ -89,25 +101,29 @@ func main() {
 
 func parseFlags(args []string) (config, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	parts := fs.String("parts", "cowfs,daemon", "what to measure, comma-separated: cowfs (snapshots on each backend), daemon (sandboxd over the bus)")
+	parts := fs.String("parts", "cowfs,daemon,promote", "what to measure, comma-separated: cowfs (snapshots on each backend), daemon (sandboxd over the bus), promote (its diff and promotion)")
 	sizes := fs.String("sizes", "1000,10000,100000", "project sizes, in files, comma-separated")
 	backends := fs.String("backends", "btrfs,zfs", "filesystems to measure, comma-separated: btrfs, zfs")
 	reps := fs.Int("reps", 15, "timed runs of snapshot, delete and change listing")
 	copyReps := fs.Int("copy-reps", 3, "timed runs of each cp of 10k files or more (smaller trees get -reps)")
 	budget := fs.Duration("budget", 40*time.Second, "a series of runs stops early once it has taken this long (after at least 3 runs)")
 	creates := fs.Int("creates", 200, "daemon part: sandboxes made in a row, and then destroyed, per project size")
+	promoteReps := fs.Int("promote-reps", 5, "promote part: promotions of each change size, each from a new sandbox")
+	changes := fs.String("changes", "10,100,1000", "promote part: changed files to promote in the 100k-file project, comma-separated; the 1k one gets the fewest")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
 	}
-	cfg := config{reps: *reps, copyReps: *copyReps, budget: *budget, creates: *creates}
+	cfg := config{reps: *reps, copyReps: *copyReps, budget: *budget, creates: *creates, promoteReps: *promoteReps}
 	for _, p := range strings.Split(*parts, ",") {
 		switch strings.TrimSpace(p) {
 		case "cowfs":
 			cfg.cowfs = true
 		case "daemon":
 			cfg.daemon = true
+		case "promote":
+			cfg.promote = true
 		default:
-			return cfg, fmt.Errorf("-parts: unknown part %q (cowfs, daemon)", p)
+			return cfg, fmt.Errorf("-parts: unknown part %q (cowfs, daemon, promote)", p)
 		}
 	}
 	for _, s := range strings.Split(*sizes, ",") {
@@ -124,8 +140,22 @@ func parseFlags(args []string) (config, error) {
 		}
 		cfg.backends = append(cfg.backends, b)
 	}
-	if cfg.reps < minReps || cfg.copyReps < 1 || cfg.creates < minReps {
-		return cfg, fmt.Errorf("-reps and -creates must be at least %d and -copy-reps at least 1", minReps)
+	if cfg.reps < minReps || cfg.copyReps < 1 || cfg.creates < minReps || cfg.promoteReps < minReps {
+		return cfg, fmt.Errorf("-reps, -creates and -promote-reps must be at least %d and -copy-reps at least 1", minReps)
+	}
+	for _, s := range strings.Split(*changes, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 10 || n > targetSize/100 {
+			return cfg, fmt.Errorf("-changes: %q is not a number of files from 10 to %d", s, targetSize/100)
+		}
+		cfg.changes = append(cfg.changes, n)
+	}
+	// Each run (and each warm-up) changes files no other run changed, the
+	// k-th of them among the files from k*(project/changes) on: the
+	// project must have enough there for every run of every size.
+	runs := (cfg.promoteReps + 1) * len(cfg.changes)
+	if most, fewest := slices.Max(cfg.changes), slices.Min(cfg.changes); runs > targetSize/most || cfg.promoteReps+1 > daemonSizes[0]/fewest {
+		return cfg, fmt.Errorf("-changes %s with -promote-reps %d: the projects have too few files for every run to change files of its own", *changes, cfg.promoteReps)
 	}
 	return cfg, nil
 }
@@ -195,8 +225,10 @@ func run(ctx context.Context, cfg config) error {
 	// The daemon's p99: of 200 calls it leaves out only the slowest 2, so
 	// it shows the tail an agent meets, which p90 would hide.
 	d := &table{pct: 0.99, ratioOf: "create"}
-	if cfg.daemon && ctx.Err() == nil {
-		version, err := benchDaemon(ctx, cfg, d)
+	// A promotion series has 5 runs by default: too few for a p90.
+	pr := &table{pct: 0.9, ratioOf: "sandboxd", changed: true}
+	if cfg.usesDaemon() && ctx.Err() == nil {
+		version, err := benchDaemon(ctx, cfg, d, pr)
 		if version != "" {
 			versions = append(versions, version)
 		}
@@ -204,15 +236,16 @@ func run(ctx context.Context, cfg config) error {
 			errs = append(errs, fmt.Errorf("daemon: %w", err))
 		}
 	}
-	if len(t.rows) > 0 || len(d.rows) > 0 {
-		printReport(os.Stdout, cfg, t, d, versions, time.Since(begin), load)
+	if len(t.rows) > 0 || len(d.rows) > 0 || len(pr.rows) > 0 {
+		printReport(os.Stdout, cfg, t, d, pr, versions, time.Since(begin), load)
 	}
 	return errors.Join(errs...)
 }
 
 // printReport prints the tables with the few lines they need to be read:
-// t of cowfs, d of the daemon; a part that did not run has no rows.
-func printReport(w *os.File, cfg config, t, d *table, versions []string, took time.Duration, load string) {
+// t of cowfs, d of the daemon, pr of promotions; a part that did not run
+// has no rows.
+func printReport(w *os.File, cfg config, t, d, pr *table, versions []string, took time.Duration, load string) {
 	var uts unix.Utsname
 	_ = unix.Uname(&uts)
 	fmt.Fprintf(w, "Measured %s on Linux %s, %d CPUs (load average %s at the start, %s at the end): %s. Whole run: %v.\n",
@@ -223,6 +256,9 @@ func printReport(w *os.File, cfg config, t, d *table, versions []string, took ti
 	}
 	if len(d.rows) > 0 {
 		printDaemon(w, cfg, d)
+	}
+	if len(pr.rows) > 0 {
+		printPromotions(w, cfg, pr)
 	}
 }
 

@@ -95,6 +95,7 @@ func timed(fn func() error) (time.Duration, error) {
 type row struct {
 	fs      string
 	files   int
+	changed int // files changed in the project, in a table with that column
 	op      string
 	s       series
 	na      string // why the row has no timings
@@ -112,6 +113,8 @@ type table struct {
 	pct float64
 	// ratioOf names what the ÷ column divides by: "cowfs", "create".
 	ratioOf string
+	// changed adds a column of the rows' changed files.
+	changed bool
 }
 
 func (t *table) add(r row) { t.rows = append(t.rows, r) }
@@ -120,8 +123,12 @@ func (t *table) sizesRan() string { return strings.Join(t.ran, "; ") }
 
 func (t *table) markdown() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "| fs | files | operation | median ms | p%.0f ms | runs | ÷ %s | target | verdict |\n", t.pct*100, t.ratioOf)
-	b.WriteString("|---|--:|---|--:|--:|--:|--:|---|---|\n")
+	changedHead, changedAlign := "", ""
+	if t.changed {
+		changedHead, changedAlign = " changed |", "--:|"
+	}
+	fmt.Fprintf(&b, "| fs | files |%s operation | median ms | p%.0f ms | runs | ÷ %s | target | verdict |\n", changedHead, t.pct*100, t.ratioOf)
+	b.WriteString("|---|--:|" + changedAlign + "---|--:|--:|--:|--:|---|---|\n")
 	for _, r := range t.rows {
 		med, pct, runs, files := "n/a", "–", "–", "–"
 		switch {
@@ -139,6 +146,9 @@ func (t *table) markdown() string {
 		}
 		if r.files > 0 {
 			files = count(r.files)
+		}
+		if t.changed {
+			files += fmt.Sprintf(" | %d", r.changed)
 		}
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
 			r.fs, files, r.op, med, pct, runs, dash(r.ratio), dash(r.target), dash(r.verdict))
