@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	dbtrfs "github.com/dennwc/btrfs"
 	"golang.org/x/sys/unix"
@@ -488,7 +489,10 @@ func (b *Backend) Changes(ctx context.Context, from, to cowfs.Volume) ([]cowfs.C
 	}()
 	stop := context.AfterFunc(ctx, func() { pr.Close() }) // ends the send with EPIPE
 	defer stop()
-	changes, parseErr := sendstream.Changes(pr)
+	// Reads of the sandbox's files from the host (a backup, rsync, a
+	// find) move access times, which the stream sends as utimes: the
+	// base's times tell those from real changes.
+	changes, parseErr := sendstream.ChangesWith(pr, sendstream.Options{BaseTimes: baseTimes(from.Path)})
 	pr.Close()
 	if err := <-sent; err != nil {
 		return nil, fmt.Errorf("listing changes from %s to %s: %w", from.Name, to.Name, errors.Join(ctx.Err(), classify(err)))
@@ -719,4 +723,32 @@ func classify(err error) error {
 		return fmt.Errorf("%w: %w", cowfs.ErrCorruptStream, err)
 	}
 	return notFound(err)
+}
+
+// baseTimes reads the modification and change times of a path below root,
+// through no symlink (the tree is a sandbox's).
+func baseTimes(root string) func(path string) (time.Time, time.Time, bool) {
+	return func(path string) (time.Time, time.Time, bool) {
+		rootFD, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return time.Time{}, time.Time{}, false
+		}
+		defer unix.Close(rootFD)
+		if path == "." || path == "" {
+			path = "."
+		}
+		fd, err := unix.Openat2(rootFD, path, &unix.OpenHow{
+			Flags:   uint64(unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC),
+			Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+		})
+		if err != nil {
+			return time.Time{}, time.Time{}, false
+		}
+		defer unix.Close(fd)
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			return time.Time{}, time.Time{}, false
+		}
+		return time.Unix(st.Mtim.Unix()), time.Unix(st.Ctim.Unix()), true
+	}
 }

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -46,6 +47,7 @@ func Run(t *testing.T, newPool func(t *testing.T) Pool) {
 		{"RollbackRestoresTheCheckpoint", rollback},
 		{"RollbackProjectRestoresItsSnapshot", rollbackProject},
 		{"ChangesListWhatChanged", changes},
+		{"ReadsAreNoChange", readsAreNoChange},
 		{"ChangedSince", changedSince},
 		{"SendAndReceive", sendReceive},
 		{"CorruptStreamLeavesNothing", corruptStream},
@@ -304,6 +306,41 @@ func changes(t *testing.T, p Pool) {
 	}
 	if none := ok[[]cowfs.Change](t)(p.Backend.Changes(ctx, ck, ck)); len(none) != 0 {
 		t.Fatalf("Changes of a snapshot against itself: %v", none)
+	}
+}
+
+// readsAreNoChange: reading a sandbox's files and listing its directories
+// from the host moves access times only, which no change list shows.
+func readsAreNoChange(t *testing.T, p Pool) {
+	fill(t, p.Project.Path)
+	base := ok[cowfs.Volume](t)(p.Backend.Snapshot(ctx, p.Project, "b1", true))
+	sb := ok[cowfs.Volume](t)(p.Backend.Snapshot(ctx, base, "s1", false))
+	// strictatime-like: make every file's access time older than its
+	// modification time, so that relatime updates it on the next read.
+	err := filepath.WalkDir(sb.Path, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		old := time.Now().Add(-48 * time.Hour)
+		info, err := os.Lstat(path)
+		if err != nil || info.Mode()&fs.ModeSymlink != 0 {
+			return err
+		}
+		return os.Chtimes(path, old, info.ModTime())
+	})
+	check(t, err)
+	before := ok[cowfs.Volume](t)(p.Backend.Snapshot(ctx, sb, "r0", true))
+	err = filepath.WalkDir(sb.Path, func(path string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			_, err = os.ReadFile(path)
+		}
+		return err
+	})
+	check(t, err)
+	syncFS(t, sb.Path)
+	after := ok[cowfs.Volume](t)(p.Backend.Snapshot(ctx, sb, "r1", true))
+	if changes := ok[[]cowfs.Change](t)(p.Backend.Changes(ctx, before, after)); len(changes) != 0 {
+		t.Fatalf("reading every file changed: %+v", changes)
 	}
 }
 

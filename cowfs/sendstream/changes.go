@@ -7,6 +7,7 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/sandboxd/sandboxd/cowfs"
 )
@@ -42,7 +43,18 @@ import (
 // (a directory is known as one once a path goes through it). The root is
 // ".". Changes reads one subvolume: a stream of several is
 // cowfs.ErrUnsupported.
-func Changes(r io.Reader) ([]cowfs.Change, error) {
+func Changes(r io.Reader) ([]cowfs.Change, error) { return ChangesWith(r, Options{}) }
+
+// Options tell ChangesWith more than the stream does.
+type Options struct {
+	// BaseTimes gives the modification and change times of path in BASE.
+	// With it, a utimes that leaves both as they were (an access time
+	// moved: someone read the file or listed the directory) is no change.
+	BaseTimes func(path string) (mtime, ctime time.Time, ok bool)
+}
+
+// ChangesWith is Changes, with what o tells.
+func ChangesWith(r io.Reader, o Options) ([]cowfs.Change, error) {
 	sr, err := NewReader(r)
 	if err != nil {
 		return nil, err
@@ -60,7 +72,7 @@ func Changes(r io.Reader) ([]cowfs.Change, error) {
 			return nil, fmt.Errorf("listing changes: command %d (%s) at byte %d: %w", n, c.Type, c.Offset, err)
 		}
 	}
-	return t.changes(), nil
+	return t.changes(o), nil
 }
 
 // inode is a file, directory or other object, with one or more names.
@@ -69,7 +81,8 @@ type inode struct {
 	typ                  cowfs.FileType
 	dir                  bool // known to be a directory
 	content, meta, times bool
-	entries              []*entry // every name it had in BASE or was given
+	mtime, ctime         time.Time // of its last utimes
+	entries              []*entry  // every name it had in BASE or was given
 }
 
 // entry is a name in the tree: one of BASE, or one the stream made.
@@ -113,6 +126,9 @@ func (t *tree) lookup(path string) (*entry, error) {
 		return e, nil
 	}
 	for _, name := range strings.Split(path, "/") {
+		if badName(name) {
+			return nil, fmt.Errorf("%w: path %q has a %q element", cowfs.ErrCorruptStream, path, name)
+		}
 		e.ino.dir = true
 		child := e.children[name]
 		if child == nil {
@@ -170,6 +186,9 @@ func (t *tree) place(path string, e *entry) error {
 	if name == "" {
 		return fmt.Errorf("%w: no name in %q", cowfs.ErrCorruptStream, path)
 	}
+	if badName(name) {
+		return fmt.Errorf("%w: path %q has a %q element", cowfs.ErrCorruptStream, path, name)
+	}
 	dir.ino.dir = true
 	if old := dir.children[name]; old != nil {
 		remove(old)
@@ -183,6 +202,13 @@ func (t *tree) place(path string, e *entry) error {
 	}
 	attach(dir, name, e)
 	return nil
+}
+
+// badName says whether name cannot be one element of a path in a stream:
+// no kernel writes an empty one, "." or "..", or a NUL byte, and Apply
+// and the unified diff refuse them.
+func badName(name string) bool {
+	return name == "" || name == "." || name == ".." || strings.IndexByte(name, 0) >= 0
 }
 
 // remove takes e, and anything still in it, out of the tree.
@@ -280,6 +306,7 @@ func (t *tree) apply(c *Command) error {
 		e.ino.meta = true
 	case CmdUtimes:
 		e.ino.times = true
+		e.ino.mtime, e.ino.ctime = c.MTime, c.CTime
 	}
 	return nil
 }
@@ -313,7 +340,7 @@ func (t *tree) path(e *entry) string {
 }
 
 // changes compares each inode's names and state now with BASE.
-func (t *tree) changes() []cowfs.Change {
+func (t *tree) changes(o Options) []cowfs.Change {
 	byPath := make(map[string]cowfs.Change)
 	var renames []cowfs.Change
 	add := func(c cowfs.Change) {
@@ -367,7 +394,7 @@ func (t *tree) changes() []cowfs.Change {
 		case !ino.base:
 		case ino.content:
 			kind = cowfs.Modified
-		case ino.meta || ino.times && !ino.dir && !renamed:
+		case ino.meta || ino.times && !ino.dir && !renamed && !accessOnly(o, t, here, ino):
 			kind = cowfs.Metadata
 		}
 		if kind != "" {
@@ -403,3 +430,13 @@ func merge(a, b cowfs.Change) cowfs.Change {
 }
 
 var rank = map[cowfs.ChangeKind]int{cowfs.Added: 3, cowfs.Modified: 2, cowfs.Metadata: 1}
+
+// accessOnly says whether ino's utimes moved its access time alone: its
+// modification and change times are those it had in BASE.
+func accessOnly(o Options, t *tree, here []*entry, ino *inode) bool {
+	if o.BaseTimes == nil || len(here) == 0 {
+		return false
+	}
+	mtime, ctime, ok := o.BaseTimes(t.path(here[0]))
+	return ok && mtime.Equal(ino.mtime) && ctime.Equal(ino.ctime)
+}
