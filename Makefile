@@ -20,7 +20,7 @@ TEST_TIMEOUT ?= 20m
 
 export PATH := $(dir $(GO)):$(PATH)
 
-.PHONY: all build test deps lint bench demo clean deb rpm packages
+.PHONY: all build test soak fuzz deps lint bench demo clean deb rpm packages
 
 all: build
 
@@ -38,8 +38,41 @@ deps:
 test: deps build
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 
+# The load test's long variant (tests/load): N clients at once, each
+# creating, running a command in, diffing and destroying sandboxes over
+# the bus, N doubling from 8 until the daemon no longer holds it (over 1%
+# errors, or a create's p99 over 2 s); then a table, and the check that
+# nothing was leaked. At most 30 minutes of load (-soak.budget), plus the
+# wait for the testbed.
+soak: deps build
+	$(GO) test -count=1 -timeout 90m -run TestLoadSoak -v ./tests/load/ -soak
+
+# Every fuzz target for FUZZTIME each, one after the other; all run, and
+# any that fails fails the whole. An input that fails is written to its
+# package's testdata/fuzz/<target>/, which `go test` runs from then on:
+# commit it with the fix. The seeds are there and in the targets' f.Add;
+# what fuzzing adds to the corpus stays in the Go cache (under `go env
+# GOCACHE`/fuzz). The packages whose TestMain boots a testbed fuzz inside
+# one. Go minimizes each new interesting input for up to 60s by default,
+# counting none of it in execs: FUZZMINIMIZE bounds that, so that the
+# time goes to fuzzing.
+FUZZTIME ?= 10s
+FUZZMINIMIZE ?= 2s
+FUZZ_TARGETS := ./cowfs:FuzzValidateName ./cowfs:FuzzValidateDataset \
+	./cowfs/sendstream:FuzzReader ./supervisor/config:FuzzParse \
+	./promote:FuzzParseTarget ./promote:FuzzPlan ./promote:FuzzApplyPath \
+	./supervisor:FuzzValidateSandboxName \
+	./supervisor/api:FuzzParseOptions ./supervisor/api:FuzzMessage
+fuzz:
+	@failed=; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t##*:}; \
+		echo "== $$name ($$pkg), $(FUZZTIME)"; \
+		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE) $$pkg/ || failed="$$failed $$name"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "fuzz: failed:$$failed"; exit 1; fi
+
 # One table of every figure, each beside its baseline from the same run
-# (tests/bench/README.md). Boots its own testbed; about 6 minutes.
+# (tests/bench/README.md). Boots its own testbed; about 8 minutes.
 bench: deps build
 	$(GO) run ./tests/bench
 

@@ -26,7 +26,8 @@ func ValidateName(name string) error {
 	if i := strings.IndexFunc(name, func(r rune) bool {
 		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.')
 	}); i >= 0 {
-		return fmt.Errorf("volume name %q holds %q: only letters, digits, '-', '_' and '.' are allowed: %w", name, name[i], ErrInvalidName)
+		r, _ := utf8.DecodeRuneInString(name[i:]) // not name[i]: 'é' is two bytes
+		return fmt.Errorf("volume name %q holds %q: only letters, digits, '-', '_' and '.' are allowed: %w", name, r, ErrInvalidName)
 	}
 	return nil
 }

@@ -127,6 +127,10 @@ func plan(changes []cowfs.Change) (steps, error) {
 				return p, fmt.Errorf("applying changes: %w", err)
 			}
 		}
+		if c.Path == "." && (c.Kind == cowfs.Deleted || c.Kind == cowfs.Renamed) {
+			// The root itself is only ever changed, never removed.
+			return p, fmt.Errorf("applying changes: the root cannot be %s: %w", c.Kind, ErrUnsafePath)
+		}
 		switch c.Kind {
 		case cowfs.Deleted:
 			p.remove = append(p.remove, c.Path)

@@ -44,6 +44,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sandboxd/sandboxd/cowfs"
 	"github.com/sandboxd/sandboxd/cowfs/sendstream"
@@ -233,7 +234,8 @@ func nameProblem(s, what, extra string) string {
 	if i := strings.IndexFunc(s, func(r rune) bool {
 		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("._-"+extra, r))
 	}); i >= 0 {
-		return fmt.Sprintf("%s %q holds %q", what, s, s[i])
+		r, _ := utf8.DecodeRuneInString(s[i:]) // not s[i]: 'é' is two bytes
+		return fmt.Sprintf("%s %q holds %q", what, s, r)
 	}
 	return ""
 }

@@ -7,7 +7,9 @@ import (
 	"flag"
 	"io"
 	"os"
+	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -25,6 +27,14 @@ import (
 // to the attributes and to Changes.
 func FuzzReader(f *testing.F) {
 	f.Add(stream(subvolCmd, command(cEnd)))
+	// Paths no kernel writes, in an incremental stream (whose paths may
+	// name what BASE holds).
+	snapshotCmd := command(cSnapshot, str(aPath, "s"), uuid(aUUID, 2), u64(aCTransID, 9), uuid(aCloneUUID, 3), u64(aCloneCTransID, 8))
+	for _, p := range []string{"../x", "a/../b", "a//b", "./a", "a/", "/a", "a\x00b", ".."} {
+		f.Add(stream(snapshotCmd, command(cChmod, str(aPath, p), u64(aMode, 0o644)), command(cEnd)))
+		f.Add(stream(snapshotCmd, command(cRename, str(aPath, "a"), str(aPathTo, p)), command(cEnd)))
+		f.Add(stream(snapshotCmd, command(cUnlink, str(aPath, p)), command(cEnd)))
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		check(t, data)
 		check(t, fixChecksums(data))
@@ -49,9 +59,46 @@ func check(t *testing.T, data []byte) {
 	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, cowfs.ErrCorruptStream) {
 		t.Fatalf("reading: %v; want an error wrapping cowfs.ErrCorruptStream", err)
 	}
-	_, err = sendstream.Changes(bytes.NewReader(data))
+	changes, err := sendstream.Changes(bytes.NewReader(data))
 	if err != nil && !errors.Is(err, cowfs.ErrCorruptStream) && !errors.Is(err, cowfs.ErrUnsupported) {
 		t.Fatalf("Changes: %v; want an error wrapping cowfs.ErrCorruptStream or ErrUnsupported", err)
+	}
+	if err == nil {
+		checkChanges(t, changes)
+	}
+}
+
+// checkChanges: what Changes lists is what Apply and the unified diff
+// take: a known kind, a path that is "." (the root, whose metadata alone
+// can change) or clean and relative with no "." or ".." element and no
+// NUL; a new path for a rename alone; one entry a path.
+func checkChanges(t *testing.T, changes []cowfs.Change) {
+	t.Helper()
+	seen := map[string]bool{}
+	for _, c := range changes {
+		switch c.Kind {
+		case cowfs.Added, cowfs.Modified, cowfs.Deleted, cowfs.Metadata, cowfs.Renamed:
+		default:
+			t.Fatalf("Changes: %+v: unknown kind", c)
+		}
+		if c.Path == "." && c.Kind != cowfs.Metadata && c.Kind != cowfs.Modified {
+			t.Fatalf("Changes: %+v: the root", c)
+		}
+		if (c.NewPath != "") != (c.Kind == cowfs.Renamed) {
+			t.Fatalf("Changes: %+v: a new path is a rename's alone", c)
+		}
+		for _, p := range []string{c.Path, c.NewPath} {
+			if p == "" || p == "." {
+				continue
+			}
+			if path.IsAbs(p) || path.Clean(p) != p || strings.IndexByte(p, 0) >= 0 || slices.Contains(strings.Split(p, "/"), "..") {
+				t.Fatalf("Changes: %+v: %q is not a clean relative path inside the tree", c, p)
+			}
+		}
+		if seen[c.Path] {
+			t.Fatalf("Changes: %s is listed twice", c.Path)
+		}
+		seen[c.Path] = true
 	}
 }
 

@@ -21,6 +21,13 @@ import (
 // OutputLimit (t, bytes of stdout and stderr together).
 func (o sandboxObject) Exec(sender dbus.Sender, msg dbus.Message, argv []string, options map[string]dbus.Variant,
 	stdin, stdout, stderr dbus.UnixFD) (string, *dbus.Error) {
+	// A call that carries no descriptors still has its "h" arguments, and
+	// the bus passes it on: godbus then hands over the indices themselves,
+	// which are numbers of the daemon's own descriptors (its bus socket,
+	// its state file) that adoptFDs would give the sandbox, and close.
+	if n, _ := msg.Headers[dbus.FieldUnixFDs].Value().(uint32); n == 0 {
+		return "", dbusError(ErrorInvalidArgs, "Exec: stdin, stdout and stderr must be file descriptors passed with the call, which carries none")
+	}
 	files, err := adoptFDs(stdin, stdout, stderr)
 	if err != nil {
 		return "", dbusError(ErrorFailed, "Exec: taking the caller's files: %v", err)
