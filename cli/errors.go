@@ -3,6 +3,7 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/godbus/dbus/v5"
 
@@ -61,6 +62,9 @@ func fromBus(what string, err error) *Error {
 	var derr dbus.Error
 	if errors.As(err, &derr) {
 		msg := what + ": " + dbusMessage(derr)
+		if strings.HasPrefix(dbusMessage(derr), what) {
+			msg = dbusMessage(derr) // the daemon said what it was doing already
+		}
 		switch derr.Name {
 		case api.ErrorNoSuchSandbox:
 			return &Error{Code: ExitNotFound, Msg: msg, Fix: "see `sandboxctl list`", Err: err}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/cowfs"
+	"github.com/sandboxd/sandboxd/internal/crashpoint"
 	"github.com/sandboxd/sandboxd/promote"
 	"github.com/sandboxd/sandboxd/supervisor/state"
 	"github.com/sandboxd/sandboxd/units"
@@ -60,6 +61,7 @@ func (s *Supervisor) Checkpoint(ctx context.Context, id, name string) (ck Checkp
 			}
 		}()
 	}
+	crashpoint.Hit(crashpoint.CheckpointFrozen)
 	var made []cowfs.Volume
 	defer func() {
 		if err != nil {
@@ -82,7 +84,11 @@ func (s *Supervisor) Checkpoint(ctx context.Context, id, name string) (ck Checkp
 			return ck, fmt.Errorf("%s: %w", what, err)
 		}
 		made = append(made, v)
+		if len(made) == 1 {
+			crashpoint.Hit(crashpoint.CheckpointFirst)
+		}
 	}
+	crashpoint.Hit(crashpoint.CheckpointSnapshots)
 	ck = Checkpoint{Name: name, Created: time.Now().UTC(), Layer: rec.Layer != ""}
 	rec, err = s.cfg.Store.Update(id, func(r *state.Record) error {
 		r.Checkpoints = append(r.Checkpoints, ck)
@@ -91,6 +97,7 @@ func (s *Supervisor) Checkpoint(ctx context.Context, id, name string) (ck Checkp
 	if err != nil {
 		return ck, fmt.Errorf("%s: %w", what, err)
 	}
+	crashpoint.Hit(crashpoint.CheckpointRecorded)
 	s.log.Info("checkpoint taken", "SANDBOX_ID", id, "ACTION", "checkpoint", "checkpoint", name, "CALLER_UID", uidField(ctx))
 	return ck, nil
 }
@@ -174,6 +181,7 @@ func (s *Supervisor) Rollback(ctx context.Context, id, name string) (sb Sandbox,
 	if err := s.stopScope(ctx, rec.Unit); err != nil {
 		return sb, fmt.Errorf("%s: %w", what, err)
 	}
+	crashpoint.Hit(crashpoint.RollbackStopped)
 	restarted := false
 	defer func() {
 		// A failure after the stop: the sandbox starts again on what its
@@ -187,9 +195,22 @@ func (s *Supervisor) Rollback(ctx context.Context, id, name string) (sb Sandbox,
 	if err := s.removeWorld(id); err != nil {
 		return sb, fmt.Errorf("%s: %w", what, err)
 	}
-	pairs := [][2]string{{rec.Volume, checkpointName(id, name)}}
-	if rec.Layer != "" && rec.Checkpoints[i].Layer {
-		pairs = append(pairs, [2]string{rec.Layer, checkpointLayerName(id, name)})
+	crashpoint.Hit(crashpoint.RollbackWorldRemoved)
+	pairs := rollbackPairs(rec, i)
+	// The volumes are swapped one at a time: a crash between two swaps
+	// would leave the checkpoint's files under the system layer of
+	// before. A marker volume, there from before the first swap to after
+	// the last, has the daemon's next start finish the rollback.
+	var marker cowfs.Volume
+	if len(pairs) > 1 {
+		if marker, err = s.cfg.Backend.Create(ctx, rollbackMarkerName(id, name)); err != nil {
+			return sb, fmt.Errorf("%s: marking it under way: %w", what, err)
+		}
+		defer func() {
+			if err != nil { // a failure is not finished later: the sandbox runs on
+				_ = s.cfg.Backend.Delete(context.WithoutCancel(ctx), marker)
+			}
+		}()
 	}
 	for _, p := range pairs {
 		v, err := s.cfg.Backend.Get(ctx, p[0])
@@ -203,19 +224,52 @@ func (s *Supervisor) Rollback(ctx context.Context, id, name string) (sb Sandbox,
 		if err := s.cfg.Backend.Rollback(ctx, v, to); err != nil {
 			return sb, fmt.Errorf("%s: %w", what, err)
 		}
+		if p == pairs[0] {
+			crashpoint.Hit(crashpoint.RollbackVolume)
+		}
 	}
+	if marker.Name != "" {
+		if err := s.cfg.Backend.Delete(ctx, marker); err != nil {
+			return sb, fmt.Errorf("%s: removing its marker: %w", what, err)
+		}
+	}
+	crashpoint.Hit(crashpoint.RollbackSwapped)
 	// Started again as after a reboot: Reconcile would do the same if the
 	// daemon died here.
 	restarted = true // whatever happens now: one start only
 	if err := s.startScope(ctx, rec, limits, nil); err != nil {
 		return sb, fmt.Errorf("%s: starting it again: %w", what, err)
 	}
+	crashpoint.Hit(crashpoint.RollbackRestarted)
 	rec, err = s.cfg.Store.Update(id, func(r *state.Record) error { r.State = state.Ready; return nil })
 	if err != nil {
 		return sb, fmt.Errorf("%s: %w", what, err)
 	}
 	s.log.Info("sandbox rolled back", "SANDBOX_ID", id, "ACTION", "rollback", "checkpoint", name, "CALLER_UID", uidField(ctx))
 	return s.sandbox(ctx, rec), nil
+}
+
+// rollbackPairs pairs each volume of sandbox rec that a rollback to its
+// checkpoint i swaps with the checkpoint's volume it takes.
+func rollbackPairs(rec state.Record, i int) [][2]string {
+	c := rec.Checkpoints[i]
+	pairs := [][2]string{{rec.Volume, checkpointName(rec.ID, c.Name)}}
+	if rec.Layer != "" && c.Layer {
+		pairs = append(pairs, [2]string{rec.Layer, checkpointLayerName(rec.ID, c.Name)})
+	}
+	return pairs
+}
+
+// rollbackMarkerName is the volume that says a rollback of sandbox id to
+// its checkpoint name is under way; rollbackOf reads it back.
+func rollbackMarkerName(id, name string) string { return "rollback-" + id + "-" + name }
+
+func rollbackOf(volume string) (id, name string, ok bool) {
+	rest, found := strings.CutPrefix(volume, "rollback-")
+	if !found {
+		return "", "", false
+	}
+	return strings.Cut(rest, "-")
 }
 
 // Diff lists what sandbox id changed in its copy of the project since its

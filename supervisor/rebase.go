@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/cowfs"
+	"github.com/sandboxd/sandboxd/internal/crashpoint"
 	"github.com/sandboxd/sandboxd/promote"
 	"github.com/sandboxd/sandboxd/supervisor/state"
 	"github.com/sandboxd/sandboxd/units"
@@ -112,6 +113,7 @@ func (s *Supervisor) Rebase(ctx context.Context, id string) (sb Sandbox, err err
 		return sb, fmt.Errorf("%s: %w", what, err)
 	}
 	defer func() { _ = s.cfg.Backend.Delete(context.WithoutCancel(ctx), src) }()
+	crashpoint.Hit(crashpoint.RebaseSource)
 	changes, err := s.cfg.Backend.Changes(ctx, oldBase, src)
 	if err != nil {
 		return sb, fmt.Errorf("%s: %w", what, err)
@@ -125,6 +127,7 @@ func (s *Supervisor) Rebase(ctx context.Context, id string) (sb Sandbox, err err
 		return sb, fmt.Errorf("%s: %w", what, err)
 	}
 	made = append(made, newBase)
+	crashpoint.Hit(crashpoint.RebaseNewBase)
 	theirs, err := s.cfg.Backend.Changes(ctx, oldBase, newBase)
 	if err != nil {
 		return sb, fmt.Errorf("%s: %w", what, err)
@@ -156,6 +159,7 @@ func (s *Supervisor) Rebase(ctx context.Context, id string) (sb Sandbox, err err
 	if _, err := promote.Apply(ctx, changes, src.Path, newVol.Path); err != nil {
 		return sb, fmt.Errorf("%s: applying its changes onto the project: %w", what, err)
 	}
+	crashpoint.Hit(crashpoint.RebaseApplied)
 
 	// The swap: stop, record the new volumes (one transaction: a crash
 	// leaves the old pair or the new one named, and Reconcile removes the
@@ -163,6 +167,7 @@ func (s *Supervisor) Rebase(ctx context.Context, id string) (sb Sandbox, err err
 	if err := s.stopScope(ctx, rec.Unit); err != nil {
 		return sb, fmt.Errorf("%s: %w", what, err)
 	}
+	crashpoint.Hit(crashpoint.RebaseStopped)
 	if err := s.removeWorld(id); err != nil {
 		s.restartAfterFailure(ctx, rec, limits)
 		return sb, fmt.Errorf("%s: %w", what, err)
@@ -176,17 +181,20 @@ func (s *Supervisor) Rebase(ctx context.Context, id string) (sb Sandbox, err err
 		return sb, fmt.Errorf("%s: %w", what, err)
 	}
 	made = nil // named by the record now
+	crashpoint.Hit(crashpoint.RebaseRecorded)
 	if err := s.startScope(ctx, rec, limits, nil); err != nil {
 		return sb, fmt.Errorf("%s: starting it again: %w", what, err)
 	}
 	if rec, err = s.cfg.Store.Update(id, func(r *state.Record) error { r.State = state.Ready; return nil }); err != nil {
 		return sb, fmt.Errorf("%s: %w", what, err)
 	}
+	crashpoint.Hit(crashpoint.RebaseRestarted)
 	for _, v := range []cowfs.Volume{oldVol, oldBase} {
 		if err := s.cfg.Backend.Delete(ctx, v); err != nil && !errors.Is(err, cowfs.ErrNotFound) {
 			s.log.Warn("deleting a rebased sandbox's old volume", "SANDBOX_ID", id, "volume", v.Name, "error", err)
 		}
 	}
+	crashpoint.Hit(crashpoint.RebaseOldDeleted)
 	s.log.Info("sandbox rebased", "SANDBOX_ID", id, "ACTION", "rebase", "changes", len(changes), "CALLER_UID", uidField(ctx))
 	return s.sandbox(ctx, rec), nil
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/cowfs"
+	"github.com/sandboxd/sandboxd/internal/crashpoint"
 	"github.com/sandboxd/sandboxd/supervisor/audit"
 	"github.com/sandboxd/sandboxd/supervisor/nsinit"
 	"github.com/sandboxd/sandboxd/supervisor/state"
@@ -195,6 +196,9 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 		return sb, fmt.Errorf("creating a sandbox of %s: %w: %w", opts.Project, ErrInvalid, err)
 	}
 	project, err := s.cfg.Backend.Project(ctx, location)
+	if err == nil {
+		err = s.roomInPool()
+	}
 	if err != nil {
 		return sb, fmt.Errorf("creating a sandbox of %s: %w", opts.Project, err)
 	}
@@ -255,6 +259,7 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 	if err != nil {
 		return sb, fmt.Errorf("creating sandbox %s: %w", id, err)
 	}
+	crashpoint.Hit(crashpoint.CreateRecorded)
 	var undo []func(context.Context) error
 	defer func() {
 		if err == nil {
@@ -291,6 +296,7 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 		if err := launch(); err != nil {
 			return sb, fmt.Errorf("creating sandbox %s: %w", id, err)
 		}
+		crashpoint.Hit(crashpoint.CreateInitLaunched)
 	}
 	// Not while a promotion writes or checks the project (projectGate).
 	ungate := func() {}
@@ -305,11 +311,13 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 		return sb, fmt.Errorf("creating sandbox %s: %w", id, err)
 	}
 	undo = append(undo, func(ctx context.Context) error { return s.cfg.Backend.Delete(ctx, base) })
+	crashpoint.Hit(crashpoint.CreateBase)
 	vol, err := s.cfg.Backend.Snapshot(ctx, base, rec.Volume, false)
 	if err != nil {
 		return sb, fmt.Errorf("creating sandbox %s: %w", id, err)
 	}
 	undo = append(undo, func(ctx context.Context) error { return s.cfg.Backend.Delete(ctx, vol) })
+	crashpoint.Hit(crashpoint.CreateVolume)
 	if opts.DiskQuota > 0 {
 		if err := s.cfg.Backend.SetQuota(ctx, vol, opts.DiskQuota); err != nil {
 			return sb, fmt.Errorf("creating sandbox %s: %w", id, err)
@@ -319,6 +327,7 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 		if err := launch(); err != nil {
 			return sb, fmt.Errorf("creating sandbox %s: %w", id, err)
 		}
+		crashpoint.Hit(crashpoint.CreateInitLaunched)
 	}
 	layer, made, err := s.makeLayer(ctx, &rec)
 	if made {
@@ -327,16 +336,19 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 	if err != nil {
 		return sb, fmt.Errorf("creating sandbox %s: its system layer: %w", id, err)
 	}
+	crashpoint.Hit(crashpoint.CreateLayer)
 	undo = append(undo, func(context.Context) error { return s.removeWorld(id) })
 	handed = true
 	if err := s.startScope(ctx, rec, opts.Limits, init); err != nil {
 		return sb, fmt.Errorf("creating sandbox %s: %w", id, err)
 	}
 	undo = append(undo, func(ctx context.Context) error { return s.stopScope(ctx, rec.Unit) })
+	crashpoint.Hit(crashpoint.CreateScopeStarted)
 	rec, err = s.cfg.Store.Update(id, func(r *state.Record) error { r.State = state.Ready; r.Layer = rec.Layer; return nil })
 	if err != nil {
 		return sb, fmt.Errorf("creating sandbox %s: %w", id, err)
 	}
+	crashpoint.Hit(crashpoint.CreateReady)
 	attrs := []any{"SANDBOX_ID", id, "CALLER_UID", opts.Owner, "ACTION", "create", "project", opts.Project}
 	if opts.Name != "" {
 		attrs = append(attrs, "name", opts.Name)
@@ -425,13 +437,13 @@ func (s *Supervisor) List(ctx context.Context) ([]Sandbox, error) {
 	}
 	out := make([]Sandbox, 0, len(recs))
 	for _, r := range recs {
-		out = append(out, Sandbox{Record: r, Path: paths[r.Volume]})
+		out = append(out, Sandbox{Record: s.current(r), Path: paths[r.Volume]})
 	}
 	return out, nil
 }
 
 func (s *Supervisor) sandbox(ctx context.Context, rec state.Record) Sandbox {
-	sb := Sandbox{Record: rec}
+	sb := Sandbox{Record: s.current(rec)}
 	if v, err := s.cfg.Backend.Get(ctx, rec.Volume); err == nil {
 		sb.Path = v.Path
 	}
@@ -454,9 +466,11 @@ func (s *Supervisor) destroy(ctx context.Context, id, action string) (err error)
 		return fmt.Errorf("destroying sandbox %s: %w", id, err)
 	}
 	defer func() { s.audit(ctx, action, rec, err) }()
+	crashpoint.Hit(crashpoint.DestroyRecorded)
 	if err := s.finishDestroy(ctx, rec); err != nil {
 		return fmt.Errorf("destroying sandbox %s: %w", id, err)
 	}
+	crashpoint.Hit(crashpoint.DestroyRecordDeleted)
 	s.log.Info("sandbox destroyed", "SANDBOX_ID", id, "ACTION", action, "CALLER_UID", uidField(ctx))
 	// The source of its last promotion was kept for its next one.
 	if s.earlierSource(ctx, id) != nil {
@@ -480,6 +494,7 @@ func (s *Supervisor) finishDestroy(ctx context.Context, rec state.Record) error 
 	if err := s.stopScope(ctx, rec.Unit); err != nil {
 		return err
 	}
+	crashpoint.Hit(crashpoint.DestroyScopeStopped)
 	if err := s.removeWorld(rec.ID); err != nil {
 		return err
 	}
@@ -503,6 +518,7 @@ func (s *Supervisor) finishDestroy(ctx context.Context, rec state.Record) error 
 			return err
 		}
 	}
+	crashpoint.Hit(crashpoint.DestroyVolumesDeleted)
 	return s.cfg.Store.Delete(rec.ID)
 }
 

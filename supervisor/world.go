@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"syscall"
 
 	"github.com/sandboxd/sandboxd/cowfs"
 	"github.com/sandboxd/sandboxd/supervisor/egress"
@@ -178,6 +179,14 @@ func (s *Supervisor) adoptWorld(ctx context.Context, rec state.Record) error {
 	if err != nil {
 		return err
 	}
+	// A pool served by a process that restarted (zfs-fuse) leaves the
+	// sandbox's files behind a dead FUSE mount: start it again.
+	if project, err := s.cfg.Backend.Project(ctx, s.projects.location(rec.Project)); err == nil {
+		var st syscall.Statfs_t
+		if err := syscall.Statfs(fmt.Sprintf("/proc/%d/root%s", pid, project.Path), &st); errors.Is(err, syscall.ENOTCONN) {
+			return fmt.Errorf("its files at %s are unreachable: %w", project.Path, err)
+		}
+	}
 	w := &world{pid: pid}
 	if err := s.startProxy(rec, w); err != nil {
 		return err
@@ -196,6 +205,30 @@ func (s *Supervisor) removeWorld(id string) error {
 		return fmt.Errorf("removing %s: %w", dir, err)
 	}
 	return nil
+}
+
+// current is rec as it is now: a live sandbox whose init is gone (killed,
+// or dead by itself) is stopped, though its record says otherwise until
+// the daemon's next start starts it again (Reconcile).
+func (s *Supervisor) current(rec state.Record) state.Record {
+	if rec.State == state.Ready || rec.State == state.Running || rec.State == state.Frozen {
+		if w := s.worlds.get(rec.ID); w != nil && syscall.Kill(w.pid, 0) == syscall.ESRCH {
+			rec.State = state.Stopped
+		}
+	}
+	return rec
+}
+
+// roomInPool refuses a create on a pool that is full: a snapshot takes no
+// data, so the sandbox would be made, and could not write a byte. Only a
+// pool that is a directory (btrfs) is checked; a ZFS root is a dataset.
+func (s *Supervisor) roomInPool() error {
+	root := s.cfg.Backend.Info().Root
+	var st syscall.Statfs_t
+	if !filepath.IsAbs(root) || syscall.Statfs(root, &st) != nil || st.Bavail*uint64(st.Bsize) >= 1<<20 {
+		return nil
+	}
+	return fmt.Errorf("%w: %s has %d bytes available; free some space first", cowfs.ErrNoSpace, root, st.Bavail*uint64(st.Bsize))
 }
 
 // Close stops the proxies this daemon serves; the sandboxes run on.

@@ -148,7 +148,14 @@ func run(ctx context.Context, configPath string) error {
 		go watchdog(ctx, interval/2)
 	}
 	go expire(ctx, sup, srv, log)
-	<-ctx.Done()
+	select {
+	case <-ctx.Done():
+	case <-conn.Context().Done():
+		// The bus went away (dbus restarted): no one can reach this
+		// connection again. Exit, and systemd (Restart=on-failure)
+		// starts the daemon on the new bus; the sandboxes run on.
+		return errors.New("the connection to the system bus was lost")
+	}
 	_, _ = sddaemon.SdNotify(false, "STOPPING=1\nSTATUS=stopping; sandboxes keep running")
 	log.Info("sandboxd stopping")
 	return nil

@@ -4,18 +4,25 @@
 // environment has SANDBOXD_CRASHPOINT=NAME (set by the tests through a
 // drop-in of the unit); without it, Hit does nothing and costs a string
 // compare.
+//
+// An armed point kills once: the start that follows its kill (systemd's
+// restart, with the same environment) runs disarmed, or a step that the
+// start repeats (finishDestroy, under Reconcile) would kill every start.
+// The kill leaves a mark, a file in the service's runtime directory that
+// the next start removes; a start without a mark is armed again.
 package crashpoint
 
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"syscall"
 )
 
 // Env is the variable that arms a crash point.
 const Env = "SANDBOXD_CRASHPOINT"
 
-var armed = os.Getenv(Env)
+var armed = arm(os.Getenv(Env))
 
 // The steps of a promotion (promote/design.md), in order.
 const (
@@ -36,12 +43,120 @@ var Promotion = []string{
 	PromoteChecking, PromoteChecked, PromoteRollingBack, PromotePassed,
 }
 
+// The steps of a create (supervisor Create), in order where the init
+// starts before the snapshots (btrfs); where the sandbox's volume is a
+// mount of its own (ZFS), the init starts after the sandbox's snapshot.
+const (
+	CreateRecorded     = "create-recorded"      // the record says creating; nothing made
+	CreateInitLaunched = "create-init-launched" // the sandbox's init runs, in the daemon's cgroup, no scope yet
+	CreateBase         = "create-base"          // the read-only base of the project exists
+	CreateVolume       = "create-volume"        // the sandbox's writable snapshot of the base exists
+	CreateLayer        = "create-layer"         // its system layer exists (where the pool carries one)
+	CreateScopeStarted = "create-scope-started" // its scope holds its init; the record still says creating
+	CreateReady        = "create-ready"         // the record says ready; the caller has no answer yet
+)
+
+// Create lists the create's crash points, in order.
+var Create = []string{
+	CreateRecorded, CreateInitLaunched, CreateBase, CreateVolume, CreateLayer, CreateScopeStarted, CreateReady,
+}
+
+// The steps of a checkpoint (supervisor Checkpoint), in order.
+const (
+	CheckpointFrozen    = "checkpoint-frozen"    // the sandbox is frozen for the snapshots; none taken
+	CheckpointFirst     = "checkpoint-first"     // the snapshot of its copy of the project exists
+	CheckpointSnapshots = "checkpoint-snapshots" // its system layer's too; the record does not list it
+	CheckpointRecorded  = "checkpoint-recorded"  // the record lists it; the sandbox is still frozen, the caller has no answer
+)
+
+// Checkpoint lists the checkpoint's crash points, in order.
+var Checkpoint = []string{CheckpointFrozen, CheckpointFirst, CheckpointSnapshots, CheckpointRecorded}
+
+// The steps of a rollback to a checkpoint (supervisor Rollback), in order.
+const (
+	RollbackStopped      = "rollback-stopped"       // the sandbox's scope is stopped
+	RollbackWorldRemoved = "rollback-world-removed" // its runtime directory is gone too
+	RollbackVolume       = "rollback-volume"        // its copy of the project holds the checkpoint; its system layer not yet
+	RollbackSwapped      = "rollback-swapped"       // every volume of it holds the checkpoint; it is not started
+	RollbackRestarted    = "rollback-restarted"     // its init runs again; the record and the caller are not told
+)
+
+// Rollback lists the rollback's crash points, in order.
+var Rollback = []string{RollbackStopped, RollbackWorldRemoved, RollbackVolume, RollbackSwapped, RollbackRestarted}
+
+// The steps of a rebase (supervisor Rebase), in order.
+const (
+	RebaseSource     = "rebase-source"      // a read-only snapshot of the sandbox (its changes' source) exists
+	RebaseNewBase    = "rebase-new-base"    // the new base, of the project as it is now, exists
+	RebaseApplied    = "rebase-applied"     // the new copy holds the sandbox's changes; the record names the old pair
+	RebaseStopped    = "rebase-stopped"     // the sandbox's scope is stopped
+	RebaseRecorded   = "rebase-recorded"    // the record names the new pair; the sandbox is not started
+	RebaseRestarted  = "rebase-restarted"   // it runs on the new pair, recorded ready; the old pair remains
+	RebaseOldDeleted = "rebase-old-deleted" // the old pair is gone; the caller has no answer
+)
+
+// Rebase lists the rebase's crash points, in order.
+var Rebase = []string{
+	RebaseSource, RebaseNewBase, RebaseApplied, RebaseStopped, RebaseRecorded, RebaseRestarted, RebaseOldDeleted,
+}
+
+// The steps of a destroy (supervisor destroy and finishDestroy), in order.
+const (
+	DestroyRecorded       = "destroy-recorded"        // the record says destroying; nothing removed
+	DestroyScopeStopped   = "destroy-scope-stopped"   // its scope is stopped; its volumes remain
+	DestroyVolumesDeleted = "destroy-volumes-deleted" // its volumes are gone; its record remains
+	DestroyRecordDeleted  = "destroy-record-deleted"  // its record is gone; the caller has no answer
+)
+
+// Destroy lists the destroy's crash points, in order.
+var Destroy = []string{DestroyRecorded, DestroyScopeStopped, DestroyVolumesDeleted, DestroyRecordDeleted}
+
+// All lists every crash point, by operation.
+var All = map[string][]string{
+	"create":     Create,
+	"checkpoint": Checkpoint,
+	"rollback":   Rollback,
+	"rebase":     Rebase,
+	"destroy":    Destroy,
+	"promote":    Promotion,
+}
+
 // Hit kills this process with SIGKILL if name is the armed crash point.
 func Hit(name string) {
 	if armed == "" || armed != name {
 		return
 	}
+	// The mark before the kill: without it, the next start would die too.
+	f, err := os.OpenFile(mark(name), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return // another goroutine is killing it, or no mark can be left: live on
+	}
+	f.Close()
 	fmt.Fprintf(os.Stderr, "crashpoint: killed at %s\n", name)
 	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 	select {} // the signal is on its way
+}
+
+// arm is the point armed in this process: name, unless the last process
+// was killed there (its mark, removed now, says so).
+func arm(name string) string {
+	if name == "" {
+		return ""
+	}
+	if err := os.Remove(mark(name)); err == nil {
+		fmt.Fprintf(os.Stderr, "crashpoint: %s disarmed: the last start was killed there\n", name)
+		return ""
+	}
+	return name
+}
+
+// mark is the file that says a process was killed at point name: in the
+// runtime directory systemd gives the service (kept across its restarts),
+// else the temporary directory.
+func mark(name string) string {
+	dir := os.Getenv("RUNTIME_DIRECTORY")
+	if dir == "" {
+		dir = os.TempDir()
+	}
+	return filepath.Join(dir, ".crashpoint-"+filepath.Base(name))
 }
