@@ -91,7 +91,7 @@ type Config struct {
 type Supervisor struct {
 	cfg   Config
 	log   *slog.Logger
-	locks sync.Map // sandbox id -> *sync.Mutex: one operation at a time per sandbox
+	locks idLocks // one operation at a time per sandbox
 	// admission serializes the caps check with the recording of a create's
 	// intent, so that concurrent creates cannot both take the last place
 	// (or the same name), and the changes of the projects with both.
@@ -161,11 +161,42 @@ func newID() string {
 	return hex.EncodeToString(b[:])
 }
 
-func (s *Supervisor) lock(id string) func() {
-	m, _ := s.locks.LoadOrStore(id, &sync.Mutex{})
-	mu := m.(*sync.Mutex)
-	mu.Lock()
-	return mu.Unlock
+func (s *Supervisor) lock(id string) func() { return s.locks.lock(id) }
+
+// idLocks is a mutex per sandbox id, kept only while someone holds or
+// waits for it: a daemon that made and destroyed a million sandboxes
+// must not keep a million mutexes.
+type idLocks struct {
+	mu sync.Mutex
+	m  map[string]*idLock
+}
+
+type idLock struct {
+	sync.Mutex
+	users int // holders and waiters
+}
+
+func (l *idLocks) lock(id string) func() {
+	l.mu.Lock()
+	if l.m == nil {
+		l.m = map[string]*idLock{}
+	}
+	e := l.m[id]
+	if e == nil {
+		e = &idLock{}
+		l.m[id] = e
+	}
+	e.users++
+	l.mu.Unlock()
+	e.Lock()
+	return func() {
+		e.Unlock()
+		l.mu.Lock()
+		if e.users--; e.users == 0 {
+			delete(l.m, id)
+		}
+		l.mu.Unlock()
+	}
 }
 
 // Create makes a sandbox: its intent is recorded first, then a read-only
