@@ -256,17 +256,27 @@ func removeAt(dir int, name string) error {
 
 // put makes p in dst what it is in src; with tree, everything below too.
 func (ap *applier) put(p string, tree bool) error {
-	srcDir, err := openDir(ap.src, path.Dir(p), unix.O_PATH)
+	srcDir, dstDir, err := ap.parents(p)
 	if err != nil {
-		return fmt.Errorf("in the source: %w", err)
+		return err
 	}
 	defer unix.Close(srcDir)
-	dstDir, err := openDir(ap.dst, path.Dir(p), unix.O_RDONLY)
-	if err != nil {
-		return fmt.Errorf("in the target: %w", err)
-	}
 	defer unix.Close(dstDir)
 	return ap.putAt(srcDir, dstDir, path.Base(p), tree)
+}
+
+// parents opens p's directory in the source and in the target.
+func (ap *applier) parents(p string) (srcDir, dstDir int, err error) {
+	srcDir, err = openDir(ap.src, path.Dir(p), unix.O_PATH)
+	if err != nil {
+		return -1, -1, fmt.Errorf("in the source: %w", err)
+	}
+	dstDir, err = openDir(ap.dst, path.Dir(p), unix.O_RDONLY)
+	if err != nil {
+		unix.Close(srcDir)
+		return -1, -1, fmt.Errorf("in the target: %w", err)
+	}
+	return srcDir, dstDir, nil
 }
 
 func (ap *applier) putAt(srcDir, dstDir int, name string, tree bool) error {
@@ -422,15 +432,11 @@ func (ap *applier) putDir(srcDir, dstDir int, name string, st *unix.Stat_t, tree
 
 // meta sets p's owner, mode and times in dst to src's.
 func (ap *applier) meta(p string) error {
-	srcDir, err := openDir(ap.src, path.Dir(p), unix.O_PATH)
+	srcDir, dstDir, err := ap.parents(p)
 	if err != nil {
-		return fmt.Errorf("in the source: %w", err)
+		return err
 	}
 	defer unix.Close(srcDir)
-	dstDir, err := openDir(ap.dst, path.Dir(p), unix.O_RDONLY)
-	if err != nil {
-		return fmt.Errorf("in the target: %w", err)
-	}
 	defer unix.Close(dstDir)
 	var st unix.Stat_t
 	if err := unix.Fstatat(srcDir, path.Base(p), &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {

@@ -349,7 +349,7 @@ func (r *Replica) Receive(ctx context.Context, name string, send func(io.Writer)
 		pr, pw := io.Pipe()
 		checked := make(chan error, 1)
 		go func() {
-			err := checkSendStream(pr)
+			err := sendstream.Check(pr)
 			_, _ = io.Copy(io.Discard, pr)
 			checked <- err
 		}()
@@ -405,20 +405,6 @@ func (e *firstErrWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// checkSendStream reads a whole send stream with our parser.
-func checkSendStream(r io.Reader) error {
-	sr, err := sendstream.NewReader(r)
-	if err != nil {
-		return err
-	}
-	for {
-		if _, err := sr.Next(); err == io.EOF {
-			return nil
-		} else if err != nil {
-			return err
-		}
-	}
-}
 
 // Switch makes the target path hold a writable snapshot of received
 // snapshot name, keeping what was there as prev ("prev:NAME"), which Revert

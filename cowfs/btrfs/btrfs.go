@@ -556,7 +556,7 @@ func (b *Backend) Receive(ctx context.Context, r io.Reader, name string) (v cowf
 	pr, pw := io.Pipe()
 	checked := make(chan error, 1)
 	go func() {
-		checked <- checkStream(pr)
+		checked <- sendstream.Check(pr)
 		_, _ = io.Copy(io.Discard, pr)
 	}()
 	_, runErr := command.Run(ctx, command.Cmd{
@@ -586,20 +586,6 @@ func (b *Backend) Receive(ctx context.Context, r io.Reader, name string) (v cowf
 	return b.volume(name, path, cowfs.KindReadOnly, true)
 }
 
-// checkStream reads a whole send stream with our parser.
-func checkStream(r io.Reader) error {
-	sr, err := sendstream.NewReader(r)
-	if err != nil {
-		return err
-	}
-	for {
-		if _, err := sr.Next(); err == io.EOF {
-			return nil
-		} else if err != nil {
-			return err
-		}
-	}
-}
 
 // ensureQuota turns quotas on for the filesystem once: simple quotas where
 // the kernel has them, full qgroups otherwise.

@@ -479,3 +479,19 @@ func (c *Command) set(a attr, v []byte) error {
 	}
 	return nil
 }
+
+// Check reads a whole send stream, and says whether it is one: what a
+// receive must see before it commits what it received.
+func Check(r io.Reader) error {
+	sr, err := NewReader(r)
+	if err != nil {
+		return err
+	}
+	for {
+		if _, err := sr.Next(); err == io.EOF {
+			return nil
+		} else if err != nil {
+			return err
+		}
+	}
+}

@@ -100,7 +100,7 @@ func (o sandboxObject) Diff(sender dbus.Sender, msg dbus.Message) ([]ChangeEntry
 	derr := o.onSandbox(sender, msg, "Diff", func(ctx context.Context, id string) error {
 		changes, err := o.s.sup.Diff(ctx, id)
 		for _, c := range changes {
-			out = append(out, ChangeEntry{Kind: string(c.Kind), Type: string(c.Type), Path: c.Path, NewPath: c.NewPath})
+			out = append(out, ChangeEntry{Kind: string(c.Kind), Type: string(c.Type), Path: busString(c.Path), NewPath: busString(c.NewPath)})
 		}
 		return err
 	})
@@ -136,7 +136,7 @@ func (o sandboxObject) UnifiedDiff(sender dbus.Sender, msg dbus.Message, opts ma
 		}
 		return o.s.sup.UnifiedDiff(ctx, id, &out, uo)
 	})
-	return out.String(), derr
+	return busString(out.String()), derr
 }
 
 // Rebase() brings the sandbox onto its project as it is now: a new base,
@@ -161,9 +161,16 @@ func (o sandboxObject) ProjectChanges(sender dbus.Sender, msg dbus.Message) ([]s
 	var base uint64
 	derr := o.onSandbox(sender, msg, "ProjectChanges", func(ctx context.Context, id string) error {
 		m, err := o.s.sup.ProjectMoves(ctx, id)
-		paths = append(paths, m.Paths...)
+		for _, p := range m.Paths {
+			paths = append(paths, busString(p))
+		}
 		base = micros(m.Base)
 		return err
 	})
 	return paths, base, derr
 }
+
+// busString makes s sendable as a D-Bus string, which must be UTF-8: a
+// file name or a file's text need not be, and one such byte would make
+// the whole reply fail. Bytes that are not UTF-8 become U+FFFD.
+func busString(s string) string { return strings.ToValidUTF8(s, "\uFFFD") }

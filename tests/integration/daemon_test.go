@@ -57,24 +57,7 @@ func install(t *testing.T) *testbed.Info {
 	if err := os.WriteFile(filepath.Join(tb.Btrfs.Project, "index.html"), []byte("<h1>web</h1>\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	must(os.MkdirAll("/etc/sandboxd", 0o755))
-	must(os.WriteFile("/etc/sandboxd/sandboxd.toml", []byte(baseConfig(tb)), 0o644))
-	policy, err := os.ReadFile(filepath.Join(repo, "packaging", "dbus", "org.sandboxd1.conf"))
-	must(err)
-	must(os.WriteFile("/etc/dbus-1/system.d/org.sandboxd1.conf", policy, 0o644))
-	testbed.MustRun(t, "busctl", "call", "org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus", "ReloadConfig")
-	unit, err := os.ReadFile(filepath.Join(repo, "packaging", "systemd", "sandboxd.service"))
-	must(err)
-	unit = bytes.ReplaceAll(unit, []byte("ExecStart=/usr/bin/sandboxd"), []byte("ExecStart="+daemonBin))
-	must(os.WriteFile("/run/systemd/system/sandboxd.service", unit, 0o644))
-	testbed.MustRun(t, "systemctl", "daemon-reload")
-	testbed.MustRun(t, "systemctl", "start", "sandboxd.service") // Type=notify: returns once READY=1
+	testbed.InstallService(t, repo, daemonBin, baseConfig(tb), nil)
 	installed = true
 	return tb
 }

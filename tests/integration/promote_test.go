@@ -206,6 +206,15 @@ func TestCLIDiffTextShowsUnifiedDiff(t *testing.T) {
 			t.Errorf("diff --text has no %q:\n%s", want, out)
 		}
 	}
+	// A name and a text that are not UTF-8 (a D-Bus string must be) are
+	// shown with U+FFFD, not a failed reply.
+	ok(t, "exec", id, "--", "sh", "-c", `printf 'caf\351\n' > "$(printf 'latin\351.txt')"`)
+	if out := ok(t, "diff", id); !strings.Contains(out, "A latin\uFFFD.txt") {
+		t.Errorf("diff with a name that is not UTF-8:\n%s", out)
+	}
+	if out := ok(t, "diff", "--text", id); !strings.Contains(out, "+caf\uFFFD") {
+		t.Errorf("diff --text of a text that is not UTF-8:\n%s", out)
+	}
 }
 
 // TestKill9AtEachStepOfAPromotion kills the daemon at each named step of

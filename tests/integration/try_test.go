@@ -30,27 +30,10 @@ const (
 )
 
 // tryProject adds a project of its own named name, with price.sh and
-// check.sh, and returns its path; at the end of the test, the sandboxes
-// left of it are destroyed and it is removed.
+// check.sh, and returns its path (addProject: it goes at the test's end).
 func tryProject(t *testing.T, name string) string {
 	t.Helper()
-	tb := install(t)
-	path := filepath.Join(tb.Btrfs.Mount, name)
-	testbed.MustRun(t, "btrfs", "subvolume", "create", path)
-	for file, text := range map[string]string{"price.sh": tryPrice, "check.sh": tryCheck} {
-		if err := os.WriteFile(filepath.Join(path, file), []byte(text), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ok(t, "project", "add", name, path)
-	t.Cleanup(func() {
-		for _, s := range sandboxesOf(t, name) {
-			ctl(t, "", "destroy", s)
-		}
-		ctl(t, "", "project", "remove", name)
-		_ = exec.Command("btrfs", "subvolume", "delete", path).Run()
-	})
-	return path
+	return addProject(t, name, map[string]string{"price.sh": tryPrice, "check.sh": tryCheck})
 }
 
 // sandboxesOf is the names of project's sandboxes, as `sandboxctl list`

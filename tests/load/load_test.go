@@ -84,10 +84,9 @@ const busLimits = `<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-BUS Bus Con
 // installed is set once the daemon is installed in this testbed.
 var installed bool
 
-// install puts sandboxd in the testbed as a sysadmin would and starts it.
-// It is a copy of install in tests/integration/daemon_test.go (which this
-// package may not share: others change that file), with this package's
-// binary, caps off and the bus limit above.
+// install puts sandboxd in the testbed as a sysadmin would and starts it
+// (testbed.InstallService), with this package's binary, caps off and the
+// bus limit above.
 func install(t *testing.T) *testbed.Info {
 	t.Helper()
 	tb := testbed.Require(t)
@@ -95,26 +94,10 @@ func install(t *testing.T) *testbed.Info {
 		return tb
 	}
 	repo := filepath.Dir(filepath.Dir(filepath.Dir(daemonBin)))
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
+	if err := os.WriteFile(filepath.Join(tb.Btrfs.Project, "index.html"), []byte("<h1>web</h1>\n"), 0o644); err != nil {
+		t.Fatal(err)
 	}
-	must(os.WriteFile(filepath.Join(tb.Btrfs.Project, "index.html"), []byte("<h1>web</h1>\n"), 0o644))
-	must(os.MkdirAll("/etc/sandboxd", 0o755))
-	must(os.WriteFile("/etc/sandboxd/sandboxd.toml", []byte(config(tb)), 0o644))
-	policy, err := os.ReadFile(filepath.Join(repo, "packaging", "dbus", "org.sandboxd1.conf"))
-	must(err)
-	must(os.WriteFile("/etc/dbus-1/system.d/org.sandboxd1.conf", policy, 0o644))
-	must(os.WriteFile("/etc/dbus-1/system.d/zz-sandboxd-load-limits.conf", []byte(busLimits), 0o644))
-	testbed.MustRun(t, "busctl", "call", "org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus", "ReloadConfig")
-	unit, err := os.ReadFile(filepath.Join(repo, "packaging", "systemd", "sandboxd.service"))
-	must(err)
-	unit = bytes.ReplaceAll(unit, []byte("ExecStart=/usr/bin/sandboxd"), []byte("ExecStart="+daemonBin))
-	must(os.WriteFile("/run/systemd/system/sandboxd.service", unit, 0o644))
-	testbed.MustRun(t, "systemctl", "daemon-reload")
-	testbed.MustRun(t, "systemctl", "start", "sandboxd.service") // Type=notify: returns once READY=1
+	testbed.InstallService(t, repo, daemonBin, config(tb), map[string]string{"zz-sandboxd-load-limits.conf": busLimits})
 	installed = true
 	return tb
 }
