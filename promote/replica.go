@@ -405,7 +405,6 @@ func (e *firstErrWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-
 // Switch makes the target path hold a writable snapshot of received
 // snapshot name, keeping what was there as prev ("prev:NAME"), which Revert
 // takes. The first switch of a target that does not exist makes it (an

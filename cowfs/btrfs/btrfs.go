@@ -586,7 +586,6 @@ func (b *Backend) Receive(ctx context.Context, r io.Reader, name string) (v cowf
 	return b.volume(name, path, cowfs.KindReadOnly, true)
 }
 
-
 // ensureQuota turns quotas on for the filesystem once: simple quotas where
 // the kernel has them, full qgroups otherwise.
 func (b *Backend) ensureQuota() error {
