@@ -252,21 +252,15 @@ func approveCommand() *ucli.Command {
 		Usage:     "let a promotion that waits go on to its next stage (admins)",
 		ArgsUsage: "PROMOTION",
 		Flags:     []ucli.Flag{&ucli.BoolFlag{Name: "no-wait", Usage: "return at once; do not follow the stage"}},
-		Action: func(ctx context.Context, cmd *ucli.Command) error {
-			a, err := args(cmd, 1, 1)
-			if err != nil {
+		Action: onPromotion(func(ctx context.Context, cmd *ucli.Command, c *client, id string) error {
+			if err := call(ctx, c.manager(), "approving promotion "+id, api.ManagerInterface+".ApprovePromotion", []any{id}); err != nil {
 				return err
 			}
-			return withClient(ctx, func(c *client) error {
-				if err := call(ctx, c.manager(), "approving promotion "+a[0], api.ManagerInterface+".ApprovePromotion", []any{a[0]}); err != nil {
-					return err
-				}
-				if cmd.Bool("no-wait") {
-					return nil
-				}
-				return followPromotion(ctx, c, outputOf(cmd), a[0])
-			})
-		},
+			if cmd.Bool("no-wait") {
+				return nil
+			}
+			return followPromotion(ctx, c, outputOf(cmd), id)
+		}),
 	}
 }
 
@@ -276,21 +270,26 @@ func rejectCommand() *ucli.Command {
 		Usage:     "end a promotion that waits for an approval (admins)",
 		ArgsUsage: "PROMOTION",
 		Flags:     []ucli.Flag{&ucli.StringFlag{Name: "reason", Usage: "why, for the record"}},
-		Action: func(ctx context.Context, cmd *ucli.Command) error {
-			a, err := args(cmd, 1, 1)
-			if err != nil {
+		Action: onPromotion(func(ctx context.Context, cmd *ucli.Command, c *client, id string) error {
+			if err := call(ctx, c.manager(), "rejecting promotion "+id, api.ManagerInterface+".RejectPromotion", []any{id, cmd.String("reason")}); err != nil {
 				return err
 			}
-			return withClient(ctx, func(c *client) error {
-				if err := call(ctx, c.manager(), "rejecting promotion "+a[0], api.ManagerInterface+".RejectPromotion", []any{a[0], cmd.String("reason")}); err != nil {
-					return err
-				}
-				out := outputOf(cmd)
-				if out.quiet || out.json {
-					return nil
-				}
-				return out.line("promotion %s rejected", a[0])
-			})
-		},
+			out := outputOf(cmd)
+			if out.quiet || out.json {
+				return nil
+			}
+			return out.line("promotion %s rejected", id)
+		}),
+	}
+}
+
+// onPromotion is the action of a verb about one promotion, by its id.
+func onPromotion(fn func(ctx context.Context, cmd *ucli.Command, c *client, id string) error) ucli.ActionFunc {
+	return func(ctx context.Context, cmd *ucli.Command) error {
+		a, err := args(cmd, 1, 1)
+		if err != nil {
+			return err
+		}
+		return withClient(ctx, func(c *client) error { return fn(ctx, cmd, c, a[0]) })
 	}
 }
