@@ -74,6 +74,15 @@ func (c *client) properties(ctx context.Context, id string) (map[string]dbus.Var
 	return props, err
 }
 
+// property reads one property of sandbox id: cheaper than all of them
+// where the others are live (Staleness takes a snapshot of the project).
+func (c *client) property(ctx context.Context, id, name string) (dbus.Variant, error) {
+	var v dbus.Variant
+	err := call(ctx, c.sandbox(id), "reading "+name+" of sandbox "+id, "org.freedesktop.DBus.Properties.Get",
+		[]any{api.SandboxInterface, name}, &v)
+	return v, err
+}
+
 // resolve finds the sandbox arg names: its id, its name, or a prefix of
 // its id that only it has.
 func (c *client) resolve(ctx context.Context, arg string) (api.ListEntry, error) {

@@ -402,8 +402,8 @@ func gcReason(ctx context.Context, c *client, e api.ListEntry, now time.Time, ol
 	if (e.State == "creating" || e.State == "destroying") && now.Sub(created) > time.Minute {
 		return "stuck " + e.State
 	}
-	if props, err := c.properties(ctx, e.ID); err == nil {
-		if exp, _ := props["Expires"].Value().(uint64); exp != 0 && fromMicros(exp).Before(now) {
+	if v, err := c.property(ctx, e.ID, "Expires"); err == nil {
+		if exp, _ := v.Value().(uint64); exp != 0 && fromMicros(exp).Before(now) {
 			return "past its time to live"
 		}
 	}

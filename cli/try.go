@@ -397,11 +397,11 @@ func (t *trial) one(ctx context.Context, c *client, i int, stdin dbus.UnixFD) er
 	} else if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	props, err := c.properties(ctx, r.ID)
+	v, err := c.property(ctx, r.ID, "Usage")
 	if err != nil {
 		return err
 	}
-	usage, _ := props["Usage"].Value().(map[string]dbus.Variant)
+	usage, _ := v.Value().(map[string]dbus.Variant)
 	if d, ok := usage["DiskUsed"].Value().(uint64); ok {
 		r.DiskUsed = &d
 	}

@@ -255,7 +255,7 @@ func TestRebaseBringsASandboxOntoItsProject(t *testing.T) {
 	if _, err := os.ReadFile(filepath.Join(e.project, "index.html")); err != nil {
 		t.Fatal(err)
 	}
-	if in, err := e.sup.Inspect(ctx, sb.ID); err != nil || in.Staleness != supervisor.Current {
+	if in, err := e.sup.Inspect(ctx, sb.ID, supervisor.LiveStaleness); err != nil || in.Staleness != supervisor.Current {
 		t.Fatalf("staleness after a read of the project: %+v, %v; want current", in, err)
 	}
 	if out, res := runAs(t, e.sup, sb.ID, 0, "echo mine > a.txt && echo sandbox > shared.txt"); res.Code != 0 {
@@ -268,7 +268,7 @@ func TestRebaseBringsASandboxOntoItsProject(t *testing.T) {
 	if err != nil || !slices.Equal(m.Paths, []string{"b.txt"}) {
 		t.Fatalf("ProjectMoves = %+v, %v; want b.txt", m, err)
 	}
-	if in, _ := e.sup.Inspect(ctx, sb.ID); in.Staleness != supervisor.Stale {
+	if in, _ := e.sup.Inspect(ctx, sb.ID, supervisor.LiveStaleness); in.Staleness != supervisor.Stale {
 		t.Fatalf("staleness after the project changed: %s", in.Staleness)
 	}
 
@@ -303,7 +303,7 @@ func TestRebaseBringsASandboxOntoItsProject(t *testing.T) {
 	if err != nil || len(changes) != 1 || changes[0].Path != "a.txt" {
 		t.Fatalf("the rebased sandbox's diff: %+v, %v; want a.txt alone", changes, err)
 	}
-	if in, _ := e.sup.Inspect(ctx, sb.ID); in.Staleness != supervisor.Current {
+	if in, _ := e.sup.Inspect(ctx, sb.ID, supervisor.LiveStaleness); in.Staleness != supervisor.Current {
 		t.Fatalf("staleness after the rebase: %s", in.Staleness)
 	}
 	// The old base and copy are gone; a restart's reconcile keeps the new.

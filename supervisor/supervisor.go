@@ -612,35 +612,30 @@ type Inspection struct {
 	Disk units.Amount
 }
 
-// Inspect reads a sandbox's staleness and live usage.
-func (s *Supervisor) Inspect(ctx context.Context, id string) (Inspection, error) {
+// What Inspect reads: how the project moved (a snapshot of the project
+// and a change list), and the live usage (a systemd call and cgroup and
+// quota reads). A caller asks only for what it shows.
+type Live int
+
+const (
+	LiveStaleness Live = 1 << iota
+	LiveUsage
+	LiveAll = LiveStaleness | LiveUsage
+)
+
+// Inspect reads what of a sandbox's staleness and live usage what asks
+// for; the rest stays unknown.
+func (s *Supervisor) Inspect(ctx context.Context, id string, what Live) (Inspection, error) {
 	rec, err := s.cfg.Store.Get(id)
 	if err != nil {
 		return Inspection{}, err
 	}
 	in := Inspection{Staleness: StaleUnknown}
-	if s.cfg.Backend.Info().Capabilities.FastChanges {
-		// The change list, not the generation: a generation lags until
-		// the filesystem commits (seconds after a write on btrfs), and
-		// moves with access times too (a read of the project).
-		if m, err := s.projectMoves(ctx, rec); err == nil {
-			in.Staleness = Current
-			if len(m.Paths) > 0 {
-				in.Staleness = Stale
-			}
-		}
-	} else {
-		project, perr := s.cfg.Backend.Project(ctx, s.projects.location(rec.Project))
-		base, berr := s.cfg.Backend.Get(ctx, rec.Base)
-		if perr == nil && berr == nil {
-			switch changed, err := s.cfg.Backend.ChangedSince(ctx, project, base); {
-			case err != nil:
-			case changed:
-				in.Staleness = Stale
-			default:
-				in.Staleness = Current
-			}
-		}
+	if what&LiveStaleness != 0 {
+		in.Staleness = s.staleness(ctx, rec)
+	}
+	if what&LiveUsage == 0 {
+		return in, nil
 	}
 	if u, err := s.cfg.Units.Usage(ctx, rec.Unit); err == nil {
 		in.Memory, in.CPU, in.Tasks = u.Memory, u.CPU, u.Tasks
@@ -656,4 +651,33 @@ func (s *Supervisor) Inspect(ctx context.Context, id string) (Inspection, error)
 		}
 	}
 	return in, nil
+}
+
+// staleness says whether rec's project moved on since its base.
+func (s *Supervisor) staleness(ctx context.Context, rec state.Record) string {
+	if s.cfg.Backend.Info().Capabilities.FastChanges {
+		// The change list, not the generation: a generation lags until
+		// the filesystem commits (seconds after a write on btrfs), and
+		// moves with access times too (a read of the project).
+		m, err := s.projectMoves(ctx, rec)
+		switch {
+		case err != nil:
+			return StaleUnknown
+		case len(m.Paths) > 0:
+			return Stale
+		}
+		return Current
+	}
+	project, perr := s.cfg.Backend.Project(ctx, s.projects.location(rec.Project))
+	base, berr := s.cfg.Backend.Get(ctx, rec.Base)
+	if perr != nil || berr != nil {
+		return StaleUnknown
+	}
+	switch changed, err := s.cfg.Backend.ChangedSince(ctx, project, base); {
+	case err != nil:
+		return StaleUnknown
+	case changed:
+		return Stale
+	}
+	return Current
 }

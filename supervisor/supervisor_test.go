@@ -411,7 +411,7 @@ func TestInspectTellsStalenessAndUsage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	in, err := e.sup.Inspect(ctx, sb.ID)
+	in, err := e.sup.Inspect(ctx, sb.ID, supervisor.LiveAll)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -430,7 +430,7 @@ func TestInspectTellsStalenessAndUsage(t *testing.T) {
 	if out, err := exec.Command("btrfs", "filesystem", "sync", e.project).CombinedOutput(); err != nil {
 		t.Fatalf("btrfs filesystem sync: %v: %s", err, out)
 	}
-	if in, err = e.sup.Inspect(ctx, sb.ID); err != nil || in.Staleness != supervisor.Stale {
+	if in, err = e.sup.Inspect(ctx, sb.ID, supervisor.LiveAll); err != nil || in.Staleness != supervisor.Stale {
 		t.Fatalf("staleness after the project changed: %q, %v; want stale", in.Staleness, err)
 	}
 }

@@ -134,7 +134,7 @@ func (s *Supervisor) tryOne(ctx context.Context, opts TryOptions, name, variant 
 	if changes, err := s.Diff(ctx, sb.ID); err == nil {
 		r.Changes = len(changes)
 	}
-	if in, err := s.Inspect(ctx, sb.ID); err == nil && in.MemoryPeak.Known {
+	if in, err := s.Inspect(ctx, sb.ID, LiveUsage); err == nil && in.MemoryPeak.Known {
 		r.MemoryPeak = in.MemoryPeak.Value
 	}
 	return r, nil

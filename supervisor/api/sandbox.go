@@ -63,7 +63,14 @@ func (o sandboxObject) change(sender dbus.Sender, msg dbus.Message, action strin
 type sandboxProperties struct{ s *Server }
 
 func (p sandboxProperties) Get(sender dbus.Sender, msg dbus.Message, iface, name string) (dbus.Variant, *dbus.Error) {
-	props, r, id, derr := p.s.properties(sender, msg, "Properties.Get", iface, name == "Staleness" || name == "Usage")
+	var live supervisor.Live
+	switch name {
+	case "Staleness":
+		live = supervisor.LiveStaleness
+	case "Usage":
+		live = supervisor.LiveUsage
+	}
+	props, r, id, derr := p.s.properties(sender, msg, "Properties.Get", iface, live)
 	if derr != nil {
 		return dbus.Variant{}, derr
 	}
@@ -75,7 +82,7 @@ func (p sandboxProperties) Get(sender dbus.Sender, msg dbus.Message, iface, name
 }
 
 func (p sandboxProperties) GetAll(sender dbus.Sender, msg dbus.Message, iface string) (map[string]dbus.Variant, *dbus.Error) {
-	props, r, id, derr := p.s.properties(sender, msg, "Properties.GetAll", iface, true)
+	props, r, id, derr := p.s.properties(sender, msg, "Properties.GetAll", iface, supervisor.LiveAll)
 	if derr != nil {
 		return nil, derr
 	}
@@ -84,7 +91,7 @@ func (p sandboxProperties) GetAll(sender dbus.Sender, msg dbus.Message, iface st
 
 // Set: every property is read-only; they change with the sandbox.
 func (p sandboxProperties) Set(sender dbus.Sender, msg dbus.Message, iface, name string, _ dbus.Variant) *dbus.Error {
-	props, r, id, derr := p.s.properties(sender, msg, "Properties.Set", iface, false)
+	props, r, id, derr := p.s.properties(sender, msg, "Properties.Set", iface, 0)
 	if derr != nil {
 		return derr
 	}
@@ -95,10 +102,10 @@ func (p sandboxProperties) Set(sender dbus.Sender, msg dbus.Message, iface, name
 }
 
 // properties reads the properties of the sandbox msg is sent to; live
-// says whether Staleness and Usage are wanted (they cost a systemd call
-// and filesystem reads, the others nothing). On success the call stays
-// open: the caller ends it.
-func (s *Server) properties(sender dbus.Sender, msg dbus.Message, action, iface string, live bool) (map[string]dbus.Variant, *request, string, *dbus.Error) {
+// says which of Staleness and Usage are wanted (Staleness costs a
+// snapshot and a change list, Usage a systemd call and filesystem reads;
+// the others nothing). On success the call stays open: the caller ends it.
+func (s *Server) properties(sender dbus.Sender, msg dbus.Message, action, iface string, live supervisor.Live) (map[string]dbus.Variant, *request, string, *dbus.Error) {
 	r, derr := s.begin(sender, action)
 	if derr != nil {
 		return nil, nil, "", derr
@@ -116,9 +123,9 @@ func (s *Server) properties(sender dbus.Sender, msg dbus.Message, action, iface 
 		return nil, nil, "", s.end(r, id, derr)
 	}
 	var insp supervisor.Inspection
-	if live {
+	if live != 0 {
 		var err error
-		if insp, err = s.sup.Inspect(r.ctx, id); err != nil {
+		if insp, err = s.sup.Inspect(r.ctx, id, live); err != nil {
 			return nil, nil, "", s.end(r, id, fromSupervisor(err))
 		}
 	}

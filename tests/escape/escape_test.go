@@ -181,7 +181,7 @@ func TestLimitsStopTheCommandNotTheHost(t *testing.T) {
 	// The killed command's memory is given back (until then a fork in
 	// the sandbox can fail for want of memory).
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		in, err := b.env.Sup.Inspect(ctx, b.sb.ID)
+		in, err := b.env.Sup.Inspect(ctx, b.sb.ID, supervisor.LiveUsage)
 		if err == nil && in.Memory.Value < 32<<20 {
 			break
 		}
@@ -201,7 +201,7 @@ func TestLimitsStopTheCommandNotTheHost(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(time.Second)
-	in, err := b.env.Sup.Inspect(ctx, b.sb.ID)
+	in, err := b.env.Sup.Inspect(ctx, b.sb.ID, supervisor.LiveUsage)
 	if out := collect(); !strings.Contains(out, "fork") {
 		t.Errorf("200 processes in a sandbox with TasksMax 64: no fork failed: %q", out)
 	}
@@ -219,7 +219,7 @@ func TestLimitsStopTheCommandNotTheHost(t *testing.T) {
 		t.Errorf("a fork bomb with a timeout of 3s: %v", res)
 	}
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		in, err := b.env.Sup.Inspect(ctx, b.sb.ID)
+		in, err := b.env.Sup.Inspect(ctx, b.sb.ID, supervisor.LiveUsage)
 		if err == nil && in.Tasks.Value <= 16 {
 			break
 		}

@@ -598,7 +598,7 @@ func TestFaultZFSFuseGoesAway(t *testing.T) {
 	if _, _, err := supRun(t, sup, old.ID, "cat index.html"); err == nil || !strings.Contains(err.Error(), why) {
 		t.Errorf("a command while zfs-fuse is gone: %v; want an error that says %q", err, why)
 	}
-	if in, err := sup.Inspect(ctx, old.ID); err != nil || !in.Tasks.Known || in.Tasks.Value == 0 {
+	if in, err := sup.Inspect(ctx, old.ID, supervisor.LiveUsage); err != nil || !in.Tasks.Known || in.Tasks.Value == 0 {
 		t.Errorf("inspecting the sandbox while zfs-fuse is gone: %+v, %v; want its tasks", in, err)
 	}
 

@@ -526,19 +526,26 @@ const (
 	rssGrowth = 2 << 20
 )
 
-func TestLoadLeavesNothingBehind(t *testing.T) {
-	if *soak {
-		t.Skip("-soak: the long variant runs instead")
-	}
+// startLoad installs the daemon, connects to the bus (closed at the
+// test's end), and measures the daemon just started and after a warm-up.
+func startLoad(t *testing.T) (*testbed.Info, *dbus.Conn, usage, usage) {
+	t.Helper()
 	tb := install(t)
 	conn, err := dbus.ConnectSystemBus()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
+	t.Cleanup(func() { conn.Close() })
 	fresh := daemonUsage(t)
 	warmUp(t)
-	before := settle(t, tb, conn, fresh, true)
+	return tb, conn, fresh, settle(t, tb, conn, fresh, true)
+}
+
+func TestLoadLeavesNothingBehind(t *testing.T) {
+	if *soak {
+		t.Skip("-soak: the long variant runs instead")
+	}
+	tb, conn, fresh, before := startLoad(t)
 	t.Logf("sandboxd just started: %v; after a warm-up of 3 cycles: %v", fresh, before)
 
 	all := &round{lat: map[string]series{}}
@@ -590,15 +597,7 @@ func TestLoadSoak(t *testing.T) {
 	if *soakCycles < 1 || *soakMaxN < 1 {
 		t.Fatal("-soak.cycles and -soak.max must be at least 1")
 	}
-	tb := install(t)
-	conn, err := dbus.ConnectSystemBus()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	fresh := daemonUsage(t)
-	warmUp(t)
-	before := settle(t, tb, conn, fresh, true)
+	tb, conn, _, before := startLoad(t)
 	begin := time.Now()
 
 	var rounds []*round
