@@ -77,13 +77,16 @@ func TestOOMKillsCountsTheMemoryLimitsKills(t *testing.T) {
 	if n, err := units.OOMKills(stay.pid()); err != nil || n != 1 {
 		t.Errorf("OOMKills = %d, %v after the OOM killer killed the hog; want 1", n, err)
 	}
-	// The hog came up to the limit, and no further.
+	// The hog came up to the limit, and no further than the few pages
+	// the kernel may charge past memory.max while the OOM killer acts
+	// (forced charges; seen here: 4 KiB over).
 	peak, err := units.MemoryPeak(stay.pid())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if peak < 16<<20 || peak > 32<<20 {
-		t.Errorf("MemoryPeak = %d bytes after an OOM kill under MemoryMax=32M; want 16 to 32 MiB", peak)
+	const slack = 256 << 10 // one charge batch of 64 pages
+	if peak < 16<<20 || peak > 32<<20+slack {
+		t.Errorf("MemoryPeak = %d bytes after an OOM kill under MemoryMax=32M; want 16 MiB to 32 MiB + 256 KiB", peak)
 	}
 	t.Logf("peak %d KiB under MemoryMax=32M", peak>>10)
 }
