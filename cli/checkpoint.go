@@ -3,11 +3,13 @@ package cli
 import (
 	"context"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/godbus/dbus/v5"
 	ucli "github.com/urfave/cli/v3"
 
+	"github.com/sandboxd/sandboxd/internal/termsafe"
 	"github.com/sandboxd/sandboxd/supervisor/api"
 )
 
@@ -113,8 +115,7 @@ func diffCommand() *ucli.Command {
 					api.SandboxInterface+".UnifiedDiff", []any{map[string]dbus.Variant{}}, &text); err != nil {
 					return err
 				}
-				_, err := io.WriteString(cmd.Root().Writer, text)
-				return written(err)
+				return written(writeDiffText(cmd.Root().Writer, text))
 			}
 			var changes []api.ChangeEntry
 			if err := call(ctx, c.sandbox(e.ID), "listing the changes of sandbox "+e.ID,
@@ -130,15 +131,17 @@ func diffCommand() *ucli.Command {
 			}
 			marks := map[string]string{"added": "A", "modified": "M", "deleted": "D", "renamed": "R", "metadata": "m"}
 			for _, ch := range changes {
-				p := ch.Path
+				// A sandbox chose these names: quoted as git quotes them,
+				// so none can act on the terminal or fake a line.
+				p := termsafe.Path(ch.Path)
 				if ch.Type == "dir" {
-					p += "/"
+					p = termsafe.Path(ch.Path + "/")
 				}
 				if ch.NewPath != "" {
-					p += " -> " + ch.NewPath
+					p += " -> " + termsafe.Path(ch.NewPath)
 				}
 				if out.quiet {
-					p = ch.Path
+					p = termsafe.Path(ch.Path)
 				} else {
 					p = marks[ch.Kind] + " " + p
 				}
@@ -152,4 +155,27 @@ func diffCommand() *ucli.Command {
 			return nil
 		}),
 	}
+}
+
+// writeDiffText writes a unified diff. Its names come quoted from the
+// daemon (as git quotes them); its lines are the files' own bytes, which
+// go as they are to a file or a pipe (git apply, patch), but to a
+// terminal each line is made safe (tabs and backslashes kept), so that a
+// file's escape sequences or carriage returns cannot hide or fake lines of
+// the diff a reviewer reads.
+func writeDiffText(w io.Writer, text string) error {
+	if !isTerminal(w) {
+		_, err := io.WriteString(w, text)
+		return err
+	}
+	var b strings.Builder
+	for l := range strings.Lines(text) {
+		body, nl := strings.CutSuffix(l, "\n")
+		b.WriteString(termsafe.Text(body))
+		if nl {
+			b.WriteByte('\n')
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/godbus/dbus/v5"
 
+	"github.com/sandboxd/sandboxd/internal/termsafe"
 	"github.com/sandboxd/sandboxd/supervisor/api"
 )
 
@@ -43,11 +44,14 @@ type Error struct {
 	Err  error
 }
 
+// Error is the message for the terminal: the daemon's words carry what a
+// sandbox named (paths in a conflict, a check's error), so whatever in
+// them would act on the terminal or start a line is escaped.
 func (e *Error) Error() string {
 	if e.Fix != "" {
-		return e.Msg + "\n  " + e.Fix
+		return termsafe.Text(e.Msg) + "\n  " + termsafe.Text(e.Fix)
 	}
-	return e.Msg
+	return termsafe.Text(e.Msg)
 }
 
 func (e *Error) Unwrap() error { return e.Err }

@@ -8,6 +8,7 @@ import (
 	"os/signal"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -25,6 +26,7 @@ func execFlags() []ucli.Flag {
 		&ucli.StringSliceFlag{Name: "env", Aliases: []string{"e"}, Usage: "KEY=value for the command's environment (repeat it)"},
 		&ucli.StringFlag{Name: "workdir", Aliases: []string{"w"}, Usage: "working directory in the sandbox (default: the project's path)"},
 		&ucli.DurationFlag{Name: "timeout", Usage: "end the command after this long, like 30s (exit status 124)"},
+		&ucli.BoolFlag{Name: "detach", Usage: "leave what the command started in the background (setsid) running after it ends"},
 	}
 }
 
@@ -40,6 +42,9 @@ func execOptions(cmd *ucli.Command) (map[string]dbus.Variant, error) {
 			}
 		}
 		opts["Environment"] = dbus.MakeVariant(env)
+	}
+	if cmd.Bool("detach") {
+		opts["Detach"] = dbus.MakeVariant(true)
 	}
 	if w := cmd.String("workdir"); w != "" {
 		opts["WorkingDirectory"] = dbus.MakeVariant(w)
@@ -99,11 +104,16 @@ func execCommand() *ucli.Command {
 		Name:      "exec",
 		Usage:     "run a command in a sandbox, as you, with your stdin, stdout and stderr",
 		ArgsUsage: "SANDBOX -- COMMAND [ARG...]",
-		Description: `Runs COMMAND in the sandbox as you. Its output streams to your terminal
-or pipe as it is written (sandboxd hands your own stdin, stdout and
-stderr to the command). sandboxctl exits with the command's status:
-128+N if signal N ended it, 124 if --timeout did. Ctrl-C (SIGINT),
-SIGTERM and SIGHUP are passed to the command; the sandbox stays.`,
+		Description: `Runs COMMAND in the sandbox as you. Its output streams to your pipe or
+file as it is written (sandboxd hands your own stdin, stdout and stderr
+to the command). Your terminal is never handed over: with a terminal on
+stdin and stdout the command gets a terminal of the sandbox's own,
+connected to yours (as shell does); any other of them that is a
+terminal reaches the command through a pipe. When the command ends,
+everything it started ends too, unless --detach. sandboxctl exits with
+the command's status: 128+N if signal N ended it, 124 if --timeout did.
+Ctrl-C (SIGINT), SIGTERM and SIGHUP are passed to the command; the
+sandbox stays.`,
 		StopOnNthArg: &one,
 		Flags: append(execFlags(),
 			&ucli.StringFlag{Name: "output-limit", Usage: "end the command once it wrote this much to stdout and stderr, like 10M"}),
@@ -115,6 +125,11 @@ SIGTERM and SIGHUP are passed to the command; the sandbox stays.`,
 			opts, err := execOptions(cmd)
 			if err != nil {
 				return err
+			}
+			// With --output-limit the sandbox's init counts the output:
+			// pipes then stand in for the terminal.
+			if isTerminalFD(0) && isTerminalFD(1) && opts["OutputLimit"].Value() == nil {
+				return onTerminal(ctx, target, argv, opts)
 			}
 			return withClient(ctx, func(c *client) error {
 				e, err := c.resolve(ctx, target)
@@ -129,12 +144,20 @@ SIGTERM and SIGHUP are passed to the command; the sandbox stays.`,
 				interrupts := make(chan os.Signal, 4)
 				signal.Notify(interrupts, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 				defer signal.Stop(interrupts)
-				var id string
-				if err := call(ctx, c.sandbox(e.ID), "running "+argv[0]+" in sandbox "+e.ID, api.SandboxInterface+".Exec",
-					[]any{argv, opts, dbus.UnixFD(0), dbus.UnixFD(1), dbus.UnixFD(2)}, &id); err != nil {
+				stdio, err := newStdio()
+				if err != nil {
 					return err
 				}
-				return c.finish(ctx, e.ID, id, interrupts)
+				defer stdio.close()
+				var id string
+				if err := call(ctx, c.sandbox(e.ID), "running "+argv[0]+" in sandbox "+e.ID, api.SandboxInterface+".Exec",
+					append([]any{argv, opts}, stdio.fds()...), &id); err != nil {
+					return err
+				}
+				stdio.started()
+				err = c.finish(ctx, e.ID, id, interrupts)
+				stdio.drain()
+				return err
 			})
 		},
 	}
@@ -198,64 +221,156 @@ it. Ctrl-C and the window size reach it; exit the shell to come back.`,
 			if err != nil {
 				return err
 			}
-			saved, err := unix.IoctlGetTermios(0, unix.TCGETS)
-			if err != nil {
+			if !isTerminalFD(0) {
 				return usage("shell needs a terminal on stdin; use `sandboxctl exec` from scripts")
 			}
-			ws, err := unix.IoctlGetWinsize(0, unix.TIOCGWINSZ)
-			if err != nil {
-				ws = &unix.Winsize{Row: 24, Col: 80}
-			}
-			return withClient(ctx, func(c *client) error {
-				e, err := c.resolve(ctx, target)
-				if err != nil {
-					return err
-				}
-				if err := c.watchExits(); err != nil {
-					return fromBus("watching for the shell's end", err)
-				}
-				var id string
-				var fd dbus.UnixFD
-				if err := call(ctx, c.sandbox(e.ID), "starting a shell in sandbox "+e.ID, api.SandboxInterface+".ExecTerminal",
-					[]any{argv, opts, ws.Row, ws.Col}, &id, &fd); err != nil {
-					return err
-				}
-				master := os.NewFile(uintptr(fd), "terminal")
-				defer master.Close()
-				// Ctrl-C is a byte on the terminal in raw mode; a signal
-				// sent to sandboxctl itself is passed on. Caught before
-				// raw mode, so that none ends sandboxctl with the terminal
-				// left raw.
-				interrupts := make(chan os.Signal, 4)
-				signal.Notify(interrupts, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
-				defer signal.Stop(interrupts)
-				raw := *saved
-				makeRaw(&raw)
-				if err := unix.IoctlSetTermios(0, unix.TCSETS, &raw); err != nil {
-					return &Error{Code: ExitFailed, Msg: "setting the terminal to raw mode: " + err.Error()}
-				}
-				defer func() { _ = unix.IoctlSetTermios(0, unix.TCSETS, saved) }()
-				go func() { _, _ = io.Copy(master, os.Stdin) }()
-				drained := make(chan struct{})
-				go func() { _, _ = io.Copy(os.Stdout, master); close(drained) }()
-				winch := make(chan os.Signal, 1)
-				signal.Notify(winch, syscall.SIGWINCH)
-				defer signal.Stop(winch)
-				go func() {
-					for range winch {
-						if ws, err := unix.IoctlGetWinsize(0, unix.TIOCGWINSZ); err == nil {
-							_ = unix.IoctlSetWinsize(int(master.Fd()), unix.TIOCSWINSZ, ws)
-						}
-					}
-				}()
-				err = c.finish(ctx, e.ID, id, interrupts)
-				select { // the terminal's last output
-				case <-drained:
-				case <-time.After(500 * time.Millisecond):
-				}
-				return err
-			})
+			return onTerminal(ctx, target, argv, opts)
 		},
+	}
+}
+
+// onTerminal runs argv on a new terminal of the sandbox's (ExecTerminal)
+// and connects the user's terminal, on stdin, to it: raw mode, bytes
+// both ways, the window's size. The user's terminal itself never reaches
+// the sandbox.
+func onTerminal(ctx context.Context, target string, argv []string, opts map[string]dbus.Variant) error {
+	saved, err := unix.IoctlGetTermios(0, unix.TCGETS)
+	if err != nil {
+		return usage("a terminal on stdin is needed here")
+	}
+	ws, err := unix.IoctlGetWinsize(0, unix.TIOCGWINSZ)
+	if err != nil {
+		ws = &unix.Winsize{Row: 24, Col: 80}
+	}
+	return withClient(ctx, func(c *client) error {
+		e, err := c.resolve(ctx, target)
+		if err != nil {
+			return err
+		}
+		if err := c.watchExits(); err != nil {
+			return fromBus("watching for the command's end", err)
+		}
+		var id string
+		var fd dbus.UnixFD
+		if err := call(ctx, c.sandbox(e.ID), "starting "+argv[0]+" on a terminal in sandbox "+e.ID, api.SandboxInterface+".ExecTerminal",
+			[]any{argv, opts, ws.Row, ws.Col}, &id, &fd); err != nil {
+			return err
+		}
+		master := os.NewFile(uintptr(fd), "terminal")
+		defer master.Close()
+		// Ctrl-C is a byte on the terminal in raw mode; a signal
+		// sent to sandboxctl itself is passed on. Caught before
+		// raw mode, so that none ends sandboxctl with the terminal
+		// left raw.
+		interrupts := make(chan os.Signal, 4)
+		signal.Notify(interrupts, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+		defer signal.Stop(interrupts)
+		raw := *saved
+		makeRaw(&raw)
+		if err := unix.IoctlSetTermios(0, unix.TCSETS, &raw); err != nil {
+			return &Error{Code: ExitFailed, Msg: "setting the terminal to raw mode: " + err.Error()}
+		}
+		defer func() { _ = unix.IoctlSetTermios(0, unix.TCSETS, saved) }()
+		go func() { _, _ = io.Copy(master, os.Stdin) }()
+		drained := make(chan struct{})
+		go func() { _, _ = io.Copy(os.Stdout, master); close(drained) }()
+		winch := make(chan os.Signal, 1)
+		signal.Notify(winch, syscall.SIGWINCH)
+		defer signal.Stop(winch)
+		go func() {
+			for range winch {
+				if ws, err := unix.IoctlGetWinsize(0, unix.TIOCGWINSZ); err == nil {
+					_ = unix.IoctlSetWinsize(int(master.Fd()), unix.TIOCSWINSZ, ws)
+				}
+			}
+		}()
+		err = c.finish(ctx, e.ID, id, interrupts)
+		select { // the terminal's last output
+		case <-drained:
+		case <-time.After(500 * time.Millisecond):
+		}
+		return err
+	})
+}
+
+// isTerminalFD is isatty(3).
+func isTerminalFD(fd int) bool {
+	_, err := unix.IoctlGetTermios(fd, unix.TCGETS)
+	return err == nil
+}
+
+// stdio is what a command gets for sandboxctl's stdin, stdout and stderr:
+// each as it is, but a terminal, for which a pipe stands in that
+// sandboxctl copies through while the command runs. What the command
+// leaves behind can then neither read the terminal later (keystrokes, a
+// password typed for sudo) nor type into it (TIOCSTI).
+type stdio struct {
+	files  [3]*os.File
+	theirs []*os.File // the pipes' ends the command gets; closed once passed
+	stdinW *os.File   // the stdin pipe's end sandboxctl writes
+	copies sync.WaitGroup
+}
+
+func newStdio() (*stdio, error) {
+	s := &stdio{files: [3]*os.File{os.Stdin, os.Stdout, os.Stderr}}
+	for fd := range 3 {
+		if !isTerminalFD(fd) {
+			continue
+		}
+		r, w, err := os.Pipe()
+		if err != nil {
+			s.close()
+			return nil, &Error{Code: ExitFailed, Msg: "making a pipe for the terminal: " + err.Error()}
+		}
+		if fd == 0 {
+			s.files[0], s.stdinW = r, w
+			s.theirs = append(s.theirs, r)
+			go func() { _, _ = io.Copy(w, os.Stdin); w.Close() }()
+			continue
+		}
+		s.files[fd] = w
+		s.theirs = append(s.theirs, w)
+		own := os.Stdout
+		if fd == 2 {
+			own = os.Stderr
+		}
+		s.copies.Add(1)
+		go func() { defer s.copies.Done(); _, _ = io.Copy(own, r); r.Close() }()
+	}
+	return s, nil
+}
+
+func (s *stdio) fds() []any {
+	return []any{dbus.UnixFD(s.files[0].Fd()), dbus.UnixFD(s.files[1].Fd()), dbus.UnixFD(s.files[2].Fd())}
+}
+
+// started closes the ends the daemon has copies of: the output pipes
+// then end when the command's processes do.
+func (s *stdio) started() {
+	for _, f := range s.theirs {
+		f.Close()
+	}
+	s.theirs = nil
+}
+
+// drain waits (a little) for the command's last output; nothing more of
+// the terminal's input goes in.
+func (s *stdio) drain() {
+	if s.stdinW != nil {
+		s.stdinW.Close()
+	}
+	done := make(chan struct{})
+	go func() { s.copies.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(500 * time.Millisecond): // a detached process holds it
+	}
+}
+
+func (s *stdio) close() {
+	s.started()
+	if s.stdinW != nil {
+		s.stdinW.Close()
 	}
 }
 

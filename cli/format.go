@@ -2,9 +2,16 @@ package cli
 
 import (
 	"fmt"
+	"io"
+	"os"
 	"os/user"
 	"strconv"
+	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandboxd/internal/termsafe"
 )
 
 func fromMicros(us uint64) time.Time { return time.UnixMicro(int64(us)) }
@@ -51,4 +58,25 @@ func dash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// isTerminal reports whether w is a terminal (where text a sandbox made
+// must not reach raw).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}
+
+// quotedPaths lists paths a sandbox or a project named, each quoted as
+// git quotes names, so that none can act on the terminal or fake a line.
+func quotedPaths(paths []string) string {
+	q := make([]string, len(paths))
+	for i, p := range paths {
+		q[i] = termsafe.Path(p)
+	}
+	return strings.Join(q, ", ")
 }

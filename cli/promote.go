@@ -4,12 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/godbus/dbus/v5"
 	ucli "github.com/urfave/cli/v3"
 
+	"github.com/sandboxd/sandboxd/internal/termsafe"
 	"github.com/sandboxd/sandboxd/supervisor/api"
 	"github.com/sandboxd/sandboxd/supervisor/state"
 )
@@ -24,14 +24,18 @@ by reflink), runs the stage's checks in a new sandbox of the result, and
 goes on to the next stage of /etc/sandboxd/sandboxd.toml's [[stage]] list.
 A path both the sandbox and the project changed since the base is a
 conflict: the promotion is refused, naming each, unless --force. A failed
-check rolls that stage back and stops. A stage with approval = "admin"
+check takes the change back out of that stage and stops. Set-id files,
+device nodes and files with capabilities are refused, naming each, unless
+an admin passes --allow-privileged. A stage with approval = "admin"
 waits for ` + "`sandboxctl approve`" + `. The project is never seen half promoted,
 also if sandboxd dies midway.
 
 Exit status: 0 when every stage asked for passed or the promotion waits for
-an approval; 1 when a stage failed or was rejected; 5 on a conflict.`,
+an approval; 1 when a stage failed or was rejected; 4 when privileged
+files are refused; 5 on a conflict.`,
 		Flags: []ucli.Flag{
 			&ucli.BoolFlag{Name: "force", Usage: "apply over conflicting paths (they are audited)"},
+			&ucli.BoolFlag{Name: "allow-privileged", Usage: "admin only: let set-id files, device nodes and files with capabilities through (refused by default; audited)"},
 			&ucli.StringFlag{Name: "to", Usage: "stop after stage `STAGE` (default: the last)"},
 			&ucli.BoolFlag{Name: "no-wait", Usage: "print the promotion's id and return while the stages run"},
 		},
@@ -39,6 +43,9 @@ an approval; 1 when a stage failed or was rejected; 5 on a conflict.`,
 			opts := map[string]dbus.Variant{}
 			if cmd.Bool("force") {
 				opts["Force"] = dbus.MakeVariant(true)
+			}
+			if cmd.Bool("allow-privileged") {
+				opts["AllowPrivileged"] = dbus.MakeVariant(true)
 			}
 			if to := cmd.String("to"); to != "" {
 				opts["To"] = dbus.MakeVariant(to)
@@ -106,7 +113,7 @@ func followPromotion(ctx context.Context, c *client, out output, pid string) err
 				return err
 			}
 			if len(p.Conflicts) > 0 {
-				if err := say("forced over conflicts: " + strings.Join(p.Conflicts, ", ")); err != nil {
+				if err := say("forced over conflicts: " + quotedPaths(p.Conflicts)); err != nil {
 					return err
 				}
 			}
@@ -172,23 +179,23 @@ func stageLines(p state.Promotion, st state.StageRun) []string {
 			result = fmt.Sprintf("FAILED (%s, status %d)", ch.How, ch.Status)
 		}
 		lines = append(lines, fmt.Sprintf("  check %q: %s in %s", ch.Command, result, ch.Duration.Round(time.Millisecond)))
-		if result != "passed" && ch.Output != "" {
-			for _, l := range strings.Split(strings.TrimRight(ch.Output, "\n"), "\n") {
-				lines = append(lines, "    | "+l)
-			}
+		if result != "passed" {
+			// What the check printed is the sandbox's: each line escaped
+			// and behind "| ", so that none passes for a line of ours.
+			lines = append(lines, termsafe.Lines(ch.Output, "    | ")...)
 		}
 	}
 	switch st.State {
 	case state.StagePassed:
 		lines = append(lines, prefix+"passed")
 	case state.StageFailed:
-		lines = append(lines, prefix+"FAILED, rolled back: "+st.Error)
+		lines = append(lines, prefix+"FAILED, rolled back: "+termsafe.Text(st.Error))
 	case state.StageRejected:
 		by := ""
 		if st.DecidedBy != nil {
 			by = " by " + userName(*st.DecidedBy)
 		}
-		lines = []string{prefix + "rejected" + by + ": " + st.Reason}
+		lines = []string{prefix + "rejected" + by + ": " + termsafe.Line(st.Reason)}
 	}
 	return lines
 }
@@ -225,7 +232,7 @@ func promotionsCommand() *ucli.Command {
 						}
 					}
 					if p.Error != "" {
-						return out.line("error: %s", p.Error)
+						return out.line("error: %s", termsafe.Text(p.Error))
 					}
 					return nil
 				}

@@ -10,6 +10,7 @@ import (
 	"github.com/godbus/dbus/v5"
 	ucli "github.com/urfave/cli/v3"
 
+	"github.com/sandboxd/sandboxd/internal/termsafe"
 	"github.com/sandboxd/sandboxd/supervisor/api"
 	"github.com/sandboxd/sandboxd/supervisor/config"
 )
@@ -260,7 +261,9 @@ func printStatus(out output, props map[string]dbus.Variant, stalenessText string
 		rows = append(rows, []string{"CPU", text})
 	}
 	for _, r := range rows {
-		if err := out.line("%-10s %s", r[0]+":", r[1]); err != nil {
+		// Staleness names paths the project changed (a promotion of a
+		// sandbox's): nothing in a value may act on the terminal.
+		if err := out.line("%-10s %s", r[0]+":", termsafe.Text(r[1])); err != nil {
 			return err
 		}
 	}

@@ -20,6 +20,7 @@ import (
 	ucli "github.com/urfave/cli/v3"
 	"golang.org/x/sys/unix"
 
+	"github.com/sandboxd/sandboxd/internal/termsafe"
 	"github.com/sandboxd/sandboxd/supervisor/api"
 )
 
@@ -593,7 +594,13 @@ func (t *trial) print(out output, verbose bool, winner int) error {
 				output     *string
 			}{{"command", r.Command, r.commandOut}, {"check", t.check, r.checkOut}} {
 				if step.output != nil {
-					text = append(text, "-- "+step.what+": "+step.line, cmp.Or(strings.TrimSuffix(*step.output, "\n"), "(no output)"))
+					// The sandbox's output: escaped line by line, so that
+					// nothing in it acts on the terminal.
+					lines := termsafe.Lines(*step.output, "")
+					if len(lines) == 0 {
+						lines = []string{"(no output)"}
+					}
+					text = append(append(text, "-- "+step.what+": "+termsafe.Line(step.line)), lines...)
 				}
 			}
 			if err := out.line("%s\n", strings.Join(text, "\n")); err != nil {
@@ -625,7 +632,7 @@ func (t *trial) print(out output, verbose bool, winner int) error {
 			if r.MemoryPeak != nil {
 				peak = bytesText(*r.MemoryPeak)
 			}
-			return []string{r.Name, shorten(variant, 40), result, seconds(r.time), diff, disk, peak}
+			return []string{r.Name, shorten(termsafe.Line(variant), 40), result, seconds(r.time), diff, disk, peak}
 		})
 	if err != nil || out.json {
 		return err

@@ -11,6 +11,7 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -21,6 +22,12 @@ import (
 // ErrUnsafePath: a change names a path that leaves its tree (a "..", an
 // absolute path, or a symlink on the way).
 var ErrUnsafePath = errors.New("unsafe path")
+
+// ErrKindChanged: a change of a path's metadata alone meets, in the
+// target, an entry of another kind than the source's (a file that became
+// a symlink, a directory that became a file). Its metadata is not set:
+// acting on what is there now could reach through a link.
+var ErrKindChanged = errors.New("the path is of another kind in the target")
 
 // Applied counts what Apply did.
 type Applied struct {
@@ -49,6 +56,20 @@ type Applied struct {
 // at all: a sandbox's tree is untrusted, and a symlink it made must not
 // take a write or a read outside either tree.
 func Apply(ctx context.Context, changes []cowfs.Change, src, dst string) (Applied, error) {
+	return ApplyWith(ctx, changes, src, dst, ApplyOptions{})
+}
+
+// ApplyOptions are Apply's choices.
+type ApplyOptions struct {
+	// RefusePrivileged refuses to write a set-id file or a device node
+	// (ErrPrivileged, naming it): a promotion into a project does, unless
+	// an admin allows them. File capabilities never travel: Apply copies
+	// no extended attributes.
+	RefusePrivileged bool
+}
+
+// ApplyWith is Apply with options.
+func ApplyWith(ctx context.Context, changes []cowfs.Change, src, dst string, o ApplyOptions) (Applied, error) {
 	var a Applied
 	srcFD, err := unix.Open(src, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -60,7 +81,7 @@ func Apply(ctx context.Context, changes []cowfs.Change, src, dst string) (Applie
 		return a, fmt.Errorf("applying changes: opening the target %s: %w", dst, err)
 	}
 	defer unix.Close(dstFD)
-	ap := &applier{src: srcFD, dst: dstFD, a: &a}
+	ap := &applier{src: srcFD, dst: dstFD, a: &a, refusePrivileged: o.RefusePrivileged}
 
 	p, err := plan(changes)
 	if err != nil {
@@ -174,8 +195,24 @@ func checkRel(p string) error {
 }
 
 type applier struct {
-	src, dst int
-	a        *Applied
+	src, dst         int
+	a                *Applied
+	refusePrivileged bool
+}
+
+// allowed refuses a privileged file (set-id, a device) when asked to.
+func (ap *applier) allowed(st *unix.Stat_t) error {
+	if why := privilegedMode(st.Mode); why != "" && ap.refusePrivileged {
+		return fmt.Errorf("it is %s in the source: %w", article(why), ErrPrivileged)
+	}
+	return nil
+}
+
+func article(why string) string {
+	if strings.HasPrefix(why, "setuid") || strings.HasPrefix(why, "setgid") {
+		return "a " + why + " file"
+	}
+	return "a " + why
 }
 
 // resolve is how Apply finds a path's parent: beneath the root, through
@@ -286,6 +323,9 @@ func (ap *applier) putAt(srcDir, dstDir int, name string, tree bool) error {
 	}
 	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
 		return ap.putDir(srcDir, dstDir, name, &st, tree)
+	}
+	if err := ap.allowed(&st); err != nil {
+		return err
 	}
 	tmp := tmpName(name)
 	if err := ap.writeTemp(srcDir, dstDir, name, tmp, &st); err != nil {
@@ -442,6 +482,9 @@ func (ap *applier) meta(p string) error {
 	if err := unix.Fstatat(srcDir, path.Base(p), &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return fmt.Errorf("in the source: %w", err)
 	}
+	if err := ap.allowed(&st); err != nil {
+		return err
+	}
 	if err := setMeta(dstDir, path.Base(p), &st); err != nil {
 		return err
 	}
@@ -450,22 +493,83 @@ func (ap *applier) meta(p string) error {
 }
 
 // setMeta gives name in dir st's owner, mode and times (a symlink's mode
-// is not its own).
+// is not its own). Each call acts on the entry itself, through an O_PATH
+// fd opened without following a link, never on what a link points at;
+// and an entry of another kind than st's is refused (ErrKindChanged).
 func setMeta(dir int, name string, st *unix.Stat_t) error {
-	if err := unix.Fchownat(dir, name, int(st.Uid), int(st.Gid), unix.AT_SYMLINK_NOFOLLOW); err != nil {
+	fd, err := unix.Openat(dir, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("opening it in the target: %w", err)
+	}
+	defer unix.Close(fd)
+	var cur unix.Stat_t
+	if err := unix.Fstat(fd, &cur); err != nil {
+		return fmt.Errorf("reading it in the target: %w", err)
+	}
+	if cur.Mode&unix.S_IFMT != st.Mode&unix.S_IFMT {
+		return fmt.Errorf("it is a %s in the target and a %s in the source, so its metadata is not set: %w",
+			kindName(cur.Mode), kindName(st.Mode), ErrKindChanged)
+	}
+	if err := unix.Fchownat(fd, "", int(st.Uid), int(st.Gid), unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return fmt.Errorf("setting its owner: %w", err)
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFLNK {
 		// After chown, which clears set-id bits.
-		if err := unix.Fchmodat(dir, name, st.Mode&0o7777, 0); err != nil {
+		if err := fchmodFD(fd, st.Mode&0o7777); err != nil {
 			return fmt.Errorf("setting its mode: %w", err)
 		}
 	}
 	times := []unix.Timespec{st.Atim, st.Mtim}
-	if err := unix.UtimesNanoAt(dir, name, times, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+	if err := unix.UtimesNanoAt(fd, "", times, unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return fmt.Errorf("setting its times: %w", err)
 	}
 	return nil
+}
+
+// sysFchmodat2 is fchmodat2(2) (Linux 6.6), the one chmod that takes
+// AT_EMPTY_PATH and AT_SYMLINK_NOFOLLOW; x/sys's Fchmodat refuses flags.
+const sysFchmodat2 = 452
+
+// fchmodFD sets the mode of the entry an O_PATH fd holds (not a symlink:
+// the caller checked its kind). Before fchmodat2 exists, /proc/self/fd
+// names the same inode (a magic link to the fd's own file, which is no
+// symlink), so chmod through it acts on that entry too.
+func fchmodFD(fd int, mode uint32) error {
+	empty, err := unix.BytePtrFromString("")
+	if err != nil {
+		return err
+	}
+	_, _, errno := unix.Syscall6(sysFchmodat2, uintptr(fd), uintptr(unsafe.Pointer(empty)), uintptr(mode),
+		uintptr(unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW), 0, 0)
+	switch errno {
+	case 0:
+		return nil
+	case unix.ENOSYS:
+		return unix.Chmod(fmt.Sprintf("/proc/self/fd/%d", fd), mode)
+	default:
+		return errno
+	}
+}
+
+// kindName names a file's kind, for errors.
+func kindName(mode uint32) string {
+	switch mode & unix.S_IFMT {
+	case unix.S_IFREG:
+		return "file"
+	case unix.S_IFDIR:
+		return "directory"
+	case unix.S_IFLNK:
+		return "symlink"
+	case unix.S_IFIFO:
+		return "fifo"
+	case unix.S_IFSOCK:
+		return "socket"
+	case unix.S_IFCHR:
+		return "character device"
+	case unix.S_IFBLK:
+		return "block device"
+	}
+	return "file of unknown kind"
 }
 
 func readlinkAt(dir int, name string) (string, error) {

@@ -27,6 +27,10 @@ type UnifiedOptions struct {
 	// last whole line that fits, with a closing line saying it was cut
 	// (0: no limit).
 	MaxBytes int64
+	// Reader is whom the diff is for: a file it could not read is named,
+	// its content not shown. nil: the Reader WithReader put in the
+	// context, if any; else every file is shown.
+	Reader *Reader
 }
 
 const (
@@ -96,11 +100,15 @@ func Unified(ctx context.Context, w io.Writer, changes []cowfs.Change, oldRoot, 
 		new:     newTree,
 		out:     &cutWriter{w: w, max: o.MaxBytes},
 		context: o.Context,
+		reader:  o.Reader,
 		renamed: map[string]string{},
 		deleted: map[string]bool{},
 	}
 	if u.context <= 0 {
 		u.context = 3
+	}
+	if u.reader == nil {
+		u.reader = readerFrom(ctx)
 	}
 	for _, c := range changes {
 		switch c.Kind {
@@ -177,6 +185,7 @@ type unifier struct {
 	old, new *diffTree
 	out      *cutWriter
 	context  int
+	reader   *Reader // nil: every file is shown
 	// renamed maps each rename's new path to its old one; deleted holds
 	// the paths of Deleted changes.
 	renamed map[string]string
@@ -291,6 +300,15 @@ func (u *unifier) content(ctx context.Context, kind cowfs.ChangeKind, old, new *
 	}
 	if kind == cowfs.Metadata && old != nil && new != nil {
 		return nil
+	}
+	// Before anything of the files is read: not even whether they differ.
+	if line, err := u.hidden(old, new); err != nil || line != "" {
+		if err == nil {
+			if err = hw.flush(); err == nil {
+				_, err = io.WriteString(u.out, line)
+			}
+		}
+		return err
 	}
 
 	var files [2]*os.File

@@ -687,3 +687,69 @@ func describeTree(t *testing.T, root string) string {
 	}
 	return b.String()
 }
+
+// The daemon is root, the diff is for a caller who is not: a file the
+// caller could not read is named, its content not shown, on either side;
+// what the caller may read (by owner, by a supplementary group, by the
+// others' bits) is shown whole. Without a reader, root's view, all of it
+// is shown: the control.
+func TestUnifiedShowsOnlyWhatTheReaderCouldRead(t *testing.T) {
+	oldRoot, newRoot := diffTrees(t)
+	const uid, gid, other = 4242, 4343, 4444
+	own := func(root, name string, u, g int) {
+		t.Helper()
+		if err := os.Lchown(filepath.Join(root, name), u, g); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put(t, oldRoot, "secret", "root's secret\n", 0o600) // root's, deleted
+	put(t, oldRoot, "public", "public\n", 0o644)
+	put(t, oldRoot, "groupfile", "group's\n", 0o640)
+	own(oldRoot, "groupfile", 0, gid)
+	put(t, oldRoot, "mine", "mine\n", 0o600)
+	own(oldRoot, "mine", uid, other)
+	put(t, oldRoot, "shut/inner", "behind a closed door\n", 0o644)
+	mkdir(t, oldRoot, "shut", 0o700)
+	put(t, newRoot, "made", "made private\n", 0o600) // added, root's
+	put(t, newRoot, "shut/inner", "behind a closed door, changed\n", 0o644)
+	mkdir(t, newRoot, "shut", 0o700)
+	changes := []cowfs.Change{
+		{Path: "secret", Kind: cowfs.Deleted},
+		{Path: "public", Kind: cowfs.Deleted},
+		{Path: "groupfile", Kind: cowfs.Deleted},
+		{Path: "mine", Kind: cowfs.Deleted},
+		{Path: "shut/inner", Kind: cowfs.Modified},
+		{Path: "made", Kind: cowfs.Added},
+	}
+	asRoot, err := unified(t, changes, oldRoot, newRoot, UnifiedOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"-root's secret", "+made private", "-behind a closed door"} {
+		if !strings.Contains(asRoot, s) {
+			t.Fatalf("root's diff lacks %q (the control):\n%s", s, asRoot)
+		}
+	}
+
+	var out bytes.Buffer
+	ctx := WithReader(context.Background(), Reader{UID: uid, GIDs: []uint32{other, gid}})
+	if err := Unified(ctx, &out, changes, oldRoot, newRoot, UnifiedOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	got := out.String()
+	for _, s := range []string{"root's secret", "made private", "behind a closed door"} {
+		if strings.Contains(got, s) {
+			t.Errorf("the diff for uid %d shows %q, which it cannot read:\n%s", uid, s, got)
+		}
+	}
+	for _, s := range []string{
+		"diff --git a/secret b/secret\ndeleted file mode 100600\nContent not shown: a/secret is not readable by uid 4242\n",
+		"Content not shown: b/made is not readable by uid 4242\n",
+		"Content not shown: a/shut/inner is not readable by uid 4242\n",
+		"-public\n", "-group's\n", "-mine\n",
+	} {
+		if !strings.Contains(got, s) {
+			t.Errorf("the diff for uid %d lacks %q:\n%s", uid, s, got)
+		}
+	}
+}

@@ -31,6 +31,22 @@ func checkpointLayerName(id, name string) string { return "cks-" + id + "-" + na
 // maxCheckpointName keeps the volumes' names within cowfs's limit.
 const maxCheckpointName = 64
 
+// DefaultMaxCheckpoints is how many checkpoints a sandbox may keep when
+// Config.MaxCheckpoints is 0. What they hold is charged to the sandbox's
+// disk quota where the pool can: under btrfs simple quotas an extent is
+// charged to the volume that wrote it for as long as any snapshot keeps
+// it, so data that only a checkpoint still holds counts against the
+// sandbox; a ZFS quota counts a dataset's snapshots. The cap bounds what
+// the quota cannot: the number of volumes (and their metadata).
+const DefaultMaxCheckpoints = 32
+
+func (s *Supervisor) maxCheckpoints() int {
+	if s.cfg.MaxCheckpoints > 0 {
+		return s.cfg.MaxCheckpoints
+	}
+	return DefaultMaxCheckpoints
+}
+
 // Checkpoint takes checkpoint name of sandbox id. The sandbox is frozen
 // for the moment of the snapshots, so that its project and its system
 // layer are taken at the same instant; it runs on after.
@@ -50,6 +66,9 @@ func (s *Supervisor) Checkpoint(ctx context.Context, id, name string) (ck Checkp
 	}
 	if slices.ContainsFunc(rec.Checkpoints, func(c Checkpoint) bool { return c.Name == name }) {
 		return ck, fmt.Errorf("%s: it exists; delete it first or pick another name: %w", what, ErrExists)
+	}
+	if limit := s.maxCheckpoints(); len(rec.Checkpoints) >= limit {
+		return ck, fmt.Errorf("%s: the sandbox has %d checkpoints, the most it may keep (limits.max_checkpoints); delete one first: %w", what, len(rec.Checkpoints), ErrLimitReached)
 	}
 	if rec.State != state.Frozen {
 		if err := s.cfg.Units.Freeze(ctx, rec.Unit); err != nil {

@@ -48,6 +48,11 @@ type ExecOptions struct {
 	// once it has written this many bytes (0: none).
 	Timeout     time.Duration
 	OutputLimit int64
+	// Detach leaves what the command started running after it ends, if
+	// it left the command's process group (setsid). Without it, the
+	// command runs in a cgroup of its own, and everything in that cgroup
+	// ends with it.
+	Detach bool
 }
 
 // Command is a command running in a sandbox.
@@ -131,11 +136,29 @@ func (s *Supervisor) Exec(ctx context.Context, id string, o ExecOptions) (_ *Com
 	if w != nil {
 		oomBefore, _ = units.OOMKills(w.pid)
 	}
-	nc, err := nsinit.Exec(ctx, nsinit.Control(s.runtimeDir(id)), req, o.Stdio)
+	cmdID := newCommandID()
+	files := o.Stdio
+	var cg *nsinit.CommandCgroup
+	if w != nil && !o.Detach {
+		if cg, err = nsinit.NewCommandCgroup(w.pid, cmdID); err != nil {
+			s.log.Warn("the command runs without a cgroup of its own: what it leaves running outside its process group outlives it",
+				"SANDBOX_ID", id, "error", err)
+		} else {
+			req.Cgroup = true
+			files = append(slices.Clone(o.Stdio), cg.Dir, cg.Parent)
+		}
+	}
+	nc, err := nsinit.Exec(ctx, nsinit.Control(s.runtimeDir(id)), req, files)
 	if err != nil {
+		if cg != nil {
+			_ = cg.Remove()
+		}
 		return nil, fmt.Errorf("running a command in sandbox %s: %w", id, err)
 	}
-	cmd := &Command{ID: newCommandID(), Sandbox: id, Master: nc.Master, cmd: nc, done: make(chan struct{})}
+	if cg != nil {
+		cg.CloseFiles() // the init has its own copies
+	}
+	cmd := &Command{ID: cmdID, Sandbox: id, Master: nc.Master, cmd: nc, done: make(chan struct{})}
 	s.commands.add(cmd)
 	s.log.Info("command started", "SANDBOX_ID", id, "ACTION", "exec", "CALLER_UID", o.UID,
 		"command", cmd.ID, "argv", strings.Join(o.Argv, " "), "as_root", o.AsRoot)
@@ -152,6 +175,11 @@ func (s *Supervisor) Exec(ctx context.Context, id string, o ExecOptions) (_ *Com
 			}
 		}
 		cmd.res = res
+		if cg != nil && res.How != nsinit.Lost {
+			if err := cg.Remove(); err != nil {
+				s.log.Warn("removing a command's cgroup", "SANDBOX_ID", id, "command", cmdID, "error", err)
+			}
+		}
 		s.commands.remove(cmd)
 		s.log.Info("command ended", "SANDBOX_ID", id, "ACTION", "exec", "command", cmd.ID, "result", res.String())
 		close(cmd.done)

@@ -2,8 +2,14 @@ package supervisor
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandboxd/supervisor/egress"
 	"github.com/sandboxd/sandboxd/supervisor/nsinit"
@@ -115,4 +121,59 @@ func union(a, b []string) []string {
 		}
 	}
 	return out
+}
+
+// Limits every sandbox gets when neither its create, its profile nor
+// sandboxd.toml's [limits] sets them: a sandbox without them could take
+// the host's memory, processes or pool.
+const (
+	// maxDefaultMemory caps the derived MemoryMax.
+	maxDefaultMemory = 4 << 30
+	// defaultTasksMax is the derived TasksMax, unless pid_max/8 is less.
+	defaultTasksMax = 4096
+	// diskQuotaShare is the pool's size over the derived disk quota.
+	diskQuotaShare = 10
+)
+
+// HostDefaults are the derived limits: MemoryMax a quarter of the host's
+// memory, at most 4GiB; TasksMax 4096, or pid_max/8 if less; DiskQuota a
+// tenth of the size of the filesystem at pool (0 when it cannot be
+// measured: a ZFS dataset's name, say).
+func HostDefaults(pool string) (memoryMax, tasksMax, diskQuota uint64) {
+	memoryMax = maxDefaultMemory
+	var si unix.Sysinfo_t
+	if unix.Sysinfo(&si) == nil {
+		memoryMax = min(memoryMax, uint64(si.Totalram)*uint64(si.Unit)/4)
+	}
+	tasksMax = defaultTasksMax
+	if b, err := os.ReadFile("/proc/sys/kernel/pid_max"); err == nil {
+		if n, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64); err == nil && n/8 > 0 {
+			tasksMax = min(tasksMax, n/8)
+		}
+	}
+	var st unix.Statfs_t
+	if filepath.IsAbs(pool) && unix.Statfs(pool, &st) == nil {
+		diskQuota = st.Blocks * uint64(st.Bsize) / diskQuotaShare
+	}
+	return memoryMax, tasksMax, diskQuota
+}
+
+// applyHostDefaults gives opts the derived limits it still lacks, after
+// its profile and the policy had their say. Under a cap on the memory
+// promised (limits.max_memory) a create must name its MemoryMax (or the
+// policy's default): admission refuses one without.
+func (s *Supervisor) applyHostDefaults(opts *CreateOptions) {
+	memoryMax, tasksMax, diskQuota := HostDefaults(s.cfg.Backend.Info().Root)
+	if opts.Limits.MemoryMax == nil && s.cfg.Policy.MaxMemory == 0 {
+		if h := opts.Limits.MemoryHigh; h != nil && *h > memoryMax {
+			memoryMax = *h // a throttling point asked for stays below the cap
+		}
+		opts.Limits.MemoryMax = &memoryMax
+	}
+	if opts.Limits.TasksMax == nil {
+		opts.Limits.TasksMax = &tasksMax
+	}
+	if opts.DiskQuota == 0 {
+		opts.DiskQuota = diskQuota
+	}
 }

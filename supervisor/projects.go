@@ -38,14 +38,18 @@ type Project struct {
 type projectRegistry struct {
 	mu sync.RWMutex
 	m  map[string]Project
+	// access says who may use each project besides root and admins (none
+	// listed: its directory's owner).
+	access map[string]ProjectAccess
 }
 
-// newProjectRegistry starts with the configuration's projects (copied:
-// the caller's map stays the caller's).
-func newProjectRegistry(config map[string]string) *projectRegistry {
-	r := &projectRegistry{m: make(map[string]Project, len(config))}
+// newProjectRegistry starts with the configuration's projects and who
+// may use them (copied: the caller's maps stay the caller's).
+func newProjectRegistry(config map[string]string, access map[string]ProjectAccess) *projectRegistry {
+	r := &projectRegistry{m: make(map[string]Project, len(config)), access: map[string]ProjectAccess{}}
 	for name, loc := range config {
 		r.m[name] = Project{Name: name, Location: loc, Origin: OriginConfig}
+		r.access[name] = access[name].clone()
 	}
 	return r
 }
@@ -75,16 +79,26 @@ func (r *projectRegistry) list() []Project {
 	return out
 }
 
-func (r *projectRegistry) set(p Project) {
+func (r *projectRegistry) set(p Project, access ProjectAccess) {
 	r.mu.Lock()
 	r.m[p.Name] = p
+	r.access[p.Name] = access.clone()
 	r.mu.Unlock()
 }
 
 func (r *projectRegistry) remove(name string) {
 	r.mu.Lock()
 	delete(r.m, name)
+	delete(r.access, name)
 	r.mu.Unlock()
+}
+
+// getAccess returns project name and who may use it.
+func (r *projectRegistry) getAccess(name string) (Project, ProjectAccess, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	p, ok := r.m[name]
+	return p, r.access[name], ok
 }
 
 // nameRule says what a project's or a sandbox's name may be: the rule of
@@ -152,7 +166,8 @@ func (s *Supervisor) LoadProjects() (shadowed []Project, err error) {
 			}
 			continue // or loaded already
 		}
-		s.projects.set(Project{Name: p.Name, Location: p.Location, Origin: OriginAdded})
+		s.projects.set(Project{Name: p.Name, Location: p.Location, Origin: OriginAdded},
+			ProjectAccess{Users: p.Users, Groups: p.Groups})
 	}
 	return shadowed, nil
 }
@@ -161,11 +176,22 @@ func (s *Supervisor) LoadProjects() (shadowed []Project, err error) {
 // a ZFS dataset of the pool) as project name, recorded in the state store
 // so that it outlives the daemon. The name follows the rule of
 // sandboxd.toml's project names and must be free; the location must be a
-// volume of the pool. Its files are not touched.
-func (s *Supervisor) AddProject(ctx context.Context, name, location string) (err error) {
+// volume of the pool. Its files are not touched. Who may use it is its
+// directory's owner (AddProjectWith names others).
+func (s *Supervisor) AddProject(ctx context.Context, name, location string) error {
+	return s.AddProjectWith(ctx, name, location, ProjectAccess{})
+}
+
+// AddProjectWith is AddProject with the users and groups who may use the
+// project (with none: its directory's owner, and its group if the
+// directory is group-writable).
+func (s *Supervisor) AddProjectWith(ctx context.Context, name, location string, access ProjectAccess) (err error) {
 	defer func() { s.auditProject(ctx, "project-add", name, location, err) }()
 	if err := cowfs.ValidateName(name); err != nil {
 		return fmt.Errorf("adding project %s: not a valid name: %s: %w", quoteName(name), nameRule, ErrInvalidProject)
+	}
+	if err := access.validate(); err != nil {
+		return fmt.Errorf("adding project %q: %w: %w", name, err, ErrInvalidProject)
 	}
 	if filepath.IsAbs(location) {
 		location = filepath.Clean(location) // as sandboxd.toml has them, and as the sandboxes' worlds hide them
@@ -182,7 +208,8 @@ func (s *Supervisor) AddProject(ctx context.Context, name, location string) (err
 	if p, taken := s.projects.get(name); taken {
 		return fmt.Errorf("adding project %q: %s: %w", name, takenBy(p), ErrExists)
 	}
-	if err := s.cfg.Store.AddProject(state.Project{Name: name, Location: location, Added: time.Now().UTC()}); err != nil {
+	rec := state.Project{Name: name, Location: location, Added: time.Now().UTC(), Users: access.Users, Groups: access.Groups}
+	if err := s.cfg.Store.AddProject(rec); err != nil {
 		if errors.Is(err, state.ErrProjectExists) {
 			// Recorded, but not loaded: the configuration has it (and
 			// wins), which the check above tells; or LoadProjects was not
@@ -191,8 +218,9 @@ func (s *Supervisor) AddProject(ctx context.Context, name, location string) (err
 		}
 		return fmt.Errorf("adding project %q: %w", name, err)
 	}
-	s.projects.set(Project{Name: name, Location: location, Origin: OriginAdded})
-	s.log.Info("project added", "ACTION", "project-add", "CALLER_UID", uidField(ctx), "project", name, "location", location)
+	s.projects.set(Project{Name: name, Location: location, Origin: OriginAdded}, access)
+	s.log.Info("project added", "ACTION", "project-add", "CALLER_UID", uidField(ctx), "project", name, "location", location,
+		"users", strings.Join(access.Users, ","), "groups", strings.Join(access.Groups, ","))
 	return nil
 }
 

@@ -32,6 +32,14 @@ var (
 	ErrNoPromotion = state.ErrNoPromotion
 	// ErrNothingToPromote: the sandbox changed nothing since its base.
 	ErrNothingToPromote = errors.New("nothing to promote")
+	// ErrPrivileged: the change set would put set-id files, device nodes
+	// or file capabilities in the project, and no admin allowed them. The
+	// error (a *promote.PrivilegedError) names each path and why.
+	ErrPrivileged = promote.ErrPrivileged
+	// ErrChecksOutsideSandbox: a stage on a path or over ssh has checks,
+	// which would run outside any sandbox (as root here, or as the ssh
+	// user there) executing files the sandbox wrote.
+	ErrChecksOutsideSandbox = errors.New("checks would run outside a sandbox")
 )
 
 // Promotion is the record of a promotion, as callers see it.
@@ -73,6 +81,25 @@ type PromoteOptions struct {
 	To string
 	// Owner is the caller's uid; the checks run as that user.
 	Owner uint32
+	// AllowPrivileged lets set-id files, device nodes and files with
+	// capabilities through (only an admin may ask: the API checks). File
+	// capabilities are dropped all the same: Apply copies no xattrs.
+	AllowPrivileged bool
+}
+
+// privilegedAllowed holds the promotions an admin let carry privileged
+// files. It is not in the record: after a restart a promotion that waited
+// refuses them again, the safe side.
+var privilegedAllowed sync.Map // promotion id -> true
+
+// ReplicaChecksProblem says why stage st may not have checks (nil: it may):
+// only a project stage's checks run in a sandbox.
+func ReplicaChecksProblem(st Stage) error {
+	if st.Target == "project" || len(st.Checks) == 0 {
+		return nil
+	}
+	return fmt.Errorf("the checks of stage %s (target %s) would run outside a sandbox: not supported; put checks on the project stage: %w",
+		st.Name, st.Target, ErrChecksOutsideSandbox)
 }
 
 // Names of a promotion's volumes: the sandbox's source snapshot, each
@@ -166,9 +193,17 @@ func (s *Supervisor) Promote(ctx context.Context, id string, o PromoteOptions) (
 			return p, fmt.Errorf("%s: no stage %q (stages: %s): %w", what, o.To, stageNames(stages), ErrInvalid)
 		}
 	}
+	for _, st := range stages[:last+1] {
+		if err := ReplicaChecksProblem(st); err != nil {
+			return p, fmt.Errorf("%s: %w: %w", what, err, ErrInvalid)
+		}
+	}
 	location := s.projects.location(rec.Project)
 	if location == "" {
 		return p, fmt.Errorf("%s: its project %q is gone: %w", what, rec.Project, ErrUnknownProject)
+	}
+	if err := s.MayUseProject(ctx, rec.Project); err != nil {
+		return p, fmt.Errorf("%s: %w", what, err)
 	}
 	project, err := s.cfg.Backend.Project(ctx, location)
 	if err != nil {
@@ -234,6 +269,9 @@ func (s *Supervisor) Promote(ctx context.Context, id string, o PromoteOptions) (
 		return fail(fmt.Errorf("%s: it changed nothing since its base: %w", what, ErrNothingToPromote))
 	}
 	p.Changes, p.Digest = len(changes), digest(changes)
+	if err := s.checkPrivileged(ctx, &p, changes, source, o.AllowPrivileged); err != nil {
+		return fail(fmt.Errorf("%s: %w", what, err))
+	}
 
 	// Conflicts, against a snapshot of the project that is the first
 	// stage's rollback point too, unless that stage waits for approval
@@ -329,6 +367,7 @@ func (s *Supervisor) runPromotion(pid string, changes []cowfs.Change) {
 			st.State, st.Error, st.Ended = state.StageFailed, err.Error(), time.Now().UTC()
 			p.State, p.Error = state.PromotionFailed, fmt.Sprintf("stage %s: %v", st.Name, err)
 			s.putPromotion(&p)
+			privilegedAllowed.Delete(pid)
 			s.auditPromotion(ctx, "promote-stage", p, i, err)
 			_, _ = s.prunePromotions(ctx)
 			s.log.Warn("promotion failed", "promotion", pid, "stage", st.Name, "error", err)
@@ -338,6 +377,7 @@ func (s *Supervisor) runPromotion(pid string, changes []cowfs.Change) {
 	}
 	p.State = state.PromotionDone
 	s.putPromotion(&p)
+	privilegedAllowed.Delete(pid)
 	s.auditPromotion(ctx, "promote-done", p, -1, nil)
 	_, _ = s.prunePromotions(ctx)
 	s.log.Info("promotion done", "promotion", pid, "SANDBOX_ID", p.Sandbox)
@@ -405,12 +445,10 @@ func (s *Supervisor) runStage(ctx context.Context, p *Promotion, i int, changes 
 	}
 	rollback := func(cause error) error {
 		crashpoint.Hit(crashpoint.PromoteRollingBack)
-		if rerr := s.cfg.Backend.RollbackProject(context.WithoutCancel(ctx), project, rp); rerr != nil {
-			return fmt.Errorf("%w; and rolling the project back to %s failed: %w", cause, rp.Name, rerr)
-		}
-		return cause
+		return s.undoStage(ctx, p, project, rp, changes, cause)
 	}
-	applied, err := promote.Apply(ctx, changes, source.Path, project.Path)
+	_, allowPriv := privilegedAllowed.Load(p.ID)
+	applied, err := promote.ApplyWith(ctx, changes, source.Path, project.Path, promote.ApplyOptions{RefusePrivileged: !allowPriv})
 	if err != nil {
 		return rollback(err)
 	}
@@ -443,6 +481,53 @@ func (s *Supervisor) runStage(ctx context.Context, p *Promotion, i int, changes 
 	if err := s.deleteVolume(ctx, st.RollbackPoint); err != nil {
 		s.log.Warn("deleting a passed stage's rollback point", "promotion", p.ID, "volume", st.RollbackPoint, "error", err)
 	}
+	return nil
+}
+
+// undoStage takes the promotion's change back out of the project after
+// cause (a failed apply or check): only the paths the change set touched
+// are put back as the rollback point has them (promote.Restore), so that
+// what others wrote to the project since stays. If that fails, the whole
+// project goes back to the rollback point (an atomic swap), which keeps
+// I1 at the cost of those writes, and the error says so.
+func (s *Supervisor) undoStage(ctx context.Context, p *Promotion, project, rp cowfs.Volume, changes []cowfs.Change, cause error) error {
+	ctx = context.WithoutCancel(ctx)
+	_, err := promote.Restore(ctx, changes, rp.Path, project.Path)
+	if err == nil {
+		return cause
+	}
+	s.log.Warn("putting back a promotion's paths failed; rolling the whole project back", "promotion", p.ID, "error", err)
+	if rerr := s.cfg.Backend.RollbackProject(ctx, project, rp); rerr != nil {
+		return fmt.Errorf("%w; and putting its paths back failed: %w; and rolling the project back to %s failed: %w", cause, err, rp.Name, rerr)
+	}
+	return fmt.Errorf("%w; putting its paths back failed (%w), so the whole project was rolled back to %s, losing what others wrote to it meanwhile", cause, err, rp.Name)
+}
+
+// checkPrivileged refuses a change set that carries set-id files, device
+// nodes or file capabilities, naming each, unless allow (an admin's
+// word), which is then logged and audited with the paths.
+func (s *Supervisor) checkPrivileged(ctx context.Context, p *Promotion, changes []cowfs.Change, source cowfs.Volume, allow bool) error {
+	found, err := promote.Privileged(ctx, changes, source.Path)
+	if err != nil {
+		return err
+	}
+	if len(found) == 0 {
+		return nil
+	}
+	perr := &promote.PrivilegedError{Paths: found}
+	if !allow {
+		return fmt.Errorf("%w; an admin may allow them (sandboxctl promote --allow-privileged)", perr)
+	}
+	privilegedAllowed.Store(p.ID, true)
+	paths := make([]string, len(found))
+	for i, f := range found {
+		paths[i] = f.String()
+	}
+	s.log.Warn("promotion carries privileged files, allowed by an admin", "promotion", p.ID, "SANDBOX_ID", p.Sandbox,
+		"CALLER_UID", p.Owner, "paths", strings.Join(paths, ", "))
+	s.auditEntry(ctx, audit.Entry{Action: "promote-privileged", Command: "allowed by an admin: " + strings.Join(paths, ", "),
+		Promotion: &audit.Promotion{ID: p.ID, State: string(p.State), Changes: p.Changes, Digest: p.Digest}},
+		state.Record{ID: p.Sandbox, Project: p.Project}, nil)
 	return nil
 }
 
@@ -787,6 +872,9 @@ func (s *Supervisor) replica(cfg Stage, project string) (*promote.Replica, error
 // switched back if a check fails.
 func (s *Supervisor) runReplicaStage(ctx context.Context, p *Promotion, i int, cfg Stage) error {
 	st := &p.Stages[i]
+	if err := ReplicaChecksProblem(cfg); err != nil {
+		return err
+	}
 	r, err := s.replica(cfg, p.Project)
 	if err != nil {
 		return err

@@ -348,3 +348,47 @@ func TestTryKeepsTheFastestPassingVariant(t *testing.T) {
 		t.Fatalf("Try without variants: %v; want ErrInvalid", err)
 	}
 }
+
+// TestChecksOfAReplicaStageAreRefused is issue 15's finding 2: the checks
+// of a stage on a path (or over ssh) would run outside any sandbox, as
+// root, executing what the sandbox wrote. A promotion through such a
+// stage is refused before anything is applied, naming the stage; the
+// control, the same check on the project stage, runs (in a sandbox).
+func TestChecksOfAReplicaStageAreRefused(t *testing.T) {
+	check := "sh check.sh"
+	// The control: the check on the project stage runs, in a sandbox.
+	e := promoteEnv(t, supervisor.Stage{Name: "project", Target: "project", Checks: []string{check}})
+	sb, err := e.sup.Create(ctx, supervisor.CreateOptions{Project: "web"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, res := runAs(t, e.sup, sb.ID, 0, "echo 'echo the check ran' > check.sh"); res.Code != 0 {
+		t.Fatalf("%v %s", res, out)
+	}
+	p, err := e.sup.Promote(ctx, sb.ID, supervisor.PromoteOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p = waitPromotion(t, e.sup, p.ID)
+	if p.State != state.PromotionDone || len(p.Stages[0].Checks) != 1 || !strings.Contains(p.Stages[0].Checks[0].Output, "the check ran") {
+		t.Fatalf("the control, the check on the project stage: %+v", p)
+	}
+
+	// The same check on a path stage: refused before anything is applied.
+	staging := filepath.Join(t.TempDir(), "staging")
+	e.cfg.Stages = []supervisor.Stage{{Name: "project", Target: "project"}, {Name: "staging", Target: staging, Checks: []string{check}}}
+	e.sup = supervisor.New(e.cfg)
+	if out, res := runAs(t, e.sup, sb.ID, 0, "echo 'echo the check ran again; id -u' > check.sh"); res.Code != 0 {
+		t.Fatalf("%v %s", res, out)
+	}
+	before := treetest.Describe(t, e.project)
+	_, err = e.sup.Promote(ctx, sb.ID, supervisor.PromoteOptions{})
+	if !errors.Is(err, supervisor.ErrChecksOutsideSandbox) || !errors.Is(err, supervisor.ErrInvalid) ||
+		!strings.Contains(err.Error(), "the checks of stage staging (target "+staging+") would run outside a sandbox") {
+		t.Fatalf("promoting through a path stage with checks: %v; want ErrChecksOutsideSandbox naming the stage", err)
+	}
+	treetest.Equal(t, "the project after a refused promotion", treetest.Describe(t, e.project), before)
+	if _, err := os.Stat(staging); !os.IsNotExist(err) {
+		t.Fatalf("the staging path after a refused promotion: %v; want it not made", err)
+	}
+}

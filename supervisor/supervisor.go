@@ -64,6 +64,9 @@ type Config struct {
 	// New copies it; AddProject and RemoveProject change the supervisor's
 	// projects, never this map, and LoadProjects adds the recorded ones.
 	Projects map[string]string
+	// ProjectAccess says who may use each of the configuration's projects
+	// (by name); a project it lacks is open to its directory's owner.
+	ProjectAccess map[string]ProjectAccess
 	// InitCommand starts a sandbox's init (a program whose main runs
 	// nsinit.Main when nsinit.IsInit): it builds the sandbox's world,
 	// holds its scope for as long as the sandbox lives, and starts its
@@ -84,6 +87,9 @@ type Config struct {
 	Log   *slog.Logger
 	// Stages are where promotions go, in order ("": the project alone).
 	Stages []Stage
+	// MaxCheckpoints caps one sandbox's checkpoints (0:
+	// DefaultMaxCheckpoints).
+	MaxCheckpoints int
 }
 
 // Supervisor owns the sandboxes of this host: their volumes, scopes and
@@ -110,7 +116,7 @@ func New(cfg Config) *Supervisor {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Supervisor{cfg: cfg, log: log, projects: newProjectRegistry(cfg.Projects)}
+	return &Supervisor{cfg: cfg, log: log, projects: newProjectRegistry(cfg.Projects, cfg.ProjectAccess)}
 }
 
 // CreateOptions are what a caller asks of a new sandbox.
@@ -211,9 +217,13 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 	if err := s.cfg.Policy.applyDefaults(&opts); err != nil {
 		return sb, fmt.Errorf("creating a sandbox of %s: %w", opts.Project, err)
 	}
+	s.applyHostDefaults(&opts)
 	location := s.projects.location(opts.Project)
 	if location == "" {
 		return sb, fmt.Errorf("creating a sandbox of %q: %w", opts.Project, ErrUnknownProject)
+	}
+	if err := s.MayUseProject(ctx, opts.Project); err != nil {
+		return sb, fmt.Errorf("creating a sandbox of %q: %w", opts.Project, err)
 	}
 	if opts.Name != "" {
 		if err := ValidateSandboxName(opts.Name); err != nil {
@@ -405,13 +415,18 @@ func (s *Supervisor) startScope(ctx context.Context, rec state.Record, limits un
 		init.Kill()
 		return err
 	}
+	if limits.MemoryMax != nil {
+		spec.ScratchSize = nsinit.ScratchSizeFor(*limits.MemoryMax)
+	}
 	built := make(chan error, 1)
 	go func() { built <- init.Build(ctx, spec) }()
 	scopeErr := s.cfg.Units.StartScope(ctx, units.Scope{
 		Name:        rec.Unit,
 		Description: fmt.Sprintf("sandboxd sandbox %s of %s", rec.ID, rec.Project),
 		PIDs:        []int{init.PID},
+		Slice:       units.OwnerSlice(rec.Owner),
 		Limits:      limits,
+		Devices:     units.SandboxDevices,
 	})
 	if err := <-built; err != nil || scopeErr != nil {
 		init.Kill()

@@ -35,3 +35,9 @@ func checkName(name, suffix string) error {
 // or act on: a plain systemd unit name that ends in ".scope", such as
 // "sandbox-1f3a.scope". The error wraps ErrInvalidName.
 func CheckScopeName(name string) error { return checkName(name, ".scope") }
+
+// OwnerSlice is the slice a scope of user uid's goes in:
+// "sandboxd-u<uid>.slice", which systemd places under sandboxd.slice (a
+// "-" in a slice's name is a level of the tree), so that each user's
+// sandboxes are one cgroup, and all of them another.
+func OwnerSlice(uid uint32) string { return fmt.Sprintf("sandboxd-u%d.slice", uid) }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"syscall"
 	"time"
 
@@ -31,7 +32,22 @@ type Scope struct {
 	// StopTimeout is how long Stop waits after SIGTERM before SIGKILL (0
 	// for systemd's default, 90s).
 	StopTimeout time.Duration
+	// Devices, when not nil, closes the scope's device cgroup
+	// (DevicePolicy=closed: /dev/null, zero, full, random and urandom
+	// only) but for these (DeviceAllow): whatever device node its
+	// processes find or make, they open nothing else.
+	Devices []Device
 }
+
+// Device is a DeviceAllow entry: a device node's path or a class
+// ("char-pts"), and the access allowed, some of "rwm".
+type Device struct {
+	Path, Access string
+}
+
+// SandboxDevices are the devices a sandbox's /dev holds, besides those
+// DevicePolicy=closed allows: terminals and pseudo-terminals.
+var SandboxDevices = []Device{{"/dev/tty", "rw"}, {"/dev/ptmx", "rw"}, {"char-pts", "rw"}}
 
 // check refuses a spec systemd would refuse or that makes no sense.
 func (s Scope) check() error {
@@ -49,6 +65,12 @@ func (s Scope) check() error {
 	for _, pid := range s.PIDs {
 		if pid <= 0 || pid > math.MaxUint32 {
 			return fmt.Errorf("pid %d is not a process id", pid)
+		}
+	}
+	for _, d := range s.Devices {
+		ok := strings.HasPrefix(d.Path, "/dev/") || strings.HasPrefix(d.Path, "char-") || strings.HasPrefix(d.Path, "block-")
+		if !ok || d.Access == "" || strings.Trim(d.Access, "rwm") != "" {
+			return fmt.Errorf("device %q with access %q: want a /dev/ path, char-CLASS or block-CLASS, and some of \"rwm\"", d.Path, d.Access)
 		}
 	}
 	if s.StopTimeout < 0 {
@@ -75,6 +97,15 @@ func (s Scope) properties() []sdbus.Property {
 	}
 	if s.StopTimeout > 0 {
 		props = append(props, sdbus.Property{Name: "TimeoutStopUSec", Value: dbus.MakeVariant(uint64(s.StopTimeout.Microseconds()))})
+	}
+	if s.Devices != nil {
+		allow := make([]struct{ Path, Access string }, len(s.Devices))
+		for i, d := range s.Devices {
+			allow[i] = struct{ Path, Access string }{d.Path, d.Access}
+		}
+		props = append(props,
+			sdbus.Property{Name: "DevicePolicy", Value: dbus.MakeVariant("closed")},
+			sdbus.Property{Name: "DeviceAllow", Value: dbus.MakeVariant(allow)})
 	}
 	return append(props, s.Limits.properties()...)
 }

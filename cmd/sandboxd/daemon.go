@@ -49,8 +49,10 @@ func run(ctx context.Context, configPath string) error {
 	}
 	defer backend.Close()
 	projects := map[string]string{}
+	projectAccess := map[string]supervisor.ProjectAccess{}
 	for _, p := range cfg.Projects {
 		projects[p.Name] = p.Path + p.Dataset // exactly one is set
+		projectAccess[p.Name] = supervisor.ProjectAccess{Users: p.Users, Groups: p.Groups}
 	}
 	um, err := units.Connect(ctx)
 	if err != nil {
@@ -83,7 +85,7 @@ func run(ctx context.Context, configPath string) error {
 	}
 	lim := cfg.Limits
 	sup := supervisor.New(supervisor.Config{
-		Backend: backend, Units: um, Store: store, Projects: projects,
+		Backend: backend, Units: um, Store: store, Projects: projects, ProjectAccess: projectAccess,
 		InitCommand: []string{exe, "sandbox-init"},
 		RuntimeDir:  runtimeDir,
 		Profiles:    profs, DefaultProfile: cfg.Sandbox.DefaultProfile,
@@ -97,9 +99,10 @@ func run(ctx context.Context, configPath string) error {
 			DefaultTTL:       time.Duration(lim.DefaultTTL),
 			MaxTTL:           time.Duration(lim.MaxTTL),
 		},
-		Audit:  auditLog,
-		Log:    log,
-		Stages: stagesOf(cfg),
+		MaxCheckpoints: lim.MaxCheckpoints,
+		Audit:          auditLog,
+		Log:            log,
+		Stages:         stagesOf(cfg),
 	})
 	defer sup.Close()
 
@@ -125,7 +128,7 @@ func run(ctx context.Context, configPath string) error {
 		log.Error("reconcile left problems", "error", err)
 	}
 
-	conn, err := dbus.ConnectSystemBus()
+	conn, err := dbus.ConnectSystemBus(api.ConnOptions()...)
 	if err != nil {
 		return fmt.Errorf("connecting to the system bus: %w", err)
 	}

@@ -6,8 +6,11 @@ import (
 	"os/user"
 	"slices"
 	"strconv"
+	"sync"
 
 	"github.com/godbus/dbus/v5"
+
+	"github.com/sandboxd/sandboxd/supervisor"
 )
 
 // DefaultGroup is the group whose members may use sandboxd: the bus policy
@@ -109,6 +112,12 @@ type caller struct {
 	admin bool
 }
 
+// identity is c as the supervisor knows callers: who uses a project, who
+// a diff is written for, who the audit log names.
+func (c caller) identity() supervisor.Identity {
+	return supervisor.Identity{UID: c.uid, GIDs: c.gids, Admin: c.admin}
+}
+
 func (a Access) isAdmin(uid uint32, gids []uint32) bool {
 	return uid == 0 || slices.Contains(a.AdminUIDs, uid) || overlaps(a.AdminGIDs, gids)
 }
@@ -154,7 +163,9 @@ func (s *Server) identify(ctx context.Context, sender dbus.Sender) (caller, erro
 			return caller{}, fmt.Errorf("finding the groups of uid %d (calling as %s): %w", uid, sender, err)
 		}
 	}
-	return caller{name: string(sender), uid: uid, gids: gids, admin: s.access.isAdmin(uid, gids)}, nil
+	c := caller{name: string(sender), uid: uid, gids: gids, admin: s.access.isAdmin(uid, gids)}
+	s.aud.heard(c)
+	return c, nil
 }
 
 // userGroups are the groups NSS lists for uid, primary first.
@@ -175,3 +186,115 @@ func userGroups(uid uint32) ([]uint32, error) {
 	}
 	return gids, nil
 }
+
+// projectAccessOptions reads AddProjectWithOptions's options: Users and
+// Groups, each an array of names or numeric ids.
+func projectAccessOptions(opts map[string]dbus.Variant) (supervisor.ProjectAccess, error) {
+	var a supervisor.ProjectAccess
+	for name, v := range opts {
+		list, ok := v.Value().([]string)
+		switch {
+		case name != "Users" && name != "Groups":
+			return a, fmt.Errorf("option %s: unknown (known: Users as, Groups as)", name)
+		case !ok:
+			return a, fmt.Errorf("option %s has type %s; want as (names or numeric ids)", name, v.Signature())
+		case name == "Users":
+			a.Users = list
+		default:
+			a.Groups = list
+		}
+	}
+	return a, nil
+}
+
+// Bounds of what an audience remembers. Unique bus names are never reused,
+// so a name kept after its connection went away only costs its bytes; the
+// bounds keep those few. A client that has many connections at once gets
+// the signals on its newest maxNamesPerUID.
+const (
+	maxNamesPerUID = 32
+	maxAdminNames  = 128
+	maxAudienceIDs = 4096
+)
+
+// audience says who hears the signals about a sandbox (SandboxNew,
+// StateChanged, PropertiesChanged, SandboxRemoved): the connections of
+// its owner and of admins, each sent its own copy (a signal with a
+// destination), so that no other member of the group learns another
+// user's sandbox ids. A connection is known once it made a call to the
+// daemon (any method: ListSandboxes is enough); a client that only
+// listens hears nothing. Its zero value is ready to use; the Server's mu
+// guards the owners, its own lock the names.
+type audience struct {
+	mu     sync.Mutex
+	byUID  map[uint32][]string // unique names, newest last
+	admins []string            // unique names of admins' connections, newest last
+	// owners is the owner of each sandbox announced, for its removal.
+	owners map[string]uint32
+}
+
+// heard remembers c's connection, as its uid's and, for an admin, as an
+// admin's.
+func (a *audience) heard(c caller) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.byUID == nil {
+		a.byUID = map[uint32][]string{}
+	}
+	if c.admin {
+		a.admins = remember(a.admins, c.name, maxAdminNames)
+		return
+	}
+	if _, ok := a.byUID[c.uid]; !ok && len(a.byUID) >= maxAudienceIDs {
+		for uid := range a.byUID { // forget some uid: one that calls again comes back
+			delete(a.byUID, uid)
+			break
+		}
+	}
+	a.byUID[c.uid] = remember(a.byUID[c.uid], c.name, maxNamesPerUID)
+}
+
+// remember puts name last in names, once, keeping at most max.
+func remember(names []string, name string, max int) []string {
+	if i := slices.Index(names, name); i >= 0 {
+		if i == len(names)-1 {
+			return names
+		}
+		names = slices.Delete(names, i, i+1)
+	}
+	names = append(names, name)
+	if len(names) > max {
+		names = slices.Delete(names, 0, len(names)-max)
+	}
+	return names
+}
+
+// of is who hears about a sandbox of owner: owner's connections and
+// admins'.
+func (a *audience) of(owner uint32) []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := slices.Clone(a.admins)
+	for _, n := range a.byUID[owner] {
+		if !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// setOwner and owner remember the owner of sandbox id until forget.
+// The Server's mu is held.
+func (a *audience) setOwner(id string, owner uint32) {
+	if a.owners == nil {
+		a.owners = map[string]uint32{}
+	}
+	a.owners[id] = owner
+}
+
+func (a *audience) owner(id string) (uint32, bool) {
+	o, ok := a.owners[id]
+	return o, ok
+}
+
+func (a *audience) forget(id string) { delete(a.owners, id) }

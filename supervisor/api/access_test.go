@@ -2,8 +2,10 @@ package api_test
 
 import (
 	"fmt"
+	"os"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/sandboxd/sandboxd/supervisor/api"
@@ -12,9 +14,11 @@ import (
 
 // The bus itself refuses a caller outside group sandboxd: its calls never
 // reach the daemon, and it hears none of the daemon's signals, while a
-// member hears them (so the silence is the policy's doing).
+// member who is an admin hears them (so the silence is the policy's
+// doing).
 func TestTheBusPolicyShutsOutNonMembers(t *testing.T) {
-	newEnv(t, api.Access{})
+	setupBus(t)
+	newEnv(t, api.Access{AdminUIDs: []uint32{accounts[memberUser].uid}})
 	c := newClient(t)
 
 	res := callAs(t, nobody, "create", "web")
@@ -37,8 +41,61 @@ func TestTheBusPolicyShutsOutNonMembers(t *testing.T) {
 	}
 	want := []string{api.ManagerInterface + ".SandboxNew", api.ManagerInterface + ".SandboxRemoved"}
 	if heard := member.heard(t, c); !slices.Equal(heard, want) {
-		t.Errorf("a member of group sandboxd heard %v; want %v", heard, want)
+		t.Errorf("a member of group sandboxd, an admin, heard %v; want %v", heard, want)
 	}
+}
+
+// A sandbox's signals name it: they go to its owner's connections and to
+// admins', never to the other members of the group (who see only their
+// own sandboxes in every other way too).
+func TestSignalsReachOnlyTheOwnerAndAdmins(t *testing.T) {
+	setupBus(t)
+	creators := gidOf(t, creatorsGroup)
+	e := newEnv(t, api.Access{CreatorGIDs: []uint32{creators}})
+	openToGroup(t, e.project, creators)
+	c := newClient(t)
+	creator, member := accounts[creatorUser], accounts[memberUser]
+
+	owner := listenAs(t, creator)
+	other := listenAs(t, member)
+	admin := listenAs(t, account{name: "root"})
+	res := callAs(t, creator, "create", "web")
+	if res.ErrorName != "" {
+		t.Fatalf("CreateSandbox as %s: %+v", creator.name, res)
+	}
+	if res := callAs(t, creator, "destroy", res.Result[0]); res.ErrorName != "" {
+		t.Fatalf("DestroySandbox as %s: %+v", creator.name, res)
+	}
+	want := []string{api.ManagerInterface + ".SandboxNew", api.ManagerInterface + ".SandboxRemoved"}
+	if heard := owner.heard(t, c); !slices.Equal(heard, want) {
+		t.Errorf("the owner's other connection heard %v; want %v", heard, want)
+	}
+	if heard := admin.heard(t, c); !slices.Equal(heard, want) {
+		t.Errorf("root heard %v; want %v", heard, want)
+	}
+	if heard := other.heard(t, c); len(heard) != 0 {
+		t.Errorf("another member of group sandboxd heard %v about %s's sandbox; want nothing", heard, creator.name)
+	}
+}
+
+// openToGroup makes dir (a project's) group-writable by gid, which lets
+// that group's members use the project; the test's end puts it back.
+func openToGroup(t *testing.T, dir string, gid uint32) {
+	t.Helper()
+	var st syscall.Stat_t
+	if err := syscall.Stat(dir, &st); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(dir, -1, int(gid)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o775); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = os.Chown(dir, int(st.Uid), int(st.Gid))
+		_ = os.Chmod(dir, os.FileMode(st.Mode&0o777))
+	})
 }
 
 // A member of group sandboxd passes the bus, but the daemon lets only its
@@ -53,8 +110,18 @@ func TestTheDaemonRefusesAMemberWhoMayNotCreate(t *testing.T) {
 	if res.ErrorName != api.ErrorAccessDenied || !strings.Contains(res.Error, want) {
 		t.Fatalf("CreateSandbox as %s: %+v; want %s saying %q", member.name, res, api.ErrorAccessDenied, want)
 	}
-	// The same member, let in by uid, may.
+	// The same member, let in by uid, may create, but not of a project
+	// whose directory is root's: the refusal names the project and the
+	// caller.
 	e.reserve(t, api.Access{CreatorUIDs: []uint32{member.uid}})
+	res = callAs(t, member, "create", "web")
+	want = fmt.Sprintf(`uid %d may not use project "web"`, member.uid)
+	if res.ErrorName != api.ErrorAccessDenied || !strings.Contains(res.Error, want) {
+		t.Fatalf("CreateSandbox of root's project as %s: %+v; want %s saying %q", member.name, res, api.ErrorAccessDenied, want)
+	}
+	// Once the project's directory is group-writable by one of its groups,
+	// it may.
+	openToGroup(t, e.project, member.gid)
 	res = callAs(t, member, "create", "web")
 	if res.ErrorName != "" || len(res.Result) != 2 {
 		t.Fatalf("CreateSandbox as %s, a creator by uid: %+v", member.name, res)
@@ -72,6 +139,7 @@ func TestOwnersSeeOnlyTheirOwnSandboxes(t *testing.T) {
 	setupBus(t)
 	creators := gidOf(t, creatorsGroup)
 	e := newEnv(t, api.Access{CreatorGIDs: []uint32{creators}})
+	openToGroup(t, e.project, creators)
 	c := newClient(t)
 	creator := accounts[creatorUser]
 

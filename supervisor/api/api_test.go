@@ -326,6 +326,9 @@ func TestStateChangesMadeElsewhereAreAnnounced(t *testing.T) {
 	e := newEnv(t, api.Access{})
 	c := newClient(t)
 	sigs := c.signals()
+	if _, err := c.list(); err != nil { // signals go to connections that called
+		t.Fatal(err)
+	}
 
 	// A sandbox the server did not make: Sync finds it.
 	sb, err := e.sup.Create(ctx, supervisor.CreateOptions{Project: "web", Owner: 0})

@@ -6,6 +6,7 @@ import (
 
 	"github.com/godbus/dbus/v5"
 
+	"github.com/sandboxd/sandboxd/internal/termsafe"
 	"github.com/sandboxd/sandboxd/supervisor"
 )
 
@@ -48,8 +49,13 @@ func fromSupervisor(err error) *dbus.Error {
 		name = ErrorNoSuchPromotion
 	case errors.Is(err, supervisor.ErrNothingToPromote):
 		name = ErrorWrongState
+	case errors.Is(err, supervisor.ErrAccessDenied):
+		name = ErrorAccessDenied
 	}
-	return dbus.NewError(name, []any{err.Error()})
+	// The text carries what sandboxes named (a conflict's paths, a
+	// check's error): escaped here, so that no client (busctl, a script)
+	// shows a raw escape sequence or a line break from it.
+	return dbus.NewError(name, []any{termsafe.Line(err.Error())})
 }
 
 // noSuchSandbox is the answer for an id that names no sandbox the caller

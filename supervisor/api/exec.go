@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandboxd/supervisor"
+	"github.com/sandboxd/sandboxd/supervisor/nsinit"
 )
 
 // Exec(as argv, a{sv} options, h stdin, h stdout, h stderr) -> (s command)
@@ -18,7 +19,12 @@ import (
 // daemon. It returns once the command runs; CommandExited, sent to the
 // caller alone, tells how it ended. Options: Environment (as, KEY=value),
 // WorkingDirectory (s), Root (b, for root only), TimeoutUSec (t),
-// OutputLimit (t, bytes of stdout and stderr together).
+// OutputLimit (t, bytes of stdout and stderr together), Detach (b: what
+// the command started and left its process group keeps running after it
+// ends; by default everything it started ends with it). A terminal, an
+// anonymous inode (eventfd, pidfd, io_uring, ...), a directory or an
+// O_PATH descriptor is refused as stdio: ExecTerminal gives a command a
+// terminal of the sandbox's own.
 func (o sandboxObject) Exec(sender dbus.Sender, msg dbus.Message, argv []string, options map[string]dbus.Variant,
 	stdin, stdout, stderr dbus.UnixFD) (string, *dbus.Error) {
 	// A call that carries no descriptors still has its "h" arguments, and
@@ -37,6 +43,12 @@ func (o sandboxObject) Exec(sender dbus.Sender, msg dbus.Message, argv []string,
 			f.Close()
 		}
 	}()
+	// Checked here, before anything reaches the sandbox's init: a
+	// terminal, a pidfd, an io_uring or any other handle on the caller's
+	// kernel objects is no stream a sandbox may hold.
+	if err := nsinit.CheckStdio(files); err != nil {
+		return "", dbusError(ErrorInvalidArgs, "Exec: %v; pass a pipe, a socket or a file", err)
+	}
 	cmd, derr := o.exec(sender, msg, "Exec", argv, options, func(e *supervisor.ExecOptions) { e.Stdio = files })
 	if derr != nil {
 		return "", derr
@@ -136,6 +148,8 @@ func execOptions(o *supervisor.ExecOptions, options map[string]dbus.Variant) err
 			err = dbus.Store([]any{v.Value()}, &o.Dir)
 		case "Root":
 			err = dbus.Store([]any{v.Value()}, &o.AsRoot)
+		case "Detach":
+			err = dbus.Store([]any{v.Value()}, &o.Detach)
 		case "TimeoutUSec":
 			var us uint64
 			if err = dbus.Store([]any{v.Value()}, &us); err == nil {
@@ -150,7 +164,7 @@ func execOptions(o *supervisor.ExecOptions, options map[string]dbus.Variant) err
 				o.OutputLimit = int64(n)
 			}
 		default:
-			return fmt.Errorf("unknown option %q (known: Environment, WorkingDirectory, Root, TimeoutUSec, OutputLimit)", name)
+			return fmt.Errorf("unknown option %q (known: Environment, WorkingDirectory, Root, TimeoutUSec, OutputLimit, Detach)", name)
 		}
 		if err != nil {
 			return fmt.Errorf("option %s (%s): %v", name, v.Signature(), err)

@@ -38,6 +38,11 @@ const ManagerXML = xmlHeader + `<node>
    <arg type="s" name="name" direction="in"/>
    <arg type="s" name="location" direction="in"/>
   </method>
+  <method name="AddProjectWithOptions">
+   <arg type="s" name="name" direction="in"/>
+   <arg type="s" name="location" direction="in"/>
+   <arg type="a{sv}" name="options" direction="in"/>
+  </method>
   <method name="RemoveProject">
    <arg type="s" name="name" direction="in"/>
   </method>

@@ -438,6 +438,9 @@ func listen(conn *dbus.Conn) int {
 	}
 	ch := make(chan *dbus.Signal, 100)
 	conn.Signal(ch)
+	// The daemon sends its signals to the connections that called it
+	// (refused by the bus or not, it does not matter here).
+	_ = conn.Object(api.BusName, api.ManagerPath).Call(api.ManagerInterface+".ListSandboxes", 0).Err
 	fmt.Println("ready")
 	timeout := time.After(30 * time.Second)
 	for {

@@ -46,7 +46,7 @@ func (m manager) CreateSandbox(sender dbus.Sender, project string, opts map[stri
 		return "", "", s.end(r, sb.ID, dbusError(ErrorFailed, "created sandbox %q, whose id cannot name a D-Bus object", sb.ID))
 	}
 	s.mu.Lock()
-	s.announce(sb.ID, sb.State)
+	s.announce(sb.ID, sb.Owner, sb.State)
 	s.mu.Unlock()
 	return sb.ID, SandboxPath(sb.ID), s.end(r, sb.ID, nil)
 }
@@ -99,9 +99,9 @@ func (m manager) DestroySandbox(sender dbus.Sender, id string) *dbus.Error {
 	return s.end(r, id, s.destroy(r, id))
 }
 
-// ListProjects() -> a(sss): every project, by name: its name, its location
-// and where it comes from (config or added). Any caller may list them:
-// they are what CreateSandbox takes.
+// ListProjects() -> a(sss): the projects the caller may use, by name: its
+// name, its location and where it comes from (config or added). Root and
+// admins see every project.
 func (m manager) ListProjects(sender dbus.Sender) ([]ProjectEntry, *dbus.Error) {
 	s := m.s
 	r, derr := s.begin(sender, "ListProjects")
@@ -110,16 +110,32 @@ func (m manager) ListProjects(sender dbus.Sender) ([]ProjectEntry, *dbus.Error) 
 	}
 	out := []ProjectEntry{}
 	for _, p := range s.sup.Projects() {
+		if s.sup.MayUseProject(r.ctx, p.Name) != nil {
+			continue
+		}
 		out = append(out, ProjectEntry{Name: p.Name, Location: p.Location, Origin: p.Origin})
 	}
 	return out, s.end(r, "", nil)
 }
 
 // AddProject(s name, s location): registers a btrfs subvolume or a ZFS
-// dataset of the pool as a project; root and admins only.
+// dataset of the pool as a project; root and admins only. Who may use it
+// is its directory's owner (and its group if the directory is
+// group-writable), root and admins.
 func (m manager) AddProject(sender dbus.Sender, name, location string) *dbus.Error {
+	return m.addProject(sender, "AddProject", name, location, nil)
+}
+
+// AddProjectWithOptions(s name, s location, a{sv} options): AddProject
+// with options: Users (as) and Groups (as), names or numeric ids, who may
+// use the project instead of its directory's owner.
+func (m manager) AddProjectWithOptions(sender dbus.Sender, name, location string, opts map[string]dbus.Variant) *dbus.Error {
+	return m.addProject(sender, "AddProjectWithOptions", name, location, opts)
+}
+
+func (m manager) addProject(sender dbus.Sender, action, name, location string, opts map[string]dbus.Variant) *dbus.Error {
 	s := m.s
-	r, derr := s.begin(sender, "AddProject")
+	r, derr := s.begin(sender, action)
 	if derr != nil {
 		return derr
 	}
@@ -128,7 +144,11 @@ func (m manager) AddProject(sender dbus.Sender, name, location string) *dbus.Err
 		return s.end(r, "", dbusError(ErrorAccessDenied,
 			"adding project %q: uid %d may not add projects (only root and admins may: [access] admin_users, admin_groups)", name, r.who.uid))
 	}
-	if err := s.sup.AddProject(r.ctx, name, location); err != nil {
+	access, err := projectAccessOptions(opts)
+	if err != nil {
+		return s.end(r, "", dbusError(ErrorInvalidArgs, "adding project %q: %v", name, err))
+	}
+	if err := s.sup.AddProjectWith(r.ctx, name, location, access); err != nil {
 		return s.end(r, "", fromSupervisor(err))
 	}
 	return s.end(r, "", nil)

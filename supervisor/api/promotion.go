@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -25,37 +26,66 @@ type PromotionEntry struct {
 
 // Promote(a{sv} options) -> (s promotion) starts promoting the sandbox's
 // changes through the stages. Options: Force (b) applies over conflicts;
-// To (s) is the last stage to go to. It returns once the change set is
-// known and free of conflicts; the stages run on, and GetPromotion tells
-// where they are.
+// To (s) is the last stage to go to; AllowPrivileged (b), for an admin
+// only, lets set-id files, device nodes and files with capabilities
+// through (refused by default, naming each). It returns once the change
+// set is known and free of conflicts; the stages run on, and
+// GetPromotion tells where they are.
 func (o sandboxObject) Promote(sender dbus.Sender, msg dbus.Message, opts map[string]dbus.Variant) (string, *dbus.Error) {
-	var pid string
-	derr := o.onSandbox(sender, msg, "Promote", func(ctx context.Context, id string) error {
-		uid, _ := supervisor.CallerUID(ctx)
-		po := supervisor.PromoteOptions{Owner: uid}
-		for name, v := range opts {
-			switch name {
-			case "Force":
-				b, ok := v.Value().(bool)
-				if !ok {
-					return fmt.Errorf("option Force has type %s; want b: %w", v.Signature(), supervisor.ErrInvalid)
-				}
-				po.Force = b
-			case "To":
-				s, ok := v.Value().(string)
-				if !ok {
-					return fmt.Errorf("option To has type %s; want s: %w", v.Signature(), supervisor.ErrInvalid)
-				}
-				po.To = s
-			default:
-				return fmt.Errorf("unknown option %q (known: Force, To): %w", name, supervisor.ErrInvalid)
+	s := o.s
+	r, derr := s.begin(sender, "Promote")
+	if derr != nil {
+		return "", derr
+	}
+	id, derr := objectID(msg)
+	if derr != nil {
+		return "", s.end(r, "", derr)
+	}
+	if _, derr := s.lookup(r, id); derr != nil {
+		return "", s.end(r, id, derr)
+	}
+	po := supervisor.PromoteOptions{Owner: r.who.uid}
+	for name, v := range opts {
+		var err error
+		switch name {
+		case "Force":
+			err = boolOption(name, v, &po.Force)
+		case "AllowPrivileged":
+			err = boolOption(name, v, &po.AllowPrivileged)
+		case "To":
+			str, ok := v.Value().(string)
+			if !ok {
+				err = fmt.Errorf("option To has type %s; want s: %w", v.Signature(), supervisor.ErrInvalid)
 			}
+			po.To = str
+		default:
+			err = fmt.Errorf("unknown option %q (known: Force, To, AllowPrivileged): %w", name, supervisor.ErrInvalid)
 		}
-		p, err := o.s.sup.Promote(ctx, id, po)
-		pid = p.ID
-		return err
-	})
-	return pid, derr
+		if err != nil {
+			return "", s.end(r, id, fromSupervisor(err))
+		}
+	}
+	if po.AllowPrivileged && !r.who.admin {
+		return "", s.end(r, id, dbusError(ErrorAccessDenied,
+			"promoting sandbox %s: only an admin may allow set-id files, device nodes and file capabilities into a project; uid %d is not one", id, r.who.uid))
+	}
+	p, err := s.sup.Promote(r.ctx, id, po)
+	if errors.Is(err, supervisor.ErrPrivileged) {
+		return p.ID, s.end(r, id, dbus.NewError(ErrorAccessDenied, []any{err.Error()}))
+	}
+	if err != nil {
+		return p.ID, s.end(r, id, fromSupervisor(err))
+	}
+	return p.ID, s.end(r, id, nil)
+}
+
+func boolOption(name string, v dbus.Variant, b *bool) error {
+	x, ok := v.Value().(bool)
+	if !ok {
+		return fmt.Errorf("option %s has type %s; want b: %w", name, v.Signature(), supervisor.ErrInvalid)
+	}
+	*b = x
+	return nil
 }
 
 // visiblePromotion says whether the caller may see promotion p: its own,

@@ -40,6 +40,11 @@ type Server struct {
 	// out in the order its changes were seen.
 	mu    sync.Mutex
 	known map[string]state.State // id -> the state last announced
+	// aud is who hears each sandbox's signals: its owner and admins.
+	aud audience
+
+	// heavy bounds the calls that hold much memory or disk work at once.
+	heavy *heavyCalls
 }
 
 // serving holds the connections a Server uses: a second Server on the
@@ -69,7 +74,9 @@ func Serve(ctx context.Context, conn *dbus.Conn, sup *supervisor.Supervisor, acc
 		conn: conn, sup: sup, access: access, log: log,
 		ctx: callCtx, cancel: cancel,
 		known: map[string]state.State{},
+		heavy: newHeavyCalls(),
 	}
+	guardLog.Store(log)
 	ok := false
 	defer func() {
 		if !ok {
@@ -90,6 +97,7 @@ func Serve(ctx context.Context, conn *dbus.Conn, sup *supervisor.Supervisor, acc
 			continue
 		}
 		s.known[sb.ID] = sb.State
+		s.aud.setOwner(sb.ID, sb.Owner)
 	}
 	if err := s.export(); err != nil {
 		return nil, fmt.Errorf("serving %s: %w", BusName, err)
@@ -115,6 +123,8 @@ func (s *Server) export() error {
 		{sandboxObject{s}, SandboxPathPrefix, SandboxInterface, true},
 		{sandboxProperties{s}, SandboxPathPrefix, "org.freedesktop.DBus.Properties", true},
 		{sandboxIntrospectable{s}, SandboxPathPrefix, "org.freedesktop.DBus.Introspectable", true},
+		// Where the guard sends the calls it refuses (see ConnOptions).
+		{refuser{}, refusePath, refuseInterface, false},
 	}
 	for _, e := range exports {
 		var err error
@@ -133,6 +143,7 @@ func (s *Server) export() error {
 func (s *Server) unexport() {
 	_ = s.conn.Export(nil, ManagerPath, ManagerInterface)
 	_ = s.conn.Export(nil, ManagerPath, "org.freedesktop.DBus.Introspectable")
+	_ = s.conn.Export(nil, refusePath, refuseInterface)
 	for _, iface := range []string{SandboxInterface, "org.freedesktop.DBus.Properties", "org.freedesktop.DBus.Introspectable"} {
 		_ = s.conn.ExportSubtree(nil, SandboxPathPrefix, iface)
 	}
@@ -234,9 +245,16 @@ func (s *Server) begin(sender dbus.Sender, action string) (*request, *dbus.Error
 		s.log.Error("refused a call from an unidentified caller", "ACTION", action, "BUS_SENDER", string(sender), "error", err)
 		return nil, dbusError(ErrorAccessDenied, "%s: cannot tell who is calling: %v", action, err)
 	}
+	release, derr := s.heavy.acquire(action, who.uid)
+	if derr != nil {
+		s.calls.Done()
+		s.log.Warn("D-Bus call", "ACTION", action, "CALLER_UID", who.uid, "BUS_SENDER", who.name, "result", derr.Name, "error", derr.Error())
+		return nil, derr
+	}
 	// The supervisor writes the caller into its audit log.
-	ctx := supervisor.WithCaller(s.ctx, who.uid)
-	return &request{ctx: ctx, who: who, action: action, done: s.calls.Done}, nil
+	ctx := supervisor.WithIdentity(s.ctx, who.identity())
+	done := func() { release(); s.calls.Done() }
+	return &request{ctx: ctx, who: who, action: action, done: done}, nil
 }
 
 // end audits the call: who did what to which sandbox, and how it went.
@@ -277,7 +295,7 @@ func mutating(action string) bool {
 	switch action {
 	case "CreateSandbox", "DestroySandbox", "Destroy", "Freeze", "Thaw", "Exec", "ExecTerminal", "Signal",
 		"Checkpoint", "DeleteCheckpoint", "Rollback",
-		"AddProject", "RemoveProject":
+		"AddProject", "AddProjectWithOptions", "RemoveProject":
 		return true
 	}
 	return false
@@ -302,7 +320,7 @@ func (s *Server) SandboxChanged(ctx context.Context, id string) error {
 	case err != nil:
 		return fmt.Errorf("announcing a change of sandbox %s: %w", id, err)
 	}
-	s.announce(id, sb.State)
+	s.announce(id, sb.Owner, sb.State)
 	return nil
 }
 
@@ -319,7 +337,7 @@ func (s *Server) Sync(ctx context.Context) error {
 	for _, sb := range list {
 		if ValidID(sb.ID) {
 			seen[sb.ID] = true
-			s.announce(sb.ID, sb.State)
+			s.announce(sb.ID, sb.Owner, sb.State)
 		}
 	}
 	for id := range s.known {
@@ -330,33 +348,55 @@ func (s *Server) Sync(ctx context.Context) error {
 	return nil
 }
 
-// announce tells the bus that sandbox id exists in state st, if that is
-// news. s.mu must be held.
-func (s *Server) announce(id string, st state.State) {
+// announce tells the owner's and the admins' connections that sandbox
+// id, of owner, exists in state st, if that is news. s.mu must be held.
+func (s *Server) announce(id string, owner uint32, st state.State) {
 	old, known := s.known[id]
 	s.known[id] = st
+	s.aud.setOwner(id, owner)
 	switch {
 	case !known:
-		s.emit(ManagerPath, ManagerInterface+".SandboxNew", id, SandboxPath(id))
+		s.emit(owner, ManagerPath, ManagerInterface, "SandboxNew", id, SandboxPath(id))
 	case old != st:
-		s.emit(ManagerPath, ManagerInterface+".StateChanged", id, string(st))
-		s.emit(SandboxPath(id), "org.freedesktop.DBus.Properties.PropertiesChanged",
+		s.emit(owner, ManagerPath, ManagerInterface, "StateChanged", id, string(st))
+		s.emit(owner, SandboxPath(id), "org.freedesktop.DBus.Properties", "PropertiesChanged",
 			SandboxInterface, map[string]dbus.Variant{"State": dbus.MakeVariant(string(st))}, []string{})
 	}
 }
 
-// announceGone tells the bus that sandbox id is gone, if that is news.
-// s.mu must be held.
+// announceGone tells the owner's and the admins' connections that sandbox
+// id is gone, if that is news. s.mu must be held.
 func (s *Server) announceGone(id string) {
 	if _, known := s.known[id]; !known {
 		return
 	}
 	delete(s.known, id)
-	s.emit(ManagerPath, ManagerInterface+".SandboxRemoved", id, SandboxPath(id))
+	owner, ok := s.aud.owner(id)
+	if !ok {
+		owner = 0 // unknown: admins alone hear it
+	}
+	s.aud.forget(id)
+	s.emit(owner, ManagerPath, ManagerInterface, "SandboxRemoved", id, SandboxPath(id))
 }
 
-func (s *Server) emit(path dbus.ObjectPath, name string, values ...any) {
-	if err := s.conn.Emit(path, name, values...); err != nil {
-		s.log.Error("emitting a D-Bus signal", "signal", name, "path", string(path), "error", err)
+// emit sends a signal about a sandbox of owner to each connection that
+// may see it (audience): never broadcast, since its body names the
+// sandbox.
+func (s *Server) emit(owner uint32, path dbus.ObjectPath, iface, member string, values ...any) {
+	for _, dest := range s.aud.of(owner) {
+		msg := &dbus.Message{
+			Type: dbus.TypeSignal,
+			Headers: map[dbus.HeaderField]dbus.Variant{
+				dbus.FieldPath:        dbus.MakeVariant(path),
+				dbus.FieldInterface:   dbus.MakeVariant(iface),
+				dbus.FieldMember:      dbus.MakeVariant(member),
+				dbus.FieldDestination: dbus.MakeVariant(dest),
+				dbus.FieldSignature:   dbus.MakeVariant(dbus.SignatureOf(values...)),
+			},
+			Body: values,
+		}
+		if call := s.conn.Send(msg, nil); call.Err != nil {
+			s.log.Error("emitting a D-Bus signal", "signal", iface+"."+member, "path", string(path), "error", call.Err)
+		}
 	}
 }

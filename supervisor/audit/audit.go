@@ -12,6 +12,9 @@ import (
 	"path/filepath"
 	"sync"
 	"time"
+	"unicode/utf8"
+
+	"github.com/sandboxd/sandboxd/internal/termsafe"
 )
 
 // Entry is one line of the log.
@@ -63,6 +66,24 @@ type Check struct {
 	Duration string `json:"duration"`
 }
 
+// MaxField bounds a free-text field of a line (Command, Error): a caller
+// must not make the root daemon write and sync megabytes per call.
+const MaxField = 4096
+
+// Truncate cuts s to at most limit bytes (on a UTF-8 boundary), ending what
+// it cut with a marker that says how much was left out.
+func Truncate(s string, limit int) string {
+	if len(s) <= limit {
+		return s
+	}
+	marker := fmt.Sprintf("... [cut: %d bytes in all]", len(s))
+	cut := limit - len(marker)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:max(cut, 0)] + marker
+}
+
 // Log is the open audit file. A nil *Log records nothing.
 type Log struct {
 	mu sync.Mutex
@@ -89,11 +110,15 @@ func (l *Log) Record(e Entry) error {
 	if e.Time.IsZero() {
 		e.Time = time.Now().UTC()
 	}
+	e.Command = Truncate(e.Command, MaxField)
+	e.Error = Truncate(e.Error, MaxField)
 	line, err := json.Marshal(e)
 	if err != nil {
 		return err
 	}
-	line = append(line, '\n')
+	// encoding/json leaves DEL, C1 and bidi controls raw: a sandbox-made
+	// name must not reach an admin's terminal through `cat audit.log`.
+	line = append(termsafe.JSON(line), '\n')
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if _, err := l.f.Write(line); err != nil {

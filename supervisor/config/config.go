@@ -148,8 +148,18 @@ type Limits struct {
 	OnUserLimit string `toml:"on_user_limit"`
 	// MaxMemory caps the sum of the live sandboxes' MemoryMax.
 	MaxMemory Size `toml:"max_memory"`
-	// DefaultMemoryMax is given to a sandbox created without a MemoryMax.
+	// DefaultMemoryMax is given to a sandbox created without a MemoryMax
+	// (its own or its profile's); 0: derived from the host, a quarter of
+	// its memory and at most 4GiB.
 	DefaultMemoryMax Size `toml:"default_memory_max"`
+	// DefaultTasksMax is given to a sandbox created without a TasksMax;
+	// 0: derived, 4096 (less on a host whose pid_max is small).
+	DefaultTasksMax int `toml:"default_tasks_max"`
+	// DefaultDiskQuota is given to a sandbox created without a disk
+	// quota; 0: derived, a tenth of the pool's size.
+	DefaultDiskQuota Size `toml:"default_disk_quota"`
+	// MaxCheckpoints caps one sandbox's checkpoints; 0: 32.
+	MaxCheckpoints int `toml:"max_checkpoints"`
 	// DefaultTTL is given to a sandbox created without a time to live;
 	// MaxTTL bounds any.
 	DefaultTTL Duration `toml:"default_ttl"`
@@ -190,6 +200,11 @@ type Project struct {
 	Name    string `toml:"name"`
 	Path    string `toml:"path"`    // a btrfs subvolume
 	Dataset string `toml:"dataset"` // a ZFS dataset
+	// Users and Groups (names or numeric ids) may use the project, besides
+	// root and admins. With neither, its directory's owner may, and its
+	// group's members when the directory is group-writable.
+	Users  []string `toml:"users"`
+	Groups []string `toml:"groups"`
 }
 
 // Default returns the configuration that applies with no file, and whose
@@ -225,6 +240,9 @@ func Default() *Config {
 			HiddenPaths: []string{
 				"/root", "/home", "/var/lib/sandboxd", "/var/log/sandboxd",
 				"/etc/sandboxd", "/etc/shadow", "/etc/gshadow", "/etc/ssh",
+				"/etc/shadow-", "/etc/gshadow-", "/etc/security/opasswd",
+				"/etc/sudoers", "/etc/sudoers.d", "/etc/ssl/private",
+				"/etc/krb5.keytab", "/var/backups", "/var/lib/sudo",
 			},
 			ReadonlyPaths:  []string{},
 			DefaultProfile: ProfileDefault,

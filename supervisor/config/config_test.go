@@ -49,7 +49,7 @@ func TestRepoConfigExamples(t *testing.T) {
 	want := Default()
 	want.Storage.Btrfs.Root = "/srv/sandboxd"
 	want.Storage.ZFS.Root = "tank/sandboxd"
-	want.Projects = []Project{{Name: "web", Path: "/srv/web"}, {Name: "data", Dataset: "tank/data"}}
+	want.Projects = []Project{{Name: "web", Path: "/srv/web", Users: []string{"alice", "1001"}, Groups: []string{"webdev"}}, {Name: "data", Dataset: "tank/data"}}
 	// The built-in profiles, written out as they are, and one more.
 	want.Profiles = builtinProfiles()
 	want.Profiles["build"] = Profile{
@@ -61,8 +61,8 @@ func TestRepoConfigExamples(t *testing.T) {
 	}
 	want.Stages = []Stage{
 		{Name: "project", Target: "project", Checks: []string{"make test"}, CheckTimeout: Duration(10 * time.Minute), Approval: "auto"},
-		{Name: "staging", Target: "/srv/staging/{project}", Checks: []string{"make smoke"}},
-		{Name: "production", Target: "ssh://deploy@prod.example.com/srv/{project}", Checks: []string{"make smoke"}, Approval: "admin",
+		{Name: "staging", Target: "/srv/staging/{project}"},
+		{Name: "production", Target: "ssh://deploy@prod.example.com/srv/{project}", Approval: "admin",
 			SSHOptions: []string{"-i", "/etc/sandboxd/id_ed25519", "-o", "UserKnownHostsFile=/etc/sandboxd/known_hosts"}},
 	}
 	if !reflect.DeepEqual(c, want) {
@@ -249,6 +249,10 @@ func TestParseBad(t *testing.T) {
 			[]string{"x.toml:5:", "is taken by stage[0]"}},
 		{"bad approval", "[[stage]]\nname = \"a\"\ntarget = \"project\"\napproval = \"maybe\"\n",
 			[]string{"x.toml:4:", "stage[0].approval", "maybe"}},
+		{"checks on a path stage", "[[stage]]\nname = \"a\"\ntarget = \"project\"\nchecks = [\"true\"]\n[[stage]]\nname = \"staging\"\ntarget = \"/srv/s\"\nchecks = [\"sh check.sh\"]\n",
+			[]string{"x.toml:8:", "stage[1].checks", "the checks of stage staging (target /srv/s) would run outside a sandbox: not supported; put checks on the project stage"}},
+		{"checks on an ssh stage", "[[stage]]\nname = \"a\"\ntarget = \"project\"\n[[stage]]\nname = \"prod\"\ntarget = \"ssh://h/srv/p\"\nchecks = [\"make smoke\"]\n",
+			[]string{"stage[1].checks", "the checks of stage prod (target ssh://h/srv/p) would run outside a sandbox"}},
 		{"empty check", "[[stage]]\nname = \"a\"\ntarget = \"project\"\nchecks = [\" \"]\n",
 			[]string{"x.toml:4:", "empty command"}},
 

@@ -15,7 +15,9 @@ func TestSandboxDefaults(t *testing.T) {
 	c := Default()
 	want := Sandbox{
 		HiddenPaths: []string{"/root", "/home", "/var/lib/sandboxd", "/var/log/sandboxd",
-			"/etc/sandboxd", "/etc/shadow", "/etc/gshadow", "/etc/ssh"},
+			"/etc/sandboxd", "/etc/shadow", "/etc/gshadow", "/etc/ssh",
+			"/etc/shadow-", "/etc/gshadow-", "/etc/security/opasswd", "/etc/sudoers", "/etc/sudoers.d",
+			"/etc/ssl/private", "/etc/krb5.keytab", "/var/backups", "/var/lib/sudo"},
 		ReadonlyPaths:  []string{},
 		DefaultProfile: "default",
 	}

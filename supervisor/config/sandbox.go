@@ -35,7 +35,8 @@ const (
 
 // The built-in profiles, which exist without a [profile.NAME] in the file.
 const (
-	// ProfileDefault: no network, no limits beyond [limits].
+	// ProfileDefault: no network, the limits of [limits] (which the
+	// daemon derives from the host and the pool when they are 0).
 	ProfileDefault = "default"
 	// ProfileUntrusted: no network, and tight limits.
 	ProfileUntrusted = "untrusted"
@@ -57,7 +58,8 @@ type Profile struct {
 	// NetworkAllowlist. Config checks only that each has a ":"; the proxy
 	// parses them.
 	Allow []string `toml:"allow"`
-	// MemoryMax caps the sandbox's memory; 0 means no cap.
+	// MemoryMax caps the sandbox's memory; 0 or unset: [limits]'s
+	// default.
 	MemoryMax *Size `toml:"memory_max"`
 	// TasksMax caps the sandbox's processes and threads; 1 or more.
 	TasksMax *int `toml:"tasks_max"`
@@ -66,7 +68,8 @@ type Profile struct {
 	// RuntimeMax bounds how long the sandbox's processes run before they
 	// are stopped; 0 means no bound.
 	RuntimeMax *Duration `toml:"runtime_max"`
-	// DiskQuota caps what the sandbox writes to its layer; 0 means no cap.
+	// DiskQuota caps what the sandbox writes to its layer; 0 or unset:
+	// [limits]'s default.
 	DiskQuota *Size `toml:"disk_quota"`
 	// TTL is the sandbox's time to live; 0 means none.
 	TTL *Duration `toml:"ttl"`
@@ -106,8 +109,11 @@ func builtinProfiles() map[string]Profile {
 
 // Profile finds the profile called name: the file's [profile.NAME], or a
 // built-in one of that name ("default", "untrusted", "trusted"), which a
-// file's profile of the same name replaces whole. The Profile returned is
-// a copy: changing it changes nothing in c.
+// file's profile of the same name replaces whole. A tasks_max or
+// disk_quota it leaves out is [limits]'s default_tasks_max or
+// default_disk_quota when those are set (not 0; the daemon derives the
+// rest from the host). The Profile returned is a copy: changing it
+// changes nothing in c.
 func (c *Config) Profile(name string) (Profile, bool) {
 	p, ok := c.Profiles[name]
 	if !ok {
@@ -116,7 +122,14 @@ func (c *Config) Profile(name string) (Profile, bool) {
 	if !ok {
 		return Profile{}, false
 	}
-	return p.clone(), true
+	p = p.clone()
+	if p.TasksMax == nil && c.Limits.DefaultTasksMax > 0 {
+		p.TasksMax = new(c.Limits.DefaultTasksMax)
+	}
+	if p.DiskQuota == nil && c.Limits.DefaultDiskQuota > 0 {
+		p.DiskQuota = new(c.Limits.DefaultDiskQuota)
+	}
+	return p, true
 }
 
 // ProfileNames lists every profile there is, built-in or the file's, in

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"path"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -37,6 +38,10 @@ func (v *validator) add(line int, key string, cause error, format string, args .
 	v.errs = append(v.errs, &Error{File: v.file, Line: line, Key: key, Msg: fmt.Sprintf(format, args...), Err: cause})
 }
 
+// accountName is a user or group in a project's users and groups: a
+// number, or a name as useradd(8) takes it.
+var accountName = regexp.MustCompile(`^(?:[0-9]+|[a-zA-Z_][a-zA-Z0-9_.-]{0,31}\$?)$`)
+
 // projectLine is where key is set in project i, or its header with key "".
 func (v *validator) projectLine(i int, key string) int {
 	var rest toml.Key
@@ -69,9 +74,10 @@ func (c *Config) validate(file string, w *where) error {
 	for _, n := range []struct {
 		key string
 		val int
-	}{{"max_sandboxes", l.MaxSandboxes}, {"max_sandboxes_per_user", l.MaxSandboxesPerUser}} {
+	}{{"max_sandboxes", l.MaxSandboxes}, {"max_sandboxes_per_user", l.MaxSandboxesPerUser},
+		{"default_tasks_max", l.DefaultTasksMax}, {"max_checkpoints", l.MaxCheckpoints}} {
 		if n.val < 0 {
-			v.add(w.line("limits", n.key), "limits."+n.key, nil, "limits.%s = %d is negative: want 0 (no cap) or more", n.key, n.val)
+			v.add(w.line("limits", n.key), "limits."+n.key, nil, "limits.%s = %d is negative: want 0 or more", n.key, n.val)
 		}
 	}
 	v.oneOf(w.line("limits", "on_user_limit"), "limits.on_user_limit", l.OnUserLimit, []string{OnUserLimitRefuse, OnUserLimitDestroyOldest})
@@ -139,6 +145,17 @@ func (c *Config) validate(file string, w *where) error {
 		default:
 			v.add(v.projectLine(i, ""), elemName(toml.Key{"project"}, i, nil), nil,
 				"project[%d] (%q) has neither path nor dataset: %s", i, p.Name, which)
+		}
+		for _, l := range []struct {
+			key   string
+			names []string
+		}{{"users", p.Users}, {"groups", p.Groups}} {
+			for _, n := range l.names {
+				if !accountName.MatchString(n) {
+					v.add(v.projectLine(i, l.key), key(l.key), nil,
+						"%s: %q is not a name or a numeric id (a name as useradd takes it: letters, digits, '_', '.', '-', at most 32)", key(l.key), n)
+				}
+			}
 		}
 	}
 
@@ -321,6 +338,12 @@ func (v *validator) stages(c *Config) {
 			if strings.TrimSpace(ch) == "" {
 				v.add(line("checks"), key("checks"), nil, "%s holds an empty command", key("checks"))
 			}
+		}
+		if st.Target != TargetProject && len(st.Checks) > 0 {
+			// They would run outside any sandbox, as root here or as the
+			// ssh user there, executing files the sandbox wrote.
+			v.add(line("checks"), key("checks"), nil, "%s: the checks of stage %s (target %s) would run outside a sandbox: not supported; put checks on the project stage",
+				key("checks"), st.Name, st.Target)
 		}
 		if st.CheckTimeout < 0 {
 			v.add(line("check_timeout"), key("check_timeout"), nil, "%s is negative", key("check_timeout"))

@@ -2,6 +2,7 @@ package egress
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,9 +12,11 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -32,6 +35,14 @@ const (
 	// lingerTimeout bounds waiting, after an error reply, for the client
 	// to close.
 	lingerTimeout = 500 * time.Millisecond
+
+	// DefaultMaxConns is how many connections one sandbox may have open
+	// through its proxy at once: each holds two descriptors and a few
+	// goroutines of the root daemon.
+	DefaultMaxConns = 256
+	// DefaultIdleTimeout closes a tunnel or request that moved no byte,
+	// either way, for this long.
+	DefaultIdleTimeout = 5 * time.Minute
 )
 
 // Resolver looks up the addresses of a name; *net.Resolver is one.
@@ -50,9 +61,10 @@ type Dialer interface {
 //
 // The decision is made on the name the sandbox asked for; the proxy then
 // resolves it (the sandbox has no DNS) and dials exactly the addresses it
-// checked. A name must not be a way to reach the host's own loopback, so a
-// name rule never lets through a loopback, link-local, unspecified or
-// multicast address: only an address or network rule covering it does.
+// checked. A name must not be a way to reach the host or its private
+// networks (a name anyone can point anywhere, as *.nip.io does), so a name
+// rule never lets through an address that is not Public, nor one of the
+// host's own: only an address or network rule covering it does.
 type Proxy struct {
 	Allow Allowlist
 	// Log receives one line for each connection allowed or refused;
@@ -65,6 +77,15 @@ type Proxy struct {
 	// Dialer connects to allowed addresses; a net.Dialer with a 10 s
 	// timeout if nil.
 	Dialer Dialer
+	// MaxConns bounds the connections served at once (DefaultMaxConns
+	// if 0); one more is answered 503 and closed.
+	MaxConns int
+	// IdleTimeout closes a connection that moved no byte either way for
+	// that long (DefaultIdleTimeout if 0).
+	IdleTimeout time.Duration
+	// HostAddrs lists the host's own addresses, which a name rule never
+	// lets through; the addresses of the daemon's interfaces if nil.
+	HostAddrs func() ([]netip.Addr, error)
 }
 
 // Serve accepts connections on ln and serves each in its own goroutine,
@@ -78,6 +99,11 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
 	defer cancel()
 	context.AfterFunc(ctx, func() { ln.Close() })
 
+	maxConns := p.MaxConns
+	if maxConns <= 0 {
+		maxConns = DefaultMaxConns
+	}
+	slots := make(chan struct{}, maxConns)
 	var backoff time.Duration
 	for {
 		c, err := ln.Accept()
@@ -100,8 +126,36 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
 			continue
 		}
 		backoff = 0
-		wg.Go(func() { p.serveConn(ctx, c) })
+		select {
+		case slots <- struct{}{}:
+		default:
+			p.refuseBusy(c, maxConns)
+			continue
+		}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			p.serveConn(ctx, c)
+		})
 	}
+}
+
+// refuseBusy answers a connection past the cap 503 and closes it, without
+// waiting on the client: a sandbox that opens connections without end
+// must not make the accept loop wait for each.
+func (p *Proxy) refuseBusy(c net.Conn, maxConns int) {
+	p.log().Warn("egress refused", "SANDBOX_ID", p.Sandbox, "ACTION", "connect",
+		"reason", fmt.Sprintf("too many connections: %d open, the most a sandbox may have", maxConns))
+	body := fmt.Sprintf("sandboxd egress proxy: too many connections: this sandbox has %d open, the most it may have; close some and retry\n", maxConns)
+	c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+	fmt.Fprintf(c, "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\nRetry-After: 1\r\nConnection: close\r\n\r\n%s", len(body), body)
+	c.Close()
+}
+
+func (p *Proxy) idleTimeout() time.Duration {
+	if p.IdleTimeout > 0 {
+		return p.IdleTimeout
+	}
+	return DefaultIdleTimeout
 }
 
 func isTemporary(err error) bool {
@@ -128,7 +182,10 @@ func (p *Proxy) serveConn(ctx context.Context, c net.Conn) {
 	defer stop()
 
 	c.SetReadDeadline(time.Now().Add(headerTimeout))
-	lr := &io.LimitedReader{R: c, N: maxHeaderBytes}
+	// The header's bytes are kept: ReadRequest drops the Host header of
+	// a request with an absolute URL, which the proxy must compare.
+	var head bytes.Buffer
+	lr := &io.LimitedReader{R: io.TeeReader(c, &head), N: maxHeaderBytes}
 	br := bufio.NewReader(lr)
 	req, err := http.ReadRequest(br)
 	if err != nil {
@@ -145,6 +202,29 @@ func (p *Proxy) serveConn(ctx context.Context, c net.Conn) {
 	}
 	lr.N = math.MaxInt64
 	c.SetReadDeadline(time.Time{})
+	// From here on the connection lives while bytes move, either way;
+	// idle, it is closed (and with it the connection to the origin).
+	act := newActivity()
+	var origin net.Conn
+	var originMu sync.Mutex
+	stopIdle := act.watch(ctx, p.idleTimeout(), func() {
+		p.log().Info("egress closed an idle connection", "SANDBOX_ID", p.Sandbox, "ACTION", "connect", "idle", p.idleTimeout().String())
+		c.Close()
+		originMu.Lock()
+		if origin != nil {
+			origin.Close()
+		}
+		originMu.Unlock()
+	})
+	defer stopIdle()
+	track := func(u net.Conn) net.Conn {
+		originMu.Lock()
+		defer originMu.Unlock()
+		origin = u
+		return &activeConn{Conn: u, act: act}
+	}
+	c = &activeConn{Conn: c, act: act}
+	lr.R = c
 
 	if req.Method == http.MethodConnect {
 		host, port, err := net.SplitHostPort(req.URL.Host)
@@ -154,7 +234,7 @@ func (p *Proxy) serveConn(ctx context.Context, c net.Conn) {
 		}
 		if up := p.open(ctx, c, req.Method, host, port); up != nil {
 			defer up.Close()
-			tunnel(c, br, up)
+			tunnel(c, br, track(up))
 		}
 		return
 	}
@@ -164,9 +244,17 @@ func (p *Proxy) serveConn(ctx context.Context, c net.Conn) {
 		if port == "" {
 			port = "80"
 		}
+		// The origin serves the Host the request names: a Host other
+		// than the URL's would reach a virtual host the allowlist never
+		// allowed, at an address it did.
+		if h, ok := hostHeader(head.Bytes()); !ok || h != "" && !sameHost(h, req.URL.Host) {
+			p.refuse(c, http.StatusBadRequest, req.Method, net.JoinHostPort(req.URL.Hostname(), port),
+				"the Host header %q names another host than the URL %q", h, req.URL.Host)
+			return
+		}
 		if up := p.open(ctx, c, req.Method, req.URL.Hostname(), port); up != nil {
 			defer up.Close()
-			p.forward(ctx, c, req, net.JoinHostPort(req.URL.Hostname(), port), up)
+			p.forward(ctx, c, req, net.JoinHostPort(req.URL.Hostname(), port), track(up))
 		}
 	case req.URL.Host != "":
 		p.refuse(c, http.StatusBadRequest, req.Method, "", "only http:// URLs can be proxied as plain requests; use CONNECT for %s", req.URL.Scheme)
@@ -198,7 +286,7 @@ func (p *Proxy) open(ctx context.Context, c net.Conn, method, host, portText str
 		return nil
 	}
 	if len(addrs) == 0 {
-		p.refuse(c, http.StatusForbidden, method, target, "%s resolves only to loopback, link-local, unspecified or multicast addresses, which a name in the allowlist does not allow (only an IP or CIDR entry does)", host)
+		p.refuse(c, http.StatusForbidden, method, target, "%s resolves only to private, loopback, link-local, multicast or the host's own addresses, which a name in the allowlist does not allow (only an IP or CIDR entry naming them does)", host)
 		return nil
 	}
 	p.log().Info("egress allowed", append(attrs, "rule", rule.String())...)
@@ -229,16 +317,46 @@ func (p *Proxy) addresses(ctx context.Context, rule Rule, host string, port int)
 	if err != nil {
 		return nil, fmt.Errorf("resolving %s: %w", name, err)
 	}
+	own, err := p.hostAddrs()
+	if err != nil {
+		return nil, fmt.Errorf("reading the host's own addresses: %w", err)
+	}
 	var addrs []netip.Addr
 	for _, a := range resolved {
 		a = a.Unmap()
-		special := a.IsLoopback() || a.IsLinkLocalUnicast() || a.IsUnspecified() || a.IsMulticast()
-		if _, ok := p.Allow.matchAddr(a, port); special && !ok {
-			continue
+		if _, ok := p.Allow.matchAddr(a, port); !Public(a) || slices.Contains(own, a) {
+			if !ok {
+				continue
+			}
 		}
 		addrs = append(addrs, a)
 	}
 	return addrs, nil
+}
+
+func (p *Proxy) hostAddrs() ([]netip.Addr, error) {
+	if p.HostAddrs != nil {
+		return p.HostAddrs()
+	}
+	return InterfaceAddrs()
+}
+
+// InterfaceAddrs lists the addresses of the interfaces of the calling
+// process's network namespace: the daemon's, the host's own.
+func InterfaceAddrs() ([]netip.Addr, error) {
+	ifaddrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil, err
+	}
+	var out []netip.Addr
+	for _, ia := range ifaddrs {
+		if n, ok := ia.(*net.IPNet); ok {
+			if a, ok := netip.AddrFromSlice(n.IP); ok {
+				out = append(out, a.Unmap())
+			}
+		}
+	}
+	return out, nil
 }
 
 func (p *Proxy) resolver() Resolver {
@@ -340,6 +458,7 @@ func (p *Proxy) forward(ctx context.Context, c net.Conn, req *http.Request, targ
 
 	out := req.Clone(ctx)
 	out.RequestURI = ""
+	out.Host = req.URL.Host // the host checked, whatever the client said
 	removeHopHeaders(out.Header)
 	if _, ok := out.Header["User-Agent"]; !ok {
 		out.Header.Set("User-Agent", "") // send none rather than Go's
@@ -355,6 +474,45 @@ func (p *Proxy) forward(ctx context.Context, c net.Conn, req *http.Request, targ
 	resp.Proto, resp.ProtoMajor, resp.ProtoMinor = "HTTP/1.1", 1, 1
 	resp.Close = true
 	resp.Write(c)
+}
+
+// hostHeader returns the value of the Host header in head, the raw bytes
+// of a request (and perhaps what follows it), "" if there is none; ok is
+// false when there are several.
+func hostHeader(head []byte) (host string, ok bool) {
+	// HTTP/1 parsers also take a bare LF as a line's end.
+	text := strings.ReplaceAll(string(head), "\r\n", "\n")
+	if end := strings.Index(text, "\n\n"); end >= 0 {
+		text = text[:end]
+	}
+	lines := strings.Split(text, "\n")
+	n := 0
+	for _, l := range lines[min(1, len(lines)):] {
+		name, value, found := strings.Cut(l, ":")
+		if found && strings.EqualFold(strings.TrimSpace(name), "Host") {
+			host = strings.TrimSpace(value)
+			n++
+		}
+	}
+	return host, n <= 1
+}
+
+// sameHost reports whether two HOST[:PORT] of plain HTTP name the same
+// place: names compared without case and a trailing dot, port 80 the
+// default.
+func sameHost(a, b string) bool {
+	norm := func(h string) string {
+		host, port, err := net.SplitHostPort(h)
+		if err != nil {
+			host, port = h, ""
+		}
+		if port == "" {
+			port = "80"
+		}
+		host = strings.TrimSuffix(strings.ToLower(strings.Trim(host, "[]")), ".")
+		return net.JoinHostPort(host, port)
+	}
+	return norm(a) == norm(b)
 }
 
 // hopHeaders concern one connection, not the request: a proxy drops them.
@@ -374,4 +532,69 @@ func removeHopHeaders(h http.Header) {
 			delete(h, name)
 		}
 	}
+}
+
+// activity is when bytes last moved on a proxied connection, either way.
+type activity struct{ last atomic.Int64 }
+
+func newActivity() *activity {
+	a := &activity{}
+	a.touch()
+	return a
+}
+
+func (a *activity) touch() { a.last.Store(time.Now().UnixNano()) }
+
+// watch calls idle once no byte moved for timeout, unless stop was called
+// first.
+func (a *activity) watch(ctx context.Context, timeout time.Duration, idle func()) (stop func()) {
+	ctx, stop = context.WithCancel(ctx)
+	tick := max(timeout/4, 5*time.Millisecond)
+	go func() {
+		t := time.NewTicker(tick)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if time.Since(time.Unix(0, a.last.Load())) >= timeout {
+					idle()
+					return
+				}
+			}
+		}
+	}()
+	return stop
+}
+
+// activeConn notes each read and write of its connection.
+type activeConn struct {
+	net.Conn
+	act *activity
+}
+
+func (c *activeConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if n > 0 {
+		c.act.touch()
+	}
+	return n, err
+}
+
+func (c *activeConn) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	if n > 0 {
+		c.act.touch()
+	}
+	return n, err
+}
+
+// CloseWrite passes a half close on, as the proxy does at the end of one
+// direction.
+func (c *activeConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return errors.New("the connection cannot be half closed")
 }

@@ -407,7 +407,8 @@ func TestProxyDialsCheckedAddresses(t *testing.T) {
 		},
 	}}
 	dialer := &recordingDialer{to: echo, fail: []string{"192.0.2.1:443"}}
-	proxy, logs, _, _ := startProxy(t, &Proxy{Allow: allow(t, "*.example:443"), Resolver: resolver, Dialer: dialer})
+	noHostAddrs := func() ([]netip.Addr, error) { return nil, nil } // this machine may have 192.0.2.2
+	proxy, logs, _, _ := startProxy(t, &Proxy{Allow: allow(t, "*.example:443"), Resolver: resolver, Dialer: dialer, HostAddrs: noHostAddrs})
 	c, br, resp := connect(t, proxy, "Mixed.Example:443")
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("CONNECT: %s", resp.Status)

@@ -31,6 +31,11 @@ type Rule struct {
 // not example.com itself), an IPv4 address, a bracketed IPv6 address
 // ([::1]), or a CIDR network (10.0.0.0/8, [fd00::/8]). PORT is 1 to 65535,
 // or * for any port.
+//
+// A name reaches only Public addresses that are not the host's own;
+// private, shared and host addresses need an address or network rule.
+// Loopback and unspecified addresses need a rule within their own network
+// (127.0.0.1, 127.0.0.0/8, [::1]): 0.0.0.0/0 does not include them.
 func ParseRule(s string) (Rule, error) {
 	bad := func(format string, args ...any) (Rule, error) {
 		return Rule{}, fmt.Errorf("%w %q: %s", ErrBadRule, s, fmt.Sprintf(format, args...))
@@ -232,13 +237,70 @@ func (a Allowlist) Match(host string, port int) (Rule, bool) {
 }
 
 // matchAddr returns the first address or network rule allowing addr:port.
+// A loopback or unspecified address is allowed only by a rule that names
+// it or a part of its own network (127.0.0.1, 127.0.0.0/8, [::1]): a wide
+// network such as 0.0.0.0/0 means the world, not the host itself.
 func (a Allowlist) matchAddr(addr netip.Addr, port int) (Rule, bool) {
+	own, named := namedOnly(addr)
 	for _, r := range a {
-		if r.net.IsValid() && r.net.Contains(addr) && r.matchesPort(port) {
-			return r, true
+		if !r.net.IsValid() || !r.net.Contains(addr) || !r.matchesPort(port) {
+			continue
 		}
+		if named && (r.net.Bits() < own.Bits() || !own.Contains(r.net.Addr())) {
+			continue
+		}
+		return r, true
 	}
 	return Rule{}, false
+}
+
+// The networks whose addresses only a rule within them allows.
+var namedNets = []netip.Prefix{
+	netip.MustParsePrefix("127.0.0.0/8"),
+	netip.MustParsePrefix("0.0.0.0/8"),
+	netip.MustParsePrefix("::1/128"),
+	netip.MustParsePrefix("::/128"),
+}
+
+func namedOnly(addr netip.Addr) (netip.Prefix, bool) {
+	for _, n := range namedNets {
+		if n.Contains(addr) {
+			return n, true
+		}
+	}
+	return netip.Prefix{}, false
+}
+
+// notPublic are the networks, besides loopback, link-local, multicast
+// and unspecified, that a name rule never reaches: private (RFC 1918),
+// shared (CGNAT, RFC 6598), unique local (fc00::/7), "this network"
+// (0.0.0.0/8), and the IPv4 broadcast address.
+var notPublic = []netip.Prefix{
+	netip.MustParsePrefix("10.0.0.0/8"),
+	netip.MustParsePrefix("172.16.0.0/12"),
+	netip.MustParsePrefix("192.168.0.0/16"),
+	netip.MustParsePrefix("100.64.0.0/10"),
+	netip.MustParsePrefix("0.0.0.0/8"),
+	netip.MustParsePrefix("255.255.255.255/32"),
+	netip.MustParsePrefix("fc00::/7"),
+}
+
+// Public reports whether addr is an address of the Internet at large,
+// which a name rule may reach: not loopback, link-local, multicast,
+// unspecified, private, shared (CGNAT) or unique local. (The host's own
+// addresses are the proxy's to exclude: they depend on the host.)
+func Public(addr netip.Addr) bool {
+	addr = addr.Unmap()
+	if !addr.IsValid() || addr.IsLoopback() || addr.IsLinkLocalUnicast() || addr.IsLinkLocalMulticast() ||
+		addr.IsInterfaceLocalMulticast() || addr.IsMulticast() || addr.IsUnspecified() || addr.IsPrivate() {
+		return false
+	}
+	for _, n := range notPublic {
+		if n.Contains(addr) {
+			return false
+		}
+	}
+	return true
 }
 
 // parseHost reads host, the host of a request, as an address or else as a

@@ -14,16 +14,59 @@ import (
 	"unicode"
 
 	sdjournal "github.com/coreos/go-systemd/v22/journal"
+
+	"github.com/sandboxd/sandboxd/internal/termsafe"
 )
 
 // NewHandler returns the journal handler when the process's stderr is
 // connected to the journal, and a text handler on w otherwise.
+//
+// Either way an attribute named "argv" (a command line, joined by spaces)
+// is shortened to its program and its size: commands' arguments may hold
+// secrets (a token, a password), the journal is read by more than root,
+// and the whole command line is in the root-only audit log.
 func NewHandler(w io.Writer, level slog.Leveler) slog.Handler {
 	if ok, _ := sdjournal.StderrIsJournalStream(); ok && sdjournal.Enabled() {
 		return &handler{level: level}
 	}
-	return slog.NewTextHandler(w, &slog.HandlerOptions{Level: level})
+	return redacting{slog.NewTextHandler(w, &slog.HandlerOptions{Level: level, ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+		return redact(a)
+	}})}
 }
+
+// ArgvKey is the attribute that NewHandler's handlers shorten.
+const ArgvKey = "argv"
+
+// redact shortens an argv attribute to "PROGRAM (N bytes)".
+func redact(a slog.Attr) slog.Attr {
+	if a.Key != ArgvKey && !strings.HasSuffix(a.Key, "_"+ArgvKey) {
+		return a
+	}
+	var line string
+	switch v := a.Value.Resolve().Any().(type) {
+	case []string:
+		line = strings.Join(v, " ")
+	default:
+		line = a.Value.Resolve().String()
+	}
+	program, _, _ := strings.Cut(line, " ")
+	return slog.String(a.Key, fmt.Sprintf("%s (%d bytes)", program, len(line)))
+}
+
+// redacting shortens the argv attributes given with WithAttrs, which the
+// text handler's ReplaceAttr does not see before they are formatted...
+// it does; this only keeps the groups' keys plain for redact.
+type redacting struct{ slog.Handler }
+
+func (r redacting) WithAttrs(attrs []slog.Attr) slog.Handler {
+	out := make([]slog.Attr, len(attrs))
+	for i, a := range attrs {
+		out[i] = redact(a)
+	}
+	return redacting{r.Handler.WithAttrs(out)}
+}
+
+func (r redacting) WithGroup(name string) slog.Handler { return redacting{r.Handler.WithGroup(name)} }
 
 type handler struct {
 	level  slog.Leveler
@@ -59,6 +102,7 @@ func prefixed(prefix string, attrs []slog.Attr) []slog.Attr {
 func (h *handler) Handle(_ context.Context, r slog.Record) error {
 	vars := map[string]string{}
 	add := func(a slog.Attr) {
+		a = redact(a)
 		if key := fieldName(a.Key); key != "" {
 			vars[key] = a.Value.Resolve().String()
 		}
@@ -71,10 +115,12 @@ func (h *handler) Handle(_ context.Context, r slog.Record) error {
 		return true
 	})
 	// The message shows the fields too, for a plain `journalctl -u`.
-	msg := r.Message
+	// Values carry what sandboxes named (paths, a check's error): escaped,
+	// so that none shows as an escape sequence or a line of its own there.
+	msg := termsafe.Line(r.Message)
 	var extra []string
 	for k, v := range vars {
-		extra = append(extra, k+"="+v)
+		extra = append(extra, k+"="+termsafe.Line(v))
 	}
 	if len(extra) > 0 {
 		slices.Sort(extra)

@@ -28,7 +28,11 @@ func build(spec *Spec) (*net.UnixListener, error) {
 		return nil, err
 	}
 	defer r.close()
-	for _, step := range []func(*root) error{mountProc, mountDev, maskProc, mountSys, mountScratch} {
+	scratch := scratchOptions(spec.ScratchSize)
+	for _, step := range []func(*root) error{
+		mountProc, func(r *root) error { return mountDev(r, scratch) }, maskProc, mountSys, maskSys,
+		func(r *root) error { return mountScratch(r, scratch) },
+	} {
 		if err := step(r); err != nil {
 			return nil, err
 		}
@@ -134,7 +138,7 @@ var devices = []struct {
 	{"null", 1, 3}, {"zero", 1, 5}, {"full", 1, 7}, {"random", 1, 8}, {"urandom", 1, 9}, {"tty", 5, 0},
 }
 
-func mountDev(r *root) error {
+func mountDev(r *root, scratch string) error {
 	if err := r.mkdirAll("/dev", 0o755); err != nil {
 		return err
 	}
@@ -161,7 +165,7 @@ func mountDev(r *root) error {
 	if err := r.mount("devpts", "/dev/pts", "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620"); err != nil {
 		return err
 	}
-	if err := r.mount("sandbox-shm", "/dev/shm", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777"); err != nil {
+	if err := r.mount("sandbox-shm", "/dev/shm", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777,"+scratch); err != nil {
 		return err
 	}
 	return r.at("/dev", func(dev string) error {
@@ -178,8 +182,10 @@ func mountDev(r *root) error {
 }
 
 // maskProc keeps /proc's doors to the host's kernel shut even for a
-// sandbox's root: sysctls and sysrq read-only, kernel memory and keys
-// masked.
+// sandbox's root: sysctls and sysrq read-only; kernel memory, keys,
+// timers and the scheduler's debug output masked; the host's hardware
+// (ACPI, sound, SCSI) out of sight. These are runc's masked and
+// read-only paths.
 func maskProc(r *root) error {
 	for _, p := range []string{"/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", "/proc/fs"} {
 		if _, ok, err := r.stat(p); err != nil || !ok {
@@ -189,11 +195,39 @@ func maskProc(r *root) error {
 			return err
 		}
 	}
-	for _, p := range []string{"/proc/kcore", "/proc/keys", "/proc/timer_list", "/proc/sched_debug", "/proc/kallsyms", "/proc/kmsg"} {
-		if _, ok, err := r.stat(p); err != nil || !ok {
+	return mask(r, maskedProc)
+}
+
+// maskedProc and maskedSys are hidden: an empty read-only directory in
+// place of a directory, /dev/null in place of a file.
+var (
+	maskedProc = []string{
+		"/proc/kcore", "/proc/keys", "/proc/key-users", "/proc/timer_list", "/proc/timer_stats",
+		"/proc/sched_debug", "/proc/latency_stats", "/proc/kallsyms", "/proc/kmsg",
+		"/proc/kpagecount", "/proc/kpageflags", "/proc/kpagecgroup", "/proc/vmallocinfo",
+		"/proc/acpi", "/proc/asound", "/proc/scsi", "/proc/driver", "/proc/tty/driver",
+	}
+	// The powercap's energy counters are a side channel (PLATYPUS).
+	maskedSys = []string{
+		"/sys/firmware", "/sys/kernel/debug", "/sys/kernel/tracing", "/sys/kernel/security",
+		"/sys/devices/virtual/powercap", "/sys/fs/bpf",
+	}
+)
+
+func maskSys(r *root) error { return mask(r, maskedSys) }
+
+func mask(r *root, paths []string) error {
+	for _, p := range paths {
+		st, ok, err := r.stat(p)
+		if err != nil || !ok {
 			continue
 		}
-		if err := r.bindInside("/dev/null", p, true); err != nil {
+		if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+			err = r.mount("sandbox-masked", p, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=0555,size=4k,nr_inodes=1")
+		} else {
+			err = r.bindInside("/dev/null", p, true)
+		}
+		if err != nil {
 			return err
 		}
 	}
@@ -208,17 +242,50 @@ func mountSys(r *root) error {
 }
 
 // mountScratch gives the sandbox its own /tmp and /run (the host's /run
-// holds the system bus's and sandboxd's sockets).
-func mountScratch(r *root) error {
+// holds the system bus's and sandboxd's sockets), each of a bounded size
+// (scratch: tmpfs options).
+func mountScratch(r *root, scratch string) error {
 	for _, m := range []struct{ path, opts string }{{"/tmp", "mode=1777"}, {"/run", "mode=0755"}} {
 		if err := r.mkdirAll(m.path, 0o755); err != nil {
 			return err
 		}
-		if err := r.mount("sandbox-"+m.path[1:], m.path, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, m.opts); err != nil {
+		if err := r.mount("sandbox-"+m.path[1:], m.path, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, m.opts+","+scratch); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// scratchOptions are the size options of /tmp, /run and /dev/shm, each
+// of size bytes (0: ScratchSize's default). Their pages are charged to
+// the sandbox's memory limit anyway; a size keeps one of them from
+// taking all of it, and nr_inodes keeps empty files from doing so.
+func scratchOptions(size uint64) string {
+	if size == 0 {
+		size = defaultScratchSize()
+	}
+	return fmt.Sprintf("size=%d,nr_inodes=%d", size, max(size/4096, 16384))
+}
+
+// defaultScratchSize is a quarter of the sandbox's default MemoryMax (a
+// quarter of the host's memory, at most 4GiB): a sixteenth of the host's
+// memory, at most 1GiB.
+func defaultScratchSize() uint64 {
+	size := uint64(1 << 30)
+	var si unix.Sysinfo_t
+	if unix.Sysinfo(&si) == nil {
+		size = min(size, uint64(si.Totalram)*uint64(si.Unit)/16)
+	}
+	return max(size, 16<<20)
+}
+
+// ScratchSizeFor is the size of each of /tmp, /run and /dev/shm in a
+// sandbox whose MemoryMax is memoryMax (0: none): a quarter of it.
+func ScratchSizeFor(memoryMax uint64) uint64 {
+	if memoryMax == 0 {
+		return 0
+	}
+	return max(memoryMax/4, 16<<20)
 }
 
 // hide puts an empty directory (a tmpfs, writable by root only) or an

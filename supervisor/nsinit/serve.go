@@ -117,8 +117,14 @@ func (s *server) handle(conn *net.UnixConn) {
 		_ = writeMessage(conn, message{Error: "expected a request"}, nil)
 		return
 	}
-	cmd, err := s.start(msg.Request, files)
-	closeAll(files) // the command has its own copies
+	stdio, cg, err := splitFiles(msg.Request, files)
+	if err != nil {
+		closeAll(files)
+		_ = writeMessage(conn, message{Error: err.Error()}, nil)
+		return
+	}
+	cmd, err := s.start(msg.Request, stdio, cg)
+	closeAll(stdio) // the command has its own copies
 	if err != nil {
 		_ = writeMessage(conn, message{Error: err.Error()}, nil)
 		return
@@ -162,6 +168,9 @@ type command struct {
 	readers []*os.File
 	ended   atomic.Value // a How that ended it early, set once
 	timer   *time.Timer
+	// cg is the command's own cgroup (nil: none, as the caller asked to
+	// detach, or as the host has no cgroup v2).
+	cg *initCgroup
 }
 
 func (c *command) kill(sig syscall.Signal) {
@@ -184,9 +193,14 @@ func (c *command) wait() Result {
 		c.timer.Stop()
 	}
 	// A command ends with its process group: what it left running in the
-	// background (a fork bomb's children) goes too. Daemons it started
-	// left the group (setsid) and stay.
+	// background (a fork bomb's children) goes too; and with its cgroup,
+	// what left the group (setsid) and would keep the caller's streams.
+	// Without a cgroup (detached), daemons it started stay.
 	c.kill(syscall.SIGKILL)
+	if c.cg != nil {
+		c.cg.kill()
+		c.cg.close()
+	}
 	copied := make(chan struct{})
 	go func() { c.copies.Wait(); close(copied) }()
 	select {
@@ -205,7 +219,25 @@ func (c *command) wait() Result {
 	return res
 }
 
-func (s *server) start(req *Request, stdio []*os.File) (*command, error) {
+// splitFiles takes a request's descriptors apart: stdio, then the
+// cgroups the request says it carries.
+func splitFiles(req *Request, files []*os.File) ([]*os.File, *initCgroup, error) {
+	if !req.Cgroup {
+		return files, nil, nil
+	}
+	if len(files) < 2 {
+		return nil, nil, errors.New("the request's cgroups are missing")
+	}
+	n := len(files) - 2
+	return files[:n], &initCgroup{dir: files[n], parent: files[n+1]}, nil
+}
+
+func (s *server) start(req *Request, stdio []*os.File, cg *initCgroup) (_ *command, err error) {
+	defer func() {
+		if err != nil && cg != nil {
+			cg.close()
+		}
+	}()
 	if len(req.Argv) == 0 || req.Argv[0] == "" {
 		return nil, errors.New("no command given")
 	}
@@ -213,11 +245,17 @@ func (s *server) start(req *Request, stdio []*os.File) (*command, error) {
 	if dir == "" {
 		dir = "/"
 	}
-	path, err := lookPath(req.Argv[0], dir, req.Env)
-	if err != nil {
-		return nil, err
+	// The program is looked for as the command's user would: a
+	// directory of PATH it cannot enter hides what is in it.
+	var path string
+	var lerr error
+	if err := asCaller(req.identity(), func() { path, lerr = lookPath(req.Argv[0], dir, req.Env) }); err != nil {
+		return nil, fmt.Errorf("looking for %s: %w", req.Argv[0], err)
 	}
-	if err := checkStdio(stdio); err != nil {
+	if lerr != nil {
+		return nil, lerr
+	}
+	if err := CheckStdio(stdio); err != nil {
 		return nil, err
 	}
 	if req.Home != "" {
@@ -246,7 +284,7 @@ func (s *server) start(req *Request, stdio []*os.File) (*command, error) {
 	case len(stdio) == 3:
 		files = []uintptr{stdio[0].Fd(), stdio[1].Fd(), stdio[2].Fd()}
 		if req.OutputLimit > 0 {
-			w, err := c.countOutput(stdio[1:], req.OutputLimit)
+			w, err := c.countOutput(stdio[1:], req.OutputLimit, req.identity())
 			if err != nil {
 				return nil, err
 			}
@@ -257,12 +295,26 @@ func (s *server) start(req *Request, stdio []*os.File) (*command, error) {
 		return nil, fmt.Errorf("expected 3 file descriptors (stdin, stdout, stderr), got %d", len(stdio))
 	}
 	s.mu.Lock()
+	if cg != nil {
+		if cerr := cg.enter(); cerr != nil {
+			fmt.Fprintf(os.Stderr, "sandbox init: %v; %s runs without a cgroup of its own\n", cerr, path)
+			cg.close()
+			cg = nil
+		}
+	}
 	f := fork{path: path, argv: req.Argv, attr: &syscall.ProcAttr{Dir: dir, Env: req.Env, Files: files, Sys: sys}, done: make(chan forked, 1)}
 	s.forks <- f
 	r := <-f.done
+	if cg != nil {
+		if cerr := cg.leave(); cerr != nil {
+			// Ended by pid then, sparing the init (see initCgroup.kill).
+			fmt.Fprintf(os.Stderr, "sandbox init: %v\n", cerr)
+		}
+	}
 	pid, err := r.pid, r.err
 	if err == nil {
 		c.pid.Store(int64(pid))
+		c.cg = cg
 		s.waiting[pid] = c.status
 	}
 	s.mu.Unlock()
@@ -284,7 +336,11 @@ func (s *server) start(req *Request, stdio []*os.File) (*command, error) {
 // countOutput puts pipes between the command and the caller's stdout and
 // stderr that count what passes, and end the command past limit. It
 // returns the pipes' write ends, for the command.
-func (c *command) countOutput(out []*os.File, limit int64) ([]*os.File, error) {
+//
+// The copies write as the command's user, not as the init: a descriptor
+// the caller passed may be one only a privileged writer can use to harm
+// (the caller's own /proc/PID/oom_score_adj, opened for writing).
+func (c *command) countOutput(out []*os.File, limit int64, id identity) ([]*os.File, error) {
 	var total atomic.Int64
 	var ends []*os.File
 	for _, dst := range out {
@@ -306,6 +362,13 @@ func (c *command) countOutput(out []*os.File, limit int64) ([]*os.File, error) {
 			defer c.copies.Done()
 			defer r.Close()
 			defer dst.Close()
+			runtime.LockOSThread() // never unlocked: see becomeOnThisThread
+			if err := becomeOnThisThread(id); err != nil {
+				fmt.Fprintf(os.Stderr, "sandbox init: copying a command's output: %v\n", err)
+				c.end(OutputLimit)
+				_, _ = io.Copy(io.Discard, r)
+				return
+			}
 			buf := make([]byte, 32*1024)
 			for {
 				n, err := r.Read(buf)
@@ -374,25 +437,6 @@ func executable(p string) error {
 	}
 	if st.IsDir() || st.Mode()&0o111 == 0 {
 		return fmt.Errorf("%s: not an executable file", p)
-	}
-	return nil
-}
-
-// checkStdio refuses a directory or an O_PATH descriptor as stdio: with
-// openat, either would let the command reach the caller's filesystem.
-func checkStdio(files []*os.File) error {
-	for i, f := range files {
-		var st unix.Stat_t
-		if err := unix.Fstat(int(f.Fd()), &st); err != nil {
-			return fmt.Errorf("file descriptor %d of the command: %w", i, err)
-		}
-		flags, err := unix.FcntlInt(f.Fd(), unix.F_GETFL, 0)
-		if err != nil {
-			return fmt.Errorf("file descriptor %d of the command: %w", i, err)
-		}
-		if st.Mode&unix.S_IFMT == unix.S_IFDIR || flags&unix.O_PATH != 0 {
-			return fmt.Errorf("file descriptor %d of the command is a directory or a path: not allowed as stdio", i)
-		}
 	}
 	return nil
 }

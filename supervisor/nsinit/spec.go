@@ -47,6 +47,9 @@ type Spec struct {
 	// (for pools that cannot carry an overlay's upper layer, zfs-fuse).
 	Layer     string `json:"layer,omitempty"`
 	LayerSize uint64 `json:"layer_size,omitempty"`
+	// ScratchSize bounds each of /tmp, /run and /dev/shm, in bytes (0: a
+	// sixteenth of the host's memory, at most 1GiB; see ScratchSizeFor).
+	ScratchSize uint64 `json:"scratch_size,omitempty"`
 	// Project is the sandbox's copy of the project (Source), seen at the
 	// project's own path (Target).
 	Project Bind `json:"project"`
@@ -91,6 +94,10 @@ type Request struct {
 	// to stdout and stderr together (0: no limit). Only then does the
 	// output pass through the init, to be counted.
 	OutputLimit int64 `json:"output_limit,omitempty"`
+	// Cgroup: the request's last two descriptors are the command's
+	// cgroup and the init's own (see CommandCgroup); when the command
+	// ends, everything in its cgroup is ended with it.
+	Cgroup bool `json:"cgroup,omitempty"`
 }
 
 // How a command ended.

@@ -110,6 +110,11 @@ type Project struct {
 	Name     string    `json:"name"`
 	Location string    `json:"location"`
 	Added    time.Time `json:"added"`
+	// Users and Groups (names or numeric ids) may use the project besides
+	// root and admins; with neither, its directory's owner (and its group
+	// if group-writable) may.
+	Users  []string `json:"users,omitempty"`
+	Groups []string `json:"groups,omitempty"`
 }
 
 // Store is the open database.

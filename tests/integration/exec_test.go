@@ -74,13 +74,20 @@ func TestExecStreamsThroughTheCallersOwnFiles(t *testing.T) {
 	if out != "<h1>web</h1>\nto-stderr\n" || how != "exited" || status != 3 {
 		t.Errorf("a command over D-Bus: %q, %s %d", out, how, status)
 	}
-	err := c.conn.Object("org.sandboxd1", dbus.ObjectPath(object)).Call("org.sandboxd1.Sandbox.Exec", 0,
-		[]string{"no-such-command"}, map[string]dbus.Variant{}, dbus.UnixFD(0), dbus.UnixFD(1), dbus.UnixFD(2)).Err
+	// Not the test's own 0, 1 and 2: on a terminal, those are refused.
+	null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer null.Close()
+	n := dbus.UnixFD(null.Fd())
+	err = c.conn.Object("org.sandboxd1", dbus.ObjectPath(object)).Call("org.sandboxd1.Sandbox.Exec", 0,
+		[]string{"no-such-command"}, map[string]dbus.Variant{}, n, n, n).Err
 	if err == nil || !strings.Contains(err.Error(), "no-such-command: not found") {
 		t.Errorf("a command that does not exist: %v", err)
 	}
 	err = c.conn.Object("org.sandboxd1", dbus.ObjectPath(object)).Call("org.sandboxd1.Sandbox.Exec", 0,
-		[]string{"true"}, map[string]dbus.Variant{"Colour": dbus.MakeVariant("red")}, dbus.UnixFD(0), dbus.UnixFD(1), dbus.UnixFD(2)).Err
+		[]string{"true"}, map[string]dbus.Variant{"Colour": dbus.MakeVariant("red")}, n, n, n).Err
 	if err == nil || !strings.Contains(err.Error(), `unknown option "Colour"`) {
 		t.Errorf("an unknown option: %v", err)
 	}

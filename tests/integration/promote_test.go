@@ -331,7 +331,7 @@ func TestCLIStatusSaysHowFarTheProjectMovedAndRebaseCatchesUp(t *testing.T) {
 // testbed's loopback) with an admin's approval.
 func TestCLIPromoteThroughStagingToProductionOverSSH(t *testing.T) {
 	path := addProject(t, "shop", map[string]string{
-		"check.sh": "grep -q 'VAT 20' price.txt\n", "price.txt": "VAT 2\n", "lib/a.txt": "a\n",
+		"check.sh": "grep -q 'VAT 20' price.txt && test ! -f FAIL\n", "price.txt": "VAT 2\n", "lib/a.txt": "a\n",
 	})
 	remote := testbed.SecondBtrfs(t)
 	sshd := testbed.StartSSHD(t)
@@ -353,11 +353,9 @@ checks = ["sh check.sh"]
 [[stage]]
 name = "staging"
 target = %q
-checks = ["sh check.sh", "test ! -f FAIL"]
 [[stage]]
 name = "production"
 target = %q
-checks = ["sh check.sh"]
 approval = "admin"
 ssh_options = [%s]
 `, filepath.Join(remote, "staging", "{project}"), sshd.Target(filepath.Join(remote, "prod", "{project}")), strings.Join(quoted, ", ")))
@@ -412,13 +410,14 @@ ssh_options = [%s]
 		t.Fatalf("the rejected promotion: %+v", p)
 	}
 
-	// Third: staging's check fails; staging is as it was, and the
-	// promotion stops there (the project keeps what passed its stage).
+	// Third: the project's check fails (the replicas' stages have none:
+	// they would run outside a sandbox); the promotion stops there, and
+	// staging is as it was.
 	stagingBefore := treetest.Describe(t, staging)
 	ok(t, "exec", id, "--", "sh", "-c", "echo v3 > docs/v && touch FAIL")
 	stdout, _, code := ctl(t, "", "promote", id)
-	if code != 1 || !strings.Contains(stdout, "stage staging") || !strings.Contains(stdout, "FAILED") {
-		t.Fatalf("a promotion whose staging check fails: exit %d\n%s", code, stdout)
+	if code != 1 || !strings.Contains(stdout, "stage project") || !strings.Contains(stdout, "FAILED") {
+		t.Fatalf("a promotion whose project check fails: exit %d\n%s", code, stdout)
 	}
 	if got := treetest.Describe(t, staging); len(treetest.Diff(got, stagingBefore)) > 0 {
 		t.Fatalf("staging after its failed check:\n%v\nwant:\n%v", got, stagingBefore)

@@ -14,4 +14,9 @@ var archDenied = []syscallName{
 	{"kexec_file_load", unix.SYS_KEXEC_FILE_LOAD},
 	{"iopl", unix.SYS_IOPL},
 	{"ioperm", unix.SYS_IOPERM},
+	// Old interfaces that moby's default profile denies too.
+	{"uselib", unix.SYS_USELIB},
+	{"ustat", unix.SYS_USTAT},
+	{"_sysctl", unix.SYS__SYSCTL},
+	{"sysfs", unix.SYS_SYSFS},
 }

@@ -36,8 +36,26 @@
 //   - Operations that need capabilities the sandbox never legitimately holds:
 //     kexec_load, kexec_file_load, init_module, finit_module, delete_module,
 //     open_by_handle_at, swapon, swapoff, reboot, acct, quotactl, quotactl_fd,
-//     lookup_dcookie, nfsservctl, and on amd64 iopl and ioperm. Denying them
-//     outright keeps them closed even if a capability leaks in.
+//     lookup_dcookie, nfsservctl, name_to_handle_at, fanotify_init, syslog,
+//     clock_adjtime, clock_settime, settimeofday, and on amd64 iopl, ioperm,
+//     uselib, ustat, _sysctl and sysfs. Denying them outright keeps them
+//     closed even if a capability leaks in.
+//   - io_uring (io_uring_setup, _enter, _register): its operations bypass
+//     seccomp, and it has been a steady source of kernel exploits.
+//   - kcmp, pidfd_getfd, process_vm_readv and process_vm_writev: reaching
+//     into other processes beyond ptrace's own checks.
+//   - By their arguments (see argRules): socket and socketpair for any
+//     family but AF_UNIX, AF_INET, AF_INET6 and AF_NETLINK, and for
+//     netlink any protocol but NETLINK_ROUTE and NETLINK_SOCK_DIAG (what
+//     ip and ss use): AF_VSOCK reaches the hypervisor, AF_PACKET raw
+//     frames, AF_ALG the kernel's crypto code; these fail with
+//     EAFNOSUPPORT or EPROTONOSUPPORT, which programs take as "not here".
+//     personality with any persona but those moby's default profile allows
+//     (READ_IMPLIES_EXEC is refused). ioctl with TIOCSTI or TIOCLINUX, and
+//     every btrfs ioctl (type 0x94) but reflink copies and reads: a
+//     subvolume or snapshot made inside the sandbox's copy of the project
+//     would be outside its quota, and qgroup, quota, defragment, resize,
+//     balance, send and receive calls reach the whole pool.
 //
 // Denied calls fail with EPERM (SECCOMP_RET_ERRNO), so programs see an
 // ordinary permission error. System calls from a foreign architecture (such
@@ -54,7 +72,12 @@
 //     pid namespace hides every process outside it, and since Linux 4.8
 //     seccomp runs after the tracer's syscall-entry stop, so a tracer cannot
 //     rewrite a call past the filter.
-//   - Everything else not listed above.
+//   - Everything else not listed above. The filter is a denylist: a system
+//     call that a later kernel adds is allowed until it is listed here.
+//     An allowlist (as moby's and systemd-nspawn's) would close those
+//     too; the argument rules above are allowlists already, so socket
+//     families, netlink protocols, personas and btrfs ioctls a later
+//     kernel adds are refused.
 //
 // One consequence for the init itself: after [Install], starting a process
 // with syscall.SysProcAttr.UseCgroupFD or CLONE_NEWTIME fails, because Go

@@ -71,6 +71,23 @@ var probeArgs = map[string][6]uintptr{
 	"nfsservctl":        {},
 	"iopl":              {4},
 	"ioperm":            {},
+	"name_to_handle_at": {neg1, 0, 0, 0, 0},
+	"fanotify_init":     {0xffffffff, 0xffffffff},
+	"syslog":            {0xffff},
+	"clock_adjtime":     {0xffff, 0},
+	"clock_settime":     {0xffff, 0},
+	"settimeofday":      {1, 1},
+	"io_uring_setup":    {0, 0},
+	"io_uring_enter":    {neg1, 0, 0, 0, 0, 0},
+	"io_uring_register": {neg1, 0, 0, 0},
+	"kcmp":              {0, 0, 0xffff, 0, 0},
+	"pidfd_getfd":       {neg1, 0, 0},
+	"process_vm_readv":  {0, 0, 0, 0, 0, 0},
+	"process_vm_writev": {0, 0, 0, 0, 0, 0},
+	"uselib":            {},
+	"ustat":             {0, 0},
+	"_sysctl":           {},
+	"sysfs":             {0xffff},
 }
 
 const neg1 = ^uintptr(0)
@@ -168,6 +185,7 @@ func helper(filtered bool, dir string) error {
 		_, _, e := unix.Syscall(x32Bit|unix.SYS_GETPID, 0, 0, 0)
 		report("x32_getpid", errnoErr(e))
 	}
+	argProbes(report)
 
 	// What must keep working.
 	report("exec_true", exec.Command("/bin/true").Run())
@@ -412,8 +430,106 @@ func TestFilter(t *testing.T) {
 		}
 	}
 
+	expectArgProbes(t, base, filt)
+
 	for _, key := range []string{"threads_before", "threads_new", "exec_true", "read_file", "ptrace", "unshare_newns"} {
 		expect(base, "baseline", key, "ok")
 		expect(filt, "filtered", key, "ok")
+	}
+}
+
+// argProbes tries the calls that argRules decide, for real: those that
+// must be refused (which work without the filter) and those that must
+// keep working.
+func argProbes(report func(string, error)) {
+	sock := func(family, typ, proto int) error {
+		fd, err := unix.Socket(family, typ|unix.SOCK_CLOEXEC, proto)
+		if err == nil {
+			unix.Close(fd)
+		}
+		return err
+	}
+	report("socket_vsock", sock(unix.AF_VSOCK, unix.SOCK_STREAM, 0))
+	report("socket_alg", sock(unix.AF_ALG, unix.SOCK_SEQPACKET, 0))
+	report("socket_netlink_uevent", sock(unix.AF_NETLINK, unix.SOCK_DGRAM, unix.NETLINK_KOBJECT_UEVENT))
+	report("socket_unix", sock(unix.AF_UNIX, unix.SOCK_STREAM, 0))
+	report("socket_inet", sock(unix.AF_INET, unix.SOCK_STREAM, 0))
+	report("socket_inet6", sock(unix.AF_INET6, unix.SOCK_DGRAM, 0))
+	report("socket_netlink_route", sock(unix.AF_NETLINK, unix.SOCK_RAW, unix.NETLINK_ROUTE))
+	report("socket_netlink_sock_diag", sock(unix.AF_NETLINK, unix.SOCK_RAW, unix.NETLINK_SOCK_DIAG))
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM, 0)
+	if err == nil {
+		unix.Close(fds[0])
+		unix.Close(fds[1])
+	}
+	report("socketpair_unix", err)
+
+	// personality: READ_IMPLIES_EXEC is refused, a query is not. Each
+	// success is undone.
+	persona := func(p uintptr) error {
+		old, _, e := unix.Syscall(unix.SYS_PERSONALITY, p, 0, 0)
+		if e == 0 {
+			_, _, _ = unix.Syscall(unix.SYS_PERSONALITY, old, 0, 0)
+		}
+		return errnoErr(e)
+	}
+	report("personality_read_implies_exec", persona(0x0400000))
+	report("personality_query", persona(0xffffffff))
+	report("personality_linux", persona(0))
+
+	// ioctl: a btrfs subvolume create through a descriptor that is not
+	// on btrfs fails with ENOTTY without the filter (the request reaches
+	// the file's ioctl and is not its), EPERM with it; FICLONE and
+	// FIONREAD reach the kernel in both cases.
+	f, err := os.CreateTemp("", "seccomp-ioctl")
+	if err != nil {
+		report("ioctl_btrfs_subvol_create", err)
+		return
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	var args [4096]byte
+	_, _, e := unix.Syscall(unix.SYS_IOCTL, f.Fd(), 0x5000940e, uintptr(unsafe.Pointer(&args[0]))) // BTRFS_IOC_SUBVOL_CREATE
+	report("ioctl_btrfs_subvol_create", errnoErr(e))
+	_, _, e = unix.Syscall(unix.SYS_IOCTL, f.Fd(), 0x50009418, uintptr(unsafe.Pointer(&args[0]))) // BTRFS_IOC_SUBVOL_CREATE_V2
+	report("ioctl_btrfs_subvol_create_v2", errnoErr(e))
+	_, _, e = unix.Syscall(unix.SYS_IOCTL, f.Fd(), 0xffffffff_5000940e, uintptr(unsafe.Pointer(&args[0])))
+	report("ioctl_btrfs_subvol_create_high_word", errnoErr(e))
+	_, _, e = unix.Syscall(unix.SYS_IOCTL, f.Fd(), unix.FICLONE, f.Fd())
+	report("ioctl_ficlone", errnoErr(e))
+	report("ioctl_fionread", func() error { _, err := unix.IoctlGetInt(int(f.Fd()), unix.TIOCINQ); return err }())
+}
+
+func expectArgProbes(t *testing.T, base, filt map[string]string) {
+	t.Helper()
+	for key, want := range map[string]string{
+		"socket_vsock":                        "EAFNOSUPPORT",
+		"socket_netlink_uevent":               "EPROTONOSUPPORT",
+		"personality_read_implies_exec":       "EPERM",
+		"ioctl_btrfs_subvol_create":           "EPERM",
+		"ioctl_btrfs_subvol_create_v2":        "EPERM",
+		"ioctl_btrfs_subvol_create_high_word": "EPERM",
+	} {
+		if got := filt[key]; got != want {
+			t.Errorf("filtered: %s = %s, want %s", key, got, want)
+		}
+		if got := base[key]; got == want {
+			t.Errorf("baseline: %s = %s without the filter: the test cannot tell the filter's refusal apart", key, got)
+		}
+	}
+	for _, key := range []string{"socket_unix", "socket_inet", "socket_inet6", "socket_netlink_route",
+		"socket_netlink_sock_diag", "socketpair_unix", "personality_query", "personality_linux", "ioctl_fionread"} {
+		if base[key] != "ok" || filt[key] != "ok" {
+			t.Errorf("%s: baseline %s, filtered %s; want ok in both", key, base[key], filt[key])
+		}
+	}
+	// This kernel may lack AF_ALG: only the filtered answer is checked.
+	if got := filt["socket_alg"]; got != "EAFNOSUPPORT" {
+		t.Errorf("filtered: socket_alg = %s, want EAFNOSUPPORT", got)
+	}
+	// FICLONE of a file onto itself is EINVAL from the kernel (or
+	// EOPNOTSUPP off btrfs): never the filter's EPERM.
+	if filt["ioctl_ficlone"] == "EPERM" || filt["ioctl_ficlone"] != base["ioctl_ficlone"] {
+		t.Errorf("ioctl FICLONE: baseline %s, filtered %s; want the kernel's answer in both", base["ioctl_ficlone"], filt["ioctl_ficlone"])
 	}
 }

@@ -48,7 +48,7 @@ func validate(p []unix.SockFilter) error {
 			if pc+1+int(in.K) >= len(p) {
 				return fmt.Errorf("pc %d: ja %d out of a program of %d", pc, in.K, len(p))
 			}
-		case ret:
+		case ret, aluAnd:
 		default:
 			return fmt.Errorf("pc %d: unexpected opcode %#x", pc, in.Code)
 		}
@@ -68,6 +68,8 @@ func run(p []unix.SockFilter, d seccompData) uint32 {
 		switch in.Code {
 		case ldAbs:
 			a = binary.LittleEndian.Uint32(data[in.K:])
+		case aluAnd:
+			a &= in.K
 		case jeq:
 			if a == in.K {
 				pc += int(in.Jt)
@@ -131,6 +133,12 @@ func TestProgramJumpsInRange(t *testing.T) {
 	}
 }
 
+type check struct {
+	name string
+	data seccompData
+	want uint32
+}
+
 // TestProgramSemantics runs the filter this package installs on the
 // calls it must deny, limit and allow.
 func TestProgramSemantics(t *testing.T) {
@@ -148,11 +156,6 @@ func TestProgramSemantics(t *testing.T) {
 		return d
 	}
 	const newUser = unix.CLONE_NEWUSER
-	type check struct {
-		name string
-		data seccompData
-		want uint32
-	}
 	cases := []check{
 		{"foreign arch getpid", seccompData{nr: unix.SYS_GETPID, arch: unix.AUDIT_ARCH_I386}, retKill},
 		{"foreign arch zero", seccompData{nr: 0, arch: 0}, retKill},
@@ -172,6 +175,7 @@ func TestProgramSemantics(t *testing.T) {
 		{"unshare user ns", call(unix.SYS_UNSHARE, newUser), retEPERM},
 		{"unshare user+mount ns", call(unix.SYS_UNSHARE, newUser|unix.CLONE_NEWNS), retEPERM},
 	}
+	cases = append(cases, argCases(call)...)
 	if x32Bit != 0 {
 		cases = append(cases,
 			check{"x32 getpid", call(x32Bit | 39), retEPERM},
@@ -195,10 +199,12 @@ func TestDeniedList(t *testing.T) {
 		"request_key", "bpf", "perf_event_open", "userfaultfd", "kexec_load",
 		"kexec_file_load", "init_module", "finit_module", "delete_module",
 		"open_by_handle_at", "swapon", "swapoff", "reboot", "acct", "quotactl",
-		"lookup_dcookie", "nfsservctl",
+		"lookup_dcookie", "nfsservctl", "io_uring_setup", "io_uring_enter",
+		"io_uring_register", "kcmp", "pidfd_getfd", "process_vm_readv",
+		"process_vm_writev", "name_to_handle_at",
 	}
 	if runtime.GOARCH == "amd64" {
-		want = append(want, "iopl", "ioperm")
+		want = append(want, "iopl", "ioperm", "uselib", "ustat")
 	}
 	names := map[string]bool{}
 	nrs := map[uint32]string{}
@@ -215,6 +221,11 @@ func TestDeniedList(t *testing.T) {
 		case unix.SYS_CLONE, unix.SYS_CLONE3, unix.SYS_UNSHARE:
 			t.Errorf("%s (%d) is filtered by its flags and must not be in the denied list", s.name, s.nr)
 		}
+		for _, r := range argRules() {
+			if r.nr == s.nr {
+				t.Errorf("%s (%d) is decided by its arguments and must not be in the denied list", s.name, s.nr)
+			}
+		}
 	}
 	for _, n := range want {
 		if !names[n] {
@@ -229,5 +240,56 @@ func TestInstallUnsupportedArch(t *testing.T) {
 	}
 	if err := Install(); err == nil {
 		t.Fatal("Install succeeded on an unsupported architecture")
+	}
+}
+
+// argCases are the calls argRules decide, with what the filter answers.
+func argCases(call func(nr uint32, args ...uint64) seccompData) []check {
+	const high = 0xffffffff_00000000 // the kernel ignores the high word of an int
+	return []check{
+		{"socket unix", call(unix.SYS_SOCKET, unix.AF_UNIX, unix.SOCK_STREAM), retAllow},
+		{"socket inet", call(unix.SYS_SOCKET, unix.AF_INET, unix.SOCK_STREAM), retAllow},
+		{"socket inet6", call(unix.SYS_SOCKET, unix.AF_INET6, unix.SOCK_DGRAM), retAllow},
+		{"socket inet, high word set", call(unix.SYS_SOCKET, high|unix.AF_INET, unix.SOCK_STREAM), retAllow},
+		{"socket netlink route", call(unix.SYS_SOCKET, unix.AF_NETLINK, unix.SOCK_RAW, unix.NETLINK_ROUTE), retAllow},
+		{"socket netlink sock_diag", call(unix.SYS_SOCKET, unix.AF_NETLINK, unix.SOCK_RAW, unix.NETLINK_SOCK_DIAG), retAllow},
+		{"socket netlink audit", call(unix.SYS_SOCKET, unix.AF_NETLINK, unix.SOCK_RAW, unix.NETLINK_AUDIT), retEPROTONOSUPPORT},
+		{"socket netlink uevent", call(unix.SYS_SOCKET, unix.AF_NETLINK, unix.SOCK_DGRAM, unix.NETLINK_KOBJECT_UEVENT), retEPROTONOSUPPORT},
+		{"socket netlink generic", call(unix.SYS_SOCKET, unix.AF_NETLINK, unix.SOCK_RAW, unix.NETLINK_GENERIC), retEPROTONOSUPPORT},
+		{"socket vsock", call(unix.SYS_SOCKET, unix.AF_VSOCK, unix.SOCK_STREAM), retEAFNOSUPPORT},
+		{"socket vsock, high word of unix", call(unix.SYS_SOCKET, 1<<32|unix.AF_VSOCK, unix.SOCK_STREAM), retEAFNOSUPPORT},
+		{"socket packet", call(unix.SYS_SOCKET, unix.AF_PACKET, unix.SOCK_RAW), retEAFNOSUPPORT},
+		{"socket alg", call(unix.SYS_SOCKET, unix.AF_ALG, unix.SOCK_SEQPACKET), retEAFNOSUPPORT},
+		{"socket a family not yet made", call(unix.SYS_SOCKET, 200, unix.SOCK_STREAM), retEAFNOSUPPORT},
+		{"socketpair unix", call(unix.SYS_SOCKETPAIR, unix.AF_UNIX, unix.SOCK_STREAM), retAllow},
+		{"socketpair vsock", call(unix.SYS_SOCKETPAIR, unix.AF_VSOCK, unix.SOCK_STREAM), retEAFNOSUPPORT},
+		{"personality query", call(unix.SYS_PERSONALITY, 0xffffffff), retAllow},
+		{"personality linux", call(unix.SYS_PERSONALITY, 0), retAllow},
+		{"personality linux32", call(unix.SYS_PERSONALITY, 8), retAllow},
+		{"personality uname26", call(unix.SYS_PERSONALITY, 0x20008), retAllow},
+		{"personality read_implies_exec", call(unix.SYS_PERSONALITY, 0x0400000), retEPERM},
+		{"personality addr_no_randomize", call(unix.SYS_PERSONALITY, 0x0040000), retEPERM},
+		{"ioctl TCGETS", call(unix.SYS_IOCTL, 0, unix.TCGETS), retAllow},
+		{"ioctl FIONREAD", call(unix.SYS_IOCTL, 0, unix.TIOCINQ), retAllow},
+		{"ioctl TIOCSTI", call(unix.SYS_IOCTL, 0, unix.TIOCSTI), retEPERM},
+		{"ioctl TIOCSTI, high word set", call(unix.SYS_IOCTL, 0, high|unix.TIOCSTI), retEPERM},
+		{"ioctl FICLONE", call(unix.SYS_IOCTL, 3, unix.FICLONE), retAllow},
+		{"ioctl FICLONERANGE", call(unix.SYS_IOCTL, 3, unix.FICLONERANGE), retAllow},
+		{"ioctl BTRFS_IOC_GET_SUBVOL_INFO", call(unix.SYS_IOCTL, 3, 0x81f8943c), retAllow},
+		{"ioctl BTRFS_IOC_SNAP_CREATE", call(unix.SYS_IOCTL, 3, 0x50009401), retEPERM},
+		{"ioctl BTRFS_IOC_DEFRAG", call(unix.SYS_IOCTL, 3, 0x50009402), retEPERM},
+		{"ioctl BTRFS_IOC_SNAP_DESTROY", call(unix.SYS_IOCTL, 3, 0x5000940f), retEPERM},
+		{"ioctl BTRFS_IOC_SUBVOL_CREATE", call(unix.SYS_IOCTL, 3, 0x5000940e), retEPERM},
+		{"ioctl BTRFS_IOC_SUBVOL_CREATE, high word set", call(unix.SYS_IOCTL, 3, high|0x5000940e), retEPERM},
+		{"ioctl BTRFS_IOC_SNAP_CREATE_V2", call(unix.SYS_IOCTL, 3, 0x50009417), retEPERM},
+		{"ioctl BTRFS_IOC_SUBVOL_CREATE_V2", call(unix.SYS_IOCTL, 3, 0x50009418), retEPERM},
+		{"ioctl BTRFS_IOC_SNAP_DESTROY_V2", call(unix.SYS_IOCTL, 3, 0x5000943f), retEPERM},
+		{"ioctl BTRFS_IOC_QUOTA_CTL", call(unix.SYS_IOCTL, 3, 0xc0109428), retEPERM},
+		{"ioctl BTRFS_IOC_QGROUP_LIMIT", call(unix.SYS_IOCTL, 3, 0x8030942b), retEPERM},
+		{"ioctl BTRFS_IOC_QGROUP_CREATE", call(unix.SYS_IOCTL, 3, 0x4010942a), retEPERM},
+		{"ioctl BTRFS_IOC_QGROUP_ASSIGN", call(unix.SYS_IOCTL, 3, 0x40189429), retEPERM},
+		{"ioctl BTRFS_IOC_SUBVOL_SETFLAGS", call(unix.SYS_IOCTL, 3, 0x4008941a), retEPERM},
+		{"ioctl BTRFS_IOC_DEFRAG_RANGE", call(unix.SYS_IOCTL, 3, 0x40309410), retEPERM},
+		{"ioctl BTRFS_IOC_SET_RECEIVED_SUBVOL", call(unix.SYS_IOCTL, 3, 0xc0c89425), retEPERM},
 	}
 }

@@ -55,6 +55,26 @@ var commonDenied = []syscallName{
 	{"quotactl_fd", unix.SYS_QUOTACTL_FD},
 	{"lookup_dcookie", unix.SYS_LOOKUP_DCOOKIE},
 	{"nfsservctl", unix.SYS_NFSSERVCTL},
+	{"name_to_handle_at", unix.SYS_NAME_TO_HANDLE_AT},
+	{"fanotify_init", unix.SYS_FANOTIFY_INIT},
+	{"syslog", unix.SYS_SYSLOG},
+	{"clock_adjtime", unix.SYS_CLOCK_ADJTIME},
+	{"clock_settime", unix.SYS_CLOCK_SETTIME},
+	{"settimeofday", unix.SYS_SETTIMEOFDAY},
+	// io_uring: a second way into most of the kernel's I/O paths, which
+	// seccomp does not see (its operations are not system calls), and a
+	// steady source of privilege escalations.
+	{"io_uring_setup", unix.SYS_IO_URING_SETUP},
+	{"io_uring_enter", unix.SYS_IO_URING_ENTER},
+	{"io_uring_register", unix.SYS_IO_URING_REGISTER},
+	// Reaching into other processes beyond what ptrace's checks show:
+	// kcmp compares kernel objects (an oracle for kernel pointers),
+	// pidfd_getfd steals a descriptor, process_vm_readv/writev read and
+	// write another process's memory (gdb falls back to /proc/PID/mem).
+	{"kcmp", unix.SYS_KCMP},
+	{"pidfd_getfd", unix.SYS_PIDFD_GETFD},
+	{"process_vm_readv", unix.SYS_PROCESS_VM_READV},
+	{"process_vm_writev", unix.SYS_PROCESS_VM_WRITEV},
 }
 
 // denied returns every system call that the filter makes fail with EPERM
@@ -107,15 +127,18 @@ const (
 	jeq   = unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K
 	jset  = unix.BPF_JMP | unix.BPF_JSET | unix.BPF_K
 	ja    = unix.BPF_JMP | unix.BPF_JA
-	ret   = unix.BPF_RET | unix.BPF_K
+	// aluAnd is A &= k.
+	aluAnd = unix.BPF_ALU | unix.BPF_AND | unix.BPF_K
+	ret    = unix.BPF_RET | unix.BPF_K
 )
 
 // program builds the filter for audit architecture arch. A non-zero x32
 // is a bit that marks a second ABI sharing arch (amd64's x32); calls with
 // it set fail with EPERM. The calls numbered in denied fail with EPERM,
 // clone3 fails with ENOSYS, clone and unshare fail with EPERM when their
-// first argument holds CLONE_NEWUSER, calls from another architecture kill
-// the process, and everything else is allowed.
+// first argument holds CLONE_NEWUSER, socket, socketpair, personality and
+// ioctl are decided by their arguments (argRules), calls from another
+// architecture kill the process, and everything else is allowed.
 //
 // The system call numbers of clone, clone3 and unshare are this
 // architecture's; arch is a parameter so that tests can build a filter for
@@ -145,6 +168,7 @@ func program(arch, x32 uint32, denied []uint32) []unix.SockFilter {
 		stmt(ret, retEPERM),
 		stmt(ret, retAllow),
 	)
+	p = append(p, argFilters()...)
 	// The denied calls: blocks of up to maxBlock compares, each block
 	// jumping on a match to its own RET_ERRNO right after it. Within a
 	// block of k, compare i jumps over the k-1-i compares after it and the

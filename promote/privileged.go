@@ -1,0 +1,178 @@
+package promote
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandboxd/cowfs"
+)
+
+// ErrPrivileged: a change would put in the target a file that carries
+// privilege on the host: a set-user-id or set-group-id file, a device
+// node, or a file capability. A sandbox's root may make such files in its
+// own tree; promoting them into a project that host users run from would
+// hand them that privilege. Refused unless an admin allows it.
+var ErrPrivileged = errors.New("privileged files")
+
+// capabilityXattr is where the kernel keeps a file's capabilities.
+const capabilityXattr = "security.capability"
+
+// PrivilegedPath is a path of a change set that carries privilege, and
+// why.
+type PrivilegedPath struct {
+	Path string
+	Why  string // "setuid", "setgid", "setuid, setgid", "character device", "block device", "file capabilities"
+}
+
+func (p PrivilegedPath) String() string { return p.Path + " (" + p.Why + ")" }
+
+// PrivilegedError lists every privileged path of a change set; it wraps
+// ErrPrivileged.
+type PrivilegedError struct{ Paths []PrivilegedPath }
+
+func (e *PrivilegedError) Error() string {
+	parts := make([]string, len(e.Paths))
+	for i, p := range e.Paths {
+		parts[i] = p.String()
+	}
+	return fmt.Sprintf("the change set would put %d privileged files in the target: %s: %v",
+		len(e.Paths), strings.Join(parts, ", "), ErrPrivileged)
+}
+
+func (e *PrivilegedError) Unwrap() error { return ErrPrivileged }
+
+// Privileged lists the paths that Apply of changes from the tree at src
+// would make or change into privileged files (set-id, devices, file
+// capabilities), walking the whole tree of a renamed directory. src is
+// the read-only snapshot the changes were listed against, so what is read
+// here is what Apply would write. Paths are read as Apply reads them:
+// beneath src, through no symlink.
+func Privileged(ctx context.Context, changes []cowfs.Change, src string) ([]PrivilegedPath, error) {
+	root, err := unix.Open(src, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("looking for privileged files: opening the source %s: %w", src, err)
+	}
+	defer unix.Close(root)
+	var found []PrivilegedPath
+	seen := map[string]bool{}
+	for _, c := range changes {
+		if err := ctx.Err(); err != nil {
+			return found, err
+		}
+		p, tree := c.Path, false
+		switch c.Kind {
+		case cowfs.Deleted:
+			continue
+		case cowfs.Renamed:
+			p, tree = c.NewPath, c.Type == cowfs.TypeDir
+		}
+		if seen[p] || checkRel(p) != nil {
+			continue // Apply refuses such a path itself
+		}
+		seen[p] = true
+		dir, err := openDir(root, path.Dir(p), unix.O_PATH)
+		if errors.Is(err, unix.ENOENT) {
+			continue
+		}
+		if err != nil {
+			return found, fmt.Errorf("looking for privileged files: %s: %w", p, err)
+		}
+		found, err = privilegedAt(dir, path.Base(p), p, tree, found)
+		unix.Close(dir)
+		if err != nil {
+			return found, fmt.Errorf("looking for privileged files: %s: %w", p, err)
+		}
+	}
+	return found, nil
+}
+
+// privilegedAt adds name in dir (shown as shown) if it is privileged,
+// and with tree whatever below it is.
+func privilegedAt(dir int, name, shown string, tree bool, found []PrivilegedPath) ([]PrivilegedPath, error) {
+	var st unix.Stat_t
+	if err := unix.Fstatat(dir, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return found, nil
+		}
+		return found, err
+	}
+	if why := privilegedMode(st.Mode); why != "" {
+		found = append(found, PrivilegedPath{Path: shown, Why: why})
+	}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFREG:
+		has, err := hasCapability(dir, name)
+		if err != nil {
+			return found, err
+		}
+		if has {
+			found = append(found, PrivilegedPath{Path: shown, Why: "file capabilities"})
+		}
+	case unix.S_IFDIR:
+		if !tree {
+			return found, nil
+		}
+		fd, err := unix.Openat(dir, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return found, err
+		}
+		f := os.NewFile(uintptr(fd), name)
+		defer f.Close()
+		names, err := f.Readdirnames(-1)
+		if err != nil {
+			return found, err
+		}
+		for _, n := range names {
+			if found, err = privilegedAt(fd, n, shown+"/"+n, true, found); err != nil {
+				return found, err
+			}
+		}
+	}
+	return found, nil
+}
+
+// privilegedMode says why a file of mode is privileged ("" if it is not):
+// set-id bits on a regular file, or a device node. A directory's set-gid
+// bit only passes its group on to new files, and is no privilege.
+func privilegedMode(mode uint32) string {
+	switch mode & unix.S_IFMT {
+	case unix.S_IFREG:
+		switch {
+		case mode&unix.S_ISUID != 0 && mode&unix.S_ISGID != 0:
+			return "setuid, setgid"
+		case mode&unix.S_ISUID != 0:
+			return "setuid"
+		case mode&unix.S_ISGID != 0:
+			return "setgid"
+		}
+	case unix.S_IFCHR:
+		return "character device"
+	case unix.S_IFBLK:
+		return "block device"
+	}
+	return ""
+}
+
+// hasCapability says whether regular file name in dir has file
+// capabilities (opened without following a link, without reading it).
+func hasCapability(dir int, name string) (bool, error) {
+	fd, err := unix.Openat(dir, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false, err
+	}
+	defer unix.Close(fd)
+	_, err = unix.Fgetxattr(fd, capabilityXattr, nil)
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, unix.ENODATA), errors.Is(err, unix.ENOTSUP):
+		return false, nil
+	}
+	return false, fmt.Errorf("reading its capabilities: %w", err)
+}

@@ -1,0 +1,203 @@
+package api
+
+import (
+	"fmt"
+	"log/slog"
+	"reflect"
+	"strings"
+	"sync/atomic"
+
+	"github.com/godbus/dbus/v5"
+	"golang.org/x/sys/unix"
+)
+
+// Limits on what one call may carry, checked as the message is read,
+// before any handler, audit line or log sees its arguments.
+const (
+	// MaxArgs and MaxArgvBytes bound an Exec's or ExecTerminal's argv
+	// (and Try's variants): the count, and the bytes of all of them.
+	MaxArgs      = 4096
+	MaxArgvBytes = 128 << 10
+	// execFDs is what Exec takes: stdin, stdout and stderr.
+	execFDs = 3
+)
+
+// The refusal object: the guard turns a message it refuses into a call of
+// Refuse there, so that godbus dispatches nothing of the original call and
+// the caller gets a clear error in the ordinary way.
+const (
+	refusePath      = dbus.ObjectPath("/org/sandboxd1/refused")
+	refuseInterface = "org.sandboxd1.Refused"
+	execSignature   = "asa{sv}hhh"
+)
+
+// guardLog is where the guard logs; Serve sets it.
+var guardLog atomic.Pointer[slog.Logger]
+
+// ConnOptions are the options the daemon's bus connection needs: give them
+// to dbus.ConnectSystemBus. godbus hands a method the descriptors of its
+// own "h" arguments and closes none: a descriptor sent with a call that
+// fails to decode, names an unknown method, or takes no descriptors would
+// stay open in the daemon for ever. The guard sees every message as it is
+// read, closes every descriptor no handler will take, and refuses calls
+// that carry descriptors the method does not take or arguments too large.
+func ConnOptions() []dbus.ConnOption {
+	return []dbus.ConnOption{dbus.WithIncomingInterceptor(guard)}
+}
+
+// guard runs on godbus's reading goroutine for every message received,
+// before it is dispatched; it may rewrite the message.
+func guard(msg *dbus.Message) {
+	fds := collectFDs(msg.Body)
+	sent, _ := msg.Headers[dbus.FieldUnixFDs].Value().(uint32)
+	if msg.Type != dbus.TypeMethodCall {
+		// The daemon takes descriptors from no signal or reply.
+		closeReceived(fds)
+		return
+	}
+	iface, _ := msg.Headers[dbus.FieldInterface].Value().(string)
+	member, _ := msg.Headers[dbus.FieldMember].Value().(string)
+	reason := checkCall(msg, iface, member, sent, len(fds))
+	if reason == "" {
+		return
+	}
+	closeReceived(fds)
+	if int(sent) > len(fds) {
+		// godbus keeps no record of descriptors the body does not name:
+		// they cannot be closed here. Say so, loudly.
+		logger().Error("a call carried descriptors its arguments do not name; they stay open in the daemon",
+			"BUS_SENDER", msg.Headers[dbus.FieldSender].Value(), "member", member, "descriptors", sent, "named", len(fds))
+	}
+	refuse(msg, fmt.Sprintf("%s: %s", member, reason))
+}
+
+// checkCall says why a call must be refused, or "" to let it through.
+func checkCall(msg *dbus.Message, iface, member string, sent uint32, named int) string {
+	sig, _ := msg.Headers[dbus.FieldSignature].Value().(dbus.Signature)
+	path, _ := msg.Headers[dbus.FieldPath].Value().(dbus.ObjectPath)
+	isExec := iface == SandboxInterface && member == "Exec"
+	switch {
+	case sent == 0 && named == 0:
+	case !isExec:
+		return fmt.Sprintf("the call carries %d file descriptors; it takes none (they were closed)", max(int(sent), named))
+	case sig.String() != execSignature || !strings.HasPrefix(string(path), string(SandboxPathPrefix)+"/"):
+		// Only a call that will reach Exec, which closes what it is
+		// given, may keep its descriptors.
+		return fmt.Sprintf("the call has signature %q on %s; Exec takes (%s) on a sandbox's object", sig, path, execSignature)
+	case sent > execFDs || int(sent) > named:
+		return fmt.Sprintf("the call carries %d file descriptors; Exec takes %d, each named by an argument (they were closed)", sent, execFDs)
+	}
+	switch {
+	case iface == SandboxInterface && (member == "Exec" || member == "ExecTerminal"):
+		return checkArgv(msg.Body, 0, "argv")
+	case iface == ManagerInterface && member == "Try":
+		return checkArgv(msg.Body, 1, "variants")
+	}
+	return ""
+}
+
+// checkArgv checks the list of strings at body[i], if there is one.
+func checkArgv(body []any, i int, what string) string {
+	if len(body) <= i {
+		return ""
+	}
+	argv, ok := body[i].([]string)
+	if !ok {
+		return ""
+	}
+	if len(argv) > MaxArgs {
+		return fmt.Sprintf("%s has %d entries, more than the %d allowed", what, len(argv), MaxArgs)
+	}
+	n := 0
+	for _, a := range argv {
+		n += len(a) + 1
+	}
+	if n > MaxArgvBytes {
+		return fmt.Sprintf("%s holds %d bytes, more than the %d allowed", what, n, MaxArgvBytes)
+	}
+	return ""
+}
+
+// refuse rewrites msg into a call of the refusal object, which answers
+// InvalidArgs with reason.
+func refuse(msg *dbus.Message, reason string) {
+	msg.Headers[dbus.FieldPath] = dbus.MakeVariant(refusePath)
+	msg.Headers[dbus.FieldInterface] = dbus.MakeVariant(refuseInterface)
+	msg.Headers[dbus.FieldMember] = dbus.MakeVariant("Refuse")
+	msg.Headers[dbus.FieldSignature] = dbus.MakeVariant(dbus.SignatureOf(reason))
+	delete(msg.Headers, dbus.FieldUnixFDs)
+	msg.Body = []any{reason}
+}
+
+// refuser answers the calls the guard refused.
+type refuser struct{}
+
+func (refuser) Refuse(sender dbus.Sender, reason string) *dbus.Error {
+	logger().Warn("refused a D-Bus call", "BUS_SENDER", string(sender), "reason", reason)
+	return dbusError(ErrorInvalidArgs, "%s", reason)
+}
+
+func logger() *slog.Logger {
+	if l := guardLog.Load(); l != nil {
+		return l
+	}
+	return slog.Default()
+}
+
+// collectFDs returns the distinct descriptors anywhere in body: godbus
+// turns an "h" into a UnixFD at any depth (in arrays, structs, variants
+// and dicts).
+func collectFDs(body []any) []int {
+	seen := map[int]bool{}
+	var fds []int
+	var walk func(v reflect.Value)
+	walk = func(v reflect.Value) {
+		if !v.IsValid() {
+			return
+		}
+		if v.Type() == reflect.TypeFor[dbus.UnixFD]() {
+			if fd := int(v.Int()); fd >= 0 && !seen[fd] {
+				seen[fd] = true
+				fds = append(fds, fd)
+			}
+			return
+		}
+		if v.Type() == reflect.TypeFor[dbus.Variant]() {
+			walk(reflect.ValueOf(v.Interface().(dbus.Variant).Value()))
+			return
+		}
+		switch v.Kind() {
+		case reflect.Interface, reflect.Pointer:
+			walk(v.Elem())
+		case reflect.Slice, reflect.Array:
+			if v.Type().Elem().Kind() == reflect.String || v.Type().Elem().Kind() == reflect.Uint8 {
+				return
+			}
+			for i := range v.Len() {
+				walk(v.Index(i))
+			}
+		case reflect.Map:
+			it := v.MapRange()
+			for it.Next() {
+				walk(it.Key())
+				walk(it.Value())
+			}
+		case reflect.Struct:
+			for i := range v.NumField() {
+				if v.Type().Field(i).IsExported() {
+					walk(v.Field(i))
+				}
+			}
+		}
+	}
+	for _, b := range body {
+		walk(reflect.ValueOf(b))
+	}
+	return fds
+}
+
+func closeReceived(fds []int) {
+	for _, fd := range fds {
+		_ = unix.Close(fd)
+	}
+}

@@ -1,0 +1,83 @@
+package nsinit
+
+import (
+	"fmt"
+	"runtime"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// identity is whom a command runs as: the caller (or root, when root
+// asked for it).
+type identity struct {
+	uid, gid uint32
+	groups   []uint32
+}
+
+func (r *Request) identity() identity {
+	return identity{uid: r.UID, gid: r.GID, groups: r.Groups}
+}
+
+// becomeOnThisThread gives the calling OS thread alone id's credentials:
+// its uid, gid and groups, and the capabilities a command of id has
+// (none; root's command keeps keptCaps). The init is root with every
+// capability; what it does for a caller (find the program in PATH, write
+// the caller's output to the caller's files) must be done with the
+// caller's rights, or the caller borrows the init's (a write to
+// /proc/PID/oom_score_adj of -1000, a directory only root may enter).
+//
+// The caller must have called runtime.LockOSThread and never unlock it:
+// the goroutine ends locked, and the Go runtime then ends the thread
+// rather than give others its credentials. The raw system calls act on
+// this thread only (the C library's, and Go's syscall.Setuid, act on all).
+func becomeOnThisThread(id identity) error {
+	groups := make([]uint32, len(id.groups))
+	copy(groups, id.groups)
+	var p unsafe.Pointer
+	if len(groups) > 0 {
+		p = unsafe.Pointer(&groups[0])
+	}
+	if _, _, e := unix.RawSyscall(unix.SYS_SETGROUPS, uintptr(len(groups)), uintptr(p), 0); e != 0 {
+		return fmt.Errorf("taking the caller's groups: %w", e)
+	}
+	if _, _, e := unix.RawSyscall(unix.SYS_SETRESGID, uintptr(id.gid), uintptr(id.gid), uintptr(id.gid)); e != 0 {
+		return fmt.Errorf("taking the caller's gid %d: %w", id.gid, e)
+	}
+	if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, uintptr(id.uid), uintptr(id.uid), uintptr(id.uid)); e != 0 {
+		return fmt.Errorf("taking the caller's uid %d: %w", id.uid, e)
+	}
+	// From root to another uid the kernel clears the capabilities; root
+	// keeps them, and gets what a root command gets.
+	var keep uint64
+	if id.uid == 0 {
+		for _, c := range keptCaps {
+			keep |= 1 << c
+		}
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	data := [2]unix.CapUserData{
+		{Effective: uint32(keep), Permitted: uint32(keep)},
+		{Effective: uint32(keep >> 32), Permitted: uint32(keep >> 32)},
+	}
+	if err := unix.Capset(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("dropping capabilities: %w", err)
+	}
+	return nil
+}
+
+// asCaller runs fn on a new OS thread that has id's credentials, and
+// returns once fn has; the thread ends with it.
+func asCaller(id identity, fn func()) error {
+	done := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: see becomeOnThisThread
+		if err := becomeOnThisThread(id); err != nil {
+			done <- err
+			return
+		}
+		fn()
+		done <- nil
+	}()
+	return <-done
+}

@@ -1,0 +1,205 @@
+package nsinit
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// A command runs in a cgroup of its own, a child of its sandbox's (in the
+// cgroup v2 hierarchy, which systemd keeps on every layout, with or
+// without controllers): whatever it starts stays there, also what left
+// its session with setsid and was orphaned to the init, so that when the
+// command ends all of it can be ended, and nothing it started keeps the
+// caller's streams or terminal. Process groups and sessions cannot do
+// that: a process leaves them at will.
+
+// CommandCgroup is a command's cgroup, made by the daemon, which hands
+// the init descriptors of it and of the cgroup the init lives in.
+type CommandCgroup struct {
+	// Dir and Parent are the cgroup's directory and the init's, open.
+	Dir, Parent *os.File
+	path        string
+}
+
+// cgroup2Roots are where cgroup v2 is mounted: at the root on a unified
+// layout, under unified/ on a hybrid one.
+var cgroup2Roots = []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"}
+
+// NewCommandCgroup makes cgroup name beside the processes of init pid
+// (a child of its cgroup v2 cgroup, its sandbox's scope).
+func NewCommandCgroup(pid int, name string) (*CommandCgroup, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	if err != nil {
+		return nil, fmt.Errorf("reading the cgroup of the sandbox's init: %w", err)
+	}
+	var rel string
+	for line := range strings.Lines(string(data)) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "0::"); ok {
+			rel = filepath.Clean("/" + v)
+		}
+	}
+	if rel == "" || rel == "/" {
+		return nil, fmt.Errorf("the sandbox's init is in no cgroup v2 of its own: %w", errors.ErrUnsupported)
+	}
+	if strings.HasPrefix(filepath.Base(rel), cgroupPrefix) {
+		rel = filepath.Dir(rel) // left in a command's (see enter): its sandbox's is the parent
+	}
+	for _, root := range cgroup2Roots {
+		var fs unix.Statfs_t
+		if unix.Statfs(root, &fs) != nil || fs.Type != unix.CGROUP2_SUPER_MAGIC {
+			continue
+		}
+		parent := filepath.Join(root, rel)
+		dir := filepath.Join(parent, cgroupPrefix+name)
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			return nil, fmt.Errorf("making the command's cgroup: %w", err)
+		}
+		cg := &CommandCgroup{path: dir}
+		if cg.Dir, err = os.OpenFile(dir, os.O_RDONLY|unix.O_DIRECTORY, 0); err == nil {
+			cg.Parent, err = os.OpenFile(parent, os.O_RDONLY|unix.O_DIRECTORY, 0)
+		}
+		if err != nil {
+			cg.Remove()
+			return nil, fmt.Errorf("opening the command's cgroup: %w", err)
+		}
+		return cg, nil
+	}
+	return nil, fmt.Errorf("no cgroup v2 hierarchy mounted: %w", errors.ErrUnsupported)
+}
+
+const cgroupPrefix = "command-"
+
+// CloseFiles closes the descriptors, once the init has its copies.
+func (c *CommandCgroup) CloseFiles() {
+	for _, f := range []**os.File{&c.Dir, &c.Parent} {
+		if *f != nil {
+			(*f).Close()
+			*f = nil
+		}
+	}
+}
+
+// Remove closes the descriptors and removes the cgroup, once the init has
+// emptied it (EBUSY is retried a little: the last processes may still be
+// exiting).
+func (c *CommandCgroup) Remove() error {
+	c.CloseFiles()
+	var err error
+	for range 50 {
+		if err = unix.Rmdir(c.path); err == nil || errors.Is(err, unix.ENOENT) {
+			return nil
+		}
+		if !errors.Is(err, unix.EBUSY) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return fmt.Errorf("removing cgroup %s: %w", c.path, err)
+}
+
+// initCgroup is the init's side: the command's cgroup and its own.
+type initCgroup struct {
+	dir, parent *os.File
+	// safe is set once the init is back in its own cgroup after the fork:
+	// only then may the whole command cgroup be killed.
+	safe bool
+}
+
+// enter moves the init (all of it: cgroup v2 moves processes) into the
+// command's cgroup, so that the command is forked there; leave moves it
+// back. Forks are serialized, and nothing else of the init forks.
+func (c *initCgroup) enter() error { return writeAt(c.dir, "cgroup.procs", "0") }
+
+func (c *initCgroup) leave() error {
+	if err := writeAt(c.parent, "cgroup.procs", "0"); err != nil {
+		return err
+	}
+	c.safe = true
+	return nil
+}
+
+// kill ends every process in the command's cgroup, and waits (a little)
+// until they are gone. With the init itself possibly inside (leave
+// failed), it kills by pid, sparing the init.
+func (c *initCgroup) kill() {
+	if c.safe && writeAt(c.dir, "cgroup.kill", "1") == nil {
+		c.waitEmpty()
+		return
+	}
+	for range 100 { // what forks meanwhile is killed in the next round
+		pids := c.pids()
+		if len(pids) == 0 {
+			return
+		}
+		for _, p := range pids {
+			_ = syscall.Kill(p, syscall.SIGKILL)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func (c *initCgroup) waitEmpty() {
+	deadline := time.Now().Add(2 * time.Second)
+	for time.Now().Before(deadline) {
+		b, err := readAt(c.dir, "cgroup.events")
+		if err != nil || bytes.Contains(b, []byte("populated 0")) {
+			return
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// pids are the cgroup's processes but the init (pid 1), in the init's
+// PID namespace.
+func (c *initCgroup) pids() []int {
+	b, err := readAt(c.dir, "cgroup.procs")
+	if err != nil {
+		return nil
+	}
+	var out []int
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		if p, err := strconv.Atoi(sc.Text()); err == nil && p > 1 && p != os.Getpid() {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func (c *initCgroup) close() {
+	closeAll([]*os.File{c.dir, c.parent})
+}
+
+func writeAt(dir *os.File, name, value string) error {
+	fd, err := unix.Openat(int(dir.Fd()), name, unix.O_WRONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return fmt.Errorf("opening %s of the command's cgroup: %w", name, err)
+	}
+	defer unix.Close(fd)
+	if _, err := unix.Write(fd, []byte(value)); err != nil {
+		return fmt.Errorf("writing %s of the command's cgroup: %w", name, err)
+	}
+	return nil
+}
+
+func readAt(dir *os.File, name string) ([]byte, error) {
+	fd, err := unix.Openat(int(dir.Fd()), name, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(fd), name)
+	defer f.Close()
+	var buf bytes.Buffer
+	_, err = buf.ReadFrom(f)
+	return buf.Bytes(), err
+}
