@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 
+	"github.com/godbus/dbus/v5"
 	ucli "github.com/urfave/cli/v3"
 
 	"github.com/sandboxd/sandboxd/supervisor/api"
@@ -17,13 +18,29 @@ func projectCommand() *ucli.Command {
 				Name:      "add",
 				Usage:     "register a btrfs subvolume or a ZFS dataset as a project (administrators)",
 				ArgsUsage: "NAME LOCATION",
+				Flags: []ucli.Flag{
+					&ucli.StringSliceFlag{Name: "user", Usage: "a user (name or uid) who may use the project; repeatable (default: the directory's owner)"},
+					&ucli.StringSliceFlag{Name: "group", Usage: "a group (name or gid) whose members may use the project; repeatable"},
+				},
 				Action: func(ctx context.Context, cmd *ucli.Command) error {
 					a, err := args(cmd, 2, 2)
 					if err != nil {
 						return err
 					}
+					users, groups := cmd.StringSlice("user"), cmd.StringSlice("group")
+					method, callArgs := api.ManagerInterface+".AddProject", []any{a[0], a[1]}
+					if len(users)+len(groups) > 0 { // the older AddProject for a daemon that predates them
+						opts := map[string]dbus.Variant{}
+						if len(users) > 0 {
+							opts["Users"] = dbus.MakeVariant(users)
+						}
+						if len(groups) > 0 {
+							opts["Groups"] = dbus.MakeVariant(groups)
+						}
+						method, callArgs = api.ManagerInterface+".AddProjectWithOptions", []any{a[0], a[1], opts}
+					}
 					return withClient(ctx, func(c *client) error {
-						if err := call(ctx, c.manager(), "adding project "+a[0], api.ManagerInterface+".AddProject", []any{a[0], a[1]}); err != nil {
+						if err := call(ctx, c.manager(), "adding project "+a[0], method, callArgs); err != nil {
 							return err
 						}
 						out := outputOf(cmd)
@@ -39,7 +56,7 @@ func projectCommand() *ucli.Command {
 			},
 			{
 				Name:  "list",
-				Usage: "list the projects",
+				Usage: "list the projects you may use (all of them for root and administrators)",
 				Action: func(ctx context.Context, cmd *ucli.Command) error {
 					if _, err := args(cmd, 0, 0); err != nil {
 						return err

@@ -149,6 +149,12 @@ func (s *Supervisor) Exec(ctx context.Context, id string, o ExecOptions) (_ *Com
 		}
 	}
 	nc, err := nsinit.Exec(ctx, nsinit.Control(s.runtimeDir(id)), req, files)
+	if err != nil && cg != nil && strings.Contains(err.Error(), "expected 3 file descriptors") {
+		// An init started by an older daemon knows no command cgroups.
+		_ = cg.Remove()
+		cg, req.Cgroup = nil, false
+		nc, err = nsinit.Exec(ctx, nsinit.Control(s.runtimeDir(id)), req, o.Stdio)
+	}
 	if err != nil {
 		if cg != nil {
 			_ = cg.Remove()

@@ -146,7 +146,8 @@ func overlaps(a, b []uint32) bool {
 //
 // Nothing is cached: it is one round trip to the bus per call, small next
 // to what the calls do, and a cache keyed by unique names would have to
-// follow NameOwnerChanged to forget callers that went away.
+// follow NameOwnerChanged to forget callers that went away. The caller's
+// name is remembered for one thing only: whom to send signals (audience).
 func (s *Server) identify(ctx context.Context, sender dbus.Sender) (caller, error) {
 	var creds map[string]dbus.Variant
 	err := s.conn.BusObject().CallWithContext(ctx, "org.freedesktop.DBus.GetConnectionCredentials", 0, string(sender)).Store(&creds)

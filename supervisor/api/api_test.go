@@ -63,9 +63,12 @@ func TestCreateServesTheSandboxAndDestroyRemovesIt(t *testing.T) {
 		t.Fatalf("Expires = %d; want Created + 1h in µs", expires)
 	}
 	limits, ok := props["Limits"].Value().(map[string]dbus.Variant)
-	if !ok || len(limits) != 3 || limits["MemoryMax"].Value() != uint64(256<<20) ||
-		limits["TasksMax"].Value() != uint64(64) || limits["CPUQuotaPerSecUSec"].Value() != uint64(500_000) {
-		t.Fatalf("Limits = %v; want MemoryMax 256M, TasksMax 64, CPUQuotaPerSecUSec 500000", props["Limits"])
+	// The disk quota the create left unset is the default derived from
+	// the pool (a tenth of it): a sandbox always has one.
+	quota, _ := limits["DiskQuota"].Value().(uint64)
+	if !ok || len(limits) != 4 || limits["MemoryMax"].Value() != uint64(256<<20) ||
+		limits["TasksMax"].Value() != uint64(64) || limits["CPUQuotaPerSecUSec"].Value() != uint64(500_000) || quota == 0 {
+		t.Fatalf("Limits = %v; want MemoryMax 256M, TasksMax 64, CPUQuotaPerSecUSec 500000 and a DiskQuota", props["Limits"])
 	}
 	// Path is the sandbox's own copy of the project.
 	files := str("Path")
@@ -276,7 +279,7 @@ func TestBusctlDrivesTheAPI(t *testing.T) {
 		".Destroy ": {"method"},
 		".State ":   {"property", `"ready"`, "emits-change"},
 		".Id ":      {"property", `"` + id + `"`, "const"},
-		".Limits ":  {"property", `1 "MemoryMax" t 268435456`, "const"},
+		".Limits ":  {"property", `3 `, `"MemoryMax" t 268435456`, `"TasksMax" t `, `"DiskQuota" t `, "const"},
 	} {
 		if line := lineWith(introspection, prefix); !containsAll(line, words...) {
 			t.Errorf("busctl introspect %s: line %s is %q; want %q in it", path, prefix, line, words)

@@ -187,9 +187,19 @@ func TestOnlyRootAndAdminsChangeTheProjects(t *testing.T) {
 	if res.ErrorName != api.ErrorAccessDenied || !strings.Contains(res.Error, "may not remove projects") {
 		t.Fatalf("RemoveProject as %s: %+v; want %s", creator.name, res, api.ErrorAccessDenied)
 	}
+	// A member lists the projects it may use: none of root's, until one is
+	// group-writable by its group.
 	res = callAs(t, member, "listprojects")
-	if want := []string{"shared " + shared + " added", "web " + e.project + " config"}; res.ErrorName != "" || !slices.Equal(res.Result, want) {
+	if res.ErrorName != "" || len(res.Result) != 0 {
+		t.Fatalf("ListProjects as %s: %+v; want none (both projects are root's)", member.name, res)
+	}
+	openToGroup(t, shared, member.gid)
+	res = callAs(t, member, "listprojects")
+	if want := []string{"shared " + shared + " added"}; res.ErrorName != "" || !slices.Equal(res.Result, want) {
 		t.Fatalf("ListProjects as %s: %+v; want %v", member.name, res, want)
+	}
+	if list := c.listProjects(); len(list) != 2 {
+		t.Fatalf("ListProjects as root: %+v; want both", list)
 	}
 
 	// An admin by group may.

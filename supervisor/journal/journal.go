@@ -29,9 +29,9 @@ func NewHandler(w io.Writer, level slog.Leveler) slog.Handler {
 	if ok, _ := sdjournal.StderrIsJournalStream(); ok && sdjournal.Enabled() {
 		return &handler{level: level}
 	}
-	return redacting{slog.NewTextHandler(w, &slog.HandlerOptions{Level: level, ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+	return slog.NewTextHandler(w, &slog.HandlerOptions{Level: level, ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
 		return redact(a)
-	}})}
+	}})
 }
 
 // ArgvKey is the attribute that NewHandler's handlers shorten.
@@ -52,21 +52,6 @@ func redact(a slog.Attr) slog.Attr {
 	program, _, _ := strings.Cut(line, " ")
 	return slog.String(a.Key, fmt.Sprintf("%s (%d bytes)", program, len(line)))
 }
-
-// redacting shortens the argv attributes given with WithAttrs, which the
-// text handler's ReplaceAttr does not see before they are formatted...
-// it does; this only keeps the groups' keys plain for redact.
-type redacting struct{ slog.Handler }
-
-func (r redacting) WithAttrs(attrs []slog.Attr) slog.Handler {
-	out := make([]slog.Attr, len(attrs))
-	for i, a := range attrs {
-		out[i] = redact(a)
-	}
-	return redacting{r.Handler.WithAttrs(out)}
-}
-
-func (r redacting) WithGroup(name string) slog.Handler { return redacting{r.Handler.WithGroup(name)} }
 
 type handler struct {
 	level  slog.Leveler

@@ -373,3 +373,34 @@ func listenForSignals() int {
 		}
 	}
 }
+
+// A command's arguments may hold a secret: the journal, which more than
+// root may read, names only its program and size; the whole command line
+// is kept in the audit log, root's alone (the control: the daemon saw it).
+func TestHostileArgvStaysOutOfTheJournal(t *testing.T) {
+	install(t)
+	secret := fmt.Sprintf("ARGV-SECRET-%d", time.Now().UnixNano())
+	since := time.Now().Add(-time.Second).Format("2006-01-02 15:04:05")
+	id := strings.TrimSpace(ok(t, "create", "--quiet", "web"))
+	t.Cleanup(func() { ctl(t, "", "destroy", id) })
+	ok(t, "exec", id, "--", "sh", "-c", "true "+secret)
+
+	audit, err := os.ReadFile("/var/log/sandboxd/audit.log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(audit), secret) {
+		t.Fatalf("the audit log lacks the command line (the control)")
+	}
+	if st, err := os.Stat("/var/log/sandboxd/audit.log"); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("the audit log: %v, mode %v; want 0600", err, st.Mode())
+	}
+	testbed.MustRun(t, "journalctl", "--sync")
+	journal := testbed.MustRun(t, "journalctl", "--no-pager", "-o", "json", "-u", "sandboxd.service", "--since", since)
+	if strings.Contains(journal, secret) {
+		t.Errorf("the journal holds a command's arguments:\n%s", journal)
+	}
+	if !strings.Contains(journal, `sh (`) {
+		t.Errorf("the journal does not name the command's program:\n%s", journal)
+	}
+}

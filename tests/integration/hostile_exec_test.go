@@ -108,8 +108,10 @@ func TestHostileExecGivesNoTerminalToTheSandbox(t *testing.T) {
 	// sandbox, also from a detached child that waited for it, and also
 	// when only stdout and stderr are the terminal (which is readable).
 	for _, c := range []struct{ stdin, script, file string }{
-		{"", `exec 3<&0; setsid sh -c "sleep 1; cat <&3 > /tmp/stolen" &`, "/tmp/stolen"},
-		{"from a pipe\n", `echo visible; setsid sh -c "sleep 1; cat <&1 > /tmp/stolen-1" & setsid sh -c "sleep 1; cat <&2 > /tmp/stolen-2" &`, "/tmp/stolen-[12]"},
+		// (The command waits until its children have left its process
+		// group, which ends with it.)
+		{"", `exec 3<&0; setsid sh -c "sleep 1; cat <&3 > /tmp/stolen" & sleep 0.2`, "/tmp/stolen"},
+		{"from a pipe\n", `echo visible; setsid sh -c "sleep 1; cat <&1 > /tmp/stolen-1" & setsid sh -c "sleep 1; cat <&2 > /tmp/stolen-2" & sleep 0.2`, "/tmp/stolen-[12]"},
 	} {
 		master, wait := onPTY(t, c.stdin, "exec", "--detach", id, "--", "sh", "-c", c.script)
 		screen, code := wait()
@@ -229,23 +231,35 @@ func asMember(t *testing.T, member, script string) string {
 // TestHostileExecOutputLimitWritesAsTheCaller is issue 15's finding 11:
 // with --output-limit the sandbox's init copies the command's output to
 // the caller's stdout, and used to write it as root with every
-// capability: a member lowered its own shell's oom_score_adj to -1000
-// with `> /proc/$$/oom_score_adj`. The write is now the member's own.
+// capability. Files of /proc check the writer's rights at the write, so
+// a member could set what only a privileged process may: its shell's
+// timer slack (CAP_SYS_NICE for another process's), or its
+// oom_score_adj below the floor (CAP_SYS_RESOURCE, where the machine
+// grants root that). The write is now the member's own.
 func TestHostileExecOutputLimitWritesAsTheCaller(t *testing.T) {
 	const member = "hostile-exec"
 	sb := memberSandbox(t, member)
-	// Controls: a privileged writer can lower it, the member cannot.
-	if got := strings.TrimSpace(testbed.MustRun(t, "sh", "-c", "echo 100 > /proc/$$/oom_score_adj; echo -1000 > /proc/$$/oom_score_adj; cat /proc/$$/oom_score_adj")); got != "-1000" {
-		t.Fatalf("the control: root lowered its shell's oom_score_adj to %q; want -1000", got)
-	}
-	if got := asMember(t, member, "echo 100 > /proc/$$/oom_score_adj; echo -1000 > /proc/$$/oom_score_adj 2>/dev/null; cat /proc/$$/oom_score_adj"); strings.TrimSpace(got) != "100" {
-		t.Fatalf("the control: the member lowered its own oom_score_adj: %q", got)
-	}
-	for _, limit := range []string{"", "--output-limit=1M"} {
-		args := "exec " + limit + " " + sb + " -- echo -1000"
-		got := asMember(t, member, "echo 100 > /proc/$$/oom_score_adj; "+ctlBin()+" "+args+" > /proc/$$/oom_score_adj 2>/dev/null; cat /proc/$$/oom_score_adj")
-		if strings.TrimSpace(got) != "100" {
-			t.Errorf("sandboxctl %s > /proc/$$/oom_score_adj as a member: oom_score_adj is %q; want 100, the member's own", args, got)
+	for _, c := range []struct{ file, before, value string }{
+		{"timerslack_ns", "", "1234"},
+		{"oom_score_adj", "echo 100 > /proc/$$/oom_score_adj;", "-1000"},
+	} {
+		// Controls: another process of root's sets it, one of the
+		// member's cannot.
+		script := c.before + ` sh -c "echo ` + c.value + ` > /proc/\$PPID/` + c.file + `" 2>/dev/null; read x < /proc/$$/` + c.file + `; echo $x`
+		if got := strings.TrimSpace(testbed.MustRun(t, "sh", "-c", script)); got != c.value {
+			t.Logf("root cannot set %s to %s here (%q): no test of it", c.file, c.value, got)
+			continue
+		}
+		if got := strings.TrimSpace(asMember(t, member, script)); got == c.value {
+			t.Fatalf("the control: the member set its shell's %s to %s from another process", c.file, got)
+		}
+		for _, limit := range []string{"", "--output-limit=1M"} {
+			args := "exec " + limit + " " + sb + " -- echo " + c.value
+			got := asMember(t, member, c.before+" read before < /proc/$$/"+c.file+"; "+ctlBin()+" "+args+" > /proc/$$/"+c.file+
+				" 2>/dev/null; read after < /proc/$$/"+c.file+"; echo $before $after")
+			if f := strings.Fields(got); len(f) != 2 || f[0] != f[1] {
+				t.Errorf("sandboxctl %s > /proc/$$/%s as a member: %q before and after; want it unchanged", args, c.file, got)
+			}
 		}
 	}
 	// The output still reaches what the member may write.
