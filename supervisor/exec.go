@@ -34,7 +34,8 @@ type ExecOptions struct {
 	// project's path).
 	Dir string
 	// UID is the caller's: the command runs as that user. AsRoot runs it
-	// as root instead, which only root may ask.
+	// as root with root's kept capabilities, which only root may ask;
+	// root's command without AsRoot is uid 0 with no capability.
 	UID    uint32
 	AsRoot bool
 	// Stdio are the caller's stdin, stdout and stderr, which the command
@@ -218,6 +219,9 @@ func (s *Supervisor) request(ctx context.Context, rec state.Record, o ExecOption
 	req := nsinit.Request{
 		Argv: o.Argv, Dir: o.Dir, UID: uid, GID: uid,
 		PTY: o.PTY, Rows: o.Rows, Cols: o.Cols, Timeout: o.Timeout, OutputLimit: o.OutputLimit,
+		// Root is asked for, never implied: a root caller's plain command
+		// is uid 0 with no capability (no DAC override, no chown).
+		NoCapabilities: uid == 0 && !o.AsRoot,
 	}
 	name, home, shell := strconv.FormatUint(uint64(uid), 10), "/", "/bin/sh"
 	if u, err := user.LookupId(name); err == nil {

@@ -3,6 +3,7 @@ package nsinit
 import (
 	"fmt"
 	"runtime"
+	"syscall"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -13,10 +14,11 @@ import (
 type identity struct {
 	uid, gid uint32
 	groups   []uint32
+	noCaps   bool // uid 0 without root's capabilities
 }
 
 func (r *Request) identity() identity {
-	return identity{uid: r.UID, gid: r.GID, groups: r.Groups}
+	return identity{uid: r.UID, gid: r.GID, groups: r.Groups, noCaps: r.NoCapabilities}
 }
 
 // becomeOnThisThread gives the calling OS thread alone id's credentials:
@@ -47,10 +49,23 @@ func becomeOnThisThread(id identity) error {
 	if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, uintptr(id.uid), uintptr(id.uid), uintptr(id.uid)); e != 0 {
 		return fmt.Errorf("taking the caller's uid %d: %w", id.uid, e)
 	}
+	if id.uid == 0 && id.noCaps {
+		// uid 0 gets every capability back at exec unless NOROOT is
+		// set, and locked so that the command cannot unset it; the
+		// bounding set goes too (this thread's was not lockdown's).
+		if err := unix.Prctl(unix.PR_SET_SECUREBITS, secbitsNoRoot, 0, 0, 0); err != nil {
+			return fmt.Errorf("setting uid 0's secure bits (no capabilities at exec): %w", err)
+		}
+		for c := uintptr(0); c <= uintptr(lastCap()); c++ {
+			if err := unix.Prctl(unix.PR_CAPBSET_DROP, c, 0, 0, 0); err != nil {
+				return fmt.Errorf("dropping capability %d from the bounding set: %w", c, err)
+			}
+		}
+	}
 	// From root to another uid the kernel clears the capabilities; root
 	// keeps them, and gets what a root command gets.
 	var keep uint64
-	if id.uid == 0 {
+	if id.uid == 0 && !id.noCaps {
 		for _, c := range keptCaps {
 			keep |= 1 << c
 		}
@@ -64,6 +79,21 @@ func becomeOnThisThread(id identity) error {
 		return fmt.Errorf("dropping capabilities: %w", err)
 	}
 	return nil
+}
+
+// secbitsNoRoot: uid 0 gains nothing at exec, and ambient capabilities
+// cannot be raised, both locked (linux/securebits.h; x/sys lacks them).
+const secbitsNoRoot = 1<<0 | 1<<1 | 1<<6 | 1<<7
+
+// forkAsCaller forks f on a new OS thread with id's credentials (see
+// becomeOnThisThread): a plain command of uid 0 must start with no
+// capability, which the forker thread, root with keptCaps, cannot give.
+func forkAsCaller(id identity, f fork) forked {
+	var r forked
+	if err := asCaller(id, func() { r.pid, r.err = syscall.ForkExec(f.path, f.argv, f.attr) }); err != nil {
+		return forked{-1, err}
+	}
+	return r
 }
 
 // asCaller runs fn on a new OS thread that has id's credentials, and

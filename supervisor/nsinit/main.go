@@ -68,6 +68,16 @@ func Main() {
 	os.Exit(1)
 }
 
+// lastCap is the running kernel's highest capability.
+func lastCap() int {
+	if b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap"); err == nil {
+		if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+			return n
+		}
+	}
+	return unix.CAP_LAST_CAP
+}
+
 // keptCaps are what a command started as root keeps: enough to manage
 // files and processes inside the sandbox, nothing that reaches the kernel
 // or the host (no CAP_SYS_ADMIN, _MODULE, _RAWIO, _PTRACE, _NET_ADMIN,
@@ -83,12 +93,7 @@ var keptCaps = []uintptr{
 // are per thread: the caller is the locked thread that forks every command
 // (the seccomp filter and no_new_privs reach all threads).
 func lockdown() error {
-	last := unix.CAP_LAST_CAP
-	if b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap"); err == nil {
-		if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
-			last = n
-		}
-	}
+	last := lastCap()
 	keep := map[uintptr]bool{}
 	for _, c := range keptCaps {
 		keep[c] = true

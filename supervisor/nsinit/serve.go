@@ -303,8 +303,16 @@ func (s *server) start(req *Request, stdio []*os.File, cg *initCgroup) (_ *comma
 		}
 	}
 	f := fork{path: path, argv: req.Argv, attr: &syscall.ProcAttr{Dir: dir, Env: req.Env, Files: files, Sys: sys}, done: make(chan forked, 1)}
-	s.forks <- f
-	r := <-f.done
+	var r forked
+	if req.NoCapabilities && req.UID == 0 {
+		// The forking thread already is the command's user; setgroups
+		// in the child would need the capability it must not have.
+		sys.Credential = nil
+		r = forkAsCaller(req.identity(), f)
+	} else {
+		s.forks <- f
+		r = <-f.done
+	}
 	if cg != nil {
 		if cerr := cg.leave(); cerr != nil {
 			// Ended by pid then, sparing the init (see initCgroup.kill).

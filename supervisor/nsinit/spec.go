@@ -81,6 +81,10 @@ type Request struct {
 	UID    uint32   `json:"uid"`
 	GID    uint32   `json:"gid"`
 	Groups []uint32 `json:"groups,omitempty"`
+	// NoCapabilities: uid 0 that did not ask for root (a root caller's
+	// plain command) runs with no capability at all, so that it has
+	// root's files by ownership and nothing more (no DAC override).
+	NoCapabilities bool `json:"no_capabilities,omitempty"`
 	// Home is made (empty, the caller's) if it does not exist.
 	Home string `json:"home,omitempty"`
 	// PTY: the command gets a new pseudo-terminal as its controlling

@@ -102,7 +102,9 @@ func TestEgressWideNetworkLeavesOutTheHost(t *testing.T) {
 
 // TestEgressHostHeaderNamesTheAllowedHost: a plain HTTP request for an
 // allowed host must not carry a Host header naming another virtual host
-// of the same server.
+// of the same server. (What goes through a CONNECT tunnel, a Host or a
+// TLS server name, is the sandbox's: the proxy decides on host and port
+// only, so a CONNECT to a.test:8080 can still ask for b.test.)
 func TestEgressHostHeaderNamesTheAllowedHost(t *testing.T) {
 	addr, _ := netHost(t, "netdoc2", "198.51.100")
 	var mu sync.Mutex
