@@ -245,7 +245,7 @@ func (s *Server) begin(sender dbus.Sender, action string) (*request, *dbus.Error
 		s.log.Error("refused a call from an unidentified caller", "ACTION", action, "BUS_SENDER", string(sender), "error", err)
 		return nil, dbusError(ErrorAccessDenied, "%s: cannot tell who is calling: %v", action, err)
 	}
-	release, derr := s.heavy.acquire(action, who.uid)
+	release, derr := s.heavy.acquire(s.ctx, action, who.uid)
 	if derr != nil {
 		s.calls.Done()
 		s.log.Warn("D-Bus call", "ACTION", action, "CALLER_UID", who.uid, "BUS_SENDER", who.name, "result", derr.Name, "error", derr.Error())

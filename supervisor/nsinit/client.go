@@ -34,36 +34,36 @@ func Exec(ctx context.Context, socket string, req Request, stdio []*os.File) (*C
 	c, err := d.DialContext(ctx, "unixpacket", socket)
 	if err != nil {
 		if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) {
-			return nil, fmt.Errorf("running %q: %w", req.Argv, ErrNotRunning)
+			return nil, fmt.Errorf("running %s: %w", req.program(), ErrNotRunning)
 		}
-		return nil, fmt.Errorf("running %q: reaching the sandbox's init: %w", req.Argv, err)
+		return nil, fmt.Errorf("running %s: reaching the sandbox's init: %w", req.program(), err)
 	}
 	conn := c.(*net.UnixConn)
 	stop := context.AfterFunc(ctx, func() { _ = conn.Close() })
 	defer stop()
 	if err := writeMessage(conn, message{Request: &req}, stdio); err != nil {
 		conn.Close()
-		return nil, fmt.Errorf("running %q: sending the request: %w", req.Argv, err)
+		return nil, fmt.Errorf("running %s: sending the request: %w", req.program(), err)
 	}
 	m, files, err := readMessage(conn, smallMessage)
 	if err != nil {
 		conn.Close()
 		if ctx.Err() != nil {
-			return nil, fmt.Errorf("running %q: %w", req.Argv, ctx.Err())
+			return nil, fmt.Errorf("running %s: %w", req.program(), ctx.Err())
 		}
-		return nil, fmt.Errorf("running %q: %w (%v)", req.Argv, ErrNotRunning, err)
+		return nil, fmt.Errorf("running %s: %w (%v)", req.program(), ErrNotRunning, err)
 	}
 	if m.Error != "" {
 		closeAll(files)
 		conn.Close()
-		return nil, fmt.Errorf("running %q: %w: %s", req.Argv, ErrCommand, m.Error)
+		return nil, fmt.Errorf("running %s: %w: %s", req.program(), ErrCommand, m.Error)
 	}
 	cmd := &Command{PID: m.Started, conn: conn, done: make(chan struct{})}
 	if req.PTY {
 		if len(files) != 1 {
 			closeAll(files)
 			conn.Close()
-			return nil, fmt.Errorf("running %q: the init sent no pseudo-terminal", req.Argv)
+			return nil, fmt.Errorf("running %s: the init sent no pseudo-terminal", req.program())
 		}
 		cmd.Master = files[0]
 	} else {

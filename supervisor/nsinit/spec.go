@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"syscall"
 	"time"
 )
@@ -183,3 +184,13 @@ const envInit = "SANDBOXD_NSINIT"
 // IsInit reports whether this process was started by Start to be a
 // sandbox's init; its main function must then call Main and nothing else.
 func IsInit() bool { return os.Getenv(envInit) == "1" }
+
+// program names the request's command in errors and logs: its program
+// alone, quoted, as the rest of argv may hold secrets (tokens, passwords)
+// that belong in the root-only audit log, not the journal.
+func (r *Request) program() string {
+	if len(r.Argv) == 0 {
+		return `""`
+	}
+	return strconv.Quote(r.Argv[0])
+}

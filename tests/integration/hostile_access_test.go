@@ -147,11 +147,17 @@ name = "revoked"
 path = %q
 `, rootOnly, own, revoked)
 	reconfigure(t, projects+fmt.Sprintf("users = [%q]\n", accAlice)) // the daemon resolves group sandboxd at its start
+	// Cleanups run last first: the added project goes once its sandboxes
+	// have, so that the other tests find the projects they expect.
+	t.Cleanup(func() {
+		if _, errOut, code := ctl(t, "", "project", "remove", "listed"); code != 0 {
+			t.Errorf("removing project listed at the end: exit %d: %s", code, errOut)
+		}
+	})
 	accDestroyAtEnd(t, "rootonly", "alices", "listed", "revoked")
 	// An added project that lists accAlice, over the bus.
 	testbed.MustRun(t, "busctl", "call", "org.sandboxd1", "/org/sandboxd1", "org.sandboxd1.Manager", "AddProjectWithOptions",
 		"ssa{sv}", "listed", listed, "1", "Users", "as", "1", accAlice)
-	t.Cleanup(func() { ctl(t, "", "project", "remove", "listed") })
 	uid := accUID(t, accAlice)
 
 	// Refused, by the daemon, in words that name the project and the caller.

@@ -1,13 +1,14 @@
 package integration
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/godbus/dbus/v5"
 
@@ -156,52 +157,60 @@ func TestHostileHugeArgvIsRefusedBeforeTheAuditLog(t *testing.T) {
 	}
 }
 
-// TestHostileConcurrentHeavyCallsAreCapped runs many UnifiedDiff calls of
-// a large change at once from one uid: at most a few run, the others are
-// refused at once with a clear error instead of each holding tens of
-// megabytes of the root daemon.
+// TestHostileConcurrentHeavyCallsAreCapped fills one uid's slots for heavy
+// calls (diffs, try, promotion: each may hold tens of megabytes of the
+// root daemon) with Try calls whose check sleeps: a further heavy call of
+// that uid waits its turn, and once none frees within HeavyCallWait it is
+// refused with a clear error; a burst that the slots can serve in turn is
+// served whole.
 func TestHostileConcurrentHeavyCallsAreCapped(t *testing.T) {
 	install(t)
 	_, object := create(t)
-	path := property(t, object, "Path")
-	// About 24 MB of changed text: each diff takes a while to build.
-	line := strings.Repeat("0123456789abcdef", 6) + "\n"
-	text := strings.Repeat(line, 100_000/len(line)+1)
-	for i := range 240 {
-		if err := os.WriteFile(filepath.Join(path, "big"+strconv.Itoa(i)+".txt"), []byte(text), 0o644); err != nil {
-			t.Fatal(err)
+	hold := api.HeavyCallWait + 10*time.Second
+	var wg sync.WaitGroup
+	tries := make([]string, api.MaxHeavyCallsPerCaller)
+	for i := range tries {
+		wg.Go(func() {
+			out, ok := busctl("--timeout=120", "/org/sandboxd1", "org.sandboxd1.Manager", "Try",
+				"sasssa{sv}", "web", "1", "true", fmt.Sprintf("sleep %d", int(hold.Seconds())), "none", "1", "Name", "s", fmt.Sprintf("heavy%d", i))
+			if !ok {
+				tries[i] = out
+			}
+		})
+	}
+	// The tries hold every slot once their sandboxes run their checks.
+	time.Sleep(3 * time.Second)
+	start := time.Now()
+	out, ok := busctl("--timeout=120", object, "org.sandboxd1.Sandbox", "UnifiedDiff", "a{sv}", "0")
+	waited := time.Since(start)
+	if ok || !strings.Contains(out, "too many concurrent calls") {
+		t.Errorf("a heavy call while the uid's %d slots are held: ok %v, %s; want refused as too many concurrent calls",
+			api.MaxHeavyCallsPerCaller, ok, out[:min(len(out), 300)])
+	}
+	if waited < api.HeavyCallWait-time.Second {
+		t.Errorf("the heavy call was refused after %v; want a wait of about %v for a slot first", waited, api.HeavyCallWait)
+	}
+	t.Logf("with %d slots held: refused after %v: %s", api.MaxHeavyCallsPerCaller, waited.Round(time.Millisecond), strings.TrimSpace(out))
+	wg.Wait()
+	for i, e := range tries {
+		if e != "" {
+			t.Errorf("Try %d holding a slot: %s", i, e)
 		}
 	}
-	const n = 3 * api.MaxHeavyCallsPerCaller
-	var wg sync.WaitGroup
-	outs := make([]string, n)
-	oks := make([]bool, n)
+	// A burst larger than the slots is served in turn, none refused.
+	n := 3 * api.MaxHeavyCallsPerCaller
+	errs := make([]string, n)
 	for i := range n {
 		wg.Go(func() {
-			outs[i], oks[i] = busctl("--timeout=120", object, "org.sandboxd1.Sandbox", "UnifiedDiff", "a{sv}", "0")
-			if oks[i] {
-				outs[i] = outs[i][:min(len(outs[i]), 80)]
+			if out, ok := busctl("--timeout=120", object, "org.sandboxd1.Sandbox", "UnifiedDiff", "a{sv}", "0"); !ok {
+				errs[i] = out
 			}
 		})
 	}
 	wg.Wait()
-	served, refused := 0, 0
-	for i := range n {
-		switch {
-		case oks[i]:
-			served++
-		case strings.Contains(outs[i], "too many concurrent calls"):
-			refused++
-		default:
-			t.Errorf("UnifiedDiff %d: %s", i, outs[i])
+	for i, e := range errs {
+		if e != "" {
+			t.Errorf("UnifiedDiff %d of a burst of %d: %s", i, n, e)
 		}
-	}
-	t.Logf("%d parallel UnifiedDiff calls of one uid: %d served, %d refused", n, served, refused)
-	if served == 0 || refused == 0 {
-		t.Fatalf("%d parallel UnifiedDiff calls: %d served, %d refused; want both", n, served, refused)
-	}
-	// Once they end, the slots are free again.
-	if out, ok := busctl(object, "org.sandboxd1.Sandbox", "UnifiedDiff", "a{sv}", "0"); !ok {
-		t.Fatalf("UnifiedDiff after the others ended: %s", out[:min(len(out), 200)])
 	}
 }
