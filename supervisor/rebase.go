@@ -15,6 +15,31 @@ import (
 	"github.com/sandboxd/sandboxd/units"
 )
 
+// ErrProjectMoved: a sandbox's project is no longer where it was when
+// the sandbox was made (removed and added again elsewhere, or moved in
+// sandboxd.toml); the sandbox's base is of the old volume.
+var ErrProjectMoved = fmt.Errorf("project moved: %w", ErrWrongState)
+
+// projectLocation is where sandbox rec's project is now, for a call that
+// reads the project or writes into it for the caller of ctx (a rebase,
+// its change list, a promotion): refused when the project is gone, when
+// the caller may no longer use it (as Create checks), and when the
+// project is no longer where the sandbox was made of it.
+func (s *Supervisor) projectLocation(ctx context.Context, rec state.Record) (string, error) {
+	location := s.projects.location(rec.Project)
+	if location == "" {
+		return "", fmt.Errorf("its project %q is gone: %w", rec.Project, ErrUnknownProject)
+	}
+	if err := s.MayUseProject(ctx, rec.Project); err != nil {
+		return "", err
+	}
+	if rec.ProjectLocation != "" && rec.ProjectLocation != location {
+		return "", fmt.Errorf("its project %q is now at %s, not at %s where the sandbox was made of it, so the sandbox's base is of another volume; "+
+			"make a new sandbox of the project: %w", rec.Project, location, rec.ProjectLocation, ErrProjectMoved)
+	}
+	return location, nil
+}
+
 // ProjectMove is how far a sandbox's project moved on since its base.
 type ProjectMove struct {
 	// Paths the project changed since the base, metadata-only changes
@@ -38,7 +63,11 @@ func (s *Supervisor) ProjectMoves(ctx context.Context, id string) (ProjectMove, 
 func (s *Supervisor) projectMoves(ctx context.Context, rec state.Record) (ProjectMove, error) {
 	what := "reading how the project of sandbox " + rec.ID + " moved"
 	m := ProjectMove{}
-	project, err := s.cfg.Backend.Project(ctx, s.projects.location(rec.Project))
+	location, err := s.projectLocation(ctx, rec)
+	if err != nil {
+		return m, fmt.Errorf("%s: %w", what, err)
+	}
+	project, err := s.cfg.Backend.Project(ctx, location)
 	if err != nil {
 		return m, fmt.Errorf("%s: %w", what, err)
 	}
@@ -86,7 +115,11 @@ func (s *Supervisor) Rebase(ctx context.Context, id string) (sb Sandbox, err err
 	if err := unmarshalLimits(rec.Limits, &limits); err != nil {
 		return sb, fmt.Errorf("%s: %w", what, err)
 	}
-	project, err := s.cfg.Backend.Project(ctx, s.projects.location(rec.Project))
+	location, err := s.projectLocation(ctx, rec)
+	if err != nil {
+		return sb, fmt.Errorf("%s: %w", what, err)
+	}
+	project, err := s.cfg.Backend.Project(ctx, location)
 	if err != nil {
 		return sb, fmt.Errorf("%s: %w", what, err)
 	}

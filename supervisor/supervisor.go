@@ -285,7 +285,7 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 	defer s.lock(id)()
 	now := time.Now().UTC()
 	rec := state.Record{
-		ID: id, Name: opts.Name, Project: opts.Project, Owner: opts.Owner, State: state.Creating,
+		ID: id, Name: opts.Name, Project: opts.Project, ProjectLocation: location, Owner: opts.Owner, State: state.Creating,
 		Base: baseName(id), Volume: volumeName(id), Unit: unitName(id),
 		Profile: opts.Profile, Created: now, Limits: limits, DiskQuota: opts.DiskQuota,
 		Network: opts.Network, Allow: opts.Allow, ReadOnlyProject: *opts.ReadOnlyProject,
@@ -670,6 +670,9 @@ func (s *Supervisor) Inspect(ctx context.Context, id string, what Live) (Inspect
 
 // staleness says whether rec's project moved on since its base.
 func (s *Supervisor) staleness(ctx context.Context, rec state.Record) string {
+	if _, err := s.projectLocation(ctx, rec); err != nil {
+		return StaleUnknown // not a project the caller may read now
+	}
 	if s.cfg.Backend.Info().Capabilities.FastChanges {
 		// The change list, not the generation: a generation lags until
 		// the filesystem commits (seconds after a write on btrfs), and

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
 	"reflect"
@@ -18,6 +19,16 @@ const (
 	// (and Try's variants): the count, and the bytes of all of them.
 	MaxArgs      = 4096
 	MaxArgvBytes = 128 << 10
+	// MaxCheckBytes bounds Try's check, a shell line.
+	MaxCheckBytes = 64 << 10
+	// MaxEnvEntries and MaxEnvBytes bound an Exec's Environment option;
+	// MaxWorkingDirBytes its WorkingDirectory (PATH_MAX).
+	MaxEnvEntries      = 1024
+	MaxEnvBytes        = 128 << 10
+	MaxWorkingDirBytes = 4096
+	// maxOptionName bounds an option's name: a message names an unknown
+	// one.
+	maxOptionName = 64
 	// execFDs is what Exec takes: stdin, stdout and stderr.
 	execFDs = 3
 )
@@ -89,9 +100,60 @@ func checkCall(msg *dbus.Message, iface, member string, sent uint32, named int) 
 	}
 	switch {
 	case iface == SandboxInterface && (member == "Exec" || member == "ExecTerminal"):
-		return checkArgv(msg.Body, 0, "argv")
+		return cmp.Or(checkArgv(msg.Body, 0, "argv"), checkExecOptions(msg.Body, 1))
 	case iface == ManagerInterface && member == "Try":
-		return checkArgv(msg.Body, 1, "variants")
+		return cmp.Or(checkArgv(msg.Body, 1, "variants"), checkString(msg.Body, 2, "check", MaxCheckBytes),
+			checkString(msg.Body, 3, "keep", maxOptionName))
+	}
+	return ""
+}
+
+// checkString checks the length of the string at body[i], if there is one.
+func checkString(body []any, i int, what string, limit int) string {
+	if len(body) <= i {
+		return ""
+	}
+	if s, ok := body[i].(string); ok && len(s) > limit {
+		return fmt.Sprintf("%s holds %d bytes, more than the %d allowed", what, len(s), limit)
+	}
+	return ""
+}
+
+// checkExecOptions checks the sizes of an Exec's options at body[i], if
+// there are any: their names, Environment and WorkingDirectory. Their
+// types are execOptions' to check.
+func checkExecOptions(body []any, i int) string {
+	if len(body) <= i {
+		return ""
+	}
+	opts, ok := body[i].(map[string]dbus.Variant)
+	if !ok {
+		return ""
+	}
+	for name := range opts {
+		if len(name) > maxOptionName {
+			return fmt.Sprintf("an option's name holds %d bytes, more than the %d allowed", len(name), maxOptionName)
+		}
+	}
+	switch env := opts["Environment"].Value().(type) {
+	case []string:
+		if len(env) > MaxEnvEntries {
+			return fmt.Sprintf("option Environment has %d entries, more than the %d allowed", len(env), MaxEnvEntries)
+		}
+		n := 0
+		for _, e := range env {
+			n += len(e) + 1
+		}
+		if n > MaxEnvBytes {
+			return fmt.Sprintf("option Environment holds %d bytes, more than the %d allowed", n, MaxEnvBytes)
+		}
+	case string: // the wrong type, refused by execOptions, but not at any size
+		if len(env) > MaxEnvBytes {
+			return fmt.Sprintf("option Environment holds %d bytes, more than the %d allowed", len(env), MaxEnvBytes)
+		}
+	}
+	if dir, ok := opts["WorkingDirectory"].Value().(string); ok && len(dir) > MaxWorkingDirBytes {
+		return fmt.Sprintf("option WorkingDirectory holds %d bytes, more than the %d allowed", len(dir), MaxWorkingDirBytes)
 	}
 	return ""
 }

@@ -26,6 +26,18 @@ func TestPublic(t *testing.T) {
 		{"169.254.169.254", false}, {"224.0.0.1", false}, {"255.255.255.255", false},
 		{"::1", false}, {"::", false}, {"fe80::1", false}, {"fc00::1", false}, {"fd12::1", false}, {"ff02::1", false},
 		{"::ffff:10.0.0.1", false}, {"::ffff:8.8.8.8", true},
+		// Reserved, benchmarking, protocol assignments, discard.
+		{"192.0.0.1", false}, {"192.0.0.255", false}, {"192.0.1.1", true},
+		{"198.18.0.1", false}, {"198.19.255.255", false}, {"198.17.255.255", true}, {"198.20.0.1", true},
+		{"240.0.0.1", false}, {"254.1.2.3", false}, {"239.255.255.255", false}, {"223.255.255.254", true},
+		{"100::1", false}, {"100::ffff:ffff:ffff:ffff", false}, {"100:0:0:1::1", true},
+		// IPv4 carried in IPv6 to a translator or a tunnel: 10.0.0.1 and
+		// 169.254.169.254 through NAT64, 6to4, Teredo, IPv4-compatible.
+		{"64:ff9b::a00:1", false}, {"64:ff9b::a9fe:a9fe", false}, {"64:ff9b::808:808", false}, {"64:ff9b:1::a00:1", false},
+		{"64:ff9b:2::1", true},
+		{"2002:a00:1::1", false}, {"2002::1", false}, {"2003::1", true},
+		{"2001:0:a00:1::1", false}, {"2001:1::1", true}, {"2001:4860:4860::8888", true},
+		{"::a00:1", false}, {"::8.8.8.8", false}, {"::1:0:0:1", true},
 	} {
 		if got := Public(netip.MustParseAddr(tc.addr)); got != tc.public {
 			t.Errorf("Public(%s) = %v, want %v", tc.addr, got, tc.public)
@@ -204,8 +216,10 @@ func TestProxyCapsConnections(t *testing.T) {
 	if now := openFDs(t); now > base+4 {
 		t.Errorf("descriptors grew from %d to %d over 50 refused connections", base, now)
 	}
-	if n := len(logs.entries(t, "egress refused")); n != 50 {
-		t.Errorf("%d refusals logged, want 50", n)
+	// The first of a period one by one, the rest counted (see
+	// TestProxyRefusalLinesAreCountedPastABurst).
+	if n := len(logs.entries(t, "egress refused")); n != RefusalLogBurst {
+		t.Errorf("%d refusals logged one by one, want %d", n, RefusalLogBurst)
 	}
 	held[0].Close()
 	deadline := time.Now().Add(5 * time.Second)
@@ -247,5 +261,75 @@ func TestProxyClosesIdleConnections(t *testing.T) {
 	}
 	if len(logs.entries(t, "egress closed an idle connection")) != 1 {
 		t.Errorf("want one log line of the idle close")
+	}
+}
+
+// TestProxyRefusalLinesAreCountedPastABurst: a sandbox that connects in
+// a loop past its cap does not get a journal line written per connection:
+// in each period the first RefusalLogBurst refusals are logged one by
+// one, then one line counts the rest when the period ends, so the log
+// still tells how many were refused. A new period logs one by one again,
+// and what is counted when the proxy stops is logged then.
+func TestProxyRefusalLinesAreCountedPastABurst(t *testing.T) {
+	echo := startEcho(t)
+	const period = 500 * time.Millisecond
+	proxy, logs, cancel, done := startProxy(t, &Proxy{Allow: allow(t, echo), MaxConns: 1, RefusalLogPeriod: period})
+	held, _, resp := connect(t, proxy, echo)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("CONNECT within the cap: %s", resp.Status)
+	}
+	defer held.Close()
+	refuse := func(n int) {
+		t.Helper()
+		for i := range n {
+			c, err := net.Dial("tcp", proxy)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.SetDeadline(time.Now().Add(10 * time.Second))
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil || resp.StatusCode != http.StatusServiceUnavailable {
+				t.Fatalf("connection %d past the cap: %v, %v", i, resp, err)
+			}
+			c.Close()
+		}
+	}
+	counted := func() (n int) {
+		for _, e := range logs.entries(t, "egress refused more") {
+			n += int(e["count"].(float64))
+		}
+		return n
+	}
+	start := time.Now()
+	refuse(50)
+	if time.Since(start) > period/2 {
+		t.Skipf("50 refused connections took %v, too long for a period of %v", time.Since(start), period)
+	}
+	if n := len(logs.entries(t, "egress refused")); n != RefusalLogBurst {
+		t.Fatalf("%d refusals logged one by one in a period, want %d", n, RefusalLogBurst)
+	}
+	if n := counted(); n != 0 {
+		t.Fatalf("%d refusals counted before the period ended", n)
+	}
+	for deadline := time.Now().Add(5 * time.Second); counted() == 0 && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := counted(); n != 50-RefusalLogBurst {
+		t.Fatalf("after the period, %d refusals counted, want %d", n, 50-RefusalLogBurst)
+	}
+	e := logs.entries(t, "egress refused more")[0]
+	if !strings.Contains(e["reason"].(string), "40 more refused") || e["SANDBOX_ID"] != "sb-test" {
+		t.Errorf("the count's line: %v", e)
+	}
+	// A new period: one by one again, and the rest counted at the stop.
+	refuse(RefusalLogBurst + 5)
+	if n := len(logs.entries(t, "egress refused")); n != 2*RefusalLogBurst {
+		t.Errorf("%d refusals logged one by one after a new period began, want %d", n, 2*RefusalLogBurst)
+	}
+	held.Close()
+	cancel()
+	<-done
+	if n := counted(); n != 50-RefusalLogBurst+5 {
+		t.Errorf("once the proxy stopped, %d refusals counted, want %d", n, 50-RefusalLogBurst+5)
 	}
 }

@@ -3,6 +3,7 @@ package egress
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -86,6 +87,12 @@ type Proxy struct {
 	// HostAddrs lists the host's own addresses, which a name rule never
 	// lets through; the addresses of the daemon's interfaces if nil.
 	HostAddrs func() ([]netip.Addr, error)
+	// RefusalLogPeriod is the period of the refusals past MaxConns
+	// logged one by one (RefusalLogBurst of them) and then counted
+	// (RefusalLogPeriod if 0).
+	RefusalLogPeriod time.Duration
+
+	busyLines *lineLimiter
 }
 
 // Serve accepts connections on ln and serves each in its own goroutine,
@@ -104,6 +111,11 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
 		maxConns = DefaultMaxConns
 	}
 	slots := make(chan struct{}, maxConns)
+	p.busyLines = newLineLimiter(RefusalLogBurst, cmp.Or(p.RefusalLogPeriod, RefusalLogPeriod), func(held int, period time.Duration) {
+		p.log().Warn("egress refused more", "SANDBOX_ID", p.Sandbox, "ACTION", "connect", "count", held, "period", period.String(),
+			"reason", fmt.Sprintf("too many connections: %d open, the most a sandbox may have; %d more refused, not logged one by one", maxConns, held))
+	})
+	defer p.busyLines.flush()
 	var backoff time.Duration
 	for {
 		c, err := ln.Accept()
@@ -143,8 +155,10 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
 // waiting on the client: a sandbox that opens connections without end
 // must not make the accept loop wait for each.
 func (p *Proxy) refuseBusy(c net.Conn, maxConns int) {
-	p.log().Warn("egress refused", "SANDBOX_ID", p.Sandbox, "ACTION", "connect",
-		"reason", fmt.Sprintf("too many connections: %d open, the most a sandbox may have", maxConns))
+	if p.busyLines.allow() {
+		p.log().Warn("egress refused", "SANDBOX_ID", p.Sandbox, "ACTION", "connect",
+			"reason", fmt.Sprintf("too many connections: %d open, the most a sandbox may have", maxConns))
+	}
 	body := fmt.Sprintf("sandboxd egress proxy: too many connections: this sandbox has %d open, the most it may have; close some and retry\n", maxConns)
 	c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
 	fmt.Fprintf(c, "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\nRetry-After: 1\r\nConnection: close\r\n\r\n%s", len(body), body)

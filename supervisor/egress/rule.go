@@ -274,20 +274,35 @@ func namedOnly(addr netip.Addr) (netip.Prefix, bool) {
 // notPublic are the networks, besides loopback, link-local, multicast
 // and unspecified, that a name rule never reaches: private (RFC 1918),
 // shared (CGNAT, RFC 6598), unique local (fc00::/7), "this network"
-// (0.0.0.0/8), and the IPv4 broadcast address.
+// (0.0.0.0/8), IETF protocol assignments (192.0.0.0/24), benchmarking
+// (198.18.0.0/15), reserved (240.0.0.0/4, with the broadcast address)
+// and discard-only (100::/64); and the IPv6 prefixes that carry an IPv4
+// address to a translator or tunnel, which may lead to any IPv4 address,
+// a private one too: NAT64 (64:ff9b::/96, 64:ff9b:1::/48), 6to4
+// (2002::/16), Teredo (2001::/32) and the deprecated IPv4-compatible
+// addresses (::/96, which sit tunnels take).
 var notPublic = []netip.Prefix{
 	netip.MustParsePrefix("10.0.0.0/8"),
 	netip.MustParsePrefix("172.16.0.0/12"),
 	netip.MustParsePrefix("192.168.0.0/16"),
 	netip.MustParsePrefix("100.64.0.0/10"),
 	netip.MustParsePrefix("0.0.0.0/8"),
-	netip.MustParsePrefix("255.255.255.255/32"),
+	netip.MustParsePrefix("192.0.0.0/24"),
+	netip.MustParsePrefix("198.18.0.0/15"),
+	netip.MustParsePrefix("240.0.0.0/4"),
 	netip.MustParsePrefix("fc00::/7"),
+	netip.MustParsePrefix("100::/64"),
+	netip.MustParsePrefix("64:ff9b::/96"),
+	netip.MustParsePrefix("64:ff9b:1::/48"),
+	netip.MustParsePrefix("2002::/16"),
+	netip.MustParsePrefix("2001::/32"),
+	netip.MustParsePrefix("::/96"),
 }
 
 // Public reports whether addr is an address of the Internet at large,
 // which a name rule may reach: not loopback, link-local, multicast,
-// unspecified, private, shared (CGNAT) or unique local. (The host's own
+// unspecified, private, shared (CGNAT), unique local, reserved or a
+// translator's (notPublic lists them). (The host's own
 // addresses are the proxy's to exclude: they depend on the host.)
 func Public(addr netip.Addr) bool {
 	addr = addr.Unmap()

@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
 )
@@ -120,13 +121,13 @@ func (s *server) handle(conn *net.UnixConn) {
 	stdio, cg, err := splitFiles(msg.Request, files)
 	if err != nil {
 		closeAll(files)
-		_ = writeMessage(conn, message{Error: err.Error()}, nil)
+		_ = writeMessage(conn, errorMessage(err), nil)
 		return
 	}
 	cmd, err := s.start(msg.Request, stdio, cg)
 	closeAll(stdio) // the command has its own copies
 	if err != nil {
-		_ = writeMessage(conn, message{Error: err.Error()}, nil)
+		_ = writeMessage(conn, errorMessage(err), nil)
 		return
 	}
 	var pass []*os.File
@@ -513,6 +514,22 @@ const (
 	maxMessage   = 1 << 20
 	smallMessage = 4 << 10
 )
+
+// errorMessage is err as a reply that fits the daemon's smallMessage
+// buffer once encoded (a path or program name in it may be long, and
+// JSON may make each byte six): cut, at a rune, with a mark.
+func errorMessage(err error) message {
+	text := err.Error()
+	const keep = 512
+	if len(text) > keep {
+		cut := keep
+		for cut > 0 && !utf8.RuneStart(text[cut]) {
+			cut--
+		}
+		text = text[:cut] + "... (cut)"
+	}
+	return message{Error: text}
+}
 
 func writeMessage(conn *net.UnixConn, m message, files []*os.File) error {
 	b, err := json.Marshal(m)

@@ -56,6 +56,11 @@ type Record struct {
 	Profile string    `json:"profile,omitempty"`
 	Created time.Time `json:"created"`
 	Expires time.Time `json:"expires,omitzero"` // end of its time to live
+	// ProjectLocation is where the project was when the sandbox was made
+	// (its btrfs path or dataset): its base is of that volume, so a
+	// project of the same name elsewhere is not its project ("": made
+	// before it was recorded).
+	ProjectLocation string `json:"project_location,omitempty"`
 	// Limits as the caller asked for them, kept verbatim for inspection
 	// and for restarting the scope.
 	Limits json.RawMessage `json:"limits,omitempty"`

@@ -214,3 +214,67 @@ func TestHostileConcurrentHeavyCallsAreCapped(t *testing.T) {
 		}
 	}
 }
+
+// TestHostileHugeCheckAndEnvironmentAreRefusedBeforeTheAuditLog: Try's
+// check and an Exec's Environment and WorkingDirectory are checked for
+// size as the message is read, each refusal naming the argument and its
+// limit, and nothing is written to the audit log for them. The controls:
+// a check under the limit reaches Try (which refuses a bad keep for its
+// own reason), and an Exec with a few variables runs and is
+// audited.
+func TestHostileHugeCheckAndEnvironmentAreRefusedBeforeTheAuditLog(t *testing.T) {
+	install(t)
+	_, object := create(t)
+	auditLog := "/var/log/sandboxd/audit.log"
+	size := func() int64 {
+		fi, err := os.Stat(auditLog)
+		if err != nil {
+			return 0
+		}
+		return fi.Size()
+	}
+	conn, err := dbus.ConnectSystemBus()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	try := func(check, keep string) string {
+		return call(t, conn, "/org/sandboxd1", "org.sandboxd1.Manager.Try", "web", []string{"true"}, check, keep, map[string]dbus.Variant{})
+	}
+	exec := func(opts map[string]dbus.Variant) string {
+		return call(t, conn, object, "org.sandboxd1.Sandbox.Exec", append([]any{[]string{"true"}, opts}, fds(t, 3)...)...)
+	}
+	env := make([]string, api.MaxEnvEntries+1)
+	for i := range env {
+		env[i] = "V" + strconv.Itoa(i) + "=x"
+	}
+	before := size()
+	refusals := []struct{ what, msg, want string }{
+		{"Try with a 100 kB check", try("true "+strings.Repeat("C", 100_000), "none"),
+			"check holds 100005 bytes, more than the " + strconv.Itoa(api.MaxCheckBytes) + " allowed"},
+		{"Exec with 1025 variables", exec(map[string]dbus.Variant{"Environment": dbus.MakeVariant(env)}),
+			"option Environment has 1025 entries, more than the " + strconv.Itoa(api.MaxEnvEntries) + " allowed"},
+		{"Exec with a 200 kB variable", exec(map[string]dbus.Variant{"Environment": dbus.MakeVariant([]string{"V=" + strings.Repeat("E", 200_000)})}),
+			"option Environment holds 200003 bytes, more than the " + strconv.Itoa(api.MaxEnvBytes) + " allowed"},
+		{"Exec in a 5000-byte directory", exec(map[string]dbus.Variant{"WorkingDirectory": dbus.MakeVariant("/" + strings.Repeat("d", 4999))}),
+			"option WorkingDirectory holds 5000 bytes, more than the " + strconv.Itoa(api.MaxWorkingDirBytes) + " allowed"},
+	}
+	for _, r := range refusals {
+		if !strings.Contains(r.msg, r.want) {
+			t.Errorf("%s: %q; want a refusal saying %q", r.what, r.msg, r.want)
+		}
+	}
+	if after := size(); after != before {
+		t.Fatalf("refused calls wrote %d bytes to the audit log", after-before)
+	}
+	// The controls: under the limits, the calls reach their handlers.
+	if msg := try("true "+strings.Repeat("C", 60_000), "bogus"); !strings.Contains(msg, "want winner, all or none") {
+		t.Errorf("Try with a 60 kB check and keep \"bogus\": %q; want Try's own refusal of keep", msg)
+	}
+	if msg := exec(map[string]dbus.Variant{"Environment": dbus.MakeVariant(env[:10]), "WorkingDirectory": dbus.MakeVariant("/")}); msg != "" {
+		t.Fatalf("Exec true with 10 variables: %s", msg)
+	}
+	if size() == before {
+		t.Fatal("an Exec was not audited: the check above proves nothing")
+	}
+}
