@@ -11,7 +11,6 @@ import (
 	"path"
 	"slices"
 	"strings"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -29,6 +28,15 @@ var ErrUnsafePath = errors.New("unsafe path")
 // acting on what is there now could reach through a link.
 var ErrKindChanged = errors.New("the path is of another kind in the target")
 
+// ErrReplaced: an entry Apply was working on is not the one it made or
+// expected: someone else replaced it meanwhile (a racing host user). Apply
+// stops there without acting on what is there now.
+var ErrReplaced = errors.New("replaced by someone else during the promotion")
+
+// errKept: Restore left a directory others have entries in where the
+// rollback point has a file.
+var errKept = errors.New("a directory holding others' entries is in the way")
+
 // Applied counts what Apply did.
 type Applied struct {
 	Removed int   // paths removed (deleted, or the old side of a rename)
@@ -44,8 +52,9 @@ type Applied struct {
 // Removals go first, deepest first; then what is added or modified,
 // shallowest first, each file written under a temporary name beside its
 // final one (data by FICLONE from src where both are on one filesystem,
-// copied otherwise) and renamed over it; directories' metadata last,
-// deepest first; one syncfs at the end, so that once Apply returns the
+// copied otherwise) and renamed over it; metadata-only changes last,
+// deepest first (a file's is written anew and renamed over it likewise,
+// a directory's set in place: see design.md, I7); one syncfs at the end, so that once Apply returns the
 // change is on disk.
 //
 // Apply is not atomic by itself: a failure or a crash midway leaves dst
@@ -66,59 +75,113 @@ type ApplyOptions struct {
 	// an admin allows them. File capabilities never travel: Apply copies
 	// no extended attributes.
 	RefusePrivileged bool
+	// Expected is the rollback point: a snapshot of the target taken
+	// before Apply, whose inode numbers are the target's (btrfs and ZFS
+	// snapshots keep them). A directory that Apply did not make gets its
+	// metadata set, or a renamed tree written into it, only if it is the
+	// directory at the same path there (ErrReplaced otherwise): a host
+	// user who can write the target may move another directory in its
+	// place during the promotion. Empty: no such check, for a target no
+	// one else writes.
+	Expected string
 }
 
 // ApplyWith is Apply with options.
 func ApplyWith(ctx context.Context, changes []cowfs.Change, src, dst string, o ApplyOptions) (Applied, error) {
 	var a Applied
-	srcFD, err := unix.Open(src, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return a, fmt.Errorf("applying changes: opening the source %s: %w", src, err)
-	}
-	defer unix.Close(srcFD)
-	dstFD, err := unix.Open(dst, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return a, fmt.Errorf("applying changes: opening the target %s: %w", dst, err)
-	}
-	defer unix.Close(dstFD)
-	ap := &applier{src: srcFD, dst: dstFD, a: &a, refusePrivileged: o.RefusePrivileged}
-
 	p, err := plan(changes)
 	if err != nil {
 		return a, err
 	}
+	ap, done, err := newApplier(src, dst, "", o, &a)
+	if err != nil {
+		return a, fmt.Errorf("applying changes: %w", err)
+	}
+	defer done()
+	return a, ap.run(ctx, p, dst, true)
+}
+
+// newApplier opens the trees an Apply or a Restore works on: src to read
+// from, dst to write, and own (Restore's: the tree whose entries it takes
+// out of dst; "" for none).
+func newApplier(src, dst, own string, o ApplyOptions, a *Applied) (*applier, func(), error) {
+	ap := &applier{src: -1, dst: -1, own: -1, expected: -1, a: a, refusePrivileged: o.RefusePrivileged,
+		made: map[string]uint64{}, uid: uint32(os.Geteuid())}
+	done := func() {
+		for _, fd := range []int{ap.src, ap.dst, ap.own, ap.expected} {
+			if fd >= 0 {
+				unix.Close(fd)
+			}
+		}
+	}
+	var err error
+	if ap.src, err = unix.Open(src, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
+		done()
+		return nil, nil, fmt.Errorf("opening the source %s: %w", src, err)
+	}
+	if ap.dst, err = unix.Open(dst, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
+		done()
+		return nil, nil, fmt.Errorf("opening the target %s: %w", dst, err)
+	}
+	if own != "" {
+		if ap.own, err = unix.Open(own, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
+			done()
+			return nil, nil, fmt.Errorf("opening the promotion's source %s: %w", own, err)
+		}
+	}
+	if o.Expected != "" {
+		if ap.expected, err = unix.Open(o.Expected, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
+			done()
+			return nil, nil, fmt.Errorf("opening the rollback point %s: %w", o.Expected, err)
+		}
+	}
+	return ap, done, nil
+}
+
+// run takes p's steps on dst, then syncs it; crash says whether the
+// step's crash point is hit (Apply's, not Restore's).
+func (ap *applier) run(ctx context.Context, p steps, dst string, crash bool) error {
+	for _, rm := range p.unput {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := ap.removeOwn(rm); err != nil {
+			return fmt.Errorf("undoing changes to %s: removing what the promotion wrote at %s: %w", dst, rm, err)
+		}
+	}
 	for _, rm := range p.remove {
 		if err := ctx.Err(); err != nil {
-			return a, err
+			return err
 		}
 		if err := ap.remove(rm); err != nil {
-			return a, fmt.Errorf("applying changes to %s: removing %s: %w", dst, rm, err)
+			return fmt.Errorf("applying changes to %s: removing %s: %w", dst, rm, err)
 		}
 	}
 	for i, put := range p.put {
 		if err := ctx.Err(); err != nil {
-			return a, err
+			return err
 		}
 		if err := ap.put(put.path, put.tree); err != nil {
-			return a, fmt.Errorf("applying changes to %s: writing %s: %w", dst, put.path, err)
+			return fmt.Errorf("applying changes to %s: writing %s: %w", dst, put.path, err)
 		}
-		if i+1 == (len(p.put)+1)/2 {
+		if crash && i+1 == (len(p.put)+1)/2 {
 			crashpoint.Hit(crashpoint.PromoteApplying)
 		}
 	}
 	for _, m := range p.meta {
 		if err := ap.meta(m); err != nil {
-			return a, fmt.Errorf("applying changes to %s: setting the metadata of %s: %w", dst, m, err)
+			return fmt.Errorf("applying changes to %s: setting the metadata of %s: %w", dst, m, err)
 		}
 	}
-	if err := unix.Syncfs(dstFD); err != nil {
-		return a, fmt.Errorf("applying changes to %s: syncing: %w", dst, err)
+	if err := unix.Syncfs(ap.dst); err != nil {
+		return fmt.Errorf("applying changes to %s: syncing: %w", dst, err)
 	}
-	return a, nil
+	return nil
 }
 
 // steps is Apply's plan: what to remove, write and touch, in order.
 type steps struct {
+	unput  []string // Restore's: entries as the promotion wrote them, deepest first
 	remove []string
 	put    []putStep
 	meta   []string
@@ -196,8 +259,14 @@ func checkRel(p string) error {
 
 type applier struct {
 	src, dst         int
+	expected         int      // ApplyOptions.Expected, opened O_PATH; -1 if none
+	own              int      // Restore's: the promotion's source, whose entries it removes; -1 if none
+	kept             []string // Restore's: what it left, holding others' entries
+	keepDirs         bool     // Restore's: never remove a directory to put a file in its place
 	a                *Applied
 	refusePrivileged bool
+	made             map[string]uint64 // directories this Apply made: path → inode
+	uid              uint32            // the daemon's, owner of what it makes
 }
 
 // allowed refuses a privileged file (set-id, a device) when asked to.
@@ -299,7 +368,7 @@ func (ap *applier) put(p string, tree bool) error {
 	}
 	defer unix.Close(srcDir)
 	defer unix.Close(dstDir)
-	return ap.putAt(srcDir, dstDir, path.Base(p), tree)
+	return ap.putAt(srcDir, dstDir, p, tree)
 }
 
 // parents opens p's directory in the source and in the target.
@@ -316,23 +385,47 @@ func (ap *applier) parents(p string) (srcDir, dstDir int, err error) {
 	return srcDir, dstDir, nil
 }
 
-func (ap *applier) putAt(srcDir, dstDir int, name string, tree bool) error {
+// putAt makes p (whose directory is srcDir in the source, dstDir in the
+// target) what it is in the source.
+func (ap *applier) putAt(srcDir, dstDir int, p string, tree bool) error {
 	var st unix.Stat_t
-	if err := unix.Fstatat(srcDir, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+	if err := unix.Fstatat(srcDir, path.Base(p), &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return fmt.Errorf("in the source: %w", err)
 	}
 	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
-		return ap.putDir(srcDir, dstDir, name, &st, tree)
+		return ap.putDir(srcDir, dstDir, p, &st, tree)
 	}
 	if err := ap.allowed(&st); err != nil {
 		return err
 	}
+	err := ap.replace(srcDir, dstDir, path.Base(p), &st)
+	if errors.Is(err, errKept) {
+		ap.kept = append(ap.kept, p)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	ap.a.Written++
+	return nil
+}
+
+// replace writes the source's entry name (not a directory) under a
+// temporary name beside the target's name, with its owner, mode and times
+// set on the new inode itself, and renames it over name. No inode that
+// was in the target is ever changed: whatever is at name is replaced.
+func (ap *applier) replace(srcDir, dstDir int, name string, st *unix.Stat_t) error {
 	tmp := tmpName(name)
-	if err := ap.writeTemp(srcDir, dstDir, name, tmp, &st); err != nil {
+	made, err := ap.writeTemp(srcDir, dstDir, name, tmp, st)
+	if err != nil {
 		_ = unix.Unlinkat(dstDir, tmp, 0)
 		return err
 	}
-	err := unix.Renameat(dstDir, tmp, dstDir, name)
+	err = unix.Renameat(dstDir, tmp, dstDir, name)
+	if (errors.Is(err, unix.EISDIR) || errors.Is(err, unix.ENOTEMPTY) || errors.Is(err, unix.EEXIST)) && ap.keepDirs {
+		_ = unix.Unlinkat(dstDir, tmp, 0)
+		return errKept
+	}
 	if errors.Is(err, unix.EISDIR) || errors.Is(err, unix.ENOTEMPTY) || errors.Is(err, unix.EEXIST) {
 		// A directory where the file goes (the change list named the
 		// directory's removal elsewhere, or the target made it since).
@@ -344,7 +437,16 @@ func (ap *applier) putAt(srcDir, dstDir int, name string, tree bool) error {
 		_ = unix.Unlinkat(dstDir, tmp, 0)
 		return fmt.Errorf("renaming into place: %w", err)
 	}
-	ap.a.Written++
+	// The name was renamed, not the inode: someone who swapped the
+	// temporary name put their own file in place. Say so.
+	var now unix.Stat_t
+	if err := unix.Fstatat(dstDir, name, &now, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return fmt.Errorf("reading it after the rename: %w", err)
+	}
+	if now.Ino != made.Ino || now.Dev != made.Dev {
+		return fmt.Errorf("its temporary name %s was taken over by another %s (owned by uid %d) before the rename, which is now in its place: %w",
+			tmp, kindName(now.Mode), now.Uid, ErrReplaced)
+	}
 	return nil
 }
 
@@ -367,64 +469,80 @@ func truncate(s string, n int) string {
 }
 
 // writeTemp writes src's entry name as dst's tmp: a file's data, a
-// symlink's target, a special file's node; then owner, mode and times.
-func (ap *applier) writeTemp(srcDir, dstDir int, name, tmp string, st *unix.Stat_t) error {
+// symlink's target, a special file's node; then its owner, mode and
+// times, on an fd of the inode it made (never by name: a host user who
+// can write the directory may rename anything over tmp meanwhile). It
+// returns the inode's stat.
+func (ap *applier) writeTemp(srcDir, dstDir int, name, tmp string, st *unix.Stat_t) (unix.Stat_t, error) {
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFREG:
-		if err := ap.copyFile(srcDir, dstDir, name, tmp, st); err != nil {
-			return err
-		}
+		return ap.copyFile(srcDir, dstDir, name, tmp, st)
 	case unix.S_IFLNK:
 		target, err := readlinkAt(srcDir, name)
 		if err != nil {
-			return fmt.Errorf("reading the link in the source: %w", err)
+			return unix.Stat_t{}, fmt.Errorf("reading the link in the source: %w", err)
 		}
 		if err := unix.Symlinkat(target, dstDir, tmp); err != nil {
-			return fmt.Errorf("making the link: %w", err)
+			return unix.Stat_t{}, fmt.Errorf("making the link: %w", err)
 		}
 	default: // fifo, socket, device
 		if err := unix.Mknodat(dstDir, tmp, st.Mode, int(st.Rdev)); err != nil {
-			return fmt.Errorf("making the node: %w", err)
+			return unix.Stat_t{}, fmt.Errorf("making the node: %w", err)
 		}
 	}
-	return setMeta(dstDir, tmp, st)
+	testHook("created", dstDir, tmp)
+	fd, made, err := ap.openMade(dstDir, tmp, st.Mode&unix.S_IFMT, unix.O_PATH)
+	if err != nil {
+		return made, err
+	}
+	defer unix.Close(fd)
+	return made, setMeta(fd, st)
 }
 
-// copyFile writes src's regular file name as dst's tmp.
-func (ap *applier) copyFile(srcDir, dstDir int, name, tmp string, st *unix.Stat_t) error {
+// copyFile writes src's regular file name as dst's tmp, with st's owner,
+// mode and times, and returns the new inode's stat.
+func (ap *applier) copyFile(srcDir, dstDir int, name, tmp string, st *unix.Stat_t) (unix.Stat_t, error) {
+	var made unix.Stat_t
 	in, err := unix.Openat(srcDir, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return fmt.Errorf("opening it in the source: %w", err)
+		return made, fmt.Errorf("opening it in the source: %w", err)
 	}
 	inF := os.NewFile(uintptr(in), name)
 	defer inF.Close()
 	out, err := unix.Openat(dstDir, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
-		return fmt.Errorf("creating it in the target: %w", err)
+		return made, fmt.Errorf("creating it in the target: %w", err)
 	}
 	outF := os.NewFile(uintptr(out), tmp)
 	defer outF.Close()
-	if st.Size == 0 {
-		return nil
+	if err := unix.Fstat(out, &made); err != nil {
+		return made, err
 	}
-	// A reflink shares the source's extents: O(1) in the data on btrfs.
-	if err := unix.IoctlFileClone(out, in); err == nil {
-		ap.a.Cloned += st.Size
-		return nil
+	if st.Size > 0 {
+		// A reflink shares the source's extents: O(1) in the data on btrfs.
+		if err := unix.IoctlFileClone(out, in); err == nil {
+			ap.a.Cloned += st.Size
+		} else {
+			n, err := io.Copy(outF, inF) // copy_file_range where the kernel can
+			ap.a.Copied += n
+			if err != nil {
+				return made, fmt.Errorf("copying its data: %w", err)
+			}
+		}
 	}
-	n, err := io.Copy(outF, inF) // copy_file_range where the kernel can
-	ap.a.Copied += n
-	if err != nil {
-		return fmt.Errorf("copying its data: %w", err)
-	}
-	return nil
+	testHook("created", dstDir, tmp)
+	return made, setMeta(out, st)
 }
 
-// putDir makes directory name in dst (replacing what else is there),
-// and with tree everything below it, as in src.
-func (ap *applier) putDir(srcDir, dstDir int, name string, st *unix.Stat_t, tree bool) error {
+// putDir makes directory p in dst (replacing what else is there), and
+// with tree everything below it, as in src. A directory it makes is
+// checked to be the one it made before anything is put in it or set on
+// it; an existing one must be the one the promotion expects.
+func (ap *applier) putDir(srcDir, dstDir int, p string, st *unix.Stat_t, tree bool) error {
+	name := path.Base(p)
 	var dst unix.Stat_t
 	err := unix.Fstatat(dstDir, name, &dst, unix.AT_SYMLINK_NOFOLLOW)
+	made := false
 	switch {
 	case err == nil && dst.Mode&unix.S_IFMT == unix.S_IFDIR:
 	case err == nil || errors.Is(err, unix.ENOENT):
@@ -433,13 +551,30 @@ func (ap *applier) putDir(srcDir, dstDir int, name string, st *unix.Stat_t, tree
 				return fmt.Errorf("removing what is in the directory's place: %w", err)
 			}
 		}
-		if err := unix.Mkdirat(dstDir, name, 0o700); err != nil {
+		if err := unix.Mkdirat(dstDir, name, madeDirMode); err != nil {
 			return fmt.Errorf("making the directory: %w", err)
 		}
+		testHook("mkdir", dstDir, name)
+		made = true
 		ap.a.Dirs++
 	default:
 		return err
 	}
+	var dsub int
+	if made {
+		dsub, dst, err = ap.openMade(dstDir, name, unix.S_IFDIR, unix.O_RDONLY|unix.O_DIRECTORY)
+		if err == nil {
+			ap.made[p] = dst.Ino
+		}
+	} else if tree {
+		dsub, err = ap.openExpectedDir(dstDir, p)
+	} else {
+		return nil // its metadata is a step of its own (ap.meta)
+	}
+	if err != nil {
+		return err
+	}
+	defer unix.Close(dsub)
 	if !tree {
 		return nil
 	}
@@ -449,17 +584,12 @@ func (ap *applier) putDir(srcDir, dstDir int, name string, st *unix.Stat_t, tree
 	}
 	subF := os.NewFile(uintptr(sub), name)
 	defer subF.Close()
-	dsub, err := unix.Openat(dstDir, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("opening it in the target: %w", err)
-	}
-	defer unix.Close(dsub)
 	names, err := subF.Readdirnames(-1)
 	if err != nil {
 		return fmt.Errorf("reading it in the source: %w", err)
 	}
 	for _, n := range names {
-		if err := ap.putAt(sub, dsub, n, true); err != nil {
+		if err := ap.putAt(sub, dsub, p+"/"+n, true); err != nil {
 			return fmt.Errorf("%s: %w", n, err)
 		}
 	}
@@ -467,109 +597,7 @@ func (ap *applier) putDir(srcDir, dstDir int, name string, st *unix.Stat_t, tree
 	if err := unix.Fstat(sub, &cur); err != nil {
 		return err
 	}
-	return setMeta(dstDir, name, &cur)
-}
-
-// meta sets p's owner, mode and times in dst to src's.
-func (ap *applier) meta(p string) error {
-	srcDir, dstDir, err := ap.parents(p)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(srcDir)
-	defer unix.Close(dstDir)
-	var st unix.Stat_t
-	if err := unix.Fstatat(srcDir, path.Base(p), &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-		return fmt.Errorf("in the source: %w", err)
-	}
-	if err := ap.allowed(&st); err != nil {
-		return err
-	}
-	if err := setMeta(dstDir, path.Base(p), &st); err != nil {
-		return err
-	}
-	ap.a.Meta++
-	return nil
-}
-
-// setMeta gives name in dir st's owner, mode and times (a symlink's mode
-// is not its own). Each call acts on the entry itself, through an O_PATH
-// fd opened without following a link, never on what a link points at;
-// and an entry of another kind than st's is refused (ErrKindChanged).
-func setMeta(dir int, name string, st *unix.Stat_t) error {
-	fd, err := unix.Openat(dir, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("opening it in the target: %w", err)
-	}
-	defer unix.Close(fd)
-	var cur unix.Stat_t
-	if err := unix.Fstat(fd, &cur); err != nil {
-		return fmt.Errorf("reading it in the target: %w", err)
-	}
-	if cur.Mode&unix.S_IFMT != st.Mode&unix.S_IFMT {
-		return fmt.Errorf("it is a %s in the target and a %s in the source, so its metadata is not set: %w",
-			kindName(cur.Mode), kindName(st.Mode), ErrKindChanged)
-	}
-	if err := unix.Fchownat(fd, "", int(st.Uid), int(st.Gid), unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW); err != nil {
-		return fmt.Errorf("setting its owner: %w", err)
-	}
-	if st.Mode&unix.S_IFMT != unix.S_IFLNK {
-		// After chown, which clears set-id bits.
-		if err := fchmodFD(fd, st.Mode&0o7777); err != nil {
-			return fmt.Errorf("setting its mode: %w", err)
-		}
-	}
-	times := []unix.Timespec{st.Atim, st.Mtim}
-	if err := unix.UtimesNanoAt(fd, "", times, unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW); err != nil {
-		return fmt.Errorf("setting its times: %w", err)
-	}
-	return nil
-}
-
-// sysFchmodat2 is fchmodat2(2) (Linux 6.6), the one chmod that takes
-// AT_EMPTY_PATH and AT_SYMLINK_NOFOLLOW; x/sys's Fchmodat refuses flags.
-const sysFchmodat2 = 452
-
-// fchmodFD sets the mode of the entry an O_PATH fd holds (not a symlink:
-// the caller checked its kind). Before fchmodat2 exists, /proc/self/fd
-// names the same inode (a magic link to the fd's own file, which is no
-// symlink), so chmod through it acts on that entry too.
-func fchmodFD(fd int, mode uint32) error {
-	empty, err := unix.BytePtrFromString("")
-	if err != nil {
-		return err
-	}
-	_, _, errno := unix.Syscall6(sysFchmodat2, uintptr(fd), uintptr(unsafe.Pointer(empty)), uintptr(mode),
-		uintptr(unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW), 0, 0)
-	switch errno {
-	case 0:
-		return nil
-	case unix.ENOSYS:
-		return unix.Chmod(fmt.Sprintf("/proc/self/fd/%d", fd), mode)
-	default:
-		return errno
-	}
-}
-
-// kindName names a file's kind, for errors.
-func kindName(mode uint32) string {
-	switch mode & unix.S_IFMT {
-	case unix.S_IFREG:
-		return "file"
-	case unix.S_IFDIR:
-		return "directory"
-	case unix.S_IFLNK:
-		return "symlink"
-	case unix.S_IFIFO:
-		return "fifo"
-	case unix.S_IFSOCK:
-		return "socket"
-	case unix.S_IFCHR:
-		return "character device"
-	case unix.S_IFBLK:
-		return "block device"
-	}
-	return "file of unknown kind"
+	return setMeta(dsub, &cur)
 }
 
 func readlinkAt(dir int, name string) (string, error) {

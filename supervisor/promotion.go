@@ -198,11 +198,8 @@ func (s *Supervisor) Promote(ctx context.Context, id string, o PromoteOptions) (
 			return p, fmt.Errorf("%s: %w: %w", what, err, ErrInvalid)
 		}
 	}
-	location := s.projects.location(rec.Project)
-	if location == "" {
-		return p, fmt.Errorf("%s: its project %q is gone: %w", what, rec.Project, ErrUnknownProject)
-	}
-	if err := s.MayUseProject(ctx, rec.Project); err != nil {
+	location, err := s.projectLocation(ctx, rec)
+	if err != nil {
 		return p, fmt.Errorf("%s: %w", what, err)
 	}
 	project, err := s.cfg.Backend.Project(ctx, location)
@@ -211,7 +208,7 @@ func (s *Supervisor) Promote(ctx context.Context, id string, o PromoteOptions) (
 	}
 	pid := newID()
 	if other, ok := s.gate.claim(rec.Project, pid); !ok {
-		return p, fmt.Errorf("%s: promotion %s of project %s is under way; wait for it (sandboxctl promotions): %w", what, other, rec.Project, ErrBusy)
+		return p, fmt.Errorf("%s: %s; wait for it (sandboxctl promotions): %w", what, s.busyWith(ctx, other, rec.Project), ErrBusy)
 	}
 	handed := false
 	defer func() {
@@ -445,10 +442,10 @@ func (s *Supervisor) runStage(ctx context.Context, p *Promotion, i int, changes 
 	}
 	rollback := func(cause error) error {
 		crashpoint.Hit(crashpoint.PromoteRollingBack)
-		return s.undoStage(ctx, p, project, rp, changes, cause)
+		return s.undoStage(ctx, p, project, rp, source, changes, cause)
 	}
 	_, allowPriv := privilegedAllowed.Load(p.ID)
-	applied, err := promote.ApplyWith(ctx, changes, source.Path, project.Path, promote.ApplyOptions{RefusePrivileged: !allowPriv})
+	applied, err := promote.ApplyWith(ctx, changes, source.Path, project.Path, promote.ApplyOptions{RefusePrivileged: !allowPriv, Expected: rp.Path})
 	if err != nil {
 		return rollback(err)
 	}
@@ -486,21 +483,40 @@ func (s *Supervisor) runStage(ctx context.Context, p *Promotion, i int, changes 
 
 // undoStage takes the promotion's change back out of the project after
 // cause (a failed apply or check): only the paths the change set touched
-// are put back as the rollback point has them (promote.Restore), so that
-// what others wrote to the project since stays. If that fails, the whole
-// project goes back to the rollback point (an atomic swap), which keeps
-// I1 at the cost of those writes, and the error says so.
-func (s *Supervisor) undoStage(ctx context.Context, p *Promotion, project, rp cowfs.Volume, changes []cowfs.Change, cause error) error {
+// are put back as the rollback point has them, and only the entries the
+// promotion wrote are taken out (promote.Restore), so that what others
+// wrote to the project since stays. If that fails, the whole project goes
+// back to the rollback point (an atomic swap) only if no one else changed
+// it since (promote.ChangedByOthers); otherwise the project is left as it
+// is, and the error says it may hold part of the change and where.
+func (s *Supervisor) undoStage(ctx context.Context, p *Promotion, project, rp, source cowfs.Volume, changes []cowfs.Change, cause error) error {
 	ctx = context.WithoutCancel(ctx)
-	_, err := promote.Restore(ctx, changes, rp.Path, project.Path)
+	r, err := promote.Restore(ctx, changes, source.Path, rp.Path, project.Path)
 	if err == nil {
+		if len(r.Kept) > 0 {
+			s.log.Warn("undoing a promotion left paths that others wrote into", "promotion", p.ID, "paths", strings.Join(r.Kept, ", "))
+			return fmt.Errorf("%w; the promotion's paths were put back, except these, left because others made entries in them since: %s", cause, strings.Join(r.Kept, ", "))
+		}
 		return cause
 	}
-	s.log.Warn("putting back a promotion's paths failed; rolling the whole project back", "promotion", p.ID, "error", err)
-	if rerr := s.cfg.Backend.RollbackProject(ctx, project, rp); rerr != nil {
-		return fmt.Errorf("%w; and putting its paths back failed: %w; and rolling the project back to %s failed: %w", cause, err, rp.Name, rerr)
+	others, oerr := promote.ChangedByOthers(ctx, changes, source.Path, rp.Path, project.Path)
+	if oerr == nil && len(others) == 0 {
+		s.log.Warn("putting back a promotion's paths failed; no one else changed the project, rolling it back whole", "promotion", p.ID, "error", err)
+		oerr = s.cfg.Backend.RollbackProject(ctx, project, rp)
+		if oerr == nil {
+			return fmt.Errorf("%w; putting its paths back failed (%w), and as no one else had changed the project, it was rolled back whole to %s", cause, err, rp.Name)
+		}
 	}
-	return fmt.Errorf("%w; putting its paths back failed (%w), so the whole project was rolled back to %s, losing what others wrote to it meanwhile", cause, err, rp.Name)
+	if len(others) > 20 {
+		others = append(others[:20], fmt.Sprintf("and %d more", len(others)-20))
+	}
+	why := fmt.Sprintf("others changed it since the apply (%s)", strings.Join(others, ", "))
+	if oerr != nil {
+		why = fmt.Sprintf("it could not be rolled back whole: %v", oerr)
+	}
+	s.log.Error("undoing a promotion failed; the project may hold part of it", "promotion", p.ID, "error", err, "reason", why)
+	return fmt.Errorf("%w; putting its paths back failed: %w: the project may hold part of the change, at these paths: %s; the rest of the project is as it was, and it was not rolled back whole because %s",
+		cause, err, promote.ChangePaths(changes, 20), why)
 }
 
 // checkPrivileged refuses a change set that carries set-id files, device
@@ -687,7 +703,7 @@ func (s *Supervisor) decide(ctx context.Context, pid string, uid uint32, approve
 		return p, nil
 	}
 	if other, ok := s.gate.claim(p.Project, pid); !ok {
-		return p, fmt.Errorf("approving promotion %s: promotion %s of project %s is under way; approve again after it: %w", pid, other, p.Project, ErrBusy)
+		return p, fmt.Errorf("approving promotion %s: %s; approve again after it: %w", pid, s.busyWith(ctx, other, p.Project), ErrBusy)
 	}
 	// The change list again, from the recorded source and base.
 	changes, err := s.promotionChanges(ctx, p)

@@ -285,14 +285,16 @@ checks = ["sh check.sh"]
 // TestHostilePromoteFailedCheckKeepsOthersEdits is the second half of
 // issue 15's finding 4: while a promotion's check runs, someone writes a
 // new file into the project on the host and edits another; the check
-// fails. The promotion's own change is gone, and the host's writes stay.
+// fails. The promotion's own change is gone, and the host's writes stay,
+// also one inside a directory the promotion added (that directory stays,
+// holding only the host's file, and the promotion's error names it).
 func TestHostilePromoteFailedCheckKeepsOthersEdits(t *testing.T) {
 	path := addProject(t, "hostile-rollback", map[string]string{
 		"check.sh": "sleep 3; echo failing on purpose; exit 1\n", "app.txt": "v1\n", "notes.txt": "n1\n",
 	})
 	reconfigure(t, promoteStages)
 	id := strings.TrimSpace(ok(t, "create", "--quiet", "hostile-rollback"))
-	ok(t, "exec", id, "--", "sh", "-c", "echo v2 > app.txt && echo promoted > new.txt")
+	ok(t, "exec", id, "--", "sh", "-c", "echo v2 > app.txt && echo promoted > new.txt && mkdir gen && echo g > gen/out.txt")
 	pid := strings.TrimSpace(ok(t, "promote", "--no-wait", id))
 	deadline := time.Now().Add(time.Minute)
 	for {
@@ -315,7 +317,10 @@ func TestHostilePromoteFailedCheckKeepsOthersEdits(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(path, "notes.txt"), []byte("n2 from the host\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	var p struct{ State string }
+	if err := os.WriteFile(filepath.Join(path, "gen", "host.txt"), []byte("host\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var p struct{ State, Error string }
 	for {
 		if err := json.Unmarshal([]byte(ok(t, "--json", "promotions", pid)), &p); err != nil {
 			t.Fatal(err)
@@ -331,13 +336,18 @@ func TestHostilePromoteFailedCheckKeepsOthersEdits(t *testing.T) {
 	if p.State != "failed" {
 		t.Fatalf("the promotion whose check fails: %s", p.State)
 	}
-	want := map[string]string{"app.txt": "v1\n", "host.txt": "written on the host\n", "notes.txt": "n2 from the host\n"}
+	want := map[string]string{"app.txt": "v1\n", "host.txt": "written on the host\n", "notes.txt": "n2 from the host\n", "gen/host.txt": "host\n"}
 	for name, text := range want {
 		if data, err := os.ReadFile(filepath.Join(path, name)); err != nil || string(data) != text {
 			t.Errorf("%s after the failed check: %q, %v; want %q", name, data, err, text)
 		}
 	}
-	if _, err := os.Stat(filepath.Join(path, "new.txt")); !os.IsNotExist(err) {
-		t.Errorf("new.txt, the promotion's, is still in the project after its check failed (%v)", err)
+	for _, gone := range []string{"new.txt", "gen/out.txt"} {
+		if _, err := os.Stat(filepath.Join(path, gone)); !os.IsNotExist(err) {
+			t.Errorf("%s, the promotion's, is still in the project after its check failed (%v)", gone, err)
+		}
+	}
+	if !strings.Contains(p.Error, "except these, left because others made entries in them since: gen") {
+		t.Errorf("the failed promotion's error does not name gen, left for the host's file in it: %q", p.Error)
 	}
 }
