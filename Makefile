@@ -62,7 +62,8 @@ FUZZ_TARGETS := ./cowfs:FuzzValidateName ./cowfs:FuzzValidateDataset \
 	./cowfs/sendstream:FuzzReader ./supervisor/config:FuzzParse \
 	./promote:FuzzParseTarget ./promote:FuzzPlan ./promote:FuzzApplyPath \
 	./supervisor:FuzzValidateSandboxName \
-	./supervisor/api:FuzzParseOptions ./supervisor/api:FuzzMessage
+	./supervisor/api:FuzzParseOptions ./supervisor/api:FuzzMessage \
+	./internal/termsafe:FuzzLine
 fuzz:
 	@failed=; for t in $(FUZZ_TARGETS); do \
 		pkg=$${t%%:*}; name=$${t##*:}; \

@@ -77,7 +77,11 @@ func fromBus(what string, err error) *Error {
 		case api.ErrorNoSuchProject:
 			return &Error{Code: ExitNotFound, Msg: msg, Fix: "see `sandboxctl project list`", Err: err}
 		case api.ErrorAccessDenied, "org.freedesktop.DBus.Error.AccessDenied":
-			return &Error{Code: ExitDenied, Msg: msg, Fix: "ask an administrator to add you to group sandboxd (or to [access] in /etc/sandboxd/sandboxd.toml)", Err: err}
+			fix := "ask an administrator to add you to group sandboxd (or to [access] in /etc/sandboxd/sandboxd.toml)"
+			if strings.Contains(msg, "may not use project") {
+				fix = "ask an administrator to list you in the project's users or groups (sandboxctl project add --user/--group, or [[project]] in /etc/sandboxd/sandboxd.toml)"
+			}
+			return &Error{Code: ExitDenied, Msg: msg, Fix: fix, Err: err}
 		case api.ErrorNoSuchPromotion:
 			return &Error{Code: ExitNotFound, Msg: msg, Fix: "see `sandboxctl promotions`", Err: err}
 		case api.ErrorConflict:

@@ -124,7 +124,7 @@ func TestTheDebInstallsUpgradesAndRemoves(t *testing.T) {
 	// A project on the embedded pool, and a user of the sandboxd group.
 	must(t, `mkdir -p /var/lib/sandboxd/pool/projects && btrfs subvolume create /var/lib/sandboxd/pool/projects/demo &&
 		echo hello > /var/lib/sandboxd/pool/projects/demo/hello.txt && chmod 755 /var/lib/sandboxd/pool/projects/demo &&
-		sandboxctl project add demo /var/lib/sandboxd/pool/projects/demo`)
+		sandboxctl project add --group sandboxd demo /var/lib/sandboxd/pool/projects/demo`)
 	must(t, "useradd --create-home --groups sandboxd alice")
 	id, code := as(t, "alice", "sandboxctl create -q --name kept demo")
 	if code != 0 {
