@@ -37,6 +37,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 	"net/url"
 	"os/exec"
 	"path"
@@ -155,6 +156,9 @@ func ParseTarget(s string) (Target, error) {
 	if strings.HasSuffix(u.Host, ":") {
 		return bad("empty port after ':'")
 	}
+	if !strings.HasPrefix(u.Host, "[") && strings.Count(u.Host, ":") > 1 {
+		return bad("an IPv6 address must be in brackets: ssh://[::1]/path")
+	}
 	if err := t.validate(); err != nil {
 		return bad("%v", err)
 	}
@@ -180,6 +184,12 @@ func (t Target) validate() error {
 		}
 		if problem := nameProblem(t.Host, "host", ":"); problem != "" {
 			return errors.New(problem)
+		}
+		if strings.Contains(t.Host, ":") {
+			// Only an IPv6 address has a colon (written in brackets).
+			if a, err := netip.ParseAddr(t.Host); err != nil || !a.Is6() {
+				return fmt.Errorf("host %q is not an IPv6 address, the only host with a colon", t.Host)
+			}
 		}
 		if t.User != "" {
 			if problem := nameProblem(t.User, "user", ""); problem != "" {
