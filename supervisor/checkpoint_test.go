@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/cowfs"
+	"github.com/sandboxd/sandboxd/runtime/nsinit"
 	"github.com/sandboxd/sandboxd/supervisor"
-	"github.com/sandboxd/sandboxd/supervisor/nsinit"
 	"github.com/sandboxd/sandboxd/tests/testbed"
 )
 

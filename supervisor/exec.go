@@ -15,8 +15,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sandboxd/sandboxd/runtime/nsinit"
 	"github.com/sandboxd/sandboxd/supervisor/audit"
-	"github.com/sandboxd/sandboxd/supervisor/nsinit"
 	"github.com/sandboxd/sandboxd/supervisor/state"
 	"github.com/sandboxd/sandboxd/units"
 )

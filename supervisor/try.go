@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sandboxd/sandboxd/supervisor/nsinit"
+	"github.com/sandboxd/sandboxd/runtime/nsinit"
 )
 
 // TryOptions ask for several sandboxes of one project, a variant each,

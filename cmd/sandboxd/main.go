@@ -5,7 +5,7 @@
 //	sandboxd --version
 //
 // `sandboxd sandbox-init` is not for people: it is a sandbox's init (see
-// supervisor/nsinit), which the daemon starts.
+// runtime/nsinit), which the daemon starts.
 package main
 
 import (
@@ -18,7 +18,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/sandboxd/sandboxd/supervisor/nsinit"
+	"github.com/sandboxd/sandboxd/runtime/nsinit"
 )
 
 // runtimeDir holds the live sandboxes' control sockets (systemd's

@@ -4,9 +4,9 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/sandboxd/sandboxd/runtime/egress"
 	"github.com/sandboxd/sandboxd/supervisor"
 	"github.com/sandboxd/sandboxd/supervisor/config"
-	"github.com/sandboxd/sandboxd/supervisor/egress"
 )
 
 // profiles turns the configuration's profiles (built-in and the file's)

@@ -9,8 +9,8 @@ import (
 	"github.com/godbus/dbus/v5"
 	"golang.org/x/sys/unix"
 
+	"github.com/sandboxd/sandboxd/runtime/nsinit"
 	"github.com/sandboxd/sandboxd/supervisor"
-	"github.com/sandboxd/sandboxd/supervisor/nsinit"
 )
 
 // Exec(as argv, a{sv} options, h stdin, h stdout, h stderr) -> (s command)

@@ -18,9 +18,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/runtime/egress"
+	"github.com/sandboxd/sandboxd/runtime/nsinit"
 	"github.com/sandboxd/sandboxd/supervisor"
-	"github.com/sandboxd/sandboxd/supervisor/egress"
-	"github.com/sandboxd/sandboxd/supervisor/nsinit"
 	"github.com/sandboxd/sandboxd/supervisor/supervisortest"
 	"github.com/sandboxd/sandboxd/tests/testbed"
 	"github.com/sandboxd/sandboxd/units"

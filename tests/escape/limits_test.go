@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/runtime/nsinit"
 	"github.com/sandboxd/sandboxd/supervisor"
 	"github.com/sandboxd/sandboxd/supervisor/config"
-	"github.com/sandboxd/sandboxd/supervisor/nsinit"
 	"github.com/sandboxd/sandboxd/supervisor/supervisortest"
 	"github.com/sandboxd/sandboxd/tests/testbed"
 	"github.com/sandboxd/sandboxd/units"

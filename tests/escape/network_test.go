@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/supervisor"
-	"github.com/sandboxd/sandboxd/supervisor/egress"
-	"github.com/sandboxd/sandboxd/supervisor/nsinit"
+	"github.com/sandboxd/sandboxd/runtime/egress"
+	"github.com/sandboxd/sandboxd/runtime/nsinit"
 )
 
 // The allowlist proxy from inside real sandboxes (finding 6a and 8 of

@@ -11,7 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/sandboxd/sandboxd/supervisor/nsinit/seccomp"
+	"github.com/sandboxd/sandboxd/runtime/seccomp"
 )
 
 // Main is the init: it reads its Spec from fd 3, builds the sandbox's

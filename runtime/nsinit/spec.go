@@ -30,7 +30,7 @@ const (
 	// NetworkNone: a network namespace with only loopback.
 	NetworkNone = "none"
 	// NetworkAllowlist: like none, and the daemon serves a filtering
-	// proxy on the sandbox's loopback (see supervisor/egress).
+	// proxy on the sandbox's loopback (see runtime/egress).
 	NetworkAllowlist = "allowlist"
 	// NetworkHost: the host's own network namespace.
 	NetworkHost = "host"

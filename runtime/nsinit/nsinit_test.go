@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandboxd/sandboxd/supervisor/nsinit"
+	"github.com/sandboxd/sandboxd/runtime/nsinit"
 	"github.com/sandboxd/sandboxd/tests/testbed"
 )
 
