@@ -11,7 +11,7 @@ import (
 
 	ucli "github.com/urfave/cli/v3"
 
-	"github.com/sandboxd/sandboxd/supervisor/api"
+	"github.com/sandboxd/sandboxd/sandboxd1"
 )
 
 // Run runs sandboxctl with args (os.Args) and returns its exit status.
@@ -217,7 +217,7 @@ func editDistance(a, b string) int {
 // onSandbox is the Action of a verb about one sandbox: it takes nargs
 // arguments, the first naming the sandbox, connects, finds the sandbox,
 // and runs fn with it and the other arguments.
-func onSandbox(nargs int, fn func(ctx context.Context, cmd *ucli.Command, c *client, e api.ListEntry, rest []string) error) ucli.ActionFunc {
+func onSandbox(nargs int, fn func(ctx context.Context, cmd *ucli.Command, c *client, e sandboxd1.ListEntry, rest []string) error) ucli.ActionFunc {
 	return func(ctx context.Context, cmd *ucli.Command) error {
 		a, err := args(cmd, nargs, nargs)
 		if err != nil {
@@ -235,7 +235,7 @@ func onSandbox(nargs int, fn func(ctx context.Context, cmd *ucli.Command, c *cli
 
 // onSandboxes is the Action of a verb about all the sandboxes the caller
 // may see: it takes no arguments, connects and lists them for fn.
-func onSandboxes(fn func(ctx context.Context, cmd *ucli.Command, c *client, entries []api.ListEntry) error) ucli.ActionFunc {
+func onSandboxes(fn func(ctx context.Context, cmd *ucli.Command, c *client, entries []sandboxd1.ListEntry) error) ucli.ActionFunc {
 	return func(ctx context.Context, cmd *ucli.Command) error {
 		if _, err := args(cmd, 0, 0); err != nil {
 			return err

@@ -10,7 +10,7 @@ import (
 	ucli "github.com/urfave/cli/v3"
 
 	"github.com/sandboxd/sandboxd/internal/termsafe"
-	"github.com/sandboxd/sandboxd/supervisor/api"
+	"github.com/sandboxd/sandboxd/sandboxd1"
 )
 
 func checkpointCommand() *ucli.Command {
@@ -22,11 +22,11 @@ func checkpointCommand() *ucli.Command {
 its system layer (what it changed in /usr, /etc, ...), at one instant (the
 sandbox is frozen for it). Roll back to it with ` + "`sandboxctl rollback`" + `.`,
 		Flags: []ucli.Flag{&ucli.BoolFlag{Name: "delete", Usage: "delete checkpoint NAME instead"}},
-		Action: onSandbox(2, func(ctx context.Context, cmd *ucli.Command, c *client, e api.ListEntry, rest []string) error {
+		Action: onSandbox(2, func(ctx context.Context, cmd *ucli.Command, c *client, e sandboxd1.ListEntry, rest []string) error {
 			out := outputOf(cmd)
 			if cmd.Bool("delete") {
 				if err := call(ctx, c.sandbox(e.ID), "deleting checkpoint "+rest[0]+" of sandbox "+e.ID,
-					api.SandboxInterface+".DeleteCheckpoint", []any{rest[0]}); err != nil {
+					sandboxd1.SandboxInterface+".DeleteCheckpoint", []any{rest[0]}); err != nil {
 					return err
 				}
 				if out.json {
@@ -39,7 +39,7 @@ sandbox is frozen for it). Roll back to it with ` + "`sandboxctl rollback`" + `.
 			}
 			var created uint64
 			if err := call(ctx, c.sandbox(e.ID), "taking checkpoint "+rest[0]+" of sandbox "+e.ID,
-				api.SandboxInterface+".Checkpoint", []any{rest[0]}, &created); err != nil {
+				sandboxd1.SandboxInterface+".Checkpoint", []any{rest[0]}, &created); err != nil {
 				return err
 			}
 			switch {
@@ -58,14 +58,14 @@ func checkpointsCommand() *ucli.Command {
 		Name:      "checkpoints",
 		Usage:     "list a sandbox's checkpoints",
 		ArgsUsage: "SANDBOX",
-		Action: onSandbox(1, func(ctx context.Context, cmd *ucli.Command, c *client, e api.ListEntry, _ []string) error {
-			var list []api.CheckpointEntry
+		Action: onSandbox(1, func(ctx context.Context, cmd *ucli.Command, c *client, e sandboxd1.ListEntry, _ []string) error {
+			var list []sandboxd1.CheckpointEntry
 			if err := call(ctx, c.sandbox(e.ID), "listing the checkpoints of sandbox "+e.ID,
-				api.SandboxInterface+".ListCheckpoints", nil, &list); err != nil {
+				sandboxd1.SandboxInterface+".ListCheckpoints", nil, &list); err != nil {
 				return err
 			}
-			return printList(outputOf(cmd), list, func(ck api.CheckpointEntry) string { return ck.Name },
-				[]string{"NAME", "TAKEN", "COVERS"}, func(ck api.CheckpointEntry) []string {
+			return printList(outputOf(cmd), list, func(ck sandboxd1.CheckpointEntry) string { return ck.Name },
+				[]string{"NAME", "TAKEN", "COVERS"}, func(ck sandboxd1.CheckpointEntry) []string {
 					covers := "files and system layer"
 					if !ck.Layer {
 						covers = "files (the system layer is in memory)"
@@ -84,9 +84,9 @@ func rollbackCommand() *ucli.Command {
 		Description: `Stops every process of the sandbox, brings its files and its system
 layer back to checkpoint NAME, and starts it again: the same sandbox, id,
 limits and time to live. Later checkpoints stay.`,
-		Action: onSandbox(2, func(ctx context.Context, cmd *ucli.Command, c *client, e api.ListEntry, rest []string) error {
+		Action: onSandbox(2, func(ctx context.Context, cmd *ucli.Command, c *client, e sandboxd1.ListEntry, rest []string) error {
 			if err := call(ctx, c.sandbox(e.ID), "rolling sandbox "+e.ID+" back to "+rest[0],
-				api.SandboxInterface+".Rollback", []any{rest[0]}); err != nil {
+				sandboxd1.SandboxInterface+".Rollback", []any{rest[0]}); err != nil {
 				return err
 			}
 			out := outputOf(cmd)
@@ -108,24 +108,24 @@ func diffCommand() *ucli.Command {
 		ArgsUsage: "SANDBOX",
 		Flags: []ucli.Flag{&ucli.BoolFlag{Name: "text", Aliases: []string{"u"},
 			Usage: "a unified text diff of the changed files, as git shows it (binary files named as such)"}},
-		Action: onSandbox(1, func(ctx context.Context, cmd *ucli.Command, c *client, e api.ListEntry, _ []string) error {
+		Action: onSandbox(1, func(ctx context.Context, cmd *ucli.Command, c *client, e sandboxd1.ListEntry, _ []string) error {
 			if cmd.Bool("text") {
 				var text string
 				if err := call(ctx, c.sandbox(e.ID), "diffing sandbox "+e.ID,
-					api.SandboxInterface+".UnifiedDiff", []any{map[string]dbus.Variant{}}, &text); err != nil {
+					sandboxd1.SandboxInterface+".UnifiedDiff", []any{map[string]dbus.Variant{}}, &text); err != nil {
 					return err
 				}
 				return written(writeDiffText(cmd.Root().Writer, text))
 			}
-			var changes []api.ChangeEntry
+			var changes []sandboxd1.ChangeEntry
 			if err := call(ctx, c.sandbox(e.ID), "listing the changes of sandbox "+e.ID,
-				api.SandboxInterface+".Diff", nil, &changes); err != nil {
+				sandboxd1.SandboxInterface+".Diff", nil, &changes); err != nil {
 				return err
 			}
 			out := outputOf(cmd)
 			if out.json {
 				if changes == nil {
-					changes = []api.ChangeEntry{}
+					changes = []sandboxd1.ChangeEntry{}
 				}
 				return out.JSON(changes)
 			}

@@ -8,7 +8,7 @@ import (
 
 	"github.com/godbus/dbus/v5"
 
-	"github.com/sandboxd/sandboxd/supervisor/api"
+	"github.com/sandboxd/sandboxd/sandboxd1"
 )
 
 // client is sandboxctl's connection to sandboxd on the system bus.
@@ -39,10 +39,12 @@ func connect(ctx context.Context) (*client, error) {
 
 func (c *client) close() { c.conn.Close() }
 
-func (c *client) manager() dbus.BusObject { return c.conn.Object(api.BusName, api.ManagerPath) }
+func (c *client) manager() dbus.BusObject {
+	return c.conn.Object(sandboxd1.BusName, sandboxd1.ManagerPath)
+}
 
 func (c *client) sandbox(id string) dbus.BusObject {
-	return c.conn.Object(api.BusName, api.SandboxPath(id))
+	return c.conn.Object(sandboxd1.BusName, sandboxd1.SandboxPath(id))
 }
 
 // call calls method on obj and stores its reply in out; what names the
@@ -60,9 +62,9 @@ func call(ctx context.Context, obj dbus.BusObject, what, method string, args []a
 	return nil
 }
 
-func (c *client) list(ctx context.Context) ([]api.ListEntry, error) {
-	var entries []api.ListEntry
-	err := call(ctx, c.manager(), "listing sandboxes", api.ManagerInterface+".ListSandboxes", nil, &entries)
+func (c *client) list(ctx context.Context) ([]sandboxd1.ListEntry, error) {
+	var entries []sandboxd1.ListEntry
+	err := call(ctx, c.manager(), "listing sandboxes", sandboxd1.ManagerInterface+".ListSandboxes", nil, &entries)
 	return entries, err
 }
 
@@ -70,7 +72,7 @@ func (c *client) list(ctx context.Context) ([]api.ListEntry, error) {
 func (c *client) properties(ctx context.Context, id string) (map[string]dbus.Variant, error) {
 	var props map[string]dbus.Variant
 	err := call(ctx, c.sandbox(id), "reading sandbox "+id, "org.freedesktop.DBus.Properties.GetAll",
-		[]any{api.SandboxInterface}, &props)
+		[]any{sandboxd1.SandboxInterface}, &props)
 	return props, err
 }
 
@@ -79,21 +81,21 @@ func (c *client) properties(ctx context.Context, id string) (map[string]dbus.Var
 func (c *client) property(ctx context.Context, id, name string) (dbus.Variant, error) {
 	var v dbus.Variant
 	err := call(ctx, c.sandbox(id), "reading "+name+" of sandbox "+id, "org.freedesktop.DBus.Properties.Get",
-		[]any{api.SandboxInterface, name}, &v)
+		[]any{sandboxd1.SandboxInterface, name}, &v)
 	return v, err
 }
 
 // resolve finds the sandbox arg names: its id, its name, or a prefix of
 // its id that only it has.
-func (c *client) resolve(ctx context.Context, arg string) (api.ListEntry, error) {
+func (c *client) resolve(ctx context.Context, arg string) (sandboxd1.ListEntry, error) {
 	if arg == "" {
-		return api.ListEntry{}, usage("a sandbox id or name is empty")
+		return sandboxd1.ListEntry{}, usage("a sandbox id or name is empty")
 	}
 	entries, err := c.list(ctx)
 	if err != nil {
-		return api.ListEntry{}, err
+		return sandboxd1.ListEntry{}, err
 	}
-	var prefixed []api.ListEntry
+	var prefixed []sandboxd1.ListEntry
 	for _, e := range entries {
 		if e.ID == arg || e.Name == arg {
 			return e, nil
@@ -106,14 +108,14 @@ func (c *client) resolve(ctx context.Context, arg string) (api.ListEntry, error)
 	case 1:
 		return prefixed[0], nil
 	case 0:
-		return api.ListEntry{}, &Error{Code: ExitNotFound, Msg: "no sandbox is called or starts with " + quote(arg),
+		return sandboxd1.ListEntry{}, &Error{Code: ExitNotFound, Msg: "no sandbox is called or starts with " + quote(arg),
 			Fix: "see `sandboxctl list`"}
 	}
 	ids := make([]string, len(prefixed))
 	for i, e := range prefixed {
 		ids[i] = e.ID
 	}
-	return api.ListEntry{}, usage("%s is the start of several sandboxes' ids (%s): give more of it", quote(arg), strings.Join(ids, ", "))
+	return sandboxd1.ListEntry{}, usage("%s is the start of several sandboxes' ids (%s): give more of it", quote(arg), strings.Join(ids, ", "))
 }
 
 // watchExits subscribes to CommandExited, before any Exec.
@@ -123,17 +125,17 @@ func (c *client) watchExits() error {
 	}
 	c.signals, c.exits = make(chan *dbus.Signal, 16), map[string]exitStatus{}
 	c.conn.Signal(c.signals)
-	if err := c.conn.AddMatchSignal(dbus.WithMatchInterface(api.SandboxInterface), dbus.WithMatchMember("CommandExited")); err != nil {
+	if err := c.conn.AddMatchSignal(dbus.WithMatchInterface(sandboxd1.SandboxInterface), dbus.WithMatchMember("CommandExited")); err != nil {
 		return err
 	}
 	// A daemon that restarts while a command runs will not tell its end.
 	var owner string
-	if err := c.conn.BusObject().Call("org.freedesktop.DBus.GetNameOwner", 0, api.BusName).Store(&owner); err != nil {
+	if err := c.conn.BusObject().Call("org.freedesktop.DBus.GetNameOwner", 0, sandboxd1.BusName).Store(&owner); err != nil {
 		return err
 	}
 	c.daemon = owner
 	return c.conn.AddMatchSignal(dbus.WithMatchInterface("org.freedesktop.DBus"), dbus.WithMatchMember("NameOwnerChanged"),
-		dbus.WithMatchArg(0, api.BusName))
+		dbus.WithMatchArg(0, sandboxd1.BusName))
 }
 
 // waitExit waits for command's CommandExited; onSignal is called with
@@ -154,10 +156,10 @@ func (c *client) waitExit(ctx context.Context, command string, interrupts <-chan
 			if !ok {
 				return exitStatus{}, &Error{Code: ExitFailed, Msg: "the connection to sandboxd ended while the command ran"}
 			}
-			if s.Name == "org.freedesktop.DBus.NameOwnerChanged" && len(s.Body) == 3 && s.Body[0] == api.BusName {
+			if s.Name == "org.freedesktop.DBus.NameOwnerChanged" && len(s.Body) == 3 && s.Body[0] == sandboxd1.BusName {
 				return exitStatus{}, restarted
 			}
-			if s.Name != api.SandboxInterface+".CommandExited" || len(s.Body) != 4 || s.Sender != c.daemon {
+			if s.Name != sandboxd1.SandboxInterface+".CommandExited" || len(s.Body) != 4 || s.Sender != c.daemon {
 				continue
 			}
 			id, _ := s.Body[0].(string)
@@ -167,7 +169,7 @@ func (c *client) waitExit(ctx context.Context, command string, interrupts <-chan
 			c.exits[id] = exitStatus{How: how, Status: status, Signal: sig}
 		case <-check.C:
 			var owner string
-			err := c.conn.BusObject().CallWithContext(ctx, "org.freedesktop.DBus.GetNameOwner", 0, api.BusName).Store(&owner)
+			err := c.conn.BusObject().CallWithContext(ctx, "org.freedesktop.DBus.GetNameOwner", 0, sandboxd1.BusName).Store(&owner)
 			if err != nil || owner != c.daemon {
 				return exitStatus{}, restarted
 			}

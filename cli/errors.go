@@ -8,7 +8,7 @@ import (
 	"github.com/godbus/dbus/v5"
 
 	"github.com/sandboxd/sandboxd/internal/termsafe"
-	"github.com/sandboxd/sandboxd/supervisor/api"
+	"github.com/sandboxd/sandboxd/sandboxd1"
 )
 
 // Exit codes of sandboxctl: stable, documented in its help and man page.
@@ -70,25 +70,25 @@ func fromBus(what string, err error) *Error {
 			msg = dbusMessage(derr) // the daemon said what it was doing already
 		}
 		switch derr.Name {
-		case api.ErrorNoSuchSandbox:
+		case sandboxd1.ErrorNoSuchSandbox:
 			return &Error{Code: ExitNotFound, Msg: msg, Fix: "see `sandboxctl list`", Err: err}
-		case api.ErrorNoSuchCheckpoint:
+		case sandboxd1.ErrorNoSuchCheckpoint:
 			return &Error{Code: ExitNotFound, Msg: msg, Fix: "see `sandboxctl checkpoints SANDBOX`", Err: err}
-		case api.ErrorNoSuchProject:
+		case sandboxd1.ErrorNoSuchProject:
 			return &Error{Code: ExitNotFound, Msg: msg, Fix: "see `sandboxctl project list`", Err: err}
-		case api.ErrorAccessDenied, "org.freedesktop.DBus.Error.AccessDenied":
+		case sandboxd1.ErrorAccessDenied, "org.freedesktop.DBus.Error.AccessDenied":
 			fix := "ask an administrator to add you to group sandboxd (or to [access] in /etc/sandboxd/sandboxd.toml)"
 			if strings.Contains(msg, "may not use project") {
 				fix = "ask an administrator to list you in the project's users or groups (sandboxctl project add --user/--group, or [[project]] in /etc/sandboxd/sandboxd.toml)"
 			}
 			return &Error{Code: ExitDenied, Msg: msg, Fix: fix, Err: err}
-		case api.ErrorNoSuchPromotion:
+		case sandboxd1.ErrorNoSuchPromotion:
 			return &Error{Code: ExitNotFound, Msg: msg, Fix: "see `sandboxctl promotions`", Err: err}
-		case api.ErrorConflict:
+		case sandboxd1.ErrorConflict:
 			return &Error{Code: ExitConflict, Msg: msg, Fix: "rebase the sandbox onto the project (sandboxctl rebase), or promote with --force", Err: err}
-		case api.ErrorWrongState, api.ErrorLimitReached, api.ErrorExists, api.ErrorBusy:
+		case sandboxd1.ErrorWrongState, sandboxd1.ErrorLimitReached, sandboxd1.ErrorExists, sandboxd1.ErrorBusy:
 			return &Error{Code: ExitConflict, Msg: msg, Err: err}
-		case api.ErrorInvalidArgs:
+		case sandboxd1.ErrorInvalidArgs:
 			return &Error{Code: ExitUsage, Msg: msg, Err: err}
 		case "org.freedesktop.DBus.Error.ServiceUnknown", "org.freedesktop.DBus.Error.NameHasNoOwner":
 			return notRunning(err)

@@ -16,8 +16,7 @@ import (
 	ucli "github.com/urfave/cli/v3"
 	"golang.org/x/sys/unix"
 
-	"github.com/sandboxd/sandboxd/supervisor/api"
-	"github.com/sandboxd/sandboxd/supervisor/config"
+	"github.com/sandboxd/sandboxd/sandboxd1"
 )
 
 func execFlags() []ucli.Flag {
@@ -58,7 +57,7 @@ func execOptions(cmd *ucli.Command) (map[string]dbus.Variant, error) {
 	}
 	if cmd.Name == "exec" {
 		if v := cmd.String("output-limit"); v != "" {
-			var size config.Size
+			var size sandboxd1.Size
 			if err := size.UnmarshalText([]byte(v)); err != nil || size == 0 {
 				return nil, usage("--output-limit %s: want a size above 0, like 10M", v)
 			}
@@ -150,7 +149,7 @@ sandbox stays.`,
 				}
 				defer stdio.close()
 				var id string
-				if err := call(ctx, c.sandbox(e.ID), "running "+argv[0]+" in sandbox "+e.ID, api.SandboxInterface+".Exec",
+				if err := call(ctx, c.sandbox(e.ID), "running "+argv[0]+" in sandbox "+e.ID, sandboxd1.SandboxInterface+".Exec",
 					append([]any{argv, opts}, stdio.fds()...), &id); err != nil {
 					return err
 				}
@@ -168,7 +167,7 @@ sandbox stays.`,
 func (c *client) finish(ctx context.Context, sandbox, id string, interrupts <-chan os.Signal) error {
 	st, err := c.waitExit(ctx, id, interrupts, func(sig os.Signal) {
 		if s, ok := sig.(syscall.Signal); ok {
-			_ = call(ctx, c.sandbox(sandbox), "signalling the command", api.SandboxInterface+".Signal", []any{id, int32(s)})
+			_ = call(ctx, c.sandbox(sandbox), "signalling the command", sandboxd1.SandboxInterface+".Signal", []any{id, int32(s)})
 		}
 	})
 	if err != nil {
@@ -252,7 +251,7 @@ func onTerminal(ctx context.Context, target string, argv []string, opts map[stri
 		}
 		var id string
 		var fd dbus.UnixFD
-		if err := call(ctx, c.sandbox(e.ID), "starting "+argv[0]+" on a terminal in sandbox "+e.ID, api.SandboxInterface+".ExecTerminal",
+		if err := call(ctx, c.sandbox(e.ID), "starting "+argv[0]+" on a terminal in sandbox "+e.ID, sandboxd1.SandboxInterface+".ExecTerminal",
 			[]any{argv, opts, ws.Row, ws.Col}, &id, &fd); err != nil {
 			return err
 		}

@@ -6,7 +6,7 @@ import (
 	"github.com/godbus/dbus/v5"
 	ucli "github.com/urfave/cli/v3"
 
-	"github.com/sandboxd/sandboxd/supervisor/api"
+	"github.com/sandboxd/sandboxd/sandboxd1"
 )
 
 func projectCommand() *ucli.Command {
@@ -28,7 +28,7 @@ func projectCommand() *ucli.Command {
 						return err
 					}
 					users, groups := cmd.StringSlice("user"), cmd.StringSlice("group")
-					method, callArgs := api.ManagerInterface+".AddProject", []any{a[0], a[1]}
+					method, callArgs := sandboxd1.ManagerInterface+".AddProject", []any{a[0], a[1]}
 					if len(users)+len(groups) > 0 { // the older AddProject for a daemon that predates them
 						opts := map[string]dbus.Variant{}
 						if len(users) > 0 {
@@ -37,7 +37,7 @@ func projectCommand() *ucli.Command {
 						if len(groups) > 0 {
 							opts["Groups"] = dbus.MakeVariant(groups)
 						}
-						method, callArgs = api.ManagerInterface+".AddProjectWithOptions", []any{a[0], a[1], opts}
+						method, callArgs = sandboxd1.ManagerInterface+".AddProjectWithOptions", []any{a[0], a[1], opts}
 					}
 					return withClient(ctx, func(c *client) error {
 						if err := call(ctx, c.manager(), "adding project "+a[0], method, callArgs); err != nil {
@@ -46,7 +46,7 @@ func projectCommand() *ucli.Command {
 						out := outputOf(cmd)
 						switch {
 						case out.json:
-							return out.JSON(api.ProjectEntry{Name: a[0], Location: a[1], Origin: "added"})
+							return out.JSON(sandboxd1.ProjectEntry{Name: a[0], Location: a[1], Origin: "added"})
 						case out.quiet:
 							return nil
 						}
@@ -62,12 +62,12 @@ func projectCommand() *ucli.Command {
 						return err
 					}
 					return withClient(ctx, func(c *client) error {
-						var list []api.ProjectEntry
-						if err := call(ctx, c.manager(), "listing projects", api.ManagerInterface+".ListProjects", nil, &list); err != nil {
+						var list []sandboxd1.ProjectEntry
+						if err := call(ctx, c.manager(), "listing projects", sandboxd1.ManagerInterface+".ListProjects", nil, &list); err != nil {
 							return err
 						}
-						return printList(outputOf(cmd), list, func(p api.ProjectEntry) string { return p.Name },
-							[]string{"NAME", "LOCATION", "FROM"}, func(p api.ProjectEntry) []string {
+						return printList(outputOf(cmd), list, func(p sandboxd1.ProjectEntry) string { return p.Name },
+							[]string{"NAME", "LOCATION", "FROM"}, func(p sandboxd1.ProjectEntry) []string {
 								origin := "sandboxd.toml"
 								if p.Origin != "config" {
 									origin = "sandboxctl project add"
@@ -87,7 +87,7 @@ func projectCommand() *ucli.Command {
 						return err
 					}
 					return withClient(ctx, func(c *client) error {
-						if err := call(ctx, c.manager(), "removing project "+a[0], api.ManagerInterface+".RemoveProject", []any{a[0]}); err != nil {
+						if err := call(ctx, c.manager(), "removing project "+a[0], sandboxd1.ManagerInterface+".RemoveProject", []any{a[0]}); err != nil {
 							return err
 						}
 						out := outputOf(cmd)

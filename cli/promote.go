@@ -10,8 +10,7 @@ import (
 	ucli "github.com/urfave/cli/v3"
 
 	"github.com/sandboxd/sandboxd/internal/termsafe"
-	"github.com/sandboxd/sandboxd/supervisor/api"
-	"github.com/sandboxd/sandboxd/supervisor/state"
+	"github.com/sandboxd/sandboxd/sandboxd1"
 )
 
 func promoteCommand() *ucli.Command {
@@ -39,7 +38,7 @@ files are refused; 5 on a conflict.`,
 			&ucli.StringFlag{Name: "to", Usage: "stop after stage `STAGE` (default: the last)"},
 			&ucli.BoolFlag{Name: "no-wait", Usage: "print the promotion's id and return while the stages run"},
 		},
-		Action: onSandbox(1, func(ctx context.Context, cmd *ucli.Command, c *client, e api.ListEntry, _ []string) error {
+		Action: onSandbox(1, func(ctx context.Context, cmd *ucli.Command, c *client, e sandboxd1.ListEntry, _ []string) error {
 			opts := map[string]dbus.Variant{}
 			if cmd.Bool("force") {
 				opts["Force"] = dbus.MakeVariant(true)
@@ -52,7 +51,7 @@ files are refused; 5 on a conflict.`,
 			}
 			var pid string
 			if err := call(ctx, c.sandbox(e.ID), "promoting sandbox "+sandboxLabel(e),
-				api.SandboxInterface+".Promote", []any{opts}, &pid); err != nil {
+				sandboxd1.SandboxInterface+".Promote", []any{opts}, &pid); err != nil {
 				return err
 			}
 			out := outputOf(cmd)
@@ -67,7 +66,7 @@ files are refused; 5 on a conflict.`,
 	}
 }
 
-func sandboxLabel(e api.ListEntry) string {
+func sandboxLabel(e sandboxd1.ListEntry) string {
 	if e.Name != "" {
 		return e.Name
 	}
@@ -75,10 +74,10 @@ func sandboxLabel(e api.ListEntry) string {
 }
 
 // getPromotion reads promotion pid's record.
-func (c *client) getPromotion(ctx context.Context, pid string) (state.Promotion, error) {
-	var p state.Promotion
+func (c *client) getPromotion(ctx context.Context, pid string) (sandboxd1.Promotion, error) {
+	var p sandboxd1.Promotion
 	var record string
-	if err := call(ctx, c.manager(), "reading promotion "+pid, api.ManagerInterface+".GetPromotion", []any{pid}, &record); err != nil {
+	if err := call(ctx, c.manager(), "reading promotion "+pid, sandboxd1.ManagerInterface+".GetPromotion", []any{pid}, &record); err != nil {
 		return p, err
 	}
 	if err := json.Unmarshal([]byte(record), &p); err != nil {
@@ -125,14 +124,14 @@ func followPromotion(ctx context.Context, c *client, out output, pid string) err
 				}
 			}
 		}
-		if p.State != state.PromotionRunning {
+		if p.State != sandboxd1.PromotionRunning {
 			if out.json {
 				if err := out.JSON(p); err != nil {
 					return err
 				}
 			}
 			switch p.State {
-			case state.PromotionDone, state.PromotionWaiting:
+			case sandboxd1.PromotionDone, sandboxd1.PromotionWaiting:
 				return nil
 			default:
 				return &Error{Code: ExitFailed, Msg: fmt.Sprintf("promotion %s %s: %s", p.ID, p.State, p.Error)}
@@ -146,7 +145,7 @@ func followPromotion(ctx context.Context, c *client, out output, pid string) err
 	}
 }
 
-func labelOf(p state.Promotion) string {
+func labelOf(p sandboxd1.Promotion) string {
 	if p.SandboxName != "" {
 		return p.SandboxName
 	}
@@ -154,23 +153,23 @@ func labelOf(p state.Promotion) string {
 }
 
 // stageLines are what a stage's record says, as lines to print once each.
-func stageLines(p state.Promotion, st state.StageRun) []string {
+func stageLines(p sandboxd1.Promotion, st sandboxd1.StageRun) []string {
 	prefix := fmt.Sprintf("stage %s (%s): ", st.Name, st.Target)
 	var lines []string
 	switch st.State {
-	case state.StagePending, state.StageSkipped:
+	case sandboxd1.StagePending, sandboxd1.StageSkipped:
 		return nil
-	case state.StageWaiting:
+	case sandboxd1.StageWaiting:
 		return []string{prefix + "waiting for an admin's approval: sandboxctl approve " + p.ID + " (or reject)"}
 	}
 	if st.Approved && st.DecidedBy != nil {
 		lines = append(lines, fmt.Sprintf("%sapproved by %s", prefix, userName(*st.DecidedBy)))
 	}
 	lines = append(lines, prefix+"applying")
-	if st.State == state.StageApplying {
+	if st.State == sandboxd1.StageApplying {
 		return lines
 	}
-	if st.State != state.StageRejected {
+	if st.State != sandboxd1.StageRejected {
 		lines = append(lines, prefix+"checking")
 	}
 	for _, ch := range st.Checks {
@@ -186,11 +185,11 @@ func stageLines(p state.Promotion, st state.StageRun) []string {
 		}
 	}
 	switch st.State {
-	case state.StagePassed:
+	case sandboxd1.StagePassed:
 		lines = append(lines, prefix+"passed")
-	case state.StageFailed:
+	case sandboxd1.StageFailed:
 		lines = append(lines, prefix+"FAILED, rolled back: "+termsafe.Text(st.Error))
-	case state.StageRejected:
+	case sandboxd1.StageRejected:
 		by := ""
 		if st.DecidedBy != nil {
 			by = " by " + userName(*st.DecidedBy)
@@ -236,12 +235,12 @@ func promotionsCommand() *ucli.Command {
 					}
 					return nil
 				}
-				var list []api.PromotionEntry
-				if err := call(ctx, c.manager(), "listing promotions", api.ManagerInterface+".ListPromotions", nil, &list); err != nil {
+				var list []sandboxd1.PromotionEntry
+				if err := call(ctx, c.manager(), "listing promotions", sandboxd1.ManagerInterface+".ListPromotions", nil, &list); err != nil {
 					return err
 				}
-				return printList(out, list, func(p api.PromotionEntry) string { return p.ID },
-					[]string{"ID", "SANDBOX", "PROJECT", "STATE", "STAGE", "CHANGES", "AGE"}, func(p api.PromotionEntry) []string {
+				return printList(out, list, func(p sandboxd1.PromotionEntry) string { return p.ID },
+					[]string{"ID", "SANDBOX", "PROJECT", "STATE", "STAGE", "CHANGES", "AGE"}, func(p sandboxd1.PromotionEntry) []string {
 						sb := p.SandboxName
 						if sb == "" {
 							sb = p.Sandbox
@@ -260,7 +259,7 @@ func approveCommand() *ucli.Command {
 		ArgsUsage: "PROMOTION",
 		Flags:     []ucli.Flag{&ucli.BoolFlag{Name: "no-wait", Usage: "return at once; do not follow the stage"}},
 		Action: onPromotion(func(ctx context.Context, cmd *ucli.Command, c *client, id string) error {
-			if err := call(ctx, c.manager(), "approving promotion "+id, api.ManagerInterface+".ApprovePromotion", []any{id}); err != nil {
+			if err := call(ctx, c.manager(), "approving promotion "+id, sandboxd1.ManagerInterface+".ApprovePromotion", []any{id}); err != nil {
 				return err
 			}
 			if cmd.Bool("no-wait") {
@@ -278,7 +277,7 @@ func rejectCommand() *ucli.Command {
 		ArgsUsage: "PROMOTION",
 		Flags:     []ucli.Flag{&ucli.StringFlag{Name: "reason", Usage: "why, for the record"}},
 		Action: onPromotion(func(ctx context.Context, cmd *ucli.Command, c *client, id string) error {
-			if err := call(ctx, c.manager(), "rejecting promotion "+id, api.ManagerInterface+".RejectPromotion", []any{id, cmd.String("reason")}); err != nil {
+			if err := call(ctx, c.manager(), "rejecting promotion "+id, sandboxd1.ManagerInterface+".RejectPromotion", []any{id, cmd.String("reason")}); err != nil {
 				return err
 			}
 			out := outputOf(cmd)

@@ -7,7 +7,7 @@ import (
 
 	ucli "github.com/urfave/cli/v3"
 
-	"github.com/sandboxd/sandboxd/supervisor/api"
+	"github.com/sandboxd/sandboxd/sandboxd1"
 )
 
 func rebaseCommand() *ucli.Command {
@@ -20,13 +20,13 @@ onto a copy of it, unless the project changed any of the same paths (a
 conflict: refused, naming each; exit 5). Like a rollback, the sandbox's
 processes are stopped and it starts again, on the new copy; its system
 layer and checkpoints stay.`,
-		Action: onSandbox(1, func(ctx context.Context, cmd *ucli.Command, c *client, e api.ListEntry, _ []string) error {
+		Action: onSandbox(1, func(ctx context.Context, cmd *ucli.Command, c *client, e sandboxd1.ListEntry, _ []string) error {
 			moved, _, err := c.projectChanges(ctx, e.ID)
 			if err != nil {
 				return err
 			}
 			if err := call(ctx, c.sandbox(e.ID), "rebasing sandbox "+sandboxLabel(e),
-				api.SandboxInterface+".Rebase", nil); err != nil {
+				sandboxd1.SandboxInterface+".Rebase", nil); err != nil {
 				return err
 			}
 			out := outputOf(cmd)
@@ -47,7 +47,7 @@ func (c *client) projectChanges(ctx context.Context, id string) ([]string, uint6
 	var paths []string
 	var base uint64
 	err := call(ctx, c.sandbox(id), "reading how the project of sandbox "+id+" moved",
-		api.SandboxInterface+".ProjectChanges", nil, &paths, &base)
+		sandboxd1.SandboxInterface+".ProjectChanges", nil, &paths, &base)
 	return paths, base, err
 }
 

@@ -11,8 +11,7 @@ import (
 	ucli "github.com/urfave/cli/v3"
 
 	"github.com/sandboxd/sandboxd/internal/termsafe"
-	"github.com/sandboxd/sandboxd/supervisor/api"
-	"github.com/sandboxd/sandboxd/supervisor/config"
+	"github.com/sandboxd/sandboxd/sandboxd1"
 )
 
 func createCommand() *ucli.Command {
@@ -49,7 +48,7 @@ then the host's defaults.`,
 			return withClient(ctx, func(c *client) error {
 				var id string
 				var object dbus.ObjectPath
-				if err := call(ctx, c.manager(), "creating a sandbox of "+a[0], api.ManagerInterface+".CreateSandbox",
+				if err := call(ctx, c.manager(), "creating a sandbox of "+a[0], sandboxd1.ManagerInterface+".CreateSandbox",
 					[]any{a[0], opts}, &id, &object); err != nil {
 					return err
 				}
@@ -78,7 +77,7 @@ func createOptions(cmd *ucli.Command) (map[string]dbus.Variant, error) {
 	}
 	for _, s := range []struct{ flag, option string }{{"memory", "MemoryMax"}, {"disk", "DiskQuota"}} {
 		if v := cmd.String(s.flag); v != "" {
-			var size config.Size
+			var size sandboxd1.Size
 			if err := size.UnmarshalText([]byte(v)); err != nil {
 				return nil, usage("--%s %s: %v", s.flag, v, err)
 			}
@@ -86,7 +85,7 @@ func createOptions(cmd *ucli.Command) (map[string]dbus.Variant, error) {
 		}
 	}
 	if v := cmd.String("cpu"); v != "" {
-		var q config.CPUQuota
+		var q sandboxd1.CPUQuota
 		if err := q.UnmarshalText([]byte(v)); err != nil {
 			return nil, usage("--cpu %s: %v", v, err)
 		}
@@ -130,7 +129,7 @@ func listCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:  "list",
 		Usage: "list the sandboxes you may see",
-		Action: onSandboxes(func(ctx context.Context, cmd *ucli.Command, c *client, entries []api.ListEntry) error {
+		Action: onSandboxes(func(ctx context.Context, cmd *ucli.Command, c *client, entries []sandboxd1.ListEntry) error {
 			out := outputOf(cmd)
 			js := []sandboxJSON{}
 			for _, e := range entries {
@@ -153,7 +152,7 @@ func statusCommand() *ucli.Command {
 		Name:      "status",
 		Usage:     "show a sandbox: state, base, age, staleness, usage against its limits",
 		ArgsUsage: "SANDBOX",
-		Action: onSandbox(1, func(ctx context.Context, cmd *ucli.Command, c *client, e api.ListEntry, _ []string) error {
+		Action: onSandbox(1, func(ctx context.Context, cmd *ucli.Command, c *client, e sandboxd1.ListEntry, _ []string) error {
 			props, err := c.properties(ctx, e.ID)
 			if err != nil {
 				return err
@@ -174,6 +173,7 @@ func statusCommand() *ucli.Command {
 func printStatus(out output, props map[string]dbus.Variant, stalenessText string) error {
 	str := func(k string) string { s, _ := props[k].Value().(string); return s }
 	u64 := func(k string) uint64 { v, _ := props[k].Value().(uint64); return v }
+	owner, _ := props[sandboxd1.PropOwner].Value().(uint32) // "u", not "t"
 	limits, _ := props["Limits"].Value().(map[string]dbus.Variant)
 	usage, _ := props["Usage"].Value().(map[string]dbus.Variant)
 	if out.json {
@@ -198,7 +198,7 @@ func printStatus(out output, props map[string]dbus.Variant, stalenessText string
 		{"Sandbox", str("Id") + nameSuffix(str("Name"))},
 		{"Project", str("Project")},
 		{"State", str("State")},
-		{"Owner", userName(uint32(u64("Owner")))},
+		{"Owner", userName(owner)},
 		{"Created", fmt.Sprintf("%s (%s ago)", created.Local().Format(time.DateTime), age(created))},
 		{"Expires", expires(u64("Expires"))},
 		{"Base", str("Base")},
@@ -340,15 +340,15 @@ func stateCommand(name, usageText, method, done string) *ucli.Command {
 }
 
 func freezeCommand() *ucli.Command {
-	return stateCommand("freeze", "stop every process of sandboxes until thaw", api.SandboxInterface+".Freeze", "froze")
+	return stateCommand("freeze", "stop every process of sandboxes until thaw", sandboxd1.SandboxInterface+".Freeze", "froze")
 }
 
 func thawCommand() *ucli.Command {
-	return stateCommand("thaw", "let frozen sandboxes run again", api.SandboxInterface+".Thaw", "thawed")
+	return stateCommand("thaw", "let frozen sandboxes run again", sandboxd1.SandboxInterface+".Thaw", "thawed")
 }
 
 func destroyCommand() *ucli.Command {
-	return stateCommand("destroy", "stop sandboxes' processes and delete their files", api.SandboxInterface+".Destroy", "destroyed")
+	return stateCommand("destroy", "stop sandboxes' processes and delete their files", sandboxd1.SandboxInterface+".Destroy", "destroyed")
 }
 
 func gcCommand() *ucli.Command {
@@ -363,7 +363,7 @@ gets them out of (creating or destroying for over a minute), or, with
 			&ucli.DurationFlag{Name: "older-than", Usage: "also destroy sandboxes made longer ago than this, like 24h"},
 			&ucli.BoolFlag{Name: "dry-run", Usage: "say what would be destroyed, destroy nothing"},
 		},
-		Action: onSandboxes(func(ctx context.Context, cmd *ucli.Command, c *client, entries []api.ListEntry) error {
+		Action: onSandboxes(func(ctx context.Context, cmd *ucli.Command, c *client, entries []sandboxd1.ListEntry) error {
 			out := outputOf(cmd)
 			now := time.Now()
 			var gone []string
@@ -373,7 +373,7 @@ gets them out of (creating or destroying for over a minute), or, with
 					continue
 				}
 				if !cmd.Bool("dry-run") {
-					if err := call(ctx, c.sandbox(e.ID), "destroying sandbox "+e.ID, api.SandboxInterface+".Destroy", nil); err != nil {
+					if err := call(ctx, c.sandbox(e.ID), "destroying sandbox "+e.ID, sandboxd1.SandboxInterface+".Destroy", nil); err != nil {
 						return err
 					}
 				}
@@ -400,7 +400,7 @@ gets them out of (creating or destroying for over a minute), or, with
 }
 
 // gcReason says why gc takes sandbox e, or "".
-func gcReason(ctx context.Context, c *client, e api.ListEntry, now time.Time, olderThan time.Duration) string {
+func gcReason(ctx context.Context, c *client, e sandboxd1.ListEntry, now time.Time, olderThan time.Duration) string {
 	created := fromMicros(e.Created)
 	if (e.State == "creating" || e.State == "destroying") && now.Sub(created) > time.Minute {
 		return "stuck " + e.State

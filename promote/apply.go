@@ -2,14 +2,11 @@ package promote
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path"
-	"slices"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -179,84 +176,6 @@ func (ap *applier) run(ctx context.Context, p steps, dst string, crash bool) err
 	return nil
 }
 
-// steps is Apply's plan: what to remove, write and touch, in order.
-type steps struct {
-	unput  []string // Restore's: entries as the promotion wrote them, deepest first
-	remove []string
-	put    []putStep
-	meta   []string
-}
-
-type putStep struct {
-	path string
-	tree bool // the whole tree below it too (a renamed directory)
-}
-
-// plan orders a change list into Apply's steps.
-func plan(changes []cowfs.Change) (steps, error) {
-	var p steps
-	metaSeen := map[string]bool{}
-	addMeta := func(path string) {
-		if !metaSeen[path] {
-			metaSeen[path] = true
-			p.meta = append(p.meta, path)
-		}
-	}
-	for _, c := range changes {
-		if err := checkRel(c.Path); err != nil {
-			return p, fmt.Errorf("applying changes: %w", err)
-		}
-		if c.Kind == cowfs.Renamed {
-			if err := checkRel(c.NewPath); err != nil {
-				return p, fmt.Errorf("applying changes: %w", err)
-			}
-		}
-		if c.Path == "." && (c.Kind == cowfs.Deleted || c.Kind == cowfs.Renamed) {
-			// The root itself is only ever changed, never removed.
-			return p, fmt.Errorf("applying changes: the root cannot be %s: %w", c.Kind, ErrUnsafePath)
-		}
-		switch c.Kind {
-		case cowfs.Deleted:
-			p.remove = append(p.remove, c.Path)
-		case cowfs.Renamed:
-			p.remove = append(p.remove, c.Path)
-			p.put = append(p.put, putStep{path: c.NewPath, tree: c.Type == cowfs.TypeDir})
-			if c.Type == cowfs.TypeDir {
-				addMeta(c.NewPath)
-			}
-		case cowfs.Added, cowfs.Modified:
-			if c.Type == cowfs.TypeDir {
-				// A directory's own entry: its children are changes of
-				// their own; its times are set once they are written.
-				p.put = append(p.put, putStep{path: c.Path})
-				addMeta(c.Path)
-				continue
-			}
-			p.put = append(p.put, putStep{path: c.Path})
-		case cowfs.Metadata:
-			addMeta(c.Path)
-		default:
-			return p, fmt.Errorf("applying changes: %s: unknown kind of change %q", c.Path, c.Kind)
-		}
-	}
-	// A path removed and put again (replaced by another inode) is removed
-	// first: removals all go before any write.
-	slices.SortStableFunc(p.remove, func(a, b string) int { return depth(b) - depth(a) })
-	slices.SortStableFunc(p.put, func(a, b putStep) int { return depth(a.path) - depth(b.path) })
-	slices.SortStableFunc(p.meta, func(a, b string) int { return depth(b) - depth(a) })
-	return p, nil
-}
-
-func depth(p string) int { return strings.Count(p, "/") }
-
-// checkRel refuses a change's path that is not a plain relative path.
-func checkRel(p string) error {
-	if p == "" || strings.HasPrefix(p, "/") || path.Clean(p) != p || p == ".." || strings.HasPrefix(p, "../") {
-		return fmt.Errorf("%q is not a path inside the tree: %w", p, ErrUnsafePath)
-	}
-	return nil
-}
-
 type applier struct {
 	src, dst         int
 	expected         int      // ApplyOptions.Expected, opened O_PATH; -1 if none
@@ -410,130 +329,6 @@ func (ap *applier) putAt(srcDir, dstDir int, p string, tree bool) error {
 	return nil
 }
 
-// replace writes the source's entry name (not a directory) under a
-// temporary name beside the target's name, with its owner, mode and times
-// set on the new inode itself, and renames it over name. No inode that
-// was in the target is ever changed: whatever is at name is replaced.
-func (ap *applier) replace(srcDir, dstDir int, name string, st *unix.Stat_t) error {
-	tmp := tmpName(name)
-	made, err := ap.writeTemp(srcDir, dstDir, name, tmp, st)
-	if err != nil {
-		_ = unix.Unlinkat(dstDir, tmp, 0)
-		return err
-	}
-	err = unix.Renameat(dstDir, tmp, dstDir, name)
-	if (errors.Is(err, unix.EISDIR) || errors.Is(err, unix.ENOTEMPTY) || errors.Is(err, unix.EEXIST)) && ap.keepDirs {
-		_ = unix.Unlinkat(dstDir, tmp, 0)
-		return errKept
-	}
-	if errors.Is(err, unix.EISDIR) || errors.Is(err, unix.ENOTEMPTY) || errors.Is(err, unix.EEXIST) {
-		// A directory where the file goes (the change list named the
-		// directory's removal elsewhere, or the target made it since).
-		if err = removeAt(dstDir, name); err == nil {
-			err = unix.Renameat(dstDir, tmp, dstDir, name)
-		}
-	}
-	if err != nil {
-		_ = unix.Unlinkat(dstDir, tmp, 0)
-		return fmt.Errorf("renaming into place: %w", err)
-	}
-	// The name was renamed, not the inode: someone who swapped the
-	// temporary name put their own file in place. Say so.
-	var now unix.Stat_t
-	if err := unix.Fstatat(dstDir, name, &now, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-		return fmt.Errorf("reading it after the rename: %w", err)
-	}
-	if now.Ino != made.Ino || now.Dev != made.Dev {
-		return fmt.Errorf("its temporary name %s was taken over by another %s (owned by uid %d) before the rename, which is now in its place: %w",
-			tmp, kindName(now.Mode), now.Uid, ErrReplaced)
-	}
-	return nil
-}
-
-// tmpName is a temporary name beside name, unlikely to be anyone's.
-func tmpName(name string) string {
-	return ".sandboxd-" + randomHex() + "-" + truncate(name, 200)
-}
-
-func randomHex() string {
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
-
-func truncate(s string, n int) string {
-	if len(s) > n {
-		return s[:n]
-	}
-	return s
-}
-
-// writeTemp writes src's entry name as dst's tmp: a file's data, a
-// symlink's target, a special file's node; then its owner, mode and
-// times, on an fd of the inode it made (never by name: a host user who
-// can write the directory may rename anything over tmp meanwhile). It
-// returns the inode's stat.
-func (ap *applier) writeTemp(srcDir, dstDir int, name, tmp string, st *unix.Stat_t) (unix.Stat_t, error) {
-	switch st.Mode & unix.S_IFMT {
-	case unix.S_IFREG:
-		return ap.copyFile(srcDir, dstDir, name, tmp, st)
-	case unix.S_IFLNK:
-		target, err := readlinkAt(srcDir, name)
-		if err != nil {
-			return unix.Stat_t{}, fmt.Errorf("reading the link in the source: %w", err)
-		}
-		if err := unix.Symlinkat(target, dstDir, tmp); err != nil {
-			return unix.Stat_t{}, fmt.Errorf("making the link: %w", err)
-		}
-	default: // fifo, socket, device
-		if err := unix.Mknodat(dstDir, tmp, st.Mode, int(st.Rdev)); err != nil {
-			return unix.Stat_t{}, fmt.Errorf("making the node: %w", err)
-		}
-	}
-	testHook("created", dstDir, tmp)
-	fd, made, err := ap.openMade(dstDir, tmp, st.Mode&unix.S_IFMT, unix.O_PATH)
-	if err != nil {
-		return made, err
-	}
-	defer unix.Close(fd)
-	return made, setMeta(fd, st)
-}
-
-// copyFile writes src's regular file name as dst's tmp, with st's owner,
-// mode and times, and returns the new inode's stat.
-func (ap *applier) copyFile(srcDir, dstDir int, name, tmp string, st *unix.Stat_t) (unix.Stat_t, error) {
-	var made unix.Stat_t
-	in, err := unix.Openat(srcDir, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return made, fmt.Errorf("opening it in the source: %w", err)
-	}
-	inF := os.NewFile(uintptr(in), name)
-	defer inF.Close()
-	out, err := unix.Openat(dstDir, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
-	if err != nil {
-		return made, fmt.Errorf("creating it in the target: %w", err)
-	}
-	outF := os.NewFile(uintptr(out), tmp)
-	defer outF.Close()
-	if err := unix.Fstat(out, &made); err != nil {
-		return made, err
-	}
-	if st.Size > 0 {
-		// A reflink shares the source's extents: O(1) in the data on btrfs.
-		if err := unix.IoctlFileClone(out, in); err == nil {
-			ap.a.Cloned += st.Size
-		} else {
-			n, err := io.Copy(outF, inF) // copy_file_range where the kernel can
-			ap.a.Copied += n
-			if err != nil {
-				return made, fmt.Errorf("copying its data: %w", err)
-			}
-		}
-	}
-	testHook("created", dstDir, tmp)
-	return made, setMeta(out, st)
-}
-
 // putDir makes directory p in dst (replacing what else is there), and
 // with tree everything below it, as in src. A directory it makes is
 // checked to be the one it made before anything is put in it or set on
@@ -598,17 +393,4 @@ func (ap *applier) putDir(srcDir, dstDir int, p string, st *unix.Stat_t, tree bo
 		return err
 	}
 	return setMeta(dsub, &cur)
-}
-
-func readlinkAt(dir int, name string) (string, error) {
-	for size := 256; ; size *= 2 {
-		buf := make([]byte, size)
-		n, err := unix.Readlinkat(dir, name, buf)
-		if err != nil {
-			return "", err
-		}
-		if n < size {
-			return string(buf[:n]), nil
-		}
-	}
 }

@@ -37,29 +37,23 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/netip"
-	"net/url"
 	"os/exec"
 	"path"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
-	"unicode/utf8"
 
 	"github.com/sandboxd/sandboxd/cowfs"
 	"github.com/sandboxd/sandboxd/cowfs/sendstream"
 )
 
-// Conditions a caller of Replica branches on, besides cowfs's ErrNotFound
-// (no such received snapshot or prev), ErrExists (received already),
-// ErrInvalidName, ErrUnsupported (a ZFS replica), ErrUnsupportedFS (the
-// target's directory is not on btrfs), ErrNotVolume, ErrCorruptStream and
-// ErrNoSpace.
+// Conditions a caller of Replica branches on, besides ErrInvalidTarget
+// and cowfs's ErrNotFound (no such received snapshot or prev), ErrExists
+// (received already), ErrInvalidName, ErrUnsupported (a ZFS replica),
+// ErrUnsupportedFS (the target's directory is not on btrfs),
+// ErrNotVolume, ErrCorruptStream and ErrNoSpace.
 var (
-	// ErrInvalidTarget: a stage target that is not `project`, an absolute
-	// path or ssh://[user@]host[:port]/path.
-	ErrInvalidTarget = errors.New("invalid stage target")
 	// ErrReplicaUnreachable: ssh could not reach or log in to the replica's
 	// host (ssh exited with status 255).
 	ErrReplicaUnreachable = errors.New("replica unreachable")
@@ -69,210 +63,6 @@ var (
 	// revert was interrupted; running that operation again finishes it.
 	ErrReplicaInterrupted = errors.New("interrupted switch or revert")
 )
-
-// TargetKind says what a stage's target is.
-type TargetKind int
-
-const (
-	// TargetProject is the sandbox's own project.
-	TargetProject TargetKind = iota + 1
-	// TargetPath is a path on this host, kept as a replica.
-	TargetPath
-	// TargetSSH is a path on another host, reached by ssh, kept as a replica.
-	TargetSSH
-)
-
-func (k TargetKind) String() string {
-	switch k {
-	case TargetProject:
-		return "project"
-	case TargetPath:
-		return "path"
-	case TargetSSH:
-		return "ssh"
-	}
-	return "TargetKind(" + strconv.Itoa(int(k)) + ")"
-}
-
-// Target is where a stage promotes to.
-type Target struct {
-	Kind TargetKind
-	// User, Host and Port are those of an ssh target (User and Port may be
-	// empty: ssh's defaults).
-	User, Host, Port string
-	// Path is the target path (absolute, clean) of a path or ssh target.
-	Path string
-}
-
-const targetForms = "a target is `project`, an absolute path or ssh://[user@]host[:port]/path"
-
-// ParseTarget reads a stage target: "project", an absolute path
-// ("/srv/staging/app") or "ssh://[user@]host[:port]/path". A relative path,
-// a ".." component, an empty host, a bad port or user, a password, a query
-// and any other scheme are ErrInvalidTarget, saying which.
-func ParseTarget(s string) (Target, error) {
-	bad := func(format string, args ...any) (Target, error) {
-		return Target{}, fmt.Errorf("stage target %q: %s: %w", s, fmt.Sprintf(format, args...), ErrInvalidTarget)
-	}
-	switch {
-	case s == "":
-		return bad("empty: %s", targetForms)
-	case s == "project":
-		return Target{Kind: TargetProject}, nil
-	case strings.HasPrefix(s, "/"):
-		if problem := pathProblem(s); problem != "" {
-			return bad("%s", problem)
-		}
-		return Target{Kind: TargetPath, Path: path.Clean(s)}, nil
-	}
-	i := strings.Index(s, "://")
-	if i < 0 {
-		return bad("a relative path (or an unknown word): %s", targetForms)
-	}
-	if scheme := strings.ToLower(s[:i]); scheme != "ssh" {
-		return bad("unknown scheme %q: %s", scheme, targetForms)
-	}
-	u, err := url.Parse(s)
-	if err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		return bad("not a valid ssh URL: %v", err)
-	}
-	t := Target{Kind: TargetSSH, Host: u.Hostname(), Port: u.Port(), Path: u.Path}
-	if u.User != nil {
-		if _, ok := u.User.Password(); ok {
-			return bad("holds a password: ssh targets log in with keys (the config's ssh options)")
-		}
-		t.User = u.User.Username()
-		if t.User == "" {
-			return bad("empty user name before '@'")
-		}
-	}
-	if u.RawQuery != "" || u.ForceQuery || u.Fragment != "" {
-		return bad("a query or fragment is not part of an ssh target")
-	}
-	if strings.HasSuffix(u.Host, ":") {
-		return bad("empty port after ':'")
-	}
-	if !strings.HasPrefix(u.Host, "[") && strings.Count(u.Host, ":") > 1 {
-		return bad("an IPv6 address must be in brackets: ssh://[::1]/path")
-	}
-	if err := t.validate(); err != nil {
-		return bad("%v", err)
-	}
-	t.Path = path.Clean(t.Path)
-	return t, nil
-}
-
-// validate checks a Target's fields, however it was made.
-func (t Target) validate() error {
-	switch t.Kind {
-	case TargetProject:
-		if t.User != "" || t.Host != "" || t.Port != "" || t.Path != "" {
-			return errors.New("the project target has no host or path")
-		}
-		return nil
-	case TargetPath:
-		if t.User != "" || t.Host != "" || t.Port != "" {
-			return errors.New("a path target has no user, host or port")
-		}
-	case TargetSSH:
-		if t.Host == "" {
-			return errors.New("empty host")
-		}
-		if problem := nameProblem(t.Host, "host", ":"); problem != "" {
-			return errors.New(problem)
-		}
-		if strings.Contains(t.Host, ":") {
-			// Only an IPv6 address has a colon (written in brackets).
-			if a, err := netip.ParseAddr(t.Host); err != nil || !a.Is6() {
-				return fmt.Errorf("host %q is not an IPv6 address, the only host with a colon", t.Host)
-			}
-		}
-		if t.User != "" {
-			if problem := nameProblem(t.User, "user", ""); problem != "" {
-				return errors.New(problem)
-			}
-		}
-		if t.Port != "" {
-			n, err := strconv.Atoi(t.Port)
-			if err != nil || n < 1 || n > 65535 || strconv.Itoa(n) != t.Port {
-				return fmt.Errorf("bad port %q: want a number from 1 to 65535", t.Port)
-			}
-		}
-		if t.Path == "" {
-			return errors.New("no path after the host: ssh://host/absolute/path")
-		}
-	default:
-		return fmt.Errorf("unknown target kind %d", int(t.Kind))
-	}
-	if problem := pathProblem(t.Path); problem != "" {
-		return errors.New(problem)
-	}
-	return nil
-}
-
-// pathProblem says what is wrong with a target path ("" when nothing is).
-func pathProblem(p string) string {
-	switch {
-	case p == "":
-		return "empty path"
-	case !strings.HasPrefix(p, "/"):
-		return fmt.Sprintf("relative path %q: a target path must be absolute", p)
-	case strings.ContainsFunc(p, func(r rune) bool { return r < 0x20 || r == 0x7f }):
-		return fmt.Sprintf("path %q holds a control character", p)
-	}
-	for _, part := range strings.Split(p, "/") {
-		if part == ".." {
-			return fmt.Sprintf("path %q has a \"..\" component", p)
-		}
-	}
-	if path.Clean(p) == "/" {
-		return "the root directory cannot be a target: the target needs a parent directory to keep its store in"
-	}
-	return ""
-}
-
-// nameProblem checks a user or host name: letters, digits, '.', '_', '-'
-// and extra, not starting with '-' (which ssh would read as an option).
-func nameProblem(s, what, extra string) string {
-	if strings.HasPrefix(s, "-") {
-		return fmt.Sprintf("%s %q starts with '-'", what, s)
-	}
-	if i := strings.IndexFunc(s, func(r rune) bool {
-		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("._-"+extra, r))
-	}); i >= 0 {
-		r, _ := utf8.DecodeRuneInString(s[i:]) // not s[i]: 'é' is two bytes
-		return fmt.Sprintf("%s %q holds %q", what, s, r)
-	}
-	return ""
-}
-
-// String writes the target the way ParseTarget reads it.
-func (t Target) String() string {
-	switch t.Kind {
-	case TargetProject:
-		return "project"
-	case TargetPath:
-		return t.Path
-	case TargetSSH:
-		host := t.Host
-		if strings.Contains(host, ":") {
-			host = "[" + host + "]"
-		}
-		if t.Port != "" {
-			host += ":" + t.Port
-		}
-		u := url.URL{Scheme: "ssh", Host: host, Path: t.Path}
-		if t.User != "" {
-			u.User = url.User(t.User)
-		}
-		return u.String()
-	}
-	return fmt.Sprintf("invalid target (kind %d, path %q)", int(t.Kind), t.Path)
-}
 
 // Replica is a path or ssh target kept as a btrfs replica. The target's
 // directory must be on btrfs, and the target itself a subvolume that is
@@ -296,21 +86,6 @@ type Replica struct {
 
 // prevPrefix starts the names Switch returns and Revert takes.
 const prevPrefix = "prev:"
-
-// Exit statuses of the scripts, read back into errors.
-const (
-	exitFailed      = 10
-	exitNotFound    = 11
-	exitExists      = 12
-	exitNotBtrfs    = 13
-	exitBusy        = 14
-	exitNoTool      = 15
-	exitCorrupt     = 16
-	exitNotVolume   = 17
-	exitInterrupted = 18
-	exitAborted     = 19
-	exitSSH         = 255 // ssh's own failure
-)
 
 // checkStatusPrefix starts the line on which the check script reports the
 // check's exit status, the last on its standard error.
@@ -557,7 +332,7 @@ func (r *Replica) paths() (target, dir, store string) {
 
 // script is the shell script for an operation: the variables (the
 // target P, its directory D, its store S, then vars as name, value pairs),
-// the shared functions, then body.
+// the exit statuses, the shared functions, then body.
 func (r *Replica) script(body string, vars ...string) string {
 	target, dir, store := r.paths()
 	var b strings.Builder
@@ -565,6 +340,7 @@ func (r *Replica) script(body string, vars ...string) string {
 	for i := 0; i+1 < len(vars); i += 2 {
 		fmt.Fprintf(&b, "%s=%s\n", vars[i], shellQuote(vars[i+1]))
 	}
+	b.WriteString(scriptPrelude)
 	b.WriteString(scriptFunctions)
 	b.WriteString(body)
 	return b.String()
@@ -694,20 +470,8 @@ func (r *Replica) failure(ctx context.Context, what string, res scriptResult) er
 	case res.code == exitSSH && r.Target.Kind == TargetSSH:
 		detail = "cannot reach the host or log in: " + detail
 		cause = ErrReplicaUnreachable
-	case res.code == exitNotFound:
-		cause = cowfs.ErrNotFound
-	case res.code == exitExists:
-		cause = cowfs.ErrExists
-	case res.code == exitNotBtrfs:
-		cause = cowfs.ErrUnsupportedFS
-	case res.code == exitBusy:
-		cause = ErrReplicaBusy
-	case res.code == exitCorrupt:
-		cause = cowfs.ErrCorruptStream
-	case res.code == exitNotVolume:
-		cause = cowfs.ErrNotVolume
-	case res.code == exitInterrupted:
-		cause = ErrReplicaInterrupted
+	case statusError(res.code) != nil:
+		cause = statusError(res.code)
 	case strings.Contains(res.stderr, "No space left on device"):
 		cause = cowfs.ErrNoSpace
 	case res.err != nil:
@@ -750,251 +514,3 @@ func lastLines(s string, n int) string {
 
 // lastLine returns the last non-empty line of s.
 func lastLine(s string) string { return lastLines(s, 1) }
-
-// scriptFunctions are shared by every script (POSIX sh, GNU coreutils,
-// util-linux, findutils and btrfs-progs on the replica's host). Messages
-// go to standard error; fail exits with one of the exit* statuses.
-const scriptFunctions = `trap '' PIPE
-LC_ALL=C
-export LC_ALL
-fail() {
-	code=$1
-	shift
-	printf '%s\n' "$*" >&2
-	exit "$code"
-}
-have() { [ -e "$1" ] || [ -L "$1" ]; }
-isvol() { btrfs subvolume show "$1" >/dev/null 2>&1; }
-# field KEY PATH prints a field of btrfs subvolume show: UUID, Parent UUID, Flags...
-field() {
-	btrfs subvolume show "$2" 2>/dev/null | awk -v k="$1:" '{ sub(/^[ \t]+/, "") } index($0, k) == 1 { v = substr($0, length(k) + 1); gsub(/^[ \t]+|[ \t]+$/, "", v); print v; exit }'
-}
-# rmtree PATH deletes a subvolume or a directory, with the subvolumes in it.
-rmtree() {
-	have "$1" || return 0
-	if isvol "$1" && btrfs subvolume delete "$1" >/dev/null 2>&1; then
-		return 0
-	fi
-	find "$1" -mindepth 1 -depth -type d -inum 256 -exec btrfs subvolume delete {} + >/dev/null 2>&1
-	if isvol "$1"; then
-		btrfs subvolume delete "$1" >/dev/null
-	else
-		rm -rf -- "$1"
-	fi
-}
-# setup checks the tools and the target's directory, and makes the store.
-setup() {
-	for t in btrfs flock find awk stat; do
-		command -v "$t" >/dev/null 2>&1 || fail 15 "$t is not installed on the replica's host"
-	done
-	[ -d "$D" ] || fail 11 "the target's directory $D does not exist"
-	fs=$(stat -f -c %T "$D") || fail 10 "cannot read the filesystem type of $D"
-	[ "$fs" = btrfs ] || fail 13 "$D is on $fs, not btrfs"
-	[ -d "$S" ] || mkdir -m 700 "$S" 2>/dev/null || [ -d "$S" ] || fail 10 "cannot make the store $S"
-}
-lock() {
-	exec 9>>"$S/lock" || fail 10 "cannot open the lock $S/lock"
-	flock -w 60 9 || fail 14 "another operation has held $S/lock for over 60s"
-}
-unlock() { exec 9>&-; }
-# target_ok checks that the target is a subvolume that can be renamed.
-target_ok() {
-	isvol "$P" || fail 17 "the target $P is not a btrfs subvolume"
-	if command -v mountpoint >/dev/null 2>&1 && mountpoint -q "$P"; then
-		fail 17 "the target $P is a mount point, which cannot be renamed"
-	fi
-}
-# interrupted lists the switches and reverts interrupted between their renames.
-interrupted() {
-	ops=
-	for p in "$S"/prev-*; do
-		x=${p##*/prev-}
-		if have "$S/next-$x"; then
-			ops="$ops, a switch to $x"
-		elif have "$S/gone-$x"; then
-			ops="$ops, a revert to prev:$x"
-		fi
-	done
-	printf '%s' "${ops#, }"
-}
-# need_target fails when the target is missing, naming the interrupted operation.
-need_target() {
-	have "$P" && return 0
-	ops=$(interrupted)
-	[ -n "$ops" ] || fail 18 "the target $P is missing, and no interrupted switch or revert explains it"
-	fail 18 "the target $P is missing after an interrupted operation ($ops): run it again to finish it"
-}
-# sweep removes what interrupted checks and receives left: those whose lock nobody holds.
-sweep() {
-	for l in "$S"/check-*.lock "$S"/part-*.lock; do
-		have "$l" || continue
-		flock -n "$l" true 2>/dev/null || continue
-		rmtree "${l%.lock}" && rm -f -- "$l"
-	done
-}
-`
-
-const hasScript = `if [ -d "$S/recv-$N" ]; then echo yes; else echo no; fi
-`
-
-// receiveScript receives the stream on its standard input into
-// part-NAME~ID, then keeps it as recv-NAME only if the next line of its
-// standard input is "commit" and the scriptResult is one read-only received
-// subvolume.
-const receiveScript = `setup
-lock
-sweep
-have "$S/recv-$N" && fail 12 "$N is received already"
-T="$S/part-$N~$ID"
-exec 7>"$T.lock" || fail 10 "cannot make $T.lock"
-flock -n 7 || fail 10 "cannot lock $T.lock"
-mkdir "$T" || fail 10 "cannot make $T"
-unlock
-trap 'rmtree "$T"; rm -f -- "$T.lock"' EXIT
-trap 'exit 143' HUP INT TERM
-btrfs receive -q -e "$T" >/dev/null || fail 10 "btrfs receive of $N failed; nothing of it was kept"
-IFS= read -r word || word=
-[ "$word" = commit ] || fail 19 "the sender did not finish the stream of $N; nothing of it was kept"
-n=$(find "$T" -mindepth 1 -maxdepth 1 | wc -l)
-sub=$(find "$T" -mindepth 1 -maxdepth 1 | head -n 1)
-{ [ "$n" -eq 1 ] && isvol "$sub"; } || fail 16 "the stream of $N made $n entries, not one subvolume"
-case $(field Flags "$sub") in
-*readonly*) ;;
-*) fail 16 "the subvolume received for $N is not read-only: its stream did not end" ;;
-esac
-case $(field "Received UUID" "$sub") in
-'' | -) fail 16 "the subvolume received for $N has no received UUID" ;;
-esac
-lock
-have "$S/recv-$N" && fail 12 "$N is received already"
-mv -T -- "$T" "$S/recv-$N" || fail 10 "cannot move $T to $S/recv-$N"
-trap - EXIT
-rm -f -- "$T.lock"
-sync -f "$S" 2>/dev/null || sync
-`
-
-// switchScript: P -> prev-NAME, next-NAME -> P, deciding from what it
-// finds where an interrupted run of it stopped.
-const switchScript = `setup
-lock
-R="$S/recv-$N"
-NX="$S/next-$N"
-PV="$S/prev-$N"
-GN="$S/gone-$N"
-[ -d "$R" ] || fail 11 "$N has not been received (no $R)"
-RS=$(find "$R" -mindepth 1 -maxdepth 1 | head -n 1)
-{ [ -n "$RS" ] && isvol "$RS"; } || fail 10 "$R holds no subvolume"
-RU=$(field UUID "$RS")
-[ -n "$RU" ] || fail 10 "cannot read the UUID of $RS"
-# next makes next-NAME a writable snapshot of the received one, unless one is there.
-next() {
-	if have "$NX" && [ "$(field 'Parent UUID' "$NX")" != "$RU" ]; then
-		rmtree "$NX" || fail 10 "cannot remove $NX, which is not a snapshot of $RS"
-	fi
-	have "$NX" || btrfs subvolume snapshot "$RS" "$NX" >/dev/null || fail 10 "cannot snapshot $RS to $NX"
-}
-if ! have "$P"; then
-	if have "$PV" && have "$NX"; then
-		: # This switch was interrupted between its renames: finish it below.
-	else
-		# Missing after another interrupted operation: not ours to finish.
-		[ -z "$(interrupted)" ] || need_target
-		# The first switch (or the target was removed): an empty target,
-		# kept as prev.
-		btrfs subvolume create "$P" >/dev/null || fail 10 "cannot create the target subvolume $P"
-	fi
-fi
-if have "$P"; then
-	target_ok
-	if [ "$(field 'Parent UUID' "$P")" = "$RU" ]; then
-		# Switched already.
-		rmtree "$NX" || fail 10 "cannot remove $NX"
-		if have "$PV"; then echo "prev:$N"; fi
-		exit 0
-	fi
-	have "$PV" && fail 12 "$PV still holds what the target held before an earlier switch to $N: forget prev:$N first"
-	next
-	mv -T -- "$P" "$PV" || fail 10 "cannot move $P to $PV"
-fi
-# The target is missing here: prev-NAME holds what it held. What an
-# earlier Revert(prev:NAME) took away is of no more use.
-rmtree "$GN" || fail 10 "cannot remove $GN"
-next
-mv -T -- "$NX" "$P" || fail 10 "cannot move $NX to $P"
-sync -f "$P" 2>/dev/null || sync
-echo "prev:$N"
-`
-
-// revertScript: P -> gone-NAME, prev-NAME -> P, deciding from what it
-// finds where an interrupted run of it stopped.
-const revertScript = `setup
-lock
-PV="$S/prev-$N"
-GN="$S/gone-$N"
-if have "$P"; then
-	if have "$PV"; then
-		target_ok
-		rmtree "$GN" || fail 10 "cannot remove $GN"
-		mv -T -- "$P" "$GN" || fail 10 "cannot move $P to $GN"
-	elif have "$GN"; then
-		exit 0 # reverted already
-	else
-		fail 11 "prev:$N is not kept (no $PV)"
-	fi
-fi
-# The target is missing here: finish this revert, or undo an interrupted
-# switch to the same name, or put prev back where nothing explains why the
-# target is missing; another interrupted operation is for it to finish.
-{ have "$PV" && { have "$GN" || have "$S/next-$N" || [ -z "$(interrupted)" ]; }; } || need_target
-mv -T -- "$PV" "$P" || fail 10 "cannot move $PV to $P"
-sync -f "$P" 2>/dev/null || sync
-`
-
-// checkScript runs CMD in check-ID, a writable snapshot of P, in a session
-// of its own. A watcher reads standard input and kills that session when
-// it ends (ssh or sandboxd went away); the script kills the watcher once
-// the check is over, so the watcher never outlives the check's process
-// group. The check's status is the last line on standard error.
-const checkScript = `setup
-command -v setsid >/dev/null 2>&1 || fail 15 "setsid is not installed on the replica's host"
-lock
-need_target
-C="$S/check-$ID"
-exec 7>"$C.lock" || fail 10 "cannot make $C.lock"
-flock -n 7 || fail 10 "cannot lock $C.lock"
-cpid=
-trap 'rmtree "$C" || echo "cannot remove $C" >&2; rm -f -- "$C.lock"' EXIT
-trap '[ -z "$cpid" ] || kill -KILL -"$cpid" 2>/dev/null; exit 143' HUP INT TERM
-btrfs subvolume snapshot "$P" "$C" >/dev/null || fail 10 "cannot snapshot $P to $C"
-unlock
-exec 8<&0
-(cd "$C" && exec setsid -w sh -c "$CMD") </dev/null 8<&- 7>&- 2>&1 &
-cpid=$!
-setsid sh -c 'cat >/dev/null; kill -KILL -"$1" 2>/dev/null' watcher "$cpid" <&8 7>&- >/dev/null 2>&1 &
-wpid=$!
-exec 8<&-
-wait "$cpid"
-status=$?
-kill -KILL -"$wpid" 2>/dev/null
-echo "sandboxd-check-status $status" >&2
-`
-
-// forgetScript defines forget_recv and forget_prev, which the lines Forget
-// appends call.
-const forgetScript = `[ -d "$S" ] || exit 0
-lock
-sweep
-if ! have "$P"; then
-	for p in "$S"/prev-*; do have "$p" && need_target; done
-fi
-forget_recv() {
-	for x in "$S/recv-$1" "$S/next-$1" "$S/gone-$1" "$S/part-$1~"*; do
-		rmtree "$x" || fail 10 "cannot remove $x"
-	done
-}
-forget_prev() {
-	for x in "$S/prev-$1" "$S/gone-$1"; do
-		rmtree "$x" || fail 10 "cannot remove $x"
-	done
-}
-`

@@ -5,100 +5,13 @@ import (
 	"errors"
 	"io"
 	"os/exec"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/sandboxd/sandboxd/cowfs"
 )
-
-func TestReplicaParseTargetAccepts(t *testing.T) {
-	for _, tc := range []struct {
-		in   string
-		want Target
-		str  string // String(), when not in
-	}{
-		{"project", Target{Kind: TargetProject}, ""},
-		{"/srv/staging/app", Target{Kind: TargetPath, Path: "/srv/staging/app"}, ""},
-		{"/srv//staging/./app/", Target{Kind: TargetPath, Path: "/srv/staging/app"}, "/srv/staging/app"},
-		{"/srv/it's here", Target{Kind: TargetPath, Path: "/srv/it's here"}, ""},
-		{"ssh://host/srv/app", Target{Kind: TargetSSH, Host: "host", Path: "/srv/app"}, ""},
-		{"ssh://deploy@stage.example.com:2222/srv/app", Target{Kind: TargetSSH, User: "deploy", Host: "stage.example.com", Port: "2222", Path: "/srv/app"}, ""},
-		{"ssh://root@127.0.0.1:22/mnt/x/app", Target{Kind: TargetSSH, User: "root", Host: "127.0.0.1", Port: "22", Path: "/mnt/x/app"}, ""},
-		{"ssh://[::1]:2200/srv/app", Target{Kind: TargetSSH, Host: "::1", Port: "2200", Path: "/srv/app"}, ""},
-		{"SSH://host/srv/app", Target{Kind: TargetSSH, Host: "host", Path: "/srv/app"}, "ssh://host/srv/app"},
-		{"ssh://host/srv/my%20app", Target{Kind: TargetSSH, Host: "host", Path: "/srv/my app"}, ""},
-		{"ssh://host/srv/app/", Target{Kind: TargetSSH, Host: "host", Path: "/srv/app"}, "ssh://host/srv/app"},
-	} {
-		got, err := ParseTarget(tc.in)
-		if err != nil {
-			t.Errorf("ParseTarget(%q): %v", tc.in, err)
-			continue
-		}
-		if got != tc.want {
-			t.Errorf("ParseTarget(%q) = %#v, want %#v", tc.in, got, tc.want)
-		}
-		str := tc.str
-		if str == "" {
-			str = tc.in
-		}
-		if got.String() != str {
-			t.Errorf("ParseTarget(%q).String() = %q, want %q", tc.in, got.String(), str)
-		}
-		again, err := ParseTarget(got.String())
-		if err != nil || again != got {
-			t.Errorf("ParseTarget(%q) does not read back what String wrote (%q): %#v, %v", tc.in, got.String(), again, err)
-		}
-	}
-}
-
-func TestReplicaParseTargetRejects(t *testing.T) {
-	for _, tc := range []struct{ in, why string }{
-		{"", "empty"},
-		{"srv/app", "relative path"},
-		{"./app", "relative path"},
-		{"app", "relative path"},
-		{"/srv/../etc", `".." component`},
-		{"/srv/app/..", `".." component`},
-		{"/", "root directory"},
-		{"//", "root directory"},
-		{"/srv/a\nb", "control character"},
-		{"ssh://", "empty host"},
-		{"ssh:///srv/app", "empty host"},
-		{"ssh://root@/srv/app", "empty host"},
-		{"ssh://@host/srv/app", "empty user"},
-		{"ssh://host:0/srv/app", "bad port"},
-		{"ssh://host:70000/srv/app", "bad port"},
-		{"ssh://host:22x/srv/app", "invalid port"},
-		{"ssh://host:/srv/app", "empty port"},
-		{"ssh://host", "no path"},
-		{"ssh://host/", "root directory"},
-		{"ssh://host/srv/../etc", `".." component`},
-		{"ssh://host/srv/a%0Ab", "control character"},
-		{"ssh://host/srv/app?x=1", "query or fragment"},
-		{"ssh://host/srv/app#x", "query or fragment"},
-		{"ssh://user:secret@host/srv/app", "password"},
-		{"ssh://-oProxyCommand=evil/srv/app", "starts with '-'"},
-		{"ssh://-l@host/srv/app", "starts with '-'"},
-		{"ssh://us$er@host/srv/app", "holds '$'"},
-		{"ssh://ho_st!/srv/app", "holds '!'"},
-		{"rsync://host/srv/app", `unknown scheme "rsync"`},
-		{"file:///srv/app", `unknown scheme "file"`},
-		{"host:/srv/app", "relative path"},
-	} {
-		got, err := ParseTarget(tc.in)
-		if err == nil {
-			t.Errorf("ParseTarget(%q) = %#v; want an error (%s)", tc.in, got, tc.why)
-			continue
-		}
-		if !errors.Is(err, ErrInvalidTarget) || !strings.Contains(err.Error(), tc.why) {
-			t.Errorf("ParseTarget(%q): %v; want ErrInvalidTarget saying %q", tc.in, err, tc.why)
-		}
-		if tc.in != "" && !strings.Contains(err.Error(), strings.ReplaceAll(tc.in, "\n", `\n`)) {
-			t.Errorf("ParseTarget(%q): %v; want the error to quote the target", tc.in, err)
-		}
-	}
-}
 
 // TestReplicaShellQuote runs quoted strings through sh and gets them back
 // unchanged, as the scripts' variables and as a whole script passed to ssh.
@@ -211,5 +124,66 @@ func TestReplicaLastLines(t *testing.T) {
 	}
 	if got := tb.String(); !strings.HasSuffix(got, "6789") || len(got) > 8 {
 		t.Errorf("tailBuffer kept %q", got)
+	}
+}
+
+// TestScriptExitStatuses: the scripts fail only with the statuses of the
+// one table (exitStatuses), by the names the prelude defines, each used;
+// and each status, failed with through the transport, comes back as the
+// table's error.
+func TestScriptExitStatuses(t *testing.T) {
+	scripts := map[string]string{"functions.sh": scriptFunctions, "has.sh": hasScript, "receive.sh": receiveScript,
+		"switch.sh": switchScript, "revert.sh": revertScript, "check.sh": checkScript, "forget.sh": forgetScript}
+	defined := map[string]bool{}
+	codes := map[int]string{}
+	for _, e := range exitStatuses {
+		if other, dup := codes[e.code]; dup || defined[e.name] || !strings.HasPrefix(e.name, "E_") {
+			t.Errorf("exit status %s=%d: a name or a code twice (%s), or not E_*", e.name, e.code, other)
+		}
+		defined[e.name], codes[e.code] = true, e.name
+	}
+	failWith := regexp.MustCompile(`\bfail\s+(\S+)`)
+	exitWith := regexp.MustCompile(`\bexit\s+([0-9]+)`)
+	used := map[string]bool{}
+	for file, script := range scripts {
+		for n, line := range strings.Split(script, "\n") {
+			if strings.HasPrefix(strings.TrimSpace(line), "#") {
+				continue
+			}
+			for _, m := range failWith.FindAllStringSubmatch(line, -1) {
+				name, ok := strings.CutPrefix(m[1], "$")
+				if !ok || !defined[name] {
+					t.Errorf("scripts/%s:%d: fail %s: want fail $E_NAME, a name of exitStatuses", file, n+1, m[1])
+				}
+				used[name] = true
+			}
+			for _, m := range exitWith.FindAllStringSubmatch(line, -1) {
+				// 0: done; 143: ended by SIGTERM (128+15), as sh reports it.
+				if m[1] != "0" && m[1] != "143" {
+					t.Errorf("scripts/%s:%d: exit %s: a status outside exitStatuses; use fail $E_NAME", file, n+1, m[1])
+				}
+			}
+		}
+	}
+	for name := range defined {
+		if !used[name] {
+			t.Errorf("exit status %s is in the table but no script fails with it", name)
+		}
+	}
+	if !strings.Contains(checkScript, `"`+checkStatusPrefix+`$status"`) {
+		t.Errorf("scripts/check.sh does not report the check's status as %q", checkStatusPrefix)
+	}
+
+	ctx := context.Background()
+	r := &Replica{Target: Target{Kind: TargetPath, Path: "/nonexistent/sandboxd/app"}}
+	for _, e := range exitStatuses {
+		res := r.run(ctx, r.script(`fail $`+e.name+` "it went wrong"`), nil, nil)
+		if res.code != e.code {
+			t.Errorf("fail $%s exited %d, want %d", e.name, res.code, e.code)
+		}
+		err := r.failure(ctx, "testing", res)
+		if err == nil || !strings.Contains(err.Error(), "it went wrong") || e.err != nil && !errors.Is(err, e.err) {
+			t.Errorf("fail $%s: %v; want an error saying it went wrong, wrapping %v", e.name, err, e.err)
+		}
 	}
 }

@@ -25,8 +25,8 @@ type Checkpoint = state.Checkpoint
 
 // Volumes of checkpoint name of sandbox id: its project copy's and its
 // system layer's.
-func checkpointName(id, name string) string      { return "ck-" + id + "-" + name }
-func checkpointLayerName(id, name string) string { return "cks-" + id + "-" + name }
+func checkpointName(id, name string) string      { return prefixCheckpoint + id + "-" + name }
+func checkpointLayerName(id, name string) string { return prefixCheckpointLayer + id + "-" + name }
 
 // maxCheckpointName keeps the volumes' names within cowfs's limit.
 const maxCheckpointName = 64
@@ -327,7 +327,7 @@ func (s *Supervisor) withChanges(ctx context.Context, id, what string, fn func(b
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
-	now, err := s.cfg.Backend.Snapshot(ctx, vol, "diff-"+id+"-"+newCommandID(), true)
+	now, err := s.cfg.Backend.Snapshot(ctx, vol, prefixDiff+id+"-"+newCommandID(), true)
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
@@ -345,10 +345,10 @@ func (s *Supervisor) withChanges(ctx context.Context, id, what string, fn func(b
 // checkpointOf tells a checkpoint's (or diff's) volume name's sandbox id,
 // for Reconcile: ck-ID-NAME, cks-ID-NAME, diff-ID-X.
 func checkpointOf(volume string) (id, name string, ok bool) {
-	for _, prefix := range []string{"cks-", "ck-", "diff-"} {
+	for _, prefix := range []string{prefixCheckpointLayer, prefixCheckpoint, prefixDiff} {
 		if rest, found := strings.CutPrefix(volume, prefix); found {
 			id, name, ok = strings.Cut(rest, "-")
-			if prefix == "diff-" {
+			if prefix == prefixDiff {
 				name = ""
 			}
 			return id, name, ok

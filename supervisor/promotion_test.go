@@ -392,3 +392,79 @@ func TestChecksOfAReplicaStageAreRefused(t *testing.T) {
 		t.Fatalf("the staging path after a refused promotion: %v; want it not made", err)
 	}
 }
+
+// The daemon's stop (Close) during a promotion's check ends the check,
+// undoes the stage and records why before it returns: the store, which
+// the daemon closes after Close, is never closed under a promotion.
+func TestCloseWaitsForARunningPromotion(t *testing.T) {
+	e := promoteEnv(t, supervisor.Stage{Name: "project", Target: "project", Checks: []string{"sleep 120"}})
+	sb, err := e.sup.Create(ctx, supervisor.CreateOptions{Project: "web"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, res := runAs(t, e.sup, sb.ID, 0, "echo changed > index.html && echo new > new.txt"); res.Code != 0 {
+		t.Fatalf("%v %s", res, out)
+	}
+	before := treetest.Describe(t, e.project)
+	p, err := e.sup.Promote(ctx, sb.ID, supervisor.PromoteOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Until the check runs: the change is in the project then.
+	deadline := time.Now().Add(time.Minute)
+	for p.Stages[0].State != state.StageChecking || len(checkSandboxes(t, e)) == 0 {
+		if p.State != state.PromotionRunning || time.Now().After(deadline) {
+			t.Fatalf("the promotion did not reach its check: %+v", p)
+		}
+		time.Sleep(20 * time.Millisecond)
+		if p, err = e.sup.GetPromotion(ctx, p.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(300 * time.Millisecond) // the check's sleep starts
+	start := time.Now()
+	e.sup.Close()
+	took := time.Since(start)
+	p, err = e.sup.GetPromotion(ctx, p.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.State != state.PromotionFailed || p.Stages[0].State != state.StageFailed || !strings.Contains(p.Error, "the daemon is stopping") {
+		t.Fatalf("after Close, the promotion is %s (stage %s): %q; want failed, saying the daemon is stopping", p.State, p.Stages[0].State, p.Error)
+	}
+	if took > 60*time.Second {
+		t.Errorf("Close took %s: it waited for the check instead of ending it", took)
+	}
+	t.Logf("Close took %s", took)
+	treetest.Equal(t, "the project after a stop during the check", treetest.Describe(t, e.project), before)
+	if left := checkSandboxes(t, e); len(left) > 0 {
+		t.Errorf("check sandboxes left after Close: %v", left)
+	}
+	for _, v := range e.volumes(t) {
+		if strings.HasPrefix(v, "pv-") && v != "pv-"+p.ID+"-src" {
+			t.Errorf("volume %s left after the promotion was stopped", v)
+		}
+	}
+	// A promotion asked for after Close is refused, not left running
+	// (forced: the undo rewrote index.html, which reads as the project's
+	// own change).
+	if _, err := e.sup.Promote(ctx, sb.ID, supervisor.PromoteOptions{Force: true}); err == nil || !strings.Contains(err.Error(), "the daemon is stopping") {
+		t.Errorf("a promotion after Close: %v; want refused, the daemon is stopping", err)
+	}
+}
+
+// checkSandboxes names the sandboxes that promotions' checks run in.
+func checkSandboxes(t *testing.T, e *env) []string {
+	t.Helper()
+	list, err := e.sup.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, sb := range list {
+		if strings.HasPrefix(sb.Name, "check-") {
+			names = append(names, sb.Name)
+		}
+	}
+	return names
+}

@@ -76,7 +76,7 @@ func (s *Supervisor) projectMoves(ctx context.Context, rec state.Record) (Projec
 		return m, fmt.Errorf("%s: %w", what, err)
 	}
 	m.Base = base.Created
-	now, err := s.cfg.Backend.Snapshot(ctx, project, "diff-"+rec.ID+"-p"+newCommandID(), true)
+	now, err := s.cfg.Backend.Snapshot(ctx, project, prefixDiff+rec.ID+"-p"+newCommandID(), true)
 	if err != nil {
 		return m, fmt.Errorf("%s: %w", what, err)
 	}
@@ -141,7 +141,7 @@ func (s *Supervisor) Rebase(ctx context.Context, id string) (sb Sandbox, err err
 	}()
 	// What the sandbox changed, read from a moment's read-only copy; the
 	// sandbox is frozen for it, as for a checkpoint.
-	src, err := s.frozenSnapshot(ctx, rec, oldVol, "diff-"+id+"-r"+newCommandID())
+	src, err := s.frozenSnapshot(ctx, rec, oldVol, prefixDiff+id+"-r"+newCommandID())
 	if err != nil {
 		return sb, fmt.Errorf("%s: %w", what, err)
 	}

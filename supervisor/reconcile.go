@@ -43,7 +43,7 @@ func (s *Supervisor) Reconcile(ctx context.Context) (Report, error) {
 	if err != nil {
 		return rep, fmt.Errorf("reconciling: %w", err)
 	}
-	scopes, err := s.cfg.Units.List(ctx, "sandbox-*.scope")
+	scopes, err := s.cfg.Units.List(ctx, prefixUnit+"*.scope")
 	if err != nil {
 		return rep, fmt.Errorf("reconciling: %w", err)
 	}
@@ -118,7 +118,7 @@ func (s *Supervisor) Reconcile(ctx context.Context) (Report, error) {
 	for _, rec := range recs {
 		named[rec.Base], named[rec.Volume], named[rec.Layer] = true, true, true
 	}
-	for _, prefix := range []string{"sys-", "sb-", "base-"} {
+	for _, prefix := range []string{prefixLayer, prefixSandbox, prefixBase} {
 		for _, v := range vols {
 			_, ok := strings.CutPrefix(v.Name, prefix)
 			if !ok || named[v.Name] || !v.Ours {
@@ -133,7 +133,7 @@ func (s *Supervisor) Reconcile(ctx context.Context) (Report, error) {
 		}
 	}
 	for _, u := range scopes {
-		id := strings.TrimSuffix(strings.TrimPrefix(u.Name, "sandbox-"), ".scope")
+		id := strings.TrimSuffix(strings.TrimPrefix(u.Name, prefixUnit), ".scope")
 		if known[id] {
 			continue
 		}

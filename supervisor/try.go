@@ -67,7 +67,7 @@ func (s *Supervisor) Try(ctx context.Context, opts TryOptions) ([]TryResult, int
 	}
 	prefix := opts.Create.Name
 	if prefix == "" {
-		prefix = "try-" + newCommandID()[:4]
+		prefix = prefixTry + newCommandID()[:4]
 	}
 	results := make([]TryResult, len(opts.Variants))
 	errs := make([]error, len(opts.Variants))

@@ -22,7 +22,7 @@ const ProxyAddr = "127.0.0.1:3128"
 
 // layerName is the volume that holds a sandbox's system layer (what it
 // writes to /usr, /etc, ...), where the pool can carry one.
-func layerName(id string) string { return "sys-" + id }
+func layerName(id string) string { return prefixLayer + id }
 
 // runtimeDir is the sandbox's directory for its init (root mountpoint,
 // control socket).
@@ -81,7 +81,7 @@ func (s *Supervisor) spec(ctx context.Context, rec state.Record) (nsinit.Spec, e
 	}
 	spec := nsinit.Spec{
 		ID:       rec.ID,
-		Hostname: "sandbox-" + rec.ID,
+		Hostname: prefixUnit + rec.ID,
 		Dir:      s.runtimeDir(rec.ID),
 		Project:  nsinit.Bind{Source: vol.Path, Target: project.Path, ReadOnly: rec.ReadOnlyProject},
 		Hidden:   slices.Clone(rec.Hidden),
@@ -231,8 +231,11 @@ func (s *Supervisor) roomInPool() error {
 	return fmt.Errorf("%w: %s has %d bytes available; free some space first", cowfs.ErrNoSpace, root, st.Bavail*uint64(st.Bsize))
 }
 
-// Close stops the proxies this daemon serves; the sandboxes run on.
+// Close ends the promotions running in the background and waits for them
+// (the store may be closed after it), then stops the proxies this daemon
+// serves; the sandboxes run on.
 func (s *Supervisor) Close() {
+	s.promos.close()
 	s.worlds.mu.Lock()
 	ids := make([]string, 0, len(s.worlds.m))
 	for id := range s.worlds.m {

@@ -8,6 +8,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/sandboxd/sandboxd/sandboxd1"
 	"github.com/sandboxd/sandboxd/supervisor/api"
 	"github.com/sandboxd/sandboxd/tests/testbed"
 )
@@ -39,7 +40,7 @@ func TestTheBusPolicyShutsOutNonMembers(t *testing.T) {
 	if heard := outsider.heard(t, c); len(heard) != 0 {
 		t.Errorf("nobody heard %v; want no signal of org.sandboxd1", heard)
 	}
-	want := []string{api.ManagerInterface + ".SandboxNew", api.ManagerInterface + ".SandboxRemoved"}
+	want := []string{sandboxd1.ManagerInterface + ".SandboxNew", sandboxd1.ManagerInterface + ".SandboxRemoved"}
 	if heard := member.heard(t, c); !slices.Equal(heard, want) {
 		t.Errorf("a member of group sandboxd, an admin, heard %v; want %v", heard, want)
 	}
@@ -66,7 +67,7 @@ func TestSignalsReachOnlyTheOwnerAndAdmins(t *testing.T) {
 	if res := callAs(t, creator, "destroy", res.Result[0]); res.ErrorName != "" {
 		t.Fatalf("DestroySandbox as %s: %+v", creator.name, res)
 	}
-	want := []string{api.ManagerInterface + ".SandboxNew", api.ManagerInterface + ".SandboxRemoved"}
+	want := []string{sandboxd1.ManagerInterface + ".SandboxNew", sandboxd1.ManagerInterface + ".SandboxRemoved"}
 	if heard := owner.heard(t, c); !slices.Equal(heard, want) {
 		t.Errorf("the owner's other connection heard %v; want %v", heard, want)
 	}
@@ -107,8 +108,8 @@ func TestTheDaemonRefusesAMemberWhoMayNotCreate(t *testing.T) {
 
 	res := callAs(t, member, "create", "web")
 	want := fmt.Sprintf("uid %d may not create sandboxes", member.uid)
-	if res.ErrorName != api.ErrorAccessDenied || !strings.Contains(res.Error, want) {
-		t.Fatalf("CreateSandbox as %s: %+v; want %s saying %q", member.name, res, api.ErrorAccessDenied, want)
+	if res.ErrorName != sandboxd1.ErrorAccessDenied || !strings.Contains(res.Error, want) {
+		t.Fatalf("CreateSandbox as %s: %+v; want %s saying %q", member.name, res, sandboxd1.ErrorAccessDenied, want)
 	}
 	// The same member, let in by uid, may create, but not of a project
 	// whose directory is root's: the refusal names the project and the
@@ -116,8 +117,8 @@ func TestTheDaemonRefusesAMemberWhoMayNotCreate(t *testing.T) {
 	e.reserve(t, api.Access{CreatorUIDs: []uint32{member.uid}})
 	res = callAs(t, member, "create", "web")
 	want = fmt.Sprintf(`uid %d may not use project "web"`, member.uid)
-	if res.ErrorName != api.ErrorAccessDenied || !strings.Contains(res.Error, want) {
-		t.Fatalf("CreateSandbox of root's project as %s: %+v; want %s saying %q", member.name, res, api.ErrorAccessDenied, want)
+	if res.ErrorName != sandboxd1.ErrorAccessDenied || !strings.Contains(res.Error, want) {
+		t.Fatalf("CreateSandbox of root's project as %s: %+v; want %s saying %q", member.name, res, sandboxd1.ErrorAccessDenied, want)
 	}
 	// Once the project's directory is group-writable by one of its groups,
 	// it may.
@@ -158,7 +159,7 @@ func TestOwnersSeeOnlyTheirOwnSandboxes(t *testing.T) {
 	}
 	for _, req := range [][]string{{"get", rootID}, {"destroy", rootID}, {"prop", string(rootPath), "State"}} {
 		res := callAs(t, creator, req...)
-		if res.ErrorName != api.ErrorNoSuchSandbox || res.Error != fmt.Sprintf("no sandbox %q", rootID) {
+		if res.ErrorName != sandboxd1.ErrorNoSuchSandbox || res.Error != fmt.Sprintf("no sandbox %q", rootID) {
 			t.Errorf("%v as %s: %+v; want NoSuchSandbox as for an unknown id", req, creator.name, res)
 		}
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/godbus/dbus/v5"
 
+	"github.com/sandboxd/sandboxd/sandboxd1"
 	"github.com/sandboxd/sandboxd/supervisor"
 	"github.com/sandboxd/sandboxd/supervisor/api"
 	"github.com/sandboxd/sandboxd/supervisor/state"
@@ -36,10 +37,10 @@ func TestCreateServesTheSandboxAndDestroyRemovesIt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !api.ValidID(id) || path != api.SandboxPath(id) {
+	if !sandboxd1.ValidID(id) || path != sandboxd1.SandboxPath(id) {
 		t.Fatalf("CreateSandbox = %q, %q; want an id and its object", id, path)
 	}
-	if sig := waitSignal(t, sigs, api.ManagerInterface+".SandboxNew", id); sig.Path != api.ManagerPath || sig.Body[1] != path {
+	if sig := waitSignal(t, sigs, sandboxd1.ManagerInterface+".SandboxNew", id); sig.Path != sandboxd1.ManagerPath || sig.Body[1] != path {
 		t.Fatalf("SandboxNew = %v from %s; want (%s, %s) from the manager", sig.Body, sig.Path, id, path)
 	}
 
@@ -86,7 +87,7 @@ func TestCreateServesTheSandboxAndDestroyRemovesIt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := api.ListEntry{ID: id, Name: "", Project: "web", State: "ready", Owner: 0, Created: props["Created"].Value().(uint64), Object: path}
+	want := sandboxd1.ListEntry{ID: id, Name: "", Project: "web", State: "ready", Owner: 0, Created: props["Created"].Value().(uint64), Object: path}
 	if len(list) != 1 || list[0] != want {
 		t.Fatalf("ListSandboxes = %+v; want [%+v]", list, want)
 	}
@@ -97,17 +98,17 @@ func TestCreateServesTheSandboxAndDestroyRemovesIt(t *testing.T) {
 	if err := c.destroy(id); err != nil {
 		t.Fatal(err)
 	}
-	if sig := waitSignal(t, sigs, api.ManagerInterface+".SandboxRemoved", id); sig.Body[1] != path {
+	if sig := waitSignal(t, sigs, sandboxd1.ManagerInterface+".SandboxRemoved", id); sig.Body[1] != path {
 		t.Fatalf("SandboxRemoved = %v; want (%s, %s)", sig.Body, id, path)
 	}
 	if _, err := os.Stat(files); !os.IsNotExist(err) {
 		t.Fatalf("the sandbox's files after DestroySandbox: %v", err)
 	}
-	if _, err := c.get(id); errorName(err) != api.ErrorNoSuchSandbox {
+	if _, err := c.get(id); errorName(err) != sandboxd1.ErrorNoSuchSandbox {
 		t.Fatalf("GetSandbox after DestroySandbox: %v; want NoSuchSandbox", err)
 	}
 	_, err = c.props(path)
-	wantError(t, "GetAll on the destroyed sandbox's object", err, api.ErrorNoSuchSandbox, id)
+	wantError(t, "GetAll on the destroyed sandbox's object", err, sandboxd1.ErrorNoSuchSandbox, id)
 	if list, err := c.list(); err != nil || len(list) != 0 {
 		t.Fatalf("ListSandboxes after DestroySandbox = %v, %v; want none", list, err)
 	}
@@ -121,15 +122,15 @@ func TestTheSandboxObjectsDestroyMethod(t *testing.T) {
 	c := newClient(t)
 	sigs := c.signals()
 	id, path := c.mustCreate(nil)
-	if err := c.conn.Object(api.BusName, path).CallWithContext(ctx, api.SandboxInterface+".Destroy", 0).Err; err != nil {
+	if err := c.conn.Object(sandboxd1.BusName, path).CallWithContext(ctx, sandboxd1.SandboxInterface+".Destroy", 0).Err; err != nil {
 		t.Fatal(err)
 	}
-	waitSignal(t, sigs, api.ManagerInterface+".SandboxRemoved", id)
+	waitSignal(t, sigs, sandboxd1.ManagerInterface+".SandboxRemoved", id)
 	if _, err := e.sup.Get(ctx, id); !errors.Is(err, supervisor.ErrNotFound) {
 		t.Fatalf("the supervisor after Destroy: %v; want ErrNotFound", err)
 	}
-	err := c.conn.Object(api.BusName, path).CallWithContext(ctx, api.SandboxInterface+".Destroy", 0).Err
-	wantError(t, "Destroy again", err, api.ErrorNoSuchSandbox, id)
+	err := c.conn.Object(sandboxd1.BusName, path).CallWithContext(ctx, sandboxd1.SandboxInterface+".Destroy", 0).Err
+	wantError(t, "Destroy again", err, sandboxd1.ErrorNoSuchSandbox, id)
 }
 
 func TestBadInputGetsTheRightErrorName(t *testing.T) {
@@ -144,55 +145,55 @@ func TestBadInputGetsTheRightErrorName(t *testing.T) {
 		name    string
 		words   []string
 	}{
-		{"an unknown project", "nope", nil, api.ErrorNoSuchProject, []string{`"nope"`, "unknown project"}},
-		{"an unknown option", "web", map[string]dbus.Variant{"MemroyMax": t64(1 << 30)}, api.ErrorInvalidArgs, []string{`"MemroyMax"`, "MemoryMax"}},
-		{"a string for a number", "web", map[string]dbus.Variant{"MemoryMax": dbus.MakeVariant("1G")}, api.ErrorInvalidArgs, []string{"MemoryMax has type s; want t"}},
-		{"a signed number", "web", map[string]dbus.Variant{"MemoryMax": dbus.MakeVariant(int64(-1))}, api.ErrorInvalidArgs, []string{"MemoryMax has type x; want t"}},
-		{"a number for the profile", "web", map[string]dbus.Variant{"Profile": t64(1)}, api.ErrorInvalidArgs, []string{"Profile has type t; want s"}},
-		{"MemoryMax 0", "web", map[string]dbus.Variant{"MemoryMax": t64(0)}, api.ErrorInvalidArgs, []string{"MemoryMax is 0"}},
-		{"MemoryHigh above MemoryMax", "web", map[string]dbus.Variant{"MemoryMax": t64(1 << 20), "MemoryHigh": t64(2 << 20)}, api.ErrorInvalidArgs, []string{"MemoryHigh", "above MemoryMax"}},
-		{"TasksMax 0", "web", map[string]dbus.Variant{"TasksMax": t64(0)}, api.ErrorInvalidArgs, []string{"TasksMax is 0"}},
-		{"CPUWeight 0", "web", map[string]dbus.Variant{"CPUWeight": t64(0)}, api.ErrorInvalidArgs, []string{"CPUWeight is 0"}},
-		{"IOWeight above 10000", "web", map[string]dbus.Variant{"IOWeight": t64(10001)}, api.ErrorInvalidArgs, []string{"IOWeight is 10001"}},
-		{"a CPU quota under 1ms", "web", map[string]dbus.Variant{"CPUQuotaPerSecUSec": t64(999)}, api.ErrorInvalidArgs, []string{"CPUQuota"}},
-		{"a TTL longer than a duration holds", "web", map[string]dbus.Variant{"TTLUSec": t64(math.MaxUint64)}, api.ErrorInvalidArgs, []string{"TTLUSec is 18446744073709551615 µs"}},
-		{"a TTL of 0", "web", map[string]dbus.Variant{"TTLUSec": t64(0)}, api.ErrorInvalidArgs, []string{"TTLUSec is 0"}},
-		{"a runtime longer than a duration holds", "web", map[string]dbus.Variant{"RuntimeMaxUSec": t64(math.MaxInt64)}, api.ErrorInvalidArgs, []string{"RuntimeMaxUSec is"}},
-		{"a disk quota of 0", "web", map[string]dbus.Variant{"DiskQuota": t64(0)}, api.ErrorInvalidArgs, []string{"DiskQuota is 0"}},
-		{"a name with a space", "web", map[string]dbus.Variant{"Name": dbus.MakeVariant("a b")}, api.ErrorInvalidArgs, []string{`option Name "a b" is not a valid name`, "letters, digits"}},
-		{"a name that reads as an id", "web", map[string]dbus.Variant{"Name": dbus.MakeVariant("0123456789ab")}, api.ErrorInvalidArgs, []string{`option Name "0123456789ab" is 12 hex digits`}},
-		{"an empty name", "web", map[string]dbus.Variant{"Name": dbus.MakeVariant("")}, api.ErrorInvalidArgs, []string{"option Name is empty"}},
-		{"a number for the name", "web", map[string]dbus.Variant{"Name": t64(1)}, api.ErrorInvalidArgs, []string{"Name has type t; want s"}},
-		{"every problem at once", "web", map[string]dbus.Variant{"A": t64(1), "TasksMax": dbus.MakeVariant("x"), "TTLUSec": t64(0)}, api.ErrorInvalidArgs, []string{`"A"`, "TasksMax has type s", "TTLUSec is 0"}},
+		{"an unknown project", "nope", nil, sandboxd1.ErrorNoSuchProject, []string{`"nope"`, "unknown project"}},
+		{"an unknown option", "web", map[string]dbus.Variant{"MemroyMax": t64(1 << 30)}, sandboxd1.ErrorInvalidArgs, []string{`"MemroyMax"`, "MemoryMax"}},
+		{"a string for a number", "web", map[string]dbus.Variant{"MemoryMax": dbus.MakeVariant("1G")}, sandboxd1.ErrorInvalidArgs, []string{"MemoryMax has type s; want t"}},
+		{"a signed number", "web", map[string]dbus.Variant{"MemoryMax": dbus.MakeVariant(int64(-1))}, sandboxd1.ErrorInvalidArgs, []string{"MemoryMax has type x; want t"}},
+		{"a number for the profile", "web", map[string]dbus.Variant{"Profile": t64(1)}, sandboxd1.ErrorInvalidArgs, []string{"Profile has type t; want s"}},
+		{"MemoryMax 0", "web", map[string]dbus.Variant{"MemoryMax": t64(0)}, sandboxd1.ErrorInvalidArgs, []string{"MemoryMax is 0"}},
+		{"MemoryHigh above MemoryMax", "web", map[string]dbus.Variant{"MemoryMax": t64(1 << 20), "MemoryHigh": t64(2 << 20)}, sandboxd1.ErrorInvalidArgs, []string{"MemoryHigh", "above MemoryMax"}},
+		{"TasksMax 0", "web", map[string]dbus.Variant{"TasksMax": t64(0)}, sandboxd1.ErrorInvalidArgs, []string{"TasksMax is 0"}},
+		{"CPUWeight 0", "web", map[string]dbus.Variant{"CPUWeight": t64(0)}, sandboxd1.ErrorInvalidArgs, []string{"CPUWeight is 0"}},
+		{"IOWeight above 10000", "web", map[string]dbus.Variant{"IOWeight": t64(10001)}, sandboxd1.ErrorInvalidArgs, []string{"IOWeight is 10001"}},
+		{"a CPU quota under 1ms", "web", map[string]dbus.Variant{"CPUQuotaPerSecUSec": t64(999)}, sandboxd1.ErrorInvalidArgs, []string{"CPUQuota"}},
+		{"a TTL longer than a duration holds", "web", map[string]dbus.Variant{"TTLUSec": t64(math.MaxUint64)}, sandboxd1.ErrorInvalidArgs, []string{"TTLUSec is 18446744073709551615 µs"}},
+		{"a TTL of 0", "web", map[string]dbus.Variant{"TTLUSec": t64(0)}, sandboxd1.ErrorInvalidArgs, []string{"TTLUSec is 0"}},
+		{"a runtime longer than a duration holds", "web", map[string]dbus.Variant{"RuntimeMaxUSec": t64(math.MaxInt64)}, sandboxd1.ErrorInvalidArgs, []string{"RuntimeMaxUSec is"}},
+		{"a disk quota of 0", "web", map[string]dbus.Variant{"DiskQuota": t64(0)}, sandboxd1.ErrorInvalidArgs, []string{"DiskQuota is 0"}},
+		{"a name with a space", "web", map[string]dbus.Variant{"Name": dbus.MakeVariant("a b")}, sandboxd1.ErrorInvalidArgs, []string{`option Name "a b" is not a valid name`, "letters, digits"}},
+		{"a name that reads as an id", "web", map[string]dbus.Variant{"Name": dbus.MakeVariant("0123456789ab")}, sandboxd1.ErrorInvalidArgs, []string{`option Name "0123456789ab" is 12 hex digits`}},
+		{"an empty name", "web", map[string]dbus.Variant{"Name": dbus.MakeVariant("")}, sandboxd1.ErrorInvalidArgs, []string{"option Name is empty"}},
+		{"a number for the name", "web", map[string]dbus.Variant{"Name": t64(1)}, sandboxd1.ErrorInvalidArgs, []string{"Name has type t; want s"}},
+		{"every problem at once", "web", map[string]dbus.Variant{"A": t64(1), "TasksMax": dbus.MakeVariant("x"), "TTLUSec": t64(0)}, sandboxd1.ErrorInvalidArgs, []string{`"A"`, "TasksMax has type s", "TTLUSec is 0"}},
 	} {
 		_, _, err := c.create(tc.project, tc.opts)
 		wantError(t, "CreateSandbox with "+tc.what, err, tc.name, tc.words...)
 	}
 
 	// A call of the wrong signature never reaches the server's code.
-	err := c.manager().CallWithContext(ctx, api.ManagerInterface+".CreateSandbox", 0, "web", "MemoryMax").Err
-	wantError(t, "CreateSandbox(s, s)", err, api.ErrorInvalidArgs)
+	err := c.manager().CallWithContext(ctx, sandboxd1.ManagerInterface+".CreateSandbox", 0, "web", "MemoryMax").Err
+	wantError(t, "CreateSandbox(s, s)", err, sandboxd1.ErrorInvalidArgs)
 
 	for _, id := range []string{"../etc", "a/b", "", strings.Repeat("a", 65), "abc def"} {
 		_, err := c.get(id)
-		wantError(t, "GetSandbox("+strconv.Quote(id)+")", err, api.ErrorInvalidArgs, "not a sandbox id")
-		wantError(t, "DestroySandbox("+strconv.Quote(id)+")", c.destroy(id), api.ErrorInvalidArgs, "not a sandbox id")
+		wantError(t, "GetSandbox("+strconv.Quote(id)+")", err, sandboxd1.ErrorInvalidArgs, "not a sandbox id")
+		wantError(t, "DestroySandbox("+strconv.Quote(id)+")", c.destroy(id), sandboxd1.ErrorInvalidArgs, "not a sandbox id")
 	}
 	const unknown = "0123456789ab"
 	_, err = c.get(unknown)
-	wantError(t, "GetSandbox of an unknown id", err, api.ErrorNoSuchSandbox, unknown)
-	wantError(t, "DestroySandbox of an unknown id", c.destroy(unknown), api.ErrorNoSuchSandbox, unknown)
-	_, err = c.props(api.SandboxPath(unknown))
-	wantError(t, "GetAll on an unknown sandbox's object", err, api.ErrorNoSuchSandbox, unknown)
-	err = c.conn.Object(api.BusName, api.SandboxPath(unknown)).CallWithContext(ctx, api.SandboxInterface+".Destroy", 0).Err
-	wantError(t, "Destroy on an unknown sandbox's object", err, api.ErrorNoSuchSandbox, unknown)
-	err = c.conn.Object(api.BusName, api.SandboxPathPrefix+"/a/b").CallWithContext(ctx, api.SandboxInterface+".Destroy", 0).Err
+	wantError(t, "GetSandbox of an unknown id", err, sandboxd1.ErrorNoSuchSandbox, unknown)
+	wantError(t, "DestroySandbox of an unknown id", c.destroy(unknown), sandboxd1.ErrorNoSuchSandbox, unknown)
+	_, err = c.props(sandboxd1.SandboxPath(unknown))
+	wantError(t, "GetAll on an unknown sandbox's object", err, sandboxd1.ErrorNoSuchSandbox, unknown)
+	err = c.conn.Object(sandboxd1.BusName, sandboxd1.SandboxPath(unknown)).CallWithContext(ctx, sandboxd1.SandboxInterface+".Destroy", 0).Err
+	wantError(t, "Destroy on an unknown sandbox's object", err, sandboxd1.ErrorNoSuchSandbox, unknown)
+	err = c.conn.Object(sandboxd1.BusName, sandboxd1.SandboxPathPrefix+"/a/b").CallWithContext(ctx, sandboxd1.SandboxInterface+".Destroy", 0).Err
 	wantError(t, "Destroy below a sandbox's object", err, "org.freedesktop.DBus.Error.UnknownObject", "/org/sandboxd1/sandbox/a/b")
 
 	// Properties are read-only, and named.
 	_, path := c.mustCreate(nil)
-	obj := c.conn.Object(api.BusName, path)
-	err = obj.CallWithContext(ctx, "org.freedesktop.DBus.Properties.Set", 0, api.SandboxInterface, "State", dbus.MakeVariant("frozen")).Err
+	obj := c.conn.Object(sandboxd1.BusName, path)
+	err = obj.CallWithContext(ctx, "org.freedesktop.DBus.Properties.Set", 0, sandboxd1.SandboxInterface, "State", dbus.MakeVariant("frozen")).Err
 	wantError(t, "Set(State)", err, "org.freedesktop.DBus.Error.PropertyReadOnly", "State")
 	_, err = c.prop(path, "Colour")
 	wantError(t, "Get(Colour)", err, "org.freedesktop.DBus.Error.UnknownProperty", "Colour")
@@ -252,7 +253,7 @@ func TestBusctlDrivesTheAPI(t *testing.T) {
 		t.Fatalf("busctl CreateSandbox printed %q", out)
 	}
 	id, path := strings.Trim(fields[1], `"`), strings.Trim(fields[2], `"`)
-	if dbus.ObjectPath(path) != api.SandboxPath(id) {
+	if dbus.ObjectPath(path) != sandboxd1.SandboxPath(id) {
 		t.Fatalf("busctl CreateSandbox: id %s, object %s", id, path)
 	}
 	for _, argv := range [][]string{
@@ -341,7 +342,7 @@ func TestStateChangesMadeElsewhereAreAnnounced(t *testing.T) {
 	if err := e.srv.Sync(ctx); err != nil {
 		t.Fatal(err)
 	}
-	waitSignal(t, sigs, api.ManagerInterface+".SandboxNew", sb.ID)
+	waitSignal(t, sigs, sandboxd1.ManagerInterface+".SandboxNew", sb.ID)
 
 	// A state change: StateChanged on the manager, PropertiesChanged on
 	// the object, and the property reads the new state.
@@ -351,14 +352,14 @@ func TestStateChangesMadeElsewhereAreAnnounced(t *testing.T) {
 	if err := e.srv.SandboxChanged(ctx, sb.ID); err != nil {
 		t.Fatal(err)
 	}
-	if sig := waitSignal(t, sigs, api.ManagerInterface+".StateChanged", sb.ID); sig.Body[1] != "frozen" {
+	if sig := waitSignal(t, sigs, sandboxd1.ManagerInterface+".StateChanged", sb.ID); sig.Body[1] != "frozen" {
 		t.Fatalf("StateChanged = %v; want frozen", sig.Body)
 	}
-	pc := waitSignal(t, sigs, "org.freedesktop.DBus.Properties.PropertiesChanged", api.SandboxInterface)
-	if changed := pc.Body[1].(map[string]dbus.Variant); pc.Path != api.SandboxPath(sb.ID) || len(changed) != 1 || changed["State"].Value() != "frozen" {
+	pc := waitSignal(t, sigs, "org.freedesktop.DBus.Properties.PropertiesChanged", sandboxd1.SandboxInterface)
+	if changed := pc.Body[1].(map[string]dbus.Variant); pc.Path != sandboxd1.SandboxPath(sb.ID) || len(changed) != 1 || changed["State"].Value() != "frozen" {
 		t.Fatalf("PropertiesChanged from %s: %v; want State frozen from the sandbox's object", pc.Path, pc.Body)
 	}
-	if st, err := c.prop(api.SandboxPath(sb.ID), "State"); err != nil || st != "frozen" {
+	if st, err := c.prop(sandboxd1.SandboxPath(sb.ID), "State"); err != nil || st != "frozen" {
 		t.Fatalf("State after the change: %v, %v", st, err)
 	}
 	// Told twice, announced once.
@@ -371,7 +372,7 @@ func TestStateChangesMadeElsewhereAreAnnounced(t *testing.T) {
 	if err := e.srv.SandboxChanged(ctx, sb.ID); err != nil {
 		t.Fatal(err)
 	}
-	if sig := waitSignal(t, sigs, api.ManagerInterface+".StateChanged", sb.ID); sig.Body[1] != "ready" {
+	if sig := waitSignal(t, sigs, sandboxd1.ManagerInterface+".StateChanged", sb.ID); sig.Body[1] != "ready" {
 		t.Fatalf("the StateChanged after frozen = %v; want ready (no second frozen)", sig.Body)
 	}
 
@@ -382,7 +383,7 @@ func TestStateChangesMadeElsewhereAreAnnounced(t *testing.T) {
 	if err := e.srv.SandboxChanged(ctx, sb.ID); err != nil {
 		t.Fatal(err)
 	}
-	waitSignal(t, sigs, api.ManagerInterface+".SandboxRemoved", sb.ID)
+	waitSignal(t, sigs, sandboxd1.ManagerInterface+".SandboxRemoved", sb.ID)
 }
 
 // update rewrites the shipped XML from what is served:
@@ -397,7 +398,7 @@ func TestTheServedXMLIsTheShippedXML(t *testing.T) {
 	introspect := func(p dbus.ObjectPath) string {
 		t.Helper()
 		var xml string
-		if err := c.conn.Object(api.BusName, p).CallWithContext(ctx, "org.freedesktop.DBus.Introspectable.Introspect", 0).Store(&xml); err != nil {
+		if err := c.conn.Object(sandboxd1.BusName, p).CallWithContext(ctx, "org.freedesktop.DBus.Introspectable.Introspect", 0).Store(&xml); err != nil {
 			t.Fatalf("Introspect %s: %v", p, err)
 		}
 		return xml
@@ -406,7 +407,7 @@ func TestTheServedXMLIsTheShippedXML(t *testing.T) {
 		path dbus.ObjectPath
 		file string
 	}{
-		{api.ManagerPath, "org.sandboxd1.Manager.xml"},
+		{sandboxd1.ManagerPath, "org.sandboxd1.Manager.xml"},
 		{path, "org.sandboxd1.Sandbox.xml"},
 	} {
 		file := filepath.Join("../../contrib/dbus", tc.file)
@@ -425,8 +426,8 @@ func TestTheServedXMLIsTheShippedXML(t *testing.T) {
 		}
 	}
 	// The node above the sandboxes lists them, so that busctl tree finds them.
-	if got := introspect(api.SandboxPathPrefix); !strings.Contains(got, `<node name="`+id+`"/>`) {
-		t.Errorf("Introspect %s does not list %s:\n%s", api.SandboxPathPrefix, id, got)
+	if got := introspect(sandboxd1.SandboxPathPrefix); !strings.Contains(got, `<node name="`+id+`"/>`) {
+		t.Errorf("Introspect %s does not list %s:\n%s", sandboxd1.SandboxPathPrefix, id, got)
 	}
 }
 
@@ -460,11 +461,11 @@ func TestSandboxesThatExistAtStartAreServed(t *testing.T) {
 	e.reserve(t, api.Access{})
 	c := newClient(t)
 	sigs := c.signals()
-	if st, err := c.prop(api.SandboxPath(sb.ID), "State"); err != nil || st != "ready" {
+	if st, err := c.prop(sandboxd1.SandboxPath(sb.ID), "State"); err != nil || st != "ready" {
 		t.Fatalf("State of the sandbox made before Serve: %v, %v", st, err)
 	}
 	if err := c.destroy(sb.ID); err != nil {
 		t.Fatal(err)
 	}
-	waitSignal(t, sigs, api.ManagerInterface+".SandboxRemoved", sb.ID)
+	waitSignal(t, sigs, sandboxd1.ManagerInterface+".SandboxRemoved", sb.ID)
 }

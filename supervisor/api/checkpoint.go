@@ -8,24 +8,9 @@ import (
 	"github.com/godbus/dbus/v5"
 
 	"github.com/sandboxd/sandboxd/promote"
+	"github.com/sandboxd/sandboxd/sandboxd1"
 	"github.com/sandboxd/sandboxd/supervisor"
 )
-
-// CheckpointEntry is one of ListCheckpoints' entries: a(stb).
-type CheckpointEntry struct {
-	Name    string `json:"name"`
-	Created uint64 `json:"created"` // µs since the epoch
-	// Layer: the system layer is in it too.
-	Layer bool `json:"layer"`
-}
-
-// ChangeEntry is one of Diff's entries: a(ssss).
-type ChangeEntry struct {
-	Kind    string `json:"kind"` // added, modified, deleted, renamed, metadata
-	Type    string `json:"type"` // file, dir, symlink, ...
-	Path    string `json:"path"`
-	NewPath string `json:"new_path,omitempty"` // of a rename
-}
 
 // onSandbox runs fn for a caller that may see the sandbox msg is sent to,
 // and audits the call as action.
@@ -62,12 +47,12 @@ func (o sandboxObject) Checkpoint(sender dbus.Sender, msg dbus.Message, name str
 
 // ListCheckpoints() -> a(stb): name, created (µs), whether the system
 // layer is in it; oldest first.
-func (o sandboxObject) ListCheckpoints(sender dbus.Sender, msg dbus.Message) ([]CheckpointEntry, *dbus.Error) {
-	out := []CheckpointEntry{}
+func (o sandboxObject) ListCheckpoints(sender dbus.Sender, msg dbus.Message) ([]sandboxd1.CheckpointEntry, *dbus.Error) {
+	out := []sandboxd1.CheckpointEntry{}
 	derr := o.onSandbox(sender, msg, "ListCheckpoints", func(ctx context.Context, id string) error {
 		cks, err := o.s.sup.Checkpoints(ctx, id)
 		for _, c := range cks {
-			out = append(out, CheckpointEntry{Name: c.Name, Created: micros(c.Created), Layer: c.Layer})
+			out = append(out, sandboxd1.CheckpointEntry{Name: c.Name, Created: micros(c.Created), Layer: c.Layer})
 		}
 		return err
 	})
@@ -95,12 +80,12 @@ func (o sandboxObject) Rollback(sender dbus.Sender, msg dbus.Message, name strin
 
 // Diff() -> a(ssss): what the sandbox changed in its project copy since
 // its base: kind, type, path, new path (of a rename).
-func (o sandboxObject) Diff(sender dbus.Sender, msg dbus.Message) ([]ChangeEntry, *dbus.Error) {
-	out := []ChangeEntry{}
+func (o sandboxObject) Diff(sender dbus.Sender, msg dbus.Message) ([]sandboxd1.ChangeEntry, *dbus.Error) {
+	out := []sandboxd1.ChangeEntry{}
 	derr := o.onSandbox(sender, msg, "Diff", func(ctx context.Context, id string) error {
 		changes, err := o.s.sup.Diff(ctx, id)
 		for _, c := range changes {
-			out = append(out, ChangeEntry{Kind: string(c.Kind), Type: string(c.Type), Path: busString(c.Path), NewPath: busString(c.NewPath)})
+			out = append(out, sandboxd1.ChangeEntry{Kind: string(c.Kind), Type: string(c.Type), Path: busString(c.Path), NewPath: busString(c.NewPath)})
 		}
 		return err
 	})

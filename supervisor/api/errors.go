@@ -7,11 +7,12 @@ import (
 	"github.com/godbus/dbus/v5"
 
 	"github.com/sandboxd/sandboxd/internal/termsafe"
+	"github.com/sandboxd/sandboxd/sandboxd1"
 	"github.com/sandboxd/sandboxd/supervisor"
 )
 
 // ErrNameTaken: another connection (another sandboxd) owns org.sandboxd1.
-var ErrNameTaken = errors.New("another sandboxd owns " + BusName)
+var ErrNameTaken = errors.New("another sandboxd owns " + sandboxd1.BusName)
 
 // ErrStopping: the server is closing and takes no new calls.
 var ErrStopping = errors.New("sandboxd is stopping")
@@ -23,34 +24,34 @@ func dbusError(name, format string, args ...any) *dbus.Error {
 // fromSupervisor names err, an error of the supervisor, for the bus. The
 // message is err's own text: it already says what was done to what.
 func fromSupervisor(err error) *dbus.Error {
-	name := ErrorFailed
+	name := sandboxd1.ErrorFailed
 	switch {
 	case errors.Is(err, supervisor.ErrNotFound):
-		name = ErrorNoSuchSandbox
+		name = sandboxd1.ErrorNoSuchSandbox
 	case errors.Is(err, supervisor.ErrUnknownProject):
-		name = ErrorNoSuchProject
+		name = sandboxd1.ErrorNoSuchProject
 	case errors.Is(err, supervisor.ErrInvalid):
-		name = ErrorInvalidArgs
+		name = sandboxd1.ErrorInvalidArgs
 	case errors.Is(err, supervisor.ErrLimitReached):
-		name = ErrorLimitReached
+		name = sandboxd1.ErrorLimitReached
 	case errors.Is(err, supervisor.ErrWrongState), errors.Is(err, supervisor.ErrProjectInUse):
-		name = ErrorWrongState
+		name = sandboxd1.ErrorWrongState
 	case errors.Is(err, supervisor.ErrExists):
-		name = ErrorExists
+		name = sandboxd1.ErrorExists
 	case errors.Is(err, supervisor.ErrInvalidProject):
-		name = ErrorInvalidArgs
+		name = sandboxd1.ErrorInvalidArgs
 	case errors.Is(err, supervisor.ErrNoCheckpoint):
-		name = ErrorNoSuchCheckpoint
+		name = sandboxd1.ErrorNoSuchCheckpoint
 	case errors.Is(err, supervisor.ErrConflict):
-		name = ErrorConflict
+		name = sandboxd1.ErrorConflict
 	case errors.Is(err, supervisor.ErrBusy):
-		name = ErrorBusy
+		name = sandboxd1.ErrorBusy
 	case errors.Is(err, supervisor.ErrNoPromotion):
-		name = ErrorNoSuchPromotion
+		name = sandboxd1.ErrorNoSuchPromotion
 	case errors.Is(err, supervisor.ErrNothingToPromote):
-		name = ErrorWrongState
+		name = sandboxd1.ErrorWrongState
 	case errors.Is(err, supervisor.ErrAccessDenied):
-		name = ErrorAccessDenied
+		name = sandboxd1.ErrorAccessDenied
 	}
 	// The text carries what sandboxes named (a conflict's paths, a
 	// check's error): escaped here, so that no client (busctl, a script)
@@ -62,9 +63,9 @@ func fromSupervisor(err error) *dbus.Error {
 // may see: the same words whether it does not exist or is someone else's,
 // so that a caller cannot probe for other users' sandboxes.
 func noSuchSandbox(id string) *dbus.Error {
-	return dbusError(ErrorNoSuchSandbox, "no sandbox %q", id)
+	return dbusError(sandboxd1.ErrorNoSuchSandbox, "no sandbox %q", id)
 }
 
 func invalidID(id string) *dbus.Error {
-	return dbusError(ErrorInvalidArgs, "%q is not a sandbox id (1 to %d of A-Z, a-z, 0-9 and _)", id, maxIDLen)
+	return dbusError(sandboxd1.ErrorInvalidArgs, "%q is not a sandbox id (1 to %d of A-Z, a-z, 0-9 and _)", id, sandboxd1.MaxIDLen)
 }

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandboxd/runtime/nsinit"
+	"github.com/sandboxd/sandboxd/sandboxd1"
 	"github.com/sandboxd/sandboxd/supervisor"
 )
 
@@ -32,11 +33,11 @@ func (o sandboxObject) Exec(sender dbus.Sender, msg dbus.Message, argv []string,
 	// which are numbers of the daemon's own descriptors (its bus socket,
 	// its state file) that adoptFDs would give the sandbox, and close.
 	if n, _ := msg.Headers[dbus.FieldUnixFDs].Value().(uint32); n == 0 {
-		return "", dbusError(ErrorInvalidArgs, "Exec: stdin, stdout and stderr must be file descriptors passed with the call, which carries none")
+		return "", dbusError(sandboxd1.ErrorInvalidArgs, "Exec: stdin, stdout and stderr must be file descriptors passed with the call, which carries none")
 	}
 	files, err := adoptFDs(stdin, stdout, stderr)
 	if err != nil {
-		return "", dbusError(ErrorFailed, "Exec: taking the caller's files: %v", err)
+		return "", dbusError(sandboxd1.ErrorFailed, "Exec: taking the caller's files: %v", err)
 	}
 	defer func() { // the init has its own copies
 		for _, f := range files {
@@ -47,7 +48,7 @@ func (o sandboxObject) Exec(sender dbus.Sender, msg dbus.Message, argv []string,
 	// terminal, a pidfd, an io_uring or any other handle on the caller's
 	// kernel objects is no stream a sandbox may hold.
 	if err := nsinit.CheckStdio(files); err != nil {
-		return "", dbusError(ErrorInvalidArgs, "Exec: %v; pass a pipe, a socket or a file", err)
+		return "", dbusError(sandboxd1.ErrorInvalidArgs, "Exec: %v; pass a pipe, a socket or a file", err)
 	}
 	cmd, derr := o.exec(sender, msg, "Exec", argv, options, func(e *supervisor.ExecOptions) { e.Stdio = files })
 	if derr != nil {
@@ -92,7 +93,7 @@ func (o sandboxObject) exec(sender dbus.Sender, msg dbus.Message, action string,
 	}
 	opts := supervisor.ExecOptions{Argv: argv, UID: r.who.uid}
 	if err := execOptions(&opts, options); err != nil {
-		return nil, s.end(r, id, dbusError(ErrorInvalidArgs, "%s: %v", action, err))
+		return nil, s.end(r, id, dbusError(sandboxd1.ErrorInvalidArgs, "%s: %v", action, err))
 	}
 	set(&opts)
 	cmd, err := s.sup.Exec(r.ctx, id, opts)
@@ -105,7 +106,7 @@ func (o sandboxObject) exec(sender dbus.Sender, msg dbus.Message, action string,
 		if res.How != "exited" {
 			code = res.ExitCode()
 		}
-		s.emitTo(string(sender), SandboxPath(id), "CommandExited", cmd.ID, res.How, int32(code), int32(res.Signal))
+		s.emitTo(string(sender), sandboxd1.SandboxPath(id), "CommandExited", cmd.ID, res.How, int32(code), int32(res.Signal))
 	}()
 	return cmd, s.end(r, id, nil)
 }
@@ -126,11 +127,11 @@ func (o sandboxObject) Signal(sender dbus.Sender, msg dbus.Message, command stri
 		return s.end(r, id, derr)
 	}
 	if signal <= 0 || signal > 64 {
-		return s.end(r, id, dbusError(ErrorInvalidArgs, "signal %d: want 1..64", signal))
+		return s.end(r, id, dbusError(sandboxd1.ErrorInvalidArgs, "signal %d: want 1..64", signal))
 	}
 	if err := s.sup.Signal(r.ctx, id, command, syscall.Signal(signal)); err != nil {
 		if errors.Is(err, supervisor.ErrNoCommand) {
-			return s.end(r, id, dbusError(ErrorNoSuchCommand, "%v", err))
+			return s.end(r, id, dbusError(sandboxd1.ErrorNoSuchCommand, "%v", err))
 		}
 		return s.end(r, id, fromSupervisor(err))
 	}
@@ -208,7 +209,7 @@ func (s *Server) emitTo(dest string, path dbus.ObjectPath, name string, values .
 		Type: dbus.TypeSignal,
 		Headers: map[dbus.HeaderField]dbus.Variant{
 			dbus.FieldPath:        dbus.MakeVariant(path),
-			dbus.FieldInterface:   dbus.MakeVariant(SandboxInterface),
+			dbus.FieldInterface:   dbus.MakeVariant(sandboxd1.SandboxInterface),
 			dbus.FieldMember:      dbus.MakeVariant(name),
 			dbus.FieldDestination: dbus.MakeVariant(dest),
 		},

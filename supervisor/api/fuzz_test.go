@@ -19,6 +19,7 @@ import (
 	"github.com/godbus/dbus/v5"
 	"golang.org/x/sys/unix"
 
+	"github.com/sandboxd/sandboxd/sandboxd1"
 	"github.com/sandboxd/sandboxd/supervisor"
 )
 
@@ -56,6 +57,7 @@ func FuzzParseOptions(f *testing.F) {
 	for _, s := range [][]byte{
 		seed(opt("MemoryMax", 1, u64(1<<30)), opt("TasksMax", 1, u64(64)), opt("Name", 0, []byte("agent-1"))),
 		seed(opt("CPUQuotaPerSecUSec", 1, u64(500000)), opt("RuntimeMaxUSec", 1, u64(maxUSec)), opt("TTLUSec", 1, u64(maxUSec+1))),
+		seed(opt("MemoryMax", 1, u64(12))), seed(opt("MemoryMax", 1, u64(16<<20))), seed(opt("MemoryMax", 1, u64(16<<20-1))),
 		seed(opt("DiskQuota", 1, u64(0)), opt("TTLUSec", 1, u64(0)), opt("Name", 0, nil)),
 		seed(opt("Name", 0, []byte("0123456789ab")), opt("Name", 0, []byte("é")), opt("Allow", 4, []byte("a:1\x00b:2"))),
 		seed(opt("Network", 0, []byte("allowlist")), opt("Allow", 4, []byte("example.com:443")), opt("ReadOnlyProject", 3, []byte{1})),
@@ -237,7 +239,8 @@ func setWant(o *supervisor.CreateOptions, name string, v dbus.Variant) bool {
 	}
 	switch name {
 	case "MemoryMax":
-		return count(&o.Limits.MemoryMax)
+		// Below the floor a sandbox's init cannot start.
+		return count(&o.Limits.MemoryMax) && u >= uint64(sandboxd1.MinMemoryMax)
 	case "MemoryHigh":
 		return count(&o.Limits.MemoryHigh)
 	case "MemorySwapMax":
@@ -325,8 +328,8 @@ func FuzzMessage(f *testing.F) {
 		iface, _ := msg.Headers[dbus.FieldInterface].Value().(string)
 		member, _ := msg.Headers[dbus.FieldMember].Value().(string)
 		sender, _ := msg.Headers[dbus.FieldSender].Value().(string)
-		if id, ok := idFromPath(path); ok && (!ValidID(id) || SandboxPathPrefix+"/"+dbus.ObjectPath(id) != path) {
-			t.Fatalf("idFromPath(%q) = %q", path, id)
+		if id, ok := sandboxd1.IDFromPath(path); ok && (!sandboxd1.ValidID(id) || sandboxd1.SandboxPathPrefix+"/"+dbus.ObjectPath(id) != path) {
+			t.Fatalf("sandboxd1.IDFromPath(%q) = %q", path, id)
 		}
 		for _, m := range exports.lookup(path, iface, member) {
 			call, passed := msg, []int(nil)
@@ -342,7 +345,7 @@ func FuzzMessage(f *testing.F) {
 				closeFDs(passed)
 				continue // godbus answers ErrMsgInvalidArg
 			}
-			if m.name == ManagerInterface+".CreateSandbox" {
+			if m.name == sandboxd1.ManagerInterface+".CreateSandbox" {
 				checkOptions(t, *args[2].Interface().(*map[string]dbus.Variant))
 			}
 			in := make([]reflect.Value, len(args))
@@ -358,11 +361,11 @@ func FuzzMessage(f *testing.F) {
 				checkFDs(t, m.name, before, openFDs(t), passed)
 			}
 			derr, _ := out[len(out)-1].Interface().(*dbus.Error)
-			if m.name == "org.freedesktop.DBus.Introspectable.Introspect" && path == ManagerPath {
+			if m.name == "org.freedesktop.DBus.Introspectable.Introspect" && path == sandboxd1.ManagerPath {
 				continue // the manager's XML, served as it is
 			}
-			if derr == nil || derr.Name != ErrorFailed && !(fds && len(passed) == 0 && derr.Name == ErrorInvalidArgs) {
-				t.Fatalf("%s on a closing server: %v; want %s", m.name, derr, ErrorFailed)
+			if derr == nil || derr.Name != sandboxd1.ErrorFailed && !(fds && len(passed) == 0 && derr.Name == sandboxd1.ErrorInvalidArgs) {
+				t.Fatalf("%s on a closing server: %v; want %s", m.name, derr, sandboxd1.ErrorFailed)
 			}
 		}
 	})
@@ -480,7 +483,7 @@ type exported struct {
 }
 
 // exportTable is what Server.export exports, as godbus finds it: the
-// manager's interfaces at ManagerPath, the sandboxes' at SandboxPathPrefix
+// manager's interfaces at sandboxd1.ManagerPath, the sandboxes' at sandboxd1.SandboxPathPrefix
 // and below it.
 type exportTable struct{ manager, sandbox map[string][]exported }
 
@@ -501,8 +504,8 @@ func exportsOf(s *Server) exportTable {
 		return out
 	}
 	return exportTable{
-		manager: methods(map[string]any{ManagerInterface: manager{s}, "org.freedesktop.DBus.Introspectable": managerIntrospectable}),
-		sandbox: methods(map[string]any{SandboxInterface: sandboxObject{s}, "org.freedesktop.DBus.Properties": sandboxProperties{s}, "org.freedesktop.DBus.Introspectable": sandboxIntrospectable{s}}),
+		manager: methods(map[string]any{sandboxd1.ManagerInterface: manager{s}, "org.freedesktop.DBus.Introspectable": managerIntrospectable}),
+		sandbox: methods(map[string]any{sandboxd1.SandboxInterface: sandboxObject{s}, "org.freedesktop.DBus.Properties": sandboxProperties{s}, "org.freedesktop.DBus.Introspectable": sandboxIntrospectable{s}}),
 	}
 }
 
@@ -511,9 +514,9 @@ func exportsOf(s *Server) exportTable {
 func (e exportTable) lookup(path dbus.ObjectPath, iface, member string) []exported {
 	var ifaces map[string][]exported
 	switch {
-	case path == ManagerPath:
+	case path == sandboxd1.ManagerPath:
 		ifaces = e.manager
-	case path == SandboxPathPrefix || strings.HasPrefix(string(path), string(SandboxPathPrefix)+"/"):
+	case path == sandboxd1.SandboxPathPrefix || strings.HasPrefix(string(path), string(sandboxd1.SandboxPathPrefix)+"/"):
 		ifaces = e.sandbox
 	}
 	var out []exported
@@ -568,7 +571,7 @@ func seedMessages() []*dbus.Message {
 			dbus.FieldPath:        dbus.MakeVariant(path),
 			dbus.FieldMember:      dbus.MakeVariant(member),
 			dbus.FieldSender:      dbus.MakeVariant(":1.42"),
-			dbus.FieldDestination: dbus.MakeVariant(BusName),
+			dbus.FieldDestination: dbus.MakeVariant(sandboxd1.BusName),
 		}, Body: body}
 		if iface != "" {
 			m.Headers[dbus.FieldInterface] = dbus.MakeVariant(iface)
@@ -578,13 +581,13 @@ func seedMessages() []*dbus.Message {
 		}
 		return m
 	}
-	sandbox := SandboxPathPrefix + "/0123456789ab"
+	sandbox := sandboxd1.SandboxPathPrefix + "/0123456789ab"
 	var msgs []*dbus.Message
 	e := exportsOf(&Server{})
 	for _, set := range []struct {
 		path   dbus.ObjectPath
 		ifaces map[string][]exported
-	}{{ManagerPath, e.manager}, {sandbox, e.sandbox}} {
+	}{{sandboxd1.ManagerPath, e.manager}, {sandbox, e.sandbox}} {
 		for _, iface := range slices.Sorted(maps.Keys(set.ifaces)) {
 			for _, m := range set.ifaces[iface] {
 				var body []any
@@ -604,15 +607,15 @@ func seedMessages() []*dbus.Message {
 	}
 	v := dbus.MakeVariant
 	return append(msgs,
-		call(ManagerPath, ManagerInterface, "CreateSandbox", "web", map[string]dbus.Variant{
+		call(sandboxd1.ManagerPath, sandboxd1.ManagerInterface, "CreateSandbox", "web", map[string]dbus.Variant{
 			"MemoryMax": v(uint64(1 << 30)), "Name": v("agent-1"), "Allow": v([]string{"example.com:443"}), "ReadOnlyProject": v(true),
 		}),
-		call(ManagerPath, ManagerInterface, "CreateSandbox", "web", map[string]dbus.Variant{"TTLUSec": v(uint64(0)), "Bogus": v(int32(1))}),
-		call(sandbox, SandboxInterface, "Promote", map[string]dbus.Variant{"Force": v(true), "To": v("staging")}),
-		call(sandbox, SandboxInterface, "UnifiedDiff", map[string]dbus.Variant{"Context": v(uint32(3)), "MaxBytes": v(uint64(1 << 20))}),
-		execWithFDs(call(sandbox, SandboxInterface, "Exec", []string{"true"}, map[string]dbus.Variant{}, dbus.UnixFD(0), dbus.UnixFD(1), dbus.UnixFD(1))),
+		call(sandboxd1.ManagerPath, sandboxd1.ManagerInterface, "CreateSandbox", "web", map[string]dbus.Variant{"TTLUSec": v(uint64(0)), "Bogus": v(int32(1))}),
+		call(sandbox, sandboxd1.SandboxInterface, "Promote", map[string]dbus.Variant{"Force": v(true), "To": v("staging")}),
+		call(sandbox, sandboxd1.SandboxInterface, "UnifiedDiff", map[string]dbus.Variant{"Context": v(uint32(3)), "MaxBytes": v(uint64(1 << 20))}),
+		execWithFDs(call(sandbox, sandboxd1.SandboxInterface, "Exec", []string{"true"}, map[string]dbus.Variant{}, dbus.UnixFD(0), dbus.UnixFD(1), dbus.UnixFD(1))),
 		call(sandbox, "", "Checkpoint", "before"),
-		call(sandbox, "org.freedesktop.DBus.Properties", "Get", SandboxInterface, "State"),
+		call(sandbox, "org.freedesktop.DBus.Properties", "Get", sandboxd1.SandboxInterface, "State"),
 	)
 }
 
@@ -628,11 +631,11 @@ func TestExecWithoutDescriptorsTouchesNone(t *testing.T) {
 	defer closeFDs(p[:])
 	closing := &Server{closed: true, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	msg := dbus.Message{Type: dbus.TypeMethodCall, Headers: map[dbus.HeaderField]dbus.Variant{
-		dbus.FieldPath: dbus.MakeVariant(SandboxPathPrefix + "/0123456789ab"),
+		dbus.FieldPath: dbus.MakeVariant(sandboxd1.SandboxPathPrefix + "/0123456789ab"),
 	}}
 	_, derr := sandboxObject{closing}.Exec(":1.42", msg, []string{"true"}, nil, dbus.UnixFD(p[0]), dbus.UnixFD(p[1]), dbus.UnixFD(p[1]))
-	if derr == nil || derr.Name != ErrorInvalidArgs {
-		t.Fatalf("Exec naming descriptors it does not carry: %v; want %s", derr, ErrorInvalidArgs)
+	if derr == nil || derr.Name != sandboxd1.ErrorInvalidArgs {
+		t.Fatalf("Exec naming descriptors it does not carry: %v; want %s", derr, sandboxd1.ErrorInvalidArgs)
 	}
 	for _, fd := range p {
 		if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err != nil {

@@ -10,6 +10,8 @@ import (
 
 	"github.com/godbus/dbus/v5"
 	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandboxd/sandboxd1"
 )
 
 // Limits on what one call may carry, checked as the message is read,
@@ -86,12 +88,12 @@ func guard(msg *dbus.Message) {
 func checkCall(msg *dbus.Message, iface, member string, sent uint32, named int) string {
 	sig, _ := msg.Headers[dbus.FieldSignature].Value().(dbus.Signature)
 	path, _ := msg.Headers[dbus.FieldPath].Value().(dbus.ObjectPath)
-	isExec := iface == SandboxInterface && member == "Exec"
+	isExec := iface == sandboxd1.SandboxInterface && member == "Exec"
 	switch {
 	case sent == 0 && named == 0:
 	case !isExec:
 		return fmt.Sprintf("the call carries %d file descriptors; it takes none (they were closed)", max(int(sent), named))
-	case sig.String() != execSignature || !strings.HasPrefix(string(path), string(SandboxPathPrefix)+"/"):
+	case sig.String() != execSignature || !strings.HasPrefix(string(path), string(sandboxd1.SandboxPathPrefix)+"/"):
 		// Only a call that will reach Exec, which closes what it is
 		// given, may keep its descriptors.
 		return fmt.Sprintf("the call has signature %q on %s; Exec takes (%s) on a sandbox's object", sig, path, execSignature)
@@ -99,9 +101,9 @@ func checkCall(msg *dbus.Message, iface, member string, sent uint32, named int) 
 		return fmt.Sprintf("the call carries %d file descriptors; Exec takes %d, each named by an argument (they were closed)", sent, execFDs)
 	}
 	switch {
-	case iface == SandboxInterface && (member == "Exec" || member == "ExecTerminal"):
+	case iface == sandboxd1.SandboxInterface && (member == "Exec" || member == "ExecTerminal"):
 		return cmp.Or(checkArgv(msg.Body, 0, "argv"), checkExecOptions(msg.Body, 1))
-	case iface == ManagerInterface && member == "Try":
+	case iface == sandboxd1.ManagerInterface && member == "Try":
 		return cmp.Or(checkArgv(msg.Body, 1, "variants"), checkString(msg.Body, 2, "check", MaxCheckBytes),
 			checkString(msg.Body, 3, "keep", maxOptionName))
 	}
@@ -196,7 +198,7 @@ type refuser struct{}
 
 func (refuser) Refuse(sender dbus.Sender, reason string) *dbus.Error {
 	logger().Warn("refused a D-Bus call", "BUS_SENDER", string(sender), "reason", reason)
-	return dbusError(ErrorInvalidArgs, "%s", reason)
+	return dbusError(sandboxd1.ErrorInvalidArgs, "%s", reason)
 }
 
 func logger() *slog.Logger {

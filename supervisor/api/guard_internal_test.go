@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/godbus/dbus/v5"
+
+	"github.com/sandboxd/sandboxd/sandboxd1"
 )
 
 // methodCall is a call of iface.member on path with body, as the guard
@@ -27,18 +29,18 @@ func methodCall(path dbus.ObjectPath, iface, member string, body ...any) *dbus.M
 // call of the refusal object, naming the argument and the limit, and
 // reaches no handler (so no audit line); one at the limit goes through.
 func TestGuardBoundsTryCheckAndExecOptions(t *testing.T) {
-	sandbox := SandboxPathPrefix + "/abc"
+	sandbox := sandboxd1.SandboxPathPrefix + "/abc"
 	try := func(check, keep string) *dbus.Message {
-		return methodCall("/org/sandboxd1", ManagerInterface, "Try",
+		return methodCall("/org/sandboxd1", sandboxd1.ManagerInterface, "Try",
 			"web", []string{"true"}, check, keep, map[string]dbus.Variant{})
 	}
 	execWith := func(member string, opts map[string]dbus.Variant) *dbus.Message {
 		if member == "ExecTerminal" {
-			return methodCall(sandbox, SandboxInterface, member, []string{"true"}, opts, uint16(24), uint16(80))
+			return methodCall(sandbox, sandboxd1.SandboxInterface, member, []string{"true"}, opts, uint16(24), uint16(80))
 		}
 		// Exec's descriptors are left out: the guard checks sizes of calls
 		// that carry none the same way.
-		return methodCall(sandbox, SandboxInterface, member, []string{"true"}, opts, dbus.UnixFD(-1), dbus.UnixFD(-1), dbus.UnixFD(-1))
+		return methodCall(sandbox, sandboxd1.SandboxInterface, member, []string{"true"}, opts, dbus.UnixFD(-1), dbus.UnixFD(-1), dbus.UnixFD(-1))
 	}
 	env := func(n, size int) map[string]dbus.Variant {
 		list := make([]string, n)

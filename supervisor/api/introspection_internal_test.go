@@ -10,6 +10,7 @@ import (
 	"github.com/godbus/dbus/v5/introspect"
 	"github.com/godbus/dbus/v5/prop"
 
+	"github.com/sandboxd/sandboxd/sandboxd1"
 	"github.com/sandboxd/sandboxd/supervisor"
 	"github.com/sandboxd/sandboxd/supervisor/state"
 )
@@ -83,8 +84,8 @@ func TestTheXMLDescribesTheCode(t *testing.T) {
 	mgr := parseNode(t, ManagerXML)
 	sb := parseNode(t, SandboxXML)
 
-	sameList(t, "org.sandboxd1.Manager methods", methodsOf(mgr[ManagerInterface].Methods), methodsOf(introspect.Methods(manager{})))
-	sameList(t, "org.sandboxd1.Sandbox methods", methodsOf(sb[SandboxInterface].Methods), methodsOf(introspect.Methods(sandboxObject{})))
+	sameList(t, "org.sandboxd1.Manager methods", methodsOf(mgr[sandboxd1.ManagerInterface].Methods), methodsOf(introspect.Methods(manager{})))
+	sameList(t, "org.sandboxd1.Sandbox methods", methodsOf(sb[sandboxd1.SandboxInterface].Methods), methodsOf(introspect.Methods(sandboxObject{})))
 	sameList(t, "org.freedesktop.DBus.Properties methods", methodsOf(sb["org.freedesktop.DBus.Properties"].Methods), methodsOf(introspect.Methods(sandboxProperties{})))
 	sameList(t, "org.freedesktop.DBus.Properties signals", signalsOf(sb["org.freedesktop.DBus.Properties"].Signals), signalsOf(prop.IntrospectData.Signals))
 	for _, node := range []map[string]introspect.Interface{mgr, sb} {
@@ -98,7 +99,7 @@ func TestTheXMLDescribesTheCode(t *testing.T) {
 		t.Fatal(err)
 	}
 	var got, want []string
-	for _, p := range sb[SandboxInterface].Properties {
+	for _, p := range sb[sandboxd1.SandboxInterface].Properties {
 		got = append(got, p.Name+" "+p.Type+" "+p.Access)
 	}
 	for name, v := range props {

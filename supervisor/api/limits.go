@@ -6,21 +6,19 @@ import (
 	"time"
 
 	"github.com/godbus/dbus/v5"
+
+	"github.com/sandboxd/sandboxd/sandboxd1"
 )
 
 // Calls that hold much memory (a unified diff is built whole before it is
 // sent), take snapshots or run commands: a caller may run only a few at
 // once, and everyone together a few more, so that one member of the group
-// cannot make the root daemon hold gigabytes or starve the others.
+// cannot make the root daemon hold gigabytes or starve the others. Which
+// calls are heavy is said in actions (actions.go).
 const (
 	MaxHeavyCallsPerCaller = 4
 	MaxHeavyCalls          = 16
 )
-
-// heavyActions are the calls heavyCalls counts.
-var heavyActions = map[string]bool{
-	"UnifiedDiff": true, "Diff": true, "Try": true, "Promote": true, "ProjectChanges": true,
-}
 
 // HeavyCallWait is how long a heavy call waits for a slot before it is
 // refused: a burst (an agent diffing its eight sandboxes at once) is
@@ -47,7 +45,7 @@ func newHeavyCalls() *heavyCalls {
 // it with LimitReached when none frees within h.wait (or ctx ends);
 // release ends what acquire admitted.
 func (h *heavyCalls) acquire(ctx context.Context, action string, uid uint32) (release func(), derr *dbus.Error) {
-	if h == nil || !heavyActions[action] {
+	if h == nil || !heavy(action) {
 		return func() {}, nil
 	}
 	timer := time.NewTimer(h.wait)
@@ -61,15 +59,15 @@ func (h *heavyCalls) acquire(ctx context.Context, action string, uid uint32) (re
 		case <-freed:
 		case <-timer.C:
 			if byUID >= h.perCaller {
-				return nil, dbusError(ErrorLimitReached,
-					"%s: too many concurrent calls: uid %d already runs %d of UnifiedDiff, Diff, Try, Promote and ProjectChanges (at most %d at once), and none ended within %v; retry when one ends",
-					action, uid, byUID, h.perCaller, h.wait)
+				return nil, dbusError(sandboxd1.ErrorLimitReached,
+					"%s: too many concurrent calls: uid %d already runs %d of %s (at most %d at once), and none ended within %v; retry when one ends",
+					action, uid, byUID, heavyNames(), h.perCaller, h.wait)
 			}
-			return nil, dbusError(ErrorLimitReached,
+			return nil, dbusError(sandboxd1.ErrorLimitReached,
 				"%s: too many concurrent calls: %d heavy calls run for all users (at most %d at once), and none ended within %v; retry when one ends",
 				action, all, h.total, h.wait)
 		case <-ctx.Done():
-			return nil, dbusError(ErrorLimitReached, "%s: the daemon is stopping", action)
+			return nil, dbusError(sandboxd1.ErrorLimitReached, "%s: the daemon is stopping", action)
 		}
 		h.mu.Lock()
 	}

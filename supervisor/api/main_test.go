@@ -21,6 +21,7 @@ import (
 	"github.com/godbus/dbus/v5"
 
 	"github.com/sandboxd/sandboxd/cowfs"
+	"github.com/sandboxd/sandboxd/sandboxd1"
 	"github.com/sandboxd/sandboxd/supervisor"
 	"github.com/sandboxd/sandboxd/supervisor/api"
 	"github.com/sandboxd/sandboxd/supervisor/state"
@@ -243,7 +244,9 @@ func newClient(t *testing.T) *client {
 	return &client{t: t, conn: systemBus(t)}
 }
 
-func (c *client) manager() dbus.BusObject { return c.conn.Object(api.BusName, api.ManagerPath) }
+func (c *client) manager() dbus.BusObject {
+	return c.conn.Object(sandboxd1.BusName, sandboxd1.ManagerPath)
+}
 
 func (c *client) create(project string, opts map[string]dbus.Variant) (string, dbus.ObjectPath, error) {
 	if opts == nil {
@@ -251,7 +254,7 @@ func (c *client) create(project string, opts map[string]dbus.Variant) (string, d
 	}
 	var id string
 	var path dbus.ObjectPath
-	err := c.manager().CallWithContext(ctx, api.ManagerInterface+".CreateSandbox", 0, project, opts).Store(&id, &path)
+	err := c.manager().CallWithContext(ctx, sandboxd1.ManagerInterface+".CreateSandbox", 0, project, opts).Store(&id, &path)
 	return id, path, err
 }
 
@@ -264,38 +267,38 @@ func (c *client) mustCreate(opts map[string]dbus.Variant) (string, dbus.ObjectPa
 	return id, path
 }
 
-func (c *client) list() ([]api.ListEntry, error) {
-	var out []api.ListEntry
-	err := c.manager().CallWithContext(ctx, api.ManagerInterface+".ListSandboxes", 0).Store(&out)
+func (c *client) list() ([]sandboxd1.ListEntry, error) {
+	var out []sandboxd1.ListEntry
+	err := c.manager().CallWithContext(ctx, sandboxd1.ManagerInterface+".ListSandboxes", 0).Store(&out)
 	return out, err
 }
 
 func (c *client) get(id string) (dbus.ObjectPath, error) {
 	var path dbus.ObjectPath
-	err := c.manager().CallWithContext(ctx, api.ManagerInterface+".GetSandbox", 0, id).Store(&path)
+	err := c.manager().CallWithContext(ctx, sandboxd1.ManagerInterface+".GetSandbox", 0, id).Store(&path)
 	return path, err
 }
 
 func (c *client) destroy(id string) error {
-	return c.manager().CallWithContext(ctx, api.ManagerInterface+".DestroySandbox", 0, id).Err
+	return c.manager().CallWithContext(ctx, sandboxd1.ManagerInterface+".DestroySandbox", 0, id).Err
 }
 
 func (c *client) props(path dbus.ObjectPath) (map[string]dbus.Variant, error) {
 	var props map[string]dbus.Variant
-	err := c.conn.Object(api.BusName, path).CallWithContext(ctx, "org.freedesktop.DBus.Properties.GetAll", 0, api.SandboxInterface).Store(&props)
+	err := c.conn.Object(sandboxd1.BusName, path).CallWithContext(ctx, "org.freedesktop.DBus.Properties.GetAll", 0, sandboxd1.SandboxInterface).Store(&props)
 	return props, err
 }
 
 func (c *client) prop(path dbus.ObjectPath, name string) (any, error) {
 	var v dbus.Variant
-	err := c.conn.Object(api.BusName, path).CallWithContext(ctx, "org.freedesktop.DBus.Properties.Get", 0, api.SandboxInterface, name).Store(&v)
+	err := c.conn.Object(sandboxd1.BusName, path).CallWithContext(ctx, "org.freedesktop.DBus.Properties.Get", 0, sandboxd1.SandboxInterface, name).Store(&v)
 	return v.Value(), err
 }
 
 // signals subscribes to what org.sandboxd1 broadcasts.
 func (c *client) signals() chan *dbus.Signal {
 	c.t.Helper()
-	if err := c.conn.AddMatchSignal(dbus.WithMatchSender(api.BusName)); err != nil {
+	if err := c.conn.AddMatchSignal(dbus.WithMatchSender(sandboxd1.BusName)); err != nil {
 		c.t.Fatal(err)
 	}
 	ch := make(chan *dbus.Signal, 100)
@@ -369,40 +372,40 @@ func helper(args []string) int {
 		return listen(conn)
 	}
 	var res helperResult
-	mgr := conn.Object(api.BusName, api.ManagerPath)
+	mgr := conn.Object(sandboxd1.BusName, sandboxd1.ManagerPath)
 	switch {
 	case len(args) == 2 && args[0] == "create":
 		var id string
 		var path dbus.ObjectPath
-		err = mgr.Call(api.ManagerInterface+".CreateSandbox", 0, args[1], map[string]dbus.Variant{}).Store(&id, &path)
+		err = mgr.Call(sandboxd1.ManagerInterface+".CreateSandbox", 0, args[1], map[string]dbus.Variant{}).Store(&id, &path)
 		res.Result = []string{id, string(path)}
 	case len(args) == 1 && args[0] == "list":
-		var list []api.ListEntry
-		err = mgr.Call(api.ManagerInterface+".ListSandboxes", 0).Store(&list)
+		var list []sandboxd1.ListEntry
+		err = mgr.Call(sandboxd1.ManagerInterface+".ListSandboxes", 0).Store(&list)
 		res.Result = []string{}
 		for _, e := range list {
 			res.Result = append(res.Result, e.ID)
 		}
 	case len(args) == 2 && args[0] == "get":
 		var path dbus.ObjectPath
-		err = mgr.Call(api.ManagerInterface+".GetSandbox", 0, args[1]).Store(&path)
+		err = mgr.Call(sandboxd1.ManagerInterface+".GetSandbox", 0, args[1]).Store(&path)
 		res.Result = []string{string(path)}
 	case len(args) == 2 && args[0] == "destroy":
-		err = mgr.Call(api.ManagerInterface+".DestroySandbox", 0, args[1]).Err
+		err = mgr.Call(sandboxd1.ManagerInterface+".DestroySandbox", 0, args[1]).Err
 	case len(args) == 1 && args[0] == "listprojects":
-		var list []api.ProjectEntry
-		err = mgr.Call(api.ManagerInterface+".ListProjects", 0).Store(&list)
+		var list []sandboxd1.ProjectEntry
+		err = mgr.Call(sandboxd1.ManagerInterface+".ListProjects", 0).Store(&list)
 		res.Result = []string{}
 		for _, p := range list {
 			res.Result = append(res.Result, p.Name+" "+p.Location+" "+p.Origin)
 		}
 	case len(args) == 3 && args[0] == "addproject":
-		err = mgr.Call(api.ManagerInterface+".AddProject", 0, args[1], args[2]).Err
+		err = mgr.Call(sandboxd1.ManagerInterface+".AddProject", 0, args[1], args[2]).Err
 	case len(args) == 2 && args[0] == "removeproject":
-		err = mgr.Call(api.ManagerInterface+".RemoveProject", 0, args[1]).Err
+		err = mgr.Call(sandboxd1.ManagerInterface+".RemoveProject", 0, args[1]).Err
 	case len(args) == 3 && args[0] == "prop":
 		var v dbus.Variant
-		err = conn.Object(api.BusName, dbus.ObjectPath(args[1])).Call("org.freedesktop.DBus.Properties.Get", 0, api.SandboxInterface, args[2]).Store(&v)
+		err = conn.Object(sandboxd1.BusName, dbus.ObjectPath(args[1])).Call("org.freedesktop.DBus.Properties.Get", 0, sandboxd1.SandboxInterface, args[2]).Store(&v)
 		res.Result = []string{fmt.Sprint(v.Value())}
 	default:
 		fmt.Fprintf(os.Stderr, "helper: unknown request %q\n", args)
@@ -428,7 +431,7 @@ const (
 )
 
 func listen(conn *dbus.Conn) int {
-	if err := conn.AddMatchSignal(dbus.WithMatchSender(api.BusName)); err != nil {
+	if err := conn.AddMatchSignal(dbus.WithMatchSender(sandboxd1.BusName)); err != nil {
 		fmt.Fprintln(os.Stderr, "helper:", err)
 		return 2
 	}
@@ -440,7 +443,7 @@ func listen(conn *dbus.Conn) int {
 	conn.Signal(ch)
 	// The daemon sends its signals to the connections that called it
 	// (refused by the bus or not, it does not matter here).
-	_ = conn.Object(api.BusName, api.ManagerPath).Call(api.ManagerInterface+".ListSandboxes", 0).Err
+	_ = conn.Object(sandboxd1.BusName, sandboxd1.ManagerPath).Call(sandboxd1.ManagerInterface+".ListSandboxes", 0).Err
 	fmt.Println("ready")
 	timeout := time.After(30 * time.Second)
 	for {

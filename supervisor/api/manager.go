@@ -7,6 +7,7 @@ import (
 
 	"github.com/godbus/dbus/v5"
 
+	"github.com/sandboxd/sandboxd/sandboxd1"
 	"github.com/sandboxd/sandboxd/supervisor"
 )
 
@@ -24,12 +25,12 @@ func (m manager) CreateSandbox(sender dbus.Sender, project string, opts map[stri
 		return "", "", derr
 	}
 	if !s.access.mayCreate(r.who) {
-		return "", "", s.end(r, "", dbusError(ErrorAccessDenied,
+		return "", "", s.end(r, "", dbusError(sandboxd1.ErrorAccessDenied,
 			"creating a sandbox of %q: uid %d may not create sandboxes (not root, nor a creator by uid or group)", project, r.who.uid))
 	}
 	co, err := parseOptions(opts)
 	if err != nil {
-		return "", "", s.end(r, "", dbusError(ErrorInvalidArgs, "creating a sandbox of %q: %v", project, err))
+		return "", "", s.end(r, "", dbusError(sandboxd1.ErrorInvalidArgs, "creating a sandbox of %q: %v", project, err))
 	}
 	co.Project = project
 	co.Owner = r.who.uid
@@ -42,18 +43,18 @@ func (m manager) CreateSandbox(sender dbus.Sender, project string, opts map[stri
 		}
 		return "", "", s.end(r, "", fromSupervisor(err))
 	}
-	if !ValidID(sb.ID) {
-		return "", "", s.end(r, sb.ID, dbusError(ErrorFailed, "created sandbox %q, whose id cannot name a D-Bus object", sb.ID))
+	if !sandboxd1.ValidID(sb.ID) {
+		return "", "", s.end(r, sb.ID, dbusError(sandboxd1.ErrorFailed, "created sandbox %q, whose id cannot name a D-Bus object", sb.ID))
 	}
 	s.mu.Lock()
 	s.announce(sb.ID, sb.Owner, sb.State)
 	s.mu.Unlock()
-	return sb.ID, SandboxPath(sb.ID), s.end(r, sb.ID, nil)
+	return sb.ID, sandboxd1.SandboxPath(sb.ID), s.end(r, sb.ID, nil)
 }
 
 // ListSandboxes() -> a(ssssuto): the sandboxes the caller may see, oldest
 // first.
-func (m manager) ListSandboxes(sender dbus.Sender) ([]ListEntry, *dbus.Error) {
+func (m manager) ListSandboxes(sender dbus.Sender) ([]sandboxd1.ListEntry, *dbus.Error) {
 	s := m.s
 	r, derr := s.begin(sender, "ListSandboxes")
 	if derr != nil {
@@ -63,14 +64,14 @@ func (m manager) ListSandboxes(sender dbus.Sender) ([]ListEntry, *dbus.Error) {
 	if err != nil {
 		return nil, s.end(r, "", fromSupervisor(fmt.Errorf("listing sandboxes: %w", err)))
 	}
-	out := []ListEntry{} // never nil: godbus sends an empty array either way, but be plain
+	out := []sandboxd1.ListEntry{} // never nil: godbus sends an empty array either way, but be plain
 	for _, sb := range list {
-		if !r.who.sees(sb.Owner) || !ValidID(sb.ID) {
+		if !r.who.sees(sb.Owner) || !sandboxd1.ValidID(sb.ID) {
 			continue
 		}
-		out = append(out, ListEntry{
+		out = append(out, sandboxd1.ListEntry{
 			ID: sb.ID, Name: sb.Name, Project: sb.Project, State: string(sb.State), Owner: sb.Owner,
-			Created: micros(sb.Created), Object: SandboxPath(sb.ID),
+			Created: micros(sb.Created), Object: sandboxd1.SandboxPath(sb.ID),
 		})
 	}
 	return out, s.end(r, "", nil)
@@ -86,7 +87,7 @@ func (m manager) GetSandbox(sender dbus.Sender, id string) (dbus.ObjectPath, *db
 	if _, derr := s.lookup(r, id); derr != nil {
 		return "", s.end(r, id, derr)
 	}
-	return SandboxPath(id), s.end(r, id, nil)
+	return sandboxd1.SandboxPath(id), s.end(r, id, nil)
 }
 
 // DestroySandbox(s id)
@@ -102,18 +103,18 @@ func (m manager) DestroySandbox(sender dbus.Sender, id string) *dbus.Error {
 // ListProjects() -> a(sss): the projects the caller may use, by name: its
 // name, its location and where it comes from (config or added). Root and
 // admins see every project.
-func (m manager) ListProjects(sender dbus.Sender) ([]ProjectEntry, *dbus.Error) {
+func (m manager) ListProjects(sender dbus.Sender) ([]sandboxd1.ProjectEntry, *dbus.Error) {
 	s := m.s
 	r, derr := s.begin(sender, "ListProjects")
 	if derr != nil {
 		return nil, derr
 	}
-	out := []ProjectEntry{}
+	out := []sandboxd1.ProjectEntry{}
 	for _, p := range s.sup.Projects() {
 		if s.sup.MayUseProject(r.ctx, p.Name) != nil {
 			continue
 		}
-		out = append(out, ProjectEntry{Name: p.Name, Location: p.Location, Origin: p.Origin})
+		out = append(out, sandboxd1.ProjectEntry{Name: p.Name, Location: p.Location, Origin: p.Origin})
 	}
 	return out, s.end(r, "", nil)
 }
@@ -141,12 +142,12 @@ func (m manager) addProject(sender dbus.Sender, action, name, location string, o
 	}
 	r.project = name
 	if !r.who.admin {
-		return s.end(r, "", dbusError(ErrorAccessDenied,
+		return s.end(r, "", dbusError(sandboxd1.ErrorAccessDenied,
 			"adding project %q: uid %d may not add projects (only root and admins may: [access] admin_users, admin_groups)", name, r.who.uid))
 	}
 	access, err := projectAccessOptions(opts)
 	if err != nil {
-		return s.end(r, "", dbusError(ErrorInvalidArgs, "adding project %q: %v", name, err))
+		return s.end(r, "", dbusError(sandboxd1.ErrorInvalidArgs, "adding project %q: %v", name, err))
 	}
 	if err := s.sup.AddProjectWith(r.ctx, name, location, access); err != nil {
 		return s.end(r, "", fromSupervisor(err))
@@ -164,7 +165,7 @@ func (m manager) RemoveProject(sender dbus.Sender, name string) *dbus.Error {
 	}
 	r.project = name
 	if !r.who.admin {
-		return s.end(r, "", dbusError(ErrorAccessDenied,
+		return s.end(r, "", dbusError(sandboxd1.ErrorAccessDenied,
 			"removing project %q: uid %d may not remove projects (only root and admins may: [access] admin_users, admin_groups)", name, r.who.uid))
 	}
 	if err := s.sup.RemoveProject(r.ctx, name); err != nil {
@@ -175,7 +176,7 @@ func (m manager) RemoveProject(sender dbus.Sender, name string) *dbus.Error {
 
 // lookup returns the sandbox id if the caller may see it.
 func (s *Server) lookup(r *request, id string) (supervisor.Sandbox, *dbus.Error) {
-	if !ValidID(id) {
+	if !sandboxd1.ValidID(id) {
 		return supervisor.Sandbox{}, invalidID(id)
 	}
 	sb, err := s.sup.Get(r.ctx, id)

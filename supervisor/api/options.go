@@ -10,6 +10,7 @@ import (
 
 	"github.com/godbus/dbus/v5"
 
+	"github.com/sandboxd/sandboxd/sandboxd1"
 	"github.com/sandboxd/sandboxd/supervisor"
 )
 
@@ -23,15 +24,24 @@ type option struct {
 }
 
 var options = map[string]option{
-	"MemoryMax":          bytesOption(func(o *supervisor.CreateOptions, v uint64) { o.Limits.MemoryMax = &v }),
-	"MemoryHigh":         bytesOption(func(o *supervisor.CreateOptions, v uint64) { o.Limits.MemoryHigh = &v }),
-	"MemorySwapMax":      bytesOption(func(o *supervisor.CreateOptions, v uint64) { o.Limits.MemorySwapMax = &v }),
-	"TasksMax":           countOption("tasks", func(o *supervisor.CreateOptions, v uint64) { o.Limits.TasksMax = &v }),
-	"CPUWeight":          countOption("weight, 1..10000", func(o *supervisor.CreateOptions, v uint64) { o.Limits.CPUWeight = &v }),
-	"IOWeight":           countOption("weight, 1..10000", func(o *supervisor.CreateOptions, v uint64) { o.Limits.IOWeight = &v }),
-	"CPUQuotaPerSecUSec": usecOption(func(o *supervisor.CreateOptions, d time.Duration) { o.Limits.CPUQuota = &d }),
-	"RuntimeMaxUSec":     usecOption(func(o *supervisor.CreateOptions, d time.Duration) { o.Limits.RuntimeMax = &d }),
-	"DiskQuota": {signature: "t", unit: "bytes", set: func(o *supervisor.CreateOptions, v any) error {
+	sandboxd1.OptMemoryMax: {signature: "t", unit: "bytes", set: func(o *supervisor.CreateOptions, v any) error {
+		// Less and the sandbox's init is killed as it starts: the sandbox
+		// would be made, and nothing could run in it.
+		if n := v.(uint64); n < uint64(sandboxd1.MinMemoryMax) {
+			return fmt.Errorf("is %d bytes, below the least a sandbox can run with, %s (%d bytes): its init and a shell need that much to start",
+				n, sandboxd1.MinMemoryMax, uint64(sandboxd1.MinMemoryMax))
+		}
+		o.Limits.MemoryMax = new(v.(uint64))
+		return nil
+	}},
+	sandboxd1.OptMemoryHigh:         bytesOption(func(o *supervisor.CreateOptions, v uint64) { o.Limits.MemoryHigh = &v }),
+	sandboxd1.OptMemorySwapMax:      bytesOption(func(o *supervisor.CreateOptions, v uint64) { o.Limits.MemorySwapMax = &v }),
+	sandboxd1.OptTasksMax:           countOption("tasks", func(o *supervisor.CreateOptions, v uint64) { o.Limits.TasksMax = &v }),
+	sandboxd1.OptCPUWeight:          countOption("weight, 1..10000", func(o *supervisor.CreateOptions, v uint64) { o.Limits.CPUWeight = &v }),
+	sandboxd1.OptIOWeight:           countOption("weight, 1..10000", func(o *supervisor.CreateOptions, v uint64) { o.Limits.IOWeight = &v }),
+	sandboxd1.OptCPUQuotaPerSecUSec: usecOption(func(o *supervisor.CreateOptions, d time.Duration) { o.Limits.CPUQuota = &d }),
+	sandboxd1.OptRuntimeMaxUSec:     usecOption(func(o *supervisor.CreateOptions, d time.Duration) { o.Limits.RuntimeMax = &d }),
+	sandboxd1.OptDiskQuota: {signature: "t", unit: "bytes", set: func(o *supervisor.CreateOptions, v any) error {
 		// 0 would be the supervisor's "no quota": a caller who sets it
 		// means a quota, and a quota of nothing is a mistake.
 		if v.(uint64) == 0 {
@@ -40,7 +50,7 @@ var options = map[string]option{
 		o.DiskQuota = v.(uint64)
 		return nil
 	}},
-	"TTLUSec": {signature: "t", unit: "µs", set: func(o *supervisor.CreateOptions, v any) error {
+	sandboxd1.OptTTLUSec: {signature: "t", unit: "µs", set: func(o *supervisor.CreateOptions, v any) error {
 		d, err := usec(v.(uint64))
 		if err == nil && d == 0 {
 			err = errors.New("is 0, which would expire the sandbox at once (leave it out for no time limit)")
@@ -48,7 +58,7 @@ var options = map[string]option{
 		o.TTL = d
 		return err
 	}},
-	"Name": {signature: "s", unit: "a name", set: func(o *supervisor.CreateOptions, v any) error {
+	sandboxd1.OptName: {signature: "s", unit: "a name", set: func(o *supervisor.CreateOptions, v any) error {
 		// "" would be the supervisor's "no name": a caller who sets it
 		// means a name.
 		if v.(string) == "" {
@@ -60,19 +70,19 @@ var options = map[string]option{
 		o.Name = v.(string)
 		return nil
 	}},
-	"Profile": {signature: "s", unit: "a name", set: func(o *supervisor.CreateOptions, v any) error {
+	sandboxd1.OptProfile: {signature: "s", unit: "a name", set: func(o *supervisor.CreateOptions, v any) error {
 		o.Profile = v.(string)
 		return nil
 	}},
-	"Network": {signature: "s", unit: "none, allowlist or host", set: func(o *supervisor.CreateOptions, v any) error {
+	sandboxd1.OptNetwork: {signature: "s", unit: "none, allowlist or host", set: func(o *supervisor.CreateOptions, v any) error {
 		o.Network = v.(string)
 		return nil
 	}},
-	"Allow": {signature: "as", unit: "host:port entries", set: func(o *supervisor.CreateOptions, v any) error {
+	sandboxd1.OptAllow: {signature: "as", unit: "host:port entries", set: func(o *supervisor.CreateOptions, v any) error {
 		o.Allow = v.([]string)
 		return nil
 	}},
-	"ReadOnlyProject": {signature: "b", unit: "true or false", set: func(o *supervisor.CreateOptions, v any) error {
+	sandboxd1.OptReadOnlyProject: {signature: "b", unit: "true or false", set: func(o *supervisor.CreateOptions, v any) error {
 		o.ReadOnlyProject = new(v.(bool))
 		return nil
 	}},

@@ -11,6 +11,7 @@ import (
 
 	"github.com/godbus/dbus/v5"
 
+	"github.com/sandboxd/sandboxd/sandboxd1"
 	"github.com/sandboxd/sandboxd/supervisor"
 	"github.com/sandboxd/sandboxd/supervisor/api"
 	"github.com/sandboxd/sandboxd/tests/testbed"
@@ -33,21 +34,21 @@ func subvolume(t *testing.T, text string) string {
 	return path
 }
 
-func (c *client) listProjects() []api.ProjectEntry {
+func (c *client) listProjects() []sandboxd1.ProjectEntry {
 	c.t.Helper()
-	var out []api.ProjectEntry
-	if err := c.manager().CallWithContext(ctx, api.ManagerInterface+".ListProjects", 0).Store(&out); err != nil {
+	var out []sandboxd1.ProjectEntry
+	if err := c.manager().CallWithContext(ctx, sandboxd1.ManagerInterface+".ListProjects", 0).Store(&out); err != nil {
 		c.t.Fatalf("ListProjects: %v", err)
 	}
 	return out
 }
 
 func (c *client) addProject(name, location string) error {
-	return c.manager().CallWithContext(ctx, api.ManagerInterface+".AddProject", 0, name, location).Err
+	return c.manager().CallWithContext(ctx, sandboxd1.ManagerInterface+".AddProject", 0, name, location).Err
 }
 
 func (c *client) removeProject(name string) error {
-	return c.manager().CallWithContext(ctx, api.ManagerInterface+".RemoveProject", 0, name).Err
+	return c.manager().CallWithContext(ctx, sandboxd1.ManagerInterface+".RemoveProject", 0, name).Err
 }
 
 func named(name string) map[string]dbus.Variant {
@@ -62,7 +63,7 @@ func TestAnAddedProjectTakesCreatesAndIsRemovedOnceEmpty(t *testing.T) {
 	if err := c.addProject("extra", extra); err != nil {
 		t.Fatalf("AddProject(extra, %s) as root: %v", extra, err)
 	}
-	want := []api.ProjectEntry{{Name: "extra", Location: extra, Origin: "added"}, {Name: "web", Location: e.project, Origin: "config"}}
+	want := []sandboxd1.ProjectEntry{{Name: "extra", Location: extra, Origin: "added"}, {Name: "web", Location: e.project, Origin: "config"}}
 	if got := c.listProjects(); !slices.Equal(got, want) {
 		t.Fatalf("ListProjects = %+v; want %+v", got, want)
 	}
@@ -89,10 +90,10 @@ func TestAnAddedProjectTakesCreatesAndIsRemovedOnceEmpty(t *testing.T) {
 	}
 	// The name is the host's, not the project's or the user's.
 	_, _, err = c.create("web", named("agent-1"))
-	wantError(t, "a second sandbox named agent-1", err, api.ErrorExists, `a sandbox named "agent-1" exists; pick another name or destroy it`)
+	wantError(t, "a second sandbox named agent-1", err, sandboxd1.ErrorExists, `a sandbox named "agent-1" exists; pick another name or destroy it`)
 
 	err = c.removeProject("extra")
-	wantError(t, "RemoveProject of a project with a sandbox", err, api.ErrorWrongState, `1 sandboxes of project "extra" exist; destroy them first`)
+	wantError(t, "RemoveProject of a project with a sandbox", err, sandboxd1.ErrorWrongState, `1 sandboxes of project "extra" exist; destroy them first`)
 	if err := c.destroy(id); err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +104,7 @@ func TestAnAddedProjectTakesCreatesAndIsRemovedOnceEmpty(t *testing.T) {
 		t.Fatalf("ListProjects after RemoveProject = %+v; want only web", got)
 	}
 	_, _, err = c.create("extra", nil)
-	wantError(t, "CreateSandbox of the removed project", err, api.ErrorNoSuchProject, `"extra"`)
+	wantError(t, "CreateSandbox of the removed project", err, sandboxd1.ErrorNoSuchProject, `"extra"`)
 	// Its files are the operator's: untouched.
 	if data, err := os.ReadFile(filepath.Join(extra, "index.html")); err != nil || string(data) != "<h1>extra</h1>\n" {
 		t.Fatalf("the removed project's index.html: %q, %v", data, err)
@@ -137,19 +138,19 @@ func TestProjectChangesThatCannotBeDoneAreRefusedAndChangeNothing(t *testing.T) 
 		errName              string
 		words                []string
 	}{
-		{"a plain directory", "plain", plain, api.ErrorInvalidArgs, []string{plain, "not a btrfs subvolume", "btrfs subvolume create"}},
-		{"a missing path", "missing", missing, api.ErrorInvalidArgs, []string{missing, "btrfs subvolume create"}},
-		{"a dataset's name on btrfs", "rel", "tank/data", api.ErrorInvalidArgs, []string{"tank/data", "not an absolute path"}},
-		{"a name with a space", "a b", other, api.ErrorInvalidArgs, []string{`"a b"`, "not a valid name", "letters, digits"}},
-		{"a name with a slash", "../x", other, api.ErrorInvalidArgs, []string{`"../x"`, "not a valid name"}},
-		{"the name of a project of sandboxd.toml", "web", other, api.ErrorExists, []string{`a project named "web" is defined in sandboxd.toml`}},
-		{"the name of an added project", "dup", other, api.ErrorExists, []string{`a project named "dup" exists`}},
+		{"a plain directory", "plain", plain, sandboxd1.ErrorInvalidArgs, []string{plain, "not a btrfs subvolume", "btrfs subvolume create"}},
+		{"a missing path", "missing", missing, sandboxd1.ErrorInvalidArgs, []string{missing, "btrfs subvolume create"}},
+		{"a dataset's name on btrfs", "rel", "tank/data", sandboxd1.ErrorInvalidArgs, []string{"tank/data", "not an absolute path"}},
+		{"a name with a space", "a b", other, sandboxd1.ErrorInvalidArgs, []string{`"a b"`, "not a valid name", "letters, digits"}},
+		{"a name with a slash", "../x", other, sandboxd1.ErrorInvalidArgs, []string{`"../x"`, "not a valid name"}},
+		{"the name of a project of sandboxd.toml", "web", other, sandboxd1.ErrorExists, []string{`a project named "web" is defined in sandboxd.toml`}},
+		{"the name of an added project", "dup", other, sandboxd1.ErrorExists, []string{`a project named "dup" exists`}},
 	} {
 		wantError(t, "AddProject with "+tc.what, c.addProject(tc.name, tc.location), tc.errName, tc.words...)
 	}
-	wantError(t, "RemoveProject of sandboxd.toml's project", c.removeProject("web"), api.ErrorInvalidArgs,
+	wantError(t, "RemoveProject of sandboxd.toml's project", c.removeProject("web"), sandboxd1.ErrorInvalidArgs,
 		`project "web" is defined in sandboxd.toml; remove it there`)
-	wantError(t, "RemoveProject of an unknown project", c.removeProject("nope"), api.ErrorNoSuchProject, `"nope"`, "unknown project")
+	wantError(t, "RemoveProject of an unknown project", c.removeProject("nope"), sandboxd1.ErrorNoSuchProject, `"nope"`, "unknown project")
 
 	want := []string{"dup", "web"}
 	var got []string
@@ -175,17 +176,17 @@ func TestOnlyRootAndAdminsChangeTheProjects(t *testing.T) {
 	mine := subvolume(t, "mine\n")
 
 	res := callAs(t, creator, "addproject", "mine", mine)
-	if res.ErrorName != api.ErrorAccessDenied || !strings.Contains(res.Error, fmt.Sprintf("uid %d may not add projects", creator.uid)) ||
+	if res.ErrorName != sandboxd1.ErrorAccessDenied || !strings.Contains(res.Error, fmt.Sprintf("uid %d may not add projects", creator.uid)) ||
 		!strings.Contains(res.Error, "only root and admins") {
-		t.Fatalf("AddProject as %s, a creator: %+v; want %s saying who may", creator.name, res, api.ErrorAccessDenied)
+		t.Fatalf("AddProject as %s, a creator: %+v; want %s saying who may", creator.name, res, sandboxd1.ErrorAccessDenied)
 	}
 	shared := subvolume(t, "shared\n")
 	if err := c.addProject("shared", shared); err != nil {
 		t.Fatal(err)
 	}
 	res = callAs(t, creator, "removeproject", "shared")
-	if res.ErrorName != api.ErrorAccessDenied || !strings.Contains(res.Error, "may not remove projects") {
-		t.Fatalf("RemoveProject as %s: %+v; want %s", creator.name, res, api.ErrorAccessDenied)
+	if res.ErrorName != sandboxd1.ErrorAccessDenied || !strings.Contains(res.Error, "may not remove projects") {
+		t.Fatalf("RemoveProject as %s: %+v; want %s", creator.name, res, sandboxd1.ErrorAccessDenied)
 	}
 	// A member lists the projects it may use: none of root's, until one is
 	// group-writable by its group.
@@ -247,7 +248,7 @@ func TestAnAddedProjectOutlivesARestart(t *testing.T) {
 	}
 	t.Cleanup(func() { srv.Close() })
 	c = newClient(t)
-	want := []api.ProjectEntry{{Name: "kept", Location: kept, Origin: "added"}, {Name: "web", Location: e.project, Origin: "config"}}
+	want := []sandboxd1.ProjectEntry{{Name: "kept", Location: kept, Origin: "added"}, {Name: "web", Location: e.project, Origin: "config"}}
 	if got := c.listProjects(); !slices.Equal(got, want) {
 		t.Fatalf("ListProjects after the restart = %+v; want %+v", got, want)
 	}

@@ -9,20 +9,9 @@ import (
 
 	"github.com/godbus/dbus/v5"
 
+	"github.com/sandboxd/sandboxd/sandboxd1"
 	"github.com/sandboxd/sandboxd/supervisor"
 )
-
-// PromotionEntry is one of ListPromotions' entries: a(ssssssut).
-type PromotionEntry struct {
-	ID          string `json:"id"`
-	Sandbox     string `json:"sandbox"`
-	SandboxName string `json:"sandbox_name"`
-	Project     string `json:"project"`
-	State       string `json:"state"` // running, waiting, done, failed, rejected
-	Stage       string `json:"stage"` // the stage it is at, or ended at
-	Changes     uint32 `json:"changes"`
-	Created     uint64 `json:"created"` // µs since the epoch
-}
 
 // Promote(a{sv} options) -> (s promotion) starts promoting the sandbox's
 // changes through the stages. Options: Force (b) applies over conflicts;
@@ -66,12 +55,12 @@ func (o sandboxObject) Promote(sender dbus.Sender, msg dbus.Message, opts map[st
 		}
 	}
 	if po.AllowPrivileged && !r.who.admin {
-		return "", s.end(r, id, dbusError(ErrorAccessDenied,
+		return "", s.end(r, id, dbusError(sandboxd1.ErrorAccessDenied,
 			"promoting sandbox %s: only an admin may allow set-id files, device nodes and file capabilities into a project; uid %d is not one", id, r.who.uid))
 	}
 	p, err := s.sup.Promote(r.ctx, id, po)
 	if errors.Is(err, supervisor.ErrPrivileged) {
-		return p.ID, s.end(r, id, dbus.NewError(ErrorAccessDenied, []any{err.Error()}))
+		return p.ID, s.end(r, id, dbus.NewError(sandboxd1.ErrorAccessDenied, []any{err.Error()}))
 	}
 	if err != nil {
 		return p.ID, s.end(r, id, fromSupervisor(err))
@@ -96,7 +85,7 @@ func visiblePromotion(who caller, p supervisor.Promotion) bool {
 
 // ListPromotions() -> a(ssssssut): the promotions the caller may see,
 // oldest first.
-func (m manager) ListPromotions(sender dbus.Sender) ([]PromotionEntry, *dbus.Error) {
+func (m manager) ListPromotions(sender dbus.Sender) ([]sandboxd1.PromotionEntry, *dbus.Error) {
 	s := m.s
 	r, derr := s.begin(sender, "ListPromotions")
 	if derr != nil {
@@ -106,12 +95,12 @@ func (m manager) ListPromotions(sender dbus.Sender) ([]PromotionEntry, *dbus.Err
 	if err != nil {
 		return nil, s.end(r, "", fromSupervisor(err))
 	}
-	out := []PromotionEntry{}
+	out := []sandboxd1.PromotionEntry{}
 	for _, p := range ps {
 		if !visiblePromotion(r.who, p) {
 			continue
 		}
-		out = append(out, PromotionEntry{
+		out = append(out, sandboxd1.PromotionEntry{
 			ID: p.ID, Sandbox: p.Sandbox, SandboxName: p.SandboxName, Project: p.Project,
 			State: string(p.State), Stage: currentStage(p), Changes: uint32(p.Changes), Created: micros(p.Created),
 		})
@@ -145,7 +134,7 @@ func (m manager) GetPromotion(sender dbus.Sender, id string) (string, *dbus.Erro
 	if derr != nil {
 		return "", s.end(r, "", derr)
 	}
-	data, err := json.Marshal(p)
+	data, err := json.Marshal(wirePromotion(p))
 	if err != nil {
 		return "", s.end(r, "", fromSupervisor(err))
 	}
@@ -154,12 +143,12 @@ func (m manager) GetPromotion(sender dbus.Sender, id string) (string, *dbus.Erro
 
 // promotion returns promotion id if the caller may see it.
 func (s *Server) promotion(r *request, id string) (supervisor.Promotion, *dbus.Error) {
-	if !ValidID(id) {
-		return supervisor.Promotion{}, dbusError(ErrorInvalidArgs, "%q is not a promotion id", id)
+	if !sandboxd1.ValidID(id) {
+		return supervisor.Promotion{}, dbusError(sandboxd1.ErrorInvalidArgs, "%q is not a promotion id", id)
 	}
 	p, err := s.sup.GetPromotion(r.ctx, id)
 	if err != nil || !visiblePromotion(r.who, p) {
-		return p, dbusError(ErrorNoSuchPromotion, "no promotion %q", id)
+		return p, dbusError(sandboxd1.ErrorNoSuchPromotion, "no promotion %q", id)
 	}
 	return p, nil
 }
@@ -192,7 +181,7 @@ func (m manager) decide(sender dbus.Sender, action, id string, fn func(ctx conte
 		return s.end(r, "", derr)
 	}
 	if !r.who.admin {
-		return s.end(r, p.Sandbox, dbusError(ErrorAccessDenied,
+		return s.end(r, p.Sandbox, dbusError(sandboxd1.ErrorAccessDenied,
 			"%s %s: uid %d may not decide on promotions (only root and admins may: [access] admin_users, admin_groups)",
 			strings.ToLower(strings.TrimSuffix(action, "Promotion")), id, r.who.uid))
 	}
@@ -200,18 +189,6 @@ func (m manager) decide(sender dbus.Sender, action, id string, fn func(ctx conte
 		return s.end(r, p.Sandbox, fromSupervisor(err))
 	}
 	return s.end(r, p.Sandbox, nil)
-}
-
-// TryEntry is one of Try's results: (sssbstutbs).
-type TryEntry struct {
-	Name, ID, Variant string
-	Passed            bool
-	Failed            string // which step failed and how: "check: exited 1"
-	DurationUS        uint64 // the variant's and the check's time, µs
-	Changes           uint32 // paths it changed
-	MemoryPeak        uint64 // bytes (0: not known here)
-	Kept              bool
-	Output            string // the end of its output
 }
 
 // Try(s project, as variants, s check, s keep, a{sv} options) ->
@@ -222,7 +199,7 @@ type TryEntry struct {
 // (default), "all" or "none". The options are CreateSandbox's. The call
 // lasts as long as the slowest sandbox (each step is bounded by 10
 // minutes): give it a long timeout.
-func (m manager) Try(sender dbus.Sender, project string, variants []string, check, keep string, opts map[string]dbus.Variant) ([]TryEntry, int32, *dbus.Error) {
+func (m manager) Try(sender dbus.Sender, project string, variants []string, check, keep string, opts map[string]dbus.Variant) ([]sandboxd1.TryEntry, int32, *dbus.Error) {
 	s := m.s
 	r, derr := s.begin(sender, "Try")
 	if derr != nil {
@@ -230,18 +207,18 @@ func (m manager) Try(sender dbus.Sender, project string, variants []string, chec
 	}
 	r.project = project
 	if !s.access.mayCreate(r.who) {
-		return nil, -1, s.end(r, "", dbusError(ErrorAccessDenied,
+		return nil, -1, s.end(r, "", dbusError(sandboxd1.ErrorAccessDenied,
 			"trying variants of %q: uid %d may not create sandboxes (not root, nor a creator by uid or group)", project, r.who.uid))
 	}
 	co, err := parseOptions(opts)
 	if err != nil {
-		return nil, -1, s.end(r, "", dbusError(ErrorInvalidArgs, "trying variants of %q: %v", project, err))
+		return nil, -1, s.end(r, "", dbusError(sandboxd1.ErrorInvalidArgs, "trying variants of %q: %v", project, err))
 	}
 	co.Project, co.Owner = project, r.who.uid
 	results, winner, err := s.sup.Try(r.ctx, supervisor.TryOptions{Create: co, Variants: variants, Check: check, Keep: keep})
-	out := []TryEntry{}
+	out := []sandboxd1.TryEntry{}
 	for _, res := range results {
-		out = append(out, TryEntry{
+		out = append(out, sandboxd1.TryEntry{
 			Name: res.Name, ID: res.ID, Variant: res.Variant, Passed: res.Passed, Failed: res.Failed,
 			DurationUS: uint64(res.Duration.Microseconds()), Changes: uint32(res.Changes), MemoryPeak: res.MemoryPeak,
 			Kept: res.Kept, Output: res.Output,

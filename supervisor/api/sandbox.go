@@ -8,11 +8,12 @@ import (
 
 	"github.com/godbus/dbus/v5"
 
+	"github.com/sandboxd/sandboxd/sandboxd1"
 	"github.com/sandboxd/sandboxd/supervisor"
 	"github.com/sandboxd/sandboxd/units"
 )
 
-// The handlers below serve the whole subtree under SandboxPathPrefix: godbus
+// The handlers below serve the whole subtree under sandboxd1.SandboxPathPrefix: godbus
 // hands them the message, whose path names the sandbox. That is also why
 // properties are not godbus's prop.Properties: its Get and GetAll are not
 // told who asks, and a caller may read only the sandboxes it may see.
@@ -76,7 +77,7 @@ func (p sandboxProperties) Get(sender dbus.Sender, msg dbus.Message, iface, name
 	}
 	v, ok := props[name]
 	if !ok {
-		return dbus.Variant{}, p.s.end(r, id, dbusError(errorUnknownProperty, "%s has no property %q", SandboxInterface, name))
+		return dbus.Variant{}, p.s.end(r, id, dbusError(sandboxd1.ErrorUnknownProperty, "%s has no property %q", sandboxd1.SandboxInterface, name))
 	}
 	return v, p.s.end(r, id, nil)
 }
@@ -96,9 +97,9 @@ func (p sandboxProperties) Set(sender dbus.Sender, msg dbus.Message, iface, name
 		return derr
 	}
 	if _, ok := props[name]; !ok {
-		return p.s.end(r, id, dbusError(errorUnknownProperty, "%s has no property %q", SandboxInterface, name))
+		return p.s.end(r, id, dbusError(sandboxd1.ErrorUnknownProperty, "%s has no property %q", sandboxd1.SandboxInterface, name))
 	}
-	return p.s.end(r, id, dbusError(errorPropertyReadOnly, "property %s of sandbox %s is read-only", name, id))
+	return p.s.end(r, id, dbusError(sandboxd1.ErrorPropertyReadOnly, "property %s of sandbox %s is read-only", name, id))
 }
 
 // properties reads the properties of the sandbox msg is sent to; live
@@ -115,8 +116,8 @@ func (s *Server) properties(sender dbus.Sender, msg dbus.Message, action, iface 
 		return nil, nil, "", s.end(r, "", derr)
 	}
 	// The empty name means "whichever interface has it" (D-Bus spec).
-	if iface != SandboxInterface && iface != "" {
-		return nil, nil, "", s.end(r, id, dbusError(errorUnknownInterface, "sandbox %s has no properties of interface %q", id, iface))
+	if iface != sandboxd1.SandboxInterface && iface != "" {
+		return nil, nil, "", s.end(r, id, dbusError(sandboxd1.ErrorUnknownInterface, "sandbox %s has no properties of interface %q", id, iface))
 	}
 	sb, derr := s.lookup(r, id)
 	if derr != nil {
@@ -131,7 +132,7 @@ func (s *Server) properties(sender dbus.Sender, msg dbus.Message, action, iface 
 	}
 	props, err := sandboxProps(sb, insp)
 	if err != nil {
-		return nil, nil, "", s.end(r, id, dbusError(ErrorFailed, "reading the properties of sandbox %s: %v", id, err))
+		return nil, nil, "", s.end(r, id, dbusError(sandboxd1.ErrorFailed, "reading the properties of sandbox %s: %v", id, err))
 	}
 	return props, r, id, nil
 }
@@ -228,14 +229,14 @@ func (i sandboxIntrospectable) Introspect(sender dbus.Sender, msg dbus.Message) 
 	if derr != nil {
 		return "", derr
 	}
-	if path, _ := msg.Headers[dbus.FieldPath].Value().(dbus.ObjectPath); path == SandboxPathPrefix {
+	if path, _ := msg.Headers[dbus.FieldPath].Value().(dbus.ObjectPath); path == sandboxd1.SandboxPathPrefix {
 		list, err := s.sup.List(r.ctx)
 		if err != nil {
-			return "", s.end(r, "", dbusError(ErrorFailed, "listing sandboxes: %v", err))
+			return "", s.end(r, "", dbusError(sandboxd1.ErrorFailed, "listing sandboxes: %v", err))
 		}
 		var ids []string
 		for _, sb := range list {
-			if r.who.sees(sb.Owner) && ValidID(sb.ID) {
+			if r.who.sees(sb.Owner) && sandboxd1.ValidID(sb.ID) {
 				ids = append(ids, sb.ID)
 			}
 		}
@@ -255,9 +256,9 @@ func (i sandboxIntrospectable) Introspect(sender dbus.Sender, msg dbus.Message) 
 // objectID is the id of the sandbox msg is sent to.
 func objectID(msg dbus.Message) (string, *dbus.Error) {
 	path, _ := msg.Headers[dbus.FieldPath].Value().(dbus.ObjectPath)
-	id, ok := idFromPath(path)
+	id, ok := sandboxd1.IDFromPath(path)
 	if !ok {
-		return "", dbusError(errorUnknownObject, "no sandbox object at %s", path)
+		return "", dbusError(sandboxd1.ErrorUnknownObject, "no sandbox object at %s", path)
 	}
 	return id, nil
 }

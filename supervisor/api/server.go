@@ -10,6 +10,7 @@ import (
 
 	"github.com/godbus/dbus/v5"
 
+	"github.com/sandboxd/sandboxd/sandboxd1"
 	"github.com/sandboxd/sandboxd/supervisor"
 	"github.com/sandboxd/sandboxd/supervisor/state"
 )
@@ -67,7 +68,7 @@ func Serve(ctx context.Context, conn *dbus.Conn, sup *supervisor.Supervisor, acc
 		log = slog.Default()
 	}
 	if _, dup := serving.LoadOrStore(conn, true); dup {
-		return nil, fmt.Errorf("serving %s: this connection serves it already", BusName)
+		return nil, fmt.Errorf("serving %s: this connection serves it already", sandboxd1.BusName)
 	}
 	callCtx, cancel := context.WithCancel(context.Background())
 	s := &Server{
@@ -87,10 +88,10 @@ func Serve(ctx context.Context, conn *dbus.Conn, sup *supervisor.Supervisor, acc
 	}()
 	list, err := sup.List(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("serving %s: listing the sandboxes: %w", BusName, err)
+		return nil, fmt.Errorf("serving %s: listing the sandboxes: %w", sandboxd1.BusName, err)
 	}
 	for _, sb := range list {
-		if !ValidID(sb.ID) {
+		if !sandboxd1.ValidID(sb.ID) {
 			// Cannot happen with the supervisor's hex ids; such a record
 			// could not have an object path.
 			log.Error("a sandbox's id cannot name a D-Bus object; it is not served", "SANDBOX_ID", sb.ID)
@@ -100,13 +101,13 @@ func Serve(ctx context.Context, conn *dbus.Conn, sup *supervisor.Supervisor, acc
 		s.aud.setOwner(sb.ID, sb.Owner)
 	}
 	if err := s.export(); err != nil {
-		return nil, fmt.Errorf("serving %s: %w", BusName, err)
+		return nil, fmt.Errorf("serving %s: %w", sandboxd1.BusName, err)
 	}
 	if err := s.requestName(ctx); err != nil {
 		return nil, err
 	}
 	ok = true
-	log.Info("serving the D-Bus API", "name", BusName, "sandboxes", len(s.known))
+	log.Info("serving the D-Bus API", "name", sandboxd1.BusName, "sandboxes", len(s.known))
 	return s, nil
 }
 
@@ -117,12 +118,12 @@ func (s *Server) export() error {
 		iface   string
 		subtree bool
 	}{
-		{manager{s}, ManagerPath, ManagerInterface, false},
-		{managerIntrospectable, ManagerPath, "org.freedesktop.DBus.Introspectable", false},
+		{manager{s}, sandboxd1.ManagerPath, sandboxd1.ManagerInterface, false},
+		{managerIntrospectable, sandboxd1.ManagerPath, "org.freedesktop.DBus.Introspectable", false},
 		// One handler for every sandbox's object (and the node above them).
-		{sandboxObject{s}, SandboxPathPrefix, SandboxInterface, true},
-		{sandboxProperties{s}, SandboxPathPrefix, "org.freedesktop.DBus.Properties", true},
-		{sandboxIntrospectable{s}, SandboxPathPrefix, "org.freedesktop.DBus.Introspectable", true},
+		{sandboxObject{s}, sandboxd1.SandboxPathPrefix, sandboxd1.SandboxInterface, true},
+		{sandboxProperties{s}, sandboxd1.SandboxPathPrefix, "org.freedesktop.DBus.Properties", true},
+		{sandboxIntrospectable{s}, sandboxd1.SandboxPathPrefix, "org.freedesktop.DBus.Introspectable", true},
 		// Where the guard sends the calls it refuses (see ConnOptions).
 		{refuser{}, refusePath, refuseInterface, false},
 	}
@@ -141,23 +142,23 @@ func (s *Server) export() error {
 }
 
 func (s *Server) unexport() {
-	_ = s.conn.Export(nil, ManagerPath, ManagerInterface)
-	_ = s.conn.Export(nil, ManagerPath, "org.freedesktop.DBus.Introspectable")
+	_ = s.conn.Export(nil, sandboxd1.ManagerPath, sandboxd1.ManagerInterface)
+	_ = s.conn.Export(nil, sandboxd1.ManagerPath, "org.freedesktop.DBus.Introspectable")
 	_ = s.conn.Export(nil, refusePath, refuseInterface)
-	for _, iface := range []string{SandboxInterface, "org.freedesktop.DBus.Properties", "org.freedesktop.DBus.Introspectable"} {
-		_ = s.conn.ExportSubtree(nil, SandboxPathPrefix, iface)
+	for _, iface := range []string{sandboxd1.SandboxInterface, "org.freedesktop.DBus.Properties", "org.freedesktop.DBus.Introspectable"} {
+		_ = s.conn.ExportSubtree(nil, sandboxd1.SandboxPathPrefix, iface)
 	}
 }
 
 func (s *Server) requestName(ctx context.Context) error {
 	var reply uint32
-	err := s.conn.BusObject().CallWithContext(ctx, "org.freedesktop.DBus.RequestName", 0, BusName, uint32(dbus.NameFlagDoNotQueue)).Store(&reply)
+	err := s.conn.BusObject().CallWithContext(ctx, "org.freedesktop.DBus.RequestName", 0, sandboxd1.BusName, uint32(dbus.NameFlagDoNotQueue)).Store(&reply)
 	var derr dbus.Error
 	if errors.As(err, &derr) && derr.Name == "org.freedesktop.DBus.Error.AccessDenied" {
-		return fmt.Errorf("requesting %s on the bus: %w (the bus policy, org.sandboxd1.conf in the bus's system.d, lets root own it: is it installed, and is this root?)", BusName, err)
+		return fmt.Errorf("requesting %s on the bus: %w (the bus policy, org.sandboxd1.conf in the bus's system.d, lets root own it: is it installed, and is this root?)", sandboxd1.BusName, err)
 	}
 	if err != nil {
-		return fmt.Errorf("requesting %s on the bus: %w", BusName, err)
+		return fmt.Errorf("requesting %s on the bus: %w", sandboxd1.BusName, err)
 	}
 	switch dbus.RequestNameReply(reply) {
 	case dbus.RequestNameReplyPrimaryOwner, dbus.RequestNameReplyAlreadyOwner:
@@ -165,15 +166,15 @@ func (s *Server) requestName(ctx context.Context) error {
 	case dbus.RequestNameReplyExists:
 		return fmt.Errorf("%w (%s); not starting a second one", ErrNameTaken, s.owner(ctx))
 	default:
-		return fmt.Errorf("requesting %s on the bus: unexpected answer %d", BusName, reply)
+		return fmt.Errorf("requesting %s on the bus: unexpected answer %d", sandboxd1.BusName, reply)
 	}
 }
 
-// owner describes the connection that owns BusName, as well as the bus
+// owner describes the connection that owns sandboxd1.BusName, as well as the bus
 // can tell.
 func (s *Server) owner(ctx context.Context) string {
 	var unique string
-	if err := s.conn.BusObject().CallWithContext(ctx, "org.freedesktop.DBus.GetNameOwner", 0, BusName).Store(&unique); err != nil {
+	if err := s.conn.BusObject().CallWithContext(ctx, "org.freedesktop.DBus.GetNameOwner", 0, sandboxd1.BusName).Store(&unique); err != nil {
 		return "its owner is unknown: " + err.Error()
 	}
 	var pid uint32
@@ -200,8 +201,8 @@ func (s *Server) Close() error {
 	defer cancel()
 	var err error
 	var reply uint32
-	if cerr := s.conn.BusObject().CallWithContext(ctx, "org.freedesktop.DBus.ReleaseName", 0, BusName).Store(&reply); cerr != nil {
-		err = fmt.Errorf("releasing %s: %w", BusName, cerr)
+	if cerr := s.conn.BusObject().CallWithContext(ctx, "org.freedesktop.DBus.ReleaseName", 0, sandboxd1.BusName).Store(&reply); cerr != nil {
+		err = fmt.Errorf("releasing %s: %w", sandboxd1.BusName, cerr)
 	}
 	s.unexport()
 
@@ -215,7 +216,7 @@ func (s *Server) Close() error {
 	s.cancel()
 	<-done
 	serving.Delete(s.conn)
-	s.log.Info("stopped serving the D-Bus API", "name", BusName)
+	s.log.Info("stopped serving the D-Bus API", "name", sandboxd1.BusName)
 	return err
 }
 
@@ -235,7 +236,7 @@ func (s *Server) begin(sender dbus.Sender, action string) (*request, *dbus.Error
 	s.life.Lock()
 	if s.closed {
 		s.life.Unlock()
-		return nil, dbusError(ErrorFailed, "%s: %v", action, ErrStopping)
+		return nil, dbusError(sandboxd1.ErrorFailed, "%s: %v", action, ErrStopping)
 	}
 	s.calls.Add(1)
 	s.life.Unlock()
@@ -243,7 +244,7 @@ func (s *Server) begin(sender dbus.Sender, action string) (*request, *dbus.Error
 	if err != nil {
 		s.calls.Done()
 		s.log.Error("refused a call from an unidentified caller", "ACTION", action, "BUS_SENDER", string(sender), "error", err)
-		return nil, dbusError(ErrorAccessDenied, "%s: cannot tell who is calling: %v", action, err)
+		return nil, dbusError(sandboxd1.ErrorAccessDenied, "%s: cannot tell who is calling: %v", action, err)
 	}
 	release, derr := s.heavy.acquire(s.ctx, action, who.uid)
 	if derr != nil {
@@ -263,13 +264,13 @@ func (s *Server) end(r *request, id string, derr *dbus.Error) *dbus.Error {
 	r.done()
 	attrs := []any{"ACTION", r.action, "CALLER_UID", r.who.uid, "BUS_SENDER", r.who.name}
 	switch {
-	case ValidID(id):
+	case sandboxd1.ValidID(id):
 		attrs = append(attrs, "SANDBOX_ID", id)
 	case id != "":
 		// Not an id: kept out of SANDBOX_ID (journalctl SANDBOX_ID=...
 		// finds sandboxes), and cut short.
-		if len(id) > maxIDLen {
-			id = id[:maxIDLen] + "..."
+		if len(id) > sandboxd1.MaxIDLen {
+			id = id[:sandboxd1.MaxIDLen] + "..."
 		}
 		attrs = append(attrs, "requested_id", id)
 	}
@@ -283,22 +284,12 @@ func (s *Server) end(r *request, id string, derr *dbus.Error) *dbus.Error {
 		s.log.Debug("D-Bus call", append(attrs, "result", "ok")...)
 	case derr == nil:
 		s.log.Info("D-Bus call", append(attrs, "result", "ok")...)
-	case derr.Name == ErrorFailed:
+	case derr.Name == sandboxd1.ErrorFailed:
 		s.log.Error("D-Bus call", append(attrs, "result", derr.Name, "error", derr.Error())...)
 	default:
 		s.log.Warn("D-Bus call", append(attrs, "result", derr.Name, "error", derr.Error())...)
 	}
 	return derr
-}
-
-func mutating(action string) bool {
-	switch action {
-	case "CreateSandbox", "DestroySandbox", "Destroy", "Freeze", "Thaw", "Exec", "ExecTerminal", "Signal",
-		"Checkpoint", "DeleteCheckpoint", "Rollback",
-		"AddProject", "AddProjectWithOptions", "RemoveProject":
-		return true
-	}
-	return false
 }
 
 // SandboxChanged is the hook for changes the server did not make itself
@@ -307,7 +298,7 @@ func mutating(action string) bool {
 // announcement: SandboxNew, StateChanged with PropertiesChanged, or
 // SandboxRemoved.
 func (s *Server) SandboxChanged(ctx context.Context, id string) error {
-	if !ValidID(id) {
+	if !sandboxd1.ValidID(id) {
 		return fmt.Errorf("announcing a change of sandbox %q: not a valid id", id)
 	}
 	s.mu.Lock()
@@ -335,7 +326,7 @@ func (s *Server) Sync(ctx context.Context) error {
 	}
 	seen := map[string]bool{}
 	for _, sb := range list {
-		if ValidID(sb.ID) {
+		if sandboxd1.ValidID(sb.ID) {
 			seen[sb.ID] = true
 			s.announce(sb.ID, sb.Owner, sb.State)
 		}
@@ -356,11 +347,11 @@ func (s *Server) announce(id string, owner uint32, st state.State) {
 	s.aud.setOwner(id, owner)
 	switch {
 	case !known:
-		s.emit(owner, ManagerPath, ManagerInterface, "SandboxNew", id, SandboxPath(id))
+		s.emit(owner, sandboxd1.ManagerPath, sandboxd1.ManagerInterface, "SandboxNew", id, sandboxd1.SandboxPath(id))
 	case old != st:
-		s.emit(owner, ManagerPath, ManagerInterface, "StateChanged", id, string(st))
-		s.emit(owner, SandboxPath(id), "org.freedesktop.DBus.Properties", "PropertiesChanged",
-			SandboxInterface, map[string]dbus.Variant{"State": dbus.MakeVariant(string(st))}, []string{})
+		s.emit(owner, sandboxd1.ManagerPath, sandboxd1.ManagerInterface, "StateChanged", id, string(st))
+		s.emit(owner, sandboxd1.SandboxPath(id), "org.freedesktop.DBus.Properties", "PropertiesChanged",
+			sandboxd1.SandboxInterface, map[string]dbus.Variant{"State": dbus.MakeVariant(string(st))}, []string{})
 	}
 }
 
@@ -376,7 +367,7 @@ func (s *Server) announceGone(id string) {
 		owner = 0 // unknown: admins alone hear it
 	}
 	s.aud.forget(id)
-	s.emit(owner, ManagerPath, ManagerInterface, "SandboxRemoved", id, SandboxPath(id))
+	s.emit(owner, sandboxd1.ManagerPath, sandboxd1.ManagerInterface, "SandboxRemoved", id, sandboxd1.SandboxPath(id))
 }
 
 // emit sends a signal about a sandbox of owner to each connection that

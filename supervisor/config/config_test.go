@@ -244,7 +244,7 @@ func TestParseBad(t *testing.T) {
 		{"bad target", "[[stage]]\nname = \"a\"\ntarget = \"project\"\n[[stage]]\nname = \"b\"\ntarget = \"ftp://x/y\"\n",
 			[]string{"x.toml:6:", "stage[1].target", "ssh://"}},
 		{"ssh target without a path", "[[stage]]\nname = \"a\"\ntarget = \"project\"\n[[stage]]\nname = \"b\"\ntarget = \"ssh://host\"\n",
-			[]string{"x.toml:6:", "want ssh://[user@]host[:port]/absolute/path"}},
+			[]string{"x.toml:6:", "stage[1].target", "no path after the host: ssh://host/absolute/path"}},
 		{"duplicate stage", "[[stage]]\nname = \"a\"\ntarget = \"project\"\n[[stage]]\nname = \"a\"\ntarget = \"/srv/a\"\n",
 			[]string{"x.toml:5:", "is taken by stage[0]"}},
 		{"bad approval", "[[stage]]\nname = \"a\"\ntarget = \"project\"\napproval = \"maybe\"\n",

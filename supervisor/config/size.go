@@ -1,82 +1,35 @@
 package config
 
 import (
-	"errors"
 	"fmt"
-	"math"
-	"strconv"
-	"strings"
+
+	"github.com/sandboxd/sandboxd/sandboxd1"
 )
 
 // Size is a number of bytes. In a file it is an integer of bytes, or a
-// string of an integer and a binary unit: "20GiB", "512M" (K = 1024).
-type Size uint64
+// string of an integer and a binary unit: "20GiB", "512M" (K = 1024). The
+// text is read and written by sandboxd1.Size, which sandboxctl's flags
+// use too: one spelling of sizes for the file and the command line.
+type Size sandboxd1.Size
 
 // Binary units.
 const (
-	KiB Size = 1 << (10 * (iota + 1))
-	MiB
-	GiB
-	TiB
+	KiB = Size(sandboxd1.KiB)
+	MiB = Size(sandboxd1.MiB)
+	GiB = Size(sandboxd1.GiB)
+	TiB = Size(sandboxd1.TiB)
 )
 
-var units = []struct {
-	size  Size
-	names []string // the first is how String writes it
-}{
-	{TiB, []string{"TiB", "T"}},
-	{GiB, []string{"GiB", "G"}},
-	{MiB, []string{"MiB", "M"}},
-	{KiB, []string{"KiB", "K"}},
-}
-
-const sizeForm = `want an integer of bytes, or an integer and a unit K, M, G or T ` +
-	`(or KiB, MiB, GiB, TiB; K = 1024), like "20GiB"`
-
-var errNotSize = errors.New(sizeForm)
+var errNotSize = sandboxd1.ErrNotSize
 
 // String writes s in the largest unit that divides it exactly, or in bytes.
-func (s Size) String() string {
-	for _, u := range units {
-		if s >= u.size && s%u.size == 0 {
-			return strconv.FormatUint(uint64(s/u.size), 10) + u.names[0]
-		}
-	}
-	return strconv.FormatUint(uint64(s), 10)
-}
+func (s Size) String() string { return sandboxd1.Size(s).String() }
 
 // MarshalText writes s as String does, which UnmarshalText reads back.
-func (s Size) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+func (s Size) MarshalText() ([]byte, error) { return sandboxd1.Size(s).MarshalText() }
 
 // UnmarshalText reads "20GiB", "20G", "20 G" or "21474836480".
-func (s *Size) UnmarshalText(text []byte) error {
-	str := string(text)
-	digits := strings.TrimLeft(str, "0123456789")
-	num, unit := str[:len(str)-len(digits)], strings.TrimSpace(digits)
-	n, err := strconv.ParseUint(num, 10, 64)
-	if err != nil && !errors.Is(err, strconv.ErrRange) {
-		return fmt.Errorf("%q is not a size: %w", str, errNotSize)
-	}
-	mul := Size(1)
-	if unit != "" {
-		mul = 0
-		for _, u := range units {
-			for _, name := range u.names {
-				if unit == name {
-					mul = u.size
-				}
-			}
-		}
-		if mul == 0 {
-			return fmt.Errorf("%q is not a size: unknown unit %q: %w", str, unit, errNotSize)
-		}
-	}
-	if err != nil || n > math.MaxUint64/uint64(mul) {
-		return fmt.Errorf("%q is too large: at most 16EiB: %w", str, errNotSize)
-	}
-	*s = Size(n) * mul
-	return nil
-}
+func (s *Size) UnmarshalText(text []byte) error { return (*sandboxd1.Size)(s).UnmarshalText(text) }
 
 // UnmarshalTOML takes a TOML integer or string; for the decoder, which
 // would otherwise turn a float or a boolean into text for UnmarshalText.

@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"maps"
+	"net/url"
 	"path"
 	"regexp"
 	"slices"
@@ -11,6 +12,7 @@ import (
 	"github.com/BurntSushi/toml"
 	"github.com/sandboxd/sandboxd/cowfs"
 	"github.com/sandboxd/sandboxd/cowfs/pool"
+	"github.com/sandboxd/sandboxd/promote"
 )
 
 var (
@@ -311,23 +313,10 @@ func (v *validator) stages(c *Config) {
 		} else {
 			seen[st.Name] = i
 		}
-		target := strings.ReplaceAll(st.Target, ProjectPlaceholder, "x")
-		switch {
-		case st.Target == TargetProject:
-			if i != 0 {
-				v.add(line("target"), key("target"), nil, `%s = "project": the project must be the first stage, which the others are fed from`, key("target"))
-			}
-		case strings.HasPrefix(target, "/"):
-			v.path(line("target"), key("target"), target)
-		case strings.HasPrefix(target, "ssh://"):
-			rest := strings.TrimPrefix(target, "ssh://")
-			host, p, ok := strings.Cut(rest, "/")
-			if !ok || host == "" || path.Clean("/"+p) != "/"+p || p == "" {
-				v.add(line("target"), key("target"), nil, `%s = %q: want ssh://[user@]host[:port]/absolute/path`, key("target"), st.Target)
-			}
-		default:
-			v.add(line("target"), key("target"), nil, `%s = %q: want "project", an absolute path, or ssh://[user@]host[:port]/path`, key("target"), st.Target)
+		if st.Target == TargetProject && i != 0 {
+			v.add(line("target"), key("target"), nil, `%s = "project": the project must be the first stage, which the others are fed from`, key("target"))
 		}
+		v.stageTarget(line("target"), key("target"), st.Target)
 		if i == 0 && st.Target != TargetProject {
 			v.add(line("target"), key("target"), nil, `%s = %q: the first stage must be the project (target = "project")`, key("target"), st.Target)
 		}
@@ -347,6 +336,27 @@ func (v *validator) stages(c *Config) {
 		}
 		if st.CheckTimeout < 0 {
 			v.add(line("check_timeout"), key("check_timeout"), nil, "%s is negative", key("check_timeout"))
+		}
+	}
+}
+
+// stageTarget checks a stage's target as the promotion will read it
+// (promote.ParseTarget), with {project} standing for a project's name, so
+// that a config that loads never fails at promotion for its target. A
+// path is to be written clean, as every path in the file.
+func (v *validator) stageTarget(line int, key, target string) {
+	named := strings.ReplaceAll(target, ProjectPlaceholder, "x")
+	t, err := promote.ParseTarget(named)
+	if err != nil {
+		v.add(line, key, err, "%s: %v", key, err)
+		return
+	}
+	switch t.Kind {
+	case promote.TargetPath:
+		v.path(line, key, named)
+	case promote.TargetSSH:
+		if u, err := url.Parse(named); err == nil && path.Clean(u.Path) != u.Path {
+			v.add(line, key, nil, "%s = %q: its path is not clean (%q is)", key, target, path.Clean(u.Path))
 		}
 	}
 }

@@ -41,13 +41,9 @@ func init() {
 func accessUsers(t *testing.T) {
 	t.Helper()
 	install(t)
-	testbed.MustRun(t, "groupadd", "--force", "sandboxd")
 	for _, name := range []string{accAlice, accBob} {
-		if _, err := user.Lookup(name); err != nil {
-			testbed.MustRun(t, "useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", "--groups", "sandboxd", name)
-		}
+		groupMember(t, name)
 	}
-	testbed.MustRun(t, "busctl", "call", "org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus", "ReloadConfig")
 }
 
 // accessProject makes a btrfs subvolume owned by owner with mode, holding

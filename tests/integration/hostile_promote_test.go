@@ -28,8 +28,10 @@ func groupMember(t *testing.T, name string) (uint32, uint32) {
 		testbed.MustRun(t, "groupadd", "--system", "sandboxd")
 	}
 	if _, err := user.Lookup(name); err != nil {
-		testbed.MustRun(t, "useradd", "--no-create-home", "--groups", "sandboxd", name)
+		testbed.MustRun(t, "useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", "--groups", "sandboxd", name)
 	}
+	// The bus resolves the policy's group when it reads it.
+	testbed.MustRun(t, "busctl", "call", "org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus", "ReloadConfig")
 	u, err := user.Lookup(name)
 	if err != nil {
 		t.Fatal(err)

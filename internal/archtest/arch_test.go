@@ -1,0 +1,363 @@
+package archtest
+
+import (
+	"bufio"
+	"fmt"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// graph is the module's import graph: for each of its packages (its path
+// inside the module, "cli", "supervisor/api"), what its non-test files
+// import.
+type graph map[string]*imports
+
+// imports are a package's: those of the module by their path inside it
+// ("cowfs"), the others whole ("go.etcd.io/bbolt"), apart so that a
+// package of ours never passes for the standard library's ("runtime").
+type imports struct{ ours, others map[string]bool }
+
+func newImports() *imports { return &imports{ours: map[string]bool{}, others: map[string]bool{}} }
+
+// rule is one line of docs/architecture.md's import rules: the packages
+// it is about (from) may import, of the module's packages, only what
+// allowed says yes to.
+type rule struct {
+	name    string
+	from    func(pkg string) bool
+	allowed func(imp string) bool
+}
+
+// check lists the imports of g that break r, as "FROM imports IMP".
+func (r rule) check(g graph) []string {
+	var bad []string
+	for _, pkg := range slices.Sorted(maps.Keys(g)) {
+		if !r.from(pkg) {
+			continue
+		}
+		for _, imp := range slices.Sorted(maps.Keys(g[pkg].ours)) {
+			if !r.allowed(imp) {
+				bad = append(bad, pkg+" imports "+imp)
+			}
+		}
+	}
+	return bad
+}
+
+// in says whether a package is one of rooms, or below one.
+func in(rooms ...string) func(string) bool {
+	return func(pkg string) bool {
+		for _, r := range rooms {
+			if pkg == r || strings.HasPrefix(pkg, r+"/") {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+func is(names ...string) func(string) bool {
+	return func(pkg string) bool { return slices.Contains(names, pkg) }
+}
+
+func not(f func(string) bool) func(string) bool { return func(s string) bool { return !f(s) } }
+
+func anyPkg(string) bool { return true }
+
+// rules are the import rules that hold now (docs/architecture.md, "What
+// each room may import").
+var rules = []rule{
+	{"sandboxd1 (the wire contract) imports nothing of ours", in("sandboxd1"), in()},
+	{"internal/ imports only internal/", in("internal"), in("internal")},
+	{"cowfs imports nothing of the daemon", in("cowfs"), in("cowfs", "internal")},
+	{"units imports nothing of the daemon", in("units"), in("internal")},
+	{"runtime imports only runtime and internal", in("runtime"), in("runtime", "internal")},
+	{"promote imports only cowfs and internal", in("promote"), in("cowfs", "internal")},
+	{"supervisor's records, audit log and journal are leaves", in("supervisor/state", "supervisor/audit", "supervisor/journal"), in("internal")},
+	{"the supervisor core sits below its front door and its configuration",
+		is("supervisor"), not(in("cli", "cmd", "supervisor/api", "supervisor/config", "tests"))},
+	{"nothing but cmd/sandboxctl imports cli", not(is("cmd/sandboxctl")), not(in("cli"))},
+	{"nothing imports cmd", anyPkg, not(in("cmd"))},
+}
+
+// cliRule waits for the wire contract (issue 16): the CLI imports only
+// sandboxd1 (and internal/, termsafe), never the daemon's packages.
+var cliRule = rule{"cli imports only the wire contract and internal/", in("cli"), in("sandboxd1", "internal")}
+
+// testOnly are the packages that exist for tests: no program may link them.
+var testOnly = in("tests", "supervisor/supervisortest", "cowfs/cowfstest", "internal/treetest")
+
+// daemonOnly and daemonLibs are what sandboxctl must not link (issue 16,
+// "Done when"): the daemon's rooms, and its store and storage libraries.
+var (
+	daemonOnly = in("supervisor", "cowfs", "runtime", "promote", "units")
+	daemonLibs = in("go.etcd.io/bbolt", "github.com/mistifyio/go-zfs", "github.com/dennwc/btrfs")
+)
+
+func TestImportRules(t *testing.T) {
+	g := loadGraph(t)
+	for _, r := range rules {
+		for _, bad := range r.check(g) {
+			t.Errorf("%s: %s", r.name, bad)
+		}
+	}
+}
+
+func TestProgramsLinkNoTestPackage(t *testing.T) {
+	g := loadGraph(t)
+	for _, prog := range []string{"cmd/sandboxd", "cmd/sandboxctl"} {
+		ours, _ := deps(g, prog)
+		for _, dep := range ours {
+			if testOnly(dep) {
+				t.Errorf("%s links %s, a package for tests (via %s)", prog, dep, strings.Join(path(g, prog, dep), " → "))
+			}
+		}
+	}
+}
+
+func TestCLIImportsOnlyTheWireContract(t *testing.T) {
+	g := loadGraph(t)
+	for _, bad := range cliRule.check(g) {
+		t.Errorf("%s: %s", cliRule.name, bad)
+	}
+	ours, others := deps(g, "cmd/sandboxctl")
+	for _, dep := range ours {
+		if daemonOnly(dep) {
+			t.Errorf("cmd/sandboxctl links %s, a package of the daemon's (via %s)", dep, strings.Join(path(g, "cmd/sandboxctl", dep), " → "))
+		}
+	}
+	for _, dep := range others {
+		if daemonLibs(dep) {
+			t.Errorf("cmd/sandboxctl links %s, a library of the daemon's (imported by %s)", dep, strings.Join(importers(g, "cmd/sandboxctl", dep), ", "))
+		}
+	}
+}
+
+// TestRulesCatchBreaks proves the checks can fail: a graph with one break
+// of each rule gets exactly that break reported by it.
+func TestRulesCatchBreaks(t *testing.T) {
+	pkgs := []string{"sandboxd1", "internal/termsafe", "internal/crashpoint", "cowfs", "cowfs/btrfs", "units", "runtime/nsinit",
+		"runtime/egress", "promote", "supervisor", "supervisor/state", "supervisor/api", "supervisor/config", "cli",
+		"cmd/sandboxctl", "cmd/sandboxd", "tests/testbed"}
+	breaks := map[string][2]string{
+		rules[0].name: {"sandboxd1", "internal/termsafe"},
+		rules[1].name: {"internal/termsafe", "cowfs"},
+		rules[2].name: {"cowfs/btrfs", "runtime/nsinit"},
+		rules[3].name: {"units", "cowfs"},
+		rules[4].name: {"runtime/egress", "supervisor"},
+		rules[5].name: {"promote", "supervisor/state"},
+		rules[6].name: {"supervisor/state", "cowfs"},
+		rules[7].name: {"supervisor", "supervisor/api"},
+		rules[8].name: {"supervisor/api", "cli"},
+		rules[9].name: {"tests/testbed", "cmd/sandboxd"},
+		cliRule.name:  {"cli", "supervisor/config"},
+	}
+	g := graph{}
+	for _, p := range pkgs {
+		g[p] = newImports()
+	}
+	// Allowed edges, which must not be reported.
+	for _, e := range [][2]string{{"cmd/sandboxctl", "cli"}, {"cli", "sandboxd1"}, {"cli", "internal/termsafe"},
+		{"supervisor", "promote"}, {"supervisor", "runtime/nsinit"}, {"promote", "cowfs"}, {"runtime/nsinit", "internal/crashpoint"},
+		{"supervisor/api", "supervisor"}, {"cowfs/btrfs", "cowfs"}} {
+		g[e[0]].ours[e[1]] = true
+	}
+	g["runtime/nsinit"].others["runtime"] = true
+	g["supervisor/config"].others["go.etcd.io/bbolt"] = true
+	for _, e := range breaks {
+		g[e[0]].ours[e[1]] = true
+	}
+	for _, r := range append(slices.Clone(rules), cliRule) {
+		e := breaks[r.name]
+		want := []string{e[0] + " imports " + e[1]}
+		if got := r.check(g); !slices.Equal(got, want) {
+			t.Errorf("%s: reported %q, want %q", r.name, got, want)
+		}
+	}
+	if !testOnly("tests/testbed") || testOnly("supervisor") || !daemonLibs("go.etcd.io/bbolt/errors") || daemonOnly("sandboxd1") {
+		t.Error("testOnly, daemonOnly or daemonLibs says the wrong thing of a package")
+	}
+	ours, others := deps(g, "cmd/sandboxctl")
+	if !slices.Contains(ours, "supervisor/config") || !slices.Contains(ours, "cowfs") || !slices.Equal(others, []string{"go.etcd.io/bbolt"}) {
+		t.Errorf("deps of cmd/sandboxctl in the broken graph: %q and %q, want them to reach supervisor/config, cowfs and bbolt", ours, others)
+	}
+	if got := importers(g, "cmd/sandboxctl", "go.etcd.io/bbolt"); !slices.Equal(got, []string{"supervisor/config"}) {
+		t.Errorf("importers of bbolt: %q, want supervisor/config", got)
+	}
+}
+
+// deps lists what pkg links, pkg left out: the packages of the module it
+// reaches through their non-test imports (ours), and the others they
+// import directly (others).
+func deps(g graph, pkg string) (ours, others []string) {
+	seen := map[string]bool{pkg: true}
+	ext := map[string]bool{}
+	queue := []string{pkg}
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		if g[p] == nil {
+			continue
+		}
+		maps.Copy(ext, g[p].others)
+		for imp := range g[p].ours {
+			if !seen[imp] {
+				seen[imp] = true
+				queue = append(queue, imp)
+			}
+		}
+	}
+	delete(seen, pkg)
+	return slices.Sorted(maps.Keys(seen)), slices.Sorted(maps.Keys(ext))
+}
+
+// importers lists the packages of ours, among those pkg links, that import
+// the other package lib.
+func importers(g graph, pkg, lib string) []string {
+	ours, _ := deps(g, pkg)
+	var out []string
+	for _, p := range append(ours, pkg) {
+		if g[p] != nil && g[p].others[lib] {
+			out = append(out, p)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// path is a shortest chain of imports from one package to another, for
+// the message.
+func path(g graph, from, to string) []string {
+	prev := map[string]string{from: ""}
+	queue := []string{from}
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		if p == to {
+			var chain []string
+			for ; p != ""; p = prev[p] {
+				chain = append([]string{p}, chain...)
+			}
+			return chain
+		}
+		if g[p] == nil {
+			continue
+		}
+		for _, imp := range slices.Sorted(maps.Keys(g[p].ours)) {
+			if _, ok := prev[imp]; !ok {
+				prev[imp] = p
+				queue = append(queue, imp)
+			}
+		}
+	}
+	return []string{from, "?", to}
+}
+
+// loadGraph reads the imports of every package of the module this test is
+// in, from the non-test files' import clauses (all of them, whatever
+// their build constraints: a file for another architecture counts too).
+func loadGraph(t *testing.T) graph {
+	t.Helper()
+	root, module := moduleRoot(t)
+	g := graph{}
+	fset := token.NewFileSet()
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		name := d.Name()
+		if d.IsDir() {
+			if p != root && (strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_") || name == "testdata" || name == "vendor") {
+				return filepath.SkipDir
+			}
+			if p != root {
+				if _, err := os.Stat(filepath.Join(p, "go.mod")); err == nil {
+					return filepath.SkipDir // another module
+				}
+			}
+			return nil
+		}
+		if !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, p, nil, parser.ImportsOnly|parser.ParseComments)
+		if err != nil {
+			return fmt.Errorf("reading the imports of %s: %w", p, err)
+		}
+		for _, cg := range f.Comments {
+			for _, c := range cg.List {
+				if c.Pos() < f.Package && c.Text == "//go:build ignore" {
+					return nil // not part of any build
+				}
+			}
+		}
+		rel, err := filepath.Rel(root, filepath.Dir(p))
+		if err != nil {
+			return err
+		}
+		pkg := filepath.ToSlash(rel)
+		if g[pkg] == nil {
+			g[pkg] = newImports()
+		}
+		for _, im := range f.Imports {
+			imp, err := strconv.Unquote(im.Path.Value)
+			if err != nil {
+				return fmt.Errorf("%s: import %s: %w", p, im.Path.Value, err)
+			}
+			switch r, ok := strings.CutPrefix(imp, module+"/"); {
+			case imp == module:
+				g[pkg].ours["."] = true
+			case ok:
+				g[pkg].ours[r] = true
+			default:
+				g[pkg].others[imp] = true
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, must := range []string{"cli", "cmd/sandboxctl", "cmd/sandboxd", "cowfs", "supervisor", "sandboxd1"} {
+		if g[must] == nil {
+			t.Fatalf("no package %s found under %s: the test reads the wrong tree", must, root)
+		}
+	}
+	return g
+}
+
+// moduleRoot finds the go.mod above the working directory and returns its
+// directory and the module's path.
+func moduleRoot(t *testing.T) (dir, module string) {
+	t.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		f, err := os.Open(filepath.Join(dir, "go.mod"))
+		if err == nil {
+			defer f.Close()
+			sc := bufio.NewScanner(f)
+			for sc.Scan() {
+				if m, ok := strings.CutPrefix(strings.TrimSpace(sc.Text()), "module "); ok {
+					return dir, strings.Trim(strings.TrimSpace(m), `"`)
+				}
+			}
+			t.Fatalf("%s/go.mod names no module", dir)
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatal("no go.mod at or above the working directory")
+		}
+		dir = parent
+	}
+}

@@ -1,0 +1,106 @@
+package egress
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// refuseBusy answers a connection past the cap 503 and closes it, without
+// waiting on the client: a sandbox that opens connections without end
+// must not make the accept loop wait for each.
+func (p *Proxy) refuseBusy(c net.Conn, maxConns int) {
+	if p.busyLines.allow() {
+		p.log().Warn("egress refused", "SANDBOX_ID", p.Sandbox, "ACTION", "connect",
+			"reason", fmt.Sprintf("too many connections: %d open, the most a sandbox may have", maxConns))
+	}
+	body := fmt.Sprintf("sandboxd egress proxy: too many connections: this sandbox has %d open, the most it may have; close some and retry\n", maxConns)
+	c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+	fmt.Fprintf(c, "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\nRetry-After: 1\r\nConnection: close\r\n\r\n%s", len(body), body)
+	c.Close()
+}
+
+func (p *Proxy) idleTimeout() time.Duration {
+	if p.IdleTimeout > 0 {
+		return p.IdleTimeout
+	}
+	return DefaultIdleTimeout
+}
+
+func isTemporary(err error) bool {
+	for _, e := range []error{syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS, syscall.ENOMEM, syscall.ECONNABORTED} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// activity is when bytes last moved on a proxied connection, either way.
+type activity struct{ last atomic.Int64 }
+
+func newActivity() *activity {
+	a := &activity{}
+	a.touch()
+	return a
+}
+
+func (a *activity) touch() { a.last.Store(time.Now().UnixNano()) }
+
+// watch calls idle once no byte moved for timeout, unless stop was called
+// first.
+func (a *activity) watch(ctx context.Context, timeout time.Duration, idle func()) (stop func()) {
+	ctx, stop = context.WithCancel(ctx)
+	tick := max(timeout/4, 5*time.Millisecond)
+	go func() {
+		t := time.NewTicker(tick)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if time.Since(time.Unix(0, a.last.Load())) >= timeout {
+					idle()
+					return
+				}
+			}
+		}
+	}()
+	return stop
+}
+
+// activeConn notes each read and write of its connection.
+type activeConn struct {
+	net.Conn
+	act *activity
+}
+
+func (c *activeConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if n > 0 {
+		c.act.touch()
+	}
+	return n, err
+}
+
+func (c *activeConn) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	if n > 0 {
+		c.act.touch()
+	}
+	return n, err
+}
+
+// CloseWrite passes a half close on, as the proxy does at the end of one
+// direction.
+func (c *activeConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return errors.New("the connection cannot be half closed")
+}

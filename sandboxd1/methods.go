@@ -1,0 +1,62 @@
+package sandboxd1
+
+// Methods of org.sandboxd1.Manager (on ManagerPath).
+const (
+	MethodCreateSandbox         = "CreateSandbox"
+	MethodListSandboxes         = "ListSandboxes"
+	MethodGetSandbox            = "GetSandbox"
+	MethodDestroySandbox        = "DestroySandbox"
+	MethodListProjects          = "ListProjects"
+	MethodAddProject            = "AddProject"
+	MethodAddProjectWithOptions = "AddProjectWithOptions"
+	MethodRemoveProject         = "RemoveProject"
+	MethodTry                   = "Try"
+	MethodListPromotions        = "ListPromotions"
+	MethodGetPromotion          = "GetPromotion"
+	MethodApprovePromotion      = "ApprovePromotion"
+	MethodRejectPromotion       = "RejectPromotion"
+)
+
+// Methods of org.sandboxd1.Sandbox (on SandboxPath(id)).
+const (
+	MethodDestroy          = "Destroy"
+	MethodFreeze           = "Freeze"
+	MethodThaw             = "Thaw"
+	MethodExec             = "Exec"
+	MethodExecTerminal     = "ExecTerminal"
+	MethodSignal           = "Signal"
+	MethodCheckpoint       = "Checkpoint"
+	MethodListCheckpoints  = "ListCheckpoints"
+	MethodDeleteCheckpoint = "DeleteCheckpoint"
+	MethodRollback         = "Rollback"
+	MethodDiff             = "Diff"
+	MethodUnifiedDiff      = "UnifiedDiff"
+	MethodRebase           = "Rebase"
+	MethodProjectChanges   = "ProjectChanges"
+	MethodPromote          = "Promote"
+)
+
+// Methods of the standard interfaces the objects have.
+const (
+	MethodGet        = "Get"
+	MethodGetAll     = "GetAll"
+	MethodSet        = "Set"
+	MethodIntrospect = "Introspect"
+)
+
+// Signals.
+const (
+	// Of the manager: SandboxNew(s id, o object), SandboxRemoved(s id,
+	// o object), StateChanged(s id, s state).
+	SignalSandboxNew     = "SandboxNew"
+	SignalSandboxRemoved = "SandboxRemoved"
+	SignalStateChanged   = "StateChanged"
+	// Of a sandbox, to the caller of Exec alone: CommandExited(s command,
+	// s how, i status, i signal).
+	SignalCommandExited = "CommandExited"
+	// Of a sandbox's Properties interface.
+	SignalPropertiesChanged = "PropertiesChanged"
+)
+
+// Member is iface's member name as a client calls it: "org.sandboxd1.Manager.Try".
+func Member(iface, name string) string { return iface + "." + name }

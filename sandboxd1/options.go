@@ -1,0 +1,66 @@
+package sandboxd1
+
+// Options of CreateSandbox's a{sv} (and of Try's, which makes its
+// sandboxes with them). Names and units follow systemd's unit properties,
+// so a caller who knows `systemd-run -p` knows these. The Limits property
+// has the limits under the same names.
+const (
+	OptMemoryMax          = "MemoryMax"          // t, bytes; at least MinMemoryMax
+	OptMemoryHigh         = "MemoryHigh"         // t, bytes
+	OptMemorySwapMax      = "MemorySwapMax"      // t, bytes
+	OptTasksMax           = "TasksMax"           // t
+	OptCPUWeight          = "CPUWeight"          // t, 1..10000
+	OptIOWeight           = "IOWeight"           // t, 1..10000
+	OptCPUQuotaPerSecUSec = "CPUQuotaPerSecUSec" // t, µs of CPU time per second
+	OptRuntimeMaxUSec     = "RuntimeMaxUSec"     // t, µs
+	OptDiskQuota          = "DiskQuota"          // t, bytes, above 0
+	OptTTLUSec            = "TTLUSec"            // t, µs, above 0
+	OptName               = "Name"               // s, not empty
+	OptProfile            = "Profile"            // s
+	OptNetwork            = "Network"            // s: none, allowlist or host
+	OptAllow              = "Allow"              // as, host:port entries
+	OptReadOnlyProject    = "ReadOnlyProject"    // b
+)
+
+// MinMemoryMax is the least MemoryMax a sandbox may have: its init, the
+// shell a command runs in and the kernel's own accounting of the cgroup
+// need a few MiB before anything of the caller's runs; below this the
+// init is killed as it starts, and the sandbox cannot run anything.
+const MinMemoryMax = 16 * MiB
+
+// Options of Exec's and ExecTerminal's a{sv}.
+const (
+	OptEnvironment      = "Environment"      // as, KEY=value
+	OptWorkingDirectory = "WorkingDirectory" // s
+	OptRoot             = "Root"             // b, for root only
+	OptTimeoutUSec      = "TimeoutUSec"      // t, µs
+	OptOutputLimit      = "OutputLimit"      // t, bytes of stdout and stderr together (Exec)
+	OptDetach           = "Detach"           // b
+)
+
+// Options of Promote's a{sv}.
+const (
+	OptForce           = "Force"           // b
+	OptTo              = "To"              // s, the last stage to go to
+	OptAllowPrivileged = "AllowPrivileged" // b, for an admin only
+)
+
+// Options of UnifiedDiff's a{sv}.
+const (
+	OptContext  = "Context"  // u, lines of context
+	OptMaxBytes = "MaxBytes" // t, where the text is cut
+)
+
+// Options of AddProjectWithOptions' a{sv}: who may use the project,
+// names or numeric ids.
+const (
+	OptUsers  = "Users"  // as
+	OptGroups = "Groups" // as
+)
+
+// Try's keep argument: which sandboxes stay.
+const (
+	KeepWinner = "winner"
+	KeepAll    = "all"
+	KeepNone   = "none"
+)

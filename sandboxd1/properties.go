@@ -1,0 +1,44 @@
+package sandboxd1
+
+// Properties of org.sandboxd1.Sandbox, all read-only (docs/dbus-api.md
+// says what each means).
+const (
+	PropID              = "Id"              // s
+	PropName            = "Name"            // s, "" when none
+	PropProject         = "Project"         // s
+	PropState           = "State"           // s, emits PropertiesChanged
+	PropOwner           = "Owner"           // u, the uid that created it
+	PropCreated         = "Created"         // t, µs since the epoch
+	PropExpires         = "Expires"         // t, µs since the epoch; 0 is none
+	PropPath            = "Path"            // s
+	PropUnit            = "Unit"            // s
+	PropBase            = "Base"            // s
+	PropProfile         = "Profile"         // s
+	PropLimits          = "Limits"          // a{sv}, under CreateSandbox's option names
+	PropNetwork         = "Network"         // s
+	PropAllow           = "Allow"           // as
+	PropReadOnlyProject = "ReadOnlyProject" // b
+	// Live: read at each Get, never announced.
+	PropStaleness = "Staleness" // s: current, stale or unknown
+	PropUsage     = "Usage"     // a{sv}, the Usage* keys
+)
+
+// Keys of the Usage property; only what the host accounts is there.
+const (
+	UsageMemoryCurrent = "MemoryCurrent" // t, bytes
+	UsageMemoryPeak    = "MemoryPeak"    // t, bytes
+	UsageCPUUsageNSec  = "CPUUsageNSec"  // t
+	UsageTasksCurrent  = "TasksCurrent"  // t
+	UsageDiskUsed      = "DiskUsed"      // t, bytes
+)
+
+// Values of the State property.
+const (
+	StateCreating   = "creating"
+	StateReady      = "ready"
+	StateRunning    = "running"
+	StateFrozen     = "frozen"
+	StateStopped    = "stopped"
+	StatePromoting  = "promoting"
+	StateDestroying = "destroying"
+)

@@ -1,0 +1,91 @@
+package api
+
+import (
+	"slices"
+	"strings"
+
+	"github.com/sandboxd/sandboxd/sandboxd1"
+)
+
+// action is what the server must know of each call a caller can make,
+// named as begin is told (the method's name; "Properties.Get" and the
+// like for the standard interfaces). Every method served is in actions:
+// a test holds the table to the exported methods of the objects, so that
+// a new method cannot be left out of the journal or of the heavy-call
+// limit.
+type action struct {
+	// mutating: the call changes something, and a successful one is
+	// journaled (reads, which clients poll, only at debug level).
+	mutating bool
+	// heavy: the call holds much memory (a unified diff is built whole
+	// before it is sent), takes snapshots or runs commands, and counts
+	// against the heavy-call limits (limits.go).
+	heavy bool
+}
+
+var actions = map[string]action{
+	// org.sandboxd1.Manager
+	sandboxd1.MethodCreateSandbox:         {mutating: true},
+	sandboxd1.MethodListSandboxes:         {},
+	sandboxd1.MethodGetSandbox:            {},
+	sandboxd1.MethodDestroySandbox:        {mutating: true},
+	sandboxd1.MethodListProjects:          {},
+	sandboxd1.MethodAddProject:            {mutating: true},
+	sandboxd1.MethodAddProjectWithOptions: {mutating: true},
+	sandboxd1.MethodRemoveProject:         {mutating: true},
+	sandboxd1.MethodTry:                   {mutating: true, heavy: true},
+	sandboxd1.MethodListPromotions:        {},
+	sandboxd1.MethodGetPromotion:          {},
+	sandboxd1.MethodApprovePromotion:      {mutating: true},
+	sandboxd1.MethodRejectPromotion:       {mutating: true},
+	// org.sandboxd1.Sandbox
+	sandboxd1.MethodDestroy:          {mutating: true},
+	sandboxd1.MethodFreeze:           {mutating: true},
+	sandboxd1.MethodThaw:             {mutating: true},
+	sandboxd1.MethodExec:             {mutating: true},
+	sandboxd1.MethodExecTerminal:     {mutating: true},
+	sandboxd1.MethodSignal:           {mutating: true},
+	sandboxd1.MethodCheckpoint:       {mutating: true},
+	sandboxd1.MethodListCheckpoints:  {},
+	sandboxd1.MethodDeleteCheckpoint: {mutating: true},
+	sandboxd1.MethodRollback:         {mutating: true},
+	sandboxd1.MethodDiff:             {heavy: true},
+	sandboxd1.MethodUnifiedDiff:      {heavy: true},
+	sandboxd1.MethodRebase:           {mutating: true},
+	sandboxd1.MethodProjectChanges:   {heavy: true},
+	sandboxd1.MethodPromote:          {mutating: true, heavy: true},
+	// The standard interfaces of a sandbox's object. Set changes nothing
+	// (every property is read-only) and is always refused.
+	propertiesAction(sandboxd1.MethodGet):    {},
+	propertiesAction(sandboxd1.MethodGetAll): {},
+	propertiesAction(sandboxd1.MethodSet):    {},
+	sandboxd1.MethodIntrospect:               {},
+}
+
+// propertiesAction is how a call of org.freedesktop.DBus.Properties is
+// named in the journal.
+func propertiesAction(method string) string { return "Properties." + method }
+
+// mutating says whether a successful call of action is journaled. One
+// the table does not know is: better a line too many than a change
+// unseen.
+func mutating(name string) bool {
+	a, ok := actions[name]
+	return !ok || a.mutating
+}
+
+// heavy says whether a call of action counts against the heavy-call
+// limits.
+func heavy(name string) bool { return actions[name].heavy }
+
+// heavyNames lists the heavy calls, for messages.
+func heavyNames() string {
+	var names []string
+	for name, a := range actions {
+		if a.heavy {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
+}

@@ -1,0 +1,296 @@
+package supervisor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sandboxd/sandboxd/internal/crashpoint"
+	"github.com/sandboxd/sandboxd/runtime/nsinit"
+	"github.com/sandboxd/sandboxd/supervisor/state"
+	"github.com/sandboxd/sandboxd/units"
+)
+
+// CreateOptions are what a caller asks of a new sandbox.
+type CreateOptions struct {
+	Project string
+	// Name is the sandbox's name ("": none): see ValidateSandboxName; no
+	// other sandbox may have it.
+	Name   string
+	Owner  uint32 // the caller's uid
+	Limits units.Limits
+	// DiskQuota bounds what the sandbox writes, in bytes (0: none).
+	DiskQuota uint64
+	// TTL is the sandbox's time to live (0: none).
+	TTL time.Duration
+	// Profile names the profile whose settings fill what these leave
+	// unset ("": the default profile).
+	Profile string
+	// Network is nsinit.NetworkNone, NetworkAllowlist (with Allow) or
+	// NetworkHost; "" takes the profile's.
+	Network string
+	Allow   []string
+	// ReadOnlyProject: the sandbox sees its project but cannot change it
+	// (nil: the profile's).
+	ReadOnlyProject *bool
+
+	hidden, readOnly []string // the host's and the profile's
+	// gateHeld: the caller (a promotion's checks) holds the project's
+	// gate already.
+	gateHeld bool
+}
+
+// Create makes a sandbox: its intent is recorded first, then a read-only
+// base of the project, a writable snapshot of it, and a scope holding the
+// sandbox's init process; the record turns ready last. Any failure undoes
+// what was made, in reverse; a crash is finished by Reconcile.
+func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox, err error) {
+	defer func() { s.audit(ctx, "create", sb.Record, err) }()
+	if err := s.resolveProfile(&opts); err != nil {
+		return sb, fmt.Errorf("creating a sandbox of %s: %w", opts.Project, err)
+	}
+	if err := s.cfg.Policy.applyDefaults(&opts); err != nil {
+		return sb, fmt.Errorf("creating a sandbox of %s: %w", opts.Project, err)
+	}
+	s.applyHostDefaults(&opts)
+	location := s.projects.location(opts.Project)
+	if location == "" {
+		return sb, fmt.Errorf("creating a sandbox of %q: %w", opts.Project, ErrUnknownProject)
+	}
+	if err := s.MayUseProject(ctx, opts.Project); err != nil {
+		return sb, fmt.Errorf("creating a sandbox of %q: %w", opts.Project, err)
+	}
+	if opts.Name != "" {
+		if err := ValidateSandboxName(opts.Name); err != nil {
+			return sb, fmt.Errorf("creating a sandbox of %s: %w: name %w", opts.Project, ErrInvalid, err)
+		}
+	}
+	if opts.TTL < 0 {
+		return sb, fmt.Errorf("creating a sandbox of %s: time to live %v is negative: %w", opts.Project, opts.TTL, ErrInvalid)
+	}
+	if err := opts.Limits.Validate(); err != nil {
+		return sb, fmt.Errorf("creating a sandbox of %s: %w: %w", opts.Project, ErrInvalid, err)
+	}
+	project, err := s.cfg.Backend.Project(ctx, location)
+	if err == nil {
+		err = s.roomInPool()
+	}
+	if err != nil {
+		return sb, fmt.Errorf("creating a sandbox of %s: %w", opts.Project, err)
+	}
+	limits, err := json.Marshal(opts.Limits)
+	if err != nil {
+		return sb, err
+	}
+	s.admission.Lock()
+	// Under the lock: a project removed since the check above is gone,
+	// and one whose removal comes next will see this create's record.
+	if s.projects.location(opts.Project) != location {
+		s.admission.Unlock()
+		return sb, fmt.Errorf("creating a sandbox of %q: it was removed meanwhile: %w", opts.Project, ErrUnknownProject)
+	}
+	recs, err := s.cfg.Store.List()
+	if err != nil {
+		s.admission.Unlock()
+		return sb, fmt.Errorf("creating a sandbox of %s: %w", opts.Project, err)
+	}
+	// Names are unique among all the records, a destroying sandbox's too:
+	// its name is free once it is gone.
+	if opts.Name != "" {
+		for _, r := range recs {
+			if r.Name == opts.Name {
+				s.admission.Unlock()
+				return sb, fmt.Errorf("creating a sandbox of %s: a sandbox named %q exists; pick another name or destroy it: %w", opts.Project, opts.Name, ErrExists)
+			}
+		}
+	}
+	live := liveOf(recs)
+	evict, err := s.cfg.Policy.admit(live, opts)
+	if err != nil {
+		s.admission.Unlock()
+		return sb, fmt.Errorf("creating a sandbox of %s: %w", opts.Project, err)
+	}
+	for _, old := range evict {
+		if err := s.destroy(ctx, old.ID, "evict"); err != nil && !errors.Is(err, ErrNotFound) {
+			s.admission.Unlock()
+			return sb, fmt.Errorf("creating a sandbox of %s: making room by destroying %s: %w", opts.Project, old.ID, err)
+		}
+	}
+	id := newID()
+	defer s.lock(id)()
+	now := time.Now().UTC()
+	rec := state.Record{
+		ID: id, Name: opts.Name, Project: opts.Project, ProjectLocation: location, Owner: opts.Owner, State: state.Creating,
+		Base: baseName(id), Volume: volumeName(id), Unit: unitName(id),
+		Profile: opts.Profile, Created: now, Limits: limits, DiskQuota: opts.DiskQuota,
+		Network: opts.Network, Allow: opts.Allow, ReadOnlyProject: *opts.ReadOnlyProject,
+		Hidden: opts.hidden, ReadOnly: opts.readOnly,
+	}
+	if opts.TTL > 0 {
+		rec.Expires = now.Add(opts.TTL)
+	}
+	sb.Record = rec
+	err = s.cfg.Store.Create(rec)
+	s.admission.Unlock()
+	if err != nil {
+		return sb, fmt.Errorf("creating sandbox %s: %w", id, err)
+	}
+	crashpoint.Hit(crashpoint.CreateRecorded)
+	var undo []func(context.Context) error
+	defer func() {
+		if err == nil {
+			return
+		}
+		cleanup := context.WithoutCancel(ctx)
+		for i := len(undo) - 1; i >= 0; i-- {
+			if uerr := undo[i](cleanup); uerr != nil {
+				s.log.Error("undoing a failed create", "SANDBOX_ID", id, "error", uerr)
+				return // keep the record: Reconcile finishes the job
+			}
+		}
+		_ = s.cfg.Store.Delete(id)
+	}()
+
+	// The init starts first, so that its start overlaps the snapshots,
+	// unless the sandbox's volume will be a mount of its own, which the
+	// init's mount namespace, a copy of the daemon's, must already have.
+	// startScope takes it over.
+	var init *nsinit.Init
+	handed := false
+	undo = append(undo, func(context.Context) error {
+		if init != nil && !handed {
+			init.Kill()
+		}
+		return nil
+	})
+	launch := func() (err error) {
+		init, err = s.launch(opts.Network)
+		return err
+	}
+	early := !s.cfg.Backend.Info().Capabilities.SeparateMounts
+	if early {
+		if err := launch(); err != nil {
+			return sb, fmt.Errorf("creating sandbox %s: %w", id, err)
+		}
+		crashpoint.Hit(crashpoint.CreateInitLaunched)
+	}
+	// Not while a promotion writes or checks the project (projectGate).
+	ungate := func() {}
+	if !opts.gateHeld {
+		gate := s.gate.of(opts.Project)
+		gate.RLock()
+		ungate = gate.RUnlock
+	}
+	base, err := s.cfg.Backend.Snapshot(ctx, project, rec.Base, true)
+	ungate()
+	if err != nil {
+		return sb, fmt.Errorf("creating sandbox %s: %w", id, err)
+	}
+	undo = append(undo, func(ctx context.Context) error { return s.cfg.Backend.Delete(ctx, base) })
+	crashpoint.Hit(crashpoint.CreateBase)
+	vol, err := s.cfg.Backend.Snapshot(ctx, base, rec.Volume, false)
+	if err != nil {
+		return sb, fmt.Errorf("creating sandbox %s: %w", id, err)
+	}
+	undo = append(undo, func(ctx context.Context) error { return s.cfg.Backend.Delete(ctx, vol) })
+	crashpoint.Hit(crashpoint.CreateVolume)
+	if opts.DiskQuota > 0 {
+		if err := s.cfg.Backend.SetQuota(ctx, vol, opts.DiskQuota); err != nil {
+			return sb, fmt.Errorf("creating sandbox %s: %w", id, err)
+		}
+	}
+	if !early {
+		if err := launch(); err != nil {
+			return sb, fmt.Errorf("creating sandbox %s: %w", id, err)
+		}
+		crashpoint.Hit(crashpoint.CreateInitLaunched)
+	}
+	layer, made, err := s.makeLayer(ctx, &rec)
+	if made {
+		undo = append(undo, func(ctx context.Context) error { return s.cfg.Backend.Delete(ctx, layer) })
+	}
+	if err != nil {
+		return sb, fmt.Errorf("creating sandbox %s: its system layer: %w", id, err)
+	}
+	crashpoint.Hit(crashpoint.CreateLayer)
+	undo = append(undo, func(context.Context) error { return s.removeWorld(id) })
+	handed = true
+	if err := s.startScope(ctx, rec, opts.Limits, init); err != nil {
+		return sb, fmt.Errorf("creating sandbox %s: %w", id, err)
+	}
+	undo = append(undo, func(ctx context.Context) error { return s.stopScope(ctx, rec.Unit) })
+	crashpoint.Hit(crashpoint.CreateScopeStarted)
+	rec, err = s.cfg.Store.Update(id, func(r *state.Record) error { r.State = state.Ready; r.Layer = rec.Layer; return nil })
+	if err != nil {
+		return sb, fmt.Errorf("creating sandbox %s: %w", id, err)
+	}
+	crashpoint.Hit(crashpoint.CreateReady)
+	attrs := []any{"SANDBOX_ID", id, "CALLER_UID", opts.Owner, "ACTION", "create", "project", opts.Project}
+	if opts.Name != "" {
+		attrs = append(attrs, "name", opts.Name)
+	}
+	s.log.Info("sandbox created", attrs...)
+	return Sandbox{Record: rec, Path: vol.Path}, nil
+}
+
+// startScope gives the sandbox's init (launched, or launched here) its
+// world to build, and puts it in the sandbox's scope with its limits, the
+// two at once: systemd's job and the init's mounts take about as long.
+// The init runs in its own session so that it outlives the daemon (its
+// scope, not the daemon's service, holds it). On failure it is killed.
+func (s *Supervisor) startScope(ctx context.Context, rec state.Record, limits units.Limits, init *nsinit.Init) error {
+	if init == nil {
+		var err error
+		if init, err = s.launch(rec.Network); err != nil {
+			return err
+		}
+	}
+	spec, err := s.spec(ctx, rec)
+	if err != nil {
+		init.Kill()
+		return err
+	}
+	if limits.MemoryMax != nil {
+		spec.ScratchSize = nsinit.ScratchSizeFor(*limits.MemoryMax)
+	}
+	built := make(chan error, 1)
+	go func() { built <- init.Build(ctx, spec) }()
+	scopeErr := s.cfg.Units.StartScope(ctx, units.Scope{
+		Name:        rec.Unit,
+		Description: fmt.Sprintf("sandboxd sandbox %s of %s", rec.ID, rec.Project),
+		PIDs:        []int{init.PID},
+		Slice:       units.OwnerSlice(rec.Owner),
+		Limits:      limits,
+		Devices:     units.SandboxDevices,
+	})
+	if err := <-built; err != nil || scopeErr != nil {
+		init.Kill()
+		if scopeErr == nil {
+			_ = s.stopScope(context.WithoutCancel(ctx), rec.Unit)
+		}
+		if err != nil {
+			return err // the init's account says more than the scope's
+		}
+		return scopeErr
+	}
+	w := &world{pid: init.PID}
+	if err := s.startProxy(rec, w); err != nil {
+		init.Kill()
+		_ = s.stopScope(context.WithoutCancel(ctx), rec.Unit)
+		return err
+	}
+	s.worlds.set(rec.ID, w)
+	return nil
+}
+
+// stopScope stops a sandbox's scope; one that is already gone is fine.
+func (s *Supervisor) stopScope(ctx context.Context, unit string) error {
+	err := s.cfg.Units.Stop(ctx, unit)
+	_ = s.cfg.Units.ResetFailed(ctx, unit)
+	if err != nil && !errors.Is(err, units.ErrNotFound) {
+		return fmt.Errorf("stopping %s: %w", unit, err)
+	}
+	return nil
+}

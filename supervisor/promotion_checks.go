@@ -1,0 +1,168 @@
+package supervisor
+
+// A promotion's checks: the project stage's checks run in a sandbox of the
+// promoted project; privileged files are refused unless an admin allows.
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sandboxd/sandboxd/cowfs"
+	"github.com/sandboxd/sandboxd/internal/crashpoint"
+	"github.com/sandboxd/sandboxd/promote"
+	"github.com/sandboxd/sandboxd/runtime/nsinit"
+	"github.com/sandboxd/sandboxd/supervisor/audit"
+	"github.com/sandboxd/sandboxd/supervisor/state"
+)
+
+const (
+	defaultCheckTimeout = 10 * time.Minute
+	// checkOutput is how much of a check's output its record keeps (the
+	// end, where failures are told).
+	checkOutput = 4 << 10
+)
+
+// checkPrivileged refuses a change set that carries set-id files, device
+// nodes or file capabilities, naming each, unless allow (an admin's
+// word), which is then logged and audited with the paths.
+func (s *Supervisor) checkPrivileged(ctx context.Context, p *Promotion, changes []cowfs.Change, source cowfs.Volume, allow bool) error {
+	found, err := promote.Privileged(ctx, changes, source.Path)
+	if err != nil {
+		return err
+	}
+	if len(found) == 0 {
+		return nil
+	}
+	perr := &promote.PrivilegedError{Paths: found}
+	if !allow {
+		return fmt.Errorf("%w; an admin may allow them (sandboxctl promote --allow-privileged)", perr)
+	}
+	privilegedAllowed.Store(p.ID, true)
+	paths := make([]string, len(found))
+	for i, f := range found {
+		paths[i] = f.String()
+	}
+	s.log.Warn("promotion carries privileged files, allowed by an admin", "promotion", p.ID, "SANDBOX_ID", p.Sandbox,
+		"CALLER_UID", p.Owner, "paths", strings.Join(paths, ", "))
+	s.auditEntry(ctx, audit.Entry{Action: "promote-privileged", Command: "allowed by an admin: " + strings.Join(paths, ", "),
+		Promotion: &audit.Promotion{ID: p.ID, State: string(p.State), Changes: p.Changes, Digest: p.Digest}},
+		state.Record{ID: p.Sandbox, Project: p.Project}, nil)
+	return nil
+}
+
+// failedCheck is the error of the first check that did not pass.
+func failedCheck(results []state.CheckResult) error {
+	for _, r := range results {
+		if r.How != nsinit.Exited || r.Status != 0 {
+			return fmt.Errorf("check %q failed (%s, status %d)", r.Command, r.How, r.Status)
+		}
+	}
+	return nil
+}
+
+// checkInSandbox runs the stage's checks, one after the other, in a new
+// sandbox of the promoted project, so that a check that writes cannot
+// change it; the sandbox goes after.
+func (s *Supervisor) checkInSandbox(ctx context.Context, p *Promotion, st Stage) (results []state.CheckResult, err error) {
+	crashpoint.Hit(crashpoint.PromoteChecking)
+	timeout := st.CheckTimeout
+	if timeout == 0 {
+		timeout = defaultCheckTimeout
+	}
+	sb, err := s.Create(ctx, CreateOptions{
+		Project: p.Project, Name: checkSandboxName(p.ID), Owner: p.Owner,
+		TTL: time.Duration(len(st.Checks)+1) * timeout, gateHeld: true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("making a sandbox for the checks: %w", err)
+	}
+	defer func() {
+		if derr := s.Destroy(context.WithoutCancel(ctx), sb.ID); derr != nil {
+			s.log.Error("destroying a check sandbox", "SANDBOX_ID", sb.ID, "error", derr)
+		}
+	}()
+	for _, check := range st.Checks {
+		r, err := s.runCheck(ctx, sb.ID, p.Owner, check, timeout)
+		if err != nil {
+			return results, err
+		}
+		results = append(results, r)
+		if r.How != nsinit.Exited || r.Status != 0 {
+			break // the first failure decides
+		}
+	}
+	return results, nil
+}
+
+// runCheck runs command with sh -c in sandbox id as uid, and keeps the
+// end of its output.
+func (s *Supervisor) runCheck(ctx context.Context, id string, uid uint32, command string, timeout time.Duration) (state.CheckResult, error) {
+	r := state.CheckResult{Command: command}
+	devNull, err := os.Open(os.DevNull)
+	if err != nil {
+		return r, err
+	}
+	defer devNull.Close()
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return r, err
+	}
+	defer pr.Close()
+	start := time.Now()
+	cmd, err := s.Exec(ctx, id, ExecOptions{
+		Argv: []string{"/bin/sh", "-c", command}, UID: uid, AsRoot: uid == 0,
+		Stdio: []*os.File{devNull, pw, pw}, Timeout: timeout,
+	})
+	pw.Close() // the init holds its own copy
+	if err != nil {
+		return r, fmt.Errorf("running check %q: %w", command, err)
+	}
+	var out tailBuffer
+	copied := make(chan struct{})
+	go func() { _, _ = io.Copy(&out, pr); close(copied) }()
+	select {
+	case <-cmd.Done():
+	case <-ctx.Done():
+		// The daemon stops: the check sandbox's destruction ends it.
+		return r, fmt.Errorf("running check %q: %w", command, context.Cause(ctx))
+	}
+	select {
+	case <-copied:
+	case <-time.After(2 * time.Second): // something in the background kept the pipe
+	}
+	res := cmd.Result()
+	r.Duration, r.How, r.Output = time.Since(start), string(res.How), out.String()
+	r.Status = res.Code
+	if res.Signal != 0 {
+		r.Status = 128 + res.Signal
+	}
+	return r, nil
+}
+
+// tailBuffer keeps the last checkOutput bytes written to it.
+type tailBuffer struct {
+	mu  sync.Mutex
+	buf []byte
+}
+
+func (t *tailBuffer) Write(b []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf = append(t.buf, b...)
+	if len(t.buf) > checkOutput {
+		t.buf = t.buf[len(t.buf)-checkOutput:]
+	}
+	return len(b), nil
+}
+
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(bytes.ToValidUTF8(t.buf, []byte("?")))
+}

@@ -1,0 +1,70 @@
+package supervisor
+
+import (
+	"fmt"
+	"strings"
+)
+
+// The names of what sandboxd makes start with these prefixes, so that the
+// filesystem and systemd alone tell what is whose: Reconcile reads a
+// volume's or a scope's owner from its name, and removes what no record
+// names. A name is PREFIX + an id (12 hex digits) + what follows. Volume
+// names must stay within cowfs.MaxNameLen. (The btrfs backend's own
+// temporary entries start with ".tmp-": cowfs/btrfs keeps that prefix.)
+const (
+	// prefixSandbox: a sandbox's writable copy of its project, sb-ID (a
+	// rebase makes sb-ID-N before the record names it).
+	prefixSandbox = "sb-"
+	// prefixBase: the read-only snapshot of the project a sandbox was made
+	// of, base-ID (base-ID-N after a rebase).
+	prefixBase = "base-"
+	// prefixLayer: a sandbox's system layer (the overlay's upper
+	// directory over the host's root), sys-ID, where it is a volume.
+	prefixLayer = "sys-"
+	// prefixCheckpoint: checkpoint NAME of sandbox ID's copy of the
+	// project, ck-ID-NAME.
+	prefixCheckpoint = "ck-"
+	// prefixCheckpointLayer: the same checkpoint of its system layer,
+	// cks-ID-NAME.
+	prefixCheckpointLayer = "cks-"
+	// prefixDiff: a short-lived read-only snapshot taken to list a
+	// sandbox's or a project's changes (Diff, Rebase), diff-ID-X.
+	prefixDiff = "diff-"
+	// prefixPromotion: a promotion's volumes, pv-PID-src (the sandbox's
+	// source snapshot, what is promoted), pv-PID-rpN (stage N's rollback
+	// point, the project before the stage) and pv-PID-out (the promoted
+	// project, which replica stages receive).
+	prefixPromotion = "pv-"
+	// prefixCheckSandbox names the sandbox a promotion's checks run in,
+	// check-PID (a sandbox name, not a volume's).
+	prefixCheckSandbox = "check-"
+	// prefixTry names Try's sandboxes when the caller gives no name,
+	// try-XXXX-N (a sandbox name, not a volume's).
+	prefixTry = "try-"
+	// prefixUnit: a sandbox's transient systemd scope, sandbox-ID.scope;
+	// also its hostname, sandbox-ID.
+	prefixUnit = "sandbox-"
+)
+
+// Names of a promotion's volumes: the sandbox's source snapshot, each
+// stage's rollback point, and the promoted project's snapshot that the
+// replica stages receive. Reconcile removes those of finished promotions.
+func promotionPrefix(pid string) string { return prefixPromotion + pid + "-" }
+func sourceName(pid string) string      { return promotionPrefix(pid) + "src" }
+func rollbackName(pid string, stage int) string {
+	return fmt.Sprintf("%srp%d", promotionPrefix(pid), stage)
+}
+func promotedName(pid string) string { return promotionPrefix(pid) + "out" }
+
+// checkSandboxName is the name of the sandbox a promotion's checks run in.
+func checkSandboxName(pid string) string { return prefixCheckSandbox + pid }
+
+// promotionOf tells a promotion volume's promotion id.
+func promotionOf(volume string) (string, bool) {
+	rest, ok := strings.CutPrefix(volume, prefixPromotion)
+	if !ok {
+		return "", false
+	}
+	pid, _, ok := strings.Cut(rest, "-")
+	return pid, ok
+}

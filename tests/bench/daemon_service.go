@@ -1,0 +1,247 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/godbus/dbus/v5"
+
+	"github.com/sandboxd/sandboxd/supervisor/api"
+	sdconfig "github.com/sandboxd/sandboxd/supervisor/config"
+)
+
+// start installs sandboxd as an operator would (the bus policy, the unit
+// with ExecStart at the built binary, a configuration naming the
+// projects), starts it, and connects to the system bus.
+func (d *daemon) start(ctx context.Context, root string, projects map[string]string) error {
+	if d.repo == "" {
+		return errors.New("installing sandboxd: not run from the repository (no go.mod above the working directory)")
+	}
+	if out, _ := command(ctx, "systemctl", "is-active", daemonUnit).Output(); strings.TrimSpace(string(out)) == "active" {
+		return fmt.Errorf("installing sandboxd: %s already runs in this testbed; stop it first (systemctl stop %s)", daemonUnit, daemonUnit)
+	}
+	conn, err := dbus.ConnectSystemBus()
+	if err != nil {
+		return fmt.Errorf("connecting to the system bus: %w", err)
+	}
+	d.conn = conn
+
+	d.configPath = filepath.Join(benchConfigDir, "sandboxd.toml")
+	text, err := daemonConfig(d.configPath, root, projects)
+	if err != nil {
+		return err
+	}
+	d.wroteConf = true
+	if err := os.MkdirAll(benchConfigDir, 0o755); err != nil {
+		return fmt.Errorf("writing sandboxd's configuration: %w", err)
+	}
+	if err := os.WriteFile(d.configPath, text, 0o644); err != nil {
+		return fmt.Errorf("writing sandboxd's configuration: %w", err)
+	}
+
+	// The policy lets root own the name. One already there (a testbed
+	// left up after the integration tests) is the same file and stays.
+	if _, err := os.Stat(policyPath); errors.Is(err, os.ErrNotExist) {
+		policy, err := os.ReadFile(filepath.Join(d.repo, "packaging", "dbus", "org.sandboxd1.conf"))
+		if err != nil {
+			return fmt.Errorf("installing the bus policy: %w", err)
+		}
+		d.wrotePol = true
+		if err := os.WriteFile(policyPath, policy, 0o644); err != nil {
+			return fmt.Errorf("installing the bus policy: %w", err)
+		}
+		if err := d.reloadBus(ctx); err != nil {
+			return err
+		}
+	}
+
+	unit, err := os.ReadFile(filepath.Join(d.repo, "packaging", "systemd", daemonUnit))
+	if err != nil {
+		return fmt.Errorf("installing %s: %w", daemonUnit, err)
+	}
+	const stock = "ExecStart=/usr/bin/sandboxd"
+	if !bytes.Contains(unit, []byte(stock)) {
+		return fmt.Errorf("installing %s: the packaged unit has no %q line to point at the built binary", daemonUnit, stock)
+	}
+	unit = bytes.ReplaceAll(unit, []byte(stock), fmt.Appendf(nil, "ExecStart=%s --config %s", d.bin, d.configPath))
+	d.wroteUnit = true
+	if err := os.WriteFile(unitPath, unit, 0o644); err != nil {
+		return fmt.Errorf("installing %s: %w", daemonUnit, err)
+	}
+	if _, err := tool(ctx, "systemctl", "daemon-reload"); err != nil {
+		return fmt.Errorf("installing %s: %w", daemonUnit, err)
+	}
+	d.started = true
+	// Type=notify: this returns once the daemon has said READY=1, after
+	// its reconcile and with its name on the bus.
+	progress("daemon: starting %s", daemonUnit)
+	if _, err := tool(ctx, "systemctl", "start", daemonUnit); err != nil {
+		return fmt.Errorf("starting sandboxd: %w; its journal: %s", err, d.journal(ctx))
+	}
+
+	// A run killed inside a testbed that stayed up leaves sandboxes in
+	// the state directory; the daemon has adopted them. They go, and the
+	// daemon restarts, so that its memory is measured from none.
+	left, err := d.list(ctx)
+	if err != nil {
+		return err
+	}
+	if len(left) > 0 {
+		progress("daemon: destroying %d sandboxes left by an earlier run", len(left))
+		for _, id := range left {
+			if err := d.destroy(ctx, id); err != nil {
+				return err
+			}
+		}
+		if _, err := tool(ctx, "systemctl", "restart", daemonUnit); err != nil {
+			return fmt.Errorf("restarting sandboxd: %w; its journal: %s", err, d.journal(ctx))
+		}
+	}
+	return nil
+}
+
+// daemonConfig is the daemon's configuration: its pool at root on btrfs,
+// its own state directory, and the projects.
+func daemonConfig(path, root string, projects map[string]string) ([]byte, error) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "[daemon]\nstate_dir = %q\n\n[storage]\nbackend = \"btrfs\"\n\n[storage.btrfs]\nroot = %q\n", benchStateDir, root)
+	var tail strings.Builder
+	for name, dir := range projects {
+		fmt.Fprintf(&tail, "\n[[project]]\nname = %q\npath = %q\n", name, dir)
+	}
+	// The caps of [limits], where the daemon has them, would refuse the
+	// bench's 200 sandboxes of one user (32 by default): they are lifted.
+	// A configuration that knows no [limits] has no caps, and must not
+	// name the section.
+	lifted := b.String() + "\n[limits]\nmax_sandboxes = 0\nmax_sandboxes_per_user = 0\n" + tail.String()
+	if _, err := sdconfig.Parse([]byte(lifted), path); err == nil {
+		return []byte(lifted), nil
+	}
+	plain := b.String() + tail.String()
+	if _, err := sdconfig.Parse([]byte(plain), path); err != nil {
+		return nil, fmt.Errorf("writing sandboxd's configuration: %w", err)
+	}
+	return []byte(plain), nil
+}
+
+// reloadBus makes dbus-daemon read its policy files again.
+func (d *daemon) reloadBus(ctx context.Context) error {
+	if err := d.conn.BusObject().CallWithContext(ctx, "org.freedesktop.DBus.ReloadConfig", 0).Err; err != nil {
+		return fmt.Errorf("reloading the bus's policy: %w", err)
+	}
+	return nil
+}
+
+// journal is the end of the daemon's journal, for an error message.
+func (d *daemon) journal(ctx context.Context) string {
+	out, _ := command(ctx, "journalctl", "--no-pager", "-o", "cat", "-n", "15", "-u", daemonUnit).CombinedOutput()
+	return strings.TrimSpace(string(out))
+}
+
+func (d *daemon) manager() dbus.BusObject { return d.conn.Object(api.BusName, api.ManagerPath) }
+
+// create makes a sandbox of project; the reply comes once it is ready.
+func (d *daemon) create(ctx context.Context, project string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	var id string
+	var object dbus.ObjectPath
+	err := d.manager().CallWithContext(ctx, api.ManagerInterface+".CreateSandbox", 0, project, map[string]dbus.Variant{}).Store(&id, &object)
+	if err != nil {
+		return "", fmt.Errorf("creating a sandbox of %s: %w", project, err)
+	}
+	d.live[id] = true
+	return id, nil
+}
+
+func (d *daemon) destroy(ctx context.Context, id string) error {
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	if err := d.manager().CallWithContext(ctx, api.ManagerInterface+".DestroySandbox", 0, id).Err; err != nil {
+		return fmt.Errorf("destroying sandbox %s: %w", id, err)
+	}
+	delete(d.live, id)
+	return nil
+}
+
+// list returns the ids of every sandbox the daemon has.
+func (d *daemon) list(ctx context.Context) ([]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	var entries []api.ListEntry
+	if err := d.manager().CallWithContext(ctx, api.ManagerInterface+".ListSandboxes", 0).Store(&entries); err != nil {
+		return nil, fmt.Errorf("listing sandboxes: %w", err)
+	}
+	ids := make([]string, len(entries))
+	for i, e := range entries {
+		ids[i] = e.ID
+	}
+	return ids, nil
+}
+
+// stop undoes start: it destroys every sandbox, stops the daemon, and
+// removes what was installed. It carries on past errors, and what a
+// failed destroy left is stopped here (its scope) or by the caller (its
+// volumes, with the pool).
+func (d *daemon) stop(ctx context.Context) error {
+	var errs []error
+	if d.started {
+		if ids, err := d.list(ctx); err != nil {
+			errs = append(errs, err)
+		} else {
+			for _, id := range ids {
+				if err := d.destroy(ctx, id); err != nil {
+					errs = append(errs, err)
+				}
+			}
+		}
+		if _, err := tool(ctx, "systemctl", "stop", daemonUnit); err != nil {
+			errs = append(errs, fmt.Errorf("stopping sandboxd: %w", err))
+		}
+		_, _ = tool(ctx, "systemctl", "reset-failed", daemonUnit)
+		// Scopes outlive the daemon (KillMode=mixed): those of sandboxes
+		// it did not destroy must be stopped here.
+		for id := range d.live {
+			unit := "sandbox-" + id + ".scope"
+			if out, _ := command(ctx, "systemctl", "is-active", unit).Output(); strings.TrimSpace(string(out)) == "active" {
+				if _, err := tool(ctx, "systemctl", "stop", unit); err != nil {
+					errs = append(errs, fmt.Errorf("stopping the scope of an undestroyed sandbox: %w", err))
+				}
+			}
+		}
+	}
+	if d.wroteUnit {
+		if err := os.Remove(unitPath); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("removing %s: %w", unitPath, err))
+		}
+		if _, err := tool(ctx, "systemctl", "daemon-reload"); err != nil {
+			errs = append(errs, fmt.Errorf("removing %s: %w", daemonUnit, err))
+		}
+	}
+	if d.wrotePol {
+		if err := os.Remove(policyPath); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("removing the bus policy: %w", err))
+		} else if err := d.reloadBus(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if d.wroteConf {
+		if err := os.RemoveAll(benchConfigDir); err != nil {
+			errs = append(errs, fmt.Errorf("removing sandboxd's configuration: %w", err))
+		}
+	}
+	if d.started {
+		if err := os.RemoveAll(benchStateDir); err != nil {
+			errs = append(errs, fmt.Errorf("removing sandboxd's state: %w", err))
+		}
+	}
+	if d.conn != nil {
+		d.conn.Close()
+	}
+	return errors.Join(errs...)
+}
