@@ -253,6 +253,8 @@ func TestParseBadSandbox(t *testing.T) {
 			[]string{`x.toml:2: profile.ci.tasks_max = 0 is too small: want 1 or more`}},
 		{"tasks max a string", "[profile.ci]\ntasks_max = \"256\"\n",
 			[]string{`x.toml:2: profile.ci.tasks_max: want an integer, not a string`}},
+		{"memory max below the floor", "[profile.ci]\nmemory_max = \"12\"\n",
+			[]string{`x.toml:2: profile.ci.memory_max = 12 is too small: a sandbox's init and a shell need at least 16MiB`}},
 		{"memory max not a size", "[profile.ci]\nmemory_max = \"lots\"\n",
 			[]string{`x.toml:2: profile.ci.memory_max: "lots" is not a size`}},
 		{"ttl not a duration", "[profile.ci]\nttl = \"an hour\"\n",
@@ -333,24 +335,5 @@ profile.b.network = "allowlist" needs profile.b.allow: a non-empty list of desti
 profile.default.allow is set, but profile.default.network is "none": allow is only for network = "allowlist"`
 	if err == nil || err.Error() != want {
 		t.Errorf("got\n%v\nwant\n%s", err, want)
-	}
-}
-
-func TestCPUQuotaText(t *testing.T) {
-	for _, s := range []string{"1%", "50%", "100%", "200%", "1600%"} {
-		var q CPUQuota
-		if err := q.UnmarshalText([]byte(s)); err != nil {
-			t.Errorf("UnmarshalText(%q): %v", s, err)
-			continue
-		}
-		if q.String() != s {
-			t.Errorf("UnmarshalText(%q) then String() = %q", s, q.String())
-		}
-	}
-	for _, s := range []string{"", "%", "50", "0%", "00%", "abc%", "5 0%", " 50%", "50 %", "50%%", "+50%", "1.5%"} {
-		var q CPUQuota
-		if err := q.UnmarshalText([]byte(s)); !errors.Is(err, errNotCPUQuota) {
-			t.Errorf("UnmarshalText(%q) = %v; want errNotCPUQuota", s, err)
-		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/sandboxd/sandboxd/cowfs"
 	"github.com/sandboxd/sandboxd/cowfs/pool"
 	"github.com/sandboxd/sandboxd/promote"
+	"github.com/sandboxd/sandboxd/sandboxd1"
 )
 
 var (
@@ -85,6 +86,10 @@ func (c *Config) validate(file string, w *where) error {
 	v.oneOf(w.line("limits", "on_user_limit"), "limits.on_user_limit", l.OnUserLimit, []string{OnUserLimitRefuse, OnUserLimitDestroyOldest})
 	if l.MaxTTL > 0 && l.DefaultTTL > l.MaxTTL {
 		v.add(w.line("limits", "default_ttl"), "limits.default_ttl", nil, "limits.default_ttl = %s is longer than limits.max_ttl = %s", l.DefaultTTL, l.MaxTTL)
+	}
+	if l.DefaultMemoryMax != 0 && sandboxd1.Size(l.DefaultMemoryMax) < sandboxd1.MinMemoryMax {
+		v.add(w.line("limits", "default_memory_max"), "limits.default_memory_max", nil,
+			"limits.default_memory_max = %s is too small: a sandbox's init and a shell need at least %s", l.DefaultMemoryMax, Size(sandboxd1.MinMemoryMax))
 	}
 	if l.MaxMemory > 0 && l.DefaultMemoryMax > l.MaxMemory {
 		v.add(w.line("limits", "default_memory_max"), "limits.default_memory_max", nil, "limits.default_memory_max = %s is more than limits.max_memory = %s", l.DefaultMemoryMax, l.MaxMemory)
@@ -215,6 +220,10 @@ func (v *validator) sandbox(c *Config) {
 					`%s holds %q: want host:port entries like "example.com:443", "*.example.com:*", "10.0.0.0/8:80" or "[::1]:8080"`,
 					key("allow"), a)
 			}
+		}
+		if p.MemoryMax != nil && *p.MemoryMax != 0 && sandboxd1.Size(*p.MemoryMax) < sandboxd1.MinMemoryMax {
+			v.add(line("memory_max"), key("memory_max"), nil, "%s = %s is too small: a sandbox's init and a shell need at least %s",
+				key("memory_max"), *p.MemoryMax, Size(sandboxd1.MinMemoryMax))
 		}
 		if p.TasksMax != nil && *p.TasksMax < 1 {
 			v.add(line("tasks_max"), key("tasks_max"), nil, "%s = %d is too small: want 1 or more", key("tasks_max"), *p.TasksMax)

@@ -115,25 +115,34 @@ func TestHostileDescriptorsACallDoesNotTakeAreClosed(t *testing.T) {
 	}
 }
 
+// auditLogSize is the audit log's size in bytes (0 before it exists).
+func auditLogSize() int64 {
+	fi, err := os.Stat("/var/log/sandboxd/audit.log")
+	if err != nil {
+		return 0
+	}
+	return fi.Size()
+}
+
+// systemBus is a connection to the system bus, closed at the test's end.
+func systemBus(t *testing.T) *dbus.Conn {
+	t.Helper()
+	conn, err := dbus.ConnectSystemBus()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
 // TestHostileHugeArgvIsRefusedBeforeTheAuditLog: an Exec's argv is
 // checked for size before anything is written, so a caller cannot make
 // the root daemon write (and fsync) megabytes per call.
 func TestHostileHugeArgvIsRefusedBeforeTheAuditLog(t *testing.T) {
 	install(t)
 	_, object := create(t)
-	auditLog := "/var/log/sandboxd/audit.log"
-	size := func() int64 {
-		fi, err := os.Stat(auditLog)
-		if err != nil {
-			return 0
-		}
-		return fi.Size()
-	}
-	conn, err := dbus.ConnectSystemBus()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	size := auditLogSize
+	conn := systemBus(t)
 	exec := func(argv []string) string {
 		return call(t, conn, object, "org.sandboxd1.Sandbox.Exec", append([]any{argv, map[string]dbus.Variant{}}, fds(t, 3)...)...)
 	}
@@ -225,19 +234,8 @@ func TestHostileConcurrentHeavyCallsAreCapped(t *testing.T) {
 func TestHostileHugeCheckAndEnvironmentAreRefusedBeforeTheAuditLog(t *testing.T) {
 	install(t)
 	_, object := create(t)
-	auditLog := "/var/log/sandboxd/audit.log"
-	size := func() int64 {
-		fi, err := os.Stat(auditLog)
-		if err != nil {
-			return 0
-		}
-		return fi.Size()
-	}
-	conn, err := dbus.ConnectSystemBus()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	size := auditLogSize
+	conn := systemBus(t)
 	try := func(check, keep string) string {
 		return call(t, conn, "/org/sandboxd1", "org.sandboxd1.Manager.Try", "web", []string{"true"}, check, keep, map[string]dbus.Variant{})
 	}
