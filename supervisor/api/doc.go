@@ -8,4 +8,6 @@
 //
 // The interfaces are described in docs/dbus-api.md; their introspection XML
 // is shipped in contrib/dbus/ and is byte for byte what the daemon serves.
+// The names and the types on the wire are package sandboxd1's, which
+// clients share; this package serves them.
 package api
