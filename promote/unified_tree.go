@@ -77,25 +77,7 @@ func (e *diffEntry) mode() uint32 {
 	return e.st.Mode & (unix.S_IFMT | 0o7777)
 }
 
-func (e *diffEntry) typeName() string {
-	switch e.typ() {
-	case unix.S_IFDIR:
-		return "directory"
-	case unix.S_IFIFO:
-		return "fifo"
-	case unix.S_IFSOCK:
-		return "socket"
-	case unix.S_IFCHR:
-		return "character device"
-	case unix.S_IFBLK:
-		return "block device"
-	case unix.S_IFLNK:
-		return "symlink"
-	case unix.S_IFREG:
-		return "file"
-	}
-	return "file of unknown type"
-}
+func (e *diffEntry) typeName() string { return kindName(e.typ()) }
 
 // shownName is the name in a note: quoted as git would, a directory's
 // with a "/".
