@@ -1,34 +1,28 @@
 package cli
 
 import (
-	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
+	"encoding/json"
 	"fmt"
-	"io"
+	"maps"
 	"os"
 	"os/signal"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/godbus/dbus/v5"
 	ucli "github.com/urfave/cli/v3"
-	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandboxd/sandboxd1"
 )
 
-// Bounds of try: what it keeps of each command's output, and how long a
-// call it must not abandon (a create, a destroy) may take.
-const (
-	tryOutputMax   = 64 << 10
-	tryCallTimeout = 5 * time.Minute
-)
+// tryGoneWait bounds how long try, interrupted, waits for the daemon to
+// destroy the sandboxes it made.
+const tryGoneWait = 12 * time.Second
 
 func tryCommand() *ucli.Command {
 	flags := []ucli.Flag{
@@ -102,58 +96,22 @@ usual codes.`,
 	}
 }
 
-// tryVariant is one sandbox's work: a command and, with --input, its input.
-type tryVariant struct {
-	command string
-	input   *string
-}
-
-// tryResult is how one sandbox did: a row of the table, an object of the
-// JSON.
-type tryResult struct {
-	Name    string  `json:"name"`
-	ID      string  `json:"id"`
-	Command string  `json:"command"`
-	Input   *string `json:"input,omitempty"`
-	Passed  bool    `json:"passed"`
-	// Result is the table's RESULT: pass, or fail and what failed how.
-	Result string `json:"result"`
-	// FailedIn is "command" or "check"; How, Status and Signal are that
-	// step's end, as CommandExited tells it.
-	FailedIn string  `json:"failed_in,omitempty"`
-	How      string  `json:"how,omitempty"`
-	Status   int32   `json:"status,omitempty"`
-	Signal   int32   `json:"signal,omitempty"`
-	Seconds  float64 `json:"seconds"` // the command's and the check's
-	// CommandSeconds and CheckSeconds are each step's part of Seconds.
-	CommandSeconds float64 `json:"command_seconds"`
-	CheckSeconds   float64 `json:"check_seconds"`
-	// Changed is the number of paths Diff lists; nil where the pool
-	// cannot tell.
-	Changed *int `json:"changed"`
-	// DiskUsed is Usage's DiskUsed, bytes; nil where it is not accounted.
-	DiskUsed *uint64 `json:"disk_used"`
-	// MemoryPeak is Usage's MemoryPeak, bytes, read once the check
-	// ended; nil where it is not counted.
-	MemoryPeak    *uint64 `json:"memory_peak"`
-	Winner        bool    `json:"winner"`
-	Kept          bool    `json:"kept"`
-	CommandOutput *string `json:"command_output,omitempty"` // with --verbose
-	CheckOutput   *string `json:"check_output,omitempty"`   // with --verbose, when the check ran
-
-	time                 time.Duration
-	commandOut, checkOut *string
-}
-
-// trial is one run of try.
+// trial is one run of try: the daemon's Try does the work (makes, runs,
+// checks, destroys); sandboxctl asks and shows.
 type trial struct {
-	project, check string
-	variants       []tryVariant
-	prefix         string
-	create         map[string]dbus.Variant // CreateSandbox's options but Name
-	exec           map[string]dbus.Variant // Exec's options but the input
-	parallel       int
-	results        []tryResult
+	project, check, keep, prefix string
+	variants, inputs             []string
+	opts                         map[string]dbus.Variant // Try's options
+	report                       sandboxd1.TryReport
+}
+
+// names are the names of the sandboxes try asks for, in order.
+func (t *trial) names() []string {
+	names := make([]string, max(len(t.variants), len(t.inputs)))
+	for i := range names {
+		names[i] = fmt.Sprintf("%s-%d", t.prefix, i+1)
+	}
+	return names
 }
 
 func tryAction(ctx context.Context, cmd *ucli.Command) error {
@@ -161,75 +119,113 @@ func tryAction(ctx context.Context, cmd *ucli.Command) error {
 	if err != nil {
 		return err
 	}
-	keep := cmd.String("keep")
-	out := outputOf(cmd)
+	c, err := connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.close()
+	// The sandboxes there before: not try's, whatever their names.
+	before, err := c.list(ctx)
+	if err != nil {
+		return err
+	}
 
-	// Ctrl-C, SIGTERM and SIGHUP stop the work and leave the clean-up to
-	// finish: caught before the first create, so none is lost.
+	// Ctrl-C, SIGTERM and SIGHUP end the call's connection: the daemon
+	// sees its caller gone, stops the work and destroys what it made.
+	// Caught before the call, so none is lost.
 	interrupts := make(chan os.Signal, 4)
 	signal.Notify(interrupts, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(interrupts)
-	work, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var caught os.Signal
-	stopped := make(chan struct{})
-	go func() {
-		defer close(stopped)
-		select {
-		case caught = <-interrupts:
-			cancel()
-		case <-work.Done():
-		}
-	}()
-
-	err = t.run(work, cancel)
-	cancel()
-	<-stopped // caught is set, or will never be
-
-	if caught != nil || err != nil {
-		// Nothing is decided: every sandbox made goes, unless all stay.
-		kept := keep == "all"
-		gone, left := t.cleanUp(ctx, func(r tryResult) bool { return !kept })
-		what := t.cleanUpText(gone, left, kept)
-		if caught != nil {
-			fmt.Fprintf(cmd.Root().ErrWriter, "sandboxctl: interrupted; %s\n", what)
-			if s, ok := caught.(syscall.Signal); ok {
-				return exitWith(128 + int(s))
-			}
-			return exitWith(130)
-		}
-		var e *Error
-		if !errors.As(err, &e) {
-			e = &Error{Code: ExitFailed, Msg: err.Error(), Err: err}
-		}
-		if len(t.made()) == 0 {
-			return e
-		}
-		return &Error{Code: e.Code, Msg: e.Msg + "; " + what, Fix: e.Fix, Err: e}
-	}
-
-	winner := -1
-	for i, r := range t.results {
-		if r.Passed && (winner < 0 || r.time < t.results[winner].time) {
-			winner = i
-		}
-	}
-	if winner >= 0 {
-		t.results[winner].Winner = true
-	}
-	gone, left := t.cleanUp(ctx, func(r tryResult) bool {
-		return keep == "none" || keep == "winner" && !r.Winner
-	})
-	if err := t.print(out, cmd.Bool("verbose"), winner); err != nil {
+	tc, err := connect(ctx)
+	if err != nil {
 		return err
 	}
-	if len(left) > 0 {
-		fmt.Fprintf(cmd.Root().ErrWriter, "sandboxctl: %s\n", t.cleanUpText(gone, left, false))
+	defer tc.close()
+	replied := make(chan error, 1)
+	var text string
+	go func() {
+		// No timeout: the call lasts as long as the slowest sandbox.
+		replied <- call(context.WithoutCancel(ctx), tc.manager(), "trying variants of "+t.project, sandboxd1.ManagerInterface+".Try",
+			[]any{t.project, t.variants, t.check, t.keep, t.opts}, &text)
+	}()
+	select {
+	case caught := <-interrupts:
+		what := t.stop(ctx, c, tc, before)
+		fmt.Fprintf(cmd.Root().ErrWriter, "sandboxctl: interrupted; %s\n", what)
+		if s, ok := caught.(syscall.Signal); ok {
+			return exitWith(128 + int(s))
+		}
+		return exitWith(130)
+	case err := <-replied:
+		if err != nil {
+			return err
+		}
 	}
-	if winner < 0 {
+	if err := json.Unmarshal([]byte(text), &t.report); err != nil {
+		return &Error{Code: ExitFailed, Msg: "reading the daemon's report of try: " + err.Error(), Err: err}
+	}
+	if err := t.print(outputOf(cmd), cmd.Bool("verbose")); err != nil {
+		return err
+	}
+	if left := t.report.Left; len(left) > 0 {
+		fmt.Fprintf(cmd.Root().ErrWriter, "sandboxctl: could not destroy %s: destroy them with `sandboxctl destroy %s`\n",
+			strings.Join(left, ", "), strings.Join(left, " "))
+	}
+	if t.report.Winner < 0 {
 		return &Error{Code: ExitFailed, Msg: "no variant passed the check", Fix: "--verbose shows each command's and check's output"}
 	}
 	return nil
+}
+
+// stop ends the call's connection tc after an interruption, then waits
+// (on c) until the daemon destroyed the sandboxes try made (unless
+// --keep all), and says what became of them.
+func (t *trial) stop(ctx context.Context, c, tc *client, before []sandboxd1.ListEntry) string {
+	ctx = context.WithoutCancel(ctx)
+	old := map[string]bool{}
+	for _, e := range before {
+		old[e.ID] = true
+	}
+	mine := map[string]bool{}
+	for _, n := range t.names() {
+		mine[n] = true
+	}
+	// Made: those of its names there now that were not before (the call
+	// still runs, so none is destroyed yet).
+	made := map[string]string{} // id: name
+	list, _ := c.list(ctx)
+	for _, e := range list {
+		if mine[e.Name] && !old[e.ID] && e.Project == t.project {
+			made[e.ID] = e.Name
+		}
+	}
+	tc.close()
+	names := slices.Sorted(maps.Values(made))
+	switch {
+	case len(made) == 0:
+		return "no sandbox was made"
+	case t.keep == sandboxd1.KeepAll:
+		return "kept (--keep all) " + strings.Join(names, ", ")
+	}
+	var left []string
+	for deadline := time.Now().Add(tryGoneWait); ; time.Sleep(200 * time.Millisecond) {
+		list, err := c.list(ctx)
+		left = left[:0]
+		for _, e := range list {
+			if _, ok := made[e.ID]; ok {
+				left = append(left, e.Name)
+			}
+		}
+		if err == nil && len(left) == 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if len(left) > 0 {
+		slices.Sort(left)
+		return fmt.Sprintf("could not destroy %s: destroy them with `sandboxctl destroy %s`",
+			strings.Join(left, ", "), strings.Join(left, " "))
+	}
+	return "destroyed the sandboxes try made: " + strings.Join(names, ", ")
 }
 
 // newTrial reads try's arguments and flags.
@@ -238,35 +234,28 @@ func newTrial(cmd *ucli.Command) (*trial, error) {
 	if len(a) != 1 {
 		return nil, usage("try takes one PROJECT, and each variant's command as --variant 'CMD' (usage: %s)", usageLine(cmd))
 	}
-	t := &trial{project: a[0], check: cmd.String("check"), prefix: cmd.String("name"), parallel: int(cmd.Int("parallel"))}
+	t := &trial{project: a[0], check: cmd.String("check"), prefix: cmd.String("name"), keep: cmd.String("keep")}
 	if strings.TrimSpace(t.check) == "" {
 		return nil, usage("try needs --check 'CMD', the command that tells whether a variant worked (usage: %s)", usageLine(cmd))
 	}
-	variants, inputs := cmd.StringSlice("variant"), cmd.StringSlice("input")
+	t.variants, t.inputs = cmd.StringSlice("variant"), cmd.StringSlice("input")
 	switch {
-	case len(variants) == 0:
+	case len(t.variants) == 0:
 		return nil, usage("try needs a --variant 'CMD' for each sandbox, or one --variant with an --input for each (usage: %s)", usageLine(cmd))
-	case len(inputs) > 0 && len(variants) != 1:
-		return nil, usage("--input gives one command different inputs: give one --variant with it, not %d", len(variants))
-	case len(inputs) > 0:
-		for _, in := range inputs {
-			t.variants = append(t.variants, tryVariant{command: variants[0], input: &in})
-		}
-	default:
-		for _, v := range variants {
-			t.variants = append(t.variants, tryVariant{command: v})
-		}
+	case len(t.inputs) > 0 && len(t.variants) != 1:
+		return nil, usage("--input gives one command different inputs: give one --variant with it, not %d", len(t.variants))
 	}
 	for _, v := range t.variants {
-		if strings.TrimSpace(v.command) == "" {
+		if strings.TrimSpace(v) == "" {
 			return nil, usage("a --variant is empty: give each a command")
 		}
 	}
-	if k := cmd.String("keep"); k != "winner" && k != "all" && k != "none" {
-		return nil, usage("--keep %s: want winner, all or none", k)
+	if t.keep != sandboxd1.KeepWinner && t.keep != sandboxd1.KeepAll && t.keep != sandboxd1.KeepNone {
+		return nil, usage("--keep %s: want winner, all or none", t.keep)
 	}
-	if t.parallel < 1 {
-		return nil, usage("--parallel %d: want 1 or more", t.parallel)
+	parallel := cmd.Int("parallel")
+	if parallel < 1 {
+		return nil, usage("--parallel %d: want 1 or more", parallel)
 	}
 	if t.prefix == "" {
 		b := make([]byte, 2)
@@ -274,274 +263,23 @@ func newTrial(cmd *ucli.Command) (*trial, error) {
 		t.prefix = "try-" + hex.EncodeToString(b)
 	}
 	var err error
-	if t.create, err = createOptions(cmd); err != nil {
+	if t.opts, err = createOptions(cmd); err != nil {
 		return nil, err
 	}
-	delete(t.create, "Name")
-	if t.exec, err = execOptions(cmd); err != nil {
+	exec, err := execOptions(cmd)
+	if err != nil {
 		return nil, err
 	}
-	t.results = make([]tryResult, len(t.variants))
-	for i, v := range t.variants {
-		t.results[i] = tryResult{Name: fmt.Sprintf("%s-%d", t.prefix, i+1), Command: v.command, Input: v.input}
+	for k, v := range exec {
+		t.opts[k] = v
+	}
+	t.opts[sandboxd1.OptName] = dbus.MakeVariant(t.prefix)
+	t.opts[sandboxd1.OptParallel] = dbus.MakeVariant(uint32(min(parallel, 1024)))
+	if _, ok := t.opts[sandboxd1.OptTimeoutUSec]; !ok {
+		t.opts[sandboxd1.OptTimeoutUSec] = dbus.MakeVariant(uint64(0)) // none, as exec
+	}
+	if len(t.inputs) > 0 {
+		t.opts[sandboxd1.OptInputs] = dbus.MakeVariant(t.inputs)
 	}
 	return t, nil
-}
-
-// run makes, runs and checks every sandbox, at most t.parallel at once,
-// each worker on a connection of its own (where its commands' ends come).
-// The first error cancels the others' work.
-func (t *trial) run(ctx context.Context, cancel context.CancelFunc) error {
-	var (
-		mu    sync.Mutex
-		first error
-		wg    sync.WaitGroup
-	)
-	fail := func(err error) {
-		mu.Lock()
-		defer mu.Unlock()
-		if first == nil && ctx.Err() == nil {
-			first = err
-		}
-		cancel()
-	}
-	next := make(chan int, len(t.variants))
-	for i := range t.variants {
-		next <- i
-	}
-	close(next)
-	stdin, err := os.Open(os.DevNull)
-	if err != nil {
-		return err
-	}
-	defer stdin.Close()
-	null := dbus.UnixFD(stdin.Fd())
-	for range min(t.parallel, len(t.variants)) {
-		wg.Go(func() {
-			c, err := connect(ctx)
-			if err != nil {
-				fail(err)
-				return
-			}
-			defer c.close()
-			if err := c.watchExits(); err != nil {
-				fail(fromBus("watching for the commands' ends", err))
-				return
-			}
-			for i := range next {
-				if ctx.Err() != nil {
-					return
-				}
-				if err := t.one(ctx, c, i, null); err != nil {
-					fail(err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	return first
-}
-
-// one makes sandbox i, runs its command and the check, and reads what it
-// changed and wrote and its memory peak.
-func (t *trial) one(ctx context.Context, c *client, i int, stdin dbus.UnixFD) error {
-	r := &t.results[i]
-	opts := map[string]dbus.Variant{"Name": dbus.MakeVariant(r.Name)}
-	for k, v := range t.create {
-		opts[k] = v
-	}
-	// Never abandoned half way: try knows every sandbox it made.
-	cctx, done := context.WithTimeout(context.WithoutCancel(ctx), tryCallTimeout)
-	var object dbus.ObjectPath
-	err := call(cctx, c.manager(), "making sandbox "+r.Name, sandboxd1.ManagerInterface+".CreateSandbox",
-		[]any{t.project, opts}, &r.ID, &object)
-	done()
-	if err != nil {
-		return err
-	}
-
-	exec := map[string]dbus.Variant{}
-	for k, v := range t.exec {
-		exec[k] = v
-	}
-	if r.Input != nil {
-		env, _ := exec["Environment"].Value().([]string)
-		exec["Environment"] = dbus.MakeVariant(append(slices.Clip(env), "SANDBOX_INPUT="+*r.Input))
-	}
-	st, cmdOut, took, err := c.capture(ctx, r.ID, r.Command, exec, stdin)
-	if err != nil {
-		return err
-	}
-	r.commandOut, r.CommandSeconds, r.time = &cmdOut, took.Seconds(), took
-	if st.How != "exited" || st.Status != 0 {
-		r.failed("command", st)
-	} else {
-		checked, checkOut, took, err := c.capture(ctx, r.ID, t.check, exec, stdin)
-		if err != nil {
-			return err
-		}
-		r.checkOut, r.CheckSeconds, r.time = &checkOut, took.Seconds(), r.time+took
-		if checked.How == "exited" && checked.Status == 0 {
-			r.Passed, r.Result = true, "pass"
-		} else {
-			r.failed("check", checked)
-		}
-	}
-	r.Seconds = r.time.Seconds()
-
-	var changes []sandboxd1.ChangeEntry
-	if err := call(ctx, c.sandbox(r.ID), "listing the changes of sandbox "+r.ID, sandboxd1.SandboxInterface+".Diff", nil, &changes); err == nil {
-		n := len(changes)
-		r.Changed = &n
-	} else if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	v, err := c.property(ctx, r.ID, "Usage")
-	if err != nil {
-		return err
-	}
-	usage, _ := v.Value().(map[string]dbus.Variant)
-	if d, ok := usage["DiskUsed"].Value().(uint64); ok {
-		r.DiskUsed = &d
-	}
-	if p, ok := usage["MemoryPeak"].Value().(uint64); ok {
-		r.MemoryPeak = &p
-	}
-	return nil
-}
-
-func (r *tryResult) failed(step string, st exitStatus) {
-	r.FailedIn, r.How, r.Status, r.Signal = step, st.How, st.Status, st.Signal
-	how := st.How
-	switch st.How {
-	case "exited":
-		how = fmt.Sprintf("exit %d", st.Status)
-	case "signaled":
-		name := unix.SignalName(syscall.Signal(st.Signal))
-		how = "signaled (" + cmp.Or(name, fmt.Sprintf("signal %d", st.Signal)) + ")"
-	}
-	r.Result = "fail (" + step + ": " + how + ")"
-}
-
-// capture runs the shell command line line in sandbox, with a pipe of
-// its own for stdout and stderr, and returns how it ended, the last
-// tryOutputMax bytes of its output and how long it took. A command still
-// running when ctx ends is sent SIGTERM.
-func (c *client) capture(ctx context.Context, sandbox, line string, opts map[string]dbus.Variant, stdin dbus.UnixFD) (exitStatus, string, time.Duration, error) {
-	r, w, err := os.Pipe()
-	if err != nil {
-		return exitStatus{}, "", 0, err
-	}
-	defer r.Close()
-	out := &tailBuffer{max: tryOutputMax}
-	drained := make(chan struct{})
-	go func() { _, _ = io.Copy(out, r); close(drained) }()
-	begin := time.Now()
-	var id string
-	// Not cancelled: a command that runs is one try knows of.
-	cctx, done := context.WithTimeout(context.WithoutCancel(ctx), tryCallTimeout)
-	err = call(cctx, c.sandbox(sandbox), "running "+quote(line)+" in sandbox "+sandbox, sandboxd1.SandboxInterface+".Exec",
-		[]any{[]string{"/bin/sh", "-c", line}, opts, stdin, dbus.UnixFD(w.Fd()), dbus.UnixFD(w.Fd())}, &id)
-	done()
-	w.Close()
-	if err != nil {
-		return exitStatus{}, "", 0, err
-	}
-	st, err := c.waitExit(ctx, id, nil, nil)
-	took := time.Since(begin)
-	if err != nil {
-		if ctx.Err() != nil {
-			sctx, done := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			_ = call(sctx, c.sandbox(sandbox), "stopping the command", sandboxd1.SandboxInterface+".Signal", []any{id, int32(syscall.SIGTERM)})
-			done()
-		}
-		return exitStatus{}, "", 0, err
-	}
-	// What it left running (a daemon it started) may hold the pipe.
-	select {
-	case <-drained:
-	case <-time.After(time.Second):
-		r.Close()
-		<-drained
-	}
-	return st, out.String(), took, nil
-}
-
-// cleanUp destroys the sandboxes try made that go says go, a few at a
-// time, on a connection and a context of its own (the work's may have
-// ended), and marks the others kept. It returns the names destroyed and
-// those that could not be.
-func (t *trial) cleanUp(ctx context.Context, goes func(tryResult) bool) (gone, left []string) {
-	var doomed []*tryResult
-	for i := range t.results {
-		r := &t.results[i]
-		switch {
-		case r.ID == "":
-		case goes(*r):
-			doomed = append(doomed, r)
-		default:
-			r.Kept = true
-		}
-	}
-	if len(doomed) == 0 {
-		return nil, nil
-	}
-	cctx, done := context.WithTimeout(context.WithoutCancel(ctx), tryCallTimeout)
-	defer done()
-	c, err := connect(cctx)
-	if err != nil {
-		for _, r := range doomed {
-			left = append(left, r.Name)
-		}
-		return nil, left
-	}
-	defer c.close()
-	ok := make([]bool, len(doomed))
-	sem := make(chan struct{}, t.parallel)
-	var wg sync.WaitGroup
-	for i, r := range doomed {
-		wg.Go(func() {
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			ok[i] = call(cctx, c.sandbox(r.ID), "destroying sandbox "+r.Name, sandboxd1.SandboxInterface+".Destroy", nil) == nil
-		})
-	}
-	wg.Wait()
-	for i, r := range doomed {
-		if ok[i] {
-			gone = append(gone, r.Name)
-		} else {
-			r.Kept = true // it is there still
-			left = append(left, r.Name)
-		}
-	}
-	return gone, left
-}
-
-// made is the names of the sandboxes try made.
-func (t *trial) made() []string {
-	var made []string
-	for _, r := range t.results {
-		if r.ID != "" {
-			made = append(made, r.Name)
-		}
-	}
-	return made
-}
-
-// cleanUpText says what became of the sandboxes made, after an
-// interruption or an error (or, with left, a destroy that failed).
-func (t *trial) cleanUpText(gone, left []string, keptAll bool) string {
-	made := t.made()
-	switch {
-	case len(made) == 0:
-		return "no sandbox was made"
-	case len(left) > 0:
-		return fmt.Sprintf("could not destroy %s: destroy them with `sandboxctl destroy %s`",
-			strings.Join(left, ", "), strings.Join(left, " "))
-	case keptAll:
-		return "kept (--keep all) " + strings.Join(made, ", ")
-	}
-	return "destroyed the sandboxes try made: " + strings.Join(gone, ", ")
 }

@@ -6,54 +6,27 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/internal/termsafe"
+	"github.com/sandboxd/sandboxd/sandboxd1"
 )
-
-// tailBuffer keeps the last max bytes written to it.
-type tailBuffer struct {
-	max  int
-	buf  []byte
-	lost int64
-}
-
-func (b *tailBuffer) Write(p []byte) (int, error) {
-	b.buf = append(b.buf, p...)
-	if over := len(b.buf) - b.max; over > 0 {
-		b.lost += int64(over)
-		b.buf = append(b.buf[:0], b.buf[over:]...)
-	}
-	return len(p), nil
-}
-
-func (b *tailBuffer) String() string {
-	if b.lost > 0 {
-		return fmt.Sprintf("[... the first %d bytes are cut ...]\n", b.lost) + string(b.buf)
-	}
-	return string(b.buf)
-}
 
 // print shows the results: JSON, the winner's name (--quiet), or the
 // outputs (--verbose), the table, the winner and what became of the
 // others.
-func (t *trial) print(out output, verbose bool, winner int) error {
-	if verbose {
-		for i := range t.results {
-			r := &t.results[i]
-			r.CommandOutput, r.CheckOutput = r.commandOut, r.checkOut
-		}
-	}
+func (t *trial) print(out output, verbose bool) error {
+	results, winner := t.report.Results, t.report.Winner
 	if out.quiet && !out.json {
 		if winner >= 0 {
-			return out.line("%s", t.results[winner].Name)
+			return out.line("%s", results[winner].Name)
 		}
 		return nil
 	}
 	if verbose && !out.json {
-		for _, r := range t.results {
+		for _, r := range results {
 			text := []string{"== " + r.Name + ": " + r.Result}
 			for _, step := range []struct {
 				what, line string
 				output     *string
-			}{{"command", r.Command, r.commandOut}, {"check", t.check, r.checkOut}} {
+			}{{"command", r.Command, r.CommandOutput}, {"check", t.check, r.CheckOutput}} {
 				if step.output != nil {
 					// The sandbox's output: escaped line by line, so that
 					// nothing in it acts on the terminal.
@@ -69,12 +42,18 @@ func (t *trial) print(out output, verbose bool, winner int) error {
 			}
 		}
 	}
+	if !verbose {
+		// The outputs are in JSON under --verbose only.
+		for i := range results {
+			results[i].CommandOutput, results[i].CheckOutput = nil, nil
+		}
+	}
 	what := "VARIANT"
-	if t.variants[0].input != nil {
+	if len(t.inputs) > 0 {
 		what = "INPUT"
 	}
-	err := printList(out, t.results, func(r tryResult) string { return r.Name },
-		[]string{"NAME", what, "RESULT", "TIME", "DIFF", "DISK", "PEAK"}, func(r tryResult) []string {
+	err := printList(out, results, func(r sandboxd1.TryResult) string { return r.Name },
+		[]string{"NAME", what, "RESULT", "TIME", "DIFF", "DISK", "PEAK"}, func(r sandboxd1.TryResult) []string {
 			variant := r.Command
 			if r.Input != nil {
 				variant = *r.Input
@@ -93,14 +72,14 @@ func (t *trial) print(out output, verbose bool, winner int) error {
 			if r.MemoryPeak != nil {
 				peak = bytesText(*r.MemoryPeak)
 			}
-			return []string{r.Name, shorten(termsafe.Line(variant), 40), result, seconds(r.time), diff, disk, peak}
+			return []string{r.Name, shorten(termsafe.Line(variant), 40), result, seconds(time.Duration(r.Seconds * float64(time.Second))), diff, disk, peak}
 		})
 	if err != nil || out.json {
 		return err
 	}
 	lines := []string{""}
 	if winner >= 0 {
-		w := t.results[winner]
+		w := results[winner]
 		lines = append(lines, "winner: "+w.Name+" (of the passing variants, the one with the least TIME)")
 		if w.Kept {
 			lines = append(lines, "promote it with: sandboxctl promote "+w.Name)
@@ -108,7 +87,7 @@ func (t *trial) print(out output, verbose bool, winner int) error {
 	}
 	var kept []string
 	destroyed := 0
-	for _, r := range t.results {
+	for _, r := range results {
 		if r.Kept {
 			kept = append(kept, r.Name)
 		} else if r.ID != "" {

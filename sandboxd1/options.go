@@ -58,6 +58,14 @@ const (
 	OptGroups = "Groups" // as
 )
 
+// Options of Try's a{sv}, besides CreateSandbox's (Name is the prefix of
+// its sandboxes' names) and Exec's Environment, WorkingDirectory, Root,
+// TimeoutUSec (each step's; 0: none; default 10 minutes) and Detach.
+const (
+	OptInputs   = "Inputs"   // as, a sandbox each, as $SANDBOX_INPUT; with one variant
+	OptParallel = "Parallel" // u, most sandboxes at work at once (default 4)
+)
+
 // Try's keep argument: which sandboxes stay.
 const (
 	KeepWinner = "winner"

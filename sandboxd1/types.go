@@ -53,14 +53,48 @@ type PromotionEntry struct {
 	Created     uint64 `json:"created"` // µs since the epoch
 }
 
-// TryEntry is one of Try's results: (sssbstutbs).
-type TryEntry struct {
-	Name, ID, Variant string
-	Passed            bool
-	Failed            string // which step failed and how: "check: exited 1"
-	DurationUS        uint64 // the variant's and the check's time, µs
-	Changes           uint32 // paths it changed
-	MemoryPeak        uint64 // bytes (0: not known here)
-	Kept              bool
-	Output            string // the end of its output
+// TryReport is Try's result, the JSON it returns: each sandbox's result,
+// in the order of the variants (or inputs), the winner's index (-1: none
+// passed), and the sandboxes it meant to destroy but could not.
+type TryReport struct {
+	Results []TryResult `json:"results"`
+	Winner  int         `json:"winner"`
+	Left    []string    `json:"left,omitempty"`
+}
+
+// TryResult is how one sandbox of a Try did (sandboxctl try --json prints
+// these).
+type TryResult struct {
+	Name    string  `json:"name"`
+	ID      string  `json:"id"`
+	Command string  `json:"command"`
+	Input   *string `json:"input,omitempty"`
+	Passed  bool    `json:"passed"`
+	// Result is pass, or fail and what failed how: "fail (check: exit
+	// 1)", "fail (command: signaled (SIGKILL))", "fail (command:
+	// timed-out)".
+	Result string `json:"result"`
+	// FailedIn is "command" or "check"; How, Status and Signal are that
+	// step's end, as CommandExited tells it.
+	FailedIn string  `json:"failed_in,omitempty"`
+	How      string  `json:"how,omitempty"`
+	Status   int32   `json:"status,omitempty"`
+	Signal   int32   `json:"signal,omitempty"`
+	Seconds  float64 `json:"seconds"` // the command's and the check's
+	// CommandSeconds and CheckSeconds are each step's part of Seconds.
+	CommandSeconds float64 `json:"command_seconds"`
+	CheckSeconds   float64 `json:"check_seconds"`
+	// Changed is the number of paths Diff lists; nil where the pool
+	// cannot tell.
+	Changed *int `json:"changed"`
+	// DiskUsed is Usage's DiskUsed, bytes; nil where it is not accounted.
+	DiskUsed *uint64 `json:"disk_used"`
+	// MemoryPeak is Usage's MemoryPeak, bytes, read once the check
+	// ended; nil where it is not counted.
+	MemoryPeak *uint64 `json:"memory_peak"`
+	Winner     bool    `json:"winner"`
+	Kept       bool    `json:"kept"`
+	// The last 64 KiB of each step's output; nil where it did not run.
+	CommandOutput *string `json:"command_output,omitempty"`
+	CheckOutput   *string `json:"check_output,omitempty"`
 }

@@ -319,36 +319,6 @@ func TestRebaseBringsASandboxOntoItsProject(t *testing.T) {
 	}
 }
 
-func TestTryKeepsTheFastestPassingVariant(t *testing.T) {
-	e := newEnv(t)
-	results, winner, err := e.sup.Try(ctx, supervisor.TryOptions{
-		Create: supervisor.CreateOptions{Project: "web", Name: "fix"},
-		Variants: []string{
-			"echo wrong > answer",
-			"sleep 0.3; echo right > answer",
-			"echo right > answer && echo note > NOTES",
-			"exit 3",
-		},
-		Check: "grep -q right answer",
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if winner != 2 || !results[2].Passed || results[2].Changes != 2 || !results[2].Kept {
-		t.Fatalf("winner %d: %+v", winner, results)
-	}
-	if !results[1].Passed || results[1].Kept || results[0].Passed || results[0].Failed != "check: exited 1" || results[3].Failed != "variant: exited 3" {
-		t.Fatalf("results: %+v", results)
-	}
-	list, _ := e.sup.List(ctx)
-	if len(list) != 1 || list[0].Name != "fix-3" {
-		t.Fatalf("sandboxes after Try: %+v", list)
-	}
-	if _, _, err := e.sup.Try(ctx, supervisor.TryOptions{Create: supervisor.CreateOptions{Project: "web"}, Check: "true"}); !errors.Is(err, supervisor.ErrInvalid) {
-		t.Fatalf("Try without variants: %v; want ErrInvalid", err)
-	}
-}
-
 // TestChecksOfAReplicaStageAreRefused is issue 15's finding 2: the checks
 // of a stage on a path (or over ssh) would run outside any sandbox, as
 // root, executing what the sandbox wrote. A promotion through such a

@@ -2,12 +2,10 @@ package supervisor
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
-
-	"github.com/sandboxd/sandboxd/runtime/nsinit"
 )
 
 // TryOptions ask for several sandboxes of one project, a variant each,
@@ -17,125 +15,240 @@ type TryOptions struct {
 	// profile...); its Name is the prefix of theirs: PREFIX-1...
 	Create CreateOptions
 	// Variants are shell lines, one per sandbox; Check the shell line
-	// that must pass in each after its variant did.
+	// that must pass in each after its variant did. With Inputs there is
+	// one variant, and a sandbox per input, which the variant and the
+	// check find in $SANDBOX_INPUT.
 	Variants []string
+	Inputs   []string
 	Check    string
-	// Timeout bounds each variant and each check (0: 10 minutes);
-	// Parallel how many sandboxes work at once (0: 4).
+	// Env, Dir, AsRoot and Detach are each step's, as Exec's.
+	Env    []string
+	Dir    string
+	AsRoot bool
+	Detach bool
+	// Timeout bounds each variant and each check (0: 10 minutes;
+	// NoTryTimeout: none); Parallel how many sandboxes work at once (0: 4).
 	Timeout  time.Duration
 	Parallel int
 	// Keep is which sandboxes stay: "winner" (default), "all" or "none".
 	Keep string
 }
 
+// NoTryTimeout as TryOptions.Timeout leaves the steps unbounded.
+const NoTryTimeout time.Duration = -1
+
 // TryResult is one sandbox's outcome.
 type TryResult struct {
 	Name, ID, Variant string
+	Input             *string // with Inputs: this sandbox's
 	// Passed: the variant and then the check exited 0. Failed says which
-	// failed and how ("check: exited 1").
-	Passed bool
-	Failed string
+	// failed and how ("check: exited 1"); FailedIn is that step
+	// ("variant" or "check"), How, Status and Signal its end, as
+	// CommandExited tells it.
+	Passed        bool
+	Failed        string
+	FailedIn, How string
+	Status        int
+	Signal        int
 	// Duration is the variant's and the check's time together.
-	Duration time.Duration
-	// Changes is how many paths it changed; MemoryPeak its memory peak
-	// (bytes, 0 where the host does not tell).
-	Changes    int
-	MemoryPeak uint64
-	Kept       bool
-	Output     string // the end of the variant's and the check's output
+	Duration, CommandDuration, CheckDuration time.Duration
+	// Changes is how many paths it changed (nil: the pool cannot tell);
+	// DiskUsed what it wrote (bytes, nil: not accounted); MemoryPeak its
+	// memory peak once the check ended (bytes, nil: not counted).
+	Changes              *int
+	DiskUsed, MemoryPeak *uint64
+	Winner, Kept         bool
+	// CommandOutput and CheckOutput are the last 64 KiB of each step's
+	// output (nil: the step did not run).
+	CommandOutput, CheckOutput *string
 }
 
-// Try runs opts' variants side by side and returns each sandbox's result
-// and the winner's index (-1: none passed): of those that passed, the one
-// that took least time.
-func (s *Supervisor) Try(ctx context.Context, opts TryOptions) ([]TryResult, int, error) {
-	if len(opts.Variants) == 0 || opts.Check == "" {
-		return nil, -1, fmt.Errorf("trying variants of %s: want at least one variant and a check: %w", opts.Create.Project, ErrInvalid)
-	}
-	switch opts.Keep {
-	case "":
-		opts.Keep = "winner"
-	case "winner", "all", "none":
-	default:
-		return nil, -1, fmt.Errorf("trying variants of %s: keep %q: want winner, all or none: %w", opts.Create.Project, opts.Keep, ErrInvalid)
-	}
-	if opts.Timeout == 0 {
-		opts.Timeout = defaultCheckTimeout
-	}
-	if opts.Parallel <= 0 {
-		opts.Parallel = 4
+// TryReport is a whole Try: each sandbox's result, the winner's index
+// (-1: none passed) and the sandboxes it could not destroy.
+type TryReport struct {
+	Results []TryResult
+	Winner  int
+	Left    []string
+}
+
+// Try runs opts' variants side by side and reports each sandbox's result
+// and the winner: of those that passed, the one that took least time (the
+// earlier on a tie). The first error that is not a variant's failure (a
+// name taken, ctx ending: its caller went away) stops every sandbox's
+// work; Try then destroys every sandbox it made (unless Keep is "all")
+// and returns the error, saying what became of them.
+func (s *Supervisor) Try(ctx context.Context, opts TryOptions) (TryReport, error) {
+	rep := TryReport{Winner: -1}
+	if err := opts.check(); err != nil {
+		return rep, err
 	}
 	prefix := opts.Create.Name
 	if prefix == "" {
 		prefix = prefixTry + newCommandID()[:4]
 	}
-	results := make([]TryResult, len(opts.Variants))
-	errs := make([]error, len(opts.Variants))
-	slots := make(chan struct{}, opts.Parallel)
-	var wg sync.WaitGroup
-	for i, variant := range opts.Variants {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			slots <- struct{}{}
-			defer func() { <-slots }()
-			results[i], errs[i] = s.tryOne(ctx, opts, fmt.Sprintf("%s-%d", prefix, i+1), variant)
-		}()
-	}
-	wg.Wait()
-	winner := -1
-	for i, r := range results {
-		if r.Passed && (winner < 0 || r.Duration < results[winner].Duration) {
-			winner = i
+	rep.Results = make([]TryResult, max(len(opts.Variants), len(opts.Inputs)))
+	for i := range rep.Results {
+		r := &rep.Results[i]
+		r.Name, r.Variant = fmt.Sprintf("%s-%d", prefix, i+1), opts.Variants[min(i, len(opts.Variants)-1)]
+		if len(opts.Inputs) > 0 {
+			r.Input = &opts.Inputs[i]
 		}
 	}
-	for i := range results {
-		r := &results[i]
-		if r.ID == "" {
-			continue
+
+	err := s.tryAll(ctx, &opts, rep.Results)
+	if err != nil {
+		// Nothing is decided: every sandbox made goes, unless all stay.
+		gone, left := s.tryCleanUp(ctx, rep.Results, opts.Parallel, func(*TryResult) bool { return opts.Keep != "all" })
+		rep.Left = left
+		if what := tryCleanUpText(rep.Results, gone, left, opts.Keep == "all"); what != "" {
+			err = fmt.Errorf("%w; %s", err, what)
 		}
-		r.Kept = opts.Keep == "all" || opts.Keep == "winner" && i == winner
-		if !r.Kept {
-			if err := s.Destroy(context.WithoutCancel(ctx), r.ID); err != nil {
-				errs = append(errs, fmt.Errorf("destroying %s: %w", r.Name, err))
-			}
+		return rep, err
+	}
+	for i, r := range rep.Results {
+		if r.Passed && (rep.Winner < 0 || r.Duration < rep.Results[rep.Winner].Duration) {
+			rep.Winner = i
 		}
 	}
-	return results, winner, errors.Join(errs...)
+	if rep.Winner >= 0 {
+		rep.Results[rep.Winner].Winner = true
+	}
+	_, rep.Left = s.tryCleanUp(ctx, rep.Results, opts.Parallel, func(r *TryResult) bool {
+		return opts.Keep == "none" || opts.Keep == "winner" && !r.Winner
+	})
+	return rep, nil
 }
 
-// tryOne makes sandbox name, runs variant then the check in it, and
-// measures it.
-func (s *Supervisor) tryOne(ctx context.Context, opts TryOptions, name, variant string) (TryResult, error) {
-	r := TryResult{Name: name, Variant: variant}
-	co := opts.Create
-	co.Name = name
-	sb, err := s.Create(ctx, co)
-	if err != nil {
-		r.Failed = "create: " + err.Error()
-		return r, fmt.Errorf("making %s: %w", name, err)
+// check validates opts and fills in the defaults.
+func (o *TryOptions) check() error {
+	what := "trying variants of " + o.Create.Project
+	switch {
+	case len(o.Variants) == 0 || strings.TrimSpace(o.Check) == "":
+		return fmt.Errorf("%s: want at least one variant and a check: %w", what, ErrInvalid)
+	case len(o.Inputs) > 0 && len(o.Variants) != 1:
+		return fmt.Errorf("%s: inputs give one command different inputs: want one variant with them, not %d: %w", what, len(o.Variants), ErrInvalid)
+	case o.Parallel < 0:
+		return fmt.Errorf("%s: parallel %d: want 1 or more: %w", what, o.Parallel, ErrInvalid)
 	}
-	r.ID = sb.ID
-	start := time.Now()
-	for _, step := range []struct{ what, line string }{{"variant", variant}, {"check", opts.Check}} {
-		res, err := s.runCheck(ctx, sb.ID, co.Owner, step.line, opts.Timeout)
-		r.Output += res.Output
-		if err != nil {
-			r.Failed = step.what + ": " + err.Error()
-			return r, fmt.Errorf("running the %s in %s: %w", step.what, name, err)
-		}
-		if res.How != string(nsinit.Exited) || res.Status != 0 {
-			r.Failed = fmt.Sprintf("%s: %s %d", step.what, res.How, res.Status)
-			break
+	for _, v := range o.Variants {
+		if strings.TrimSpace(v) == "" {
+			return fmt.Errorf("%s: a variant is empty: give each a command: %w", what, ErrInvalid)
 		}
 	}
-	r.Duration = time.Since(start)
-	r.Passed = r.Failed == ""
-	if changes, err := s.Diff(ctx, sb.ID); err == nil {
-		r.Changes = len(changes)
+	switch o.Keep {
+	case "":
+		o.Keep = "winner"
+	case "winner", "all", "none":
+	default:
+		return fmt.Errorf("%s: keep %q: want winner, all or none: %w", what, o.Keep, ErrInvalid)
 	}
-	if in, err := s.Inspect(ctx, sb.ID, LiveUsage); err == nil && in.MemoryPeak.Known {
-		r.MemoryPeak = in.MemoryPeak.Value
+	if o.Timeout == 0 {
+		o.Timeout = defaultCheckTimeout
 	}
-	return r, nil
+	if o.Parallel == 0 {
+		o.Parallel = 4
+	}
+	return nil
+}
+
+// tryAll makes, runs and checks every sandbox, at most opts.Parallel at
+// once, in the order given. The first error cancels the others' work.
+func (s *Supervisor) tryAll(ctx context.Context, opts *TryOptions, results []TryResult) error {
+	work, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var (
+		mu    sync.Mutex
+		first error
+		wg    sync.WaitGroup
+	)
+	next := make(chan int, len(results))
+	for i := range results {
+		next <- i
+	}
+	close(next)
+	for range min(opts.Parallel, len(results)) {
+		wg.Go(func() {
+			for i := range next {
+				if work.Err() != nil {
+					return
+				}
+				if err := s.tryOne(work, opts, &results[i]); err != nil {
+					mu.Lock()
+					if first == nil && work.Err() == nil {
+						first = err
+					}
+					mu.Unlock()
+					cancel(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if first == nil && ctx.Err() != nil {
+		return fmt.Errorf("trying variants of %s: stopped: %w", opts.Create.Project, context.Cause(ctx))
+	}
+	return first
+}
+
+// tryCleanUp destroys the sandboxes made that goes says go, a few at a
+// time, on a context of their own (ctx may have ended), and marks the
+// others kept. It returns the names destroyed and those that could not
+// be.
+func (s *Supervisor) tryCleanUp(ctx context.Context, results []TryResult, parallel int, goes func(*TryResult) bool) (gone, left []string) {
+	var doomed []*TryResult
+	for i := range results {
+		r := &results[i]
+		switch {
+		case r.ID == "":
+		case goes(r):
+			doomed = append(doomed, r)
+		default:
+			r.Kept = true
+		}
+	}
+	cctx, done := context.WithTimeout(context.WithoutCancel(ctx), tryCallTimeout)
+	defer done()
+	errs := make([]error, len(doomed))
+	sem := make(chan struct{}, max(parallel, 1))
+	var wg sync.WaitGroup
+	for i, r := range doomed {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			errs[i] = s.Destroy(cctx, r.ID)
+		})
+	}
+	wg.Wait()
+	for i, r := range doomed {
+		if errs[i] == nil {
+			gone = append(gone, r.Name)
+			continue
+		}
+		r.Kept = true // it is there still
+		left = append(left, r.Name)
+		s.log.Error("destroying a sandbox of Try", "sandbox", r.ID, "name", r.Name, "error", errs[i])
+	}
+	return gone, left
+}
+
+// tryCleanUpText says what became of the sandboxes made, after an
+// interruption or an error ("" when none was made).
+func tryCleanUpText(results []TryResult, gone, left []string, keptAll bool) string {
+	var made []string
+	for _, r := range results {
+		if r.ID != "" {
+			made = append(made, r.Name)
+		}
+	}
+	switch {
+	case len(made) == 0:
+		return ""
+	case len(left) > 0:
+		return fmt.Sprintf("could not destroy %s: destroy them with `sandboxctl destroy %s`",
+			strings.Join(left, ", "), strings.Join(left, " "))
+	case keptAll:
+		return "kept (keep all) " + strings.Join(made, ", ")
+	}
+	return "destroyed the sandboxes try made: " + strings.Join(gone, ", ")
 }

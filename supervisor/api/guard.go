@@ -105,7 +105,7 @@ func checkCall(msg *dbus.Message, iface, member string, sent uint32, named int) 
 		return cmp.Or(checkArgv(msg.Body, 0, "argv"), checkExecOptions(msg.Body, 1))
 	case iface == sandboxd1.ManagerInterface && member == "Try":
 		return cmp.Or(checkArgv(msg.Body, 1, "variants"), checkString(msg.Body, 2, "check", MaxCheckBytes),
-			checkString(msg.Body, 3, "keep", maxOptionName))
+			checkString(msg.Body, 3, "keep", maxOptionName), checkExecOptions(msg.Body, 4), checkTryInputs(msg.Body, 4))
 	}
 	return ""
 }

@@ -52,8 +52,7 @@ const ManagerXML = xmlHeader + `<node>
    <arg type="s" name="check" direction="in"/>
    <arg type="s" name="keep" direction="in"/>
    <arg type="a{sv}" name="options" direction="in"/>
-   <arg type="a(sssbstutbs)" name="results" direction="out"/>
-   <arg type="i" name="winner" direction="out"/>
+   <arg type="s" name="report" direction="out"/>
   </method>
   <method name="ListPromotions">
    <arg type="a(ssssssut)" name="promotions" direction="out"/>

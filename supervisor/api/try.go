@@ -1,0 +1,206 @@
+package api
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"syscall"
+	"time"
+
+	"github.com/godbus/dbus/v5"
+	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandboxd/sandboxd1"
+	"github.com/sandboxd/sandboxd/supervisor"
+)
+
+// errCallerGone ends a Try whose caller left the bus (Ctrl-C on
+// sandboxctl try): nobody waits for its result, so its sandboxes go.
+var errCallerGone = errors.New("the caller left the bus")
+
+// Try(s project, as variants, s check, s keep, a{sv} options) ->
+// (s report): a sandbox of the project per variant (a shell line), or per
+// input (Inputs), named PREFIX-1... (the Name option is the prefix), the
+// variant then the check run in each, in parallel; the report is
+// sandboxd1.TryReport as JSON. keep is "winner" (default), "all" or
+// "none". The options are CreateSandbox's, Exec's (Environment,
+// WorkingDirectory, Root, TimeoutUSec, Detach: for each step) and
+// Inputs and Parallel. The call lasts as long as the slowest sandbox:
+// give it a long timeout. A caller that leaves the bus stops it, and its
+// sandboxes are destroyed.
+func (m manager) Try(sender dbus.Sender, project string, variants []string, check, keep string, opts map[string]dbus.Variant) (string, *dbus.Error) {
+	s := m.s
+	r, derr := s.begin(sender, "Try")
+	if derr != nil {
+		return "", derr
+	}
+	r.project = project
+	if !s.access.mayCreate(r.who) {
+		return "", s.end(r, "", dbusError(sandboxd1.ErrorAccessDenied,
+			"trying variants of %q: uid %d may not create sandboxes (not root, nor a creator by uid or group)", project, r.who.uid))
+	}
+	to, err := tryOptions(opts)
+	if err != nil {
+		return "", s.end(r, "", dbusError(sandboxd1.ErrorInvalidArgs, "trying variants of %q: %v", project, err))
+	}
+	to.Create.Project, to.Create.Owner = project, r.who.uid
+	to.Variants, to.Check, to.Keep = variants, check, keep
+	ctx, stop := s.whileConnected(r.ctx, string(sender))
+	rep, err := s.sup.Try(ctx, to)
+	stop()
+	if syncErr := s.Sync(r.ctx); syncErr != nil {
+		s.log.Error("announcing after Try", "error", syncErr)
+	}
+	if err != nil {
+		return "", s.end(r, "", fromSupervisor(err))
+	}
+	text, err := json.Marshal(tryReport(rep))
+	if err != nil {
+		return "", s.end(r, "", dbusError(sandboxd1.ErrorFailed, "trying variants of %q: encoding the report: %v", project, err))
+	}
+	return string(text), s.end(r, "", nil)
+}
+
+// tryOptions splits Try's a{sv} into CreateSandbox's options, Exec's
+// and its own.
+func tryOptions(in map[string]dbus.Variant) (supervisor.TryOptions, error) {
+	var to supervisor.TryOptions
+	create, exec := map[string]dbus.Variant{}, map[string]dbus.Variant{}
+	var errs []error
+	for name, v := range in {
+		var err error
+		switch name {
+		case sandboxd1.OptInputs:
+			err = dbus.Store([]any{v.Value()}, &to.Inputs)
+		case sandboxd1.OptParallel:
+			var n uint32
+			if err = dbus.Store([]any{v.Value()}, &n); err == nil {
+				if n == 0 || n > 1024 {
+					err = errors.New("want 1 to 1024")
+				}
+				to.Parallel = int(n)
+			}
+		case sandboxd1.OptEnvironment, sandboxd1.OptWorkingDirectory, sandboxd1.OptRoot, sandboxd1.OptTimeoutUSec, sandboxd1.OptDetach:
+			exec[name] = v
+		default:
+			create[name] = v
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("option %s (%s): %v", name, v.Signature(), err))
+		}
+	}
+	var err error
+	if to.Create, err = parseOptions(create); err != nil {
+		errs = append(errs, err)
+	}
+	var eo supervisor.ExecOptions
+	if err := execOptions(&eo, exec); err != nil {
+		errs = append(errs, err)
+	}
+	to.Env, to.Dir, to.AsRoot, to.Detach, to.Timeout = eo.Env, eo.Dir, eo.AsRoot, eo.Detach, eo.Timeout
+	if _, ok := exec[sandboxd1.OptTimeoutUSec]; ok && eo.Timeout == 0 {
+		to.Timeout = supervisor.NoTryTimeout
+	}
+	return to, errors.Join(errs...)
+}
+
+// tryReport is rep as it crosses the bus.
+func tryReport(rep supervisor.TryReport) sandboxd1.TryReport {
+	out := sandboxd1.TryReport{Results: []sandboxd1.TryResult{}, Winner: rep.Winner, Left: rep.Left}
+	for _, r := range rep.Results {
+		w := sandboxd1.TryResult{
+			Name: r.Name, ID: r.ID, Command: r.Variant, Input: r.Input, Passed: r.Passed, Result: "pass",
+			How: r.How, Status: int32(r.Status), Signal: int32(r.Signal),
+			Seconds: r.Duration.Seconds(), CommandSeconds: r.CommandDuration.Seconds(), CheckSeconds: r.CheckDuration.Seconds(),
+			Changed: r.Changes, DiskUsed: r.DiskUsed, MemoryPeak: r.MemoryPeak, Winner: r.Winner, Kept: r.Kept,
+			CommandOutput: r.CommandOutput, CheckOutput: r.CheckOutput,
+		}
+		if r.FailedIn != "" {
+			w.FailedIn = r.FailedIn
+			if w.FailedIn == "variant" {
+				w.FailedIn = "command" // the client's word for the variant's step
+			}
+			how := r.How
+			switch r.How {
+			case "exited":
+				how = fmt.Sprintf("exit %d", r.Status)
+			case "signaled":
+				name := unix.SignalName(syscall.Signal(r.Signal))
+				how = "signaled (" + cmp.Or(name, fmt.Sprintf("signal %d", r.Signal)) + ")"
+			}
+			w.Result = "fail (" + w.FailedIn + ": " + how + ")"
+		}
+		out.Results = append(out.Results, w)
+	}
+	return out
+}
+
+// whileConnected is ctx, cancelled (errCallerGone) once sender leaves the
+// bus: NameOwnerChanged with no new owner, or no owner at all when the
+// watch begins. stop ends the watch.
+func (s *Server) whileConnected(ctx context.Context, sender string) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	match := []dbus.MatchOption{
+		dbus.WithMatchSender("org.freedesktop.DBus"), dbus.WithMatchInterface("org.freedesktop.DBus"),
+		dbus.WithMatchMember("NameOwnerChanged"), dbus.WithMatchArg(0, sender),
+	}
+	if err := s.conn.AddMatchSignal(match...); err != nil {
+		// Without the watch the Try still ends, as its calls do.
+		s.log.Warn("watching a Try's caller", "caller", sender, "error", err)
+		return ctx, func() { cancel(nil) }
+	}
+	signals := make(chan *dbus.Signal, 8)
+	s.conn.Signal(signals)
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-done:
+				return
+			case sig, ok := <-signals:
+				if !ok {
+					return
+				}
+				if sig.Name != "org.freedesktop.DBus.NameOwnerChanged" || len(sig.Body) != 3 {
+					continue
+				}
+				if name, _ := sig.Body[0].(string); name == sender {
+					if owner, _ := sig.Body[2].(string); owner == "" {
+						cancel(errCallerGone)
+					}
+				}
+			}
+		}
+	}()
+	// It may have left before the match was in place.
+	var has bool
+	hctx, hdone := context.WithTimeout(ctx, 5*time.Second)
+	if err := s.conn.BusObject().CallWithContext(hctx, "org.freedesktop.DBus.NameHasOwner", 0, sender).Store(&has); err == nil && !has {
+		cancel(errCallerGone)
+	}
+	hdone()
+	return ctx, func() {
+		close(done)
+		s.conn.RemoveSignal(signals)
+		_ = s.conn.RemoveMatchSignal(match...)
+		cancel(nil)
+	}
+}
+
+// checkTryInputs bounds the Inputs option of a Try's options at body[i],
+// if there are any, as its variants are: a sandbox each.
+func checkTryInputs(body []any, i int) string {
+	if len(body) <= i {
+		return ""
+	}
+	opts, ok := body[i].(map[string]dbus.Variant)
+	if !ok {
+		return ""
+	}
+	if in, ok := opts[sandboxd1.OptInputs].Value().([]string); ok {
+		return checkArgv([]any{in}, 0, "option Inputs")
+	}
+	return ""
+}

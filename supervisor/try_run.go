@@ -1,0 +1,170 @@
+package supervisor
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/sandboxd/sandboxd/runtime/nsinit"
+)
+
+// Bounds of Try: what it keeps of each step's output, and how long a call
+// it must not abandon half way (a create, a destroy) may take.
+const (
+	tryOutputMax   = 64 << 10
+	tryCallTimeout = 5 * time.Minute
+)
+
+// tryOne makes sandbox i, runs its variant and then the check in it, and
+// reads what it changed and wrote and its memory peak. An error is not
+// the variant's failure (that is in r): it stops the whole Try.
+func (s *Supervisor) tryOne(ctx context.Context, opts *TryOptions, r *TryResult) error {
+	co := opts.Create
+	co.Name = r.Name
+	// Never abandoned half way: Try knows every sandbox it made.
+	cctx, done := context.WithTimeout(context.WithoutCancel(ctx), tryCallTimeout)
+	sb, err := s.Create(cctx, co)
+	done()
+	if err != nil {
+		r.Failed = "create: " + err.Error()
+		return fmt.Errorf("making sandbox %s: %w", r.Name, err)
+	}
+	r.ID = sb.ID
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	env := slices.Clip(opts.Env)
+	if r.Input != nil {
+		env = append(env, "SANDBOX_INPUT="+*r.Input)
+	}
+	for _, step := range []struct{ what, line string }{{"variant", r.Variant}, {"check", opts.Check}} {
+		res, err := s.tryStep(ctx, opts, sb.ID, step.line, env)
+		if err != nil {
+			r.Failed = step.what + ": " + err.Error()
+			return fmt.Errorf("running the %s in %s: %w", step.what, r.Name, err)
+		}
+		r.Duration += res.took
+		if step.what == "variant" {
+			r.CommandDuration, r.CommandOutput = res.took, &res.output
+		} else {
+			r.CheckDuration, r.CheckOutput = res.took, &res.output
+		}
+		if res.How != nsinit.Exited || res.Code != 0 {
+			r.FailedIn, r.How, r.Signal = step.what, string(res.How), res.Signal
+			r.Status = res.Code
+			if res.How != nsinit.Exited {
+				r.Status = res.ExitCode()
+			}
+			code := res.Code
+			if res.Signal != 0 {
+				code = 128 + res.Signal
+			}
+			r.Failed = fmt.Sprintf("%s: %s %d", step.what, res.How, code)
+			break
+		}
+	}
+	r.Passed = r.FailedIn == ""
+
+	if changes, err := s.Diff(ctx, sb.ID); err == nil {
+		n := len(changes)
+		r.Changes = &n
+	} else if ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	in, err := s.Inspect(ctx, sb.ID, LiveUsage)
+	if err != nil {
+		return fmt.Errorf("reading the usage of %s: %w", r.Name, err)
+	}
+	if in.Disk.Known {
+		r.DiskUsed = &in.Disk.Value
+	}
+	if in.MemoryPeak.Known {
+		r.MemoryPeak = &in.MemoryPeak.Value
+	}
+	return nil
+}
+
+// tryStepResult is how one step (a variant or the check) ended.
+type tryStepResult struct {
+	nsinit.Result
+	output string
+	took   time.Duration
+}
+
+// tryStep runs the shell line in sandbox id as the caller, with a pipe of
+// its own for stdout and stderr, and returns how it ended, the last
+// tryOutputMax bytes of its output and how long it took. A step still
+// running when ctx ends is left to the sandbox's destruction, which ends
+// it.
+func (s *Supervisor) tryStep(ctx context.Context, opts *TryOptions, id, line string, env []string) (tryStepResult, error) {
+	var r tryStepResult
+	devNull, err := os.Open(os.DevNull)
+	if err != nil {
+		return r, err
+	}
+	defer devNull.Close()
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return r, err
+	}
+	defer pr.Close()
+	timeout := opts.Timeout
+	if timeout < 0 {
+		timeout = 0 // none
+	}
+	begin := time.Now()
+	cmd, err := s.Exec(ctx, id, ExecOptions{
+		Argv: []string{"/bin/sh", "-c", line}, Env: env, Dir: opts.Dir,
+		UID: opts.Create.Owner, AsRoot: opts.AsRoot, Detach: opts.Detach,
+		Stdio: []*os.File{devNull, pw, pw}, Timeout: timeout,
+	})
+	pw.Close() // the init holds its own copy
+	if err != nil {
+		return r, fmt.Errorf("running %q: %w", line, err)
+	}
+	out := &tryTail{max: tryOutputMax}
+	drained := make(chan struct{})
+	go func() { _, _ = io.Copy(out, pr); close(drained) }()
+	select {
+	case <-cmd.Done():
+	case <-ctx.Done():
+		return r, fmt.Errorf("running %q: %w", line, context.Cause(ctx))
+	}
+	r.took = time.Since(begin)
+	// What it left running (a daemon it started) may hold the pipe.
+	select {
+	case <-drained:
+	case <-time.After(time.Second):
+		pr.Close()
+		<-drained
+	}
+	r.Result, r.output = cmd.Result(), out.String()
+	return r, nil
+}
+
+// tryTail keeps the last max bytes written to it, and says how many it
+// cut.
+type tryTail struct {
+	max  int
+	buf  []byte
+	lost int64
+}
+
+func (b *tryTail) Write(p []byte) (int, error) {
+	b.buf = append(b.buf, p...)
+	if over := len(b.buf) - b.max; over > 0 {
+		b.lost += int64(over)
+		b.buf = append(b.buf[:0], b.buf[over:]...)
+	}
+	return len(p), nil
+}
+
+func (b *tryTail) String() string {
+	if b.lost > 0 {
+		return fmt.Sprintf("[... the first %d bytes are cut ...]\n", b.lost) + string(b.buf)
+	}
+	return string(b.buf)
+}
