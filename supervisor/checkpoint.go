@@ -281,10 +281,10 @@ func rollbackPairs(rec state.Record, i int) [][2]string {
 
 // rollbackMarkerName is the volume that says a rollback of sandbox id to
 // its checkpoint name is under way; rollbackOf reads it back.
-func rollbackMarkerName(id, name string) string { return "rollback-" + id + "-" + name }
+func rollbackMarkerName(id, name string) string { return prefixRollbackMarker + id + "-" + name }
 
 func rollbackOf(volume string) (id, name string, ok bool) {
-	rest, found := strings.CutPrefix(volume, "rollback-")
+	rest, found := strings.CutPrefix(volume, prefixRollbackMarker)
 	if !found {
 		return "", "", false
 	}

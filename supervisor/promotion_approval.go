@@ -59,10 +59,13 @@ func (s *Supervisor) decide(ctx context.Context, pid string, uid uint32, approve
 	p.Stages[i].State, p.State = state.StagePending, state.PromotionRunning
 	s.putPromotion(&p)
 	if !s.promos.start(func(ctx context.Context) { s.runPromotion(ctx, pid, changes) }) {
-		// The record says running: the daemon's next start fails it, as
-		// after a crash, and nothing of the stage was applied.
+		// Nothing of the stage was applied: the promotion waits again,
+		// so that the approval can be given once the daemon is back.
+		p.Stages[i].Approved, p.Stages[i].DecidedBy, p.Stages[i].Decided = false, nil, time.Time{}
+		p.Stages[i].State, p.State = state.StageWaiting, state.PromotionWaiting
+		s.putPromotion(&p)
 		s.gate.release(p.Project)
-		return p, fmt.Errorf("approving promotion %s: %w", pid, errDaemonStopping)
+		return p, fmt.Errorf("approving promotion %s: %w; it still waits: approve it again once the daemon is back", pid, errDaemonStopping)
 	}
 	return p, nil
 }

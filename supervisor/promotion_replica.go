@@ -76,7 +76,9 @@ func (s *Supervisor) runReplicaStage(ctx context.Context, p *Promotion, i int, c
 	}
 	// A switch cut short leaves the target missing until it is run
 	// again: once begun, it finishes (it is two renames).
-	prev, err := r.Switch(context.WithoutCancel(ctx), out.Name)
+	sctx, scancel := finishing(ctx)
+	prev, err := r.Switch(sctx, out.Name)
+	scancel()
 	if err != nil {
 		return fmt.Errorf("switching %s: %w", r.Target, err)
 	}
@@ -109,10 +111,12 @@ func (s *Supervisor) runReplicaStage(ctx context.Context, p *Promotion, i int, c
 		st.Checks = append(st.Checks, res)
 		if res.How != nsinit.Exited || res.Status != 0 {
 			crashpoint.Hit(crashpoint.PromoteRollingBack)
-			if rerr := r.Revert(context.WithoutCancel(ctx), prev); rerr != nil {
+			rctx, rcancel := finishing(ctx)
+			defer rcancel()
+			if rerr := r.Revert(rctx, prev); rerr != nil {
 				return fmt.Errorf("check %q failed; and switching %s back failed: %w", check, r.Target, rerr)
 			}
-			_ = r.Forget(context.WithoutCancel(ctx), out.Name)
+			_ = r.Forget(rctx, out.Name)
 			return failedCheck(st.Checks)
 		}
 	}
@@ -179,4 +183,16 @@ func (s *Supervisor) revertReplica(ctx context.Context, p *Promotion, i int) err
 		s.log.Warn("forgetting an interrupted promotion's snapshot on a replica", "promotion", p.ID, "error", err)
 	}
 	return nil
+}
+
+// replicaStepTimeout bounds a replica step that runs to its end even as
+// the daemon stops (a switch, a revert: two renames, over ssh), so that
+// the stop stays within systemd's stop timeout; one cut short by it is
+// finished by the next start's reconcile.
+const replicaStepTimeout = 30 * time.Second
+
+// finishing is ctx without its cancel (the daemon's stop) but with
+// replicaStepTimeout.
+func finishing(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), replicaStepTimeout)
 }

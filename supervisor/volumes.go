@@ -44,6 +44,10 @@ const (
 	// prefixUnit: a sandbox's transient systemd scope, sandbox-ID.scope;
 	// also its hostname, sandbox-ID.
 	prefixUnit = "sandbox-"
+
+	// prefixRollbackMarker: the empty volume that says a rollback of a
+	// sandbox to a checkpoint is under way ("rollback-<id>-<checkpoint>").
+	prefixRollbackMarker = "rollback-"
 )
 
 // Names of a promotion's volumes: the sandbox's source snapshot, each

@@ -1,7 +1,7 @@
 # functions.sh is shared by every script (POSIX sh, GNU coreutils,
 # util-linux, findutils and btrfs-progs on the replica's host). It runs
 # after the prelude, which sets the variables (P, D, S and the operation's)
-# and the exit statuses E_* from the table in replica.go. Messages go to
+# and the exit statuses E_* from the table in scripts.go. Messages go to
 # standard error; fail exits with one of the E_* statuses.
 trap '' PIPE
 LC_ALL=C
