@@ -15,9 +15,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandboxd/sandboxd/supervisor"
 	"github.com/sandboxd/sandboxd/runtime/egress"
 	"github.com/sandboxd/sandboxd/runtime/nsinit"
+	"github.com/sandboxd/sandboxd/supervisor"
 )
 
 // The allowlist proxy from inside real sandboxes (finding 6a and 8 of

@@ -19,8 +19,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandboxd/cowfs/zfs"
-	"github.com/sandboxd/sandboxd/supervisor"
 	"github.com/sandboxd/sandboxd/runtime/nsinit"
+	"github.com/sandboxd/sandboxd/supervisor"
 	"github.com/sandboxd/sandboxd/supervisor/state"
 	"github.com/sandboxd/sandboxd/tests/testbed"
 	"github.com/sandboxd/sandboxd/units"
