@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/sandboxd/sandboxd/supervisor/api"
+	"github.com/sandboxd/sandboxd/sandboxd1"
 )
 
 // memInfo is a process's memory, in bytes.
@@ -45,7 +45,7 @@ func (d *daemon) initMemory(ctx context.Context, ids []string) (row, error) {
 	systemd := d.conn.Object("org.freedesktop.systemd1", "/org/freedesktop/systemd1")
 	for _, id := range ids {
 		var unit string
-		if err := d.conn.Object(api.BusName, api.SandboxPath(id)).StoreProperty(api.SandboxInterface+".Unit", &unit); err != nil {
+		if err := d.conn.Object(sandboxd1.BusName, sandboxd1.SandboxPath(id)).StoreProperty(sandboxd1.SandboxInterface+".Unit", &unit); err != nil {
 			return row{}, fmt.Errorf("finding the scope of sandbox %s: %w", id, err)
 		}
 		var procs []struct {

@@ -11,7 +11,7 @@ import (
 
 	"github.com/godbus/dbus/v5"
 
-	"github.com/sandboxd/sandboxd/supervisor/api"
+	"github.com/sandboxd/sandboxd/sandboxd1"
 	sdconfig "github.com/sandboxd/sandboxd/supervisor/config"
 )
 
@@ -143,7 +143,9 @@ func (d *daemon) journal(ctx context.Context) string {
 	return strings.TrimSpace(string(out))
 }
 
-func (d *daemon) manager() dbus.BusObject { return d.conn.Object(api.BusName, api.ManagerPath) }
+func (d *daemon) manager() dbus.BusObject {
+	return d.conn.Object(sandboxd1.BusName, sandboxd1.ManagerPath)
+}
 
 // create makes a sandbox of project; the reply comes once it is ready.
 func (d *daemon) create(ctx context.Context, project string) (string, error) {
@@ -151,7 +153,7 @@ func (d *daemon) create(ctx context.Context, project string) (string, error) {
 	defer cancel()
 	var id string
 	var object dbus.ObjectPath
-	err := d.manager().CallWithContext(ctx, api.ManagerInterface+".CreateSandbox", 0, project, map[string]dbus.Variant{}).Store(&id, &object)
+	err := d.manager().CallWithContext(ctx, sandboxd1.ManagerInterface+".CreateSandbox", 0, project, map[string]dbus.Variant{}).Store(&id, &object)
 	if err != nil {
 		return "", fmt.Errorf("creating a sandbox of %s: %w", project, err)
 	}
@@ -162,7 +164,7 @@ func (d *daemon) create(ctx context.Context, project string) (string, error) {
 func (d *daemon) destroy(ctx context.Context, id string) error {
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
-	if err := d.manager().CallWithContext(ctx, api.ManagerInterface+".DestroySandbox", 0, id).Err; err != nil {
+	if err := d.manager().CallWithContext(ctx, sandboxd1.ManagerInterface+".DestroySandbox", 0, id).Err; err != nil {
 		return fmt.Errorf("destroying sandbox %s: %w", id, err)
 	}
 	delete(d.live, id)
@@ -173,8 +175,8 @@ func (d *daemon) destroy(ctx context.Context, id string) error {
 func (d *daemon) list(ctx context.Context) ([]string, error) {
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
-	var entries []api.ListEntry
-	if err := d.manager().CallWithContext(ctx, api.ManagerInterface+".ListSandboxes", 0).Store(&entries); err != nil {
+	var entries []sandboxd1.ListEntry
+	if err := d.manager().CallWithContext(ctx, sandboxd1.ManagerInterface+".ListSandboxes", 0).Store(&entries); err != nil {
 		return nil, fmt.Errorf("listing sandboxes: %w", err)
 	}
 	ids := make([]string, len(entries))

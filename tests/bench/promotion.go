@@ -15,7 +15,7 @@ import (
 	dbtrfs "github.com/dennwc/btrfs"
 	"github.com/godbus/dbus/v5"
 
-	"github.com/sandboxd/sandboxd/supervisor/api"
+	"github.com/sandboxd/sandboxd/sandboxd1"
 	"github.com/sandboxd/sandboxd/supervisor/state"
 )
 
@@ -160,7 +160,7 @@ func promoteOnce(ctx context.Context, d *daemon, fs *btrfsFS, n int, dir string,
 		}
 	}()
 	var tree string
-	if err := d.conn.Object(api.BusName, api.SandboxPath(id)).StoreProperty(api.SandboxInterface+".Path", &tree); err != nil {
+	if err := d.conn.Object(sandboxd1.BusName, sandboxd1.SandboxPath(id)).StoreProperty(sandboxd1.SandboxInterface+".Path", &tree); err != nil {
 		return s, mix, fmt.Errorf("finding the tree of sandbox %s: %w", id, err)
 	}
 	mix, err = changeFiles(tree, n, changed, clustered, used)
@@ -190,7 +190,7 @@ func promoteOnce(ctx context.Context, d *daemon, fs *btrfsFS, n int, dir string,
 		return s, mix, err
 	}
 
-	var listed []api.ChangeEntry
+	var listed []sandboxd1.ChangeEntry
 	if s.diff, err = timed(func() error { listed, err = d.diff(ctx, id); return err }); err != nil {
 		return s, mix, err
 	}
@@ -380,11 +380,11 @@ func checkPromoted(dst, src string, m changeMix) error {
 }
 
 // diff calls Diff on sandbox id: its change list since its base.
-func (d *daemon) diff(ctx context.Context, id string) ([]api.ChangeEntry, error) {
+func (d *daemon) diff(ctx context.Context, id string) ([]sandboxd1.ChangeEntry, error) {
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
-	var out []api.ChangeEntry
-	if err := d.conn.Object(api.BusName, api.SandboxPath(id)).CallWithContext(ctx, api.SandboxInterface+".Diff", 0).Store(&out); err != nil {
+	var out []sandboxd1.ChangeEntry
+	if err := d.conn.Object(sandboxd1.BusName, sandboxd1.SandboxPath(id)).CallWithContext(ctx, sandboxd1.SandboxInterface+".Diff", 0).Store(&out); err != nil {
 		return nil, fmt.Errorf("listing the changes of sandbox %s: %w", id, err)
 	}
 	return out, nil
@@ -395,7 +395,7 @@ func (d *daemon) promote(ctx context.Context, id string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
 	var pid string
-	err := d.conn.Object(api.BusName, api.SandboxPath(id)).CallWithContext(ctx, api.SandboxInterface+".Promote", 0, map[string]dbus.Variant{}).Store(&pid)
+	err := d.conn.Object(sandboxd1.BusName, sandboxd1.SandboxPath(id)).CallWithContext(ctx, sandboxd1.SandboxInterface+".Promote", 0, map[string]dbus.Variant{}).Store(&pid)
 	if err != nil {
 		return "", fmt.Errorf("promoting sandbox %s: %w", id, err)
 	}
@@ -411,7 +411,7 @@ func (d *daemon) waitPromotion(ctx context.Context, pid string) (state.Promotion
 	for {
 		var p state.Promotion
 		var record string
-		if err := d.manager().CallWithContext(ctx, api.ManagerInterface+".GetPromotion", 0, pid).Store(&record); err != nil {
+		if err := d.manager().CallWithContext(ctx, sandboxd1.ManagerInterface+".GetPromotion", 0, pid).Store(&record); err != nil {
 			return p, fmt.Errorf("reading promotion %s: %w", pid, err)
 		}
 		if err := json.Unmarshal([]byte(record), &p); err != nil {

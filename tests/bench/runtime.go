@@ -9,7 +9,7 @@ import (
 
 	"github.com/godbus/dbus/v5"
 
-	"github.com/sandboxd/sandboxd/supervisor/api"
+	"github.com/sandboxd/sandboxd/sandboxd1"
 )
 
 // Targets of the runtime (issue 6).
@@ -126,7 +126,7 @@ func (d *daemon) execTrue(ctx context.Context, id string, null *os.File) error {
 	if d.signals == nil {
 		d.signals, d.exited = make(chan *dbus.Signal, 64), map[string]int32{}
 		d.conn.Signal(d.signals)
-		if err := d.conn.AddMatchSignal(dbus.WithMatchInterface(api.SandboxInterface), dbus.WithMatchMember("CommandExited")); err != nil {
+		if err := d.conn.AddMatchSignal(dbus.WithMatchInterface(sandboxd1.SandboxInterface), dbus.WithMatchMember("CommandExited")); err != nil {
 			return err
 		}
 	}
@@ -134,7 +134,7 @@ func (d *daemon) execTrue(ctx context.Context, id string, null *os.File) error {
 	defer cancel()
 	var cmd string
 	fd := dbus.UnixFD(null.Fd())
-	err := d.conn.Object(api.BusName, api.SandboxPath(id)).CallWithContext(ctx, api.SandboxInterface+".Exec", 0,
+	err := d.conn.Object(sandboxd1.BusName, sandboxd1.SandboxPath(id)).CallWithContext(ctx, sandboxd1.SandboxInterface+".Exec", 0,
 		[]string{"/bin/true"}, map[string]dbus.Variant{}, fd, fd, fd).Store(&cmd)
 	if err != nil {
 		return fmt.Errorf("calling Exec in %s: %w", id, err)
@@ -150,7 +150,7 @@ func (d *daemon) execTrue(ctx context.Context, id string, null *os.File) error {
 		}
 		select {
 		case s := <-d.signals:
-			if s.Name == api.SandboxInterface+".CommandExited" && len(s.Body) == 4 {
+			if s.Name == sandboxd1.SandboxInterface+".CommandExited" && len(s.Body) == 4 {
 				if c, ok := s.Body[0].(string); ok {
 					d.exited[c], _ = s.Body[2].(int32)
 				}

@@ -30,7 +30,7 @@ import (
 
 	"github.com/godbus/dbus/v5"
 
-	"github.com/sandboxd/sandboxd/supervisor/api"
+	"github.com/sandboxd/sandboxd/sandboxd1"
 	"github.com/sandboxd/sandboxd/tests/testbed"
 )
 
@@ -150,7 +150,7 @@ func dial() (*client, error) {
 	}
 	c := &client{conn: conn, signals: make(chan *dbus.Signal, 16)}
 	conn.Signal(c.signals)
-	if err := conn.AddMatchSignal(dbus.WithMatchInterface(api.SandboxInterface), dbus.WithMatchMember("CommandExited")); err != nil {
+	if err := conn.AddMatchSignal(dbus.WithMatchInterface(sandboxd1.SandboxInterface), dbus.WithMatchMember("CommandExited")); err != nil {
 		conn.Close()
 		return nil, err
 	}
@@ -189,17 +189,17 @@ func (c *client) cycle(ctx context.Context, token string, report func(sample)) {
 	var id string
 	var object dbus.ObjectPath
 	err := timed(opCreate, func(ctx context.Context) error {
-		return c.conn.Object(api.BusName, api.ManagerPath).CallWithContext(ctx, api.ManagerInterface+".CreateSandbox", 0,
+		return c.conn.Object(sandboxd1.BusName, sandboxd1.ManagerPath).CallWithContext(ctx, sandboxd1.ManagerInterface+".CreateSandbox", 0,
 			"web", map[string]dbus.Variant{}).Store(&id, &object)
 	})
 	if err != nil {
 		return
 	}
-	sb := c.conn.Object(api.BusName, object)
+	sb := c.conn.Object(sandboxd1.BusName, object)
 	if timed(opExec, func(ctx context.Context) error { return c.exec(ctx, sb, token) }) == nil {
 		_ = timed(opDiff, func(ctx context.Context) error {
-			var changes []api.ChangeEntry
-			if err := sb.CallWithContext(ctx, api.SandboxInterface+".Diff", 0).Store(&changes); err != nil {
+			var changes []sandboxd1.ChangeEntry
+			if err := sb.CallWithContext(ctx, sandboxd1.SandboxInterface+".Diff", 0).Store(&changes); err != nil {
 				return err
 			}
 			if len(changes) != 1 || changes[0].Kind != "added" || strings.TrimPrefix(changes[0].Path, "/") != "load.txt" {
@@ -209,7 +209,7 @@ func (c *client) cycle(ctx context.Context, token string, report func(sample)) {
 		})
 	}
 	_ = timed(opDestroy, func(ctx context.Context) error {
-		return c.conn.Object(api.BusName, api.ManagerPath).CallWithContext(ctx, api.ManagerInterface+".DestroySandbox", 0, id).Err
+		return c.conn.Object(sandboxd1.BusName, sandboxd1.ManagerPath).CallWithContext(ctx, sandboxd1.ManagerInterface+".DestroySandbox", 0, id).Err
 	})
 }
 
@@ -225,7 +225,7 @@ func (c *client) exec(ctx context.Context, sb dbus.BusObject, token string) erro
 	out := make(chan []byte, 1)
 	go func() { b, _ := io.ReadAll(r); out <- b }()
 	var command string
-	err = sb.CallWithContext(ctx, api.SandboxInterface+".Exec", 0,
+	err = sb.CallWithContext(ctx, sandboxd1.SandboxInterface+".Exec", 0,
 		[]string{"/bin/sh", "-c", `echo "$1" > load.txt && cat load.txt`, "sh", token}, map[string]dbus.Variant{},
 		dbus.UnixFD(c.null.Fd()), dbus.UnixFD(w.Fd()), dbus.UnixFD(w.Fd())).Store(&command)
 	w.Close() // the daemon has its copies once the call is answered
@@ -235,7 +235,7 @@ func (c *client) exec(ctx context.Context, sb dbus.BusObject, token string) erro
 	for {
 		select {
 		case s := <-c.signals:
-			if s.Name != api.SandboxInterface+".CommandExited" || s.Path != sb.Path() || len(s.Body) < 3 || s.Body[0] != command {
+			if s.Name != sandboxd1.SandboxInterface+".CommandExited" || s.Path != sb.Path() || len(s.Body) < 3 || s.Body[0] != command {
 				continue // a late signal of an earlier, timed-out command
 			}
 			how, _ := s.Body[1].(string)
@@ -425,8 +425,8 @@ func leftovers(t *testing.T, tb *testbed.Info, conn *dbus.Conn) []string {
 			left = append(left, "unit "+f[0])
 		}
 	}
-	var list []api.ListEntry
-	if err := conn.Object(api.BusName, api.ManagerPath).Call(api.ManagerInterface+".ListSandboxes", 0).Store(&list); err != nil {
+	var list []sandboxd1.ListEntry
+	if err := conn.Object(sandboxd1.BusName, sandboxd1.ManagerPath).Call(sandboxd1.ManagerInterface+".ListSandboxes", 0).Store(&list); err != nil {
 		t.Fatalf("ListSandboxes: %v", err)
 	}
 	for _, e := range list {
