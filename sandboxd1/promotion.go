@@ -21,6 +21,8 @@ type Promotion struct {
 	Changes int    `json:"changes"`
 	Digest  string `json:"digest,omitempty"`
 	Force   bool   `json:"force,omitempty"`
+	// AllowPrivileged: an admin let set-id files and device nodes through.
+	AllowPrivileged bool `json:"allow_privileged,omitempty"`
 	// Conflicts are the paths both sides changed (refused unless Force).
 	Conflicts []string   `json:"conflicts,omitempty"`
 	Stages    []StageRun `json:"stages"`

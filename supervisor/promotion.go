@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/sandboxd/sandboxd/cowfs"
@@ -77,11 +76,6 @@ type PromoteOptions struct {
 	// capabilities are dropped all the same: Apply copies no xattrs.
 	AllowPrivileged bool
 }
-
-// privilegedAllowed holds the promotions an admin let carry privileged
-// files. It is not in the record: after a restart a promotion that waited
-// refuses them again, the safe side.
-var privilegedAllowed sync.Map // promotion id -> true
 
 // Promote starts promoting what sandbox id changed through the stages. It
 // returns once the change set is known and found free of conflicts with
@@ -286,7 +280,6 @@ func (s *Supervisor) runPromotion(ctx context.Context, pid string, changes []cow
 			st.State, st.Error, st.Ended = state.StageFailed, err.Error(), time.Now().UTC()
 			p.State, p.Error = state.PromotionFailed, fmt.Sprintf("stage %s: %v", st.Name, err)
 			s.putPromotion(&p)
-			privilegedAllowed.Delete(pid)
 			s.auditPromotion(ctx, "promote-stage", p, i, err)
 			_, _ = s.prunePromotions(ctx)
 			s.log.Warn("promotion failed", "promotion", pid, "stage", st.Name, "error", err)
@@ -296,7 +289,6 @@ func (s *Supervisor) runPromotion(ctx context.Context, pid string, changes []cow
 	}
 	p.State = state.PromotionDone
 	s.putPromotion(&p)
-	privilegedAllowed.Delete(pid)
 	s.auditPromotion(ctx, "promote-done", p, -1, nil)
 	_, _ = s.prunePromotions(ctx)
 	s.log.Info("promotion done", "promotion", pid, "SANDBOX_ID", p.Sandbox)
@@ -357,8 +349,7 @@ func (s *Supervisor) runStage(ctx context.Context, p *Promotion, i int, changes 
 		crashpoint.Hit(crashpoint.PromoteRollingBack)
 		return s.undoStage(ctx, p, project, rp, source, changes, cause)
 	}
-	_, allowPriv := privilegedAllowed.Load(p.ID)
-	applied, err := promote.ApplyWith(ctx, changes, source.Path, project.Path, promote.ApplyOptions{RefusePrivileged: !allowPriv, Expected: rp.Path})
+	applied, err := promote.ApplyWith(ctx, changes, source.Path, project.Path, promote.ApplyOptions{RefusePrivileged: !p.AllowPrivileged, Expected: rp.Path})
 	if err != nil {
 		return rollback(err)
 	}

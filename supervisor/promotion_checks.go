@@ -43,7 +43,7 @@ func (s *Supervisor) checkPrivileged(ctx context.Context, p *Promotion, changes 
 	if !allow {
 		return fmt.Errorf("%w; an admin may allow them (sandboxctl promote --allow-privileged)", perr)
 	}
-	privilegedAllowed.Store(p.ID, true)
+	p.AllowPrivileged = true
 	paths := make([]string, len(found))
 	for i, f := range found {
 		paths[i] = f.String()

@@ -64,6 +64,10 @@ type Promotion struct {
 	Changes int    `json:"changes"`
 	Digest  string `json:"digest,omitempty"`
 	Force   bool   `json:"force,omitempty"`
+	// AllowPrivileged: an admin let set-id files and device nodes through
+	// (the paths are in the audit log); kept across restarts, so that a
+	// stage that waits for approval carries them when approved.
+	AllowPrivileged bool `json:"allow_privileged,omitempty"`
 	// Conflicts are the paths both sides changed (refused unless Force).
 	Conflicts []string   `json:"conflicts,omitempty"`
 	Stages    []StageRun `json:"stages"`

@@ -232,6 +232,15 @@ func TestHostilePromoteRefusesPrivilegedFiles(t *testing.T) {
 	if !strings.Contains(out, "passed") {
 		t.Fatalf("an admin's promote --allow-privileged:\n%s", out)
 	}
+	// The allowance is in the promotion's record, which outlives a restart.
+	if f := strings.Fields(out); len(f) < 2 || f[0] != "promotion" {
+		t.Errorf("promote printed %q first; want the promotion's id", out)
+	} else {
+		rec := testbed.MustRun(t, "busctl", "call", "org.sandboxd1", "/org/sandboxd1", "org.sandboxd1.Manager", "GetPromotion", "s", strings.TrimSuffix(f[1], ":"))
+		if !strings.Contains(rec, `allow_privileged\":true`) {
+			t.Errorf("the promotion's record does not say an admin allowed privileged files: %s", rec)
+		}
+	}
 	if m, owner := modeAndOwner(t, filepath.Join(path, "tool")); m&0o7777 != 0o4755 || owner != 0 {
 		t.Fatalf("tool after an admin allowed it: mode %o uid %d; want 4755, root's", m&0o7777, owner)
 	}
