@@ -255,6 +255,10 @@ func (s *Supervisor) startScope(ctx context.Context, rec state.Record, limits un
 	if limits.MemoryMax != nil {
 		spec.ScratchSize = nsinit.ScratchSizeFor(*limits.MemoryMax)
 	}
+	if err := s.cfg.Units.SetSliceLimits(ctx, units.OwnerSlice(rec.Owner), s.cfg.UserLimits); err != nil {
+		init.Kill()
+		return fmt.Errorf("bounding the sandboxes of uid %d together: %w", rec.Owner, err)
+	}
 	built := make(chan error, 1)
 	go func() { built <- init.Build(ctx, spec) }()
 	scopeErr := s.cfg.Units.StartScope(ctx, units.Scope{

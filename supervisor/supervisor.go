@@ -46,6 +46,7 @@ type Units interface {
 	Usage(ctx context.Context, name string) (units.Usage, error)
 	ResetFailed(ctx context.Context, name string) error
 	List(ctx context.Context, patterns ...string) ([]units.UnitState, error)
+	SetSliceLimits(ctx context.Context, name string, l units.Limits) error
 }
 
 // Config is what a Supervisor works with.
@@ -84,6 +85,10 @@ type Config struct {
 	// MaxCheckpoints caps one sandbox's checkpoints (0:
 	// DefaultMaxCheckpoints).
 	MaxCheckpoints int
+	// UserLimits bound all of one owner's sandboxes together, set on the
+	// owner's slice (units.OwnerSlice) before each of its scopes starts;
+	// nothing set: no bound but each sandbox's own.
+	UserLimits units.Limits
 }
 
 // Supervisor owns the sandboxes of this host: their volumes, scopes and

@@ -100,6 +100,7 @@ func run(ctx context.Context, configPath string) error {
 			MaxTTL:           time.Duration(lim.MaxTTL),
 		},
 		MaxCheckpoints: lim.MaxCheckpoints,
+		UserLimits:     userLimits(lim),
 		Audit:          auditLog,
 		Log:            log,
 		Stages:         stagesOf(cfg),
@@ -216,4 +217,16 @@ func stagesOf(cfg *config.Config) []supervisor.Stage {
 		})
 	}
 	return out
+}
+
+// userLimits are [limits]' bounds on all of one user's sandboxes together.
+func userLimits(lim config.Limits) units.Limits {
+	var l units.Limits
+	if lim.UserMemoryMax > 0 {
+		l.MemoryMax = new(uint64(lim.UserMemoryMax))
+	}
+	if lim.UserTasksMax > 0 {
+		l.TasksMax = new(uint64(lim.UserTasksMax))
+	}
+	return l
 }

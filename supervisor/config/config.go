@@ -158,6 +158,10 @@ type Limits struct {
 	// DefaultDiskQuota is given to a sandbox created without a disk
 	// quota; 0: derived, a tenth of the pool's size.
 	DefaultDiskQuota Size `toml:"default_disk_quota"`
+	// UserMemoryMax and UserTasksMax bound all the sandboxes of one user
+	// together (their owner's slice); 0: no such bound.
+	UserMemoryMax Size `toml:"user_memory_max"`
+	UserTasksMax  int  `toml:"user_tasks_max"`
 	// MaxCheckpoints caps one sandbox's checkpoints; 0: 32.
 	MaxCheckpoints int `toml:"max_checkpoints"`
 	// DefaultTTL is given to a sandbox created without a time to live;

@@ -1,0 +1,49 @@
+package integration
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/sandboxd/sandboxd/tests/testbed"
+)
+
+// [limits] user_tasks_max bounds all of one user's sandboxes together, in
+// the owner's slice: with one sandbox holding 40 sleepers, a second of the
+// same owner cannot start 60 more, though its own TasksMax would let it;
+// without the bound (the control) it can.
+func TestUserLimitsBoundAllOfAUsersSandboxesTogether(t *testing.T) {
+	install(t)
+	const spawn60 = `i=0; while [ $i -lt 60 ]; do sleep 120 & i=$((i+1)); done; echo started`
+	control := sandbox(t)
+	if out, errOut, code := ctl(t, "", "exec", control, "--", "sh", "-c", spawn60); code != 0 || !strings.Contains(out, "started") {
+		t.Fatalf("60 sleepers in a sandbox with no per-user bound (the control): exit %d: %s%s", code, out, errOut)
+	}
+	ctl(t, "", "destroy", control)
+
+	reconfigure(t, "[limits]\nuser_tasks_max = 80\n")
+	a, b := sandbox(t), sandbox(t)
+	slice := "sandboxd-u0.slice"
+	if got := strings.TrimSpace(testbed.MustRun(t, "systemctl", "show", "-p", "TasksMax", "--value", slice)); got != "80" {
+		t.Fatalf("%s TasksMax = %q; want 80", slice, got)
+	}
+	// Detached: what the command started with setsid outlives it.
+	ok(t, "exec", "--detach", a, "--", "sh", "-c", "i=0; while [ $i -lt 40 ]; do setsid sleep 120 </dev/null >/dev/null 2>&1 & i=$((i+1)); done")
+	held, err := strconv.Atoi(strings.TrimSpace(testbed.MustRun(t, "systemctl", "show", "-p", "TasksCurrent", "--value", "sandbox-"+a+".scope")))
+	if err != nil || held < 40 {
+		t.Fatalf("sandbox %s holds %d tasks (%v) after starting 40 sleepers; want them kept", a, held, err)
+	}
+	out, errOut, _ := ctl(t, "", "exec", b, "--", "sh", "-c", spawn60)
+	if strings.Contains(out, "started") && !strings.Contains(out+errOut, "fork") {
+		t.Errorf("60 more sleepers started in the same user's second sandbox: %s%s; want the user's bound of 80 tasks to stop them", out, errOut)
+	}
+	t.Logf("the second sandbox, starting 60 with 40 held: %s%s", out, errOut)
+	current, err := strconv.Atoi(strings.TrimSpace(testbed.MustRun(t, "systemctl", "show", "-p", "TasksCurrent", "--value", slice)))
+	if err != nil || current > 80 {
+		t.Errorf("%s holds %d tasks (%v); want at most 80", slice, current, err)
+	}
+	scope := strings.TrimSpace(testbed.MustRun(t, "systemctl", "show", "-p", "TasksMax", "--value", "sandbox-"+b+".scope"))
+	if n, err := strconv.Atoi(scope); err != nil || n <= 80 {
+		t.Errorf("sandbox %s's own TasksMax is %q; want more than the user's 80, so that the bound shown is the user's", b, scope)
+	}
+}
