@@ -4,13 +4,9 @@ package supervisor
 // promoted project; privileged files are refused unless an admin allows.
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"io"
-	"os"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/sandboxd/sandboxd/cowfs"
@@ -104,65 +100,16 @@ func (s *Supervisor) checkInSandbox(ctx context.Context, p *Promotion, st Stage)
 // end of its output.
 func (s *Supervisor) runCheck(ctx context.Context, id string, uid uint32, command string, timeout time.Duration) (state.CheckResult, error) {
 	r := state.CheckResult{Command: command}
-	devNull, err := os.Open(os.DevNull)
-	if err != nil {
-		return r, err
-	}
-	defer devNull.Close()
-	pr, pw, err := os.Pipe()
-	if err != nil {
-		return r, err
-	}
-	defer pr.Close()
-	start := time.Now()
-	cmd, err := s.Exec(ctx, id, ExecOptions{
-		Argv: []string{"/bin/sh", "-c", command}, UID: uid, AsRoot: uid == 0,
-		Stdio: []*os.File{devNull, pw, pw}, Timeout: timeout,
-	})
-	pw.Close() // the init holds its own copy
+	c, err := s.runCaptured(ctx, id, ExecOptions{
+		Argv: []string{"/bin/sh", "-c", command}, UID: uid, AsRoot: uid == 0, Timeout: timeout,
+	}, checkOutput)
 	if err != nil {
 		return r, fmt.Errorf("running check %q: %w", command, err)
 	}
-	var out tailBuffer
-	copied := make(chan struct{})
-	go func() { _, _ = io.Copy(&out, pr); close(copied) }()
-	select {
-	case <-cmd.Done():
-	case <-ctx.Done():
-		// The daemon stops: the check sandbox's destruction ends it.
-		return r, fmt.Errorf("running check %q: %w", command, context.Cause(ctx))
-	}
-	select {
-	case <-copied:
-	case <-time.After(2 * time.Second): // something in the background kept the pipe
-	}
-	res := cmd.Result()
-	r.Duration, r.How, r.Output = time.Since(start), string(res.How), out.String()
-	r.Status = res.Code
-	if res.Signal != 0 {
-		r.Status = 128 + res.Signal
+	r.Duration, r.How, r.Output = c.took, string(c.How), c.output
+	r.Status = c.Code
+	if c.Signal != 0 {
+		r.Status = 128 + c.Signal
 	}
 	return r, nil
-}
-
-// tailBuffer keeps the last checkOutput bytes written to it.
-type tailBuffer struct {
-	mu  sync.Mutex
-	buf []byte
-}
-
-func (t *tailBuffer) Write(b []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.buf = append(t.buf, b...)
-	if len(t.buf) > checkOutput {
-		t.buf = t.buf[len(t.buf)-checkOutput:]
-	}
-	return len(b), nil
-}
-
-func (t *tailBuffer) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return string(bytes.ToValidUTF8(t.buf, []byte("?")))
 }

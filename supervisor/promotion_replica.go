@@ -91,7 +91,7 @@ func (s *Supervisor) runReplicaStage(ctx context.Context, p *Promotion, i int, c
 	}
 	for _, check := range cfg.Checks {
 		res := state.CheckResult{Command: check, How: "exited"}
-		var buf tailBuffer
+		buf := tailBuffer{max: checkOutput}
 		cctx, cancel := context.WithTimeout(ctx, timeout)
 		start := time.Now()
 		res.Status, err = r.Check(cctx, check, &buf)

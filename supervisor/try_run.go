@@ -3,8 +3,6 @@ package supervisor
 import (
 	"context"
 	"fmt"
-	"io"
-	"os"
 	"slices"
 	"time"
 
@@ -87,84 +85,20 @@ func (s *Supervisor) tryOne(ctx context.Context, opts *TryOptions, r *TryResult)
 	return nil
 }
 
-// tryStepResult is how one step (a variant or the check) ended.
-type tryStepResult struct {
-	nsinit.Result
-	output string
-	took   time.Duration
-}
-
-// tryStep runs the shell line in sandbox id as the caller, with a pipe of
-// its own for stdout and stderr, and returns how it ended, the last
-// tryOutputMax bytes of its output and how long it took. A step still
-// running when ctx ends is left to the sandbox's destruction, which ends
-// it.
-func (s *Supervisor) tryStep(ctx context.Context, opts *TryOptions, id, line string, env []string) (tryStepResult, error) {
-	var r tryStepResult
-	devNull, err := os.Open(os.DevNull)
-	if err != nil {
-		return r, err
-	}
-	defer devNull.Close()
-	pr, pw, err := os.Pipe()
-	if err != nil {
-		return r, err
-	}
-	defer pr.Close()
+// tryStep runs the shell line in sandbox id as the caller, and returns
+// how it ended, the last tryOutputMax bytes of its output and how long it
+// took.
+func (s *Supervisor) tryStep(ctx context.Context, opts *TryOptions, id, line string, env []string) (captured, error) {
 	timeout := opts.Timeout
 	if timeout < 0 {
 		timeout = 0 // none
 	}
-	begin := time.Now()
-	cmd, err := s.Exec(ctx, id, ExecOptions{
+	c, err := s.runCaptured(ctx, id, ExecOptions{
 		Argv: []string{"/bin/sh", "-c", line}, Env: env, Dir: opts.Dir,
-		UID: opts.Create.Owner, AsRoot: opts.AsRoot, Detach: opts.Detach,
-		Stdio: []*os.File{devNull, pw, pw}, Timeout: timeout,
-	})
-	pw.Close() // the init holds its own copy
+		UID: opts.Create.Owner, AsRoot: opts.AsRoot, Detach: opts.Detach, Timeout: timeout,
+	}, tryOutputMax)
 	if err != nil {
-		return r, fmt.Errorf("running %q: %w", line, err)
+		return c, fmt.Errorf("running %q: %w", line, err)
 	}
-	out := &tryTail{max: tryOutputMax}
-	drained := make(chan struct{})
-	go func() { _, _ = io.Copy(out, pr); close(drained) }()
-	select {
-	case <-cmd.Done():
-	case <-ctx.Done():
-		return r, fmt.Errorf("running %q: %w", line, context.Cause(ctx))
-	}
-	r.took = time.Since(begin)
-	// What it left running (a daemon it started) may hold the pipe.
-	select {
-	case <-drained:
-	case <-time.After(time.Second):
-		pr.Close()
-		<-drained
-	}
-	r.Result, r.output = cmd.Result(), out.String()
-	return r, nil
-}
-
-// tryTail keeps the last max bytes written to it, and says how many it
-// cut.
-type tryTail struct {
-	max  int
-	buf  []byte
-	lost int64
-}
-
-func (b *tryTail) Write(p []byte) (int, error) {
-	b.buf = append(b.buf, p...)
-	if over := len(b.buf) - b.max; over > 0 {
-		b.lost += int64(over)
-		b.buf = append(b.buf[:0], b.buf[over:]...)
-	}
-	return len(p), nil
-}
-
-func (b *tryTail) String() string {
-	if b.lost > 0 {
-		return fmt.Sprintf("[... the first %d bytes are cut ...]\n", b.lost) + string(b.buf)
-	}
-	return string(b.buf)
+	return c, nil
 }

@@ -1,0 +1,97 @@
+package supervisor
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/sandboxd/sandboxd/runtime/nsinit"
+)
+
+// captured is how a command run for its output ended: a promotion's
+// check, a step of Try.
+type captured struct {
+	nsinit.Result
+	output string // the end of what it wrote to stdout and stderr
+	took   time.Duration
+}
+
+// runCaptured runs o in sandbox id with /dev/null for stdin and one pipe
+// for stdout and stderr (o.Stdio is set here), and returns how it ended,
+// the last max bytes of its output and how long it took. A command still
+// running when ctx ends is left to the sandbox's destruction, which ends
+// it.
+func (s *Supervisor) runCaptured(ctx context.Context, id string, o ExecOptions, max int) (captured, error) {
+	var c captured
+	devNull, err := os.Open(os.DevNull)
+	if err != nil {
+		return c, err
+	}
+	defer devNull.Close()
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return c, err
+	}
+	defer pr.Close()
+	o.Stdio = []*os.File{devNull, pw, pw}
+	begin := time.Now()
+	cmd, err := s.Exec(ctx, id, o)
+	pw.Close() // the init holds its own copy
+	if err != nil {
+		return c, err
+	}
+	out := &tailBuffer{max: max}
+	drained := make(chan struct{})
+	go func() { _, _ = io.Copy(out, pr); close(drained) }()
+	select {
+	case <-cmd.Done():
+	case <-ctx.Done():
+		return c, context.Cause(ctx)
+	}
+	c.took = time.Since(begin)
+	// What it left running (a daemon it started) may hold the pipe.
+	select {
+	case <-drained:
+	case <-time.After(time.Second):
+		pr.Close()
+		<-drained
+	}
+	c.Result, c.output = cmd.Result(), out.String()
+	return c, nil
+}
+
+// tailBuffer keeps the last max bytes written to it (by any number of
+// writers), and says how many it cut.
+type tailBuffer struct {
+	max  int
+	mu   sync.Mutex
+	buf  []byte
+	lost int64
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf = append(t.buf, p...)
+	if over := len(t.buf) - t.max; over > 0 {
+		t.lost += int64(over)
+		t.buf = append(t.buf[:0], t.buf[over:]...)
+	}
+	return len(p), nil
+}
+
+// String is what was kept, as valid UTF-8 (it goes into records and onto
+// the bus), after a line that says how much was cut, if anything was.
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	kept := string(bytes.ToValidUTF8(t.buf, []byte("?")))
+	if t.lost > 0 {
+		return fmt.Sprintf("[... the first %d bytes are cut ...]\n", t.lost) + kept
+	}
+	return kept
+}
