@@ -10,12 +10,17 @@ import (
 )
 
 // The ioctls dennwc/btrfs does not have: quota control (simple quotas
-// need it: btrfs-progs 6.2 cannot enable them) and send with flags (a send
-// without file data lists changes at the cost of the change's metadata).
+// need it: btrfs-progs 6.2 cannot enable them), a qgroup's limit (the
+// library has the struct but no call; `btrfs qgroup limit` costs a
+// process start on every create) and send with flags (a send without file
+// data lists changes at the cost of the change's metadata).
 
 const (
-	iocQuotaCtl = 0xc0109428 // _IOWR(0x94, 40, struct btrfs_ioctl_quota_ctl_args)
-	iocSend     = 0x40489426 // _IOW(0x94, 38, struct btrfs_ioctl_send_args)
+	iocQuotaCtl    = 0xc0109428 // _IOWR(0x94, 40, struct btrfs_ioctl_quota_ctl_args)
+	iocSend        = 0x40489426 // _IOW(0x94, 38, struct btrfs_ioctl_send_args)
+	iocQgroupLimit = 0x8030942b // _IOR(0x94, 43, struct btrfs_ioctl_qgroup_limit_args)
+
+	qgroupLimitMaxExcl = 1 << 1 // BTRFS_QGROUP_LIMIT_MAX_EXCL
 
 	quotaCtlEnable       = 1
 	quotaCtlEnableSimple = 4 // kernel 6.7+
@@ -26,6 +31,17 @@ const (
 type quotaCtlArgs struct {
 	cmd    uint64
 	status uint64
+}
+
+// qgroupLimitArgs is struct btrfs_ioctl_qgroup_limit_args: a qgroup id (0:
+// the subvolume of the descriptor) and struct btrfs_qgroup_limit.
+type qgroupLimitArgs struct {
+	qgroupID uint64
+	flags    uint64
+	maxRfer  uint64
+	maxExcl  uint64
+	rsvRfer  uint64
+	rsvExcl  uint64
 }
 
 type sendArgs struct {
@@ -55,6 +71,18 @@ func quotaCtl(mount string, cmd uint64) error {
 	defer f.Close()
 	args := quotaCtlArgs{cmd: cmd}
 	return ioctl(f, iocQuotaCtl, unsafe.Pointer(&args))
+}
+
+// limitExclusive sets the exclusive limit of the subvolume at path's
+// qgroup to bytes, as `btrfs qgroup limit -e` does (max: no limit).
+func limitExclusive(path string, bytes uint64) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	args := qgroupLimitArgs{flags: qgroupLimitMaxExcl, maxExcl: bytes}
+	return ioctl(f, iocQgroupLimit, unsafe.Pointer(&args))
 }
 
 // sendNoData runs BTRFS_IOC_SEND of the read-only subvolume at path,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -13,7 +14,6 @@ import (
 	dbtrfs "github.com/dennwc/btrfs"
 
 	"github.com/sandboxd/sandboxd/cowfs"
-	"github.com/sandboxd/sandboxd/cowfs/internal/command"
 )
 
 // ensureQuota turns quotas on for the filesystem once: simple quotas where
@@ -55,14 +55,12 @@ func (b *Backend) SetQuota(ctx context.Context, v cowfs.Volume, bytes uint64) er
 	if err := b.ensureQuota(); err != nil {
 		return fmt.Errorf("setting the quota of %s: %w", v.Name, err)
 	}
-	limit := "none"
+	limit := uint64(math.MaxUint64) // none
 	if bytes > 0 {
-		limit = strconv.FormatUint(bytes, 10)
+		limit = bytes
 	}
-	// btrfs-progs 6.2 sets limits on simple quotas fine; only enabling
-	// them needs the ioctl.
-	if _, err := command.Output(ctx, "btrfs", "qgroup", "limit", "-e", limit, v.ID); err != nil {
-		return fmt.Errorf("setting the quota of %s: %w", v.Name, classify(err))
+	if err := limitExclusive(v.Path, limit); err != nil {
+		return fmt.Errorf("setting the quota of %s: %w", v.Name, err)
 	}
 	return nil
 }
