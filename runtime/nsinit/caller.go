@@ -3,6 +3,7 @@ package nsinit
 import (
 	"fmt"
 	"runtime"
+	"sync"
 	"syscall"
 	"unsafe"
 
@@ -85,15 +86,48 @@ func becomeOnThisThread(id identity) error {
 // cannot be raised, both locked (linux/securebits.h; x/sys lacks them).
 const secbitsNoRoot = 1<<0 | 1<<1 | 1<<6 | 1<<7
 
-// forkAsCaller forks f on a new OS thread with id's credentials (see
-// becomeOnThisThread): a plain command of uid 0 must start with no
-// capability, which the forker thread, root with keptCaps, cannot give.
-func forkAsCaller(id identity, f fork) forked {
-	var r forked
-	if err := asCaller(id, func() { r.pid, r.err = syscall.ForkExec(f.path, f.argv, f.attr) }); err != nil {
-		return forked{-1, err}
+// forkersAsCaller are the threads that fork the commands of uid 0 with no
+// capability, one a distinct identity (root's gid and groups), each made
+// once and kept: a plain command of uid 0 must start with no capability,
+// which the forker thread, root with keptCaps, cannot give, and a thread
+// made for each command costs milliseconds.
+type forkersAsCaller struct {
+	mu sync.Mutex
+	by map[string]chan fork
+}
+
+// fork forks f on the thread of id, which it starts the first time.
+func (fs *forkersAsCaller) fork(id identity, f fork) forked {
+	key := fmt.Sprint(id)
+	fs.mu.Lock()
+	forks, ok := fs.by[key]
+	if !ok {
+		forks = make(chan fork)
+		ready := make(chan error, 1)
+		go func() {
+			runtime.LockOSThread() // never unlocked: see becomeOnThisThread
+			if err := becomeOnThisThread(id); err != nil {
+				ready <- err
+				return
+			}
+			ready <- nil
+			for f := range forks {
+				pid, err := syscall.ForkExec(f.path, f.argv, f.attr)
+				f.done <- forked{pid, err}
+			}
+		}()
+		if err := <-ready; err != nil {
+			fs.mu.Unlock()
+			return forked{-1, err}
+		}
+		if fs.by == nil {
+			fs.by = map[string]chan fork{}
+		}
+		fs.by[key] = forks
 	}
-	return r
+	fs.mu.Unlock()
+	forks <- f
+	return <-f.done
 }
 
 // asCaller runs fn on a new OS thread that has id's credentials, and

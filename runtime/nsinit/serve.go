@@ -28,6 +28,8 @@ type server struct {
 	mu      sync.Mutex
 	waiting map[int]chan syscall.WaitStatus
 	forks   chan fork
+	// asCaller forks the commands of uid 0 that did not ask for root.
+	asCaller forkersAsCaller
 }
 
 func newServer() *server {
@@ -309,7 +311,7 @@ func (s *server) start(req *Request, stdio []*os.File, cg *initCgroup) (_ *comma
 		// The forking thread already is the command's user; setgroups
 		// in the child would need the capability it must not have.
 		sys.Credential = nil
-		r = forkAsCaller(req.identity(), f)
+		r = s.asCaller.fork(req.identity(), f)
 	} else {
 		s.forks <- f
 		r = <-f.done
