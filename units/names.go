@@ -41,3 +41,6 @@ func CheckScopeName(name string) error { return checkName(name, ".scope") }
 // "-" in a slice's name is a level of the tree), so that each user's
 // sandboxes are one cgroup, and all of them another.
 func OwnerSlice(uid uint32) string { return fmt.Sprintf("sandboxd-u%d.slice", uid) }
+
+// OwnerSlices is the pattern of every OwnerSlice, for List.
+const OwnerSlices = "sandboxd-u*.slice"

@@ -118,6 +118,9 @@ func run(ctx context.Context, configPath string) error {
 			"project", p.Name, "added_location", p.Location, "config_location", projects[p.Name])
 	}
 
+	if err := sup.ApplyUserLimits(ctx); err != nil {
+		log.Error("the per-user limits are not all in force", "error", err)
+	}
 	status("reconciling sandboxes")
 	rep, err := sup.Reconcile(ctx)
 	log.Info("reconciled", "adopted", len(rep.Adopted), "restarted", len(rep.Restarted),
