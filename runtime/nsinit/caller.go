@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
-	"syscall"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -103,20 +102,7 @@ func (fs *forkersAsCaller) fork(id identity, f fork) forked {
 	forks, ok := fs.by[key]
 	if !ok {
 		forks = make(chan fork)
-		ready := make(chan error, 1)
-		go func() {
-			runtime.LockOSThread() // never unlocked: see becomeOnThisThread
-			if err := becomeOnThisThread(id); err != nil {
-				ready <- err
-				return
-			}
-			ready <- nil
-			for f := range forks {
-				pid, err := syscall.ForkExec(f.path, f.argv, f.attr)
-				f.done <- forked{pid, err}
-			}
-		}()
-		if err := <-ready; err != nil {
+		if err := forkerThread(func() error { return becomeOnThisThread(id) }, forks); err != nil {
 			fs.mu.Unlock()
 			return forked{-1, err}
 		}

@@ -52,16 +52,21 @@ type forked struct {
 // startForker starts the one thread that forks commands, locked down
 // (lockdown) before its first fork: a fork's child starts with the
 // credentials of the thread that forked it.
-func (s *server) startForker() error {
+func (s *server) startForker() error { return forkerThread(lockdown, s.forks) }
+
+// forkerThread starts a thread, kept for good and locked to its goroutine
+// (its credentials are not the others'), that runs setup and then forks
+// what arrives on forks; it returns setup's error.
+func forkerThread(setup func() error, forks <-chan fork) error {
 	ready := make(chan error)
 	go func() {
-		runtime.LockOSThread() // for good: its credentials are not the others'
-		if err := lockdown(); err != nil {
+		runtime.LockOSThread() // never unlocked: the thread ends with it
+		if err := setup(); err != nil {
 			ready <- err
 			return
 		}
 		close(ready)
-		for f := range s.forks {
+		for f := range forks {
 			pid, err := syscall.ForkExec(f.path, f.argv, f.attr)
 			f.done <- forked{pid, err}
 		}
