@@ -207,6 +207,7 @@ func printStatus(out output, props map[string]dbus.Variant, stalenessText string
 		{"Files", str("Path")},
 		{"Unit", str("Unit")},
 	}
+	rows = append(rows, []string{"IDs", hostIDsText(props[sandboxd1.PropHostIDs])})
 	if ro, _ := props["ReadOnlyProject"].Value().(bool); ro {
 		rows = append(rows, []string{"Project", "read-only"})
 	}
@@ -414,4 +415,14 @@ func gcReason(ctx context.Context, c *client, e sandboxd1.ListEntry, now time.Ti
 		return "made " + age(created) + " ago"
 	}
 	return ""
+}
+
+// hostIDsText says who root is in the sandbox: its own, a block of host
+// ids, or the host's.
+func hostIDsText(v dbus.Variant) string {
+	ids, _ := v.Value().([]uint32)
+	if len(ids) != 2 {
+		return "the host's (no user namespace: root inside is the host's root)"
+	}
+	return fmt.Sprintf("%d-%d on the host (user namespace: root inside is uid %d outside)", ids[0], ids[1], ids[0])
 }

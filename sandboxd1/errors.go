@@ -29,6 +29,11 @@ const (
 	ErrorBusy = "org.sandboxd1.Error.Busy"
 	// ErrorNoSuchPromotion: no promotion of that id that the caller may see.
 	ErrorNoSuchPromotion = "org.sandboxd1.Error.NoSuchPromotion"
+	// ErrorNoIdmap: root inside the sandbox was asked for by a caller
+	// other than root, and the sandbox has no user namespace of its own
+	// (the pool, the kernel or the root layers cannot idmap, or
+	// sandbox.userns is off): root there would be the host's.
+	ErrorNoIdmap = "org.sandboxd1.Error.NoIdmap"
 )
 
 // Standard errors (D-Bus specification) the API and its clients meet.

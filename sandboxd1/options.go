@@ -32,7 +32,7 @@ const MinMemoryMax = 16 * MiB
 const (
 	OptEnvironment      = "Environment"      // as, KEY=value
 	OptWorkingDirectory = "WorkingDirectory" // s
-	OptRoot             = "Root"             // b, for root only
+	OptRoot             = "Root"             // b: root of the sandbox's user namespace (without one: for root only)
 	OptTimeoutUSec      = "TimeoutUSec"      // t, µs
 	OptOutputLimit      = "OutputLimit"      // t, bytes of stdout and stderr together (Exec)
 	OptDetach           = "Detach"           // b

@@ -18,6 +18,10 @@ const (
 	PropNetwork         = "Network"         // s
 	PropAllow           = "Allow"           // as
 	PropReadOnlyProject = "ReadOnlyProject" // b
+	// PropHostIDs: the first and last host id of its user namespace
+	// (root inside is the first); empty: it has none, its root is the
+	// host's.
+	PropHostIDs = "HostIDs" // au
 	// Live: read at each Get, never announced.
 	PropStaleness = "Staleness" // s: current, stale or unknown
 	PropUsage     = "Usage"     // a{sv}, the Usage* keys

@@ -118,6 +118,11 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 			return sb, fmt.Errorf("creating a sandbox of %s: making room by destroying %s: %w", opts.Project, old.ID, err)
 		}
 	}
+	ids, err := s.allocateIDs(recs, opts.Owner)
+	if err != nil {
+		s.admission.Unlock()
+		return sb, fmt.Errorf("creating a sandbox of %s: %w", opts.Project, err)
+	}
 	id := newID()
 	defer s.lock(id)()
 	now := time.Now().UTC()
@@ -126,7 +131,7 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 		Base: baseName(id), Volume: volumeName(id), Unit: unitName(id),
 		Profile: opts.Profile, Created: now, Limits: limits, DiskQuota: opts.DiskQuota,
 		Network: opts.Network, Allow: opts.Allow, ReadOnlyProject: *opts.ReadOnlyProject,
-		Hidden: opts.hidden, ReadOnly: opts.readOnly,
+		Hidden: opts.hidden, ReadOnly: opts.readOnly, IDs: ids,
 	}
 	if opts.TTL > 0 {
 		rec.Expires = now.Add(opts.TTL)
@@ -166,7 +171,7 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 		return nil
 	})
 	launch := func() (err error) {
-		init, err = s.launch(opts.Network)
+		init, err = s.launch(rec)
 		return err
 	}
 	early := !s.cfg.Backend.Info().Capabilities.SeparateMounts
@@ -243,11 +248,16 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 func (s *Supervisor) startScope(ctx context.Context, rec state.Record, limits units.Limits, init *nsinit.Init) error {
 	if init == nil {
 		var err error
-		if init, err = s.launch(rec.Network); err != nil {
+		if init, err = s.launch(rec); err != nil {
 			return err
 		}
 	}
 	spec, err := s.spec(ctx, rec)
+	if err != nil {
+		init.Kill()
+		return err
+	}
+	mounts, err := s.idmapMounts(init, rec, spec)
 	if err != nil {
 		init.Kill()
 		return err
@@ -260,7 +270,7 @@ func (s *Supervisor) startScope(ctx context.Context, rec state.Record, limits un
 		return fmt.Errorf("bounding the sandboxes of uid %d together: %w", rec.Owner, err)
 	}
 	built := make(chan error, 1)
-	go func() { built <- init.Build(ctx, spec) }()
+	go func() { built <- init.Build(ctx, spec, mounts) }()
 	scopeErr := s.cfg.Units.StartScope(ctx, units.Scope{
 		Name:        rec.Unit,
 		Description: fmt.Sprintf("sandboxd sandbox %s of %s", rec.ID, rec.Project),

@@ -34,8 +34,10 @@ type ExecOptions struct {
 	// project's path).
 	Dir string
 	// UID is the caller's: the command runs as that user. AsRoot runs it
-	// as root with root's kept capabilities, which only root may ask;
-	// root's command without AsRoot is uid 0 with no capability.
+	// as root with root's kept capabilities: the root of the sandbox's
+	// user namespace, which any caller may ask for, or, in a sandbox
+	// without one, the host's, which only root may. Root's command
+	// without AsRoot is uid 0 with no capability.
 	UID    uint32
 	AsRoot bool
 	// Stdio are the caller's stdin, stdout and stderr, which the command
@@ -122,8 +124,9 @@ func (s *Supervisor) Exec(ctx context.Context, id string, o ExecOptions) (_ *Com
 	if len(o.Argv) == 0 || o.Argv[0] == "" {
 		return nil, fmt.Errorf("running a command in sandbox %s: no command given: %w", id, ErrInvalid)
 	}
-	if o.AsRoot && o.UID != 0 {
-		return nil, fmt.Errorf("running a command in sandbox %s as root: only root may: %w", id, ErrInvalid)
+	if o.AsRoot && o.UID != 0 && rec.IDs == nil {
+		// Root there would be the host's.
+		return nil, fmt.Errorf("running a command in sandbox %s as root: %w, so only root may (%v)", id, ErrNoIdmap, s.userns.unavailable)
 	}
 	if !o.PTY && len(o.Stdio) != 3 {
 		return nil, fmt.Errorf("running a command in sandbox %s: want stdin, stdout and stderr: %w", id, ErrInvalid)
@@ -146,7 +149,7 @@ func (s *Supervisor) Exec(ctx context.Context, id string, o ExecOptions) (_ *Com
 				"SANDBOX_ID", id, "error", err)
 		} else {
 			req.Cgroup = true
-			files = append(slices.Clone(o.Stdio), cg.Dir, cg.Parent)
+			files = append(slices.Clone(o.Stdio), cg.Files()...)
 		}
 	}
 	nc, err := nsinit.Exec(ctx, nsinit.Control(s.runtimeDir(id)), req, files)
@@ -266,6 +269,9 @@ func (s *Supervisor) request(ctx context.Context, rec state.Record, o ExecOption
 		req.Env = append(req.Env, "no_proxy=localhost,127.0.0.1,::1", "NO_PROXY=localhost,127.0.0.1,::1")
 	}
 	req.Env = mergeEnv(req.Env, o.Env)
+	if err := execIdentity(rec, &req); err != nil {
+		return req, err
+	}
 	return req, nil
 }
 

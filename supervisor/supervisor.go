@@ -89,6 +89,9 @@ type Config struct {
 	// owner's slice (units.OwnerSlice) before each of its scopes starts;
 	// nothing set: no bound but each sandbox's own.
 	UserLimits units.Limits
+	// UserNS says whether sandboxes get user namespaces of their own
+	// (see ProbeUserNS).
+	UserNS UserNS
 }
 
 // Supervisor owns the sandboxes of this host: their volumes, scopes and
@@ -107,6 +110,7 @@ type Supervisor struct {
 	commands  commands
 	gate      projectGate
 	promos    promotionRuns // running in the background; Close waits for them
+	userns    usernsState
 }
 
 // New makes a Supervisor. Call LoadProjects, then Reconcile, before
@@ -116,7 +120,8 @@ func New(cfg Config) *Supervisor {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Supervisor{cfg: cfg, log: log, projects: newProjectRegistry(cfg.Projects, cfg.ProjectAccess)}
+	return &Supervisor{cfg: cfg, log: log, projects: newProjectRegistry(cfg.Projects, cfg.ProjectAccess),
+		userns: usernsState{unavailable: errors.New("user namespaces were not probed (ProbeUserNS)")}}
 }
 
 // Sandbox is a sandbox as callers see it.

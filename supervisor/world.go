@@ -133,11 +133,11 @@ func (s *Supervisor) makeLayer(ctx context.Context, rec *state.Record) (cowfs.Vo
 // launch starts a sandbox's init, which waits for its world (startScope):
 // Create launches it first, so that the program's start overlaps the
 // snapshots.
-func (s *Supervisor) launch(network string) (*nsinit.Init, error) {
+func (s *Supervisor) launch(rec state.Record) (*nsinit.Init, error) {
 	if len(s.cfg.InitCommand) == 0 {
 		return nil, errors.New("no init command configured")
 	}
-	init, err := nsinit.Launch(s.cfg.InitCommand, network)
+	init, err := nsinit.Launch(s.cfg.InitCommand, rec.Network, nsIDs(rec.IDs))
 	if err != nil {
 		return nil, err
 	}
@@ -145,6 +145,23 @@ func (s *Supervisor) launch(network string) (*nsinit.Init, error) {
 	// runs (a destroy, RuntimeMax); after a restart, systemd does.
 	s.reaper.add(init.PID)
 	return init, nil
+}
+
+// idmapMounts are the mounts an init in a user namespace builds its world
+// from (nil for one without): the root layers, the sandbox's layer and
+// its project, idmapped to its namespace.
+func (s *Supervisor) idmapMounts(init *nsinit.Init, rec state.Record, spec nsinit.Spec) (*nsinit.Mounts, error) {
+	if rec.IDs == nil {
+		return nil, nil
+	}
+	if spec.Layer == "" {
+		return nil, fmt.Errorf("sandbox %s has a user namespace but no system layer volume: %w", rec.ID, ErrNoIdmap)
+	}
+	m, err := init.IdmapMounts(s.cfg.UserNS.RootLayers, spec.Layer, spec.Project.Source, spec.Project.ReadOnly)
+	if err != nil {
+		return nil, fmt.Errorf("idmapping sandbox %s's mounts: %w", rec.ID, err)
+	}
+	return m, nil
 }
 
 // startProxy serves the allowlist's proxy on the sandbox's loopback.

@@ -70,10 +70,6 @@ func run(ctx context.Context, configPath string) error {
 	if r := store.Recovery(); r.CorruptMovedTo != "" || r.Rebuilt > 0 || r.Projects > 0 {
 		log.Warn("the state database was rebuilt from its mirror", "corrupt_moved_to", r.CorruptMovedTo, "records", r.Rebuilt, "projects", r.Projects)
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		return err
-	}
 	auditLog, err := audit.Open(cfg.Daemon.AuditLog)
 	if err != nil {
 		return err
@@ -86,7 +82,11 @@ func run(ctx context.Context, configPath string) error {
 	lim := cfg.Limits
 	sup := supervisor.New(supervisor.Config{
 		Backend: backend, Units: um, Store: store, Projects: projects, ProjectAccess: projectAccess,
-		InitCommand: []string{exe, "sandbox-init"},
+		// The init is this binary, reached through /proc/self/exe: the
+		// same version as the daemon even while an upgrade replaces the
+		// file, and executable by an init that is root of its user
+		// namespace only, whatever the modes of the directories above.
+		InitCommand: []string{"/proc/self/exe", "sandbox-init"},
 		RuntimeDir:  runtimeDir,
 		Profiles:    profs, DefaultProfile: cfg.Sandbox.DefaultProfile,
 		Hidden: cfg.Sandbox.HiddenPaths, ReadOnly: cfg.Sandbox.ReadonlyPaths,
@@ -104,8 +104,15 @@ func run(ctx context.Context, configPath string) error {
 		Audit:          auditLog,
 		Log:            log,
 		Stages:         stagesOf(cfg),
+		UserNS: supervisor.UserNS{
+			Mode: cfg.Sandbox.UserNS, RootLayers: cfg.Sandbox.RootLayers,
+			First: cfg.Sandbox.UserNSFirstID, Count: cfg.Sandbox.UserNSIDCount,
+		},
 	})
 	defer sup.Close()
+	if err := sup.ProbeUserNS(ctx); err != nil {
+		return errors.Join(exConfig, err)
+	}
 
 	// The projects added with AddProject join the configuration's before
 	// the reconcile, which may restart sandboxes of theirs.

@@ -83,6 +83,7 @@ func Open(ctx context.Context, root string) (*Backend, error) {
 			Quota:                true,
 			SimpleQuota:          kernelAtLeast(kernel, 6, 7),
 			OverlayUpper:         true,
+			Idmap:                kernelAtLeast(kernel, 5, 15),
 		},
 	}
 	if err := b.removeLeftovers(ctx); err != nil {

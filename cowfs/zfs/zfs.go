@@ -75,6 +75,8 @@ func Open(ctx context.Context, root string) (*Backend, error) {
 	_, err = command.Output(ctx, "zfs", "get", "-H", "-o", "value", "written", root)
 	caps.Generation = err == nil
 	caps.OverlayUpper = overlayUpper(b.info.Version)
+	// OpenZFS idmaps from 2.2 too; zfs-fuse never (FUSE_ALLOW_IDMAP).
+	caps.Idmap = caps.OverlayUpper
 	if err := b.removeLeftovers(ctx); err != nil {
 		return nil, err
 	}

@@ -13,14 +13,19 @@ import (
 // build makes the sandbox's world in the init's new namespaces and pivots
 // into it. It returns the control socket, bound at its host path before
 // the host's root goes out of sight.
-func build(spec *Spec) (*net.UnixListener, error) {
+func build(spec *Spec, mounts *Mounts) (*net.UnixListener, error) {
+	defer mounts.Close()
 	// Nothing mounted here may reach the host: the namespace's copy of
 	// the host's mounts stops sharing events with them first.
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return nil, fmt.Errorf("making the sandbox's mounts private: %w", err)
 	}
 	newRoot := spec.Dir + "/root"
-	if err := mountOverlay(spec, newRoot); err != nil {
+	if mounts != nil {
+		if err := mountIdmappedOverlay(spec, mounts, newRoot); err != nil {
+			return nil, err
+		}
+	} else if err := mountOverlay(spec, newRoot); err != nil {
 		return nil, err
 	}
 	r, err := openRoot(newRoot)
@@ -30,7 +35,8 @@ func build(spec *Spec) (*net.UnixListener, error) {
 	defer r.close()
 	scratch := scratchOptions(spec.ScratchSize)
 	for _, step := range []func(*root) error{
-		mountProc, func(r *root) error { return mountDev(r, scratch) }, maskProc, mountSys, maskSys,
+		mountProc, func(r *root) error { return mountDev(r, scratch, spec.UserNS) }, maskProc,
+		func(r *root) error { return mountSys(r, spec.UserNS && spec.Network == NetworkHost) }, maskSys,
 		func(r *root) error { return mountScratch(r, scratch) },
 	} {
 		if err := step(r); err != nil {
@@ -45,20 +51,13 @@ func build(spec *Spec) (*net.UnixListener, error) {
 	if err := r.mkdirAll(spec.Project.Target, 0o755); err != nil {
 		return nil, err
 	}
-	if err := r.bind(spec.Project.Source, spec.Project.Target, spec.Project.ReadOnly); err != nil {
-		return nil, err
-	}
-	// Reading a file must not change it: an atime update would show in
-	// the sandbox's diff as a metadata change of every file it read.
-	err = r.at(spec.Project.Target, func(target string) error {
-		flags := uintptr(unix.MS_NOATIME)
-		if spec.Project.ReadOnly {
-			flags |= unix.MS_RDONLY
+	if mounts != nil {
+		// The daemon made it read-only (if asked) and without access times.
+		if err := attachInside(r, mounts.Project, spec.Project.Target); err != nil {
+			return nil, fmt.Errorf("mounting the project: %w", err)
 		}
-		return remount(target, flags)
-	})
-	if err != nil {
-		return nil, fmt.Errorf("mounting the project at %s without access times: %w", spec.Project.Target, err)
+	} else if err := bindProject(r, spec.Project); err != nil {
+		return nil, err
 	}
 	for _, p := range spec.ReadOnly {
 		if _, ok, err := r.stat(p); err != nil || !ok {
@@ -84,6 +83,26 @@ func build(spec *Spec) (*net.UnixListener, error) {
 		return nil, err
 	}
 	return ln, nil
+}
+
+// bindProject binds the sandbox's copy of the project at its path.
+func bindProject(r *root, project Bind) error {
+	if err := r.bind(project.Source, project.Target, project.ReadOnly); err != nil {
+		return err
+	}
+	// Reading a file must not change it: an atime update would show in
+	// the sandbox's diff as a metadata change of every file it read.
+	err := r.at(project.Target, func(target string) error {
+		flags := uintptr(unix.MS_NOATIME)
+		if project.ReadOnly {
+			flags |= unix.MS_RDONLY
+		}
+		return remount(target, flags)
+	})
+	if err != nil {
+		return fmt.Errorf("mounting the project at %s without access times: %w", project.Target, err)
+	}
+	return nil
 }
 
 // mountOverlay mounts the host's `/` with the sandbox's system layer over
@@ -138,7 +157,7 @@ var devices = []struct {
 	{"null", 1, 3}, {"zero", 1, 5}, {"full", 1, 7}, {"random", 1, 8}, {"urandom", 1, 9}, {"tty", 5, 0},
 }
 
-func mountDev(r *root, scratch string) error {
+func mountDev(r *root, scratch string, userns bool) error {
 	if err := r.mkdirAll("/dev", 0o755); err != nil {
 		return err
 	}
@@ -146,6 +165,12 @@ func mountDev(r *root, scratch string) error {
 		return err
 	}
 	for _, d := range devices {
+		if userns {
+			if err := bindDevice(r, d.name); err != nil {
+				return err
+			}
+			continue
+		}
 		err := r.at("/dev", func(dev string) error {
 			return unix.Mknod(dev+"/"+d.name, unix.S_IFCHR|0o666, int(unix.Mkdev(d.major, d.minor)))
 		})
@@ -234,9 +259,12 @@ func mask(r *root, paths []string) error {
 	return nil
 }
 
-func mountSys(r *root) error {
+func mountSys(r *root, bindHost bool) error {
 	if err := r.mkdirAll("/sys", 0o555); err != nil {
 		return err
+	}
+	if bindHost {
+		return bindSys(r)
 	}
 	return r.mount("sysfs", "/sys", "sysfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
 }

@@ -24,11 +24,20 @@ import (
 // that: a process leaves them at will.
 
 // CommandCgroup is a command's cgroup, made by the daemon, which hands
-// the init descriptors of it and of the cgroup the init lives in.
+// the init descriptors of it: the directory (to read its processes and
+// events) and, opened by the daemon for writing, its cgroup.procs and
+// cgroup.kill and the init's own cgroup.procs. The kernel checks a
+// migration against the credentials the file was opened with: an init
+// that is root of a user namespace only, with no right to the host's
+// cgroup files, moves itself and kills through the daemon's.
 type CommandCgroup struct {
-	// Dir and Parent are the cgroup's directory and the init's, open.
-	Dir, Parent *os.File
-	path        string
+	Dir, Procs, Kill, ParentProcs *os.File
+	path                          string
+}
+
+// Files are the descriptors the init gets, in the order it takes them.
+func (c *CommandCgroup) Files() []*os.File {
+	return []*os.File{c.Dir, c.Procs, c.Kill, c.ParentProcs}
 }
 
 // cgroup2Roots are where cgroup v2 is mounted: at the root on a unified
@@ -66,7 +75,13 @@ func NewCommandCgroup(pid int, name string) (*CommandCgroup, error) {
 		}
 		cg := &CommandCgroup{path: dir}
 		if cg.Dir, err = os.OpenFile(dir, os.O_RDONLY|unix.O_DIRECTORY, 0); err == nil {
-			cg.Parent, err = os.OpenFile(parent, os.O_RDONLY|unix.O_DIRECTORY, 0)
+			cg.Procs, err = os.OpenFile(dir+"/cgroup.procs", os.O_WRONLY, 0)
+		}
+		if err == nil {
+			cg.Kill, err = os.OpenFile(dir+"/cgroup.kill", os.O_WRONLY, 0)
+		}
+		if err == nil {
+			cg.ParentProcs, err = os.OpenFile(parent+"/cgroup.procs", os.O_WRONLY, 0)
 		}
 		if err != nil {
 			cg.Remove()
@@ -81,7 +96,7 @@ const cgroupPrefix = "command-"
 
 // CloseFiles closes the descriptors, once the init has its copies.
 func (c *CommandCgroup) CloseFiles() {
-	for _, f := range []**os.File{&c.Dir, &c.Parent} {
+	for _, f := range []**os.File{&c.Dir, &c.Procs, &c.Kill, &c.ParentProcs} {
 		if *f != nil {
 			(*f).Close()
 			*f = nil
@@ -109,19 +124,22 @@ func (c *CommandCgroup) Remove() error {
 
 // initCgroup is the init's side: the command's cgroup and its own.
 type initCgroup struct {
-	dir, parent *os.File
+	dir, procs, killer, parentProcs *os.File
 	// safe is set once the init is back in its own cgroup after the fork:
 	// only then may the whole command cgroup be killed.
 	safe bool
 }
 
+// cgroupFiles is how many descriptors a request's cgroup takes.
+const cgroupFiles = 4
+
 // enter moves the init (all of it: cgroup v2 moves processes) into the
 // command's cgroup, so that the command is forked there; leave moves it
 // back. Forks are serialized, and nothing else of the init forks.
-func (c *initCgroup) enter() error { return writeAt(c.dir, "cgroup.procs", "0") }
+func (c *initCgroup) enter() error { return write(c.procs, "cgroup.procs", "0") }
 
 func (c *initCgroup) leave() error {
-	if err := writeAt(c.parent, "cgroup.procs", "0"); err != nil {
+	if err := write(c.parentProcs, "cgroup.procs", "0"); err != nil {
 		return err
 	}
 	c.safe = true
@@ -132,7 +150,7 @@ func (c *initCgroup) leave() error {
 // until they are gone. With the init itself possibly inside (leave
 // failed), it kills by pid, sparing the init.
 func (c *initCgroup) kill() {
-	if c.safe && writeAt(c.dir, "cgroup.kill", "1") == nil {
+	if c.safe && write(c.killer, "cgroup.kill", "1") == nil {
 		c.waitEmpty()
 		return
 	}
@@ -177,16 +195,11 @@ func (c *initCgroup) pids() []int {
 }
 
 func (c *initCgroup) close() {
-	closeAll([]*os.File{c.dir, c.parent})
+	closeAll([]*os.File{c.dir, c.procs, c.killer, c.parentProcs})
 }
 
-func writeAt(dir *os.File, name, value string) error {
-	fd, err := unix.Openat(int(dir.Fd()), name, unix.O_WRONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
-	if err != nil {
-		return fmt.Errorf("opening %s of the command's cgroup: %w", name, err)
-	}
-	defer unix.Close(fd)
-	if _, err := unix.Write(fd, []byte(value)); err != nil {
+func write(f *os.File, name, value string) error {
+	if _, err := unix.Write(int(f.Fd()), []byte(value)); err != nil {
 		return fmt.Errorf("writing %s of the command's cgroup: %w", name, err)
 	}
 	return nil

@@ -24,15 +24,15 @@ func Main() {
 		fmt.Fprintln(setup, err)
 		os.Exit(1)
 	}
-	var spec Spec
-	if err := json.NewDecoder(setup).Decode(&spec); err != nil {
+	spec, mounts, err := readSpec(setup)
+	if err != nil {
 		fail(fmt.Errorf("reading the spec: %w", err))
 	}
 	// The memory limit's OOM killer must pick a command, never the init
 	// (whose end is the sandbox's), and no one may read its memory.
 	_ = os.WriteFile("/proc/self/oom_score_adj", []byte("-1000"), 0)
 	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
-	ln, err := build(&spec)
+	ln, err := build(&spec, mounts)
 	if err != nil {
 		fail(err)
 	}
@@ -66,6 +66,48 @@ func Main() {
 	}()
 	s.serve(ln)
 	os.Exit(1)
+}
+
+// maxSpec bounds the spec's datagram (its hidden and read-only paths).
+const maxSpec = 1 << 20
+
+// readSpec reads the spec and the descriptors of its mounts, one
+// datagram.
+func readSpec(setup *os.File) (Spec, *Mounts, error) {
+	var spec Spec
+	buf := make([]byte, maxSpec)
+	oob := make([]byte, unix.CmsgSpace(64*4))
+	n, oobn, flags, _, err := unix.Recvmsg(int(setup.Fd()), buf, oob, unix.MSG_CMSG_CLOEXEC)
+	if err != nil {
+		return spec, nil, err
+	}
+	var files []*os.File
+	if cmsgs, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil {
+		for _, c := range cmsgs {
+			if fds, err := unix.ParseUnixRights(&c); err == nil {
+				for _, fd := range fds {
+					files = append(files, os.NewFile(uintptr(fd), "mount"))
+				}
+			}
+		}
+	}
+	if flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 {
+		closeAll(files)
+		return spec, nil, fmt.Errorf("the spec or its descriptors were cut short")
+	}
+	if err := json.Unmarshal(buf[:n], &spec); err != nil {
+		closeAll(files)
+		return spec, nil, err
+	}
+	if !spec.UserNS {
+		closeAll(files)
+		return spec, nil, nil
+	}
+	if spec.Lowers < 1 || len(files) != spec.Lowers+2 {
+		closeAll(files)
+		return spec, nil, fmt.Errorf("want %d lower layers, the system layer and the project as descriptors, got %d descriptors", spec.Lowers, len(files))
+	}
+	return spec, &Mounts{Lowers: files[:spec.Lowers], Layer: files[spec.Lowers], Project: files[spec.Lowers+1]}, nil
 }
 
 // lastCap is the running kernel's highest capability.

@@ -233,11 +233,12 @@ func splitFiles(req *Request, files []*os.File) ([]*os.File, *initCgroup, error)
 	if !req.Cgroup {
 		return files, nil, nil
 	}
-	if len(files) < 2 {
+	if len(files) < cgroupFiles {
 		return nil, nil, errors.New("the request's cgroups are missing")
 	}
-	n := len(files) - 2
-	return files[:n], &initCgroup{dir: files[n], parent: files[n+1]}, nil
+	n := len(files) - cgroupFiles
+	cg := files[n:]
+	return files[:n], &initCgroup{dir: cg[0], procs: cg[1], killer: cg[2], parentProcs: cg[3]}, nil
 }
 
 func (s *server) start(req *Request, stdio []*os.File, cg *initCgroup) (_ *command, err error) {

@@ -59,6 +59,12 @@ type Spec struct {
 	Hidden   []string `json:"hidden,omitempty"`
 	ReadOnly []string `json:"readonly,omitempty"`
 	Network  string   `json:"network"`
+	// UserNS: the init is root of a user namespace of its own, and builds
+	// its world from the idmapped mounts that came with the spec (Lowers
+	// of the host root's layers, top first, then the system layer's
+	// volume, then the project) instead of the paths above.
+	UserNS bool `json:"userns,omitempty"`
+	Lowers int  `json:"lowers,omitempty"`
 }
 
 // Bind is a host directory seen at another path inside the sandbox.
@@ -99,10 +105,12 @@ type Request struct {
 	// to stdout and stderr together (0: no limit). Only then does the
 	// output pass through the init, to be counted.
 	OutputLimit int64 `json:"output_limit,omitempty"`
-	// Cgroup: the request's last two descriptors are the command's
-	// cgroup and the init's own (see CommandCgroup); when the command
-	// ends, everything in its cgroup is ended with it.
-	Cgroup bool `json:"cgroup,omitempty"`
+	// Cgroup: the request's last descriptors are those of the command's
+	// cgroup (CommandCgroup.Files); when the command ends, everything in
+	// its cgroup is ended with it. (An init of an older daemon, which
+	// took two under another name, sees too many descriptors and says so;
+	// the daemon then runs the command without.)
+	Cgroup bool `json:"cgroup_files,omitempty"`
 }
 
 // How a command ended.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"strings"
@@ -21,6 +22,7 @@ type Init struct {
 	// PID is the init's pid, in the caller's PID namespace.
 	PID   int
 	setup *os.File
+	ids   *IDMap
 }
 
 // Launch starts argv (a program whose main calls Main when IsInit) as the
@@ -29,12 +31,28 @@ type Init struct {
 // outlives the daemon. The init waits for Build; meanwhile the caller can
 // make the sandbox's volumes and move the pid into its scope. The caller
 // reaps it when it ends.
-func Launch(argv []string, network string) (*Init, error) {
+//
+// With ids, the init is also in a new user namespace of that map, as its
+// root: root in the sandbox, ids's host ids outside it. Its world is
+// then built from idmapped mounts (IdmapMounts) rather than host paths.
+func Launch(argv []string, network string, ids *IDMap) (*Init, error) {
 	if len(argv) == 0 {
 		return nil, errors.New("starting a sandbox's init: no command")
 	}
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if ids != nil {
+		if err := ids.Validate(); err != nil {
+			return nil, fmt.Errorf("starting a sandbox's init: %w", err)
+		}
+	}
+	// One datagram carries the spec and the descriptors of its mounts.
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
+		return nil, fmt.Errorf("starting a sandbox's init: %w", err)
+	}
+	// Ours is non-blocking, for Build's deadline; theirs blocks.
+	if err := unix.SetNonblock(fds[0], true); err != nil {
+		unix.Close(fds[0])
+		unix.Close(fds[1])
 		return nil, fmt.Errorf("starting a sandbox's init: %w", err)
 	}
 	ours := os.NewFile(uintptr(fds[0]), "init-setup")
@@ -48,6 +66,16 @@ func Launch(argv []string, network string) (*Init, error) {
 	cmd.ExtraFiles = []*os.File{theirs} // fd 3
 	cmd.Stderr = os.Stderr              // the init's own complaints reach the journal
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Cloneflags: uintptr(flags)}
+	if ids != nil {
+		cmd.SysProcAttr.Cloneflags |= syscall.CLONE_NEWUSER
+		cmd.SysProcAttr.UidMappings = sysMaps(ids.UIDs)
+		cmd.SysProcAttr.GidMappings = sysMaps(ids.GIDs)
+		// Commands take their user's groups (setgroups), inside the map.
+		cmd.SysProcAttr.GidMappingsEnableSetgroups = true
+		// Root of the new namespace: without it, the init keeps the
+		// daemon's uid 0, which the namespace does not map.
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: 0, Gid: 0}
+	}
 	err = cmd.Start()
 	theirs.Close()
 	if err != nil {
@@ -56,7 +84,7 @@ func Launch(argv []string, network string) (*Init, error) {
 	}
 	pid := cmd.Process.Pid
 	_ = cmd.Process.Release()
-	return &Init{PID: pid, setup: ours}, nil
+	return &Init{PID: pid, setup: ours, ids: ids}, nil
 }
 
 // Kill ends an init (and with it its sandbox's processes).
@@ -67,23 +95,58 @@ func (i *Init) Kill() {
 
 // Build sends the init its world to build, and returns once it is built
 // and its control socket listens, or with the init's own account of what
-// failed (the init then ends).
-func (i *Init) Build(ctx context.Context, spec Spec) error {
+// failed (the init then ends). An init in a user namespace builds it from
+// mounts (IdmapMounts; Build closes them), any other from spec's paths.
+func (i *Init) Build(ctx context.Context, spec Spec, mounts *Mounts) error {
 	defer i.setup.Close()
+	defer mounts.Close()
+	if (i.ids != nil) != (mounts != nil) {
+		return fmt.Errorf("building sandbox %s: a user namespace needs idmapped mounts, and only it", spec.ID)
+	}
 	if err := os.MkdirAll(spec.Dir+"/root", 0o700); err != nil {
 		return fmt.Errorf("building sandbox %s: %w", spec.ID, err)
 	}
-	if dl, ok := ctx.Deadline(); ok {
-		_ = i.setup.SetDeadline(dl)
-	} else {
-		_ = i.setup.SetDeadline(time.Now().Add(30 * time.Second))
+	var files []*os.File
+	if mounts != nil {
+		// The init, root of its namespace but not of the host, works in
+		// its runtime directory (the mounts' attach points, the root's
+		// mountpoint, the control socket); the host's root reaches it.
+		if err := os.Chown(spec.Dir, int(i.ids.RootUID()), int(i.ids.RootGID())); err != nil {
+			return fmt.Errorf("building sandbox %s: handing its runtime directory to its root: %w", spec.ID, err)
+		}
+		spec.UserNS = true
+		spec.Lowers = len(mounts.Lowers)
+		files = mounts.files()
 	}
-	stop := context.AfterFunc(ctx, func() { _ = i.setup.SetDeadline(time.Now()) })
+	conn, err := net.FileConn(i.setup)
+	if err != nil {
+		return fmt.Errorf("building sandbox %s: %w", spec.ID, err)
+	}
+	defer conn.Close()
+	uc := conn.(*net.UnixConn)
+	if dl, ok := ctx.Deadline(); ok {
+		_ = uc.SetDeadline(dl)
+	} else {
+		_ = uc.SetDeadline(time.Now().Add(30 * time.Second))
+	}
+	stop := context.AfterFunc(ctx, func() { _ = uc.SetDeadline(time.Now()) })
 	defer stop()
-	if err := json.NewEncoder(i.setup).Encode(spec); err != nil {
+	b, err := json.Marshal(spec)
+	if err != nil {
+		return err
+	}
+	var oob []byte
+	if len(files) > 0 {
+		fds := make([]int, len(files))
+		for k, f := range files {
+			fds[k] = int(f.Fd())
+		}
+		oob = unix.UnixRights(fds...)
+	}
+	if _, _, err := uc.WriteMsgUnix(b, oob, nil); err != nil {
 		return fmt.Errorf("sending sandbox %s's spec to its init: %w", spec.ID, err)
 	}
-	answer, err := io.ReadAll(i.setup)
+	answer, err := io.ReadAll(uc)
 	if err != nil {
 		return fmt.Errorf("waiting for sandbox %s's init: %w", spec.ID, err)
 	}
@@ -99,11 +162,11 @@ func (i *Init) Build(ctx context.Context, spec Spec) error {
 // Start is Launch and Build: it returns the pid of an init whose world is
 // built. On failure the init is killed.
 func Start(ctx context.Context, argv []string, spec Spec) (int, error) {
-	i, err := Launch(argv, spec.Network)
+	i, err := Launch(argv, spec.Network, nil)
 	if err != nil {
 		return 0, err
 	}
-	if err := i.Build(ctx, spec); err != nil {
+	if err := i.Build(ctx, spec, nil); err != nil {
 		i.Kill()
 		return i.PID, err
 	}

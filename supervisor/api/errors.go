@@ -52,6 +52,8 @@ func fromSupervisor(err error) *dbus.Error {
 		name = sandboxd1.ErrorWrongState
 	case errors.Is(err, supervisor.ErrAccessDenied):
 		name = sandboxd1.ErrorAccessDenied
+	case errors.Is(err, supervisor.ErrNoIdmap):
+		name = sandboxd1.ErrorNoIdmap
 	}
 	// The text carries what sandboxes named (a conflict's paths, a
 	// check's error): escaped here, so that no client (busctl, a script)

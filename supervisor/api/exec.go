@@ -19,7 +19,7 @@ import (
 // as its stdio: output streams to the caller, nothing passes through the
 // daemon. It returns once the command runs; CommandExited, sent to the
 // caller alone, tells how it ended. Options: Environment (as, KEY=value),
-// WorkingDirectory (s), Root (b, for root only), TimeoutUSec (t),
+// WorkingDirectory (s), Root (b: root of the sandbox's user namespace; in a sandbox without one, only for root), TimeoutUSec (t),
 // OutputLimit (t, bytes of stdout and stderr together), Detach (b: what
 // the command started and left its process group keeps running after it
 // ends; by default everything it started ends with it). A terminal, an

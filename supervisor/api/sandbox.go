@@ -10,6 +10,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/sandboxd1"
 	"github.com/sandboxd/sandboxd/supervisor"
+	"github.com/sandboxd/sandboxd/supervisor/state"
 	"github.com/sandboxd/sandboxd/units"
 )
 
@@ -170,6 +171,7 @@ func sandboxProps(sb supervisor.Sandbox, insp supervisor.Inspection) (map[string
 		"Network":         dbus.MakeVariant(sb.Network),
 		"Allow":           dbus.MakeVariant(allow),
 		"ReadOnlyProject": dbus.MakeVariant(sb.ReadOnlyProject),
+		"HostIDs":         dbus.MakeVariant(hostIDs(sb.IDs)),
 		// Live: read at each Get, never announced by PropertiesChanged.
 		"Staleness": dbus.MakeVariant(insp.Staleness),
 		"Usage":     dbus.MakeVariant(usageMap(insp)),
@@ -269,4 +271,13 @@ func micros(t time.Time) uint64 {
 		return 0
 	}
 	return uint64(t.UnixMicro())
+}
+
+// hostIDs is the HostIDs property: the first and last host id of the
+// sandbox's user namespace, none without one.
+func hostIDs(m *state.IDMap) []uint32 {
+	if m == nil {
+		return []uint32{}
+	}
+	return []uint32{m.Base, m.Base + supervisor.IDBlock - 1}
 }

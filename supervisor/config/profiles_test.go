@@ -17,9 +17,18 @@ func TestSandboxDefaults(t *testing.T) {
 		HiddenPaths: []string{"/root", "/home", "/var/lib/sandboxd", "/var/log/sandboxd",
 			"/etc/sandboxd", "/etc/shadow", "/etc/gshadow", "/etc/ssh",
 			"/etc/shadow-", "/etc/gshadow-", "/etc/security/opasswd", "/etc/sudoers", "/etc/sudoers.d",
-			"/etc/ssl/private", "/etc/krb5.keytab", "/var/backups", "/var/lib/sudo"},
+			"/etc/ssl/private", "/etc/krb5.keytab", "/var/backups", "/var/lib/sudo",
+			"/var/log", "/var/mail", "/var/spool", "/var/lib/systemd", "/var/lib/private",
+			"/etc/credstore", "/etc/credstore.encrypted", "/etc/NetworkManager/system-connections",
+			"/etc/wireguard", "/etc/ipsec.secrets", "/etc/letsencrypt",
+			"/var/lib/postgresql", "/var/lib/mysql", "/var/lib/redis", "/var/lib/docker",
+			"/var/lib/containerd", "/var/lib/libvirt", "/var/lib/sss"},
 		ReadonlyPaths:  []string{},
 		DefaultProfile: "default",
+		UserNS:         "auto",
+		RootLayers:     []string{"/"},
+		UserNSFirstID:  0x80000,
+		UserNSIDCount:  0x70000000 - 0x80000,
 	}
 	if !reflect.DeepEqual(c.Sandbox, want) {
 		t.Errorf("Default().Sandbox = %+v; want %+v", c.Sandbox, want)
@@ -212,7 +221,7 @@ func TestParseBadSandbox(t *testing.T) {
 		{"hidden paths not an array", "[sandbox]\nhidden_paths = \"/root\"\n",
 			[]string{`x.toml:2: sandbox.hidden_paths: want an array, not a string`}},
 		{"unknown sandbox key", "[sandbox]\nhiden_paths = []\n",
-			[]string{`x.toml:2: unknown key sandbox.hiden_paths (allowed in sandbox: hidden_paths, readonly_paths, default_profile)`}},
+			[]string{`x.toml:2: unknown key sandbox.hiden_paths (allowed in sandbox: hidden_paths, readonly_paths, default_profile, userns, root_layers, userns_first_id, userns_id_count)`}},
 
 		// Networks.
 		{"allowlist without allow", "[profile.ci]\nnetwork = \"allowlist\"\n",

@@ -20,7 +20,34 @@ type Sandbox struct {
 	// DefaultProfile is the profile of a create that names none: a
 	// built-in one or one of the file's.
 	DefaultProfile string `toml:"default_profile"`
+	// UserNS is UserNSAuto, UserNSRequire or UserNSOff: whether each
+	// sandbox gets a user namespace of its own (root inside, nobody on
+	// the host).
+	UserNS string `toml:"userns"`
+	// RootLayers are the host root's filesystems, top first, that a
+	// sandbox in a user namespace stacks (idmapped) under its own layer:
+	// "/" for a plain root filesystem, the layers of an overlay root.
+	RootLayers []string `toml:"root_layers"`
+	// UserNSFirstID and UserNSIDCount are the host ids that sandboxes
+	// take blocks of 65,536 from.
+	UserNSFirstID uint32 `toml:"userns_first_id"`
+	UserNSIDCount uint32 `toml:"userns_id_count"`
 }
+
+// Values of Sandbox.UserNS.
+const (
+	UserNSAuto    = "auto"
+	UserNSRequire = "require"
+	UserNSOff     = "off"
+)
+
+// The default host id range of user namespaces: systemd-nspawn's
+// (0x80000 to 0x6FFFFFFF), which no host user, group or /etc/subuid
+// range should reach; the daemon skips blocks that one does.
+const (
+	DefaultUserNSFirstID = 0x80000
+	DefaultUserNSIDCount = 0x70000000 - 0x80000
+)
 
 // Values of a profile's network.
 const (

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"net/url"
 	"path"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -183,6 +184,7 @@ func (v *validator) sandbox(c *Config) {
 	w, s := v.w, c.Sandbox
 	v.paths(w.line("sandbox", "hidden_paths"), "sandbox.hidden_paths", s.HiddenPaths,
 		w.line("sandbox", "readonly_paths"), "sandbox.readonly_paths", s.ReadonlyPaths)
+	v.userns(c)
 	if _, ok := c.Profile(s.DefaultProfile); !ok {
 		v.add(w.line("sandbox", "default_profile"), "sandbox.default_profile", nil,
 			"sandbox.default_profile = %q names no profile: use one of %s, or add [%s]",
@@ -368,5 +370,34 @@ func (v *validator) stageTarget(line int, key, target string) {
 		if u, err := url.Parse(named); err == nil && path.Clean(u.Path) != u.Path {
 			v.add(line, key, nil, "%s = %q: its path is not clean (%q is)", key, target, path.Clean(u.Path))
 		}
+	}
+}
+
+// userns checks sandbox.userns, root_layers and the id range.
+func (v *validator) userns(c *Config) {
+	w, s := v.w, c.Sandbox
+	switch s.UserNS {
+	case UserNSAuto, UserNSRequire, UserNSOff:
+	default:
+		v.add(w.line("sandbox", "userns"), "sandbox.userns", nil,
+			"sandbox.userns = %q: use %q, %q or %q", s.UserNS, UserNSAuto, UserNSRequire, UserNSOff)
+	}
+	if s.UserNS == UserNSOff {
+		return
+	}
+	if len(s.RootLayers) == 0 {
+		v.add(w.line("sandbox", "root_layers"), "sandbox.root_layers", nil,
+			"sandbox.root_layers is empty: list the host root's filesystems, top first (\"/\" for a plain root)")
+	}
+	for _, p := range s.RootLayers {
+		if !filepath.IsAbs(p) || filepath.Clean(p) != p || strings.ContainsAny(p, ",:\\\n") {
+			v.add(w.line("sandbox", "root_layers"), "sandbox.root_layers", nil,
+				"sandbox.root_layers: %q is not an absolute, clean path without ',', ':' or '\\'", p)
+		}
+	}
+	if uint64(s.UserNSFirstID)+uint64(s.UserNSIDCount) > 1<<32 || s.UserNSIDCount < 1<<16 {
+		v.add(w.line("sandbox", "userns_id_count"), "sandbox.userns_id_count", nil,
+			"sandbox.userns_first_id = %d and userns_id_count = %d: the range must hold at least 65536 ids and end below 2^32",
+			s.UserNSFirstID, s.UserNSIDCount)
 	}
 }

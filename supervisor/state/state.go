@@ -77,6 +77,25 @@ type Record struct {
 	Layer string `json:"layer,omitempty"`
 	// Checkpoints are its named read-only snapshots, oldest first.
 	Checkpoints []Checkpoint `json:"checkpoints,omitempty"`
+	// IDs is its user namespace (nil: none, its root is the host's). The
+	// record holds the ids for as long as it exists, so that no other
+	// sandbox gets them, also after a crash.
+	IDs *IDMap `json:"ids,omitempty"`
+}
+
+// IDMap is a sandbox's user namespace: Base is the first of the block of
+// host ids it holds, the extents map ids inside it to ids in the block.
+type IDMap struct {
+	Base uint32     `json:"base"`
+	UIDs []IDExtent `json:"uids"`
+	GIDs []IDExtent `json:"gids"`
+}
+
+// IDExtent maps Count ids from Inside to Host.
+type IDExtent struct {
+	Inside uint32 `json:"inside"`
+	Host   uint32 `json:"host"`
+	Count  uint32 `json:"count"`
 }
 
 // Checkpoint is a named read-only snapshot of a sandbox.

@@ -5,6 +5,7 @@ package integration
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -63,17 +64,22 @@ func install(t *testing.T) *testbed.Info {
 }
 
 // baseConfig is the tests' sandboxd.toml: the testbed's btrfs, project
-// "web".
+// "web", and sandboxes in user namespaces over the testbed root's layers
+// (its root, an overlay, cannot be idmapped).
 func baseConfig(tb *testbed.Info) string {
+	layers, _ := json.Marshal(tb.Layers)
 	return fmt.Sprintf(`
 [storage]
 backend = "btrfs"
 [storage.btrfs]
 root = %q
+[sandbox]
+userns = "require"
+root_layers = %s
 [[project]]
 name = "web"
 path = %q
-`, filepath.Join(tb.Btrfs.Mount, "sandboxd"), tb.Btrfs.Project)
+`, filepath.Join(tb.Btrfs.Mount, "sandboxd"), layers, tb.Btrfs.Project)
 }
 
 var (

@@ -23,11 +23,24 @@ import (
 // start every installed service; this target pulls in only the system bus.
 const bootScript = `set -eu
 mount --make-rprivate /
-mount -t overlay overlay -o "lowerdir=/,upperdir=$D/upper,workdir=$D/work" "$D/root"
+# The upper layer is a filesystem of its own (not a directory of the
+# machine's root): a sandbox stacks both layers as lowers, and overlayfs
+# refuses a lower layer inside another ("overlapping lowerdir path", ELOOP).
+mount -o loop "$D/shared/root.img" "$D/layer"
+mkdir -p "$D/layer/upper" "$D/layer/work"
+mount -t overlay overlay -o "lowerdir=/,upperdir=$D/layer/upper,workdir=$D/layer/work" "$D/root"
 mount -t proc proc "$D/root/proc"
 mount --rbind /sys "$D/root/sys"
 mount --rbind /dev "$D/root/dev"
 mount -t tmpfs -o mode=755 tmpfs "$D/root/run"
+# The root's layers, for sandboxes that stack idmapped copies of them (an
+# overlay cannot itself be idmapped): the machine's root filesystem alone
+# (not its submounts) and the testbed's upper layer, both read-only.
+mkdir -p "$D/root$LAYERS/lower" "$D/root$LAYERS/upper"
+mount --bind / "$D/root$LAYERS/lower"
+mount -o remount,bind,ro "$D/root$LAYERS/lower"
+mount --bind "$D/layer/upper" "$D/root$LAYERS/upper"
+mount -o remount,bind,ro "$D/root$LAYERS/upper"
 mount -t tmpfs -o mode=1777 tmpfs "$D/root/tmp"
 IFS='
 '
@@ -110,7 +123,7 @@ func Up(ctx context.Context, cfg Config) (tb *Testbed, err error) {
 
 	dir := instanceDir(base)
 	tb.Dir = dir
-	for _, sub := range []string{"upper", "work", "root", "shared"} {
+	for _, sub := range []string{"layer", "root", "shared"} {
 		if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
 			return tb, fmt.Errorf("making the testbed directory: %w", err)
 		}
@@ -146,11 +159,21 @@ func Up(ctx context.Context, cfg Config) (tb *Testbed, err error) {
 	if err := sparseFile(tb.ZFS.Image, zfsMB<<20); err != nil {
 		return tb, err
 	}
+	// ext4, not btrfs: with a btrfs upper, copy-up into directories of the
+	// machine's root failed with ENODATA (docs/userns.md).
+	rootImage := filepath.Join(shared, rootImageName)
+	if err := sparseFile(rootImage, rootLayerMB<<20); err != nil {
+		return tb, err
+	}
+	if out, err := exec.CommandContext(ctx, "mkfs.ext4", "-q", "-F", rootImage).CombinedOutput(); err != nil {
+		return tb, fmt.Errorf("making ext4 on %s: %w: %s", rootImage, err, strings.TrimSpace(string(out)))
+	}
 
 	if err := tb.boot(ctx, cfg.DieWithParent); err != nil {
 		return tb, err
 	}
 	cfg.logf("testbed: systemd up (pid %d) in %v", tb.PID, time.Since(begin).Round(time.Millisecond))
+	tb.Layers = []string{filepath.Join(LayersDir, "upper"), filepath.Join(LayersDir, "lower")}
 	if err := tb.provisionBtrfs(ctx); err != nil {
 		return tb, err
 	}
@@ -184,6 +207,7 @@ func (tb *Testbed) boot(ctx context.Context, dieWithParent bool) error {
 		"D=" + tb.Dir,
 		"BINDS=" + strings.Join(tb.Binds, "\n"),
 		"SYSTEMD=" + systemdBinary,
+		"LAYERS=" + LayersDir,
 	}
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{

@@ -4,7 +4,8 @@
 // and a zfs-fuse pool on an image file, both living inside that namespace.
 //
 // Nothing done inside reaches the machine: writes to /etc, /usr or /var land
-// in a throw-away upper layer, /run and /tmp are private tmpfs, and every
+// in a throw-away upper layer (an ext4 loop image; both layers are also
+// shown read-only under LayersDir), /run and /tmp are private tmpfs, and every
 // mount, loop device and process lives and dies with the namespace. Only the
 // directories named as binds (the repository, the test binary's directory,
 // the image directory) are the machine's own, seen at the same path inside.
@@ -60,7 +61,16 @@ const (
 	zfsFuseUnit    = "testbed-zfs-fuse.service"
 	defaultBtrfsMB = 2048
 	defaultZFSMB   = 512
+	// rootImageName holds the upper layer of the testbed's root (ext4), in
+	// the shared directory; rootLayerMB sizes it (a sparse file).
+	rootImageName = "root.img"
+	rootLayerMB   = 8 << 10
 )
+
+// LayersDir is where, inside the testbed, the layers of its overlay root
+// are bound read-only: "upper" (what was written in the testbed) and
+// "lower" (the machine's root filesystem, without its submounts).
+const LayersDir = "/run/testbed/layers"
 
 // ErrBusy means another testbed is up on this machine (only one may run at a
 // time: two systemd instances would share the hybrid cgroup tree).
@@ -78,6 +88,11 @@ type Info struct {
 	Binds     []string `json:"binds"`      // host directories seen at the same path inside
 	Btrfs     Btrfs    `json:"btrfs"`
 	ZFS       ZFS      `json:"zfs"`
+	// Layers are the layers of the testbed's root, top first, as read-only
+	// mounts inside it (see LayersDir): the value of a sandboxd config's
+	// `[sandbox] root_layers`. The root itself is an overlay, which cannot
+	// be idmapped; each layer can.
+	Layers []string `json:"layers"`
 }
 
 // Btrfs is the testbed's btrfs filesystem.
@@ -146,6 +161,7 @@ func Preflight() error {
 		{"losetup", "mount"},
 		{"pivot_root", "util-linux"},
 		{"mkfs.btrfs", "btrfs-progs"},
+		{"mkfs.ext4", "e2fsprogs"},
 		{"btrfs", "btrfs-progs"},
 		{"zfs-fuse", "zfs-fuse"},
 		{"zpool", "zfs-fuse"},
@@ -156,7 +172,7 @@ func Preflight() error {
 			problems = append(problems, fmt.Sprintf("%s not found: apt-get install %s (or run tests/install-deps.sh)", tool.name, tool.pkg))
 		}
 	}
-	for _, fs := range []string{"overlay", "btrfs", "fuse"} {
+	for _, fs := range []string{"overlay", "btrfs", "ext4", "fuse"} {
 		if !kernelHasFS(fs) {
 			problems = append(problems, fmt.Sprintf("the kernel has no %s filesystem (not in /proc/filesystems, and `modprobe %s` did not add it)", fs, fs))
 		}

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -19,6 +20,7 @@ import (
 
 	sdbus "github.com/coreos/go-systemd/v22/dbus"
 	"github.com/godbus/dbus/v5"
+	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandboxd/tests/testbed"
 )
@@ -277,8 +279,10 @@ func fsType(t *testing.T, path string) int64 {
 }
 
 const (
-	btrfsMagic = 0x9123683e
-	fuseMagic  = 0x65735546
+	btrfsMagic   = 0x9123683e
+	fuseMagic    = 0x65735546
+	ext4Magic    = 0xef53
+	overlayMagic = 0x794c7630
 )
 
 func TestBtrfsSnapshotShowsTheProjectsFiles(t *testing.T) {
@@ -364,4 +368,114 @@ func field(out, key string) string {
 		}
 	}
 	return ""
+}
+
+func TestRootLayersAreReadOnlyIdmappableMounts(t *testing.T) {
+	tb := testbed.Require(t)
+	want := []string{testbed.LayersDir + "/upper", testbed.LayersDir + "/lower"}
+	if !slices.Equal(tb.Layers, want) {
+		t.Fatalf("Info.Layers is %q; want %q", tb.Layers, want)
+	}
+	upper, lower := tb.Layers[0], tb.Layers[1]
+	if got := fsType(t, "/"); got != overlayMagic {
+		t.Fatalf("the testbed's / is on filesystem type %#x; want overlayfs", got)
+	}
+	if got := fsType(t, upper); got != ext4Magic {
+		t.Errorf("%s is on filesystem type %#x; want ext4 (its own filesystem, not btrfs)", upper, got)
+	}
+	if got := fsType(t, lower); got == overlayMagic {
+		t.Errorf("%s is an overlay; want the machine's root filesystem", lower)
+	}
+	for _, layer := range tb.Layers {
+		probe := filepath.Join(layer, "testbed-write-probe")
+		f, err := os.OpenFile(probe, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+		if err == nil {
+			f.Close()
+			os.Remove(probe)
+		}
+		if !errors.Is(err, syscall.EROFS) {
+			t.Errorf("creating %s: %v; want EROFS", probe, err)
+		}
+	}
+
+	// What is written in the testbed's root after boot is in the upper
+	// layer, and not in the machine's.
+	const name = "etc/testbed-layers-test"
+	content := []byte(fmt.Sprintf("written by pid %d\n", os.Getpid()))
+	if err := os.WriteFile("/"+name, content, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove("/" + name) })
+	if got, err := os.ReadFile(filepath.Join(upper, name)); err != nil || !bytes.Equal(got, content) {
+		t.Errorf("%s in the upper layer: %q, %v; want %q", name, got, err, content)
+	}
+	if _, err := os.Lstat(filepath.Join(lower, name)); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("%s in the lower layer: %v; want it absent", name, err)
+	}
+
+	// Each layer can be idmapped (root shows as the userns's root, host
+	// uid 100000); the overlay itself cannot.
+	userns := userNamespace(t, 100000)
+	for _, layer := range tb.Layers {
+		clone, err := idmappedClone(layer, userns)
+		if err != nil {
+			t.Errorf("idmapping %s: %v", layer, err)
+			continue
+		}
+		var st unix.Stat_t
+		if err := unix.Fstatat(clone, "etc", &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			t.Errorf("stat of etc in the idmapped %s: %v", layer, err)
+		} else if st.Uid != 100000 || st.Gid != 100000 {
+			t.Errorf("etc in the idmapped %s is owned by %d:%d; want 100000:100000", layer, st.Uid, st.Gid)
+		}
+		unix.Close(clone)
+	}
+	if clone, err := idmappedClone("/", userns); err == nil {
+		unix.Close(clone)
+		t.Errorf("idmapping the testbed's / (overlayfs) succeeded; want EINVAL")
+	} else if !errors.Is(err, unix.EINVAL) {
+		t.Errorf("idmapping the testbed's /: %v; want EINVAL", err)
+	}
+}
+
+// userNamespace returns an fd of a new user namespace that maps its uids
+// and gids 0-65535 to host ones from base; a sleeping child holds it
+// until the fd is open.
+func userNamespace(t *testing.T, base int) int {
+	t.Helper()
+	cmd := exec.Command("sleep", "60")
+	ids := []syscall.SysProcIDMap{{ContainerID: 0, HostID: base, Size: 65536}}
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Cloneflags:  syscall.CLONE_NEWUSER,
+		UidMappings: ids,
+		GidMappings: ids,
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting a process in a new user namespace: %v", err)
+	}
+	defer func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	}()
+	fd, err := unix.Open(fmt.Sprintf("/proc/%d/ns/user", cmd.Process.Pid), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatalf("opening the user namespace of pid %d: %v", cmd.Process.Pid, err)
+	}
+	t.Cleanup(func() { unix.Close(fd) })
+	return fd
+}
+
+// idmappedClone clones the mount at path (alone, detached) and idmaps it
+// through userns, as a sandbox does with each layer of its root.
+func idmappedClone(path string, userns int) (int, error) {
+	fd, err := unix.OpenTree(unix.AT_FDCWD, path, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+	if err != nil {
+		return -1, fmt.Errorf("cloning the mount of %s: %w", path, err)
+	}
+	attr := &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP, Userns_fd: uint64(userns)}
+	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, attr); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("idmapping the clone of %s: %w", path, err)
+	}
+	return fd, nil
 }

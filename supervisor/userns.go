@@ -1,0 +1,329 @@
+package supervisor
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/user"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/sandboxd/sandboxd/runtime/nsinit"
+	"github.com/sandboxd/sandboxd/supervisor/state"
+)
+
+// Sandboxes in user namespaces: root in their own sandbox, nobody on the
+// host. Each holds a block of IDBlock host ids that no other live
+// sandbox and no host user has; inside it, root and the system accounts
+// (ids below 1000), nobody, and its owner (with the owner's groups) exist,
+// each at its own number. Idmapped mounts of the host root's layers, the
+// sandbox's layer and its project show files with their real owners, so
+// root's files are root's inside, the owner's are the owner's, and what
+// the sandbox's root writes lands on disk as uid 0. Other users' files
+// have no id inside: they show as nobody's, and the sandbox's root has
+// no power over them.
+
+// Values of UserNS.Mode.
+const (
+	// UserNSAuto: sandboxes get user namespaces where the kernel, the
+	// pool and the root layers allow; elsewhere they are made as without
+	// (and root inside is only for root callers).
+	UserNSAuto = "auto"
+	// UserNSRequire: the daemon does not start where they cannot be had.
+	UserNSRequire = "require"
+	// UserNSOff: no user namespaces.
+	UserNSOff = "off"
+)
+
+// IDBlock is how many host ids one sandbox holds: a block aligned to it.
+const IDBlock = 1 << 16
+
+// systemIDs are the ids below which an id is a system account's, mapped
+// in every sandbox (Debian's SYS_UID_MAX is 999).
+const systemIDs = 1000
+
+// nobodyID is the overflow id, nobody and nogroup.
+const nobodyID = 65534
+
+// UserNS says whether and how sandboxes get user namespaces.
+type UserNS struct {
+	// Mode is UserNSAuto, UserNSRequire or UserNSOff ("": off).
+	Mode string
+	// RootLayers are the host root's filesystems, top first, that a
+	// sandbox's root stacks (idmapped) under its own layer: "/" where
+	// the root is a plain filesystem; the layers of an overlay root.
+	RootLayers []string
+	// First and Count are the host ids sandboxes take blocks from.
+	First, Count uint32
+}
+
+// ErrNoIdmap: the sandbox has no user namespace, so root inside it is the
+// host's root, which only root may ask for.
+var ErrNoIdmap = errors.New("the sandbox has no user namespace of its own")
+
+// usernsState is what ProbeUserNS found.
+type usernsState struct {
+	// unavailable says why sandboxes get no user namespace (nil: they do).
+	unavailable error
+	// reserved are host ids that users, groups and subordinate id ranges
+	// of the host use: a block that holds one is not handed out.
+	reserved []idSpan
+}
+
+type idSpan struct{ first, count uint64 }
+
+// ProbeUserNS finds whether sandboxes can have user namespaces here: the
+// pool must idmap, and so must each of the root layers (an overlay
+// cannot: its layers must be listed instead). With UserNSRequire, an
+// error if not; otherwise the reason is logged and sandboxes are made
+// without. Call it once, before serving.
+func (s *Supervisor) ProbeUserNS(ctx context.Context) error {
+	cfg := s.cfg.UserNS
+	s.userns = usernsState{}
+	s.userns.unavailable = s.idmapUnavailable()
+	if s.userns.unavailable == nil {
+		var err error
+		if s.userns.reserved, err = hostIDs(); err != nil {
+			s.userns.unavailable = err
+		}
+	}
+	if s.userns.unavailable == nil {
+		// An init, root of its namespace only, passes through to its own
+		// runtime directory (which Build hands it); it lists nothing.
+		err := os.MkdirAll(s.cfg.RuntimeDir, 0o711)
+		if err == nil {
+			err = os.Chmod(s.cfg.RuntimeDir, 0o711)
+		}
+		if err != nil {
+			s.userns.unavailable = fmt.Errorf("opening %s to the sandboxes' inits: %w", s.cfg.RuntimeDir, err)
+		}
+	}
+	if s.userns.unavailable == nil {
+		s.log.Info("sandboxes get user namespaces", "root_layers", strings.Join(cfg.RootLayers, ":"),
+			"ids", fmt.Sprintf("%d-%d", cfg.First, uint64(cfg.First)+uint64(cfg.Count)-1))
+		return nil
+	}
+	if cfg.Mode == UserNSRequire {
+		return fmt.Errorf("user namespaces are required (sandbox.userns = %q): %w", cfg.Mode, s.userns.unavailable)
+	}
+	if cfg.Mode == UserNSAuto {
+		s.log.Warn("sandboxes get no user namespace: root inside one is for root callers only", "reason", s.userns.unavailable.Error())
+	}
+	return nil
+}
+
+// idmapUnavailable is why sandboxes cannot have user namespaces (nil:
+// they can).
+func (s *Supervisor) idmapUnavailable() error {
+	cfg := s.cfg.UserNS
+	if cfg.Mode == "" || cfg.Mode == UserNSOff {
+		return errors.New("user namespaces are off (sandbox.userns)")
+	}
+	info := s.cfg.Backend.Info()
+	if !info.Capabilities.Idmap || !info.Capabilities.OverlayUpper {
+		why := "it cannot"
+		if info.Backend == "zfs" {
+			why = "zfs-fuse's FUSE server lacks FUSE_ALLOW_IDMAP; OpenZFS 2.2 or later can"
+		}
+		return fmt.Errorf("pool %s (%s %s) cannot make idmapped mounts: %s", info.Root, info.Backend, info.Version, why)
+	}
+	if cfg.Count/IDBlock == 0 {
+		return fmt.Errorf("the id range %d+%d holds no block of %d ids (sandbox.userns_ids)", cfg.First, cfg.Count, IDBlock)
+	}
+	if len(cfg.RootLayers) == 0 {
+		return errors.New("no root layers (sandbox.root_layers)")
+	}
+	paths := append(slices.Clone(cfg.RootLayers), info.Root)
+	errs, err := nsinit.ProbeIdmap(s.cfg.InitCommand, paths...)
+	if err != nil {
+		return err
+	}
+	for k, err := range errs {
+		if err == nil {
+			continue
+		}
+		if k < len(cfg.RootLayers) {
+			return fmt.Errorf("root layer %s: %w (an overlay cannot be idmapped: list its layers in sandbox.root_layers, top first)", paths[k], err)
+		}
+		return fmt.Errorf("pool %s: %w", paths[k], err)
+	}
+	return nil
+}
+
+// allocateIDs picks the sandbox's block: the lowest of the range that no
+// record (recs: all of them, a destroying sandbox's too) and no host id
+// holds, and maps owner's ids in it. nil: sandboxes get no user
+// namespace here.
+func (s *Supervisor) allocateIDs(recs []state.Record, owner uint32) (*state.IDMap, error) {
+	if s.userns.unavailable != nil {
+		return nil, nil
+	}
+	held := map[uint32]bool{}
+	for _, r := range recs {
+		if r.IDs != nil {
+			held[r.IDs.Base] = true
+		}
+	}
+	cfg := s.cfg.UserNS
+	first := (uint64(cfg.First) + IDBlock - 1) / IDBlock * IDBlock
+	for b := first; b+IDBlock <= uint64(cfg.First)+uint64(cfg.Count) && b+IDBlock <= 1<<32; b += IDBlock {
+		if held[uint32(b)] || s.reservedIn(b) {
+			continue
+		}
+		return mapIDs(uint32(b), owner, ownerGroups(owner)), nil
+	}
+	return nil, fmt.Errorf("no free block of %d host ids in %d+%d for a user namespace (sandbox.userns_ids): %w",
+		IDBlock, cfg.First, cfg.Count, ErrLimitReached)
+}
+
+func (s *Supervisor) reservedIn(base uint64) bool {
+	for _, r := range s.userns.reserved {
+		if r.first < base+IDBlock && base < r.first+r.count {
+			return true
+		}
+	}
+	return false
+}
+
+// mapIDs is the user namespace of a sandbox of owner (whose groups are
+// groups) in the block at base: root and the system accounts, nobody,
+// and the owner with its groups, each inside at its own number and at
+// base plus it on the host. An id too high for the block (65535 and
+// above) takes a free place at the block's top.
+func mapIDs(base, owner uint32, groups []uint32) *state.IDMap {
+	m := &state.IDMap{Base: base}
+	m.UIDs = extents(base, []uint32{owner})
+	m.GIDs = extents(base, groups)
+	return m
+}
+
+func extents(base uint32, extra []uint32) []state.IDExtent {
+	es := []state.IDExtent{{Inside: 0, Host: base, Count: systemIDs}, {Inside: nobodyID, Host: base + nobodyID, Count: 1}}
+	taken := map[uint32]bool{}
+	var high []uint32
+	for _, id := range extra {
+		switch {
+		case id < systemIDs || id == nobodyID || taken[id]:
+		case id < nobodyID:
+			taken[id] = true
+			es = append(es, state.IDExtent{Inside: id, Host: base + id, Count: 1})
+		default:
+			if !slices.Contains(high, id) {
+				high = append(high, id)
+			}
+		}
+	}
+	// 65535 and above: from the block's top down, skipping what the
+	// lower ids took (offsets 65535, 65533, ...).
+	slot := uint32(IDBlock - 1)
+	for _, id := range high {
+		for taken[slot] || slot == nobodyID {
+			slot--
+		}
+		if slot < systemIDs || len(es) >= 300 {
+			break
+		}
+		taken[slot] = true
+		es = append(es, state.IDExtent{Inside: id, Host: base + slot, Count: 1})
+	}
+	return es
+}
+
+// ownerGroups are owner's uid-named groups: its primary group and the
+// others it is in (as the host's user database says now).
+func ownerGroups(owner uint32) []uint32 {
+	u, err := user.LookupId(strconv.FormatUint(uint64(owner), 10))
+	if err != nil {
+		return nil
+	}
+	var out []uint32
+	if ids, err := u.GroupIds(); err == nil {
+		for _, g := range append([]string{u.Gid}, ids...) {
+			if n, err := strconv.ParseUint(g, 10, 32); err == nil {
+				out = append(out, uint32(n))
+			}
+		}
+	}
+	return out
+}
+
+// nsIDs is a record's map as its init takes it.
+func nsIDs(m *state.IDMap) *nsinit.IDMap {
+	if m == nil {
+		return nil
+	}
+	conv := func(es []state.IDExtent) []nsinit.Extent {
+		out := make([]nsinit.Extent, len(es))
+		for i, e := range es {
+			out[i] = nsinit.Extent{Inside: e.Inside, Host: e.Host, Count: e.Count}
+		}
+		return out
+	}
+	return &nsinit.IDMap{UIDs: conv(m.UIDs), GIDs: conv(m.GIDs)}
+}
+
+// hostIDs are the ids the host's users and groups have, and the
+// subordinate ranges it hands out (/etc/subuid, /etc/subgid).
+func hostIDs() ([]idSpan, error) {
+	var out []idSpan
+	for _, f := range []struct {
+		path  string
+		field int  // of the id
+		span  bool // id:count
+	}{{"/etc/passwd", 2, false}, {"/etc/group", 2, false}, {"/etc/subuid", 1, true}, {"/etc/subgid", 1, true}} {
+		file, err := os.Open(f.path)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading the host's ids: %w", err)
+		}
+		sc := bufio.NewScanner(file)
+		for sc.Scan() {
+			parts := strings.Split(sc.Text(), ":")
+			if len(parts) <= f.field {
+				continue
+			}
+			id, err := strconv.ParseUint(parts[f.field], 10, 32)
+			if err != nil {
+				continue
+			}
+			span := idSpan{first: id, count: 1}
+			if f.span {
+				if len(parts) < 3 {
+					continue
+				}
+				if span.count, err = strconv.ParseUint(parts[2], 10, 32); err != nil {
+					continue
+				}
+			}
+			out = append(out, span)
+		}
+		file.Close()
+		if err := sc.Err(); err != nil {
+			return nil, fmt.Errorf("reading %s: %w", f.path, err)
+		}
+	}
+	return out, nil
+}
+
+// execIdentity checks that the command's user exists in the sandbox's
+// user namespace, and keeps only the groups that do.
+func execIdentity(rec state.Record, req *nsinit.Request) error {
+	m := nsIDs(rec.IDs)
+	if m == nil {
+		return nil
+	}
+	if !m.HasUID(req.UID) {
+		return fmt.Errorf("uid %d has no id in sandbox %s, whose user namespace maps root, the system accounts, nobody and its owner (uid %d): %w",
+			req.UID, rec.ID, rec.Owner, ErrInvalid)
+	}
+	if !m.HasGID(req.GID) {
+		req.GID = nobodyID
+	}
+	req.Groups = slices.DeleteFunc(req.Groups, func(g uint32) bool { return !m.HasGID(g) })
+	return nil
+}
