@@ -48,14 +48,16 @@ func attachInside(r *root, f *os.File, p string) error {
 // idmap to make the work directory with. userxattr: the overlay's own
 // marks are user.overlay.* xattrs, which the namespace's root may write.
 func mountIdmappedOverlay(spec *Spec, m *Mounts, newRoot string) error {
+	// An init started again (after one that died) finds its
+	// predecessor's directories: their mounts went with it.
 	base := spec.Dir + "/layers"
-	if err := os.Mkdir(base, 0o700); err != nil {
+	if err := os.Mkdir(base, 0o700); err != nil && !os.IsExist(err) {
 		return fmt.Errorf("making the layers' directory: %w", err)
 	}
 	var lowers []string
 	for k, f := range append(m.Lowers, m.Layer) {
 		dir := base + "/" + strconv.Itoa(k)
-		if err := os.Mkdir(dir, 0o700); err != nil {
+		if err := os.Mkdir(dir, 0o700); err != nil && !os.IsExist(err) {
 			return fmt.Errorf("making the layers' directory: %w", err)
 		}
 		if err := attach(f, dir); err != nil {

@@ -12,21 +12,28 @@ import (
 // Root is asked for, never implied (issue 15, finding 10): a root
 // caller's plain command is uid 0 with no capability, so a file of
 // another user's that only CAP_DAC_OVERRIDE opens stays shut; with
-// --root the command has root's kept capabilities and opens it.
+// --root the command has root's kept capabilities and opens it. That
+// root is the sandbox's (issue 17): its capabilities reach the files of
+// the ids its user namespace maps (root, the system accounts, the
+// owner), not those of another user, which show as nobody's.
 func TestHostileRootIsAskedForNotImplied(t *testing.T) {
 	tb := install(t)
-	secret := filepath.Join(tb.Btrfs.Project, "other-users-secret")
-	if err := os.WriteFile(secret, []byte("not root's to read\n"), 0o600); err != nil {
-		t.Fatal(err)
+	plant := func(name string, uid int) {
+		path := filepath.Join(tb.Btrfs.Project, name)
+		if err := os.WriteFile(path, []byte("not root's to read\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(path, uid, uid); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.Remove(path) })
+		// The control: root outside reads it, by CAP_DAC_OVERRIDE alone.
+		if out := testbed.MustRun(t, "cat", path); out != "not root's to read\n" {
+			t.Fatalf("root outside read %q", out)
+		}
 	}
-	if err := os.Chown(secret, 4321, 4321); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.Remove(secret) })
-	// The control: root outside reads it, by CAP_DAC_OVERRIDE alone.
-	if out := testbed.MustRun(t, "cat", secret); out != "not root's to read\n" {
-		t.Fatalf("root outside read %q", out)
-	}
+	plant("other-users-secret", 123) // a system account's: mapped in every sandbox
+	plant("a-users-secret", 4321)    // a user's: no id inside
 	id := sandbox(t)
 
 	plain := ok(t, "exec", id, "--", "sh", "-c", "id -u; grep ^CapEff /proc/self/status; grep ^CapBnd /proc/self/status")
@@ -48,6 +55,14 @@ func TestHostileRootIsAskedForNotImplied(t *testing.T) {
 	asked := ok(t, "exec", "--root", id, "--", "sh", "-c", "grep ^CapEff /proc/self/status; cat other-users-secret")
 	if strings.Contains(asked, "CapEff:\t0000000000000000") || !strings.Contains(asked, "not root's to read") {
 		t.Errorf("with --root: %q; want root's kept capabilities and the file read", asked)
+	}
+	// A user's file that the sandbox does not map is nobody's inside,
+	// and shut even to --root.
+	if out := ok(t, "exec", id, "--", "stat", "-c", "%u:%g", "a-users-secret"); out != "65534:65534\n" {
+		t.Errorf("an unmapped user's file inside: owner %q; want 65534:65534 (nobody)", out)
+	}
+	if out, errOut, code := ctl(t, "", "exec", "--root", id, "--", "cat", "a-users-secret"); code == 0 || strings.Contains(out, "not root's") || !strings.Contains(errOut, "Permission denied") {
+		t.Errorf("--root read an unmapped user's 0600 file: exit %d, %q, %q", code, out, errOut)
 	}
 	// Root's own files are still root's to change without --root.
 	ok(t, "exec", id, "--", "sh", "-c", "echo changed > index.html && echo 127.0.0.2 x >> /etc/hosts")
