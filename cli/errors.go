@@ -78,8 +78,11 @@ func fromBus(what string, err error) *Error {
 			return &Error{Code: ExitNotFound, Msg: msg, Fix: "see `sandboxctl project list`", Err: err}
 		case sandboxd1.ErrorAccessDenied, "org.freedesktop.DBus.Error.AccessDenied":
 			fix := "ask an administrator to add you to group sandboxd (or to [access] in /etc/sandboxd/sandboxd.toml)"
-			if strings.Contains(msg, "may not use project") {
+			switch {
+			case strings.Contains(msg, "may not use project"):
 				fix = "ask an administrator to list you in the project's users or groups (sandboxctl project add --user/--group, or [[project]] in /etc/sandboxd/sandboxd.toml)"
+			case strings.Contains(msg, "privileged files"):
+				fix = "remove the set-id bits, capabilities or device nodes it names from the sandbox, or ask an administrator to promote with --allow-privileged"
 			}
 			return &Error{Code: ExitDenied, Msg: msg, Fix: fix, Err: err}
 		case sandboxd1.ErrorNoSuchPromotion:

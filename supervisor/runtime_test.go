@@ -120,7 +120,8 @@ func TestExecAsksForWhatTheSandboxAllows(t *testing.T) {
 		want error
 	}{
 		{"no command", supervisor.ExecOptions{UID: 1000, Stdio: stdio}, supervisor.ErrInvalid},
-		{"root for a user", supervisor.ExecOptions{Argv: []string{"true"}, UID: 1000, AsRoot: true, Stdio: stdio}, supervisor.ErrInvalid},
+		// Root there would be the host's: this env makes no user namespaces.
+		{"root for a user", supervisor.ExecOptions{Argv: []string{"true"}, UID: 1000, AsRoot: true, Stdio: stdio}, supervisor.ErrNoIdmap},
 		{"no stdio", supervisor.ExecOptions{Argv: []string{"true"}, UID: 1000}, supervisor.ErrInvalid},
 	} {
 		if _, err := e.sup.Exec(ctx, sb.ID, c.o); !errors.Is(err, c.want) {
@@ -180,8 +181,8 @@ func TestASandboxOnZFS(t *testing.T) {
 		}
 		t.Errorf("zfs destroy -r %s: %v: %s", root, err, out)
 	})
-	if fs.Info().Capabilities.OverlayUpper {
-		t.Fatalf("zfs-fuse (%s) reported as able to carry an overlay's upper layer", fs.Info().Version)
+	if caps := fs.Info().Capabilities; caps.OverlayUpper || caps.Idmap {
+		t.Fatalf("zfs-fuse (%s) reported as able to carry an overlay's upper layer or to idmap: %+v", fs.Info().Version, caps)
 	}
 	if err := os.WriteFile(filepath.Join(tb.ZFS.Mountpoint, "zfs-index.html"), []byte("on zfs\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -195,13 +196,29 @@ func TestASandboxOnZFS(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cfg.Store.Close()
+	// zfs-fuse cannot idmap: a daemon that requires user namespaces does
+	// not start on it, one that takes them where it can makes sandboxes
+	// without, and root inside them stays root's.
+	cfg.UserNS = supervisor.UserNS{Mode: supervisor.UserNSRequire, RootLayers: tb.Layers, First: 0x80000, Count: 1 << 24}
+	cfg.InitCommand = []string{"/proc/self/exe", "sandbox-init"}
+	if err := supervisor.New(cfg).ProbeUserNS(ctx); err == nil || !strings.Contains(err.Error(), "FUSE_ALLOW_IDMAP") {
+		t.Errorf("requiring user namespaces on zfs-fuse: %v; want an error naming FUSE_ALLOW_IDMAP", err)
+	}
+	cfg.UserNS.Mode = supervisor.UserNSAuto
 	sup := supervisor.New(cfg)
+	if err := sup.ProbeUserNS(ctx); err != nil {
+		t.Fatal(err)
+	}
 	sb, err := sup.Create(ctx, supervisor.CreateOptions{Project: "data"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sb.Layer != "" {
-		t.Errorf("a zfs-fuse sandbox's system layer is volume %q; want a tmpfs", sb.Layer)
+	if sb.Layer != "" || sb.IDs != nil {
+		t.Errorf("a zfs-fuse sandbox's system layer is volume %q and its ids %+v; want a tmpfs and no user namespace", sb.Layer, sb.IDs)
+	}
+	_, err = sup.Exec(ctx, sb.ID, supervisor.ExecOptions{Argv: []string{"true"}, UID: 1000, AsRoot: true, Stdio: []*os.File{os.Stdin, os.Stdout, os.Stderr}})
+	if !errors.Is(err, supervisor.ErrNoIdmap) || !strings.Contains(err.Error(), "zfs-fuse") {
+		t.Errorf("root for a user in a sandbox on zfs-fuse: %v; want ErrNoIdmap naming zfs-fuse", err)
 	}
 	out, res := run(t, sup, sb.ID, "cat zfs-index.html && pwd")
 

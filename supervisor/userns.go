@@ -125,8 +125,11 @@ func (s *Supervisor) idmapUnavailable() error {
 	info := s.cfg.Backend.Info()
 	if !info.Capabilities.Idmap || !info.Capabilities.OverlayUpper {
 		why := "it cannot"
-		if info.Backend == "zfs" {
-			why = "zfs-fuse's FUSE server lacks FUSE_ALLOW_IDMAP; OpenZFS 2.2 or later can"
+		switch {
+		case strings.HasPrefix(info.Version, "zfs-fuse"):
+			why = "zfs-fuse's FUSE server does not set FUSE_ALLOW_IDMAP; btrfs or OpenZFS 2.2 or later can"
+		case info.Backend == "zfs":
+			why = "OpenZFS idmaps from 2.2"
 		}
 		return fmt.Errorf("pool %s (%s %s) cannot make idmapped mounts: %s", info.Root, info.Backend, info.Version, why)
 	}

@@ -264,7 +264,7 @@ func TestRootInsideInstallsADebTheHostNeverSees(t *testing.T) {
 }
 
 // Root inside cannot read what is hidden, signal a host process, write
-// into the host's /etc through /proc/1/root, or give the host a setuid
+// into the host's /etc through /proc/PID/root, or give the host a setuid
 // file by promotion.
 func TestRootInsideCannotReachTheHost(t *testing.T) {
 	tb, _, _ := rootInsideSetup(t)
