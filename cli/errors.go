@@ -85,6 +85,8 @@ func fromBus(what string, err error) *Error {
 				fix = "remove the set-id bits, capabilities or device nodes it names from the sandbox, or ask an administrator to promote with --allow-privileged"
 			}
 			return &Error{Code: ExitDenied, Msg: msg, Fix: fix, Err: err}
+		case sandboxd1.ErrorNoIdmap:
+			return &Error{Code: ExitDenied, Msg: msg, Fix: "run it without --root, or ask an administrator for a pool and root layers that can idmap (btrfs; see docs/userns.md)", Err: err}
 		case sandboxd1.ErrorNoSuchPromotion:
 			return &Error{Code: ExitNotFound, Msg: msg, Fix: "see `sandboxctl promotions`", Err: err}
 		case sandboxd1.ErrorConflict:

@@ -49,8 +49,34 @@ type Env struct {
 var envs atomic.Int64
 
 // New makes an Env whose pool root and project are named after prefix;
-// every sandbox left at the end of the test is destroyed.
+// every sandbox left at the end of the test is destroyed. Its sandboxes
+// have no user namespace: root inside them is the host's.
 func New(t *testing.T, prefix string, log *slog.Logger) *Env {
+	t.Helper()
+	return newEnv(t, prefix, log, false)
+}
+
+// NewUserNS is New with every sandbox in a user namespace of its own
+// (required: the test fails where they cannot be had), over the testbed
+// root's layers, so that root inside one is nobody on the host.
+func NewUserNS(t *testing.T, prefix string, log *slog.Logger) *Env {
+	t.Helper()
+	return newEnv(t, prefix, log, true)
+}
+
+// Remake makes e.Sup anew from e.Config, for a test that changed it,
+// with user namespaces probed again if e has them.
+func (e *Env) Remake(t *testing.T) {
+	t.Helper()
+	e.Sup = supervisor.New(e.Config)
+	if e.Config.UserNS.Mode != "" {
+		if err := e.Sup.ProbeUserNS(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func newEnv(t *testing.T, prefix string, log *slog.Logger, userns bool) *Env {
 	t.Helper()
 	ctx := context.Background()
 	tb := testbed.Require(t)
@@ -92,17 +118,26 @@ func New(t *testing.T, prefix string, log *slog.Logger) *Env {
 		DefaultProfile: "default",
 		Log:            log,
 	}
-	e.Sup = supervisor.New(e.Config)
+	if userns {
+		e.Config.UserNS = supervisor.UserNS{Mode: supervisor.UserNSRequire, RootLayers: tb.Layers,
+			First: 0x80000, Count: 0x70000000 - 0x80000}
+		// The init runs as the sandbox's host uid, which may not reach
+		// the test binary's own directory (0700 under go test's).
+		e.Config.InitCommand = []string{"/proc/self/exe", "sandbox-init"}
+	}
 	t.Cleanup(func() {
-		if list, err := e.Sup.List(ctx); err == nil {
-			for _, sb := range list {
-				if err := e.Sup.Destroy(ctx, sb.ID); err != nil {
-					t.Errorf("cleaning up sandbox %s: %v", sb.ID, err)
-				}
+		var list []supervisor.Sandbox
+		if e.Sup != nil { // nil: Remake failed, nothing was made
+			list, _ = e.Sup.List(ctx)
+		}
+		for _, sb := range list {
+			if err := e.Sup.Destroy(ctx, sb.ID); err != nil {
+				t.Errorf("cleaning up sandbox %s: %v", sb.ID, err)
 			}
 		}
 		store.Close()
 		um.Close()
 	})
+	e.Remake(t)
 	return e
 }
