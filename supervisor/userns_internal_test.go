@@ -66,7 +66,7 @@ func TestMapIDsOfRootAndOfAHighOwner(t *testing.T) {
 func TestAllocateIDsSkipsHeldAndReservedBlocks(t *testing.T) {
 	s := &Supervisor{cfg: Config{UserNS: UserNS{First: 0x80000 + 5, Count: 3 * IDBlock}}}
 	s.userns.reserved = []idSpan{{first: 0x90000 + 7, count: 1}} // a host user in block 2
-	recs := []state.Record{{IDs: &state.IDMap{Base: 0xa0000}}}     // block 3: held
+	recs := []state.Record{{IDs: &state.IDMap{Base: 0xa0000}}}   // block 3: held
 	// The range starts mid-block: the first whole block is 0x90000,
 	// which a host id is in, and 0xa0000 is held; 0xb0000 runs past the
 	// range's end.

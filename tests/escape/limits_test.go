@@ -13,7 +13,6 @@ import (
 	"github.com/sandboxd/sandboxd/runtime/nsinit"
 	"github.com/sandboxd/sandboxd/supervisor"
 	"github.com/sandboxd/sandboxd/supervisor/config"
-	"github.com/sandboxd/sandboxd/supervisor/supervisortest"
 	"github.com/sandboxd/sandboxd/tests/testbed"
 	"github.com/sandboxd/sandboxd/units"
 	"golang.org/x/sys/unix"
@@ -62,9 +61,12 @@ func TestDefaultSandboxHasLimits(t *testing.T) {
 		fmt.Sprintf("TasksMax=%d", n+100)); !strings.Contains(out, "started") || strings.Contains(out, "fork") {
 		t.Fatalf("the control: %d processes in a scope with room for them: %s", n, out)
 	}
-	out, _ := b.run(t, nobody, "("+loop+") 2>&1 | tail -3; pkill -u nobody sleep; true", func(o *supervisor.ExecOptions) { o.Timeout = 90 * time.Second })
-	if !strings.Contains(out, "fork") && !strings.Contains(out, "Resource temporarily unavailable") {
-		t.Errorf("ESCAPE: %d processes in a default sandbox (TasksMax %d): no fork failed: %q", n, tasksMax, out)
+	for _, uid := range users {
+		// The sleeps left go with the command's cgroup; pkill makes it quick.
+		out, _ := b.run(t, uid, "("+loop+") 2>&1 | tail -3; pkill -x sleep; true", func(o *supervisor.ExecOptions) { o.Timeout = 90 * time.Second })
+		if !strings.Contains(out, "fork") && !strings.Contains(out, "Resource temporarily unavailable") {
+			t.Errorf("ESCAPE: %d processes in a default sandbox (TasksMax %d, uid %d): no fork failed: %q", n, tasksMax, uid, out)
+		}
 	}
 
 	// Memory: 8 GiB, touched. Outside, in a scope of 9 GiB, it fits.
@@ -72,9 +74,11 @@ func TestDefaultSandboxHasLimits(t *testing.T) {
 	if out := scoped(t, "allocating 8 GiB", alloc, "MemoryMax=9G", "MemorySwapMax=0"); strings.TrimSpace(out) != "8" {
 		t.Fatalf("the control: 8 GiB in a 9 GiB scope: %q", out)
 	}
-	out, res := b.run(t, nobody, alloc)
-	if res.How != nsinit.OOMKilled {
-		t.Errorf("ESCAPE: 8 GiB in a default sandbox (MemoryMax %d MiB): %v %q; want killed by the memory limit", memoryMax>>20, res, out)
+	for _, uid := range users {
+		out, res := b.run(t, uid, alloc)
+		if res.How != nsinit.OOMKilled {
+			t.Errorf("ESCAPE: 8 GiB in a default sandbox (MemoryMax %d MiB, uid %d): %v %q; want killed by the memory limit", memoryMax>>20, uid, res, out)
+		}
 	}
 }
 
@@ -83,17 +87,19 @@ func TestDefaultSandboxHasLimits(t *testing.T) {
 func TestScratchFilesystemsHaveASize(t *testing.T) {
 	b := newBox(t, supervisor.CreateOptions{Limits: limits(256<<20, 64)})
 	want := nsinit.ScratchSizeFor(256 << 20)
-	for _, dir := range []string{"/tmp", "/run", "/dev/shm"} {
-		out, res := b.run(t, nobody, "df -B1 --output=size "+dir+" | tail -1")
-		got, err := strconv.ParseUint(strings.TrimSpace(out), 10, 64)
-		if res.Code != 0 || err != nil || got != want {
-			t.Errorf("df %s in the sandbox: %q (%v); want %d bytes", dir, out, res, want)
+	for _, uid := range users {
+		for _, dir := range []string{"/tmp", "/run", "/dev/shm"} {
+			out, res := b.run(t, uid, "df -B1 --output=size "+dir+" | tail -1")
+			got, err := strconv.ParseUint(strings.TrimSpace(out), 10, 64)
+			if res.Code != 0 || err != nil || got != want {
+				t.Errorf("df %s in the sandbox (uid %d): %q (%v); want %d bytes", dir, uid, out, res, want)
+			}
 		}
-	}
-	// A file past the size fails, before the memory limit is reached.
-	out, _ := b.run(t, 0, "dd if=/dev/zero of=/tmp/big bs=1M count=100 2>&1; rm -f /tmp/big")
-	if !strings.Contains(out, "No space left") {
-		t.Errorf("100 MiB into a /tmp of %d MiB: %s", want>>20, out)
+		// A file past the size fails, before the memory limit is reached.
+		out, _ := b.run(t, uid, "dd if=/dev/zero of=/tmp/big bs=1M count=100 2>&1; rm -f /tmp/big")
+		if !strings.Contains(out, "No space left") {
+			t.Errorf("100 MiB into a /tmp of %d MiB (uid %d): %s", want>>20, uid, out)
+		}
 	}
 }
 
@@ -140,9 +146,11 @@ func TestScopeIsSlicedAndClosedToDevices(t *testing.T) {
 	}
 	defer os.Remove(node)
 	outside(t, 0, "reading a disk through a node in the project", "head -c 512 "+node+" | wc -c | grep -qx 512")
-	b.mustFail(t, 0, "reading a disk through a node in the project", "head -c 512 escape-disk | wc -c | grep -qx 512")
-	if out, res := b.run(t, nobody, "echo ok > /dev/null && head -c 1 /dev/urandom | wc -c"); res.Code != 0 || strings.TrimSpace(out) != "1" {
-		t.Errorf("/dev/null and /dev/urandom in the sandbox: %v %q", res, out)
+	for _, uid := range users {
+		b.mustFail(t, uid, "reading a disk through a node in the project", "head -c 512 escape-disk | wc -c | grep -qx 512")
+		if out, res := b.run(t, uid, "echo ok > /dev/null && head -c 1 /dev/urandom | wc -c"); res.Code != 0 || strings.TrimSpace(out) != "1" {
+			t.Errorf("/dev/null and /dev/urandom in the sandbox (uid %d): %v %q", uid, res, out)
+		}
 	}
 }
 
@@ -158,6 +166,8 @@ func TestRootDoesNotSeeHostSecrets(t *testing.T) {
 		"/etc/shadow-": "", "/etc/gshadow-": "", "/etc/gshadow": "",
 		"/var/backups/escape.bak": "/var/backups", "/etc/ssl/private/escape.key": "/etc/ssl/private",
 		"/etc/sudoers.d/escape": "/etc/sudoers.d",
+		// Hidden because root inside a user namespace owns root's files.
+		"/var/lib/postgresql/escape.key": "/var/lib/postgresql", "/var/log/escape-secret.log": "/var/log",
 	}
 	for f, dir := range planted {
 		if dir != "" {
@@ -173,26 +183,32 @@ func TestRootDoesNotSeeHostSecrets(t *testing.T) {
 		}
 		defer os.Remove(f)
 	}
-	e := supervisortest.New(t, "esc", nil)
+	e := newEnv(t)
 	e.Config.Hidden = config.Default().Sandbox.HiddenPaths
-	e.Sup = supervisor.New(e.Config)
+	e.Remake(t)
 	b := newBoxIn(t, e, supervisor.CreateOptions{})
 	for f := range planted {
 		outside(t, 0, "reading "+f, "test -s "+f+" && cat "+f+" >/dev/null")
-		b.mustFail(t, 0, "reading "+f, "test -s "+f+" && cat "+f+" >/dev/null")
+		for _, uid := range users {
+			b.mustFail(t, uid, "reading "+f, "test -s "+f+" && cat "+f+" >/dev/null")
+		}
 	}
 	for _, p := range []string{"/proc/acpi", "/proc/asound", "/proc/scsi", "/proc/driver", "/sys/firmware", "/sys/kernel/debug", "/sys/devices/virtual/powercap"} {
 		if names, err := os.ReadDir(p); err != nil || len(names) == 0 {
 			continue // nothing of it on this host
 		}
 		outside(t, 0, "listing "+p, "test -n \"$(ls -A "+p+")\"")
-		b.mustFail(t, 0, "listing "+p, "test -n \"$(ls -A "+p+")\"")
+		for _, uid := range users {
+			b.mustFail(t, uid, "listing "+p, "test -n \"$(ls -A "+p+")\"")
+		}
 	}
 	for _, p := range []string{"/proc/kcore", "/proc/keys", "/proc/timer_list", "/proc/sched_debug", "/proc/kallsyms"} {
 		if _, err := os.Stat(p); err != nil {
 			continue
 		}
 		outside(t, 0, "reading "+p, "head -c 64 "+p+" | wc -c | grep -qv '^0$'")
-		b.mustFail(t, 0, "reading "+p, "head -c 64 "+p+" | wc -c | grep -qv '^0$'")
+		for _, uid := range users {
+			b.mustFail(t, uid, "reading "+p, "head -c 64 "+p+" | wc -c | grep -qv '^0$'")
+		}
 	}
 }

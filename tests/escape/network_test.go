@@ -51,11 +51,13 @@ func TestEgressNameRuleReachesNoPrivateOrHostAddress(t *testing.T) {
 	if out, res := b.run(t, nobody, "curl -sSf http://public.test:8080/"); res.Code != 0 || out != "hello from "+pub+"\n" {
 		t.Fatalf("a name rule to a public address (the control inside): %v %q", res, out)
 	}
-	for _, name := range []string{"private.test", "own.test"} {
-		for _, how := range []string{"", "-p "} { // plain HTTP, CONNECT
-			code := httpCode(t, b, how+"http://"+name+":8080/")
-			if code != "403" {
-				t.Errorf("ESCAPE: %shttp://%s:8080/ through the proxy by a name rule: HTTP %s; want 403", how, name, code)
+	for _, uid := range users {
+		for _, name := range []string{"private.test", "own.test"} {
+			for _, how := range []string{"", "-p "} { // plain HTTP, CONNECT
+				code := httpCode(t, b, uid, how+"http://"+name+":8080/")
+				if code != "403" {
+					t.Errorf("ESCAPE: %shttp://%s:8080/ through the proxy by a name rule (uid %d): HTTP %s; want 403", how, name, uid, code)
+				}
 			}
 		}
 	}
@@ -87,15 +89,17 @@ func TestEgressWideNetworkLeavesOutTheHost(t *testing.T) {
 		outside(t, nobody, "fetching "+target, "curl -sSf --max-time 5 http://"+target+"/")
 	}
 	b := newBox(t, supervisor.CreateOptions{Network: nsinit.NetworkAllowlist, Allow: []string{"0.0.0.0/0:*", "[::/0]:*"}})
-	for _, target := range targets {
-		for _, how := range []string{"", "-p "} {
-			if code := httpCode(t, b, how+"http://"+target+"/"); code != "403" {
-				t.Errorf("ESCAPE: %shttp://%s/ through the proxy allowing 0.0.0.0/0: HTTP %s; want 403", how, target, code)
+	for _, uid := range users {
+		for _, target := range targets {
+			for _, how := range []string{"", "-p "} {
+				if code := httpCode(t, b, uid, how+"http://"+target+"/"); code != "403" {
+					t.Errorf("ESCAPE: %shttp://%s/ through the proxy allowing 0.0.0.0/0 (uid %d): HTTP %s; want 403", how, target, uid, code)
+				}
 			}
 		}
 	}
 	b2 := newBoxIn(t, b.env, supervisor.CreateOptions{Network: nsinit.NetworkAllowlist, Allow: []string{"127.0.0.1:" + port}})
-	if code := httpCode(t, b2, "http://127.0.0.1:"+port+"/"); code != "200" {
+	if code := httpCode(t, b2, nobody, "http://127.0.0.1:"+port+"/"); code != "200" {
 		t.Errorf("the host's loopback with a rule naming it (the control inside): HTTP %s", code)
 	}
 }
@@ -137,12 +141,14 @@ func TestEgressHostHeaderNamesTheAllowedHost(t *testing.T) {
 	if out, res := b.run(t, nobody, "curl -sSf -H 'Host: A.Test:8080' http://a.test:8080/"); res.Code != 0 || out != "hello from a.test:8080\n" {
 		t.Errorf("the allowed host named in another case in Host: %v %q", res, out)
 	}
-	for _, header := range []string{"Host: b.test", "Host: b.test:8080", "Host: a.test.b.test:8080"} {
-		if code := httpCode(t, b, "-H '"+header+"' http://a.test:8080/"); code != "400" {
-			t.Errorf("ESCAPE: http://a.test:8080/ with %q through the proxy: HTTP %s; want 400", header, code)
+	for _, uid := range users {
+		for _, header := range []string{"Host: b.test", "Host: b.test:8080", "Host: a.test.b.test:8080"} {
+			if code := httpCode(t, b, uid, "-H '"+header+"' http://a.test:8080/"); code != "400" {
+				t.Errorf("ESCAPE: http://a.test:8080/ with %q through the proxy (uid %d): HTTP %s; want 400", header, uid, code)
+			}
 		}
+		b.mustFail(t, uid, "reaching b.test by its own name", "curl -sSf http://b.test:8080/")
 	}
-	b.mustFail(t, nobody, "reaching b.test by its own name", "curl -sSf http://b.test:8080/")
 	for _, h := range hosts()[before:] {
 		if strings.Contains(h, "b.test") {
 			t.Errorf("ESCAPE: the server got a request for Host %q from the sandbox (all it got: %q)", h, hosts()[before:])
@@ -412,12 +418,12 @@ func addHosts(t *testing.T, names map[string]string) {
 	}
 }
 
-// httpCode runs curl args in the sandbox, through its proxy (even for
+// httpCode runs curl args in the sandbox as uid, through its proxy (even for
 // the loopback addresses its no_proxy lists), and returns the HTTP status
 // it got, of the request or of its CONNECT: "000" when there was none.
-func httpCode(t *testing.T, b *box, args string) string {
+func httpCode(t *testing.T, b *box, uid uint32, args string) string {
 	t.Helper()
-	out, _ := b.run(t, nobody, "env -u no_proxy -u NO_PROXY curl -s -o /dev/null -w '%{http_code} %{http_connect}' --max-time 10 "+args)
+	out, _ := b.run(t, uid, "env -u no_proxy -u NO_PROXY curl -s -o /dev/null -w '%{http_code} %{http_connect}' --max-time 10 "+args)
 	code, connect, _ := strings.Cut(strings.TrimSpace(out), " ")
 	if code == "000" && connect != "" {
 		return connect
