@@ -91,7 +91,12 @@ type daemon struct {
 	wroteUnit  bool
 	started    bool
 	configPath string
-	live       map[string]bool // sandboxes made and not yet destroyed
+	// root and projects are what its configuration names; userns says
+	// whether it gives sandboxes user namespaces (see sandboxTable).
+	root     string
+	projects map[string]string
+	userns   bool
+	live     map[string]bool // sandboxes made and not yet destroyed
 	// CommandExited signals, and the statuses they told by command id.
 	signals chan *dbus.Signal
 	exited  map[string]int32
@@ -162,12 +167,22 @@ func benchDaemon(ctx context.Context, cfg config, t, pr *table) (version string,
 	version = fmt.Sprintf("sandboxd (built from this tree, a service of the testbed's %s, its pool a directory of the testbed's btrfs)", systemd)
 
 	if cfg.daemon {
-		if err := benchDaemonSizes(ctx, cfg, d, t, fs, dirs); err != nil {
+		without, err := benchDaemonSizes(ctx, cfg, d, t, fs, dirs)
+		if err != nil {
 			return version, err
 		}
+		if err := benchUserNS(ctx, cfg, d, t, fs, without); err != nil {
+			return version, fmt.Errorf("user namespaces: %w", err)
+		}
 	}
-	// Last: promotions change the projects.
+	// Last: promotions change the projects. They run as before, without
+	// user namespaces.
 	if cfg.promote {
+		if d.userns {
+			if err := d.reconfigure(ctx, false); err != nil {
+				return version, err
+			}
+		}
 		if err := benchPromotions(ctx, cfg, d, fs, pr, dirs); err != nil {
 			return version, fmt.Errorf("promotions: %w", err)
 		}

@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/godbus/dbus/v5"
 
 	"github.com/sandboxd/sandboxd/sandboxd1"
 	sdconfig "github.com/sandboxd/sandboxd/supervisor/config"
+	"github.com/sandboxd/sandboxd/tests/testbed"
 )
 
 // start installs sandboxd as an operator would (the bus policy, the unit
@@ -32,16 +34,9 @@ func (d *daemon) start(ctx context.Context, root string, projects map[string]str
 	d.conn = conn
 
 	d.configPath = filepath.Join(benchConfigDir, "sandboxd.toml")
-	text, err := daemonConfig(d.configPath, root, projects)
-	if err != nil {
+	d.root, d.projects = root, projects
+	if err := d.writeConfig(false); err != nil {
 		return err
-	}
-	d.wroteConf = true
-	if err := os.MkdirAll(benchConfigDir, 0o755); err != nil {
-		return fmt.Errorf("writing sandboxd's configuration: %w", err)
-	}
-	if err := os.WriteFile(d.configPath, text, 0o644); err != nil {
-		return fmt.Errorf("writing sandboxd's configuration: %w", err)
 	}
 
 	// The policy lets root own the name. One already there (a testbed
@@ -105,11 +100,67 @@ func (d *daemon) start(ctx context.Context, root string, projects map[string]str
 	return nil
 }
 
+// writeConfig writes the daemon's configuration, with sandboxes in user
+// namespaces or without; the daemon reads it when it (re)starts.
+func (d *daemon) writeConfig(userns bool) error {
+	text, err := daemonConfig(d.configPath, d.root, d.projects, userns)
+	if err != nil {
+		return err
+	}
+	d.wroteConf = true
+	if err := os.MkdirAll(benchConfigDir, 0o755); err != nil {
+		return fmt.Errorf("writing sandboxd's configuration: %w", err)
+	}
+	if err := os.WriteFile(d.configPath, text, 0o644); err != nil {
+		return fmt.Errorf("writing sandboxd's configuration: %w", err)
+	}
+	d.userns = userns
+	return nil
+}
+
+// reconfigure restarts the daemon with sandboxes in user namespaces or
+// without. It is called with no sandbox live: each mode makes and
+// destroys its own.
+func (d *daemon) reconfigure(ctx context.Context, userns bool) error {
+	if err := d.writeConfig(userns); err != nil {
+		return err
+	}
+	progress("daemon: restarting %s with %s", daemonUnit, strings.TrimSpace(strings.ReplaceAll(sandboxTable(userns), "\n", " ")))
+	// Type=notify: this returns once the daemon is ready again, its
+	// probe of idmapped mounts done.
+	if _, err := tool(ctx, "systemctl", "restart", daemonUnit); err != nil {
+		return fmt.Errorf("restarting sandboxd (user namespaces %v): %w; its journal: %s", userns, err, d.journal(ctx))
+	}
+	return nil
+}
+
+// rootLayers are the layers of the testbed's root, top first: its root is
+// an overlay, which cannot be idmapped, so a sandbox in a user namespace
+// stacks idmapped mounts of each layer (testbed.Info.Layers).
+var rootLayers = []string{filepath.Join(testbed.LayersDir, "upper"), filepath.Join(testbed.LayersDir, "lower")}
+
+// sandboxTable is the configuration's [sandbox] table. Without user
+// namespaces it says "off", rather than leave "auto" to find that the
+// root cannot be idmapped, so that those rows are without them whatever
+// the machine. With them, "require" makes a daemon that cannot give them
+// fail to start instead of measuring sandboxes without.
+func sandboxTable(userns bool) string {
+	if !userns {
+		return "\n[sandbox]\nuserns = \"off\"\n"
+	}
+	quoted := make([]string, len(rootLayers))
+	for i, l := range rootLayers {
+		quoted[i] = strconv.Quote(l)
+	}
+	return fmt.Sprintf("\n[sandbox]\nuserns = \"require\"\nroot_layers = [%s]\n", strings.Join(quoted, ", "))
+}
+
 // daemonConfig is the daemon's configuration: its pool at root on btrfs,
-// its own state directory, and the projects.
-func daemonConfig(path, root string, projects map[string]string) ([]byte, error) {
+// its own state directory, user namespaces or not, and the projects.
+func daemonConfig(path, root string, projects map[string]string, userns bool) ([]byte, error) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "[daemon]\nstate_dir = %q\n\n[storage]\nbackend = \"btrfs\"\n\n[storage.btrfs]\nroot = %q\n", benchStateDir, root)
+	b.WriteString(sandboxTable(userns))
 	var tail strings.Builder
 	for name, dir := range projects {
 		fmt.Fprintf(&tail, "\n[[project]]\nname = %q\npath = %q\n", name, dir)
@@ -127,6 +178,16 @@ func daemonConfig(path, root string, projects map[string]string) ([]byte, error)
 		return nil, fmt.Errorf("writing sandboxd's configuration: %w", err)
 	}
 	return []byte(plain), nil
+}
+
+// hostIDs is a sandbox's HostIDs property: the first and last host id of
+// its user namespace, none when it has none.
+func (d *daemon) hostIDs(id string) ([]uint32, error) {
+	var ids []uint32
+	if err := d.conn.Object(sandboxd1.BusName, sandboxd1.SandboxPath(id)).StoreProperty(sandboxd1.SandboxInterface+"."+sandboxd1.PropHostIDs, &ids); err != nil {
+		return nil, fmt.Errorf("reading the host ids of sandbox %s: %w", id, err)
+	}
+	return ids, nil
 }
 
 // reloadBus makes dbus-daemon read its policy files again.

@@ -8,29 +8,34 @@ import (
 )
 
 // benchDaemonSizes is the daemon part: creates, destroys, commands and
-// memory, at each of daemonSizes (projects at dirs).
-func benchDaemonSizes(ctx context.Context, cfg config, d *daemon, t *table, fs *btrfsFS, dirs map[int]string) error {
+// memory, at each of daemonSizes (projects at dirs), in sandboxes without
+// user namespaces. It returns, for each size, what benchUserNS measures
+// again with them.
+func benchDaemonSizes(ctx context.Context, cfg config, d *daemon, t *table, fs *btrfsFS, dirs map[int]string) ([]*withoutNS, error) {
 	pid, idle, err := d.memory(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var mem []row // memory rows, after the timings
 	mem = append(mem, row{fs: "btrfs", op: fmt.Sprintf("sandboxd's VmRSS, no sandboxes (just started): %s, %d threads", mib(idle.rss), idle.threads)})
 
 	var ref *sizeResult
+	var without []*withoutNS
 	for _, n := range daemonSizes {
-		res, rows, err := benchDaemonSize(ctx, cfg, d, t, fs, n, dirs[n], ref, pid, idle)
+		w := &withoutNS{files: n}
+		res, rows, err := benchDaemonSize(ctx, cfg, d, t, fs, n, dirs[n], ref, pid, idle, w)
 		mem = append(mem, rows...)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if ref == nil {
 			ref = res
 		}
+		without = append(without, w)
 	}
 	_, after, err := d.memory(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	mem = append(mem, row{fs: "btrfs",
 		op:      fmt.Sprintf("sandboxd's VmRSS, no sandboxes again (after %d creates and destroys): %s, %d threads", len(daemonSizes)*(cfg.creates+1), mib(after.rss), after.threads),
@@ -38,7 +43,7 @@ func benchDaemonSizes(ctx context.Context, cfg config, d *daemon, t *table, fs *
 	for _, r := range mem {
 		t.add(r)
 	}
-	return nil
+	return without, nil
 }
 
 // projectName is the daemon's name of the project of n files.
@@ -51,9 +56,10 @@ func projectPath(n int) string { return fmt.Sprintf("bench-daemon-p%d", n) }
 // files, one after the other, then measures memory with them all live,
 // then times DestroySandbox of each; then `cp -a` of the project. It adds
 // the timing rows to t and returns the memory rows. pid is the daemon's,
-// and idle its memory with no sandboxes.
+// and idle its memory with no sandboxes. The creates and the commands,
+// and where their rows are, go in w.
 func benchDaemonSize(ctx context.Context, cfg config, d *daemon, t *table, fs *btrfsFS, n int, dir string,
-	ref *sizeResult, pid int, idle memInfo) (res *sizeResult, mem []row, err error) {
+	ref *sizeResult, pid int, idle memInfo, w *withoutNS) (res *sizeResult, mem []row, err error) {
 	label := "daemon " + count(n)
 	project := projectName(n)
 	begin := time.Now()
@@ -61,6 +67,9 @@ func benchDaemonSize(ctx context.Context, cfg config, d *daemon, t *table, fs *b
 	// cold caches of its subvolume.
 	id, err := d.create(ctx, project)
 	if err != nil {
+		return nil, nil, fmt.Errorf("%s (warm-up): %w", label, err)
+	}
+	if err := d.checkUserNS(id); err != nil {
 		return nil, nil, fmt.Errorf("%s (warm-up): %w", label, err)
 	}
 	if err := d.destroy(ctx, id); err != nil {
@@ -122,7 +131,7 @@ func benchDaemonSize(ctx context.Context, cfg config, d *daemon, t *table, fs *b
 	// of the first and last tenth of the calls show by how much.
 	k := max(1, len(creates)/10)
 	cr := row{fs: "btrfs", files: n, s: creates,
-		op: fmt.Sprintf("`CreateSandbox` over the system bus, until ready; calls 1-%d: %s ms, %d-%d: %s ms; max %s ms",
+		op: fmt.Sprintf("`CreateSandbox` over the system bus, until ready, without a user namespace; calls 1-%d: %s ms, %d-%d: %s ms; max %s ms",
 			k, ms(creates[:k].median()), len(creates)-k+1, len(creates), ms(creates[len(creates)-k:].median()), ms(creates.max())),
 		target: fmt.Sprintf("p50 < %d ms; flat", createTarget/time.Millisecond)}
 	dr := row{fs: "btrfs", files: n, s: destroys,
@@ -134,6 +143,7 @@ func benchDaemonSize(ctx context.Context, cfg config, d *daemon, t *table, fs *b
 	}
 	verdicts = append(verdicts, fmt.Sprintf("%s ms: %s", ms(res.snapshot), metOrMissed(res.snapshot < createTarget)))
 	cr.verdict = strings.Join(verdicts, "; ")
+	w.create, w.createRow = creates, len(t.rows)
 	t.add(cr)
 	t.add(dr)
 
@@ -146,7 +156,7 @@ func benchDaemonSize(ctx context.Context, cfg config, d *daemon, t *table, fs *b
 	if err != nil {
 		return nil, mem, err
 	}
-	if err := benchRuntime(ctx, cfg, d, t, project, n, live); err != nil {
+	if err := benchRuntime(ctx, cfg, d, t, project, n, live, w); err != nil {
 		return nil, mem, err
 	}
 	if err := d.destroy(ctx, live); err != nil {

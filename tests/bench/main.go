@@ -10,7 +10,8 @@
 // Its daemon part measures sandboxd itself, as a systemd service called
 // over the system bus: CreateSandbox until ready and DestroySandbox, 200 of
 // each, for projects of 1k and 100k files beside `cp -a` of them, and the
-// daemon's memory with 200 live sandboxes.
+// daemon's memory with 200 live sandboxes; then, restarted with sandboxes in
+// user namespaces, its creates and commands again, beside those without.
 //
 // Its promotion part, through the same daemon, times the change list
 // (Diff) and a promotion until done of 10, 100 and 1,000 changed files in
@@ -285,7 +286,11 @@ func printDaemon(w *os.File, cfg config, d *table) {
 		"Memory is read inside the testbed: the daemon's VmRSS (/proc/PID/status of the service's MainPID) with none and with all the sandboxes live; "+
 		"Pss (smaps_rollup) shares each shared page among the processes that map it. "+
 		"`cp -a` copies the project into a new subvolume of the same filesystem (its time excludes write-back), after the destroyed snapshots are cleaned; "+
-		"runs as for the cowfs table.\n", cfg.creates)
+		"runs as for the cowfs table. "+
+		"The sandboxes have no user namespace (`[sandbox] userns = \"off\"`), except in the rows that say they have one: "+
+		"for those the daemon is restarted with `userns = \"require\"` and `root_layers` the testbed root's two layers, "+
+		"so that each sandbox maps a block of host ids and stacks idmapped mounts of those layers, its volume and the project; "+
+		"their creates and commands are timed as above, with the same counts, after the rows without, and are given against them.\n", cfg.creates)
 }
 
 // loadAverage is the 1-minute load average: other work on the machine

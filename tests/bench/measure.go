@@ -119,6 +119,9 @@ type table struct {
 
 func (t *table) add(r row) { t.rows = append(t.rows, r) }
 
+// insert puts r at index i, before the row that was there.
+func (t *table) insert(i int, r row) { t.rows = slices.Insert(t.rows, i, r) }
+
 func (t *table) sizesRan() string { return strings.Join(t.ran, "; ") }
 
 func (t *table) markdown() string {

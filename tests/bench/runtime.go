@@ -22,34 +22,24 @@ const (
 // benchRuntime measures commands in sandboxes of project (n files):
 // `true` by Exec in a live sandbox (until CommandExited) beside `true`
 // forked directly by this program, and a whole create + first command +
-// destroy beside `unshare` of the same namespaces running `true`.
-func benchRuntime(ctx context.Context, cfg config, d *daemon, t *table, project string, n int, live string) error {
+// destroy beside `unshare` of the same namespaces running `true`. The
+// sandboxes have no user namespace; the Exec times, and where their row
+// is, go in w.
+func benchRuntime(ctx context.Context, cfg config, d *daemon, t *table, project string, n int, live string, w *withoutNS) error {
 	null, err := os.Open("/dev/null")
 	if err != nil {
 		return err
 	}
 	defer null.Close()
-	var direct, inside series
-	if err := (loop{reps: execRuns, min: minReps, budget: cfg.budget}).run(ctx, "exec", func(warm bool) error {
-		dt, err := timed(func() error { return exec.CommandContext(ctx, "/bin/true").Run() })
-		if err != nil {
-			return err
-		}
-		dt2, err := timed(func() error { return d.execTrue(ctx, live, null) })
-		if err != nil {
-			return err
-		}
-		if !warm {
-			direct, inside = append(direct, dt), append(inside, dt2)
-		}
-		return nil
-	}); err != nil {
-		return fmt.Errorf("exec of true in sandbox %s: %w", live, err)
+	direct, inside, err := execTimes(ctx, cfg, d, live, null)
+	if err != nil {
+		return err
 	}
 	over := inside.median() - direct.median()
 	t.add(row{fs: "btrfs", files: n, s: direct, op: "`true` forked and waited for by the bench itself (the baseline)"})
+	w.exec, w.execRow = inside, len(t.rows)
 	t.add(row{fs: "btrfs", files: n, s: inside,
-		op:      fmt.Sprintf("`Exec` of `true` in a live sandbox, until `CommandExited`: %s ms over the baseline", ms(over)),
+		op:      fmt.Sprintf("`Exec` of `true` in a live sandbox without a user namespace, until `CommandExited`: %s ms over the baseline", ms(over)),
 		ratio:   ratio(inside.median(), direct.median()),
 		target:  fmt.Sprintf("overhead < %d ms", execOverheadTarget/time.Millisecond),
 		verdict: metOrMissed(over < execOverheadTarget)})
@@ -119,6 +109,31 @@ func benchRuntime(ctx context.Context, cfg config, d *daemon, t *table, project 
 	t.add(row{fs: "btrfs", files: n, s: cycle, op: "create, `true`, destroy, each cycle after the last (a destroy's cleanup slows the next create)"})
 	t.add(row{fs: "btrfs", files: n, s: unshare, op: "`unshare` of the same namespaces running `true` (no copy, no overlay, no scope)"})
 	return nil
+}
+
+// execTimes times Exec of `true` in sandbox live over the bus, until its
+// CommandExited (inside), each run beside `true` forked and waited for by
+// the bench itself (direct): execRuns of each after one warm-up, fewer
+// once cfg.budget has passed.
+func execTimes(ctx context.Context, cfg config, d *daemon, live string, null *os.File) (direct, inside series, err error) {
+	err = (loop{reps: execRuns, min: minReps, budget: cfg.budget}).run(ctx, "exec", func(warm bool) error {
+		dt, err := timed(func() error { return exec.CommandContext(ctx, "/bin/true").Run() })
+		if err != nil {
+			return err
+		}
+		dt2, err := timed(func() error { return d.execTrue(ctx, live, null) })
+		if err != nil {
+			return err
+		}
+		if !warm {
+			direct, inside = append(direct, dt), append(inside, dt2)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("exec of true in sandbox %s: %w", live, err)
+	}
+	return direct, inside, nil
 }
 
 // execTrue runs /bin/true in sandbox id and waits for its CommandExited.
