@@ -91,17 +91,6 @@ func (s *Supervisor) ProbeUserNS(ctx context.Context) error {
 		}
 	}
 	if s.userns.unavailable == nil {
-		// An init, root of its namespace only, passes through to its own
-		// runtime directory (which Build hands it); it lists nothing.
-		err := os.MkdirAll(s.cfg.RuntimeDir, 0o711)
-		if err == nil {
-			err = os.Chmod(s.cfg.RuntimeDir, 0o711)
-		}
-		if err != nil {
-			s.userns.unavailable = fmt.Errorf("opening %s to the sandboxes' inits: %w", s.cfg.RuntimeDir, err)
-		}
-	}
-	if s.userns.unavailable == nil {
 		s.log.Info("sandboxes get user namespaces", "root_layers", strings.Join(cfg.RootLayers, ":"),
 			"ids", fmt.Sprintf("%d-%d", cfg.First, uint64(cfg.First)+uint64(cfg.Count)-1))
 		return nil

@@ -13,8 +13,9 @@ import (
 // build makes the sandbox's world in the init's new namespaces and pivots
 // into it. It returns the control socket, bound at its host path before
 // the host's root goes out of sight.
-func build(spec *Spec, mounts *Mounts) (*net.UnixListener, error) {
+func build(spec *Spec, control *os.File, mounts *Mounts) (*net.UnixListener, error) {
 	defer mounts.Close()
+	defer control.Close()
 	// Nothing mounted here may reach the host: the namespace's copy of
 	// the host's mounts stops sharing events with them first.
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
@@ -22,7 +23,8 @@ func build(spec *Spec, mounts *Mounts) (*net.UnixListener, error) {
 	}
 	newRoot := spec.Dir + "/root"
 	if mounts != nil {
-		if err := mountIdmappedOverlay(spec, mounts, newRoot); err != nil {
+		var err error
+		if newRoot, err = mountIdmappedOverlay(spec, mounts); err != nil {
 			return nil, err
 		}
 	} else if err := mountOverlay(spec, newRoot); err != nil {
@@ -67,7 +69,7 @@ func build(spec *Spec, mounts *Mounts) (*net.UnixListener, error) {
 			return nil, err
 		}
 	}
-	ln, err := listen(Control(spec.Dir))
+	ln, err := listen(control)
 	if err != nil {
 		return nil, err
 	}
@@ -341,17 +343,18 @@ func hide(r *root, p string) error {
 	return r.bindInside("/dev/null", p, true)
 }
 
-// listen binds the control socket, for root only.
-func listen(path string) (*net.UnixListener, error) {
-	_ = os.Remove(path)
-	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: path, Net: "unixpacket"})
+// listen listens on the control socket the daemon bound (the init's pid
+// is then what its peers see).
+func listen(control *os.File) (*net.UnixListener, error) {
+	if err := unix.Listen(int(control.Fd()), 64); err != nil {
+		return nil, fmt.Errorf("listening on the control socket: %w", err)
+	}
+	l, err := net.FileListener(control)
 	if err != nil {
 		return nil, fmt.Errorf("listening on the control socket: %w", err)
 	}
+	ln := l.(*net.UnixListener)
 	ln.SetUnlinkOnClose(false) // the path is the daemon's to remove
-	if err := os.Chmod(path, 0o600); err != nil {
-		return nil, fmt.Errorf("listening on the control socket: %w", err)
-	}
 	return ln, nil
 }
 

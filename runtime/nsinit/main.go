@@ -1,6 +1,7 @@
 package nsinit
 
 import (
+	"errors"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -18,21 +19,23 @@ import (
 // world, answers "ok" (or what failed) on fd 3, and then runs commands on
 // request until the sandbox's scope is stopped. It never returns.
 func Main() {
+	// First: no one with the init's host uid (a block's, or nobody's for
+	// the probe) may ptrace it or read its memory while it starts.
+	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
 	syscall.Umask(0o022)
 	setup := os.NewFile(3, "setup")
 	fail := func(err error) {
 		fmt.Fprintln(setup, err)
 		os.Exit(1)
 	}
-	spec, mounts, err := readSpec(setup)
+	spec, control, mounts, err := readSpec(setup)
 	if err != nil {
 		fail(fmt.Errorf("reading the spec: %w", err))
 	}
 	// The memory limit's OOM killer must pick a command, never the init
 	// (whose end is the sandbox's), and no one may read its memory.
 	_ = os.WriteFile("/proc/self/oom_score_adj", []byte("-1000"), 0)
-	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
-	ln, err := build(&spec, mounts)
+	ln, err := build(&spec, control, mounts)
 	if err != nil {
 		fail(err)
 	}
@@ -71,43 +74,57 @@ func Main() {
 // maxSpec bounds the spec's datagram (its hidden and read-only paths).
 const maxSpec = 1 << 20
 
-// readSpec reads the spec and the descriptors of its mounts, one
-// datagram.
-func readSpec(setup *os.File) (Spec, *Mounts, error) {
+// readSpec reads the spec, the control socket (bound, not listening) and
+// the descriptors of its mounts, one datagram.
+func readSpec(setup *os.File) (Spec, *os.File, *Mounts, error) {
 	var spec Spec
-	buf := make([]byte, maxSpec)
+	// Its length first (MSG_TRUNC tells a datagram's whole length): a
+	// buffer of the bound would stay in the init's heap for its life.
+	size, _, _, _, err := unix.Recvmsg(int(setup.Fd()), make([]byte, 1), nil, unix.MSG_PEEK|unix.MSG_TRUNC)
+	if err != nil {
+		return spec, nil, nil, err
+	}
+	if size > maxSpec {
+		return spec, nil, nil, fmt.Errorf("the spec is %d bytes, over %d", size, maxSpec)
+	}
+	buf := make([]byte, size)
 	oob := make([]byte, unix.CmsgSpace(64*4))
 	n, oobn, flags, _, err := unix.Recvmsg(int(setup.Fd()), buf, oob, unix.MSG_CMSG_CLOEXEC)
 	if err != nil {
-		return spec, nil, err
+		return spec, nil, nil, err
 	}
 	var files []*os.File
 	if cmsgs, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil {
 		for _, c := range cmsgs {
 			if fds, err := unix.ParseUnixRights(&c); err == nil {
 				for _, fd := range fds {
-					files = append(files, os.NewFile(uintptr(fd), "mount"))
+					files = append(files, os.NewFile(uintptr(fd), "passed"))
 				}
 			}
 		}
 	}
-	if flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 {
+	fail := func(err error) (Spec, *os.File, *Mounts, error) {
 		closeAll(files)
-		return spec, nil, fmt.Errorf("the spec or its descriptors were cut short")
+		return spec, nil, nil, err
+	}
+	if flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 {
+		return fail(errors.New("the spec or its descriptors were cut short"))
 	}
 	if err := json.Unmarshal(buf[:n], &spec); err != nil {
-		closeAll(files)
-		return spec, nil, err
+		return fail(err)
+	}
+	want := 1
+	if spec.UserNS {
+		want += spec.Lowers + 2
+	}
+	if len(files) != want || spec.UserNS && spec.Lowers < 1 {
+		return fail(fmt.Errorf("want the control socket and, in a user namespace, %d lower layers, the system layer and the project as descriptors; got %d descriptors", spec.Lowers, len(files)))
 	}
 	if !spec.UserNS {
-		closeAll(files)
-		return spec, nil, nil
+		return spec, files[0], nil, nil
 	}
-	if spec.Lowers < 1 || len(files) != spec.Lowers+2 {
-		closeAll(files)
-		return spec, nil, fmt.Errorf("want %d lower layers, the system layer and the project as descriptors, got %d descriptors", spec.Lowers, len(files))
-	}
-	return spec, &Mounts{Lowers: files[:spec.Lowers], Layer: files[spec.Lowers], Project: files[spec.Lowers+1]}, nil
+	m := files[1:]
+	return spec, files[0], &Mounts{Lowers: m[:spec.Lowers], Layer: m[spec.Lowers], Project: m[spec.Lowers+1]}, nil
 }
 
 // lastCap is the running kernel's highest capability.

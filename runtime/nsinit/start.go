@@ -106,17 +106,19 @@ func (i *Init) Build(ctx context.Context, spec Spec, mounts *Mounts) error {
 	if err := os.MkdirAll(spec.Dir+"/root", 0o700); err != nil {
 		return fmt.Errorf("building sandbox %s: %w", spec.ID, err)
 	}
-	var files []*os.File
+	// The control socket is bound here, root's alone, and listened on by
+	// the init (whose pid its peers then see): an init that is root of
+	// its user namespace only may not write in the runtime directory.
+	control, err := bindControl(Control(spec.Dir))
+	if err != nil {
+		return fmt.Errorf("building sandbox %s: %w", spec.ID, err)
+	}
+	defer control.Close()
+	files := []*os.File{control}
 	if mounts != nil {
-		// The init, root of its namespace but not of the host, works in
-		// its runtime directory (the mounts' attach points, the root's
-		// mountpoint, the control socket); the host's root reaches it.
-		if err := os.Chown(spec.Dir, int(i.ids.RootUID()), int(i.ids.RootGID())); err != nil {
-			return fmt.Errorf("building sandbox %s: handing its runtime directory to its root: %w", spec.ID, err)
-		}
 		spec.UserNS = true
 		spec.Lowers = len(mounts.Lowers)
-		files = mounts.files()
+		files = append(files, mounts.files()...)
 	}
 	conn, err := net.FileConn(i.setup)
 	if err != nil {
@@ -157,6 +159,26 @@ func (i *Init) Build(ctx context.Context, spec Spec, mounts *Mounts) error {
 		return fmt.Errorf("building sandbox %s: %s", spec.ID, a)
 	}
 	return nil
+}
+
+// bindControl binds the unix socket at path (SOCK_SEQPACKET), for root
+// only; the init listens on it.
+func bindControl(path string) (*os.File, error) {
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("making the control socket: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), path)
+	_ = os.Remove(path)
+	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: path}); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("binding the control socket %s: %w", path, err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("binding the control socket %s: %w", path, err)
+	}
+	return f, nil
 }
 
 // Start is Launch and Build: it returns the pid of an init whose world is
