@@ -60,6 +60,24 @@ type UserNS struct {
 	First, Count uint32
 }
 
+// usernsHidden are hidden from every sandbox in a user namespace, whatever
+// the configuration says (one written before it existed, too): its root
+// owns the host root's files of uid 0, and these keep root's secrets or
+// root-owned state of services. A system account's or another user's
+// files are out of its reach anyway (shownIDs).
+var usernsHidden = []string{
+	"/var/log", "/var/mail", "/var/spool", "/var/cache/private", "/var/cache/debconf/passwords.dat",
+	"/var/lib/systemd", "/var/lib/private", "/var/lib/docker", "/var/lib/containerd", "/var/lib/libvirt",
+	"/var/lib/NetworkManager", "/var/lib/bluetooth", "/var/lib/sss", "/var/lib/sudo", "/var/backups",
+	"/etc/apt/auth.conf", "/etc/apt/auth.conf.d", "/etc/credstore", "/etc/credstore.encrypted",
+	"/etc/NetworkManager/system-connections", "/etc/wireguard", "/etc/openvpn", "/etc/ipsec.secrets",
+	"/etc/ipsec.d/private", "/etc/swanctl", "/etc/letsencrypt", "/etc/dkimkeys", "/etc/sssd",
+	"/etc/exim4/passwd.client", "/etc/postfix/sasl_passwd", "/etc/mysql/debian.cnf",
+	"/etc/cryptsetup-keys.d", "/etc/krb5.keytab", "/etc/ssl/private", "/etc/shadow", "/etc/gshadow",
+	"/etc/shadow-", "/etc/gshadow-", "/etc/security/opasswd", "/etc/sudoers", "/etc/sudoers.d",
+	"/etc/ssh", "/root", "/home", "/boot",
+}
+
 // ErrNoIdmap: the sandbox has no user namespace, so root inside it is the
 // host's root, which only root may ask for.
 var ErrNoIdmap = errors.New("the sandbox has no user namespace of its own")
@@ -129,7 +147,11 @@ func (s *Supervisor) idmapUnavailable() error {
 		return errors.New("no root layers (sandbox.root_layers)")
 	}
 	paths := append(slices.Clone(cfg.RootLayers), info.Root)
-	errs, err := nsinit.ProbeIdmap(s.cfg.InitCommand, paths...)
+	// The probe's namespace maps root to the range's last id, which no
+	// host user has (nor, but for an owner of a high id, a sandbox).
+	last := uint32(uint64(cfg.First) + uint64(cfg.Count) - 1)
+	probe := &nsinit.IDMap{UIDs: []nsinit.Extent{{Host: last, Count: 1}}, GIDs: []nsinit.Extent{{Host: last, Count: 1}}}
+	errs, err := nsinit.ProbeIdmap(s.cfg.InitCommand, probe, paths...)
 	if err != nil {
 		return err
 	}
@@ -240,6 +262,26 @@ func ownerGroups(owner uint32) []uint32 {
 		}
 	}
 	return out
+}
+
+// shownIDs is the narrower map the host's files are shown through (the
+// root layers, the project): root (not the system accounts), nobody, the
+// owner and its groups. A system account's file of the host (a service's
+// state) or a file another user shares with a system group is nobody's
+// in the sandbox; its own processes may still be system accounts.
+func shownIDs(m *state.IDMap) *nsinit.IDMap {
+	ns := nsIDs(m)
+	if ns == nil {
+		return nil
+	}
+	for _, es := range [][]nsinit.Extent{ns.UIDs, ns.GIDs} {
+		for i := range es {
+			if es[i].Inside == 0 {
+				es[i].Count = 1
+			}
+		}
+	}
+	return ns
 }
 
 // nsIDs is a record's map as its init takes it.

@@ -103,6 +103,13 @@ func (s *Supervisor) spec(ctx context.Context, rec state.Record) (nsinit.Spec, e
 	if root := s.cfg.Backend.Info().Root; filepath.IsAbs(root) {
 		spec.Hidden = append(spec.Hidden, root)
 	}
+	if rec.IDs != nil {
+		for _, p := range usernsHidden {
+			if !slices.Contains(spec.Hidden, p) {
+				spec.Hidden = append(spec.Hidden, p)
+			}
+		}
+	}
 	for _, p := range s.projects.list() {
 		if p.Name != rec.Project && filepath.IsAbs(p.Location) {
 			spec.Hidden = append(spec.Hidden, p.Location)
@@ -157,7 +164,7 @@ func (s *Supervisor) idmapMounts(init *nsinit.Init, rec state.Record, spec nsini
 	if spec.Layer == "" {
 		return nil, fmt.Errorf("sandbox %s has a user namespace but no system layer volume: %w", rec.ID, ErrNoIdmap)
 	}
-	m, err := init.IdmapMounts(s.cfg.UserNS.RootLayers, spec.Layer, spec.Project.Source, spec.Project.ReadOnly)
+	m, err := init.IdmapMounts(s.cfg.InitCommand, shownIDs(rec.IDs), s.cfg.UserNS.RootLayers, spec.Layer, spec.Project.Source, spec.Project.ReadOnly)
 	if err != nil {
 		return nil, fmt.Errorf("idmapping sandbox %s's mounts: %w", rec.ID, err)
 	}

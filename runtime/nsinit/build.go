@@ -271,11 +271,12 @@ func mountSys(r *root, bindHost bool) error {
 	return r.mount("sysfs", "/sys", "sysfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
 }
 
-// mountScratch gives the sandbox its own /tmp and /run (the host's /run
-// holds the system bus's and sandboxd's sockets), each of a bounded size
-// (scratch: tmpfs options).
+// mountScratch gives the sandbox its own /tmp, /var/tmp and /run (the
+// host's /run holds the system bus's and sandboxd's sockets; its /var/tmp
+// services' private temporary files), each of a bounded size (scratch:
+// tmpfs options).
 func mountScratch(r *root, scratch string) error {
-	for _, m := range []struct{ path, opts string }{{"/tmp", "mode=1777"}, {"/run", "mode=0755"}} {
+	for _, m := range []struct{ path, opts string }{{"/tmp", "mode=1777"}, {"/var/tmp", "mode=1777"}, {"/run", "mode=0755"}} {
 		if err := r.mkdirAll(m.path, 0o755); err != nil {
 			return err
 		}

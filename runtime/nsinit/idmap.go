@@ -149,12 +149,26 @@ func (m *Mounts) files() []*os.File {
 // an idmapped clone of each of lowers (read-only), of layer and of
 // project (read-only if projectRO), each without access times (reading
 // a file must not change it, or the sandbox's diff would show it).
-func (i *Init) IdmapMounts(lowers []string, layer, project string, projectRO bool) (_ *Mounts, err error) {
+//
+// The layer, which holds only what the sandbox wrote, is idmapped to the
+// init's namespace. The host's files (lowers, project) are idmapped to
+// the narrower mapping of shown, another namespace that maps a subset of
+// the init's ids to the same host ids (root and the sandbox's owner,
+// say): a file whose owner or group it lacks shows as nobody's, and no
+// capability of the sandbox reaches it, though the sandbox's own
+// processes may be of that id (a system account, for a package it
+// installs) and own what they write.
+func (i *Init) IdmapMounts(argv []string, shown *IDMap, lowers []string, layer, project string, projectRO bool) (_ *Mounts, err error) {
 	userns, err := os.Open(fmt.Sprintf("/proc/%d/ns/user", i.PID))
 	if err != nil {
 		return nil, fmt.Errorf("opening the user namespace of the sandbox's init: %w", err)
 	}
 	defer userns.Close()
+	narrow, err := UserNamespace(argv, shown)
+	if err != nil {
+		return nil, err
+	}
+	defer narrow.Close()
 	m := &Mounts{}
 	defer func() {
 		if err != nil {
@@ -162,7 +176,7 @@ func (i *Init) IdmapMounts(lowers []string, layer, project string, projectRO boo
 		}
 	}()
 	for _, l := range lowers {
-		f, err := IdmappedClone(l, int(userns.Fd()), unix.MOUNT_ATTR_RDONLY)
+		f, err := IdmappedClone(l, int(narrow.Fd()), unix.MOUNT_ATTR_RDONLY)
 		if err != nil {
 			return nil, err
 		}
@@ -175,10 +189,32 @@ func (i *Init) IdmapMounts(lowers []string, layer, project string, projectRO boo
 	if projectRO {
 		attr |= unix.MOUNT_ATTR_RDONLY
 	}
-	if m.Project, err = IdmappedClone(project, int(userns.Fd()), attr); err != nil {
+	if m.Project, err = IdmappedClone(project, int(narrow.Fd()), attr); err != nil {
 		return nil, err
 	}
 	return m, nil
+}
+
+// UserNamespace makes a user namespace of ids and returns a descriptor of
+// it, which keeps it: the namespace of a throw-away init (argv, as for
+// Launch, which waits for a spec that never comes), killed and reaped
+// once its namespace is open. Mounts are idmapped to it; nothing runs in
+// it.
+func UserNamespace(argv []string, ids *IDMap) (*os.File, error) {
+	i, err := launch(argv, 0, ids)
+	if err != nil {
+		return nil, fmt.Errorf("making a user namespace: %w", err)
+	}
+	defer func() {
+		i.Kill()
+		var ws unix.WaitStatus
+		_, _ = unix.Wait4(i.PID, &ws, 0, nil)
+	}()
+	f, err := os.Open(fmt.Sprintf("/proc/%d/ns/user", i.PID))
+	if err != nil {
+		return nil, fmt.Errorf("making a user namespace: %w", err)
+	}
+	return f, nil
 }
 
 // ErrNoIdmap: a path's filesystem (or the kernel) cannot make idmapped
@@ -213,23 +249,11 @@ func IdmappedClone(path string, userns int, attr uint64) (*os.File, error) {
 	return f, nil
 }
 
-// ProbeIdmap reports whether each path's mount can be idmapped, by
-// idmapping it to the user namespace of a throw-away init (argv, as for
-// Launch) that is killed after: nil where it can, an error wrapping
-// ErrNoIdmap where the filesystem cannot.
-func ProbeIdmap(argv []string, paths ...string) ([]error, error) {
-	i, err := Launch(argv, NetworkHost, &IDMap{
-		UIDs: []Extent{{Inside: 0, Host: 65534, Count: 1}}, GIDs: []Extent{{Inside: 0, Host: 65534, Count: 1}},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("probing idmapped mounts: %w", err)
-	}
-	defer func() {
-		i.Kill()
-		var ws unix.WaitStatus
-		_, _ = unix.Wait4(i.PID, &ws, 0, nil)
-	}()
-	userns, err := os.Open(fmt.Sprintf("/proc/%d/ns/user", i.PID))
+// ProbeIdmap reports whether each path's mount can be idmapped, to a
+// user namespace of ids (made for it, as UserNamespace makes one): nil
+// where it can, an error wrapping ErrNoIdmap where the filesystem cannot.
+func ProbeIdmap(argv []string, ids *IDMap, paths ...string) ([]error, error) {
+	userns, err := UserNamespace(argv, ids)
 	if err != nil {
 		return nil, fmt.Errorf("probing idmapped mounts: %w", err)
 	}

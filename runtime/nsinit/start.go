@@ -39,6 +39,16 @@ func Launch(argv []string, network string, ids *IDMap) (*Init, error) {
 	if len(argv) == 0 {
 		return nil, errors.New("starting a sandbox's init: no command")
 	}
+	flags := syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWUTS | syscall.CLONE_NEWIPC
+	if network != NetworkHost {
+		flags |= syscall.CLONE_NEWNET
+	}
+	return launch(argv, flags, ids)
+}
+
+// launch starts argv with the clone flags, in a user namespace of ids if
+// given, waiting for its spec on fd 3.
+func launch(argv []string, flags int, ids *IDMap) (*Init, error) {
 	if ids != nil {
 		if err := ids.Validate(); err != nil {
 			return nil, fmt.Errorf("starting a sandbox's init: %w", err)
@@ -57,10 +67,6 @@ func Launch(argv []string, network string, ids *IDMap) (*Init, error) {
 	}
 	ours := os.NewFile(uintptr(fds[0]), "init-setup")
 	theirs := os.NewFile(uintptr(fds[1]), "init-setup")
-	flags := syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWUTS | syscall.CLONE_NEWIPC
-	if network != NetworkHost {
-		flags |= syscall.CLONE_NEWNET
-	}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), envInit+"=1")
 	cmd.ExtraFiles = []*os.File{theirs} // fd 3

@@ -247,13 +247,6 @@ func Default() *Config {
 				"/etc/shadow-", "/etc/gshadow-", "/etc/security/opasswd",
 				"/etc/sudoers", "/etc/sudoers.d", "/etc/ssl/private",
 				"/etc/krb5.keytab", "/var/backups", "/var/lib/sudo",
-				// Root inside a user namespace owns root's files and the
-				// system accounts': what they keep private is hidden.
-				"/var/log", "/var/mail", "/var/spool", "/var/lib/systemd", "/var/lib/private",
-				"/etc/credstore", "/etc/credstore.encrypted", "/etc/NetworkManager/system-connections",
-				"/etc/wireguard", "/etc/ipsec.secrets", "/etc/letsencrypt",
-				"/var/lib/postgresql", "/var/lib/mysql", "/var/lib/redis", "/var/lib/docker",
-				"/var/lib/containerd", "/var/lib/libvirt", "/var/lib/sss",
 			},
 			ReadonlyPaths:  []string{},
 			DefaultProfile: ProfileDefault,

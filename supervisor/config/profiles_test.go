@@ -17,18 +17,13 @@ func TestSandboxDefaults(t *testing.T) {
 		HiddenPaths: []string{"/root", "/home", "/var/lib/sandboxd", "/var/log/sandboxd",
 			"/etc/sandboxd", "/etc/shadow", "/etc/gshadow", "/etc/ssh",
 			"/etc/shadow-", "/etc/gshadow-", "/etc/security/opasswd", "/etc/sudoers", "/etc/sudoers.d",
-			"/etc/ssl/private", "/etc/krb5.keytab", "/var/backups", "/var/lib/sudo",
-			"/var/log", "/var/mail", "/var/spool", "/var/lib/systemd", "/var/lib/private",
-			"/etc/credstore", "/etc/credstore.encrypted", "/etc/NetworkManager/system-connections",
-			"/etc/wireguard", "/etc/ipsec.secrets", "/etc/letsencrypt",
-			"/var/lib/postgresql", "/var/lib/mysql", "/var/lib/redis", "/var/lib/docker",
-			"/var/lib/containerd", "/var/lib/libvirt", "/var/lib/sss"},
+			"/etc/ssl/private", "/etc/krb5.keytab", "/var/backups", "/var/lib/sudo"},
 		ReadonlyPaths:  []string{},
 		DefaultProfile: "default",
 		UserNS:         "auto",
 		RootLayers:     []string{"/"},
-		UserNSFirstID:  0x80000,
-		UserNSIDCount:  0x70000000 - 0x80000,
+		UserNSFirstID:  DefaultUserNSFirstID,
+		UserNSIDCount:  DefaultUserNSIDCount,
 	}
 	if !reflect.DeepEqual(c.Sandbox, want) {
 		t.Errorf("Default().Sandbox = %+v; want %+v", c.Sandbox, want)

@@ -166,8 +166,12 @@ func TestRootDoesNotSeeHostSecrets(t *testing.T) {
 		"/etc/shadow-": "", "/etc/gshadow-": "", "/etc/gshadow": "",
 		"/var/backups/escape.bak": "/var/backups", "/etc/ssl/private/escape.key": "/etc/ssl/private",
 		"/etc/sudoers.d/escape": "/etc/sudoers.d",
-		// Hidden because root inside a user namespace owns root's files.
-		"/var/lib/postgresql/escape.key": "/var/lib/postgresql", "/var/log/escape-secret.log": "/var/log",
+		// Hidden (the daemon's own list) because root inside a user
+		// namespace owns root's files.
+		"/var/lib/docker/escape.key": "/var/lib/docker", "/var/log/escape-secret.log": "/var/log",
+		"/var/tmp/escape-secret": "",
+		// A system account's: shown as nobody's, out of root's reach.
+		"/var/lib/postgresql/escape.key": "/var/lib/postgresql",
 	}
 	for f, dir := range planted {
 		if dir != "" {
@@ -182,6 +186,13 @@ func TestRootDoesNotSeeHostSecrets(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer os.Remove(f)
+		if strings.HasPrefix(f, "/var/lib/postgresql/") {
+			for _, p := range []string{dir, f} {
+				if err := os.Chown(p, 108, 108); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
 	}
 	e := newEnv(t)
 	e.Config.Hidden = config.Default().Sandbox.HiddenPaths

@@ -13,9 +13,9 @@ import (
 // caller's plain command is uid 0 with no capability, so a file of
 // another user's that only CAP_DAC_OVERRIDE opens stays shut; with
 // --root the command has root's kept capabilities and opens it. That
-// root is the sandbox's (issue 17): its capabilities reach the files of
-// the ids its user namespace maps (root, the system accounts, the
-// owner), not those of another user, which show as nobody's.
+// root is the sandbox's (issue 17): its capabilities reach the host's
+// files of the ids the sandbox shows them with (root, nobody, the owner),
+// not those of a system account or another user, which show as nobody's.
 func TestHostileRootIsAskedForNotImplied(t *testing.T) {
 	tb := install(t)
 	plant := func(name string, uid int) {
@@ -32,8 +32,9 @@ func TestHostileRootIsAskedForNotImplied(t *testing.T) {
 			t.Fatalf("root outside read %q", out)
 		}
 	}
-	plant("other-users-secret", 123) // a system account's: mapped in every sandbox
-	plant("a-users-secret", 4321)    // a user's: no id inside
+	plant("other-users-secret", 65534) // nobody's: shown as it is
+	plant("a-users-secret", 4321)      // a user's: shown as nobody's, and out of reach
+	plant("a-services-secret", 123)    // a system account's: likewise
 	id := sandbox(t)
 
 	plain := ok(t, "exec", id, "--", "sh", "-c", "id -u; grep ^CapEff /proc/self/status; grep ^CapBnd /proc/self/status")
@@ -58,11 +59,13 @@ func TestHostileRootIsAskedForNotImplied(t *testing.T) {
 	}
 	// A user's file that the sandbox does not map is nobody's inside,
 	// and shut even to --root.
-	if out := ok(t, "exec", id, "--", "stat", "-c", "%u:%g", "a-users-secret"); out != "65534:65534\n" {
-		t.Errorf("an unmapped user's file inside: owner %q; want 65534:65534 (nobody)", out)
-	}
-	if out, errOut, code := ctl(t, "", "exec", "--root", id, "--", "cat", "a-users-secret"); code == 0 || strings.Contains(out, "not root's") || !strings.Contains(errOut, "Permission denied") {
-		t.Errorf("--root read an unmapped user's 0600 file: exit %d, %q, %q", code, out, errOut)
+	for _, f := range []string{"a-users-secret", "a-services-secret"} {
+		if out := ok(t, "exec", id, "--", "stat", "-c", "%u:%g", f); out != "65534:65534\n" {
+			t.Errorf("%s inside: owner %q; want 65534:65534 (nobody)", f, out)
+		}
+		if out, errOut, code := ctl(t, "", "exec", "--root", id, "--", "cat", f); code == 0 || strings.Contains(out, "not root's") || !strings.Contains(errOut, "Permission denied") {
+			t.Errorf("--root read %s (0600, not shown with its owner): exit %d, %q, %q", f, code, out, errOut)
+		}
 	}
 	// Root's own files are still root's to change without --root.
 	ok(t, "exec", id, "--", "sh", "-c", "echo changed > index.html && echo 127.0.0.2 x >> /etc/hosts")
