@@ -128,10 +128,11 @@ type Capabilities struct {
 	// OverlayUpper: a volume can be an overlayfs upper layer (btrfs;
 	// OpenZFS from 2.2, which has RENAME_WHITEOUT). zfs-fuse cannot.
 	OverlayUpper bool
-	// Idmap: a volume can be an idmapped mount (btrfs on Linux 5.15+;
-	// OpenZFS from 2.2). zfs-fuse cannot: FUSE idmaps only for a server
-	// that sets FUSE_ALLOW_IDMAP, which it does not. A sandbox in a user
-	// namespace needs it, for its project and its layer.
+	// Idmap: a volume can be an idmapped mount (btrfs on Linux 5.15+).
+	// zfs-fuse cannot: FUSE idmaps only for a server that sets
+	// FUSE_ALLOW_IDMAP, which it does not; OpenZFS from 2.2 can, but is
+	// not claimed (see the zfs backend). A sandbox in a user namespace
+	// needs it, for its project and its layer.
 	Idmap bool
 	// SeparateMounts: each volume is a mount of its own (ZFS), which a
 	// mount namespace made before the volume was mounted does not see.

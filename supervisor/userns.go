@@ -7,9 +7,12 @@ import (
 	"fmt"
 	"os"
 	"os/user"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandboxd/runtime/nsinit"
 	"github.com/sandboxd/sandboxd/supervisor/state"
@@ -86,9 +89,6 @@ var ErrNoIdmap = errors.New("the sandbox has no user namespace of its own")
 type usernsState struct {
 	// unavailable says why sandboxes get no user namespace (nil: they do).
 	unavailable error
-	// reserved are host ids that users, groups and subordinate id ranges
-	// of the host use: a block that holds one is not handed out.
-	reserved []idSpan
 }
 
 type idSpan struct{ first, count uint64 }
@@ -102,12 +102,6 @@ func (s *Supervisor) ProbeUserNS(ctx context.Context) error {
 	cfg := s.cfg.UserNS
 	s.userns = usernsState{}
 	s.userns.unavailable = s.idmapUnavailable()
-	if s.userns.unavailable == nil {
-		var err error
-		if s.userns.reserved, err = hostIDs(); err != nil {
-			s.userns.unavailable = err
-		}
-	}
 	if s.userns.unavailable == nil {
 		s.log.Info("sandboxes get user namespaces", "root_layers", strings.Join(cfg.RootLayers, ":"),
 			"ids", fmt.Sprintf("%d-%d", cfg.First, uint64(cfg.First)+uint64(cfg.Count)-1))
@@ -139,6 +133,17 @@ func (s *Supervisor) idmapUnavailable() error {
 			why = "OpenZFS idmaps from 2.2"
 		}
 		return fmt.Errorf("pool %s (%s %s) cannot make idmapped mounts: %s", info.Root, info.Backend, info.Version, why)
+	}
+	// Root inside makes set-id files of uid 0 on disk, in its volumes:
+	// no host user may reach them.
+	if filepath.IsAbs(info.Root) {
+		var st unix.Stat_t
+		if err := unix.Lstat(info.Root, &st); err != nil {
+			return fmt.Errorf("pool %s: %w", info.Root, err)
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFDIR || st.Uid != 0 || st.Mode&0o077 != 0 {
+			return fmt.Errorf("pool %s is mode %04o, owner %d: a set-id file a sandbox's root makes in its volumes would be in host users' reach; make it a directory of root's, mode 0700", info.Root, st.Mode&0o7777, st.Uid)
+		}
 	}
 	if cfg.Count/IDBlock == 0 {
 		return fmt.Errorf("the id range %d+%d holds no block of %d ids (sandbox.userns_ids)", cfg.First, cfg.Count, IDBlock)
@@ -175,6 +180,17 @@ func (s *Supervisor) allocateIDs(recs []state.Record, owner uint32) (*state.IDMa
 	if s.userns.unavailable != nil {
 		return nil, nil
 	}
+	// Read at each create: a user added since the daemon started has
+	// its ids, and useradd its /etc/subuid range.
+	reserved, err := hostIDs()
+	if err != nil {
+		return nil, err
+	}
+	return s.allocate(recs, reserved, owner)
+}
+
+// allocate is allocateIDs with the host's ids given.
+func (s *Supervisor) allocate(recs []state.Record, reserved []idSpan, owner uint32) (*state.IDMap, error) {
 	held := map[uint32]bool{}
 	for _, r := range recs {
 		if r.IDs != nil {
@@ -184,7 +200,7 @@ func (s *Supervisor) allocateIDs(recs []state.Record, owner uint32) (*state.IDMa
 	cfg := s.cfg.UserNS
 	first := (uint64(cfg.First) + IDBlock - 1) / IDBlock * IDBlock
 	for b := first; b+IDBlock <= uint64(cfg.First)+uint64(cfg.Count) && b+IDBlock <= 1<<32; b += IDBlock {
-		if held[uint32(b)] || s.reservedIn(b) {
+		if held[uint32(b)] || reservedIn(reserved, b) {
 			continue
 		}
 		return mapIDs(uint32(b), owner, ownerGroups(owner)), nil
@@ -193,8 +209,9 @@ func (s *Supervisor) allocateIDs(recs []state.Record, owner uint32) (*state.IDMa
 		IDBlock, cfg.First, cfg.Count, ErrLimitReached)
 }
 
-func (s *Supervisor) reservedIn(base uint64) bool {
-	for _, r := range s.userns.reserved {
+// reservedIn reports whether a host id of reserved is in the block at base.
+func reservedIn(reserved []idSpan, base uint64) bool {
+	for _, r := range reserved {
 		if r.first < base+IDBlock && base < r.first+r.count {
 			return true
 		}

@@ -65,16 +65,16 @@ func TestMapIDsOfRootAndOfAHighOwner(t *testing.T) {
 
 func TestAllocateIDsSkipsHeldAndReservedBlocks(t *testing.T) {
 	s := &Supervisor{cfg: Config{UserNS: UserNS{First: 0x80000 + 5, Count: 3 * IDBlock}}}
-	s.userns.reserved = []idSpan{{first: 0x90000 + 7, count: 1}} // a host user in block 2
-	recs := []state.Record{{IDs: &state.IDMap{Base: 0xa0000}}}   // block 3: held
+	reserved := []idSpan{{first: 0x90000 + 7, count: 1}}       // a host user in block 0x90000
+	recs := []state.Record{{IDs: &state.IDMap{Base: 0xa0000}}} // block 0xa0000: held
 	// The range starts mid-block: the first whole block is 0x90000,
 	// which a host id is in, and 0xa0000 is held; 0xb0000 runs past the
 	// range's end.
-	if m, err := s.allocateIDs(recs, 1000); err == nil {
+	if m, err := s.allocate(recs, reserved, 1000); err == nil {
 		t.Errorf("allocated %d; want no free block", m.Base)
 	}
 	s.cfg.UserNS.Count = 6 * IDBlock
-	m, err := s.allocateIDs(recs, 1000)
+	m, err := s.allocate(recs, reserved, 1000)
 	if err != nil || m.Base != 0xb0000 {
 		t.Errorf("allocated %+v, %v; want the block at 0xb0000", m, err)
 	}

@@ -41,12 +41,13 @@ const (
 	UserNSOff     = "off"
 )
 
-// The default host id range of user namespaces: systemd-nspawn's
-// (0x80000 to 0x6FFFFFFF), which no host user, group or /etc/subuid
-// range should reach; the daemon skips blocks that one does.
+// The default host id range of user namespaces: from above the ranges
+// useradd hands out in /etc/subuid (SUB_UID_MAX, 600100000) to the end
+// of systemd's container range (0x6FFFFFFF). The daemon skips blocks
+// that a host user, group or /etc/subuid range reaches.
 const (
-	DefaultUserNSFirstID = 0x80000
-	DefaultUserNSIDCount = 0x70000000 - 0x80000
+	DefaultUserNSFirstID = 0x24000000
+	DefaultUserNSIDCount = 0x70000000 - 0x24000000
 )
 
 // Values of a profile's network.

@@ -241,3 +241,26 @@ func findProc(t *testing.T, cmdline string) int {
 	t.Fatalf("no process on the host runs %q", strings.ReplaceAll(cmdline, "\x00", " "))
 	return 0
 }
+
+// TestAPoolHostUsersReachGetsNoUserNamespace: root inside makes set-id
+// files of uid 0 in its volumes, so a pool whose root host users may
+// enter gets no user namespaces: required, the daemon does not start;
+// the same pool at 0700 does.
+func TestAPoolHostUsersReachGetsNoUserNamespace(t *testing.T) {
+	e := newEnv(t)
+	root := e.FS.Info().Root
+	if err := os.Chmod(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.Chmod(root, 0o700) })
+	sup := supervisor.New(e.Config)
+	if err := sup.ProbeUserNS(ctx); err == nil || !strings.Contains(err.Error(), "mode 0755") {
+		t.Errorf("requiring user namespaces on a pool of mode 0755: %v; want an error naming the mode", err)
+	}
+	if err := os.Chmod(root, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := supervisor.New(e.Config).ProbeUserNS(ctx); err != nil {
+		t.Errorf("the same pool at 0700: %v", err)
+	}
+}
