@@ -213,7 +213,7 @@ func TestPrivilegedFindsSetIDDevicesAndCapabilities(t *testing.T) {
 		{Kind: cowfs.Added, Type: cowfs.TypeDevice, Path: "null2"},
 		{Kind: cowfs.Added, Type: cowfs.TypeDir, Path: "shared"},
 	}
-	found, err := Privileged(context.Background(), changes, src)
+	found, err := Privileged(context.Background(), changes, src, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,5 +245,67 @@ func TestPrivilegedFindsSetIDDevicesAndCapabilities(t *testing.T) {
 	}
 	if m := modeOf(t, filepath.Join(dst, "null2")); m&unix.S_IFMT != unix.S_IFCHR {
 		t.Fatalf("the control: null2 in the target is %o; want a character device", m)
+	}
+}
+
+// TestPrivilegedNamesWhatTheChangesGiveToRoot: against the base, a path
+// the change set makes root's (new and root's, or given to root or its
+// group) is privileged; one root had already, or that stays another
+// owner's, is not; without a base nothing of owners is.
+func TestPrivilegedNamesWhatTheChangesGiveToRoot(t *testing.T) {
+	base, src := t.TempDir(), t.TempDir()
+	file := func(dir, name string, uid, gid int) {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Lchown(p, uid, gid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	file(base, "roots", 0, 0)
+	file(base, "users", 1000, 1000)
+	file(base, "grouped", 1000, 1000)
+	file(base, "kept", 1000, 1000)
+	file(src, "roots", 0, 0)      // root's before: edited, stays root's
+	file(src, "users", 0, 0)      // given to root
+	file(src, "grouped", 1000, 0) // given to group root
+	file(src, "kept", 1000, 1000) // another owner's still
+	file(src, "new-root", 0, 0)   // new, root's
+	file(src, "new-user", 1000, 1000)
+	if err := os.Lchown(src, 1000, 1000); err != nil { // the tree's root, given away from root
+		t.Fatal(err)
+	}
+	if err := os.Lchown(base, 1000, 1000); err != nil {
+		t.Fatal(err)
+	}
+	var changes []cowfs.Change
+	for _, n := range []string{"roots", "users", "grouped", "kept", "new-root", "new-user"} {
+		changes = append(changes, cowfs.Change{Kind: cowfs.Modified, Type: cowfs.TypeFile, Path: n})
+	}
+	changes = append(changes, cowfs.Change{Kind: cowfs.Metadata, Type: cowfs.TypeDir, Path: "."})
+	found, err := Privileged(context.Background(), changes, src, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, p := range found {
+		got = append(got, p.String())
+	}
+	want := []string{"users (given to root (was uid 1000))", "grouped (given to group root (was gid 1000))", "new-root (new, owned by root)"}
+	if strings.Join(got, "; ") != strings.Join(want, "; ") {
+		t.Errorf("Privileged against the base found %q; want %q", got, want)
+	}
+	// The tree's root given to root is named too.
+	if err := os.Lchown(src, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	found, err = Privileged(context.Background(), changes[len(changes)-1:], src, base)
+	if err != nil || len(found) != 1 || found[0].Path != "." {
+		t.Errorf("the tree's root given to root: %v, %v; want it named", found, err)
+	}
+	// Without a base (a root promoter's), owners are no privilege.
+	if found, err := Privileged(context.Background(), changes, src, ""); err != nil || len(found) != 0 {
+		t.Errorf("Privileged without a base: %v, %v; want nothing", found, err)
 	}
 }

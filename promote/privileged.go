@@ -53,12 +53,25 @@ func (e *PrivilegedError) Unwrap() error { return ErrPrivileged }
 // the read-only snapshot the changes were listed against, so what is read
 // here is what Apply would write. Paths are read as Apply reads them:
 // beneath src, through no symlink.
-func Privileged(ctx context.Context, changes []cowfs.Change, src string) ([]PrivilegedPath, error) {
+//
+// With base (the tree the changes were listed from; "" for none), a path
+// the change set makes root's is privileged too: owned by uid or gid 0 in
+// src, and not in base (or new). Root in a sandbox's user namespace may
+// give its files to root; a promoter other than root may not give them
+// to the host's (a root-owned tree is one root's tools trust).
+func Privileged(ctx context.Context, changes []cowfs.Change, src, base string) ([]PrivilegedPath, error) {
 	root, err := unix.Open(src, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("looking for privileged files: opening the source %s: %w", src, err)
 	}
 	defer unix.Close(root)
+	w := walker{base: -1}
+	if base != "" {
+		if w.base, err = unix.Open(base, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
+			return nil, fmt.Errorf("looking for privileged files: opening the base %s: %w", base, err)
+		}
+		defer unix.Close(w.base)
+	}
 	var found []PrivilegedPath
 	seen := map[string]bool{}
 	for _, c := range changes {
@@ -83,7 +96,7 @@ func Privileged(ctx context.Context, changes []cowfs.Change, src string) ([]Priv
 		if err != nil {
 			return found, fmt.Errorf("looking for privileged files: %s: %w", p, err)
 		}
-		found, err = privilegedAt(dir, path.Base(p), p, tree, found)
+		found, err = w.privilegedAt(dir, path.Base(p), p, tree, found)
 		unix.Close(dir)
 		if err != nil {
 			return found, fmt.Errorf("looking for privileged files: %s: %w", p, err)
@@ -92,9 +105,13 @@ func Privileged(ctx context.Context, changes []cowfs.Change, src string) ([]Priv
 	return found, nil
 }
 
+// walker holds what privilegedAt compares with: the base's root (-1:
+// none).
+type walker struct{ base int }
+
 // privilegedAt adds name in dir (shown as shown) if it is privileged,
 // and with tree whatever below it is.
-func privilegedAt(dir int, name, shown string, tree bool, found []PrivilegedPath) ([]PrivilegedPath, error) {
+func (w walker) privilegedAt(dir int, name, shown string, tree bool, found []PrivilegedPath) ([]PrivilegedPath, error) {
 	var st unix.Stat_t
 	if err := unix.Fstatat(dir, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		if errors.Is(err, unix.ENOENT) {
@@ -103,6 +120,9 @@ func privilegedAt(dir int, name, shown string, tree bool, found []PrivilegedPath
 		return found, err
 	}
 	if why := privilegedMode(st.Mode); why != "" {
+		found = append(found, PrivilegedPath{Path: shown, Why: why})
+	}
+	if why := w.madeRoots(shown, st); why != "" {
 		found = append(found, PrivilegedPath{Path: shown, Why: why})
 	}
 	switch st.Mode & unix.S_IFMT {
@@ -129,12 +149,40 @@ func privilegedAt(dir int, name, shown string, tree bool, found []PrivilegedPath
 			return found, err
 		}
 		for _, n := range names {
-			if found, err = privilegedAt(fd, n, shown+"/"+n, true, found); err != nil {
+			if found, err = w.privilegedAt(fd, n, shown+"/"+n, true, found); err != nil {
 				return found, err
 			}
 		}
 	}
 	return found, nil
+}
+
+// madeRoots says how the change set made path (st in the source) root's,
+// "" if it did not: its uid or gid is 0 and was not in the base.
+func (w walker) madeRoots(path string, st unix.Stat_t) string {
+	if w.base < 0 || st.Uid != 0 && st.Gid != 0 {
+		return ""
+	}
+	var was unix.Stat_t
+	fd, err := unix.Openat2(w.base, path, &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	if err == nil {
+		err = unix.Fstat(fd, &was)
+		unix.Close(fd)
+	}
+	switch {
+	case err != nil && st.Uid == 0:
+		return "new, owned by root"
+	case err != nil:
+		return "new, of group root"
+	case st.Uid == 0 && was.Uid != 0:
+		return fmt.Sprintf("given to root (was uid %d)", was.Uid)
+	case st.Gid == 0 && was.Gid != 0:
+		return fmt.Sprintf("given to group root (was gid %d)", was.Gid)
+	}
+	return ""
 }
 
 // privilegedMode says why a file of mode is privileged ("" if it is not):

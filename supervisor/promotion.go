@@ -175,7 +175,7 @@ func (s *Supervisor) Promote(ctx context.Context, id string, o PromoteOptions) (
 		return fail(fmt.Errorf("%s: it changed nothing since its base: %w", what, ErrNothingToPromote))
 	}
 	p.Changes, p.Digest = len(changes), digest(changes)
-	if err := s.checkPrivileged(ctx, &p, changes, source, o.AllowPrivileged); err != nil {
+	if err := s.checkPrivileged(ctx, &p, changes, source, base, o.AllowPrivileged); err != nil {
 		return fail(fmt.Errorf("%s: %w", what, err))
 	}
 

@@ -25,10 +25,15 @@ const (
 )
 
 // checkPrivileged refuses a change set that carries set-id files, device
-// nodes or file capabilities, naming each, unless allow (an admin's
+// nodes or file capabilities, or (from a promoter other than root) makes
+// a path root's that was not, naming each, unless allow (an admin's
 // word), which is then logged and audited with the paths.
-func (s *Supervisor) checkPrivileged(ctx context.Context, p *Promotion, changes []cowfs.Change, source cowfs.Volume, allow bool) error {
-	found, err := promote.Privileged(ctx, changes, source.Path)
+func (s *Supervisor) checkPrivileged(ctx context.Context, p *Promotion, changes []cowfs.Change, source, base cowfs.Volume, allow bool) error {
+	from := base.Path
+	if p.Owner == 0 {
+		from = "" // root's own files are root's to give
+	}
+	found, err := promote.Privileged(ctx, changes, source.Path, from)
 	if err != nil {
 		return err
 	}

@@ -282,23 +282,33 @@ func ownerGroups(owner uint32) []uint32 {
 }
 
 // shownIDs is the narrower map the host's files are shown through (the
-// root layers, the project): root (not the system accounts), nobody, the
-// owner and its groups. A system account's file of the host (a service's
-// state) or a file another user shares with a system group is nobody's
-// in the sandbox; its own processes may still be system accounts.
-func shownIDs(m *state.IDMap) *nsinit.IDMap {
-	ns := nsIDs(m)
+// root layers, the project) in sandbox rec: root (not the system
+// accounts), nobody, the owner and its groups. A system account's file of
+// the host (a service's state) or a file another user shares with a
+// system group is nobody's in the sandbox; its own processes may still be
+// system accounts.
+func shownIDs(rec state.Record) *nsinit.IDMap {
+	ns := nsIDs(rec.IDs)
 	if ns == nil {
 		return nil
 	}
-	for _, es := range [][]nsinit.Extent{ns.UIDs, ns.GIDs} {
-		for i := range es {
-			if es[i].Inside == 0 {
-				es[i].Count = 1
+	narrow := func(es []nsinit.Extent, own []uint32) []nsinit.Extent {
+		out := []nsinit.Extent{{Inside: 0, Host: rec.IDs.Base, Count: 1}}
+		for _, e := range es {
+			if e.Inside >= systemIDs {
+				out = append(out, e)
 			}
 		}
+		// The owner's own ids among the system accounts' (a system
+		// user's sandbox): the full map holds them in its first extent.
+		for _, id := range own {
+			if id != 0 && id < systemIDs && !slices.ContainsFunc(out, func(e nsinit.Extent) bool { return e.Inside == id }) {
+				out = append(out, nsinit.Extent{Inside: id, Host: rec.IDs.Base + id, Count: 1})
+			}
+		}
+		return out
 	}
-	return ns
+	return &nsinit.IDMap{UIDs: narrow(ns.UIDs, []uint32{rec.Owner}), GIDs: narrow(ns.GIDs, ownerGroups(rec.Owner))}
 }
 
 // nsIDs is a record's map as its init takes it.

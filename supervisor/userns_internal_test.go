@@ -79,3 +79,24 @@ func TestAllocateIDsSkipsHeldAndReservedBlocks(t *testing.T) {
 		t.Errorf("allocated %+v, %v; want the block at 0xb0000", m, err)
 	}
 }
+
+func TestShownIDsAreRootNobodyAndTheOwner(t *testing.T) {
+	for _, owner := range []uint32{1001, 998} { // a user, and a system user
+		rec := state.Record{Owner: owner, IDs: mapIDs(0x80000, owner, []uint32{owner})}
+		shown, full := shownIDs(rec), nsIDs(rec.IDs)
+		if err := shown.Validate(); err != nil {
+			t.Fatalf("owner %d: the shown map: %v", owner, err)
+		}
+		for _, c := range []struct {
+			id   uint32
+			want bool
+		}{{0, true}, {owner, true}, {65534, true}, {33, false}, {1, false}, {999 + 1000 - owner, false}} {
+			if shown.HasUID(c.id) != c.want {
+				t.Errorf("owner %d: uid %d shown: %v; want %v", owner, c.id, shown.HasUID(c.id), c.want)
+			}
+			if c.want && !full.HasUID(c.id) {
+				t.Errorf("owner %d: uid %d is shown but not in the sandbox's map", owner, c.id)
+			}
+		}
+	}
+}

@@ -164,7 +164,7 @@ func (s *Supervisor) idmapMounts(init *nsinit.Init, rec state.Record, spec nsini
 	if spec.Layer == "" {
 		return nil, fmt.Errorf("sandbox %s has a user namespace but no system layer volume: %w", rec.ID, ErrNoIdmap)
 	}
-	m, err := init.IdmapMounts(s.cfg.InitCommand, shownIDs(rec.IDs), s.cfg.UserNS.RootLayers, spec.Layer, spec.Project.Source, spec.Project.ReadOnly)
+	m, err := init.IdmapMounts(s.cfg.InitCommand, shownIDs(rec), s.cfg.UserNS.RootLayers, spec.Layer, spec.Project.Source, spec.Project.ReadOnly)
 	if err != nil {
 		return nil, fmt.Errorf("idmapping sandbox %s's mounts: %w", rec.ID, err)
 	}
