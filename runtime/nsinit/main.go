@@ -1,8 +1,8 @@
 package nsinit
 
 import (
-	"errors"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
