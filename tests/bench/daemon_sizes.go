@@ -75,18 +75,10 @@ func benchDaemonSize(ctx context.Context, cfg config, d *daemon, t *table, fs *b
 	if err := d.destroy(ctx, id); err != nil {
 		return nil, nil, fmt.Errorf("%s (warm-up): %w", label, err)
 	}
-	var creates, destroys series
-	var ids []string
-	for range cfg.creates {
-		var id string
-		dt, err := timed(func() (err error) {
-			id, err = d.create(ctx, project)
-			return err
-		})
-		if err != nil {
-			return nil, nil, fmt.Errorf("%s (create %d): %w", label, len(ids)+1, err)
-		}
-		creates, ids = append(creates, dt), append(ids, id)
+	var destroys series
+	creates, ids, err := d.createMany(ctx, project, cfg.creates, label)
+	if err != nil {
+		return nil, nil, err
 	}
 	progress("%s: warm-up and %d creates in %v", label, len(ids), time.Since(begin).Round(time.Millisecond))
 
@@ -173,4 +165,23 @@ func benchDaemonSize(ctx context.Context, cfg config, d *daemon, t *table, fs *b
 	cp.ratio = ratio(cp.s.median(), res.snapshot)
 	t.add(cp)
 	return res, mem, nil
+}
+
+// createMany times n creates of project in a row, and returns their times
+// and the sandboxes, live.
+func (d *daemon) createMany(ctx context.Context, project string, n int, label string) (series, []string, error) {
+	var creates series
+	var ids []string
+	for range n {
+		var id string
+		dt, err := timed(func() (err error) {
+			id, err = d.create(ctx, project)
+			return err
+		})
+		if err != nil {
+			return creates, ids, fmt.Errorf("%s (create %d): %w", label, len(ids)+1, err)
+		}
+		creates, ids = append(creates, dt), append(ids, id)
+	}
+	return creates, ids, nil
 }

@@ -109,18 +109,9 @@ func createSeries(ctx context.Context, cfg config, d *daemon, fs *btrfsFS, n int
 	if err := d.destroy(ctx, id); err != nil {
 		return nil, fmt.Errorf("%s (warm-up): %w", label, err)
 	}
-	var creates series
-	var ids []string
-	for range cfg.creates {
-		var id string
-		dt, err := timed(func() (err error) {
-			id, err = d.create(ctx, project)
-			return err
-		})
-		if err != nil {
-			return nil, fmt.Errorf("%s (create %d): %w", label, len(ids)+1, err)
-		}
-		creates, ids = append(creates, dt), append(ids, id)
+	creates, ids, err := d.createMany(ctx, project, cfg.creates, label)
+	if err != nil {
+		return nil, err
 	}
 	progress("%s: warm-up and %d creates in %v", label, len(ids), time.Since(begin).Round(time.Millisecond))
 	// Destroys are timed for the progress line only: this pass's rows
