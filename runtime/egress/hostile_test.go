@@ -191,9 +191,19 @@ func TestProxyCapsConnections(t *testing.T) {
 	proxy, logs, _, _ := startProxy(t, &Proxy{Allow: allow(t, echo), MaxConns: max})
 	var held []net.Conn
 	for range max {
-		c, _, resp := connect(t, proxy, echo)
+		c, r, resp := connect(t, proxy, echo)
 		if resp.StatusCode != http.StatusOK {
 			t.Fatalf("CONNECT within the cap: %s", resp.Status)
+		}
+		// A byte through the tunnel and back: the echo server has
+		// accepted its end, so that its descriptor is in the count
+		// below, not added after it.
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := c.Write([]byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		if b, err := r.ReadByte(); err != nil || b != 'x' {
+			t.Fatalf("a byte through the tunnel: %q, %v", b, err)
 		}
 		held = append(held, c)
 	}
