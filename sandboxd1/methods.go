@@ -34,6 +34,18 @@ const (
 	MethodRebase           = "Rebase"
 	MethodProjectChanges   = "ProjectChanges"
 	MethodPromote          = "Promote"
+	// Background processes (issue 21): Spawn(as argv, a{sv} options) →
+	// (s process), with Exec's options; ListProcesses() →
+	// a(sasuttsii) (ProcessEntry); ReadLog(s process, t offset, u max) →
+	// (ay data, t next, b ended); SignalProcess(s process, i signal).
+	MethodSpawn         = "Spawn"
+	MethodListProcesses = "ListProcesses"
+	MethodReadLog       = "ReadLog"
+	MethodSignalProcess = "SignalProcess"
+	// Ports: ExposePort(q port, a{sv} options) → (s address), with
+	// OptTCP; ClosePort(q port).
+	MethodExposePort = "ExposePort"
+	MethodClosePort  = "ClosePort"
 )
 
 // Methods of the standard interfaces the objects have.
@@ -54,6 +66,9 @@ const (
 	// Of a sandbox, to the caller of Exec alone: CommandExited(s command,
 	// s how, i status, i signal).
 	SignalCommandExited = "CommandExited"
+	// Of a sandbox, to its owner: ProcessExited(s process, s how, i
+	// status, i signal), when a process Spawn started ends.
+	SignalProcessExited = "ProcessExited"
 	// Of a sandbox's Properties interface.
 	SignalPropertiesChanged = "PropertiesChanged"
 )

@@ -38,6 +38,13 @@ const (
 	OptDetach           = "Detach"           // b
 )
 
+// Options of ExposePort's a{sv}.
+const (
+	// OptTCP: also listen on a loopback TCP port (b); the address
+	// returned is then that one, "127.0.0.1:PORT".
+	OptTCP = "TCP"
+)
+
 // Options of Promote's a{sv}.
 const (
 	OptForce           = "Force"           // b

@@ -98,3 +98,16 @@ type TryResult struct {
 	CommandOutput *string `json:"command_output,omitempty"`
 	CheckOutput   *string `json:"check_output,omitempty"`
 }
+
+// ProcessEntry is one of ListProcesses' entries, a process Spawn started:
+// a(sasuttsii).
+type ProcessEntry struct {
+	ID      string   `json:"id"`
+	Argv    []string `json:"argv"`
+	PID     uint32   `json:"pid"`     // inside the sandbox
+	Started uint64   `json:"started"` // µs since the epoch
+	Ended   uint64   `json:"ended"`   // µs since the epoch; 0 while it runs
+	How     string   `json:"how"`     // how it ended (CommandExited's); "" while it runs
+	Status  int32    `json:"status"`  // its exit status, as a shell gives it
+	Signal  int32    `json:"signal"`  // the signal that ended it, 0 if none
+}
