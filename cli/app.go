@@ -76,6 +76,9 @@ that no other sandbox's id has will do.
 			checkpointCommand(), checkpointsCommand(), rollbackCommand(), diffCommand(), tryCommand(),
 			promoteCommand(), promotionsCommand(), approveCommand(), rejectCommand(), rebaseCommand(),
 			freezeCommand(), thawCommand(), destroyCommand(), gcCommand(), projectCommand(), manCommand(),
+			portCommand(),
+			runCommand(), psCommand(), logsCommand(), killCommand(), replCommand(),
+			cacheCommand(),
 		},
 	}
 	root.DisableSliceFlagSeparator = true

@@ -15,6 +15,9 @@ const (
 	MethodGetPromotion          = "GetPromotion"
 	MethodApprovePromotion      = "ApprovePromotion"
 	MethodRejectPromotion       = "RejectPromotion"
+	// ClearCache() empties the caller's cache volume (pip, npm, Go,
+	// cargo), which its sandboxes share.
+	MethodClearCache = "ClearCache"
 )
 
 // Methods of org.sandboxd1.Sandbox (on SandboxPath(id)).
@@ -46,6 +49,13 @@ const (
 	// OptTCP; ClosePort(q port).
 	MethodExposePort = "ExposePort"
 	MethodClosePort  = "ClosePort"
+	// Sessions: OpenSession(s language, a{sv} options) → (s session), a long-lived
+	// interpreter (python3, node, sh); Eval(s session, s code) → (s
+	// output, i status), its output and status for that input, its
+	// variables kept; CloseSession(s session).
+	MethodOpenSession  = "OpenSession"
+	MethodEval         = "Eval"
+	MethodCloseSession = "CloseSession"
 )
 
 // Methods of the standard interfaces the objects have.

@@ -174,6 +174,9 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 		init, err = s.launch(rec)
 		return err
 	}
+	// The owner's cache first: a volume mounted after the init's mount
+	// namespace was copied (ZFS) would not show in it.
+	s.prepareCache(ctx, opts.Owner)
 	early := !s.cfg.Backend.Info().Capabilities.SeparateMounts
 	if early {
 		if err := launch(); err != nil {
@@ -246,6 +249,8 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 // The init runs in its own session so that it outlives the daemon (its
 // scope, not the daemon's service, holds it). On failure it is killed.
 func (s *Supervisor) startScope(ctx context.Context, rec state.Record, limits units.Limits, init *nsinit.Init) error {
+	cache, unlockCache := s.useCache(ctx, rec.Owner) // before a launch (see Create)
+	defer unlockCache()
 	if init == nil {
 		var err error
 		if init, err = s.launch(rec); err != nil {
@@ -257,6 +262,7 @@ func (s *Supervisor) startScope(ctx context.Context, rec state.Record, limits un
 		init.Kill()
 		return err
 	}
+	spec.Cache = cache
 	mounts, err := s.idmapMounts(init, rec, spec)
 	if err != nil {
 		init.Kill()
@@ -289,13 +295,16 @@ func (s *Supervisor) startScope(ctx context.Context, rec state.Record, limits un
 		}
 		return scopeErr
 	}
-	w := &world{pid: init.PID}
+	w := &world{pid: init.PID, cache: s.cacheMounted(rec.ID, init.PID)}
 	if err := s.startProxy(rec, w); err != nil {
 		init.Kill()
 		_ = s.stopScope(context.WithoutCancel(ctx), rec.Unit)
 		return err
 	}
 	s.worlds.set(rec.ID, w)
+	// Ports it exposed, after the daemon's start (a rollback or rebase
+	// kept them open: each connection finds the new init).
+	s.restorePorts(rec)
 	return nil
 }
 

@@ -56,6 +56,7 @@ func (s *Supervisor) finishDestroy(ctx context.Context, rec state.Record) error 
 		return err
 	}
 	crashpoint.Hit(crashpoint.DestroyScopeStopped)
+	s.closePorts(rec)
 	if err := s.removeWorld(rec.ID); err != nil {
 		return err
 	}

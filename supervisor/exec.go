@@ -268,6 +268,9 @@ func (s *Supervisor) request(ctx context.Context, rec state.Record, o ExecOption
 		}
 		req.Env = append(req.Env, "no_proxy=localhost,127.0.0.1,::1", "NO_PROXY=localhost,127.0.0.1,::1")
 	}
+	if w := s.worlds.get(rec.ID); w != nil && w.cache {
+		req.Env = append(req.Env, cacheEnv...)
+	}
 	req.Env = mergeEnv(req.Env, o.Env)
 	if err := execIdentity(rec, &req); err != nil {
 		return req, err

@@ -92,6 +92,11 @@ type Config struct {
 	// UserNS says whether sandboxes get user namespaces of their own
 	// (see ProbeUserNS).
 	UserNS UserNS
+	// Caches: each owner's sandboxes share a cache volume (cache.go);
+	// CacheQuota bounds it, what all of the owner's sandboxes put there
+	// together, in bytes (0: no bound).
+	Caches     bool
+	CacheQuota uint64
 }
 
 // Supervisor owns the sandboxes of this host: their volumes, scopes and
@@ -111,6 +116,10 @@ type Supervisor struct {
 	gate      projectGate
 	promos    promotionRuns // running in the background; Close waits for them
 	userns    usernsState
+	ports     portTable // exposed on the host (ports.go)
+	procHooks processHooks
+	sessions  sessions
+	caches    caches // owners' cache volumes (cache.go)
 }
 
 // New makes a Supervisor. Call LoadProjects, then Reconcile, before

@@ -45,6 +45,12 @@ const (
 	// also its hostname, sandbox-ID.
 	prefixUnit = "sandbox-"
 
+	// prefixCache: an owner's cache volume, cache-uUID (a uid, not a
+	// sandbox's id: it outlives the owner's sandboxes, and Reconcile,
+	// which removes only what a sandbox's or a promotion's prefix names,
+	// keeps it). Every sandbox of that owner mounts it (cache.go).
+	prefixCache = "cache-u"
+
 	// prefixRollbackMarker: the empty volume that says a rollback of a
 	// sandbox to a checkpoint is under way ("rollback-<id>-<checkpoint>").
 	prefixRollbackMarker = "rollback-"

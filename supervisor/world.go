@@ -31,9 +31,17 @@ func (s *Supervisor) runtimeDir(id string) string { return filepath.Join(s.cfg.R
 // world is what the daemon holds of a live sandbox's init: its pid, and
 // the proxy it serves into its network namespace.
 type world struct {
-	pid         int
+	pid int
+	// cache: its owner's cache is mounted, and its commands get the
+	// variables that send the tools there (cacheEnv).
+	cache       bool
 	stopProxy   context.CancelFunc
 	proxyClosed chan struct{}
+	// The watch of its background processes, from its first (a daemon
+	// that hears of none holds no connection to the init).
+	watchOnce sync.Once
+	stopWatch context.CancelFunc
+	watchDone chan struct{}
 }
 
 type worlds struct {
@@ -65,6 +73,13 @@ func (w *worlds) drop(id string) {
 	if x != nil && x.stopProxy != nil {
 		x.stopProxy()
 		<-x.proxyClosed
+	}
+	if x != nil {
+		x.watchOnce.Do(func() {}) // none starts after this
+		if x.stopWatch != nil {
+			x.stopWatch()
+			<-x.watchDone
+		}
 	}
 }
 
@@ -164,9 +179,12 @@ func (s *Supervisor) idmapMounts(init *nsinit.Init, rec state.Record, spec nsini
 	if spec.Layer == "" {
 		return nil, fmt.Errorf("sandbox %s has a user namespace but no system layer volume: %w", rec.ID, ErrNoIdmap)
 	}
-	m, err := init.IdmapMounts(s.cfg.InitCommand, shownIDs(rec), s.cfg.UserNS.RootLayers, spec.Layer, spec.Project.Source, spec.Project.ReadOnly)
+	m, err := init.IdmapMounts(s.cfg.InitCommand, shownIDs(rec), s.cfg.UserNS.RootLayers, spec.Layer, spec.Project.Source, spec.Project.ReadOnly, spec.Cache)
 	if err != nil {
 		return nil, fmt.Errorf("idmapping sandbox %s's mounts: %w", rec.ID, err)
+	}
+	if m.CacheErr != nil {
+		s.withoutCache(rec.Owner, "idmap", m.CacheErr)
 	}
 	return m, nil
 }
@@ -211,11 +229,16 @@ func (s *Supervisor) adoptWorld(ctx context.Context, rec state.Record) error {
 			return fmt.Errorf("its files at %s are unreachable: %w", project.Path, err)
 		}
 	}
-	w := &world{pid: pid}
+	w := &world{pid: pid, cache: s.cacheMounted(rec.ID, pid)}
 	if err := s.startProxy(rec, w); err != nil {
 		return err
 	}
 	s.worlds.set(rec.ID, w)
+	s.restorePorts(rec)
+	// Background processes that ran on while the daemon was away.
+	if ps, err := nsinit.ListProcesses(ctx, nsinit.Control(s.runtimeDir(rec.ID))); err == nil && slices.ContainsFunc(ps, nsinit.Process.Running) {
+		s.watchProcesses(rec.ID, w)
+	}
 	return nil
 }
 
@@ -257,7 +280,8 @@ func (s *Supervisor) roomInPool() error {
 
 // Close ends the promotions running in the background and waits for them
 // (the store may be closed after it), then stops the proxies this daemon
-// serves; the sandboxes run on.
+// serves and the ports it exposes (its next start exposes them again);
+// the sandboxes run on.
 func (s *Supervisor) Close() {
 	s.promos.close()
 	s.worlds.mu.Lock()
@@ -269,4 +293,5 @@ func (s *Supervisor) Close() {
 	for _, id := range ids {
 		s.worlds.drop(id)
 	}
+	s.closeAllPorts()
 }

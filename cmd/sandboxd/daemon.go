@@ -101,6 +101,8 @@ func run(ctx context.Context, configPath string) error {
 		},
 		MaxCheckpoints: lim.MaxCheckpoints,
 		UserLimits:     userLimits(lim),
+		Caches:         true,
+		CacheQuota:     uint64(lim.CacheQuota),
 		Audit:          auditLog,
 		Log:            log,
 		Stages:         stagesOf(cfg),

@@ -2,7 +2,8 @@
 # The main job, with real output: sandboxd installed as a service on its
 # embedded pool, a small project, three sandboxes of it trying three fixes
 # side by side, their checks compared, the winner's diff, a checkpoint and
-# a rollback, the winner promoted to the project through its check, and a
+# a rollback, the winner promoted to the project through its check, a
+# server in a sandbox reached from the host, a Python session, and a
 # memory limit; then it cleans up after itself.
 #
 # `make demo` runs it inside a fresh testbed (bin/testbed run), where
@@ -115,6 +116,19 @@ run cat "$proj/price.sh"
 run sandboxctl promote fix-2
 run cat "$proj/price.sh" "$proj/NOTES"
 run sandboxctl promotions
+
+step "a server in the sandbox, in the background, reached from the host"
+run sandboxctl run --detach fix-2 -- python3 -m http.server 8000 --bind 127.0.0.1
+sock=$(sandboxctl port fix-2 8000)
+echo "\$ sandboxctl port fix-2 8000"
+echo "$sock"
+for _ in $(seq 50); do curl -sf --unix-socket "$sock" http://sandbox/price.sh >/dev/null 2>&1 && break; sleep 0.1; done
+run curl -s --unix-socket "$sock" http://sandbox/price.sh
+run sandboxctl ps fix-2
+run sandboxctl logs fix-2 "$(sandboxctl ps --quiet fix-2 | tail -1)"
+
+step "a Python session: its variables stay between inputs"
+printf 'price = 1000\nprint(price * 1.2)\n' | run sandboxctl repl fix-2 python3
 
 step "the limits hold: untrusted has 512 MiB"
 run sandboxctl create --name hog --profile untrusted shop

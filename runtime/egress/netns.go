@@ -1,6 +1,7 @@
 package egress
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/netip"
@@ -28,57 +29,125 @@ func ListenInNetNS(nsPath, addr string) (net.Listener, error) {
 }
 
 func listenInNetNS(nsPath, addr string) (net.Listener, error) {
+	network, err := tcpNetwork(addr)
+	if err != nil {
+		return nil, err
+	}
+	var ln net.Listener
+	err = inNetNS(nsPath, func() (err error) {
+		ln, err = net.Listen(network, addr)
+		return err
+	})
+	if err != nil {
+		if ln != nil {
+			ln.Close()
+		}
+		return nil, err
+	}
+	return ln, nil
+}
+
+// DialInNetNS connects to addr (an IP address and port, such as
+// 127.0.0.1:8000) inside the network namespace at nsPath, for the daemon,
+// which stays in its own: the socket is made in the namespace (a socket
+// keeps the namespace it was made in), so 127.0.0.1 is the namespace's own
+// loopback, whatever the namespace's routes. ctx bounds the connect.
+func DialInNetNS(ctx context.Context, nsPath, addr string) (net.Conn, error) {
+	return dialInNetNS(ctx, nsPath, addr, -1)
+}
+
+// DialInNetNSAs is DialInNetNS with a socket of uid's: made while the
+// thread's filesystem uid is uid, the socket is uid's in the kernel's
+// tables (/proc/net/tcp, sock_diag), so that whatever trusts a peer by
+// its socket's owner (an exposed port's own check, on the host's
+// loopback when the namespace is the host's) sees uid, never root.
+func DialInNetNSAs(ctx context.Context, nsPath, addr string, uid uint32) (net.Conn, error) {
+	return dialInNetNS(ctx, nsPath, addr, int(uid))
+}
+
+func dialInNetNS(ctx context.Context, nsPath, addr string, fsuid int) (net.Conn, error) {
+	network, err := tcpNetwork(addr)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to %s in the network namespace %s: %w", addr, nsPath, err)
+	}
+	var c net.Conn
+	err = inNetNS(nsPath, func() (err error) {
+		if fsuid >= 0 {
+			prev, _ := unix.SetfsuidRetUid(fsuid)
+			// Root's filesystem uid back (and with it its capabilities
+			// over files) before the thread leaves the namespace.
+			defer unix.SetfsuidRetUid(prev)
+			if now, _ := unix.SetfsuidRetUid(-1); now != fsuid {
+				return fmt.Errorf("taking filesystem uid %d: it is %d", fsuid, now)
+			}
+		}
+		// A literal address of one family: the dial makes its socket on
+		// this goroutine (no resolver, no second address raced), so on
+		// this thread, in the namespace.
+		var d net.Dialer
+		c, err = d.DialContext(ctx, network, addr)
+		return err
+	})
+	if err != nil {
+		if c != nil {
+			c.Close()
+		}
+		return nil, fmt.Errorf("connecting to %s in the network namespace %s: %w", addr, nsPath, err)
+	}
+	return c, nil
+}
+
+// tcpNetwork is "tcp4" or "tcp6" by addr's address (so [::]:3128 is IPv6
+// only), which also keeps the net package from probing a namespace for
+// what IP it supports.
+func tcpNetwork(addr string) (string, error) {
 	ap, err := netip.ParseAddrPort(addr)
 	if err != nil {
-		return nil, fmt.Errorf("want an IP address and port: %w", err)
+		return "", fmt.Errorf("want an IP address and port: %w", err)
 	}
-	network := "tcp6"
 	if ap.Addr().Unmap().Is4() {
-		network = "tcp4"
+		return "tcp4", nil
 	}
+	return "tcp6", nil
+}
+
+// inNetNS runs fn on a locked thread that entered the network namespace
+// at nsPath, and comes back.
+func inNetNS(nsPath string, fn func() error) error {
 	target, err := unix.Open(nsPath, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, fmt.Errorf("opening the namespace: %w", err)
+		return fmt.Errorf("opening the namespace: %w", err)
 	}
 	defer unix.Close(target)
-
-	type result struct {
-		ln  net.Listener
-		err error
-	}
-	done := make(chan result, 1)
+	done := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
-		ln, back, err := listenOnThread(target, network, addr)
-		done <- result{ln, err}
+		back, err := onThreadInNetNS(target, fn)
+		done <- err
 		if back {
 			runtime.UnlockOSThread()
 		}
 		// Otherwise the thread is still in the namespace: left locked, it
 		// ends with this goroutine and no other code runs on it.
 	}()
-	r := <-done
-	return r.ln, r.err
+	return <-done
 }
 
-// listenOnThread enters the network namespace target on the calling
-// thread, which must be locked, listens there, and returns to the thread's
-// own namespace; back reports whether it did.
-func listenOnThread(target int, network, addr string) (ln net.Listener, back bool, err error) {
+// onThreadInNetNS enters the network namespace target on the calling
+// thread, which must be locked, runs fn there, and returns to the
+// thread's own namespace; back reports whether it did.
+func onThreadInNetNS(target int, fn func() error) (back bool, err error) {
 	own, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, true, fmt.Errorf("opening the daemon's own network namespace: %w", err)
+		return true, fmt.Errorf("opening the daemon's own network namespace: %w", err)
 	}
 	defer unix.Close(own)
 	if err := unix.Setns(target, unix.CLONE_NEWNET); err != nil {
-		return nil, true, fmt.Errorf("entering the namespace: %w", err)
+		return true, fmt.Errorf("entering the namespace: %w", err)
 	}
-	ln, err = net.Listen(network, addr)
+	err = fn()
 	if serr := unix.Setns(own, unix.CLONE_NEWNET); serr != nil {
-		if ln != nil {
-			ln.Close()
-		}
-		return nil, false, fmt.Errorf("returning to the daemon's own network namespace: %w", serr)
+		return false, fmt.Errorf("returning to the daemon's own network namespace: %w", serr)
 	}
-	return ln, true, err
+	return true, err
 }

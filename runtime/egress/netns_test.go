@@ -1,6 +1,7 @@
 package egress
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -163,5 +164,136 @@ func TestListenInNetNSErrors(t *testing.T) {
 		if msg := err.Error(); !strings.HasPrefix(msg, prefix) || !strings.Contains(msg, tc.want) {
 			t.Errorf("ListenInNetNS(%q, %q) = %q, want %q...%s", tc.ns, tc.addr, msg, prefix, tc.want)
 		}
+	}
+}
+
+func TestDialInNetNS(t *testing.T) {
+	ns := newNetNS(t)
+
+	// The same address listened on in the namespace and on the host: the
+	// dial must reach the namespace's.
+	var inner net.Listener
+	var err error
+	ns.do(func() { inner, err = net.Listen("tcp4", "127.0.0.1:0") })
+	if err != nil {
+		t.Fatalf("listening inside the namespace: %v", err)
+	}
+	defer inner.Close()
+	addr := inner.Addr().String()
+	if host, err := net.Listen("tcp4", addr); err == nil {
+		defer host.Close()
+		go func() {
+			if c, err := host.Accept(); err == nil {
+				c.Write([]byte("host"))
+				c.Close()
+			}
+		}()
+	}
+
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	own := inode(t, "/proc/thread-self/ns/net")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := DialInNetNS(ctx, ns.path, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if now := inode(t, "/proc/thread-self/ns/net"); now != own {
+		t.Errorf("after DialInNetNS the thread is in the namespace %d, not its own %d", now, own)
+	}
+	inner.(*net.TCPListener).SetDeadline(time.Now().Add(5 * time.Second))
+	s, err := inner.Accept()
+	if err != nil {
+		t.Fatalf("the namespace's listener got no connection: %v", err)
+	}
+	defer s.Close()
+	if _, err := s.Write([]byte("namespace")); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 16)
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	n, err := c.Read(buf)
+	if got := string(buf[:n]); err != nil || got != "namespace" {
+		t.Errorf("read %q, %v through the connection; want %q from the namespace's listener", got, err, "namespace")
+	}
+}
+
+func TestDialInNetNSErrors(t *testing.T) {
+	ns := newNetNS(t)
+	// Listening on the host: refused all the same inside the namespace.
+	host, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer host.Close()
+	tests := []struct{ ns, addr, want string }{
+		{ns.path, host.Addr().String(), "connection refused"},
+		{"/nonexistent/ns/net", "127.0.0.1:80", "no such file"},
+		{"/proc/self/ns/uts", "127.0.0.1:80", "entering the namespace"},
+		{ns.path, "localhost:80", "want an IP address and port"},
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, tc := range tests {
+		c, err := DialInNetNS(ctx, tc.ns, tc.addr)
+		if err == nil {
+			c.Close()
+			t.Errorf("DialInNetNS(%q, %q) succeeded", tc.ns, tc.addr)
+			continue
+		}
+		prefix := fmt.Sprintf("connecting to %s in the network namespace %s: ", tc.addr, tc.ns)
+		if msg := err.Error(); !strings.HasPrefix(msg, prefix) || !strings.Contains(msg, tc.want) {
+			t.Errorf("DialInNetNS(%q, %q) = %q, want %q...%s", tc.ns, tc.addr, msg, prefix, tc.want)
+		}
+	}
+}
+
+func TestDialInNetNSAsMakesTheSocketOfTheUID(t *testing.T) {
+	ns := newNetNS(t)
+	var inner net.Listener
+	var err error
+	ns.do(func() { inner, err = net.Listen("tcp4", "127.0.0.1:0") })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inner.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := DialInNetNSAs(ctx, ns.path, inner.Addr().String(), 4321)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// The namespace's table lists the dialing socket as uid 4321's.
+	local := fmt.Sprintf(":%04X", c.LocalAddr().(*net.TCPAddr).Port)
+	var table []byte
+	ns.do(func() { table, err = os.ReadFile("/proc/thread-self/net/tcp") })
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, line := range strings.Split(string(table), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 7 && strings.HasSuffix(f[1], local) {
+			found = true
+			if f[7] != "4321" {
+				t.Errorf("the dialing socket is uid %s's; want 4321's:\n%s", f[7], line)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("no socket with local port %s in the namespace's table:\n%s", local, table)
+	}
+	// The daemon's threads keep root's filesystem uid: a file made now
+	// is root's.
+	f, err := os.CreateTemp(t.TempDir(), "owner")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err != nil || st.Sys().(*syscall.Stat_t).Uid != uint32(os.Geteuid()) {
+		t.Errorf("a file made after the dial is not the daemon's: %v", err)
 	}
 }

@@ -13,26 +13,43 @@ import (
 // build makes the sandbox's world in the init's new namespaces and pivots
 // into it. It returns the control socket, bound at its host path before
 // the host's root goes out of sight.
-func build(spec *Spec, control *os.File, mounts *Mounts) (*net.UnixListener, error) {
+func build(spec *Spec, control *os.File, mounts *Mounts) (*net.UnixListener, *os.File, error) {
 	defer mounts.Close()
 	defer control.Close()
+	ln, logs, err := buildWorld(spec, control, mounts)
+	if err != nil && logs != nil {
+		logs.Close()
+	}
+	return ln, logs, err
+}
+
+// buildWorld is build; it also returns the directory of background
+// processes' logs, on the system layer's volume (outside the overlay:
+// the sandbox does not see it; its disk quota counts it).
+func buildWorld(spec *Spec, control *os.File, mounts *Mounts) (*net.UnixListener, *os.File, error) {
 	// Nothing mounted here may reach the host: the namespace's copy of
 	// the host's mounts stops sharing events with them first.
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-		return nil, fmt.Errorf("making the sandbox's mounts private: %w", err)
+		return nil, nil, fmt.Errorf("making the sandbox's mounts private: %w", err)
 	}
 	newRoot := spec.Dir + "/root"
+	var layer string
+	var err error
 	if mounts != nil {
-		var err error
-		if newRoot, err = mountIdmappedOverlay(spec, mounts); err != nil {
-			return nil, err
-		}
-	} else if err := mountOverlay(spec, newRoot); err != nil {
-		return nil, err
+		newRoot, layer, err = mountIdmappedOverlay(spec, mounts)
+	} else {
+		layer, err = mountOverlay(spec, newRoot)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	logs, err := openLogs(layer)
+	if err != nil {
+		return nil, nil, err
 	}
 	r, err := openRoot(newRoot)
 	if err != nil {
-		return nil, err
+		return nil, logs, err
 	}
 	defer r.close()
 	scratch := scratchOptions(spec.ScratchSize)
@@ -42,49 +59,54 @@ func build(spec *Spec, control *os.File, mounts *Mounts) (*net.UnixListener, err
 		func(r *root) error { return mountScratch(r, scratch) },
 	} {
 		if err := step(r); err != nil {
-			return nil, err
+			return nil, logs, err
 		}
 	}
 	for _, p := range spec.Hidden {
 		if err := hide(r, p); err != nil {
-			return nil, err
+			return nil, logs, err
 		}
 	}
 	if err := r.mkdirAll(spec.Project.Target, 0o755); err != nil {
-		return nil, err
+		return nil, logs, err
 	}
 	if mounts != nil {
 		// The daemon made it read-only (if asked) and without access times.
 		if err := attachInside(r, mounts.Project, spec.Project.Target); err != nil {
-			return nil, fmt.Errorf("mounting the project: %w", err)
+			return nil, logs, fmt.Errorf("mounting the project: %w", err)
 		}
 	} else if err := bindProject(r, spec.Project); err != nil {
-		return nil, err
+		return nil, logs, err
+	}
+	if err := mountCache(r, spec, mounts); err != nil {
+		// A convenience, never a reason to fail: the daemon sees it is
+		// not mounted, and sets no cache variables.
+		fmt.Fprintf(os.Stderr, "sandbox %s: made without its owner's cache: %v\n", spec.ID, err)
 	}
 	for _, p := range spec.ReadOnly {
 		if _, ok, err := r.stat(p); err != nil || !ok {
 			continue // nothing there to protect
 		}
 		if err := r.bindInside(p, p, true); err != nil {
-			return nil, err
+			return nil, logs, err
 		}
 	}
 	ln, err := listen(control)
 	if err != nil {
-		return nil, err
+		return nil, logs, err
 	}
 	if err := unix.Sethostname([]byte(spec.Hostname)); err != nil {
-		return nil, fmt.Errorf("setting the hostname: %w", err)
+		return nil, logs, fmt.Errorf("setting the hostname: %w", err)
 	}
 	if spec.Network != NetworkHost {
 		if err := loopbackUp(); err != nil {
-			return nil, err
+			return nil, logs, err
 		}
 	}
 	if err := pivot(r); err != nil {
-		return nil, err
+		return nil, logs, err
 	}
-	return ln, nil
+	return ln, logs, nil
 }
 
 // bindProject binds the sandbox's copy of the project at its path.
@@ -110,38 +132,38 @@ func bindProject(r *root, project Bind) error {
 // mountOverlay mounts the host's `/` with the sandbox's system layer over
 // it on newRoot. Only `/`'s own filesystem shows through: other host
 // mounts (pools, /home on its own disk, ...) are not in the lower layer.
-func mountOverlay(spec *Spec, newRoot string) error {
+func mountOverlay(spec *Spec, newRoot string) (string, error) {
 	layer := spec.Layer
 	if layer == "" {
 		layer = spec.Dir + "/layer"
 		if err := os.MkdirAll(layer, 0o700); err != nil {
-			return fmt.Errorf("making the system layer: %w", err)
+			return "", fmt.Errorf("making the system layer: %w", err)
 		}
 		opts := "mode=0700"
 		if spec.LayerSize > 0 {
 			opts += fmt.Sprintf(",size=%d", spec.LayerSize)
 		}
 		if err := unix.Mount("sandbox-layer", layer, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
-			return fmt.Errorf("mounting the system layer's tmpfs on %s: %w", layer, err)
+			return "", fmt.Errorf("mounting the system layer's tmpfs on %s: %w", layer, err)
 		}
 	}
 	upper, work := layer+"/upper", layer+"/work"
 	for _, d := range []string{upper, work} {
 		if strings.ContainsAny(d, ",:\\") {
-			return fmt.Errorf("the system layer's path %s has a character overlayfs options cannot carry", d)
+			return "", fmt.Errorf("the system layer's path %s has a character overlayfs options cannot carry", d)
 		}
 		if err := os.MkdirAll(d, 0o755); err != nil {
-			return fmt.Errorf("making the system layer: %w", err)
+			return "", fmt.Errorf("making the system layer: %w", err)
 		}
 	}
 	opts := "lowerdir=/,upperdir=" + upper + ",workdir=" + work
 	if err := unix.Mount("sandbox", newRoot, "overlay", 0, opts); err != nil {
 		if errors.Is(err, unix.ELOOP) {
-			return fmt.Errorf("mounting the sandbox's root (overlay of / with upper layer %s): the layer is on the root filesystem itself: %w", upper, err)
+			return "", fmt.Errorf("mounting the sandbox's root (overlay of / with upper layer %s): the layer is on the root filesystem itself: %w", upper, err)
 		}
-		return fmt.Errorf("mounting the sandbox's root (overlay of / with upper layer %s): %w", upper, err)
+		return "", fmt.Errorf("mounting the sandbox's root (overlay of / with upper layer %s): %w", upper, err)
 	}
-	return nil
+	return layer, nil
 }
 
 func mountProc(r *root) error {

@@ -125,11 +125,15 @@ func sysMaps(es []Extent) []syscall.SysProcIDMap {
 // Mounts are the idmapped mounts an init in a user namespace builds its
 // world from (detached, made by the daemon): the host root's layers, top
 // first, its system layer's volume (which holds upper/ and work/) and its
-// copy of the project.
+// copy of the project; and its owner's cache volume, if it has one.
 type Mounts struct {
 	Lowers  []*os.File
 	Layer   *os.File
 	Project *os.File
+	Cache   *os.File
+	// CacheErr says why Cache is nil though a cache was asked for: the
+	// sandbox is made without one.
+	CacheErr error
 }
 
 // Close closes the descriptors (the init has its own copies once Build
@@ -138,11 +142,15 @@ func (m *Mounts) Close() {
 	if m == nil {
 		return
 	}
-	closeAll(append(slices.Clone(m.Lowers), m.Layer, m.Project))
+	closeAll(m.files())
 }
 
 func (m *Mounts) files() []*os.File {
-	return append(slices.Clone(m.Lowers), m.Layer, m.Project)
+	fs := append(slices.Clone(m.Lowers), m.Layer, m.Project)
+	if m.Cache != nil {
+		fs = append(fs, m.Cache)
+	}
+	return fs
 }
 
 // IdmapMounts makes the mounts of a launched init in a user namespace:
@@ -158,7 +166,12 @@ func (m *Mounts) files() []*os.File {
 // capability of the sandbox reaches it, though the sandbox's own
 // processes may be of that id (a system account, for a package it
 // installs) and own what they write.
-func (i *Init) IdmapMounts(argv []string, shown *IDMap, lowers []string, layer, project string, projectRO bool) (_ *Mounts, err error) {
+//
+// cache ("": none), the owner's cache volume, is idmapped like the
+// project, read-write, without set-id or device files. It is a
+// convenience: where it cannot be cloned, Mounts.CacheErr says why and
+// the rest stands.
+func (i *Init) IdmapMounts(argv []string, shown *IDMap, lowers []string, layer, project string, projectRO bool, cache string) (_ *Mounts, err error) {
 	userns, err := os.Open(fmt.Sprintf("/proc/%d/ns/user", i.PID))
 	if err != nil {
 		return nil, fmt.Errorf("opening the user namespace of the sandbox's init: %w", err)
@@ -191,6 +204,9 @@ func (i *Init) IdmapMounts(argv []string, shown *IDMap, lowers []string, layer, 
 	}
 	if m.Project, err = IdmappedClone(project, int(narrow.Fd()), attr); err != nil {
 		return nil, err
+	}
+	if cache != "" {
+		m.Cache, m.CacheErr = IdmappedClone(cache, int(narrow.Fd()), unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
 	}
 	return m, nil
 }

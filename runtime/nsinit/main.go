@@ -35,11 +35,12 @@ func Main() {
 	// The memory limit's OOM killer must pick a command, never the init
 	// (whose end is the sandbox's), and no one may read its memory.
 	_ = os.WriteFile("/proc/self/oom_score_adj", []byte("-1000"), 0)
-	ln, err := build(&spec, control, mounts)
+	ln, logs, err := build(&spec, control, mounts)
 	if err != nil {
 		fail(err)
 	}
 	s := newServer()
+	s.procs = newProcesses(logs)
 	if err := s.startForker(); err != nil {
 		fail(err)
 	}
@@ -116,15 +117,22 @@ func readSpec(setup *os.File) (Spec, *os.File, *Mounts, error) {
 	want := 1
 	if spec.UserNS {
 		want += spec.Lowers + 2
+		if spec.CacheFD {
+			want++
+		}
 	}
-	if len(files) != want || spec.UserNS && spec.Lowers < 1 {
-		return fail(fmt.Errorf("want the control socket and, in a user namespace, %d lower layers, the system layer and the project as descriptors; got %d descriptors", spec.Lowers, len(files)))
+	if len(files) != want || spec.UserNS && spec.Lowers < 1 || spec.CacheFD && !spec.UserNS {
+		return fail(fmt.Errorf("want the control socket and, in a user namespace, %d lower layers, the system layer, the project and (if told) the cache as descriptors; got %d descriptors", spec.Lowers, len(files)))
 	}
 	if !spec.UserNS {
 		return spec, files[0], nil, nil
 	}
 	m := files[1:]
-	return spec, files[0], &Mounts{Lowers: m[:spec.Lowers], Layer: m[spec.Lowers], Project: m[spec.Lowers+1]}, nil
+	mounts := &Mounts{Lowers: m[:spec.Lowers], Layer: m[spec.Lowers], Project: m[spec.Lowers+1]}
+	if spec.CacheFD {
+		mounts.Cache = m[spec.Lowers+2]
+	}
+	return spec, files[0], mounts, nil
 }
 
 // lastCap is the running kernel's highest capability.

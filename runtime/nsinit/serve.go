@@ -30,6 +30,8 @@ type server struct {
 	forks   chan fork
 	// asCaller forks the commands of uid 0 that did not ask for root.
 	asCaller forkersAsCaller
+	// procs are the background processes (nil: none, in tests).
+	procs *processes
 }
 
 func newServer() *server {
@@ -120,6 +122,15 @@ func (s *server) serve(ln *net.UnixListener) {
 func (s *server) handle(conn *net.UnixConn) {
 	defer conn.Close()
 	msg, files, err := readMessage(conn, maxMessage)
+	if err == nil && msg.Process != nil && s.procs != nil {
+		closeAll(files)
+		s.query(conn, msg.Process)
+		return
+	}
+	if err == nil && msg.Request != nil && msg.Request.Spawn != "" && s.procs != nil {
+		s.spawn(conn, msg.Request, files)
+		return
+	}
 	if err != nil || msg.Request == nil {
 		closeAll(files)
 		_ = writeMessage(conn, message{Error: "expected a request"}, nil)

@@ -65,7 +65,17 @@ type Spec struct {
 	// volume, then the project) instead of the paths above.
 	UserNS bool `json:"userns,omitempty"`
 	Lowers int  `json:"lowers,omitempty"`
+	// Cache is the owner's cache volume (its host path, "": none), seen
+	// read-write at CachePath by every sandbox of that owner. In a user
+	// namespace it comes idmapped instead, as the last descriptor, which
+	// CacheFD says is there.
+	Cache   string `json:"cache,omitempty"`
+	CacheFD bool   `json:"cache_fd,omitempty"`
 }
+
+// CachePath is where a sandbox sees its owner's cache volume (pip, npm,
+// Go, cargo).
+const CachePath = "/var/cache/sandbox"
 
 // Bind is a host directory seen at another path inside the sandbox.
 type Bind struct {
@@ -105,6 +115,10 @@ type Request struct {
 	// to stdout and stderr together (0: no limit). Only then does the
 	// output pass through the init, to be counted.
 	OutputLimit int64 `json:"output_limit,omitempty"`
+	// Spawn: run it in the background as process Spawn (an id, letters,
+	// digits and '-'), its output to its log, for as long as it runs,
+	// whoever waits (see Process).
+	Spawn string `json:"spawn,omitempty"`
 	// Cgroup: the request's last descriptors are those of the command's
 	// cgroup (CommandCgroup.Files); when the command ends, everything in
 	// its cgroup is ended with it. (An init of an older daemon, which
@@ -184,6 +198,14 @@ type message struct {
 	Started int     `json:"started,omitempty"`
 	Exit    *Result `json:"exit,omitempty"`
 	Error   string  `json:"error,omitempty"`
+	// Process asks about background processes; the answers are
+	// Processes (with Listed: a list, or an acknowledgement), Log, and,
+	// on a watch, Exited for each that ends.
+	Process   *ProcessQuery `json:"process,omitempty"`
+	Processes []Process     `json:"processes,omitempty"`
+	Listed    bool          `json:"listed,omitempty"`
+	Log       *LogChunk     `json:"log,omitempty"`
+	Exited    *Process      `json:"exited,omitempty"`
 }
 
 // envInit marks the process that must run Main.

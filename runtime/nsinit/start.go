@@ -124,6 +124,7 @@ func (i *Init) Build(ctx context.Context, spec Spec, mounts *Mounts) error {
 	if mounts != nil {
 		spec.UserNS = true
 		spec.Lowers = len(mounts.Lowers)
+		spec.CacheFD = mounts.Cache != nil
 		files = append(files, mounts.files()...)
 	}
 	conn, err := net.FileConn(i.setup)

@@ -37,7 +37,7 @@ func attachInside(r *root, f *os.File, p string) error {
 
 // mountIdmappedOverlay mounts the sandbox's root, an overlay of the host
 // root's idmapped layers with the system layer's volume as its upper
-// layer, and returns where.
+// layer, and returns where, and where the layer's volume is.
 //
 // The init, root of its user namespace only, may not write in the
 // daemon's runtime directory: it builds in a tmpfs of its own, mounted on
@@ -49,19 +49,19 @@ func attachInside(r *root, f *os.File, p string) error {
 // would come up read-only, as the daemon's own uid has no id through the
 // idmap to make the work directory with. userxattr: the overlay's own
 // marks are user.overlay.* xattrs, which the namespace's root may write.
-func mountIdmappedOverlay(spec *Spec, m *Mounts) (string, error) {
+func mountIdmappedOverlay(spec *Spec, m *Mounts) (newRoot, layerDir string, err error) {
 	const base = "/tmp"
 	if err := unix.Mount("sandbox-build", base, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=0700,size=64k"); err != nil {
-		return "", fmt.Errorf("mounting the init's own tmpfs on %s: %w", base, err)
+		return "", "", fmt.Errorf("mounting the init's own tmpfs on %s: %w", base, err)
 	}
 	var lowers []string
 	for k, f := range append(m.Lowers, m.Layer) {
 		dir := base + "/" + strconv.Itoa(k)
 		if err := os.Mkdir(dir, 0o700); err != nil {
-			return "", fmt.Errorf("making the layers' directory: %w", err)
+			return "", "", fmt.Errorf("making the layers' directory: %w", err)
 		}
 		if err := attach(f, dir); err != nil {
-			return "", fmt.Errorf("attaching layer %d of the sandbox's root: %w", k, err)
+			return "", "", fmt.Errorf("attaching layer %d of the sandbox's root: %w", k, err)
 		}
 		lowers = append(lowers, dir)
 	}
@@ -70,18 +70,18 @@ func mountIdmappedOverlay(spec *Spec, m *Mounts) (string, error) {
 	upper, work := layer+"/upper", layer+"/work"
 	for _, d := range []string{upper, work} {
 		if err := os.Mkdir(d, 0o755); err != nil && !os.IsExist(err) {
-			return "", fmt.Errorf("making the system layer: %w", err)
+			return "", "", fmt.Errorf("making the system layer: %w", err)
 		}
 	}
-	newRoot := base + "/root"
+	newRoot = base + "/root"
 	if err := os.Mkdir(newRoot, 0o700); err != nil {
-		return "", fmt.Errorf("making the root's mountpoint: %w", err)
+		return "", "", fmt.Errorf("making the root's mountpoint: %w", err)
 	}
 	opts := "lowerdir=" + strings.Join(lowers, ":") + ",upperdir=" + upper + ",workdir=" + work + ",userxattr"
 	if err := unix.Mount("sandbox", newRoot, "overlay", 0, opts); err != nil {
-		return "", fmt.Errorf("mounting the sandbox's root (overlay of the idmapped layers of the host's root): %w", err)
+		return "", "", fmt.Errorf("mounting the sandbox's root (overlay of the idmapped layers of the host's root): %w", err)
 	}
-	return newRoot, nil
+	return newRoot, layer, nil
 }
 
 // bindDevice puts the host's device node dev in place of name, an empty

@@ -38,6 +38,7 @@ var actions = map[string]action{
 	sandboxd1.MethodGetPromotion:          {},
 	sandboxd1.MethodApprovePromotion:      {mutating: true},
 	sandboxd1.MethodRejectPromotion:       {mutating: true},
+	sandboxd1.MethodClearCache:            {mutating: true},
 	// org.sandboxd1.Sandbox
 	sandboxd1.MethodDestroy:          {mutating: true},
 	sandboxd1.MethodFreeze:           {mutating: true},
@@ -54,6 +55,15 @@ var actions = map[string]action{
 	sandboxd1.MethodRebase:           {mutating: true},
 	sandboxd1.MethodProjectChanges:   {heavy: true},
 	sandboxd1.MethodPromote:          {mutating: true, heavy: true},
+	sandboxd1.MethodExposePort:       {mutating: true},
+	sandboxd1.MethodClosePort:        {mutating: true},
+	sandboxd1.MethodSpawn:            {mutating: true},
+	sandboxd1.MethodListProcesses:    {},
+	sandboxd1.MethodReadLog:          {},
+	sandboxd1.MethodSignalProcess:    {mutating: true},
+	sandboxd1.MethodOpenSession:      {mutating: true},
+	sandboxd1.MethodEval:             {mutating: true},
+	sandboxd1.MethodCloseSession:     {mutating: true},
 	// The standard interfaces of a sandbox's object. Set changes nothing
 	// (every property is read-only) and is always refused.
 	propertiesAction(sandboxd1.MethodGet):    {},

@@ -68,6 +68,7 @@ const ManagerXML = xmlHeader + `<node>
    <arg type="s" name="id" direction="in"/>
    <arg type="s" name="reason" direction="in"/>
   </method>
+  <method name="ClearCache"/>
   <signal name="SandboxNew">
    <arg type="s" name="id"/>
    <arg type="o" name="object"/>
@@ -140,8 +141,56 @@ const SandboxXML = xmlHeader + `<node>
    <arg type="a{sv}" name="options" direction="in"/>
    <arg type="s" name="promotion" direction="out"/>
   </method>
+  <method name="Spawn">
+   <arg type="as" name="argv" direction="in"/>
+   <arg type="a{sv}" name="options" direction="in"/>
+   <arg type="s" name="process" direction="out"/>
+  </method>
+  <method name="ListProcesses">
+   <arg type="a(sasuttsii)" name="processes" direction="out"/>
+  </method>
+  <method name="ReadLog">
+   <arg type="s" name="process" direction="in"/>
+   <arg type="t" name="offset" direction="in"/>
+   <arg type="u" name="max" direction="in"/>
+   <arg type="ay" name="data" direction="out"/>
+   <arg type="t" name="next" direction="out"/>
+   <arg type="b" name="ended" direction="out"/>
+  </method>
+  <method name="SignalProcess">
+   <arg type="s" name="process" direction="in"/>
+   <arg type="i" name="signal" direction="in"/>
+  </method>
+  <method name="ExposePort">
+   <arg type="q" name="port" direction="in"/>
+   <arg type="a{sv}" name="options" direction="in"/>
+   <arg type="s" name="address" direction="out"/>
+  </method>
+  <method name="ClosePort">
+   <arg type="q" name="port" direction="in"/>
+  </method>
+  <method name="OpenSession">
+   <arg type="s" name="language" direction="in"/>
+   <arg type="a{sv}" name="options" direction="in"/>
+   <arg type="s" name="session" direction="out"/>
+  </method>
+  <method name="Eval">
+   <arg type="s" name="session" direction="in"/>
+   <arg type="s" name="code" direction="in"/>
+   <arg type="s" name="output" direction="out"/>
+   <arg type="i" name="status" direction="out"/>
+  </method>
+  <method name="CloseSession">
+   <arg type="s" name="session" direction="in"/>
+  </method>
   <signal name="CommandExited">
    <arg type="s" name="command"/>
+   <arg type="s" name="how"/>
+   <arg type="i" name="status"/>
+   <arg type="i" name="signal"/>
+  </signal>
+  <signal name="ProcessExited">
+   <arg type="s" name="process"/>
    <arg type="s" name="how"/>
    <arg type="i" name="status"/>
    <arg type="i" name="signal"/>

@@ -162,6 +162,10 @@ type Limits struct {
 	// together (their owner's slice); 0: no such bound.
 	UserMemoryMax Size `toml:"user_memory_max"`
 	UserTasksMax  int  `toml:"user_tasks_max"`
+	// CacheQuota bounds each user's cache volume, which all of that
+	// user's sandboxes share at /var/cache/sandbox (pip, npm, Go,
+	// cargo); 0: no bound.
+	CacheQuota Size `toml:"cache_quota"`
 	// MaxCheckpoints caps one sandbox's checkpoints; 0: 32.
 	MaxCheckpoints int `toml:"max_checkpoints"`
 	// DefaultTTL is given to a sandbox created without a time to live;
@@ -230,6 +234,7 @@ func Default() *Config {
 			MaxSandboxes:        256,
 			MaxSandboxesPerUser: 32,
 			OnUserLimit:         OnUserLimitRefuse,
+			CacheQuota:          2 * GiB,
 			DefaultTTL:          Duration(24 * time.Hour),
 		},
 		Storage: Storage{

@@ -81,6 +81,17 @@ type Record struct {
 	// record holds the ids for as long as it exists, so that no other
 	// sandbox gets them, also after a crash.
 	IDs *IDMap `json:"ids,omitempty"`
+	// Ports are the ports it exposes on the host (ExposePort), in the
+	// order exposed: the daemon exposes them again when it starts.
+	Ports []Port `json:"ports,omitempty"`
+}
+
+// Port is a port of a sandbox that the daemon exposes on the host.
+type Port struct {
+	Port uint16 `json:"port"`
+	// TCP: also on a loopback TCP port, whose number the kernel picks
+	// anew each time the daemon exposes it.
+	TCP bool `json:"tcp,omitempty"`
 }
 
 // IDMap is a sandbox's user namespace: Base is the first of the block of

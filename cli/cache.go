@@ -1,0 +1,47 @@
+package cli
+
+import (
+	"context"
+
+	ucli "github.com/urfave/cli/v3"
+
+	"github.com/sandboxd/sandboxd/sandboxd1"
+)
+
+func cacheCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:  "cache",
+		Usage: "your cache that your sandboxes share (pip, npm, Go, cargo)",
+		Description: `Each user has one cache volume, made on first need, that every sandbox of
+theirs (and no one else's) sees at /var/cache/sandbox; commands there get
+PIP_CACHE_DIR, npm_config_cache, GOMODCACHE, GOCACHE and CARGO_HOME
+pointing into it, so that what one sandbox downloaded the next one finds.
+It outlives your sandboxes, within [limits] cache_quota (2GiB by default)
+for all of them together.`,
+		Commands: []*ucli.Command{
+			{
+				Name:  "clear",
+				Usage: "empty your cache",
+				Action: func(ctx context.Context, cmd *ucli.Command) error {
+					if _, err := args(cmd, 0, 0); err != nil {
+						return err
+					}
+					return withClient(ctx, func(c *client) error {
+						if err := call(ctx, c.manager(), "clearing your cache",
+							sandboxd1.Member(sandboxd1.ManagerInterface, sandboxd1.MethodClearCache), nil); err != nil {
+							return err
+						}
+						out := outputOf(cmd)
+						switch {
+						case out.json:
+							return out.JSON(map[string]any{"cleared": true})
+						case out.quiet:
+							return nil
+						}
+						return out.line("cleared your cache")
+					})
+				},
+			},
+		},
+	}
+}

@@ -1,0 +1,69 @@
+package cli
+
+import (
+	"context"
+	"strconv"
+
+	"github.com/godbus/dbus/v5"
+	ucli "github.com/urfave/cli/v3"
+
+	"github.com/sandboxd/sandboxd/sandboxd1"
+)
+
+func portCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:      "port",
+		Usage:     "reach a port of a sandbox from the host (prints where), or close it",
+		ArgsUsage: "SANDBOX PORT",
+		Description: `Exposes PORT of the sandbox's own loopback (127.0.0.1:PORT inside it) on
+this host, whatever the sandbox's network (none, allowlist or host), and
+prints where: a unix socket only the sandbox's owner and root may connect
+to, such as
+
+   curl --unix-socket "$(sandboxctl port web 8000)" http://localhost/
+
+With --tcp, also a loopback TCP port (127.0.0.1:N, printed instead),
+which refuses connections of anyone but the owner and root. A sandbox
+exposes at most 16 ports; they close when it is destroyed, or with
+--close. After sandboxd restarts they are exposed again: the socket's
+path stays, a TCP port gets a new number.`,
+		Flags: []ucli.Flag{
+			&ucli.BoolFlag{Name: "tcp", Usage: "also listen on a loopback TCP port, and print its address"},
+			&ucli.BoolFlag{Name: "close", Usage: "stop exposing PORT"},
+		},
+		Action: onSandbox(2, func(ctx context.Context, cmd *ucli.Command, c *client, e sandboxd1.ListEntry, rest []string) error {
+			port, err := strconv.ParseUint(rest[0], 10, 16)
+			if err != nil {
+				return usage("%s is not a port (1 to 65535)", quote(rest[0]))
+			}
+			out := outputOf(cmd)
+			what := "port " + rest[0] + " of sandbox " + sandboxLabel(e)
+			if cmd.Bool("close") {
+				if err := call(ctx, c.sandbox(e.ID), "closing "+what,
+					sandboxd1.SandboxInterface+"."+sandboxd1.MethodClosePort, []any{uint16(port)}); err != nil {
+					return err
+				}
+				switch {
+				case out.json:
+					return out.JSON(map[string]any{"sandbox": e.ID, "port": port, "closed": true})
+				case out.quiet:
+					return nil
+				}
+				return out.line("closed %s", what)
+			}
+			opts := map[string]dbus.Variant{}
+			if cmd.Bool("tcp") {
+				opts[sandboxd1.OptTCP] = dbus.MakeVariant(true)
+			}
+			var addr string
+			if err := call(ctx, c.sandbox(e.ID), "exposing "+what,
+				sandboxd1.SandboxInterface+"."+sandboxd1.MethodExposePort, []any{uint16(port), opts}, &addr); err != nil {
+				return err
+			}
+			if out.json {
+				return out.JSON(map[string]any{"sandbox": e.ID, "port": port, "address": addr})
+			}
+			return out.line("%s", addr)
+		}),
+	}
+}

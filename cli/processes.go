@@ -1,0 +1,204 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	ucli "github.com/urfave/cli/v3"
+	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandboxd/internal/termsafe"
+	"github.com/sandboxd/sandboxd/sandboxd1"
+)
+
+// Background processes: run --detach, ps, logs, kill.
+
+func runCommand() *ucli.Command {
+	one := 1
+	var flags []ucli.Flag
+	for _, f := range execFlags() {
+		if f.Names()[0] != "detach" {
+			flags = append(flags, f)
+		}
+	}
+	flags = append(flags, &ucli.BoolFlag{Name: "detach", Aliases: []string{"d"}, Usage: "run it in the background and print its process id (needed)"})
+	return &ucli.Command{
+		Name:      "run",
+		Usage:     "start a command in a sandbox in the background; it runs on without you",
+		ArgsUsage: "--detach SANDBOX -- COMMAND [ARG...]",
+		Description: `Starts COMMAND in the sandbox in the background and prints its process
+id. It runs on after sandboxctl exits, and through a restart of
+sandboxd; its stdin is /dev/null, its output goes to a log the sandbox
+keeps (sandboxctl logs; rotated at 8 MiB, the last two kept, counted in
+the sandbox's disk quota). sandboxctl ps lists the processes, kill
+signals one. When COMMAND ends, whatever it left running ends too.`,
+		StopOnNthArg: &one,
+		Flags:        flags,
+		Action: func(ctx context.Context, cmd *ucli.Command) error {
+			if !cmd.Bool("detach") {
+				return usage("run starts a command in the background: give --detach (to wait for a command, use sandboxctl exec)")
+			}
+			target, argv, err := splitCommand(cmd, true)
+			if err != nil {
+				return err
+			}
+			opts, err := execOptions(cmd)
+			if err != nil {
+				return err
+			}
+			return withClient(ctx, func(c *client) error {
+				e, err := c.resolve(ctx, target)
+				if err != nil {
+					return err
+				}
+				var proc string
+				if err := call(ctx, c.sandbox(e.ID), "starting "+argv[0]+" in the background", sandboxd1.Member(sandboxd1.SandboxInterface, sandboxd1.MethodSpawn),
+					[]any{argv, opts}, &proc); err != nil {
+					return err
+				}
+				return outputOf(cmd).line("%s", proc)
+			})
+		},
+	}
+}
+
+func psCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:      "ps",
+		Usage:     "list a sandbox's background processes",
+		ArgsUsage: "SANDBOX",
+		Action: onSandbox(1, func(ctx context.Context, cmd *ucli.Command, c *client, e sandboxd1.ListEntry, _ []string) error {
+			ps, err := c.processes(ctx, e.ID)
+			if err != nil {
+				return err
+			}
+			out := outputOf(cmd)
+			if out.json {
+				return out.JSON(ps)
+			}
+			if out.quiet {
+				for _, p := range ps {
+					if err := out.line("%s", p.ID); err != nil {
+						return err
+					}
+				}
+				return nil
+			}
+			rows := make([][]string, 0, len(ps))
+			for _, p := range ps {
+				rows = append(rows, []string{p.ID, strconv.FormatUint(uint64(p.PID), 10), processState(p),
+					age(fromMicros(p.Started)), termsafe.Line(strings.Join(p.Argv, " "))})
+			}
+			return out.table([]string{"PROCESS", "PID", "STATE", "AGE", "COMMAND"}, rows)
+		}),
+	}
+}
+
+// processState reads like ps's: running, or how it ended.
+func processState(p sandboxd1.ProcessEntry) string {
+	switch {
+	case p.Ended == 0:
+		return "running"
+	case p.How == "exited":
+		return fmt.Sprintf("exited %d", p.Status)
+	case p.How == "signaled":
+		return fmt.Sprintf("killed by signal %d", p.Signal)
+	}
+	return p.How
+}
+
+func logsCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:      "logs",
+		Usage:     "print a background process's output",
+		ArgsUsage: "SANDBOX PROCESS",
+		Description: `Prints what PROCESS wrote to stdout and stderr, from its start (or the
+oldest kept, after a rotation); with -f, goes on printing as it writes,
+until it ends. To a terminal, control characters are shown escaped.`,
+		Flags: []ucli.Flag{
+			&ucli.BoolFlag{Name: "follow", Aliases: []string{"f"}, Usage: "keep printing until the process ends"},
+		},
+		Action: onSandbox(2, func(ctx context.Context, cmd *ucli.Command, c *client, e sandboxd1.ListEntry, rest []string) error {
+			w := cmd.Root().Writer
+			escape := w == os.Stdout && isTerminalFD(1)
+			var offset uint64
+			for {
+				var data []byte
+				var next uint64
+				var ended bool
+				if err := call(ctx, c.sandbox(e.ID), "reading the log of "+rest[0], sandboxd1.Member(sandboxd1.SandboxInterface, sandboxd1.MethodReadLog),
+					[]any{rest[0], offset, uint32(64 << 10)}, &data, &next, &ended); err != nil {
+					return err
+				}
+				if escape {
+					data = []byte(termsafe.Text(string(data)))
+				}
+				if _, err := w.Write(data); err != nil {
+					return err
+				}
+				offset = next
+				if ended || (!cmd.Bool("follow") && len(data) == 0) {
+					return nil
+				}
+				if len(data) == 0 {
+					select {
+					case <-ctx.Done():
+						return ctx.Err()
+					case <-time.After(200 * time.Millisecond):
+					}
+				}
+			}
+		}),
+	}
+}
+
+func killCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:      "kill",
+		Usage:     "signal a background process (and its process group); TERM by default",
+		ArgsUsage: "SANDBOX PROCESS [SIGNAL]",
+		Action: func(ctx context.Context, cmd *ucli.Command) error {
+			a, err := args(cmd, 2, 3)
+			if err != nil {
+				return err
+			}
+			sig := syscall.SIGTERM
+			if len(a) == 3 {
+				if sig, err = parseSignal(a[2]); err != nil {
+					return err
+				}
+			}
+			return withClient(ctx, func(c *client) error {
+				e, err := c.resolve(ctx, a[0])
+				if err != nil {
+					return err
+				}
+				return call(ctx, c.sandbox(e.ID), "signalling "+a[1], sandboxd1.Member(sandboxd1.SandboxInterface, sandboxd1.MethodSignalProcess),
+					[]any{a[1], int32(sig)})
+			})
+		},
+	}
+}
+
+// parseSignal reads "9", "KILL" or "SIGKILL".
+func parseSignal(s string) (syscall.Signal, error) {
+	if n, err := strconv.Atoi(s); err == nil && n > 0 && n <= 64 {
+		return syscall.Signal(n), nil
+	}
+	if n := unix.SignalNum("SIG" + strings.TrimPrefix(strings.ToUpper(s), "SIG")); n != 0 {
+		return n, nil
+	}
+	return 0, usage("signal %q: give a number (1-64) or a name like TERM, KILL, INT, HUP", s)
+}
+
+// processes lists sandbox id's background processes.
+func (c *client) processes(ctx context.Context, id string) ([]sandboxd1.ProcessEntry, error) {
+	var ps []sandboxd1.ProcessEntry
+	err := call(ctx, c.sandbox(id), "listing the background processes", sandboxd1.Member(sandboxd1.SandboxInterface, sandboxd1.MethodListProcesses), nil, &ps)
+	return ps, err
+}

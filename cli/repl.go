@@ -1,0 +1,111 @@
+package cli
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/godbus/dbus/v5"
+	ucli "github.com/urfave/cli/v3"
+
+	"github.com/sandboxd/sandboxd/sandboxd1"
+)
+
+func replCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:      "repl",
+		Usage:     "talk to a long-lived interpreter (python3, sh) in a sandbox; its variables stay between inputs",
+		ArgsUsage: "SANDBOX python3|sh",
+		Description: `Opens a session (an interpreter that lives until you leave) and sends it
+what you type, an input at a time: a line, or a line and the indented
+lines after it (a block). Each input's output is printed; its variables,
+imports and functions stay for the next. Without a terminal, stdin is
+read the same way, and sandboxctl exits with the status of the last
+input (0: no error).`,
+		Flags: []ucli.Flag{
+			&ucli.BoolFlag{Name: "root", Usage: "run the interpreter as root in the sandbox (root of its user namespace)"},
+		},
+		Action: onSandbox(2, func(ctx context.Context, cmd *ucli.Command, c *client, e sandboxd1.ListEntry, rest []string) error {
+			opts := map[string]dbus.Variant{}
+			if cmd.Bool("root") {
+				opts[sandboxd1.OptRoot] = dbus.MakeVariant(true)
+			}
+			var sess string
+			obj := c.sandbox(e.ID)
+			if err := call(ctx, obj, "opening a "+rest[0]+" session", sandboxd1.Member(sandboxd1.SandboxInterface, sandboxd1.MethodOpenSession),
+				[]any{rest[0], opts}, &sess); err != nil {
+				return err
+			}
+			defer func() {
+				_ = call(context.WithoutCancel(ctx), obj, "closing the session", sandboxd1.Member(sandboxd1.SandboxInterface, sandboxd1.MethodCloseSession), []any{sess})
+			}()
+			w := cmd.Root().Writer
+			prompt := isTerminalFD(0)
+			var status int32
+			in := inputs(os.Stdin)
+			for {
+				if prompt {
+					fmt.Fprint(w, ">>> ")
+				}
+				code, err := in()
+				if err == io.EOF {
+					if prompt {
+						fmt.Fprintln(w)
+					}
+					break
+				}
+				if err != nil {
+					return err
+				}
+				if strings.TrimSpace(code) == "" {
+					continue
+				}
+				var out string
+				if err := call(ctx, obj, "running the input", sandboxd1.Member(sandboxd1.SandboxInterface, sandboxd1.MethodEval),
+					[]any{sess, code}, &out, &status); err != nil {
+					return err
+				}
+				if _, err := io.WriteString(w, out); err != nil {
+					return err
+				}
+			}
+			if status != 0 {
+				return exitWith(min(int(status), 255))
+			}
+			return nil
+		}),
+	}
+}
+
+// inputs reads r an input at a time: a line, with the lines after it
+// that are indented (a block: a Python def, a shell function's body).
+func inputs(r io.Reader) func() (string, error) {
+	br := bufio.NewReader(r)
+	var pending string
+	return func() (string, error) {
+		code := pending
+		pending = ""
+		if code == "" {
+			line, err := br.ReadString('\n')
+			if line == "" && err != nil {
+				return "", err
+			}
+			code = line
+		}
+		for {
+			line, err := br.ReadString('\n')
+			if line != "" && (strings.HasPrefix(line, " ") || strings.HasPrefix(line, "\t")) {
+				code += line
+				continue
+			}
+			// The next input's first line (or the end: the next call
+			// then reads EOF).
+			_ = err
+			pending = line
+			return code, nil
+		}
+	}
+}

@@ -1,0 +1,25 @@
+package api
+
+import (
+	"github.com/godbus/dbus/v5"
+
+	"github.com/sandboxd/sandboxd/sandboxd1"
+)
+
+// ClearCache(): empties the caller's cache volume, which its sandboxes
+// share at /var/cache/sandbox: the caller's own only, whoever calls.
+func (m manager) ClearCache(sender dbus.Sender) *dbus.Error {
+	s := m.s
+	r, derr := s.begin(sender, sandboxd1.MethodClearCache)
+	if derr != nil {
+		return derr
+	}
+	if !s.access.mayCreate(r.who) {
+		return s.end(r, "", dbusError(sandboxd1.ErrorAccessDenied,
+			"clearing the cache of uid %d: it may not create sandboxes, and has no cache", r.who.uid))
+	}
+	if err := s.sup.ClearCache(r.ctx, r.who.uid); err != nil {
+		return s.end(r, "", fromSupervisor(err))
+	}
+	return s.end(r, "", nil)
+}

@@ -1,0 +1,72 @@
+package api
+
+import (
+	"errors"
+	"strings"
+
+	"github.com/godbus/dbus/v5"
+
+	"github.com/sandboxd/sandboxd/sandboxd1"
+	"github.com/sandboxd/sandboxd/supervisor"
+)
+
+// Sessions: OpenSession, Eval, CloseSession.
+
+// OpenSession(s language, a{sv} options) -> (s session) starts a
+// long-lived interpreter (python3, sh) in the sandbox, as the caller,
+// with Exec's options (Environment, WorkingDirectory, Root). It lives
+// until CloseSession, its own end, the sandbox's, or the daemon's.
+func (o sandboxObject) OpenSession(sender dbus.Sender, msg dbus.Message, language string, options map[string]dbus.Variant) (string, *dbus.Error) {
+	s := o.s
+	r, id, derr := o.beginOn(sender, msg, sandboxd1.MethodOpenSession)
+	if derr != nil {
+		return "", derr
+	}
+	opts := supervisor.ExecOptions{UID: r.who.uid}
+	if err := execOptions(&opts, options); err != nil {
+		return "", s.end(r, id, dbusError(sandboxd1.ErrorInvalidArgs, "OpenSession: %v", err))
+	}
+	sess, err := s.sup.OpenSession(r.ctx, id, language, opts)
+	if err != nil {
+		return "", s.end(r, id, fromSupervisor(err))
+	}
+	return sess, s.end(r, id, nil)
+}
+
+// Eval(s session, s code) -> (s output, i status) runs code in the
+// session's interpreter, in the scope the earlier inputs left, and
+// returns what it wrote (stdout and stderr together, at most 1 MiB; bytes
+// that are not UTF-8 become U+FFFD) and its status: 0 if it ran without
+// error. Only the caller that opened the session (or root) may use it.
+func (o sandboxObject) Eval(sender dbus.Sender, msg dbus.Message, session, code string) (string, int32, *dbus.Error) {
+	s := o.s
+	r, id, derr := o.beginOn(sender, msg, sandboxd1.MethodEval)
+	if derr != nil {
+		return "", 0, derr
+	}
+	out, status, err := s.sup.Eval(r.ctx, id, session, r.who.uid, code, 0)
+	if err != nil {
+		return "", 0, s.end(r, id, sessionError(err))
+	}
+	return strings.ToValidUTF8(out, "\uFFFD"), int32(status), s.end(r, id, nil)
+}
+
+// CloseSession(s session) ends a session and its interpreter.
+func (o sandboxObject) CloseSession(sender dbus.Sender, msg dbus.Message, session string) *dbus.Error {
+	s := o.s
+	r, id, derr := o.beginOn(sender, msg, sandboxd1.MethodCloseSession)
+	if derr != nil {
+		return derr
+	}
+	return s.end(r, id, sessionError(s.sup.CloseSession(r.ctx, id, session, r.who.uid)))
+}
+
+func sessionError(err error) *dbus.Error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, supervisor.ErrNoSession) {
+		return dbusError(sandboxd1.ErrorNoSuchCommand, "%v", err)
+	}
+	return fromSupervisor(err)
+}

@@ -1,0 +1,241 @@
+package supervisor
+
+// Sessions (issue 21): a long-lived interpreter in a sandbox that takes
+// inputs one at a time and keeps its variables between them, as an
+// agent's REPL. The daemon holds the interpreter's stdin and stdout: a
+// session lives as long as the daemon and the sandbox, and ends with
+// either.
+
+import (
+	"bufio"
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sandboxd/sandboxd/supervisor/audit"
+)
+
+var (
+	//go:embed drivers/python3.py
+	python3Driver string
+	//go:embed drivers/sh.sh
+	shDriver string
+)
+
+// Languages a session may speak.
+var sessionLanguages = []string{"python3", "sh"}
+
+const (
+	// maxSessions bounds one sandbox's open sessions.
+	maxSessions = 8
+	// MaxEvalOutput bounds what one input's output returns (the rest is
+	// dropped).
+	MaxEvalOutput = 1 << 20
+	// maxEvalInput bounds one input.
+	maxEvalInput = 1 << 20
+	// defaultEvalTimeout ends an input that runs longer (and with it the
+	// session, whose interpreter is then in no state to take another).
+	defaultEvalTimeout = 5 * time.Minute
+)
+
+// ErrNoSession: no open session of that id in the sandbox.
+var ErrNoSession = errors.New("no such session")
+
+type session struct {
+	id, sandbox, lang, token string
+	uid                      uint32
+	cmd                      *Command
+	in                       *os.File
+	out                      *bufio.Reader
+	outFile                  *os.File
+	mu                       sync.Mutex // one input at a time
+}
+
+type sessions struct {
+	mu sync.Mutex
+	m  map[string]*session // sandbox/session
+}
+
+// OpenSession starts an interpreter of lang (python3, sh) in sandbox id,
+// as Exec would start a command of o (its Argv, Stdio, PTY and limits
+// aside), and returns the session's id.
+func (s *Supervisor) OpenSession(ctx context.Context, id, lang string, o ExecOptions) (_ string, err error) {
+	var argv []string
+	token := newCommandID() + newCommandID()
+	switch lang {
+	case "python3":
+		argv = []string{"python3", "-u", "-c", python3Driver, strconv.Itoa(MaxEvalOutput)}
+	case "sh":
+		argv = []string{"/bin/sh", "-c", shDriver, "sh", "__sandboxd_end_" + token + "__", strconv.Itoa(MaxEvalOutput)}
+	default:
+		return "", fmt.Errorf("opening a session in sandbox %s: language %q: want one of %s: %w", id, lang, strings.Join(sessionLanguages, ", "), ErrInvalid)
+	}
+	s.sessions.mu.Lock()
+	n := 0
+	for _, x := range s.sessions.m {
+		if x.sandbox == id {
+			n++
+		}
+	}
+	s.sessions.mu.Unlock()
+	if n >= maxSessions {
+		return "", fmt.Errorf("opening a session in sandbox %s: it has %d open; close one first: %w", id, n, ErrLimitReached)
+	}
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		return "", fmt.Errorf("opening a session in sandbox %s: %w", id, err)
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		inR.Close()
+		inW.Close()
+		return "", fmt.Errorf("opening a session in sandbox %s: %w", id, err)
+	}
+	null, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	if err != nil {
+		closeFiles(inR, inW, outR, outW)
+		return "", err
+	}
+	o.Argv, o.Stdio, o.PTY, o.OutputLimit, o.Timeout = argv, []*os.File{inR, outW, null}, false, 0, 0
+	cmd, err := s.Exec(ctx, id, o)
+	closeFiles(inR, outW, null) // the interpreter has its own copies
+	if err != nil {
+		closeFiles(inW, outR)
+		return "", fmt.Errorf("opening a %s session: %w", lang, err)
+	}
+	x := &session{id: newCommandID(), sandbox: id, lang: lang, token: token, uid: o.UID, cmd: cmd,
+		in: inW, out: bufio.NewReader(outR), outFile: outR}
+	s.sessions.mu.Lock()
+	if s.sessions.m == nil {
+		s.sessions.m = map[string]*session{}
+	}
+	s.sessions.m[id+"/"+x.id] = x
+	s.sessions.mu.Unlock()
+	go func() { // an interpreter that ends ends its session
+		<-cmd.Done()
+		s.dropSession(x)
+	}()
+	return x.id, nil
+}
+
+// Eval sends code to session sess of sandbox id (opened by uid, or root
+// asks) and returns its output and status: 0 if it ran without error.
+// An input that runs past timeout (0: five minutes) ends the session.
+func (s *Supervisor) Eval(ctx context.Context, id, sess string, uid uint32, code string, timeout time.Duration) (output string, status int, err error) {
+	x, err := s.session(id, sess, uid)
+	if err != nil {
+		return "", 0, err
+	}
+	defer func() {
+		rec, _ := s.cfg.Store.Get(id)
+		s.auditEntry(ctx, audit.Entry{Action: "eval", Command: x.lang + " session " + x.id + ": " + code}, rec, err)
+	}()
+	if len(code) > maxEvalInput {
+		return "", 0, fmt.Errorf("session %s: an input of %d bytes, over %d: %w", sess, len(code), maxEvalInput, ErrInvalid)
+	}
+	if x.lang == "sh" && strings.Contains("\n"+code+"\n", "\n"+"__sandboxd_end_"+x.token+"__\n") {
+		return "", 0, fmt.Errorf("session %s: the input holds the session's end marker: %w", sess, ErrInvalid)
+	}
+	if timeout <= 0 {
+		timeout = defaultEvalTimeout
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	framed := strconv.Itoa(len(code)) + "\n" + code
+	if x.lang == "sh" {
+		framed = strings.TrimSuffix(code, "\n") + "\n__sandboxd_end_" + x.token + "__\n"
+	}
+	type answer struct {
+		out    string
+		status int
+		err    error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		if _, err := io.WriteString(x.in, framed); err != nil {
+			done <- answer{err: fmt.Errorf("the session ended: %w", err)}
+			return
+		}
+		head, err := x.out.ReadString('\n')
+		if err != nil {
+			done <- answer{err: fmt.Errorf("the session ended: %w", err)}
+			return
+		}
+		var n, st int
+		if _, err := fmt.Sscanf(head, "%d %d", &n, &st); err != nil || n < 0 || n > MaxEvalOutput {
+			done <- answer{err: fmt.Errorf("the interpreter answered %q", strings.TrimSpace(head))}
+			return
+		}
+		buf := make([]byte, n)
+		if _, err := io.ReadFull(x.out, buf); err != nil {
+			done <- answer{err: fmt.Errorf("the session ended: %w", err)}
+			return
+		}
+		done <- answer{out: string(buf), status: st}
+	}()
+	select {
+	case a := <-done:
+		if a.err != nil {
+			s.endSession(x)
+			return "", 0, fmt.Errorf("session %s of sandbox %s: %w", sess, id, a.err)
+		}
+		return a.out, a.status, nil
+	case <-time.After(timeout):
+		s.endSession(x)
+		return "", 0, fmt.Errorf("session %s of sandbox %s: the input ran past %v; the session is ended: %w", sess, id, timeout, ErrInvalid)
+	case <-ctx.Done():
+		s.endSession(x)
+		return "", 0, ctx.Err()
+	}
+}
+
+// CloseSession ends session sess of sandbox id.
+func (s *Supervisor) CloseSession(ctx context.Context, id, sess string, uid uint32) error {
+	x, err := s.session(id, sess, uid)
+	if err != nil {
+		return err
+	}
+	s.endSession(x)
+	return nil
+}
+
+func (s *Supervisor) session(id, sess string, uid uint32) (*session, error) {
+	s.sessions.mu.Lock()
+	x := s.sessions.m[id+"/"+sess]
+	s.sessions.mu.Unlock()
+	if x == nil || uid != 0 && x.uid != uid {
+		return nil, fmt.Errorf("sandbox %s: session %q: %w", id, sess, ErrNoSession)
+	}
+	return x, nil
+}
+
+// endSession stops the interpreter (its stdin closed, then its command
+// signalled) and forgets the session.
+func (s *Supervisor) endSession(x *session) {
+	x.in.Close()
+	_ = x.cmd.cmd.Signal(9)
+	s.dropSession(x)
+}
+
+func (s *Supervisor) dropSession(x *session) {
+	s.sessions.mu.Lock()
+	if s.sessions.m[x.sandbox+"/"+x.id] == x {
+		delete(s.sessions.m, x.sandbox+"/"+x.id)
+	}
+	s.sessions.mu.Unlock()
+	x.in.Close()
+	x.outFile.Close()
+}
+
+func closeFiles(fs ...*os.File) {
+	for _, f := range fs {
+		f.Close()
+	}
+}
