@@ -197,7 +197,7 @@ func printStatus(out output, props map[string]dbus.Variant, stalenessText string
 	rows := [][]string{
 		{"Sandbox", str("Id") + nameSuffix(str("Name"))},
 		{"Project", str("Project")},
-		{"State", str("State")},
+		{"State", stateText(str("State"), props[sandboxd1.PropFrozenIdle])},
 		{"Owner", userName(owner)},
 		{"Created", fmt.Sprintf("%s (%s ago)", created.Local().Format(time.DateTime), age(created))},
 		{"Expires", expires(u64("Expires"))},
@@ -425,4 +425,12 @@ func hostIDsText(v dbus.Variant) string {
 		return "the host's (no user namespace: root inside is the host's root)"
 	}
 	return fmt.Sprintf("%d-%d on the host (user namespace: root inside is uid %d outside)", ids[0], ids[1], ids[0])
+}
+
+// stateText is the state, and why a frozen sandbox is.
+func stateText(state string, idle dbus.Variant) string {
+	if b, _ := idle.Value().(bool); b && state == "frozen" {
+		return "frozen (idle: the next command or connection to one of its ports thaws it)"
+	}
+	return state
 }

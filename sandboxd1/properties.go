@@ -22,6 +22,9 @@ const (
 	// (root inside is the first); empty: it has none, its root is the
 	// host's.
 	PropHostIDs = "HostIDs" // au
+	// PropFrozenIdle: frozen for being idle ([limits] idle_freeze); the
+	// next call that needs it, or connection to a port of its, thaws it.
+	PropFrozenIdle = "FrozenIdle" // b
 	// Live: read at each Get, never announced.
 	PropStaleness = "Staleness" // s: current, stale or unknown
 	PropUsage     = "Usage"     // a{sv}, the Usage* keys

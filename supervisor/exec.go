@@ -111,6 +111,9 @@ func (c *commands) get(sandbox, id string) *Command {
 // tells when it ends, and Result how: a kill by the sandbox's memory limit
 // is told apart from other kills.
 func (s *Supervisor) Exec(ctx context.Context, id string, o ExecOptions) (_ *Command, err error) {
+	if err := s.wake(ctx, id); err != nil {
+		return nil, err
+	}
 	rec, err := s.cfg.Store.Get(id)
 	if err != nil {
 		return nil, err
@@ -191,6 +194,7 @@ func (s *Supervisor) Exec(ctx context.Context, id string, o ExecOptions) (_ *Com
 			}
 		}
 		s.commands.remove(cmd)
+		s.touch(id)
 		s.log.Info("command ended", "SANDBOX_ID", id, "ACTION", "exec", "command", cmd.ID, "result", res.String())
 		close(cmd.done)
 	}()

@@ -35,7 +35,7 @@ func (s *Supervisor) transition(ctx context.Context, id, action string, from []s
 	if err := act(ctx, rec.Unit); err != nil {
 		return sb, fmt.Errorf("%s of sandbox %s: %w", action, id, err)
 	}
-	rec, err = s.cfg.Store.Update(id, func(r *state.Record) error { r.State = to; return nil })
+	rec, err = s.cfg.Store.Update(id, func(r *state.Record) error { r.State, r.FrozenIdle = to, false; return nil })
 	if err != nil {
 		return sb, fmt.Errorf("%s of sandbox %s: %w", action, id, err)
 	}

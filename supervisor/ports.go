@@ -309,6 +309,11 @@ func (s *Supervisor) refusePort(e *exposedPort, c net.Conn, reason string) {
 // port is closed.
 func (s *Supervisor) forward(e *exposedPort, c net.Conn) {
 	defer c.Close()
+	if err := s.wake(e.ctx, e.key.id); err != nil {
+		s.log.Warn("exposed port: waking its sandbox", "SANDBOX_ID", e.key.id, "port", e.key.port, "error", err)
+		return
+	}
+	defer s.touch(e.key.id)
 	ns, err := s.sandboxNetNS(e.key.id)
 	if err != nil {
 		s.log.Debug("exposed port: no sandbox to forward to", "SANDBOX_ID", e.key.id, "port", e.key.port, "error", err)

@@ -44,6 +44,9 @@ func (s *Supervisor) OnProcessExited(fn func(sandbox string, p nsinit.Process)) 
 // command (o's Stdio, PTY and OutputLimit aside: its stdin is /dev/null,
 // its output goes to its log), and returns its id once it runs.
 func (s *Supervisor) Spawn(ctx context.Context, id string, o ExecOptions) (_ string, err error) {
+	if err := s.wake(ctx, id); err != nil {
+		return "", err
+	}
 	rec, err := s.cfg.Store.Get(id)
 	if err != nil {
 		return "", err
@@ -151,6 +154,9 @@ func processError(id string, err error) error {
 // live refuses a sandbox that is not running (frozen: its init cannot
 // answer).
 func (s *Supervisor) live(id string) error {
+	if err := s.wake(context.Background(), id); err != nil {
+		return err
+	}
 	rec, err := s.cfg.Store.Get(id)
 	if err != nil {
 		return err
@@ -215,6 +221,7 @@ func (s *Supervisor) processEnded(id string, p nsinit.Process) {
 			s.log.Warn("removing a background process's cgroup", "SANDBOX_ID", id, "process", p.ID, "error", err)
 		}
 	}
+	s.touch(id)
 	s.log.Info("background process ended", "SANDBOX_ID", id, "ACTION", "spawn", "process", p.ID, "result", p.Result.String())
 	if fn != nil {
 		fn(id, p)

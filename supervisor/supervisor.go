@@ -7,6 +7,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/sandboxd/sandboxd/cowfs"
 	"github.com/sandboxd/sandboxd/supervisor/audit"
@@ -89,6 +90,9 @@ type Config struct {
 	// owner's slice (units.OwnerSlice) before each of its scopes starts;
 	// nothing set: no bound but each sandbox's own.
 	UserLimits units.Limits
+	// IdleFreeze freezes a sandbox idle for this long (0: never): see
+	// FreezeIdle.
+	IdleFreeze time.Duration
 	// UserNS says whether sandboxes get user namespaces of their own
 	// (see ProbeUserNS).
 	UserNS UserNS
@@ -120,6 +124,7 @@ type Supervisor struct {
 	procHooks processHooks
 	sessions  sessions
 	caches    caches // owners' cache volumes (cache.go)
+	activity  activity
 }
 
 // New makes a Supervisor. Call LoadProjects, then Reconcile, before

@@ -101,6 +101,7 @@ func run(ctx context.Context, configPath string) error {
 		},
 		MaxCheckpoints: lim.MaxCheckpoints,
 		UserLimits:     userLimits(lim),
+		IdleFreeze:     time.Duration(lim.IdleFreeze),
 		Caches:         true,
 		CacheQuota:     uint64(lim.CacheQuota),
 		Audit:          auditLog,
@@ -163,7 +164,7 @@ func run(ctx context.Context, configPath string) error {
 	if interval, err := sddaemon.SdWatchdogEnabled(false); err == nil && interval > 0 {
 		go watchdog(ctx, interval/2)
 	}
-	go expire(ctx, sup, srv, log)
+	go expire(ctx, sup, srv, log, time.Duration(lim.IdleFreeze))
 	select {
 	case <-ctx.Done():
 	case <-conn.Context().Done():
@@ -182,18 +183,29 @@ func status(s string) { _, _ = sddaemon.SdNotify(false, "STATUS="+s) }
 
 // expire destroys sandboxes past their time to live, every few seconds,
 // and tells the bus they are gone.
-func expire(ctx context.Context, sup *supervisor.Supervisor, srv *api.Server, log *slog.Logger) {
-	t := time.NewTicker(10 * time.Second)
+func expire(ctx context.Context, sup *supervisor.Supervisor, srv *api.Server, log *slog.Logger, idle time.Duration) {
+	every := 10 * time.Second
+	if idle > 0 && idle/2 < every {
+		every = max(idle/2, time.Second) // an idle sandbox freezes within half its time again
+	}
+	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		gone, err := sup.Expire(ctx, time.Now())
 		if err != nil {
 			log.Error("expiring sandboxes", "error", err)
 		}
+		frozen, err := sup.FreezeIdle(ctx, time.Now())
+		if err != nil {
+			log.Error("freezing idle sandboxes", "error", err)
+		}
+
 		if len(gone) > 0 {
 			log.Info("sandboxes expired", "ids", strings.Join(gone, ","), "ACTION", "expire")
+		}
+		if len(gone)+len(frozen) > 0 {
 			if err := srv.Sync(ctx); err != nil {
-				log.Error("announcing expired sandboxes", "error", err)
+				log.Error("announcing expired or idle sandboxes", "error", err)
 			}
 		}
 		select {

@@ -172,6 +172,7 @@ func sandboxProps(sb supervisor.Sandbox, insp supervisor.Inspection) (map[string
 		"Allow":           dbus.MakeVariant(allow),
 		"ReadOnlyProject": dbus.MakeVariant(sb.ReadOnlyProject),
 		"HostIDs":         dbus.MakeVariant(hostIDs(sb.IDs)),
+		"FrozenIdle":      dbus.MakeVariant(sb.FrozenIdle),
 		// Live: read at each Get, never announced by PropertiesChanged.
 		"Staleness": dbus.MakeVariant(insp.Staleness),
 		"Usage":     dbus.MakeVariant(usageMap(insp)),

@@ -171,6 +171,10 @@ type Limits struct {
 	// DefaultTTL is given to a sandbox created without a time to live;
 	// MaxTTL bounds any.
 	DefaultTTL Duration `toml:"default_ttl"`
+	// IdleFreeze freezes a sandbox with no running command, background
+	// process or port connection for this long; the next call or
+	// connection thaws it. 0: never.
+	IdleFreeze Duration `toml:"idle_freeze"`
 	MaxTTL     Duration `toml:"max_ttl"`
 }
 

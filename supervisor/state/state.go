@@ -75,6 +75,9 @@ type Record struct {
 	ReadOnly        []string `json:"readonly,omitempty"`
 	// Layer is the volume of its system layer ("": a tmpfs).
 	Layer string `json:"layer,omitempty"`
+	// FrozenIdle: it is frozen for being idle (not by a caller), and the
+	// next call that needs it, or connection to a port of its, thaws it.
+	FrozenIdle bool `json:"frozen_idle,omitempty"`
 	// Checkpoints are its named read-only snapshots, oldest first.
 	Checkpoints []Checkpoint `json:"checkpoints,omitempty"`
 	// IDs is its user namespace (nil: none, its root is the host's). The

@@ -1,0 +1,142 @@
+package supervisor
+
+// Idle sandboxes (issue 21): one with no running command, background
+// process or open port connection for Config.IdleFreeze is frozen (its
+// memory stays, its CPU is free) and thawed by the next call that needs
+// it or the next connection to one of its ports.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sandboxd/sandboxd/runtime/nsinit"
+	"github.com/sandboxd/sandboxd/supervisor/state"
+)
+
+// activity is when each sandbox last did something this daemon saw.
+type activity struct {
+	mu   sync.Mutex
+	last map[string]time.Time
+}
+
+// touch records activity in sandbox id now.
+func (s *Supervisor) touch(id string) {
+	s.activity.mu.Lock()
+	defer s.activity.mu.Unlock()
+	if s.activity.last == nil {
+		s.activity.last = map[string]time.Time{}
+	}
+	s.activity.last[id] = time.Now()
+}
+
+func (s *Supervisor) lastActive(id string) (time.Time, bool) {
+	s.activity.mu.Lock()
+	defer s.activity.mu.Unlock()
+	t, ok := s.activity.last[id]
+	return t, ok
+}
+
+// wake thaws sandbox id if it was frozen for being idle, and records
+// activity; a sandbox frozen by a caller stays frozen.
+func (s *Supervisor) wake(ctx context.Context, id string) error {
+	s.touch(id)
+	rec, err := s.cfg.Store.Get(id)
+	if err != nil || rec.State != state.Frozen || !rec.FrozenIdle {
+		return nil
+	}
+	if _, err := s.Thaw(ctx, id); err != nil && !errors.Is(err, ErrWrongState) {
+		return fmt.Errorf("thawing idle sandbox %s: %w", id, err)
+	}
+	s.touch(id)
+	return nil
+}
+
+// busy reports whether sandbox id runs a command (sessions too), a
+// background process, or carries a port connection.
+func (s *Supervisor) busy(ctx context.Context, id string) bool {
+	s.commands.mu.Lock()
+	for k := range s.commands.m {
+		if strings.HasPrefix(k, id+"/") {
+			s.commands.mu.Unlock()
+			return true
+		}
+	}
+	s.commands.mu.Unlock()
+	s.ports.mu.Lock()
+	for k, e := range s.ports.m {
+		if k.id == id && len(e.slots) > 0 {
+			s.ports.mu.Unlock()
+			return true
+		}
+	}
+	s.ports.mu.Unlock()
+	ps, err := nsinit.ListProcesses(ctx, nsinit.Control(s.runtimeDir(id)))
+	return err != nil || slices.ContainsFunc(ps, nsinit.Process.Running) // unknown: busy
+}
+
+// FreezeIdle freezes the ready sandboxes that have been idle for
+// Config.IdleFreeze (0: none ever are), and returns their ids. A sandbox
+// this daemon has seen nothing of since it started counts from then.
+func (s *Supervisor) FreezeIdle(ctx context.Context, now time.Time) ([]string, error) {
+	if s.cfg.IdleFreeze <= 0 {
+		return nil, nil
+	}
+	recs, err := s.cfg.Store.List()
+	if err != nil {
+		return nil, err
+	}
+	var frozen []string
+	var errs []error
+	for _, r := range recs {
+		if r.State != state.Ready && r.State != state.Running {
+			continue
+		}
+		last, ok := s.lastActive(r.ID)
+		if !ok {
+			s.touch(r.ID)
+			continue
+		}
+		if now.Sub(last) < s.cfg.IdleFreeze || s.busy(ctx, r.ID) {
+			continue
+		}
+		if err := s.freezeIdle(ctx, r.ID, last); err != nil {
+			if !errors.Is(err, ErrWrongState) {
+				errs = append(errs, err)
+			}
+			continue
+		}
+		frozen = append(frozen, r.ID)
+	}
+	return frozen, errors.Join(errs...)
+}
+
+// freezeIdle freezes sandbox id, marked as frozen for being idle, unless
+// it did something since idleSince.
+func (s *Supervisor) freezeIdle(ctx context.Context, id string, idleSince time.Time) error {
+	defer s.lock(id)()
+	rec, err := s.cfg.Store.Get(id)
+	if err != nil {
+		return err
+	}
+	if rec.State != state.Ready && rec.State != state.Running {
+		return fmt.Errorf("freezing idle sandbox %s: it is %s: %w", id, rec.State, ErrWrongState)
+	}
+	if last, _ := s.lastActive(id); last.After(idleSince) {
+		return fmt.Errorf("freezing idle sandbox %s: it woke: %w", id, ErrWrongState)
+	}
+	if err := s.cfg.Units.Freeze(ctx, rec.Unit); err != nil {
+		return fmt.Errorf("freezing idle sandbox %s: %w", id, err)
+	}
+	rec, err = s.cfg.Store.Update(id, func(r *state.Record) error { r.State, r.FrozenIdle = state.Frozen, true; return nil })
+	if err != nil {
+		return fmt.Errorf("freezing idle sandbox %s: %w", id, err)
+	}
+	s.audit(ctx, "freeze-idle", rec, nil)
+	s.log.Info("sandbox frozen for being idle", "SANDBOX_ID", id, "ACTION", "freeze-idle", "idle_since", idleSince.UTC().Format(time.RFC3339))
+	return nil
+}
