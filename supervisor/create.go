@@ -40,6 +40,9 @@ type CreateOptions struct {
 	// gateHeld: the caller (a promotion's checks) holds the project's
 	// gate already.
 	gateHeld bool
+	// noCache: no owner's cache (a promotion's checks: what the owner's
+	// other sandboxes put there must not change what a check does).
+	noCache bool
 }
 
 // Create makes a sandbox: its intent is recorded first, then a read-only
@@ -131,7 +134,7 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 		Base: baseName(id), Volume: volumeName(id), Unit: unitName(id),
 		Profile: opts.Profile, Created: now, Limits: limits, DiskQuota: opts.DiskQuota,
 		Network: opts.Network, Allow: opts.Allow, ReadOnlyProject: *opts.ReadOnlyProject,
-		Hidden: opts.hidden, ReadOnly: opts.readOnly, IDs: ids,
+		Hidden: opts.hidden, ReadOnly: opts.readOnly, IDs: ids, NoCache: opts.noCache,
 	}
 	if opts.TTL > 0 {
 		rec.Expires = now.Add(opts.TTL)
@@ -176,7 +179,9 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 	}
 	// The owner's cache first: a volume mounted after the init's mount
 	// namespace was copied (ZFS) would not show in it.
-	s.prepareCache(ctx, opts.Owner)
+	if !opts.noCache {
+		s.prepareCache(ctx, opts.Owner)
+	}
 	early := !s.cfg.Backend.Info().Capabilities.SeparateMounts
 	if early {
 		if err := launch(); err != nil {
@@ -249,7 +254,10 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 // The init runs in its own session so that it outlives the daemon (its
 // scope, not the daemon's service, holds it). On failure it is killed.
 func (s *Supervisor) startScope(ctx context.Context, rec state.Record, limits units.Limits, init *nsinit.Init) error {
-	cache, unlockCache := s.useCache(ctx, rec.Owner) // before a launch (see Create)
+	cache, unlockCache := "", func() {}
+	if !rec.NoCache {
+		cache, unlockCache = s.useCache(ctx, rec.Owner) // before a launch (see Create)
+	}
 	defer unlockCache()
 	if init == nil {
 		var err error

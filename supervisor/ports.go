@@ -257,7 +257,7 @@ func (s *Supervisor) closePort(e *exposedPort) {
 }
 
 // servePort accepts connections on ln and forwards each; on the TCP
-// listener (checkPeer), only those of sockets the owner or root made.
+// listener (checkPeer), only those of sockets the owner made.
 func (s *Supervisor) servePort(e *exposedPort, ln net.Listener, checkPeer bool) {
 	defer e.wg.Done()
 	for {
@@ -271,16 +271,6 @@ func (s *Supervisor) servePort(e *exposedPort, ln net.Listener, checkPeer bool) 
 			time.Sleep(100 * time.Millisecond)
 			continue
 		}
-		if checkPeer {
-			uid, err := tcpPeerUID(c)
-			if err == nil && uid != 0 && uid != e.owner {
-				err = fmt.Errorf("the connecting socket is uid %d's, not the owner's (%d) or root's", uid, e.owner)
-			}
-			if err != nil {
-				s.refusePort(e, c, err.Error())
-				continue
-			}
-		}
 		select {
 		case e.slots <- struct{}{}:
 		default:
@@ -291,6 +281,26 @@ func (s *Supervisor) servePort(e *exposedPort, ln net.Listener, checkPeer bool) 
 		go func() {
 			defer e.wg.Done()
 			defer func() { <-e.slots }()
+			// The check reads the TCP tables: here, not in the accept
+			// loop, which a crowded table would slow for everyone. Only
+			// the owner's sockets: root reaches the unix socket, and a
+			// root socket on loopback may be the daemon's own (the egress
+			// proxy's, for another sandbox).
+			if checkPeer {
+				uid, err := tcpPeerUID(c)
+				if err == nil && uid != e.owner {
+					err = fmt.Errorf("the connecting socket is uid %d's, not the owner's (%d)", uid, e.owner)
+				}
+				if err != nil {
+					s.refusePort(e, c, err.Error())
+					return
+				}
+			} else if uid, err := unixPeerUID(c); err != nil || uid != e.owner && uid != 0 {
+				// The socket is the owner's, who may open its mode: the
+				// peer is asked too.
+				s.refusePort(e, c, fmt.Sprintf("the connecting process is uid %d's, not the owner's (%d) or root's (%v)", uid, e.owner, err))
+				return
+			}
 			s.forward(e, c)
 		}()
 	}

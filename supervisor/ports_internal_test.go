@@ -126,7 +126,7 @@ func TestListenOwnedUnixMakesTheOwnersSocketAndFollowsNoLink(t *testing.T) {
 	}
 	defer ln.Close()
 	var st unix.Stat_t
-	for path, want := range map[string]uint32{runtimeDir: 0o711, dir: 0o755} {
+	for path, want := range map[string]uint32{runtimeDir: 0o711, dir: 0o711} {
 		if err := unix.Lstat(path, &st); err != nil || st.Mode&0o7777 != want {
 			t.Errorf("%s: mode %o, %v; want %o", path, st.Mode&0o7777, err, want)
 		}

@@ -131,8 +131,11 @@ func socketUID(table string, local, remote netip.AddrPort) (uint32, bool, error)
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		// sl local rem st queues tr retrnsmt uid ...
+		// Only an established socket with an inode has its owner's uid:
+		// one in TIME_WAIT or FIN_WAIT2 (a client that sent and closed)
+		// shows uid 0 and inode 0, and is no one's.
 		fields := strings.Fields(sc.Text())
-		if len(fields) < 8 || fields[1] != want[0] || fields[2] != want[1] || fields[3] == "06" { // 06: TIME_WAIT, no owner
+		if len(fields) < 10 || fields[1] != want[0] || fields[2] != want[1] || fields[3] != "01" || fields[9] == "0" {
 			continue
 		}
 		uid, err := strconv.ParseUint(fields[7], 10, 32)
@@ -217,11 +220,12 @@ func listenOwnedUnix(runtimeDir, dir, name string, owner uint32) (_ net.Listener
 	return ln, st.Ino, nil
 }
 
-// portsDir opens dir, the sockets' directory, made here (root's, 0755)
+// portsDir opens dir, the sockets' directory, made here (root's, 0711: no
+// one lists whose sandboxes expose what)
 // if need be. The runtime directory above it gets search permission for
 // all (read stays the daemon's), so that owners reach their sockets.
 func portsDir(runtimeDir, dir string) (int, error) {
-	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+	if err := os.Mkdir(dir, 0o711); err != nil && !errors.Is(err, fs.ErrExist) {
 		return -1, fmt.Errorf("making %s: %w", dir, err)
 	}
 	for _, d := range []string{runtimeDir, dir} {
@@ -233,7 +237,7 @@ func portsDir(runtimeDir, dir string) (int, error) {
 		err = unix.Fstat(fd, &st)
 		mode := st.Mode&0o7777 | 0o011
 		if d == dir {
-			mode = 0o755
+			mode = 0o711
 		}
 		switch {
 		case err != nil:
@@ -277,4 +281,26 @@ func removeSocket(dir, name string, ino uint64) error {
 		return nil // not ours (any more)
 	}
 	return unix.Unlinkat(dfd, name, 0)
+}
+
+// unixPeerUID is the uid of the process that connected c, a unix socket
+// connection (SO_PEERCRED).
+func unixPeerUID(c net.Conn) (uint32, error) {
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		return 0, fmt.Errorf("not a unix socket connection")
+	}
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := raw.Control(func(fd uintptr) { cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED) }); err != nil {
+		return 0, err
+	}
+	if cerr != nil {
+		return 0, fmt.Errorf("reading the peer's credentials: %w", cerr)
+	}
+	return cred.Uid, nil
 }

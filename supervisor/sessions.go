@@ -59,8 +59,9 @@ type session struct {
 }
 
 type sessions struct {
-	mu sync.Mutex
-	m  map[string]*session // sandbox/session
+	mu      sync.Mutex
+	m       map[string]*session // sandbox/session
+	opening map[string]int      // by sandbox: sessions being opened
 }
 
 // OpenSession starts an interpreter of lang (python3, sh) in sandbox id,
@@ -77,17 +78,31 @@ func (s *Supervisor) OpenSession(ctx context.Context, id, lang string, o ExecOpt
 	default:
 		return "", fmt.Errorf("opening a session in sandbox %s: language %q: want one of %s: %w", id, lang, strings.Join(sessionLanguages, ", "), ErrInvalid)
 	}
+	// The place is taken under the lock, before the interpreter starts:
+	// calls come at once.
 	s.sessions.mu.Lock()
-	n := 0
+	n := s.sessions.opening[id]
 	for _, x := range s.sessions.m {
 		if x.sandbox == id {
 			n++
 		}
 	}
-	s.sessions.mu.Unlock()
 	if n >= maxSessions {
+		s.sessions.mu.Unlock()
 		return "", fmt.Errorf("opening a session in sandbox %s: it has %d open; close one first: %w", id, n, ErrLimitReached)
 	}
+	if s.sessions.opening == nil {
+		s.sessions.opening = map[string]int{}
+	}
+	s.sessions.opening[id]++
+	s.sessions.mu.Unlock()
+	defer func() {
+		s.sessions.mu.Lock()
+		if s.sessions.opening[id]--; s.sessions.opening[id] <= 0 {
+			delete(s.sessions.opening, id)
+		}
+		s.sessions.mu.Unlock()
+	}()
 	inR, inW, err := os.Pipe()
 	if err != nil {
 		return "", fmt.Errorf("opening a session in sandbox %s: %w", id, err)
@@ -163,9 +178,12 @@ func (s *Supervisor) Eval(ctx context.Context, id, sess string, uid uint32, code
 			done <- answer{err: fmt.Errorf("the session ended: %w", err)}
 			return
 		}
-		head, err := x.out.ReadString('\n')
+		// The header is short; anything else is the input writing on
+		// the protocol's pipe itself, which ends the session (a read
+		// without a bound would hold whatever it sent in the daemon).
+		head, err := readHeader(x.out)
 		if err != nil {
-			done <- answer{err: fmt.Errorf("the session ended: %w", err)}
+			done <- answer{err: err}
 			return
 		}
 		var n, st int
@@ -238,4 +256,23 @@ func closeFiles(fs ...*os.File) {
 	for _, f := range fs {
 		f.Close()
 	}
+}
+
+// maxHeader bounds an answer's header, "<length> <status>\n".
+const maxHeader = 32
+
+// readHeader reads an answer's header line, at most maxHeader bytes.
+func readHeader(r *bufio.Reader) (string, error) {
+	var b []byte
+	for len(b) < maxHeader {
+		c, err := r.ReadByte()
+		if err != nil {
+			return "", fmt.Errorf("the session ended: %w", err)
+		}
+		if c == '\n' {
+			return string(b), nil
+		}
+		b = append(b, c)
+	}
+	return "", fmt.Errorf("the interpreter answered %d bytes with no end of line: not an answer", maxHeader)
 }

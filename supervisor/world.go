@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/sandboxd/sandboxd/cowfs"
 	"github.com/sandboxd/sandboxd/runtime/egress"
@@ -204,7 +206,7 @@ func (s *Supervisor) startProxy(rec state.Record, w *world) error {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	w.stopProxy, w.proxyClosed = cancel, make(chan struct{})
-	p := &egress.Proxy{Allow: allow, Log: s.log, Sandbox: rec.ID}
+	p := &egress.Proxy{Allow: allow, Log: s.log, Sandbox: rec.ID, Dialer: ownerDialer{uid: rec.Owner}}
 	go func() {
 		defer close(w.proxyClosed)
 		if err := p.Serve(ctx, ln); err != nil {
@@ -294,4 +296,16 @@ func (s *Supervisor) Close() {
 		s.worlds.drop(id)
 	}
 	s.closeAllPorts()
+}
+
+// ownerDialer dials for a sandbox's egress proxy with sockets of the
+// sandbox's owner: a service on the host's loopback that an allowlist
+// names (another sandbox's exposed TCP port, which admits its owner's
+// sockets alone) sees the owner, not the root daemon.
+type ownerDialer struct{ uid uint32 }
+
+func (d ownerDialer) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	return egress.DialInNetNSAs(ctx, "/proc/self/ns/net", addr, d.uid)
 }

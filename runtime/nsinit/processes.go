@@ -96,6 +96,9 @@ type processes struct {
 type process struct {
 	Process
 	log *rotatingLog
+	// reaped: its pid is no longer its own (it may be reused), though its
+	// end is not told until its log is all written.
+	reaped bool
 }
 
 func newProcesses(dir *os.File) *processes {
@@ -113,7 +116,20 @@ func openLogs(layer string) (*os.File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening the processes' log directory: %w", err)
 	}
-	return os.NewFile(uintptr(fd), dir), nil
+	f := os.NewFile(uintptr(fd), dir)
+	// An init started again (after a reboot, a rollback) knows none of
+	// the processes of the one before: their logs go, or they would sit
+	// in the quota with no one to read or remove them.
+	if names, err := f.Readdirnames(-1); err == nil {
+		for _, n := range names {
+			_ = unix.Unlinkat(fd, n, 0)
+		}
+	}
+	if _, err := f.Seek(0, 0); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("opening the processes' log directory: %w", err)
+	}
+	return f, nil
 }
 
 // add makes room for and registers a process about to start, with a new
@@ -180,6 +196,9 @@ func (ps *processes) started(p *process, pid int) {
 }
 
 func (ps *processes) ended(p *process, res Result) {
+	ps.mu.Lock()
+	p.reaped = true
+	ps.mu.Unlock()
 	p.log.wait()
 	ps.mu.Lock()
 	p.Ended, p.Result = time.Now(), res
@@ -263,8 +282,12 @@ func (s *server) query(conn *net.UnixConn, q *ProcessQuery) {
 		_ = writeMessage(conn, message{Log: &chunk}, nil)
 	case q.Signal > 0:
 		p, err := ps.get(q.ID)
-		if err == nil && p.PID > 0 && p.Running() {
-			err = syscall.Kill(-p.PID, syscall.Signal(q.Signal))
+		if err == nil {
+			ps.mu.Lock()
+			if p.PID > 0 && !p.reaped {
+				err = syscall.Kill(-p.PID, syscall.Signal(q.Signal))
+			}
+			ps.mu.Unlock()
 		}
 		if err != nil {
 			_ = writeMessage(conn, errorMessage(fmt.Errorf("signalling process %q: %w", q.ID, err)), nil)

@@ -75,6 +75,8 @@ type Record struct {
 	ReadOnly        []string `json:"readonly,omitempty"`
 	// Layer is the volume of its system layer ("": a tmpfs).
 	Layer string `json:"layer,omitempty"`
+	// NoCache: it has no owner's cache (a promotion's check sandbox).
+	NoCache bool `json:"no_cache,omitempty"`
 	// FrozenIdle: it is frozen for being idle (not by a caller), and the
 	// next call that needs it, or connection to a port of its, thaws it.
 	FrozenIdle bool `json:"frozen_idle,omitempty"`

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -35,6 +36,9 @@ const (
 	// siteDir is the server's directory in the sandbox: its /tmp is a
 	// tmpfs, as is the testbed's, where the direct server's files are.
 	siteDir = "/tmp/bench-site"
+	// python is the same interpreter in the sandbox and out, whatever the
+	// bench's PATH (a pyenv shim may come first).
+	python = "/usr/bin/python3"
 )
 
 // route is one way to the server: its client, and the URL of its files.
@@ -53,7 +57,7 @@ func benchPorts(ctx context.Context, d *daemon, t *table, n int, id string) (err
 	if _, err := d.runToEnd(ctx, id, "sh", "-c", script); err != nil {
 		return fmt.Errorf("making the server's files: %w", err)
 	}
-	server, err := d.spawn(ctx, id, "python3", "-m", "http.server", fmt.Sprint(sitePort), "--bind", "127.0.0.1", "--directory", siteDir)
+	server, err := d.spawn(ctx, id, python, "-m", "http.server", fmt.Sprint(sitePort), "--bind", "127.0.0.1", "--directory", siteDir)
 	if err != nil {
 		return fmt.Errorf("starting the server: %w", err)
 	}
@@ -92,9 +96,10 @@ func benchPorts(ctx context.Context, d *daemon, t *table, n int, id string) (err
 		{"unix", httpClient("unix", path), "http://localhost"},
 		{"tcp", httpClient("tcp", addr), "http://" + addr},
 	}
-	for _, r := range routes {
-		if err := waitAnswers(ctx, r); err != nil {
-			return err
+	for _, r := range routes[1:] { // the direct one answers already
+		if err := waitAnswers(ctx, r, nil); err != nil {
+			out, _, _, _ := d.readLog(context.WithoutCancel(ctx), id, server, 0, logBytes)
+			return fmt.Errorf("through the exposed port (%s): %w; the server's log: %q", r.name, err, out)
 		}
 	}
 	downloads, err := interleave(ctx, routes, downloadRuns, "/big", bigFile)
@@ -106,13 +111,26 @@ func benchPorts(ctx context.Context, d *daemon, t *table, n int, id string) (err
 		return err
 	}
 	progress("ports: %d downloads and %d requests through each of %d routes", downloadRuns, getRuns, len(routes))
-	addPortRows(t, n, downloads, gets)
+	addPortRows(t, n, downloads, gets, tcpTableLines())
 	return nil
 }
 
+// tcpTableLines is how many sockets /proc/net/tcp lists now (in the
+// testbed's network namespace, the daemon's): the daemon reads that table
+// for each connection to a TCP port, and the closed connections of the
+// runs wait there (TIME_WAIT) for a minute.
+func tcpTableLines() int {
+	data, err := os.ReadFile("/proc/net/tcp")
+	if err != nil {
+		return -1
+	}
+	return max(bytes.Count(data, []byte("\n"))-1, 0) // the first line is a heading
+}
+
 // addPortRows adds a row of downloads and one of requests for each
-// route, direct first, the others against it.
-func addPortRows(t *table, n int, downloads, gets []series) {
+// route, direct first, the others against it; sockets is the length of
+// the TCP table after the requests.
+func addPortRows(t *table, n int, downloads, gets []series, sockets int) {
 	how := []string{
 		"from `python3 -m http.server` run by the bench outside any sandbox, over a direct loopback TCP connection (the baseline)",
 		"from the same server in the sandbox (`Spawn`), through the exposed port's unix socket (`ExposePort`)",
@@ -130,9 +148,15 @@ func addPortRows(t *table, n int, downloads, gets []series) {
 	}
 	directRate := rate(gets[0])
 	for i, s := range gets {
+		// Whether a request gets slower as closed connections pile up in
+		// the TCP table: the medians of the first and last tenth.
+		k := max(1, len(s)/10)
 		r := row{fs: "btrfs", files: n, s: s,
-			op: fmt.Sprintf("%d GETs of a %d KiB file, each on a new connection (HTTP/1.0), one after another, %s: %.0f requests/s",
-				len(s), smallFile>>10, how[i], rate(s))}
+			op: fmt.Sprintf("%d GETs of a %d KiB file, each on a new connection (HTTP/1.0), one after another, %s: %.0f requests/s; requests 1-%d: %s ms, %d-%d: %s ms",
+				len(s), smallFile>>10, how[i], rate(s), k, ms(s[:k].median()), len(s)-k+1, len(s), ms(s[len(s)-k:].median()))}
+		if i == 2 {
+			r.op += fmt.Sprintf("; /proc/net/tcp listed %d sockets after the last", sockets)
+		}
 		if i > 0 {
 			r.ratio = ratio(s.median(), gets[0].median())
 			r.verdict = fmt.Sprintf("no target; ×%.2f the direct connection's requests/s", rate(s)/directRate)
@@ -205,8 +229,9 @@ func get(ctx context.Context, r route, path string, size int64) error {
 }
 
 // waitAnswers waits until the server answers through r: it may not
-// listen yet, and a port connects to nothing until it does.
-func waitAnswers(ctx context.Context, r route) error {
+// listen yet, and a port connects to nothing until it does. exited, if
+// not nil, tells that the server has ended.
+func waitAnswers(ctx context.Context, r route, exited <-chan error) error {
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		err := get(ctx, r, "/small", smallFile)
@@ -216,7 +241,11 @@ func waitAnswers(ctx context.Context, r route) error {
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			return fmt.Errorf("the server does not answer after 20s: %w", err)
 		}
-		time.Sleep(50 * time.Millisecond)
+		select {
+		case werr := <-exited:
+			return fmt.Errorf("the server ended (%v) before it answered: %w", werr, err)
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
 }
 
@@ -271,15 +300,22 @@ func directServer(ctx context.Context) (addr string, stop func() error, err erro
 		return "", nil, fmt.Errorf("making the direct server's log: %w", err)
 	}
 	defer log.Close()
-	cmd := exec.CommandContext(ctx, "python3", "-m", "http.server", port, "--bind", "127.0.0.1", "--directory", dir)
+	cmd := exec.CommandContext(ctx, python, "-m", "http.server", port, "--bind", "127.0.0.1", "--directory", dir)
+	cmd.Dir = dir
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		return "", nil, fmt.Errorf("starting the direct server: %w", err)
 	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
 	stop = func() error {
 		_ = cmd.Process.Kill()
-		_ = cmd.Wait() // killed: its status says so
+		<-exited // killed: its status says so
 		return os.RemoveAll(dir)
+	}
+	if err := waitAnswers(ctx, route{"direct", httpClient("tcp", addr), "http://" + addr}, exited); err != nil {
+		text, _ := os.ReadFile(log.Name())
+		return "", nil, errors.Join(fmt.Errorf("the direct server: %w; its output: %q", err, text), stop())
 	}
 	return addr, stop, nil
 }

@@ -221,6 +221,25 @@ func TestPortsOfAUsersSandbox(t *testing.T) {
 		}
 	}
 	okAs(t, member, "destroy", hostSB)
+	// Through the egress proxy of a sandbox whose allowlist names the
+	// host's loopback: the daemon dials there as the owner too, so the
+	// member's own port answers and root's does not.
+	_, ownPort, _ := strings.Cut(own, ":")
+	_, rootPort, _ := strings.Cut(roots, ":")
+	proxied := strings.TrimSpace(okAs(t, member, "create", "--quiet", "--network", "allowlist",
+		"--allow", "127.0.0.1:"+ownPort, "--allow", "127.0.0.1:"+rootPort, "ports"))
+	for _, tc := range []struct {
+		port, whose string
+		answers     bool
+	}{{ownPort, member, true}, {rootPort, "root", false}} {
+		out, _, code := ctlAs(t, member, "exec", proxied, "--", "curl", "-sS", "-i", "-m", "10", "--noproxy", "", "-x", "http://127.0.0.1:3128", "http://127.0.0.1:"+tc.port+"/")
+		// The proxy speaks HTTP/1.1 for the server's 1.0.
+		listed := strings.HasPrefix(out, "HTTP/1.1 200 OK") && strings.Contains(out, "marker.txt")
+		if (code == 0 && listed) != tc.answers {
+			t.Errorf("curl as %s through its sandbox's egress proxy to %s's port %s: exit %d; want answered %v:\n%s", member, tc.whose, tc.port, code, tc.answers, out)
+		}
+	}
+	okAs(t, member, "destroy", proxied)
 
 	testbed.MustRun(t, "systemctl", "restart", "sandboxd.service")
 	checkSocket(t, path, uid)
