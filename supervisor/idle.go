@@ -75,6 +75,8 @@ func (s *Supervisor) busy(ctx context.Context, id string) bool {
 		}
 	}
 	s.ports.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
 	ps, err := nsinit.ListProcesses(ctx, nsinit.Control(s.runtimeDir(id)))
 	return err != nil || slices.ContainsFunc(ps, nsinit.Process.Running) // unknown: busy
 }

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandboxd/runtime/nsinit"
 )
 
 // The sockets of exposed ports (ports.go): the unix socket only its owner
@@ -290,17 +292,9 @@ func unixPeerUID(c net.Conn) (uint32, error) {
 	if !ok {
 		return 0, fmt.Errorf("not a unix socket connection")
 	}
-	raw, err := uc.SyscallConn()
+	cred, err := nsinit.PeerCred(uc)
 	if err != nil {
-		return 0, err
-	}
-	var cred *unix.Ucred
-	var cerr error
-	if err := raw.Control(func(fd uintptr) { cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED) }); err != nil {
-		return 0, err
-	}
-	if cerr != nil {
-		return 0, fmt.Errorf("reading the peer's credentials: %w", cerr)
+		return 0, fmt.Errorf("reading the peer's credentials: %w", err)
 	}
 	return cred.Uid, nil
 }

@@ -237,9 +237,15 @@ func (s *Supervisor) adoptWorld(ctx context.Context, rec state.Record) error {
 	}
 	s.worlds.set(rec.ID, w)
 	s.restorePorts(rec)
-	// Background processes that ran on while the daemon was away.
-	if ps, err := nsinit.ListProcesses(ctx, nsinit.Control(s.runtimeDir(rec.ID))); err == nil && slices.ContainsFunc(ps, nsinit.Process.Running) {
-		s.watchProcesses(rec.ID, w)
+	// Background processes that ran on while the daemon was away. A
+	// frozen init cannot answer: the watch starts at its first spawn.
+	if rec.State != state.Frozen {
+		lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		ps, err := nsinit.ListProcesses(lctx, nsinit.Control(s.runtimeDir(rec.ID)))
+		cancel()
+		if err == nil && slices.ContainsFunc(ps, nsinit.Process.Running) {
+			s.watchProcesses(rec.ID, w)
+		}
 	}
 	return nil
 }

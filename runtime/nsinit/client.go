@@ -129,17 +129,24 @@ func PeerPID(ctx context.Context, socket string) (int, error) {
 		return 0, fmt.Errorf("reaching the sandbox's init: %w", err)
 	}
 	defer c.Close()
-	raw, err := c.(*net.UnixConn).SyscallConn()
+	cred, err := PeerCred(c.(*net.UnixConn))
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("reading the init's credentials: %w", err)
+	}
+	return int(cred.Pid), nil
+}
+
+// PeerCred is the credentials of the process at c's other end
+// (SO_PEERCRED), as of its connect or listen.
+func PeerCred(c *net.UnixConn) (*unix.Ucred, error) {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return nil, err
 	}
 	var cred *unix.Ucred
 	var cerr error
 	if err := raw.Control(func(fd uintptr) { cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED) }); err != nil {
-		return 0, err
+		return nil, err
 	}
-	if cerr != nil {
-		return 0, fmt.Errorf("reading the init's credentials: %w", cerr)
-	}
-	return int(cred.Pid), nil
+	return cred, cerr
 }
