@@ -41,8 +41,10 @@ func TestUserLimitsBoundAllOfAUsersSandboxesTogether(t *testing.T) {
 	if got := strings.TrimSpace(testbed.MustRun(t, "systemctl", "show", "-p", "TasksMax", "--value", slice)); got != strconv.Itoa(limit) {
 		t.Fatalf("%s TasksMax = %q; want %d", slice, got, limit)
 	}
-	// Detached: what the command started with setsid outlives it.
-	ok(t, "exec", "--detach", a, "--", "sh", "-c", "i=0; while [ $i -lt 40 ]; do setsid sleep 120 </dev/null >/dev/null 2>&1 & i=$((i+1)); done")
+	// Detached: what the command started with setsid outlives it. The
+	// shell waits a little before it ends: a child still on its way to
+	// setsid is in the command's process group, which ends with it.
+	ok(t, "exec", "--detach", a, "--", "sh", "-c", "i=0; while [ $i -lt 40 ]; do setsid sleep 120 </dev/null >/dev/null 2>&1 & i=$((i+1)); done; sleep 1")
 	held, err := strconv.Atoi(strings.TrimSpace(testbed.MustRun(t, "systemctl", "show", "-p", "TasksCurrent", "--value", "sandbox-"+a+".scope")))
 	if err != nil || held < 40 {
 		t.Fatalf("sandbox %s holds %d tasks (%v) after starting 40 sleepers; want them kept", a, held, err)
