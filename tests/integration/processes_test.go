@@ -187,3 +187,33 @@ func TestSessionsKeepTheirVariables(t *testing.T) {
 	}
 	fails(t, 2, `language "cobol"`, "repl", id, "cobol")
 }
+
+// A background process that forks a thousand children stays within the
+// sandbox's TasksMax, and its log says what the fork refused.
+func TestAProcessForkingAThousandStaysWithinTasksMax(t *testing.T) {
+	install(t)
+	id := sandbox(t, "--tasks", "64")
+	p := strings.TrimSpace(ok(t, "run", "--detach", id, "--", "sh", "-c", "i=0; while [ $i -lt 1000 ]; do sleep 60 & i=$((i+1)); done; echo forked; wait"))
+	eventually(t, "the fork loop hit the limit", func() bool {
+		out := ok(t, "logs", id, p)
+		return strings.Contains(out, "forked") || strings.Contains(out, "fork") || strings.Contains(out, "Resource temporarily unavailable")
+	})
+	unit := "sandbox-" + id + ".scope"
+	n := strings.TrimSpace(testbed.MustRun(t, "systemctl", "show", "-p", "TasksCurrent", "--value", unit))
+	if got, want := n, "64"; len(got) == 0 || atoi(t, got) > atoi(t, want) {
+		t.Errorf("%s holds %s tasks; want at most %s", unit, got, want)
+	}
+	if out := ok(t, "exec", id, "--", "echo", "still here"); out != "still here\n" {
+		t.Errorf("the sandbox after the fork loop: %q", out)
+	}
+	ok(t, "kill", id, p, "KILL")
+}
+
+func atoi(t *testing.T, s string) int {
+	t.Helper()
+	var n int
+	if _, err := fmt.Sscan(s, &n); err != nil {
+		t.Fatalf("%q is not a number", s)
+	}
+	return n
+}
