@@ -98,6 +98,22 @@ func TestTCPPeerUIDNamesTheConnectingSocketsUID(t *testing.T) {
 		s.Close()
 		c.Close()
 	}
+	// A client of another uid that sent and closed: its socket is in
+	// FIN_WAIT2, which the tables list as uid 0's. It is no one's.
+	c := dialAs(t, "tcp4", ln.Addr().String(), 4323)
+	s, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := c.Write([]byte("HELLO")); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	time.Sleep(50 * time.Millisecond)
+	if uid, err := tcpPeerUID(s); err == nil {
+		t.Errorf("tcpPeerUID of a closed client's connection: uid %d; want no owner", uid)
+	}
 }
 
 func TestListenOwnedUnixMakesTheOwnersSocketAndFollowsNoLink(t *testing.T) {

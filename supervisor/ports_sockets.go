@@ -1,18 +1,13 @@
 package supervisor
 
 import (
-	"bufio"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"net"
-	"net/netip"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -86,89 +81,6 @@ func (l *lineCount) allow() (held int, ok bool) {
 	l.lines++
 	held, l.held = l.held, 0
 	return held, true
-}
-
-// tcpPeerUID is the uid of the socket at the far end of c, a connection
-// accepted on a loopback listener: the one the kernel's TCP tables list
-// with c's remote address as its local one and c's local address as its
-// remote one. The tables are read as the calling thread's namespace has
-// them, the daemon's (a thread in another one is locked to its goroutine).
-func tcpPeerUID(c net.Conn) (uint32, error) {
-	local, lok := c.LocalAddr().(*net.TCPAddr)
-	remote, rok := c.RemoteAddr().(*net.TCPAddr)
-	if !lok || !rok {
-		return 0, errors.New("not a TCP connection")
-	}
-	peer, us := remote.AddrPort(), local.AddrPort()
-	found := false
-	var uid uint32
-	for _, table := range []string{"/proc/thread-self/net/tcp", "/proc/thread-self/net/tcp6"} {
-		u, ok, err := socketUID(table, peer, us)
-		if err != nil {
-			return 0, err
-		}
-		if ok {
-			if found && u != uid {
-				return 0, fmt.Errorf("two sockets %s → %s of different uids", peer, us)
-			}
-			found, uid = true, u
-		}
-	}
-	if !found {
-		return 0, fmt.Errorf("no socket %s → %s in the TCP tables", peer, us)
-	}
-	return uid, nil
-}
-
-// socketUID finds in table (/proc/net/tcp or tcp6) the live socket from
-// local to remote, and returns its uid.
-func socketUID(table string, local, remote netip.AddrPort) (uint32, bool, error) {
-	v6 := strings.HasSuffix(table, "6")
-	f, err := os.Open(table)
-	if err != nil {
-		return 0, false, fmt.Errorf("reading the TCP table: %w", err)
-	}
-	defer f.Close()
-	want := [2]string{procAddr(local, v6), procAddr(remote, v6)}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		// sl local rem st queues tr retrnsmt uid ...
-		// Only an established socket with an inode has its owner's uid:
-		// one in TIME_WAIT or FIN_WAIT2 (a client that sent and closed)
-		// shows uid 0 and inode 0, and is no one's.
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 10 || fields[1] != want[0] || fields[2] != want[1] || fields[3] != "01" || fields[9] == "0" {
-			continue
-		}
-		uid, err := strconv.ParseUint(fields[7], 10, 32)
-		if err != nil {
-			return 0, false, fmt.Errorf("reading the TCP table: uid %q", fields[7])
-		}
-		return uint32(uid), true, nil
-	}
-	if err := sc.Err(); err != nil {
-		return 0, false, fmt.Errorf("reading the TCP table: %w", err)
-	}
-	return 0, false, nil
-}
-
-// procAddr is ap as /proc/net/tcp (or, v6, tcp6) writes it: each 32-bit
-// word of the address in the host's byte order, in hex, then the port.
-func procAddr(ap netip.AddrPort, v6 bool) string {
-	var b []byte
-	if a := ap.Addr(); v6 {
-		x := a.As16()
-		b = x[:]
-	} else {
-		x := a.Unmap().As4()
-		b = x[:]
-	}
-	var sb strings.Builder
-	for i := 0; i < len(b); i += 4 {
-		fmt.Fprintf(&sb, "%08X", binary.NativeEndian.Uint32(b[i:]))
-	}
-	fmt.Fprintf(&sb, ":%04X", ap.Port())
-	return sb.String()
 }
 
 // listenOwnedUnix listens on a unix socket at name in dir, owned by owner
