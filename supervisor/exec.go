@@ -121,22 +121,12 @@ func (s *Supervisor) Exec(ctx context.Context, id string, o ExecOptions) (_ *Com
 	defer func() {
 		s.auditEntry(ctx, audit.Entry{Action: "exec", Command: strings.Join(o.Argv, " ")}, rec, err)
 	}()
-	if rec.State != state.Ready && rec.State != state.Running {
-		return nil, fmt.Errorf("running a command in sandbox %s: it is %s: %w", id, rec.State, ErrWrongState)
-	}
-	if len(o.Argv) == 0 || o.Argv[0] == "" {
-		return nil, fmt.Errorf("running a command in sandbox %s: no command given: %w", id, ErrInvalid)
-	}
-	if o.AsRoot && o.UID != 0 && rec.IDs == nil {
-		// Root there would be the host's.
-		return nil, fmt.Errorf("running a command in sandbox %s as root: %w, so only root may (%v)", id, ErrNoIdmap, s.userns.unavailable)
-	}
 	if !o.PTY && len(o.Stdio) != 3 {
 		return nil, fmt.Errorf("running a command in sandbox %s: want stdin, stdout and stderr: %w", id, ErrInvalid)
 	}
-	req, err := s.request(ctx, rec, o)
+	req, err := s.commandRequest(ctx, rec, o, "running a command")
 	if err != nil {
-		return nil, fmt.Errorf("running a command in sandbox %s: %w", id, err)
+		return nil, err
 	}
 	w := s.worlds.get(id)
 	var oomBefore uint64
@@ -214,6 +204,26 @@ func (s *Supervisor) Signal(ctx context.Context, sandbox, command string, sig sy
 func (s *Supervisor) Command(sandbox, command string) (*Command, bool) {
 	c := s.commands.get(sandbox, command)
 	return c, c != nil
+}
+
+// commandRequest checks that sandbox rec may run o's command (what,
+// "running a command", names the call in errors) and makes its request.
+func (s *Supervisor) commandRequest(ctx context.Context, rec state.Record, o ExecOptions, what string) (nsinit.Request, error) {
+	if !rec.Runs() {
+		return nsinit.Request{}, fmt.Errorf("%s in sandbox %s: it is %s: %w", what, rec.ID, rec.State, ErrWrongState)
+	}
+	if len(o.Argv) == 0 || o.Argv[0] == "" {
+		return nsinit.Request{}, fmt.Errorf("%s in sandbox %s: no command given: %w", what, rec.ID, ErrInvalid)
+	}
+	if o.AsRoot && o.UID != 0 && rec.IDs == nil {
+		// Root there would be the host's.
+		return nsinit.Request{}, fmt.Errorf("%s in sandbox %s as root: %w, so only root may (%v)", what, rec.ID, ErrNoIdmap, s.userns.unavailable)
+	}
+	req, err := s.request(ctx, rec, o)
+	if err != nil {
+		return req, fmt.Errorf("%s in sandbox %s: %w", what, rec.ID, err)
+	}
+	return req, nil
 }
 
 // request is the init's request for o: the caller's identity, home and

@@ -95,7 +95,7 @@ func (s *Supervisor) FreezeIdle(ctx context.Context, now time.Time) ([]string, e
 	var frozen []string
 	var errs []error
 	for _, r := range recs {
-		if r.State != state.Ready && r.State != state.Running {
+		if !r.Runs() {
 			continue
 		}
 		last, ok := s.lastActive(r.ID)
@@ -125,7 +125,7 @@ func (s *Supervisor) freezeIdle(ctx context.Context, id string, idleSince time.T
 	if err != nil {
 		return err
 	}
-	if rec.State != state.Ready && rec.State != state.Running {
+	if !rec.Runs() {
 		return fmt.Errorf("freezing idle sandbox %s: it is %s: %w", id, rec.State, ErrWrongState)
 	}
 	if last, _ := s.lastActive(id); last.After(idleSince) {

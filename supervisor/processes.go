@@ -15,7 +15,6 @@ import (
 
 	"github.com/sandboxd/sandboxd/runtime/nsinit"
 	"github.com/sandboxd/sandboxd/supervisor/audit"
-	"github.com/sandboxd/sandboxd/supervisor/state"
 )
 
 // ErrNoProcess: the sandbox has no background process of that id.
@@ -54,19 +53,10 @@ func (s *Supervisor) Spawn(ctx context.Context, id string, o ExecOptions) (_ str
 	defer func() {
 		s.auditEntry(ctx, audit.Entry{Action: "spawn", Command: strings.Join(o.Argv, " ")}, rec, err)
 	}()
-	if rec.State != state.Ready && rec.State != state.Running {
-		return "", fmt.Errorf("starting a background process in sandbox %s: it is %s: %w", id, rec.State, ErrWrongState)
-	}
-	if len(o.Argv) == 0 || o.Argv[0] == "" {
-		return "", fmt.Errorf("starting a background process in sandbox %s: no command given: %w", id, ErrInvalid)
-	}
-	if o.AsRoot && o.UID != 0 && rec.IDs == nil {
-		return "", fmt.Errorf("starting a background process in sandbox %s as root: %w, so only root may (%v)", id, ErrNoIdmap, s.userns.unavailable)
-	}
 	o.PTY, o.OutputLimit, o.Stdio = false, 0, nil
-	req, err := s.request(ctx, rec, o)
+	req, err := s.commandRequest(ctx, rec, o, "starting a background process")
 	if err != nil {
-		return "", fmt.Errorf("starting a background process in sandbox %s: %w", id, err)
+		return "", err
 	}
 	proc := newCommandID()
 	req.Spawn = proc
@@ -161,7 +151,7 @@ func (s *Supervisor) live(id string) error {
 	if err != nil {
 		return err
 	}
-	if rec.State != state.Ready && rec.State != state.Running {
+	if !rec.Runs() {
 		return fmt.Errorf("it is %s: %w", rec.State, ErrWrongState)
 	}
 	if s.worlds.get(id) == nil {

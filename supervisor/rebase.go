@@ -243,7 +243,7 @@ func (s *Supervisor) restartAfterFailure(ctx context.Context, rec state.Record, 
 // frozenSnapshot takes a read-only snapshot of vol, sandbox rec's copy of
 // its project, with the sandbox frozen for the instant.
 func (s *Supervisor) frozenSnapshot(ctx context.Context, rec state.Record, vol cowfs.Volume, name string) (v cowfs.Volume, err error) {
-	if rec.State == state.Ready || rec.State == state.Running {
+	if rec.Runs() {
 		if err := s.cfg.Units.Freeze(ctx, rec.Unit); err != nil {
 			return v, fmt.Errorf("freezing it for a snapshot: %w", err)
 		}

@@ -239,7 +239,9 @@ func (s *Supervisor) adoptWorld(ctx context.Context, rec state.Record) error {
 	s.restorePorts(rec)
 	// Background processes that ran on while the daemon was away. A
 	// frozen init cannot answer: the watch starts at its first spawn.
-	if rec.State != state.Frozen {
+	// Only an init whose layer holds logs has had any (a daemon that
+	// starts beside a thousand sandboxes asks only those).
+	if rec.State != state.Frozen && s.hadProcesses(ctx, rec) {
 		lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		ps, err := nsinit.ListProcesses(lctx, nsinit.Control(s.runtimeDir(rec.ID)))
 		cancel()
@@ -314,4 +316,27 @@ func (d ownerDialer) DialContext(ctx context.Context, network, addr string) (net
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	return egress.DialInNetNSAs(ctx, "/proc/self/ns/net", addr, d.uid)
+}
+
+// hadProcesses reports whether sandbox rec's init has kept a background
+// process's log in its layer (true where that cannot be told: a tmpfs
+// layer, an unreadable one).
+func (s *Supervisor) hadProcesses(ctx context.Context, rec state.Record) bool {
+	if rec.Layer == "" {
+		return true
+	}
+	v, err := s.cfg.Backend.Get(ctx, rec.Layer)
+	if err != nil {
+		return true
+	}
+	f, err := os.Open(filepath.Join(v.Path, "processes"))
+	if errors.Is(err, os.ErrNotExist) {
+		return false
+	}
+	if err != nil {
+		return true
+	}
+	defer f.Close()
+	names, _ := f.Readdirnames(1)
+	return len(names) > 0
 }

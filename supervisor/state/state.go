@@ -99,6 +99,10 @@ type Port struct {
 	TCP bool `json:"tcp,omitempty"`
 }
 
+// Runs reports whether the sandbox is ready or running: its init answers
+// and may start commands (not frozen, stopped, or on its way in or out).
+func (r Record) Runs() bool { return r.State == Ready || r.State == Running }
+
 // IDMap is a sandbox's user namespace: Base is the first of the block of
 // host ids it holds, the extents map ids inside it to ids in the block.
 type IDMap struct {
