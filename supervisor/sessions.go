@@ -38,8 +38,8 @@ const (
 	// MaxEvalOutput bounds what one input's output returns (the rest is
 	// dropped).
 	MaxEvalOutput = 1 << 20
-	// maxEvalInput bounds one input.
-	maxEvalInput = 1 << 20
+	// MaxEvalInput bounds one input.
+	MaxEvalInput = 1 << 20
 	// defaultEvalTimeout ends an input that runs longer (and with it the
 	// session, whose interpreter is then in no state to take another).
 	defaultEvalTimeout = 5 * time.Minute
@@ -152,8 +152,8 @@ func (s *Supervisor) Eval(ctx context.Context, id, sess string, uid uint32, code
 		rec, _ := s.cfg.Store.Get(id)
 		s.auditEntry(ctx, audit.Entry{Action: "eval", Command: x.lang + " session " + x.id + ": " + code}, rec, err)
 	}()
-	if len(code) > maxEvalInput {
-		return "", 0, fmt.Errorf("session %s: an input of %d bytes, over %d: %w", sess, len(code), maxEvalInput, ErrInvalid)
+	if len(code) > MaxEvalInput {
+		return "", 0, fmt.Errorf("session %s: an input of %d bytes, over %d: %w", sess, len(code), MaxEvalInput, ErrInvalid)
 	}
 	if x.lang == "sh" && strings.Contains("\n"+code+"\n", "\n"+"__sandboxd_end_"+x.token+"__\n") {
 		return "", 0, fmt.Errorf("session %s: the input holds the session's end marker: %w", sess, ErrInvalid)

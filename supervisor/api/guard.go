@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandboxd/sandboxd1"
+	"github.com/sandboxd/sandboxd/supervisor"
 )
 
 // Limits on what one call may carry, checked as the message is read,
@@ -101,8 +102,13 @@ func checkCall(msg *dbus.Message, iface, member string, sent uint32, named int) 
 		return fmt.Sprintf("the call carries %d file descriptors; Exec takes %d, each named by an argument (they were closed)", sent, execFDs)
 	}
 	switch {
-	case iface == sandboxd1.SandboxInterface && (member == "Exec" || member == "ExecTerminal"):
+	case iface == sandboxd1.SandboxInterface && (member == "Exec" || member == "ExecTerminal" || member == sandboxd1.MethodSpawn):
 		return cmp.Or(checkArgv(msg.Body, 0, "argv"), checkExecOptions(msg.Body, 1))
+	case iface == sandboxd1.SandboxInterface && member == sandboxd1.MethodOpenSession:
+		return cmp.Or(checkString(msg.Body, 0, "language", maxOptionName), checkExecOptions(msg.Body, 1))
+	case iface == sandboxd1.SandboxInterface && member == sandboxd1.MethodEval:
+		// The session's own bound, checked before anything is logged.
+		return checkString(msg.Body, 1, "code", supervisor.MaxEvalInput)
 	case iface == sandboxd1.ManagerInterface && member == "Try":
 		return cmp.Or(checkArgv(msg.Body, 1, "variants"), checkString(msg.Body, 2, "check", MaxCheckBytes),
 			checkString(msg.Body, 3, "keep", maxOptionName), checkExecOptions(msg.Body, 4), checkTryInputs(msg.Body, 4))

@@ -73,6 +73,14 @@ func TestGuardBoundsTryCheckAndExecOptions(t *testing.T) {
 			"ExecTerminal: option WorkingDirectory holds 4097 bytes, more than the 4096 allowed"},
 		{"a long option name", execWith("Exec", map[string]dbus.Variant{strings.Repeat("O", 1000): dbus.MakeVariant(true)}),
 			"Exec: an option's name holds 1000 bytes, more than the 64 allowed"},
+		// Spawn, OpenSession and Eval take the same bounds.
+		{"a background process's 1025 variables", methodCall(sandbox, sandboxd1.SandboxInterface, sandboxd1.MethodSpawn,
+			[]string{"true"}, env(MaxEnvEntries+1, 64<<10)), "Spawn: option Environment has 1025 entries, more than the 1024 allowed"},
+		{"a session's long language", methodCall(sandbox, sandboxd1.SandboxInterface, sandboxd1.MethodOpenSession,
+			strings.Repeat("p", 1000), map[string]dbus.Variant{}), "OpenSession: language holds 1000 bytes, more than the 64 allowed"},
+		{"an input at the limit", methodCall(sandbox, sandboxd1.SandboxInterface, sandboxd1.MethodEval, "s1", strings.Repeat("x", 1<<20)), ""},
+		{"an input over the limit", methodCall(sandbox, sandboxd1.SandboxInterface, sandboxd1.MethodEval, "s1", strings.Repeat("x", 1<<20+1)),
+			"Eval: code holds 1048577 bytes, more than the 1048576 allowed"},
 	} {
 		guard(c.msg)
 		member, _ := c.msg.Headers[dbus.FieldMember].Value().(string)
