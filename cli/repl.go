@@ -17,11 +17,11 @@ import (
 func replCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:      "repl",
-		Usage:     "talk to a long-lived interpreter (python3, sh) in a sandbox; its variables stay between inputs",
-		ArgsUsage: "SANDBOX python3|sh",
+		Usage:     "talk to a long-lived interpreter (python3, node, sh) in a sandbox; its variables stay between inputs",
+		ArgsUsage: "SANDBOX python3|node|sh",
 		Description: `Opens a session (an interpreter that lives until you leave) and sends it
 what you type, an input at a time: a line, or a line and the indented
-lines after it (a block). Each input's output is printed; its variables,
+lines after it, and a line that closes a bracket (a block). Each input's output is printed; its variables,
 imports and functions stay for the next. Without a terminal, stdin is
 read the same way, and sandboxctl exits with the status of the last
 input (0: no error).`,
@@ -81,7 +81,8 @@ input (0: no error).`,
 }
 
 // inputs reads r an input at a time: a line, with the lines after it
-// that are indented (a block: a Python def, a shell function's body).
+// that are indented or close a bracket (a block: a Python def, a shell
+// or JavaScript function's body and its closing brace).
 func inputs(r io.Reader) func() (string, error) {
 	br := bufio.NewReader(r)
 	var pending string
@@ -97,7 +98,7 @@ func inputs(r io.Reader) func() (string, error) {
 		}
 		for {
 			line, err := br.ReadString('\n')
-			if line != "" && (strings.HasPrefix(line, " ") || strings.HasPrefix(line, "\t")) {
+			if line != "" && (strings.HasPrefix(line, " ") || strings.HasPrefix(line, "\t") || strings.ContainsAny(line[:1], "})]")) {
 				code += line
 				continue
 			}

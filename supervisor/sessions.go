@@ -27,10 +27,20 @@ var (
 	python3Driver string
 	//go:embed drivers/sh.sh
 	shDriver string
+	//go:embed drivers/node.js
+	nodeDriver string
 )
 
+// nodeLauncher starts the node driver with the protocol on fds 3 and 4
+// and its output in an unlinked file it appends to (fd 1 and 2) and
+// reads (fd 5): node cannot move its own descriptors.
+const nodeLauncher = `t=$(mktemp) || exit 1
+exec 3<&0 4>&1 </dev/null 1>>"$t" 2>&1 5<"$t"
+rm -f "$t"
+exec node -e "$1" "$2"`
+
 // Languages a session may speak.
-var sessionLanguages = []string{"python3", "sh"}
+var sessionLanguages = []string{"python3", "node", "sh"}
 
 const (
 	// maxSessions bounds one sandbox's open sessions.
@@ -64,7 +74,7 @@ type sessions struct {
 	opening map[string]int      // by sandbox: sessions being opened
 }
 
-// OpenSession starts an interpreter of lang (python3, sh) in sandbox id,
+// OpenSession starts an interpreter of lang (python3, node, sh) in sandbox id,
 // as Exec would start a command of o (its Argv, Stdio, PTY and limits
 // aside), and returns the session's id.
 func (s *Supervisor) OpenSession(ctx context.Context, id, lang string, o ExecOptions) (_ string, err error) {
@@ -73,6 +83,8 @@ func (s *Supervisor) OpenSession(ctx context.Context, id, lang string, o ExecOpt
 	switch lang {
 	case "python3":
 		argv = []string{"python3", "-u", "-c", python3Driver, strconv.Itoa(MaxEvalOutput)}
+	case "node":
+		argv = []string{"/bin/sh", "-c", nodeLauncher, "node", nodeDriver, strconv.Itoa(MaxEvalOutput)}
 	case "sh":
 		argv = []string{"/bin/sh", "-c", shDriver, "sh", "__sandboxd_end_" + token + "__", strconv.Itoa(MaxEvalOutput)}
 	default:

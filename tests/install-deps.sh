@@ -9,10 +9,11 @@ set -eu
 # the unified diff of a sandbox; openssh is the transport of remote stages
 # (the test runs its own sshd on the testbed's loopback); python3 is the
 # escape tests' tool inside sandboxes (sockets, io_uring, a memory hog) and
-# their test hosts' servers; libcap2-bin's setcap plants the file
+# their test hosts' servers; nodejs runs the node session test;
+# libcap2-bin's setcap plants the file
 # capabilities a promotion must refuse; e2fsprogs makes the ext4 image
 # that holds the testbed root's upper layer.
-pkgs="btrfs-progs e2fsprogs zfs-fuse rsync util-linux mount systemd dbus iproute2 curl bash man-db rpm passwd diffutils openssh-client openssh-server python3 libcap2-bin"
+pkgs="btrfs-progs e2fsprogs zfs-fuse rsync util-linux mount systemd dbus iproute2 curl bash man-db rpm passwd diffutils openssh-client openssh-server python3 nodejs libcap2-bin"
 need=""
 for pkg in $pkgs; do
 	dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need="$need $pkg"

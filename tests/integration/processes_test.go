@@ -150,14 +150,24 @@ func TestProcessLogsRotate(t *testing.T) {
 	}
 }
 
-// A session keeps its variables between inputs, in Python and in sh, and
-// each input's output and status come back apart.
+// A session keeps its variables between inputs, in Python, node and sh,
+// and each input's output and status come back apart.
 func TestSessionsKeepTheirVariables(t *testing.T) {
 	install(t)
 	id := sandbox(t)
 	out, errOut, code := ctl(t, "x = 41\nprint(x + 1)\ndef twice(v):\n    return 2 * v\ntwice(x)\nimport os; os.system('echo from a child')\n", "repl", id, "python3")
 	if code != 0 || out != "42\n82\nfrom a child\n" {
 		t.Errorf("a python3 session: exit %d, %q, %q", code, out, errOut)
+	}
+	// node: a let and a function stay, a promise is awaited, a server an
+	// input started answers the next input, process.exit ends only its
+	// input.
+	out, errOut, code = ctl(t, "let x = 41\nfunction twice(v) {\n  return 2 * v\n}\ntwice(x)\n"+
+		"const srv = require('http').createServer((q, r) => r.end('pong')).listen(8099)\n"+
+		"new Promise(r => require('http').get('http://127.0.0.1:8099', s => { let d = ''; s.on('data', c => d += c); s.on('end', () => r(d)) }))\n"+
+		"process.exit(3)\nconsole.log(x + 1)\n", "repl", id, "node")
+	if code != 0 || !strings.HasPrefix(out, "82\n") || !strings.Contains(out, "'pong'\n") || !strings.HasSuffix(out, "42\n") {
+		t.Errorf("a node session: exit %d, %q, %q", code, out, errOut)
 	}
 	out, _, code = ctl(t, "n=5\necho $((n * 2))\nfalse\n", "repl", id, "sh")
 	if code != 1 || out != "10\n" {
