@@ -58,6 +58,32 @@ const (
 	MethodCloseSession = "CloseSession"
 )
 
+// The file API (issue 19): done by the sandbox's init, in the sandbox's
+// view and as the caller (root of the sandbox's user namespace with the
+// Root option), so a path means what it means to the caller's commands:
+// symlinks resolve inside, permissions are the caller's. A relative path
+// is taken from the project's directory.
+const (
+	// ReadFile(s path, t offset, t max) → (ay data): at most max bytes
+	// (0: MaxFileChunk) of a regular file from offset; fewer at its end.
+	MethodReadFile = "ReadFile"
+	// WriteFile(s path, ay data, a{sv} options): OptMode, OptCreate,
+	// OptAppend, OptOffset; at most MaxFileChunk bytes a call (a larger
+	// file goes in chunks, each appended).
+	MethodWriteFile = "WriteFile"
+	// ListFiles(s path, a{sv} options) → a(ssuutts) (FileEntry): a
+	// directory's entries (with OptRecursive, those below it too, up to
+	// OptMaxEntries), or a file's own entry.
+	MethodListFiles = "ListFiles"
+	// EditFile(s path, s old, s new) → (u replacements): every
+	// occurrence of old (not empty) becomes new; none is an error.
+	MethodEditFile = "EditFile"
+)
+
+// MaxFileChunk bounds the data of one ReadFile or WriteFile and the size
+// of a file EditFile takes.
+const MaxFileChunk = 16 << 20
+
 // Methods of the standard interfaces the objects have.
 const (
 	MethodGet        = "Get"

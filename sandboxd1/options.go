@@ -79,3 +79,23 @@ const (
 	KeepAll    = "all"
 	KeepNone   = "none"
 )
+
+// Options of WriteFile's a{sv}.
+const (
+	OptMode   = "Mode"   // u, permission bits of a file it makes (default 0644)
+	OptCreate = "Create" // b, make the file if missing (default true)
+	OptAppend = "Append" // b, add to its end (default: it is truncated first)
+	// OptOffset (t): write at this offset, neither truncating nor
+	// appending.
+	OptOffset = "Offset"
+)
+
+// Options of ListFiles' a{sv}.
+const (
+	OptRecursive  = "Recursive"  // b, the whole tree below (symlinks not followed)
+	OptMaxEntries = "MaxEntries" // u, default and most: MaxListEntries
+)
+
+// MaxListEntries bounds one ListFiles' entries; past it the call fails,
+// naming the bound.
+const MaxListEntries = 10000

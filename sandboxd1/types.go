@@ -111,3 +111,17 @@ type ProcessEntry struct {
 	Status  int32    `json:"status"`  // its exit status, as a shell gives it
 	Signal  int32    `json:"signal"`  // the signal that ended it, 0 if none
 }
+
+// FileEntry is one of ListFiles' entries: a(ssuutts).
+type FileEntry struct {
+	// Path is the entry's path from the listed directory ("a/b"), or
+	// the listed file's name.
+	Path string `json:"path"`
+	Kind string `json:"kind"` // file, dir, symlink, fifo, socket, device
+	Mode uint32 `json:"mode"` // permission bits, with set-id and sticky
+	UID  uint32 `json:"uid"`  // its owner as the sandbox sees it
+	Size uint64 `json:"size"`
+	// Modified is its modification time, µs since the epoch.
+	Modified uint64 `json:"modified"`
+	Target   string `json:"target,omitempty"` // a symlink's
+}
