@@ -78,7 +78,7 @@ that no other sandbox's id has will do.
 			freezeCommand(), thawCommand(), destroyCommand(), gcCommand(), projectCommand(), manCommand(),
 			portCommand(),
 			runCommand(), psCommand(), logsCommand(), killCommand(), replCommand(),
-			cacheCommand(),
+			cacheCommand(), catCommand(), cpCommand(),
 		},
 	}
 	root.DisableSliceFlagSeparator = true

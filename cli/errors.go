@@ -28,7 +28,7 @@ const exitCodes = `EXIT STATUS
    0  ok
    1  the daemon could not do it, or another error
    2  usage mistake (the message shows the right form)
-   3  no such sandbox, project, checkpoint or promotion
+   3  no such sandbox, project, checkpoint, promotion or file
    4  not allowed for this user
    5  conflict: the sandbox's state does not allow it, a name is taken, a limit is reached,
       a promotion's paths were changed in the project too
@@ -79,6 +79,8 @@ func fromBus(what string, err error) *Error {
 		case sandboxd1.ErrorAccessDenied, "org.freedesktop.DBus.Error.AccessDenied":
 			fix := "ask an administrator to add you to group sandboxd (or to [access] in /etc/sandboxd/sandboxd.toml)"
 			switch {
+			case strings.Contains(msg, "permission denied"):
+				fix = "the file's owner and mode in the sandbox do not let you (sandboxctl exec SANDBOX -- ls -l PATH)"
 			case strings.Contains(msg, "may not use project"):
 				fix = "ask an administrator to list you in the project's users or groups (sandboxctl project add --user/--group, or [[project]] in /etc/sandboxd/sandboxd.toml)"
 			case strings.Contains(msg, "privileged files"):
@@ -87,6 +89,8 @@ func fromBus(what string, err error) *Error {
 			return &Error{Code: ExitDenied, Msg: msg, Fix: fix, Err: err}
 		case sandboxd1.ErrorNoIdmap:
 			return &Error{Code: ExitDenied, Msg: msg, Fix: "run it without --root, or ask an administrator for a pool and root layers that can idmap (btrfs; see docs/userns.md)", Err: err}
+		case sandboxd1.ErrorNoSuchFile:
+			return &Error{Code: ExitNotFound, Msg: msg, Err: err}
 		case sandboxd1.ErrorNoSuchPromotion:
 			return &Error{Code: ExitNotFound, Msg: msg, Fix: "see `sandboxctl promotions`", Err: err}
 		case sandboxd1.ErrorConflict:

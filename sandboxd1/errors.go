@@ -34,6 +34,9 @@ const (
 	// (the pool, the kernel or the root layers cannot idmap, or
 	// sandbox.userns is off): root there would be the host's.
 	ErrorNoIdmap = "org.sandboxd1.Error.NoIdmap"
+	// ErrorNoSuchFile: the file API's path names nothing in the sandbox
+	// (or a directory on its way is not one).
+	ErrorNoSuchFile = "org.sandboxd1.Error.NoSuchFile"
 )
 
 // Standard errors (D-Bus specification) the API and its clients meet.

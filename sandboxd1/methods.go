@@ -78,6 +78,14 @@ const (
 	// EditFile(s path, s old, s new) → (u replacements): every
 	// occurrence of old (not empty) becomes new; none is an error.
 	MethodEditFile = "EditFile"
+	// ReadFileTo(s path, h pipe, a{sv} options) → (t bytes) and
+	// WriteFileFrom(s path, h pipe, a{sv} options) → (t bytes): a whole
+	// file of any size through the caller's pipe (its write end, to read;
+	// its read end, to write), which the caller reads or writes while the
+	// call runs. WriteFileFrom takes WriteFile's options. (godbus encodes
+	// an ay a byte at a time: about 4 MB/s; a pipe is hundreds.)
+	MethodReadFileTo    = "ReadFileTo"
+	MethodWriteFileFrom = "WriteFileFrom"
 )
 
 // MaxFileChunk bounds the data of one ReadFile or WriteFile and the size

@@ -125,6 +125,10 @@ func (s *server) handle(conn *net.UnixConn) {
 		s.query(conn, msg.Process)
 		return
 	}
+	if err == nil && msg.FileRequest != nil {
+		s.serveFile(conn, msg.FileRequest, files)
+		return
+	}
 	if err == nil && msg.Request != nil && msg.Request.Spawn != "" && s.procs != nil {
 		s.spawn(conn, msg.Request, files)
 		return

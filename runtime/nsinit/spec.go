@@ -206,6 +206,10 @@ type message struct {
 	Listed    bool          `json:"listed,omitempty"`
 	Log       *LogChunk     `json:"log,omitempty"`
 	Exited    *Process      `json:"exited,omitempty"`
+	// FileRequest asks for a file read, written, listed or edited as the
+	// caller (files.go), with its data pipe; File answers it.
+	FileRequest *FileRequest `json:"file_request,omitempty"`
+	File        *FileResult  `json:"file,omitempty"`
 }
 
 // envInit marks the process that must run Main.

@@ -64,6 +64,13 @@ var actions = map[string]action{
 	sandboxd1.MethodOpenSession:      {mutating: true},
 	sandboxd1.MethodEval:             {mutating: true},
 	sandboxd1.MethodCloseSession:     {mutating: true},
+	sandboxd1.MethodReadFile:         {},
+	sandboxd1.MethodWriteFile:        {mutating: true},
+	sandboxd1.MethodListFiles:        {},
+	sandboxd1.MethodEditFile:         {mutating: true},
+	// A stream holds a thread of the sandbox's init while it runs.
+	sandboxd1.MethodReadFileTo:    {heavy: true},
+	sandboxd1.MethodWriteFileFrom: {mutating: true, heavy: true},
 	// The standard interfaces of a sandbox's object. Set changes nothing
 	// (every property is read-only) and is always refused.
 	propertiesAction(sandboxd1.MethodGet):    {},

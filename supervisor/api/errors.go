@@ -54,6 +54,8 @@ func fromSupervisor(err error) *dbus.Error {
 		name = sandboxd1.ErrorAccessDenied
 	case errors.Is(err, supervisor.ErrNoIdmap):
 		name = sandboxd1.ErrorNoIdmap
+	case errors.Is(err, supervisor.ErrNoFile):
+		name = sandboxd1.ErrorNoSuchFile
 	}
 	// The text carries what sandboxes named (a conflict's paths, a
 	// check's error): escaped here, so that no client (busctl, a script)

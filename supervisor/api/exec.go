@@ -28,16 +28,9 @@ import (
 // terminal of the sandbox's own.
 func (o sandboxObject) Exec(sender dbus.Sender, msg dbus.Message, argv []string, options map[string]dbus.Variant,
 	stdin, stdout, stderr dbus.UnixFD) (string, *dbus.Error) {
-	// A call that carries no descriptors still has its "h" arguments, and
-	// the bus passes it on: godbus then hands over the indices themselves,
-	// which are numbers of the daemon's own descriptors (its bus socket,
-	// its state file) that adoptFDs would give the sandbox, and close.
-	if n, _ := msg.Headers[dbus.FieldUnixFDs].Value().(uint32); n == 0 {
-		return "", dbusError(sandboxd1.ErrorInvalidArgs, "Exec: stdin, stdout and stderr must be file descriptors passed with the call, which carries none")
-	}
-	files, err := adoptFDs(stdin, stdout, stderr)
-	if err != nil {
-		return "", dbusError(sandboxd1.ErrorFailed, "Exec: taking the caller's files: %v", err)
+	files, derr := adoptPassed(msg, "Exec", stdin, stdout, stderr)
+	if derr != nil {
+		return "", derr
 	}
 	defer func() { // the init has its own copies
 		for _, f := range files {
@@ -172,6 +165,23 @@ func execOptions(o *supervisor.ExecOptions, options map[string]dbus.Variant) err
 		}
 	}
 	return nil
+}
+
+// adoptPassed takes the descriptors of a call of method (adoptFDs), once
+// it has checked that the call carries descriptors at all. A call that
+// carries none still has its "h" arguments, and the bus passes it on:
+// godbus then hands over the indices themselves, which are numbers of the
+// daemon's own descriptors (its bus socket, its state file) that
+// adoptFDs would give the sandbox, and close.
+func adoptPassed(msg dbus.Message, method string, fds ...dbus.UnixFD) ([]*os.File, *dbus.Error) {
+	if n, _ := msg.Headers[dbus.FieldUnixFDs].Value().(uint32); n == 0 {
+		return nil, dbusError(sandboxd1.ErrorInvalidArgs, "%s: its descriptors must be passed with the call, which carries none", method)
+	}
+	files, err := adoptFDs(fds...)
+	if err != nil {
+		return nil, dbusError(sandboxd1.ErrorFailed, "%s: taking the caller's descriptors: %v", method, err)
+	}
+	return files, nil
 }
 
 // adoptFDs takes the descriptors godbus received for one call: a caller

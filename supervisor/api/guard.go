@@ -32,9 +32,19 @@ const (
 	// maxOptionName bounds an option's name: a message names an unknown
 	// one.
 	maxOptionName = 64
-	// execFDs is what Exec takes: stdin, stdout and stderr.
-	execFDs = 3
 )
+
+// fdMethods are the methods of a sandbox's object that take descriptors:
+// their signature and how many. Exec takes stdin, stdout and stderr;
+// ReadFileTo and WriteFileFrom one pipe.
+var fdMethods = map[string]struct {
+	signature string
+	fds       uint32
+}{
+	sandboxd1.MethodExec:          {"asa{sv}hhh", 3},
+	sandboxd1.MethodReadFileTo:    {"sha{sv}", 1},
+	sandboxd1.MethodWriteFileFrom: {"sha{sv}", 1},
+}
 
 // The refusal object: the guard turns a message it refuses into a call of
 // Refuse there, so that godbus dispatches nothing of the original call and
@@ -42,7 +52,6 @@ const (
 const (
 	refusePath      = dbus.ObjectPath("/org/sandboxd1/refused")
 	refuseInterface = "org.sandboxd1.Refused"
-	execSignature   = "asa{sv}hhh"
 )
 
 // guardLog is where the guard logs; Serve sets it.
@@ -89,17 +98,18 @@ func guard(msg *dbus.Message) {
 func checkCall(msg *dbus.Message, iface, member string, sent uint32, named int) string {
 	sig, _ := msg.Headers[dbus.FieldSignature].Value().(dbus.Signature)
 	path, _ := msg.Headers[dbus.FieldPath].Value().(dbus.ObjectPath)
-	isExec := iface == sandboxd1.SandboxInterface && member == "Exec"
+	takes, ok := fdMethods[member]
+	ok = ok && iface == sandboxd1.SandboxInterface
 	switch {
 	case sent == 0 && named == 0:
-	case !isExec:
+	case !ok:
 		return fmt.Sprintf("the call carries %d file descriptors; it takes none (they were closed)", max(int(sent), named))
-	case sig.String() != execSignature || !strings.HasPrefix(string(path), string(sandboxd1.SandboxPathPrefix)+"/"):
-		// Only a call that will reach Exec, which closes what it is
-		// given, may keep its descriptors.
-		return fmt.Sprintf("the call has signature %q on %s; Exec takes (%s) on a sandbox's object", sig, path, execSignature)
-	case sent > execFDs || int(sent) > named:
-		return fmt.Sprintf("the call carries %d file descriptors; Exec takes %d, each named by an argument (they were closed)", sent, execFDs)
+	case sig.String() != takes.signature || !strings.HasPrefix(string(path), string(sandboxd1.SandboxPathPrefix)+"/"):
+		// Only a call that will reach its method, which closes what it
+		// is given, may keep its descriptors.
+		return fmt.Sprintf("the call has signature %q on %s; %s takes (%s) on a sandbox's object", sig, path, member, takes.signature)
+	case sent > takes.fds || int(sent) > named:
+		return fmt.Sprintf("the call carries %d file descriptors; %s takes %d, each named by an argument (they were closed)", sent, member, takes.fds)
 	}
 	switch {
 	case iface == sandboxd1.SandboxInterface && (member == "Exec" || member == "ExecTerminal" || member == sandboxd1.MethodSpawn):
@@ -109,12 +119,21 @@ func checkCall(msg *dbus.Message, iface, member string, sent uint32, named int) 
 	case iface == sandboxd1.SandboxInterface && member == sandboxd1.MethodEval:
 		// The session's own bound, checked before anything is logged.
 		return checkString(msg.Body, 1, "code", supervisor.MaxEvalInput)
+	case iface == sandboxd1.SandboxInterface && (member == sandboxd1.MethodReadFile || member == sandboxd1.MethodListFiles ||
+		member == sandboxd1.MethodWriteFile || member == sandboxd1.MethodReadFileTo || member == sandboxd1.MethodWriteFileFrom):
+		return checkString(msg.Body, 0, "path", maxFilePath)
+	case iface == sandboxd1.SandboxInterface && member == sandboxd1.MethodEditFile:
+		return cmp.Or(checkString(msg.Body, 0, "path", maxFilePath), checkString(msg.Body, 1, "old", sandboxd1.MaxFileChunk),
+			checkString(msg.Body, 2, "new", sandboxd1.MaxFileChunk))
 	case iface == sandboxd1.ManagerInterface && member == "Try":
 		return cmp.Or(checkArgv(msg.Body, 1, "variants"), checkString(msg.Body, 2, "check", MaxCheckBytes),
 			checkString(msg.Body, 3, "keep", maxOptionName), checkExecOptions(msg.Body, 4), checkTryInputs(msg.Body, 4))
 	}
 	return ""
 }
+
+// maxFilePath bounds the file API's paths (PATH_MAX).
+const maxFilePath = 4096
 
 // checkString checks the length of the string at body[i], if there is one.
 func checkString(body []any, i int, what string, limit int) string {

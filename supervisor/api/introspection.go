@@ -183,6 +183,40 @@ const SandboxXML = xmlHeader + `<node>
   <method name="CloseSession">
    <arg type="s" name="session" direction="in"/>
   </method>
+  <method name="ReadFile">
+   <arg type="s" name="path" direction="in"/>
+   <arg type="t" name="offset" direction="in"/>
+   <arg type="t" name="max" direction="in"/>
+   <arg type="ay" name="data" direction="out"/>
+  </method>
+  <method name="WriteFile">
+   <arg type="s" name="path" direction="in"/>
+   <arg type="ay" name="data" direction="in"/>
+   <arg type="a{sv}" name="options" direction="in"/>
+  </method>
+  <method name="ListFiles">
+   <arg type="s" name="path" direction="in"/>
+   <arg type="a{sv}" name="options" direction="in"/>
+   <arg type="a(ssuutts)" name="entries" direction="out"/>
+  </method>
+  <method name="EditFile">
+   <arg type="s" name="path" direction="in"/>
+   <arg type="s" name="old" direction="in"/>
+   <arg type="s" name="new" direction="in"/>
+   <arg type="u" name="replacements" direction="out"/>
+  </method>
+  <method name="ReadFileTo">
+   <arg type="s" name="path" direction="in"/>
+   <arg type="h" name="pipe" direction="in"/>
+   <arg type="a{sv}" name="options" direction="in"/>
+   <arg type="t" name="bytes" direction="out"/>
+  </method>
+  <method name="WriteFileFrom">
+   <arg type="s" name="path" direction="in"/>
+   <arg type="h" name="pipe" direction="in"/>
+   <arg type="a{sv}" name="options" direction="in"/>
+   <arg type="t" name="bytes" direction="out"/>
+  </method>
   <signal name="CommandExited">
    <arg type="s" name="command"/>
    <arg type="s" name="how"/>

@@ -1,0 +1,196 @@
+package api
+
+import (
+	"fmt"
+
+	"github.com/godbus/dbus/v5"
+
+	"github.com/sandboxd/sandboxd/sandboxd1"
+	"github.com/sandboxd/sandboxd/supervisor"
+)
+
+// The file API: ReadFile, WriteFile, ListFiles, EditFile, done by the
+// sandbox's init in the sandbox's view and as the caller.
+
+// ReadFile(s path, t offset, t max) -> (ay data) reads at most max bytes
+// (0: 16 MiB, the most) of a regular file from offset; fewer at its end.
+func (o sandboxObject) ReadFile(sender dbus.Sender, msg dbus.Message, path string, offset, max uint64) ([]byte, *dbus.Error) {
+	s := o.s
+	r, id, derr := o.beginOn(sender, msg, sandboxd1.MethodReadFile)
+	if derr != nil {
+		return nil, derr
+	}
+	data, err := s.sup.ReadFile(r.ctx, id, supervisor.FileAccess{UID: r.who.uid}, path, offset, max)
+	if err != nil {
+		return nil, s.end(r, id, fromSupervisor(err))
+	}
+	if data == nil {
+		data = []byte{}
+	}
+	return data, s.end(r, id, nil)
+}
+
+// WriteFile(s path, ay data, a{sv} options) writes data to a file, made
+// if missing (Create, default true; Mode, default 0644), emptied first
+// unless Append or Offset; Root writes as root of the sandbox's user
+// namespace.
+func (o sandboxObject) WriteFile(sender dbus.Sender, msg dbus.Message, path string, data []byte, options map[string]dbus.Variant) *dbus.Error {
+	s := o.s
+	r, id, derr := o.beginOn(sender, msg, sandboxd1.MethodWriteFile)
+	if derr != nil {
+		return derr
+	}
+	who, wo, err := writeOptions(r.who.uid, options)
+	if err != nil {
+		return s.end(r, id, dbusError(sandboxd1.ErrorInvalidArgs, "WriteFile: %v", err))
+	}
+	if err := s.sup.WriteFile(r.ctx, id, who, path, data, wo); err != nil {
+		return s.end(r, id, fromSupervisor(err))
+	}
+	return s.end(r, id, nil)
+}
+
+// writeOptions reads WriteFile's and WriteFileFrom's options.
+func writeOptions(uid uint32, options map[string]dbus.Variant) (supervisor.FileAccess, supervisor.WriteOptions, error) {
+	who := supervisor.FileAccess{UID: uid}
+	var wo supervisor.WriteOptions
+	create := true
+	for name, v := range options {
+		var err error
+		switch name {
+		case sandboxd1.OptMode:
+			err = dbus.Store([]any{v.Value()}, &wo.Mode)
+			wo.HasMode = true
+		case sandboxd1.OptCreate:
+			err = dbus.Store([]any{v.Value()}, &create)
+		case sandboxd1.OptAppend:
+			err = dbus.Store([]any{v.Value()}, &wo.Append)
+		case sandboxd1.OptOffset:
+			err = dbus.Store([]any{v.Value()}, &wo.Offset)
+			wo.AtOffset = true
+		case sandboxd1.OptRoot:
+			err = dbus.Store([]any{v.Value()}, &who.AsRoot)
+		default:
+			err = fmt.Errorf("unknown option (known: %s, %s, %s, %s, %s)", sandboxd1.OptMode, sandboxd1.OptCreate,
+				sandboxd1.OptAppend, sandboxd1.OptOffset, sandboxd1.OptRoot)
+		}
+		if err != nil {
+			return who, wo, fmt.Errorf("option %s (%s): %v", name, v.Signature(), err)
+		}
+	}
+	wo.NoCreate = !create
+	return who, wo, nil
+}
+
+// ReadFileTo(s path, h pipe, a{sv} options) -> (t bytes) copies a whole
+// regular file into the caller's pipe (its write end), which the caller
+// reads meanwhile; Root reads as root of the sandbox's user namespace.
+func (o sandboxObject) ReadFileTo(sender dbus.Sender, msg dbus.Message, path string, pipe dbus.UnixFD, options map[string]dbus.Variant) (uint64, *dbus.Error) {
+	s := o.s
+	files, aerr := adoptPassed(msg, "ReadFileTo", pipe)
+	if aerr != nil {
+		return 0, aerr
+	}
+	defer files[0].Close()
+	r, id, derr := o.beginOn(sender, msg, sandboxd1.MethodReadFileTo)
+	if derr != nil {
+		return 0, derr
+	}
+	who := supervisor.FileAccess{UID: r.who.uid}
+	for name, v := range options {
+		if name != sandboxd1.OptRoot {
+			return 0, s.end(r, id, dbusError(sandboxd1.ErrorInvalidArgs, "ReadFileTo: unknown option %q (known: %s)", name, sandboxd1.OptRoot))
+		}
+		if err := dbus.Store([]any{v.Value()}, &who.AsRoot); err != nil {
+			return 0, s.end(r, id, dbusError(sandboxd1.ErrorInvalidArgs, "ReadFileTo: option %s (%s): %v", name, v.Signature(), err))
+		}
+	}
+	n, err := s.sup.ReadFileTo(r.ctx, id, who, path, files[0])
+	if err != nil {
+		return 0, s.end(r, id, fromSupervisor(err))
+	}
+	return n, s.end(r, id, nil)
+}
+
+// WriteFileFrom(s path, h pipe, a{sv} options) -> (t bytes) writes what
+// comes through the caller's pipe (its read end), to its end, into a
+// file, with WriteFile's options.
+func (o sandboxObject) WriteFileFrom(sender dbus.Sender, msg dbus.Message, path string, pipe dbus.UnixFD, options map[string]dbus.Variant) (uint64, *dbus.Error) {
+	s := o.s
+	files, aerr := adoptPassed(msg, "WriteFileFrom", pipe)
+	if aerr != nil {
+		return 0, aerr
+	}
+	defer files[0].Close()
+	r, id, derr := o.beginOn(sender, msg, sandboxd1.MethodWriteFileFrom)
+	if derr != nil {
+		return 0, derr
+	}
+	who, wo, err := writeOptions(r.who.uid, options)
+	if err != nil {
+		return 0, s.end(r, id, dbusError(sandboxd1.ErrorInvalidArgs, "WriteFileFrom: %v", err))
+	}
+	n, err := s.sup.WriteFileFrom(r.ctx, id, who, path, files[0], wo)
+	if err != nil {
+		return 0, s.end(r, id, fromSupervisor(err))
+	}
+	return n, s.end(r, id, nil)
+}
+
+// ListFiles(s path, a{sv} options) -> a(ssuutts) lists a directory's
+// entries (Recursive: all below it, symlinks not followed; at most
+// MaxEntries, 10,000), or a file's own entry.
+func (o sandboxObject) ListFiles(sender dbus.Sender, msg dbus.Message, path string, options map[string]dbus.Variant) ([]sandboxd1.FileEntry, *dbus.Error) {
+	s := o.s
+	r, id, derr := o.beginOn(sender, msg, sandboxd1.MethodListFiles)
+	if derr != nil {
+		return nil, derr
+	}
+	who := supervisor.FileAccess{UID: r.who.uid}
+	var recursive bool
+	var most uint32
+	for name, v := range options {
+		var err error
+		switch name {
+		case sandboxd1.OptRecursive:
+			err = dbus.Store([]any{v.Value()}, &recursive)
+		case sandboxd1.OptMaxEntries:
+			err = dbus.Store([]any{v.Value()}, &most)
+		case sandboxd1.OptRoot:
+			err = dbus.Store([]any{v.Value()}, &who.AsRoot)
+		default:
+			err = fmt.Errorf("unknown option (known: %s, %s, %s)", sandboxd1.OptRecursive, sandboxd1.OptMaxEntries, sandboxd1.OptRoot)
+		}
+		if err != nil {
+			return nil, s.end(r, id, dbusError(sandboxd1.ErrorInvalidArgs, "ListFiles: option %s (%s): %v", name, v.Signature(), err))
+		}
+	}
+	if most > sandboxd1.MaxListEntries {
+		return nil, s.end(r, id, dbusError(sandboxd1.ErrorInvalidArgs, "ListFiles: MaxEntries %d is over %d", most, sandboxd1.MaxListEntries))
+	}
+	es, err := s.sup.ListFiles(r.ctx, id, who, path, recursive, int(most))
+	if err != nil {
+		return nil, s.end(r, id, fromSupervisor(err))
+	}
+	out := make([]sandboxd1.FileEntry, len(es))
+	for i, e := range es {
+		out[i] = sandboxd1.FileEntry{Path: e.Path, Kind: e.Kind, Mode: e.Mode, UID: e.UID, Size: e.Size, Modified: e.Modified, Target: e.Target}
+	}
+	return out, s.end(r, id, nil)
+}
+
+// EditFile(s path, s old, s new) -> (u replacements) replaces every
+// occurrence of old in a file by new, in place (its inode, owner and
+// mode stay); none is InvalidArgs.
+func (o sandboxObject) EditFile(sender dbus.Sender, msg dbus.Message, path, old, new string) (uint32, *dbus.Error) {
+	s := o.s
+	r, id, derr := o.beginOn(sender, msg, sandboxd1.MethodEditFile)
+	if derr != nil {
+		return 0, derr
+	}
+	n, err := s.sup.EditFile(r.ctx, id, supervisor.FileAccess{UID: r.who.uid}, path, old, new)
+	if err != nil {
+		return 0, s.end(r, id, fromSupervisor(err))
+	}
+	return uint32(n), s.end(r, id, nil)
+}
