@@ -86,11 +86,13 @@ var rules = []rule{
 		is("supervisor"), not(in("cli", "cmd", "supervisor/api", "supervisor/config", "tests"))},
 	{"nothing but cmd/sandboxctl imports cli", not(is("cmd/sandboxctl")), not(in("cli"))},
 	{"nothing imports cmd", anyPkg, not(in("cmd"))},
+	{"client (the Go client) imports only the wire contract", in("client"), in("sandboxd1")},
 }
 
 // cliRule waits for the wire contract (issue 16): the CLI imports only
-// sandboxd1 (and internal/, termsafe), never the daemon's packages.
-var cliRule = rule{"cli imports only the wire contract and internal/", in("cli"), in("sandboxd1", "internal")}
+// sandboxd1, the Go client on it (issue 19) and internal/ (termsafe),
+// never the daemon's packages.
+var cliRule = rule{"cli imports only the wire contract, the client and internal/", in("cli"), in("sandboxd1", "client", "internal")}
 
 // testOnly are the packages that exist for tests: no program may link them.
 var testOnly = in("tests", "supervisor/supervisortest", "cowfs/cowfstest", "internal/treetest")
@@ -146,19 +148,20 @@ func TestCLIImportsOnlyTheWireContract(t *testing.T) {
 func TestRulesCatchBreaks(t *testing.T) {
 	pkgs := []string{"sandboxd1", "internal/termsafe", "internal/crashpoint", "cowfs", "cowfs/btrfs", "units", "runtime/nsinit",
 		"runtime/egress", "promote", "supervisor", "supervisor/state", "supervisor/api", "supervisor/config", "cli",
-		"cmd/sandboxctl", "cmd/sandboxd", "tests/testbed"}
+		"cmd/sandboxctl", "cmd/sandboxd", "tests/testbed", "client"}
 	breaks := map[string][2]string{
-		rules[0].name: {"sandboxd1", "internal/termsafe"},
-		rules[1].name: {"internal/termsafe", "cowfs"},
-		rules[2].name: {"cowfs/btrfs", "runtime/nsinit"},
-		rules[3].name: {"units", "cowfs"},
-		rules[4].name: {"runtime/egress", "supervisor"},
-		rules[5].name: {"promote", "supervisor/state"},
-		rules[6].name: {"supervisor/state", "cowfs"},
-		rules[7].name: {"supervisor", "supervisor/api"},
-		rules[8].name: {"supervisor/api", "cli"},
-		rules[9].name: {"tests/testbed", "cmd/sandboxd"},
-		cliRule.name:  {"cli", "supervisor/config"},
+		rules[0].name:  {"sandboxd1", "internal/termsafe"},
+		rules[1].name:  {"internal/termsafe", "cowfs"},
+		rules[2].name:  {"cowfs/btrfs", "runtime/nsinit"},
+		rules[3].name:  {"units", "cowfs"},
+		rules[4].name:  {"runtime/egress", "supervisor"},
+		rules[5].name:  {"promote", "supervisor/state"},
+		rules[6].name:  {"supervisor/state", "cowfs"},
+		rules[7].name:  {"supervisor", "supervisor/api"},
+		rules[8].name:  {"supervisor/api", "cli"},
+		rules[9].name:  {"tests/testbed", "cmd/sandboxd"},
+		rules[10].name: {"client", "internal/termsafe"},
+		cliRule.name:   {"cli", "supervisor/config"},
 	}
 	g := graph{}
 	for _, p := range pkgs {
@@ -166,6 +169,7 @@ func TestRulesCatchBreaks(t *testing.T) {
 	}
 	// Allowed edges, which must not be reported.
 	for _, e := range [][2]string{{"cmd/sandboxctl", "cli"}, {"cli", "sandboxd1"}, {"cli", "internal/termsafe"},
+		{"cli", "client"}, {"client", "sandboxd1"},
 		{"supervisor", "promote"}, {"supervisor", "runtime/nsinit"}, {"promote", "cowfs"}, {"runtime/nsinit", "internal/crashpoint"},
 		{"supervisor/api", "supervisor"}, {"cowfs/btrfs", "cowfs"}} {
 		g[e[0]].ours[e[1]] = true
