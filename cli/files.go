@@ -164,10 +164,14 @@ func (c *client) copyOut(ctx context.Context, e sandboxd1.ListEntry, path, dst s
 	if err := c.readFile(ctx, e, path, tmp); err != nil {
 		return err
 	}
-	if err := tmp.Chmod(mode); err == nil {
-		err = tmp.Close()
+	err = tmp.Chmod(mode)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
 	}
-	if err := os.Rename(tmp.Name(), dst); err != nil {
+	if err == nil {
+		err = os.Rename(tmp.Name(), dst)
+	}
+	if err != nil {
 		return &Error{Code: ExitFailed, Msg: "copying to " + dst + ": " + err.Error(), Err: err}
 	}
 	return nil

@@ -84,7 +84,7 @@ func (s *Supervisor) WriteFile(ctx context.Context, id string, who FileAccess, p
 // writeRequest is the init's request for a write of o.
 func writeRequest(path string, o WriteOptions) (nsinit.FileRequest, error) {
 	if o.Append && o.AtOffset {
-		return nsinit.FileRequest{}, fmt.Errorf("Append and Offset together: %w", ErrInvalid)
+		return nsinit.FileRequest{}, fmt.Errorf("the options Append and Offset together: %w", ErrInvalid)
 	}
 	if o.Mode&^0o777 != 0 {
 		return nsinit.FileRequest{}, fmt.Errorf("mode %#o: only permission bits (0777) may be given: %w", o.Mode, ErrInvalid)
