@@ -3,16 +3,19 @@ package cli
 import (
 	"context"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/godbus/dbus/v5"
 
+	sbclient "github.com/sandboxd/sandboxd/client"
 	"github.com/sandboxd/sandboxd/sandboxd1"
 )
 
-// client is sandboxctl's connection to sandboxd on the system bus.
+// client is sandboxctl's connection to sandboxd on the system bus: the
+// Go client's (api), and the connection under it for what the Go client
+// does not wrap (a terminal, signals forwarded to a command).
 type client struct {
+	api     *sbclient.Client
 	conn    *dbus.Conn
 	signals chan *dbus.Signal
 	// exits keeps CommandExited signals by command id: one can arrive
@@ -34,10 +37,10 @@ func connect(ctx context.Context) (*client, error) {
 		return nil, &Error{Code: ExitUnavailable, Msg: "cannot reach the system bus: " + err.Error(),
 			Fix: "is dbus running? (`systemctl status dbus`)", Err: err}
 	}
-	return &client{conn: conn}, nil
+	return &client{api: sbclient.New(conn), conn: conn}, nil
 }
 
-func (c *client) close() { c.conn.Close() }
+func (c *client) close() { c.api.Close() }
 
 func (c *client) manager() dbus.BusObject {
 	return c.conn.Object(sandboxd1.BusName, sandboxd1.ManagerPath)
@@ -88,35 +91,15 @@ func (c *client) property(ctx context.Context, id, name string) (dbus.Variant, e
 // resolve finds the sandbox arg names: its id, its name, or a prefix of
 // its id that only it has.
 func (c *client) resolve(ctx context.Context, arg string) (sandboxd1.ListEntry, error) {
-	if arg == "" {
-		return sandboxd1.ListEntry{}, usage("a sandbox id or name is empty")
-	}
-	entries, err := c.list(ctx)
+	sb, err := c.api.Sandbox(ctx, arg)
 	if err != nil {
-		return sandboxd1.ListEntry{}, err
+		return sandboxd1.ListEntry{}, fromBus("finding sandbox "+quote(arg), err)
 	}
-	var prefixed []sandboxd1.ListEntry
-	for _, e := range entries {
-		if e.ID == arg || e.Name == arg {
-			return e, nil
-		}
-		if strings.HasPrefix(e.ID, arg) {
-			prefixed = append(prefixed, e)
-		}
-	}
-	switch len(prefixed) {
-	case 1:
-		return prefixed[0], nil
-	case 0:
-		return sandboxd1.ListEntry{}, &Error{Code: ExitNotFound, Msg: "no sandbox is called or starts with " + quote(arg),
-			Fix: "see `sandboxctl list`"}
-	}
-	ids := make([]string, len(prefixed))
-	for i, e := range prefixed {
-		ids[i] = e.ID
-	}
-	return sandboxd1.ListEntry{}, usage("%s is the start of several sandboxes' ids (%s): give more of it", quote(arg), strings.Join(ids, ", "))
+	return sb.Entry(), nil
 }
+
+// handle is the Go client's handle on sandbox e.
+func (c *client) handle(e sandboxd1.ListEntry) *sbclient.Sandbox { return c.api.Handle(e) }
 
 // watchExits subscribes to CommandExited, before any Exec.
 func (c *client) watchExits() error {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/godbus/dbus/v5"
 
+	sbclient "github.com/sandboxd/sandboxd/client"
 	"github.com/sandboxd/sandboxd/internal/termsafe"
 	"github.com/sandboxd/sandboxd/sandboxd1"
 )
@@ -63,8 +64,17 @@ func usage(format string, args ...any) *Error {
 // fromBus turns an error of a call to the daemon into an Error with the
 // code a script branches on, keeping the daemon's words.
 func fromBus(what string, err error) *Error {
+	var already *Error
+	if errors.As(err, &already) {
+		return already
+	}
 	var derr dbus.Error
-	if errors.As(err, &derr) {
+	var cerr *sbclient.Error
+	if errors.As(err, &cerr) {
+		// The Go client's error: its name and the daemon's words.
+		derr = dbus.Error{Name: cerr.Name, Body: []any{cerr.Message}}
+	}
+	if derr.Name != "" || errors.As(err, &derr) {
 		msg := what + ": " + dbusMessage(derr)
 		if strings.HasPrefix(dbusMessage(derr), what) {
 			msg = dbusMessage(derr) // the daemon said what it was doing already

@@ -2,17 +2,14 @@ package cli
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 
-	"github.com/godbus/dbus/v5"
 	ucli "github.com/urfave/cli/v3"
 
+	sbclient "github.com/sandboxd/sandboxd/client"
 	"github.com/sandboxd/sandboxd/sandboxd1"
 )
 
@@ -104,31 +101,12 @@ func splitRemote(arg string) (box, path string, inSandbox bool) {
 	return arg[:i], arg[i+1:], true
 }
 
-// readFile writes path of sandbox e to w, through a pipe the daemon's
-// ReadFileTo fills (an ay of godbus's is slow: a byte at a time).
+// readFile writes path of sandbox e to w (through a pipe: an ay of
+// godbus's is slow, a byte at a time).
 func (c *client) readFile(ctx context.Context, e sandboxd1.ListEntry, path string, w io.Writer) error {
 	what := "reading " + path + " in sandbox " + sandboxLabel(e)
-	pr, pw, err := os.Pipe()
-	if err != nil {
-		return &Error{Code: ExitFailed, Msg: what + ": " + err.Error(), Err: err}
-	}
-	defer pr.Close()
-	copied := make(chan error, 1)
-	go func() {
-		_, err := io.Copy(w, pr)
-		pr.Close() // a writer that failed ends the daemon's copy too
-		copied <- err
-	}()
-	var n uint64
-	err = call(ctx, c.sandbox(e.ID), what, sandboxd1.Member(sandboxd1.SandboxInterface, sandboxd1.MethodReadFileTo),
-		[]any{path, dbus.UnixFD(pw.Fd()), map[string]dbus.Variant{}}, &n)
-	pw.Close()
-	cerr := <-copied
-	if err != nil {
-		return err
-	}
-	if cerr != nil {
-		return &Error{Code: ExitFailed, Msg: what + ": writing it out: " + cerr.Error(), Err: cerr}
+	if _, err := c.handle(e).ReadFileTo(ctx, path, w, sbclient.ReadOptions{}); err != nil {
+		return fromBus(what, err)
 	}
 	return nil
 }
@@ -140,13 +118,11 @@ func (c *client) copyOut(ctx context.Context, e sandboxd1.ListEntry, path, dst s
 		return c.readFile(ctx, e, path, os.Stdout)
 	}
 	// The file's mode, for the copy (a directory's listing is not one
-	// file's: ReadFile refuses it below).
+	// file's: ReadFileTo refuses it below).
 	mode := os.FileMode(0o644)
-	var entries []sandboxd1.FileEntry
-	what := "reading " + path + " in sandbox " + sandboxLabel(e)
-	if err := call(ctx, c.sandbox(e.ID), what, sandboxd1.Member(sandboxd1.SandboxInterface, sandboxd1.MethodListFiles),
-		[]any{path, map[string]dbus.Variant{}}, &entries); err != nil {
-		return err
+	entries, err := c.handle(e).ListFiles(ctx, path, sbclient.ListOptions{})
+	if err != nil {
+		return fromBus("reading "+path+" in sandbox "+sandboxLabel(e), err)
 	}
 	if len(entries) == 1 && entries[0].Kind == "file" {
 		mode = os.FileMode(entries[0].Mode & 0o777)
@@ -177,11 +153,10 @@ func (c *client) copyOut(ctx context.Context, e sandboxd1.ListEntry, path, dst s
 	return nil
 }
 
-// copyIn copies src on the host ("-": stdin) to path of sandbox e, in
-// chunks: the first empties the file, the others are appended.
+// copyIn copies src on the host ("-": stdin) to path of sandbox e.
 func (c *client) copyIn(ctx context.Context, e sandboxd1.ListEntry, src, path string) error {
-	in := os.Stdin
-	mode := uint32(0o644)
+	in := io.Reader(os.Stdin)
+	mode := os.FileMode(0o644)
 	if src != "-" {
 		f, err := os.Open(src)
 		if err != nil {
@@ -195,33 +170,13 @@ func (c *client) copyIn(ctx context.Context, e sandboxd1.ListEntry, src, path st
 		if !st.Mode().IsRegular() {
 			return usage("%s is not a regular file: cp copies one file", quote(src))
 		}
-		in, mode = f, uint32(st.Mode().Perm())
+		in, mode = f, st.Mode().Perm()
 		if strings.HasSuffix(path, "/") {
 			path += filepath.Base(src)
 		}
 	}
-	what := "writing " + path + " in sandbox " + sandboxLabel(e)
-	pr, pw, err := os.Pipe()
-	if err != nil {
-		return &Error{Code: ExitFailed, Msg: what + ": " + err.Error(), Err: err}
-	}
-	defer pw.Close()
-	copied := make(chan error, 1)
-	go func() {
-		_, err := io.Copy(pw, in)
-		pw.Close() // the end of file
-		copied <- err
-	}()
-	var n uint64
-	err = call(ctx, c.sandbox(e.ID), what, sandboxd1.Member(sandboxd1.SandboxInterface, sandboxd1.MethodWriteFileFrom),
-		[]any{path, dbus.UnixFD(pr.Fd()), map[string]dbus.Variant{sandboxd1.OptMode: dbus.MakeVariant(mode)}}, &n)
-	pr.Close() // a daemon that stopped reading ends the copy above
-	cerr := <-copied
-	if err != nil {
-		return err
-	}
-	if cerr != nil && !errors.Is(cerr, syscall.EPIPE) {
-		return &Error{Code: ExitFailed, Msg: fmt.Sprintf("copying %s: %v", src, cerr), Err: cerr}
+	if _, err := c.handle(e).WriteFileFrom(ctx, path, in, sbclient.WriteOptions{Mode: mode}); err != nil {
+		return fromBus("writing "+path+" in sandbox "+sandboxLabel(e), err)
 	}
 	return nil
 }

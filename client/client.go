@@ -36,6 +36,11 @@ func Connect(ctx context.Context) (*Client, error) {
 	return &Client{conn: conn}, nil
 }
 
+// New makes a Client of conn, a connection to the system bus the caller
+// made (sandboxctl, which also makes calls the Client does not wrap, such
+// as ExecTerminal's). Close closes conn.
+func New(conn *dbus.Conn) *Client { return &Client{conn: conn} }
+
 // dial connects to the system bus, giving up when ctx ends.
 func dial(ctx context.Context) (*dbus.Conn, error) {
 	type result struct {
@@ -151,6 +156,10 @@ func (c *Client) Sandbox(ctx context.Context, idOrName string) (*Sandbox, error)
 		idOrName, strings.Join(ids, ", "))
 }
 
+// Handle is a handle on the sandbox of e, an entry of List, without a
+// call: a sandbox gone since is ErrNoSuchSandbox at its first use.
+func (c *Client) Handle(e sandboxd1.ListEntry) *Sandbox { return c.handle(e) }
+
 func (c *Client) handle(e sandboxd1.ListEntry) *Sandbox {
-	return &Sandbox{c: c, id: e.ID, name: e.Name, project: e.Project}
+	return &Sandbox{c: c, id: e.ID, name: e.Name, project: e.Project, entry: e}
 }

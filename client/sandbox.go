@@ -12,10 +12,20 @@ import (
 
 // Sandbox is a handle on one sandbox: Create makes one, Client.Sandbox
 // finds one. Its methods act on the sandbox over the bus; the handle
-// holds no state of the sandbox's besides its id, name and project.
+// keeps no live state of the sandbox's (Entry is what the listing said).
 type Sandbox struct {
 	c                 *Client
 	id, name, project string
+	entry             sandboxd1.ListEntry // as found (zero: made by Create)
+}
+
+// Entry is the sandbox's entry in ListSandboxes as it was when Sandbox
+// found it (its state and owner then); a sandbox Create made has its id,
+// name and project only.
+func (s *Sandbox) Entry() sandboxd1.ListEntry {
+	e := s.entry
+	e.ID, e.Name, e.Project = s.id, s.name, s.project
+	return e
 }
 
 // ID is the sandbox's id: 12 lowercase hex digits.
