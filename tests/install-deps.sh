@@ -12,8 +12,9 @@ set -eu
 # their test hosts' servers; nodejs runs the node session test;
 # libcap2-bin's setcap plants the file
 # capabilities a promotion must refuse; e2fsprogs makes the ext4 image
-# that holds the testbed root's upper layer.
-pkgs="btrfs-progs e2fsprogs zfs-fuse rsync util-linux mount systemd dbus iproute2 curl bash man-db rpm passwd diffutils openssh-client openssh-server python3 nodejs libcap2-bin"
+# that holds the testbed root's upper layer; python3-dbus-next is the bus
+# library of the Python client (contrib/python), which its test drives.
+pkgs="btrfs-progs e2fsprogs zfs-fuse rsync util-linux mount systemd dbus iproute2 curl bash man-db rpm passwd diffutils openssh-client openssh-server python3 nodejs libcap2-bin python3-dbus-next"
 need=""
 for pkg in $pkgs; do
 	dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need="$need $pkg"

@@ -161,6 +161,11 @@ func openFile(p string, flags int, mode uint32) (*os.File, error) {
 		Mode:    uint64(mode),
 		Resolve: unix.RESOLVE_NO_MAGICLINKS,
 	})
+	if errors.Is(err, unix.ENXIO) {
+		// A fifo no one reads, opened to write without blocking; a
+		// socket.
+		return nil, fmt.Errorf("%s: %w (a fifo or a socket)", p, errNotRegular)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("opening %s: %w", p, err)
 	}

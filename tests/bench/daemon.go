@@ -174,6 +174,9 @@ func benchDaemon(ctx context.Context, cfg config, t, pr *table) (version string,
 		if err := benchProcesses(ctx, d, t, fs, daemonSizes[0]); err != nil {
 			return version, fmt.Errorf("processes and ports: %w", err)
 		}
+		if err := benchFiles(ctx, d, t, fs, daemonSizes[0]); err != nil {
+			return version, fmt.Errorf("the file API: %w", err)
+		}
 		if err := benchUserNS(ctx, cfg, d, t, fs, without); err != nil {
 			return version, fmt.Errorf("user namespaces: %w", err)
 		}

@@ -291,7 +291,7 @@ func printDaemon(w *os.File, cfg config, d *table) {
 		"for those the daemon is restarted with `userns = \"require\"` and `root_layers` the testbed root's two layers, "+
 		"so that each sandbox maps a block of host ids and stacks idmapped mounts of those layers, its volume and the project; "+
 		"their creates and commands are timed as above, with the same counts, after the rows without, and are given against them. "+
-		processesNote+"\n", cfg.creates)
+		processesNote+" "+filesNote+"\n", cfg.creates)
 }
 
 // loadAverage is the 1-minute load average: other work on the machine

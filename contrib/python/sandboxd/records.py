@@ -1,0 +1,150 @@
+"""What crosses the bus: the daemon's answers as typed records."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class SandboxInfo:
+    """One sandbox as ListSandboxes gives it; times are µs since the epoch."""
+    id: str
+    name: str
+    project: str
+    state: str
+    owner: int
+    created: int
+    object_path: str
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    """How a command ended (CommandExited) and what it wrote. ``how`` is
+    exited, signaled, oom-killed, timed-out, output-limit or lost; for all
+    but exited, ``status`` is 128 + the signal, as a shell gives it."""
+    stdout: bytes
+    stderr: bytes
+    how: str
+    status: int
+    signal: int
+
+    @property
+    def ok(self) -> bool:
+        return self.how == "exited" and self.status == 0
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    """One of ListFiles' entries; ``path`` is from the listed directory."""
+    path: str
+    kind: str  # file, dir, symlink, fifo, socket, device
+    mode: int
+    uid: int
+    size: int
+    modified: int  # µs since the epoch
+    target: str  # a symlink's; "" otherwise
+
+
+@dataclass(frozen=True)
+class Change:
+    """One of Diff's entries."""
+    kind: str  # added, modified, deleted, renamed, metadata
+    type: str  # file, dir, symlink, ...
+    path: str
+    new_path: str  # of a rename
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    name: str
+    created: int  # µs since the epoch
+    layer: bool  # the system layer is in it too
+
+
+@dataclass(frozen=True)
+class LogChunk:
+    """Output of a background process: ``next`` is where to read on,
+    ``ended`` is true once it ended and ``next`` is the log's end."""
+    data: bytes
+    next: int
+    ended: bool
+
+
+@dataclass(frozen=True)
+class Process:
+    """A background process Spawn started (ListProcesses)."""
+    id: str
+    argv: list[str]
+    pid: int
+    started: int
+    ended: int  # 0 while it runs
+    how: str  # "" while it runs
+    status: int
+    signal: int
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One stage of a promotion (its record's ``stages``)."""
+    name: str
+    target: str
+    state: str  # pending, waiting, applying, checking, passed, failed, rejected, skipped
+    approval: str
+    error: str
+    checks: list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Promotion:
+    """GetPromotion's record; ``record`` is the whole JSON of it."""
+    id: str
+    sandbox: str
+    project: str
+    state: str  # running, waiting, done, failed, rejected
+    changes: int
+    conflicts: list[str]
+    stages: list[Stage]
+    error: str
+    record: dict[str, Any] = field(repr=False)
+
+    @staticmethod
+    def from_json(text: str) -> Promotion:
+        r = json.loads(text)
+        stages = [Stage(s.get("name", ""), s.get("target", ""), s.get("state", ""), s.get("approval", ""),
+                        s.get("error", ""), s.get("checks") or []) for s in r.get("stages") or []]
+        return Promotion(r["id"], r.get("sandbox", ""), r.get("project", ""), r.get("state", ""),
+                         r.get("changes", 0), r.get("conflicts") or [], stages, r.get("error", ""), r)
+
+
+@dataclass(frozen=True)
+class TryReport:
+    """Try's report: each sandbox's result (a dict of sandboxd1.TryResult's
+    JSON: name, id, passed, result, how, status, command_output, ...) in the
+    order of the variants, the winner's index (-1: none passed), and the
+    sandboxes it could not destroy."""
+    results: list[dict[str, Any]]
+    winner: int
+    left: list[str]
+
+
+@dataclass(frozen=True)
+class Status:
+    """A sandbox's properties (docs/dbus-api.md); times in µs since the epoch."""
+    id: str
+    name: str
+    project: str
+    state: str
+    owner: int
+    created: int
+    expires: int
+    path: str
+    unit: str
+    network: str
+    allow: list[str]
+    read_only_project: bool
+    limits: dict[str, Any]
+    usage: dict[str, Any]
+    staleness: str
+    properties: dict[str, Any] = field(repr=False)

@@ -1,0 +1,105 @@
+"""Sandbox: one sandbox's verbs (its files' are in files.py)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Optional, Sequence
+
+from dbus_next.signature import Variant
+
+from ._bus import PROPERTIES_INTERFACE, SANDBOX_INTERFACE
+from ._exec import run_exec
+from ._values import Env, Size, exec_options, parse_size, plain, variant
+from .files import Files
+from .records import Change, Checkpoint, ExecResult, LogChunk, Process, Promotion, Status
+
+if TYPE_CHECKING:
+    from .client import Client
+
+
+class Sandbox(Files):
+    """One sandbox: its id, its name ("" when none) and its object."""
+
+    def __init__(self, client: Client, sid: str, object_path: str, name: str = "") -> None:
+        self.client, self.id, self.object_path, self.name = client, sid, object_path, name
+
+    def __repr__(self) -> str:
+        return f"Sandbox(id={self.id!r}, name={self.name!r})"
+
+    def exec(self, argv: Sequence[str], stdin: bytes = b"", env: Env = None, cwd: Optional[str] = None,
+             root: bool = False, timeout: Optional[float] = None, output_limit: Optional[Size] = None) -> ExecResult:
+        """Runs argv in the sandbox as the caller, with stdin, and returns
+        what it wrote and how it ended. env: added to the command's; cwd:
+        its directory in the sandbox (default: the project's); root: as
+        root of the sandbox's user namespace; timeout: seconds (then how is
+        timed-out); output_limit: bytes of stdout and stderr together (then
+        output-limit): without it, all output is kept in memory."""
+        opts = exec_options(env, cwd, root, timeout)
+        if output_limit is not None:
+            opts["OutputLimit"] = variant("OutputLimit", "t", parse_size(output_limit))
+        bus = self.client._bus
+        return bus.run(run_exec(bus, self.object_path, list(argv), opts, stdin))
+
+    def spawn(self, argv: Sequence[str], env: Env = None, cwd: Optional[str] = None, root: bool = False,
+              timeout: Optional[float] = None) -> str:
+        """Starts argv in the background (output to a log: read_log) and returns its process id."""
+        return str(self._call("Spawn", "asa{sv}", list(argv), exec_options(env, cwd, root, timeout))[0])
+
+    def read_log(self, process: str, offset: int = 0, max: int = 1 << 16) -> LogChunk:
+        data, nxt, ended = self._call("ReadLog", "stu", process, offset, max)
+        return LogChunk(data, nxt, ended)
+
+    def processes(self) -> list[Process]:
+        return [Process(*p) for p in self._call("ListProcesses")[0]]
+
+    def diff(self) -> list[Change]:
+        """What the sandbox changed in its project since its base."""
+        return [Change(*c) for c in self._call("Diff")[0]]
+
+    def unified_diff(self, context: Optional[int] = None, max_bytes: Optional[int] = None) -> str:
+        opts: dict[str, Variant] = {}
+        if context is not None:
+            opts["Context"] = variant("Context", "u", context)
+        if max_bytes is not None:
+            opts["MaxBytes"] = variant("MaxBytes", "t", max_bytes)
+        return str(self._call("UnifiedDiff", "a{sv}", opts)[0])
+
+    def checkpoint(self, name: str) -> int:
+        """Takes checkpoint name; returns when, µs since the epoch."""
+        return int(self._call("Checkpoint", "s", name)[0])
+
+    def checkpoints(self) -> list[Checkpoint]:
+        return [Checkpoint(*c) for c in self._call("ListCheckpoints")[0]]
+
+    def rollback(self, name: str) -> None:
+        """Brings the sandbox back to checkpoint name (its processes end)."""
+        self._call("Rollback", "s", name)
+
+    def promote(self, force: bool = False, to: Optional[str] = None, allow_privileged: bool = False) -> str:
+        """Starts carrying the changes to the stages; returns the promotion's
+        id (wait_promotion waits for it). Conflict names paths both changed."""
+        opts: dict[str, Variant] = {}
+        if force:
+            opts["Force"] = variant("Force", "b", True)
+        if to is not None:
+            opts["To"] = variant("To", "s", to)
+        if allow_privileged:
+            opts["AllowPrivileged"] = variant("AllowPrivileged", "b", True)
+        return str(self._call("Promote", "a{sv}", opts)[0])
+
+    def promotion(self, promotion_id: str) -> Promotion:
+        return self.client.promotion(promotion_id)
+
+    def wait_promotion(self, promotion_id: str, timeout: Optional[float] = None) -> Promotion:
+        return self.client.wait_promotion(promotion_id, timeout)
+
+    def status(self) -> Status:
+        props = plain(self.client._call(self.object_path, PROPERTIES_INTERFACE, "GetAll", "s",
+                                        [SANDBOX_INTERFACE])[0])
+        g = props.get
+        return Status(g("Id", self.id), g("Name", ""), g("Project", ""), g("State", ""), g("Owner", 0),
+                      g("Created", 0), g("Expires", 0), g("Path", ""), g("Unit", ""), g("Network", ""),
+                      g("Allow", []), g("ReadOnlyProject", False), g("Limits", {}), g("Usage", {}),
+                      g("Staleness", ""), props)
+
+    def destroy(self) -> None:
+        self._call("Destroy")

@@ -1,0 +1,75 @@
+package integration
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// The Python client (the package contrib/python/sandboxd, issue 19)
+// against the real daemon: its own tests, on Debian's python3 and
+// python3-dbus-next, each run as a subtest. The script runs in the
+// testbed's namespaces, as this test does, so the system bus it reaches at
+// the standard socket is the testbed's, where the daemon serves.
+//
+// Which of them need the file API (ReadFile, WriteFile, ListFiles,
+// EditFile, ReadFileTo, WriteFileFrom): the workflow, the chunked files,
+// the streams and the paths outside.
+var pythonTests = []string{
+	"Workflow.test_an_agent_fixes_a_failing_test_and_promotes_it",
+	"Workflow.test_files_are_read_and_written_in_chunks_and_appended",
+	"Streams.test_a_large_file_round_trips_through_upload_and_download",
+	"Streams.test_a_download_the_host_cannot_hold_fails_and_leaves_nothing",
+	"Streams.test_a_fifo_is_refused_by_name_not_waited_on",
+	"Exec.test_exec_passes_stdin_output_status_env_and_cwd",
+	"Exec.test_checkpoint_rollback_and_background_processes",
+	"Exec.test_an_interrupted_exec_kills_its_command",
+	"Exec.test_a_daemon_restart_ends_a_waiting_exec",
+	"Try.test_try_runs_variants_and_keeps_the_winner",
+	"Errors.test_errors_have_their_dbus_names",
+	"Errors.test_paths_outside_the_sandbox_reach_no_host_file",
+}
+
+func TestPythonClient(t *testing.T) {
+	tb := install(t)
+	repo := filepath.Dir(filepath.Dir(filepath.Dir(daemonBin))) // bin/test/sandboxd -> repository
+	tag := suffix()
+	// A root-only host file that sandboxes do not see (/var/log is hidden
+	// in them): the paths test must never read it through the file API.
+	secret := "/var/log/sandboxd-py-secret-" + tag
+	if err := os.WriteFile(secret, []byte("py secret "+tag), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		os.Remove(secret)
+		// What the workflow promoted into the project, and what an escape
+		// would have left (the test fails if it is there).
+		for _, p := range []string{"calc_" + tag + ".py", "test_calc_" + tag + ".py"} {
+			os.Remove(filepath.Join(tb.Btrfs.Project, p))
+		}
+		os.Remove("/var/log/pwned-" + tag)
+		os.Remove("/tmp/pwned-" + tag)
+	})
+	ran := regexp.MustCompile(`(?m)^Ran 1 test in .*\n\nOK$`)
+	for _, name := range pythonTests {
+		t.Run(name[strings.LastIndexByte(name, '.')+1:], func(t *testing.T) {
+			// -B: no __pycache__ of root's in the repository.
+			cmd := exec.Command("/usr/bin/python3", "-B", "contrib/python/test_sandboxd.py", "-v", name)
+			cmd.Dir = repo
+			cmd.Env = append(os.Environ(),
+				"PYTHONPATH="+filepath.Join(repo, "contrib", "python"), // the package, for the script and the agents it starts
+				"DBUS_SYSTEM_BUS_ADDRESS=unix:path=/run/dbus/system_bus_socket",
+				"SANDBOXD_TEST_TAG="+tag,
+				"SANDBOXD_TEST_PROJECT_DIR="+tb.Btrfs.Project,
+				"SANDBOXD_TEST_SECRET="+secret)
+			out, err := cmd.CombinedOutput()
+			if err != nil || !ran.Match(out) {
+				t.Fatalf("python3 test_sandboxd.py %s: %v\n%s", name, err, out)
+			}
+			t.Logf("%s", out)
+		})
+	}
+}
