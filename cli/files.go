@@ -2,12 +2,15 @@ package cli
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
 
 	ucli "github.com/urfave/cli/v3"
+	"golang.org/x/sys/unix"
 
 	sbclient "github.com/sandboxd/sandboxd/client"
 	"github.com/sandboxd/sandboxd/sandboxd1"
@@ -137,8 +140,21 @@ func (c *client) copyOut(ctx context.Context, e sandboxd1.ListEntry, path, dst s
 	}
 	defer os.Remove(tmp.Name())
 	defer tmp.Close()
-	if err := c.readFile(ctx, e, path, tmp); err != nil {
-		return err
+	// No more than the room there is: a sandbox's file may be sparse and
+	// huge, or grow while it is read.
+	var fsst unix.Statfs_t
+	if err := unix.Fstatfs(int(tmp.Fd()), &fsst); err != nil {
+		return &Error{Code: ExitFailed, Msg: "copying to " + dst + ": " + err.Error(), Err: err}
+	}
+	room := int64(fsst.Bavail) * fsst.Bsize
+	if len(entries) == 1 && entries[0].Kind == "file" && entries[0].Size > uint64(room) {
+		return &Error{Code: ExitFailed, Msg: fmt.Sprintf("copying %s of sandbox %s to %s: it is %d bytes, larger than the %d bytes free there", path, sandboxLabel(e), dst, entries[0].Size, room)}
+	}
+	if _, err := c.handle(e).ReadFileTo(ctx, path, tmp, sbclient.ReadOptions{Limit: room}); err != nil {
+		if errors.Is(err, sbclient.ErrTooLarge) {
+			return &Error{Code: ExitFailed, Msg: fmt.Sprintf("copying %s of sandbox %s to %s: it is larger than the %d bytes free there", path, sandboxLabel(e), dst, room), Err: err}
+		}
+		return fromBus("reading "+path+" in sandbox "+sandboxLabel(e), err)
 	}
 	err = tmp.Chmod(mode)
 	if cerr := tmp.Close(); err == nil {

@@ -25,21 +25,14 @@ func (s *Sandbox) ReadFileTo(ctx context.Context, path string, w io.Writer, opts
 		return 0, fmt.Errorf("%s: making a pipe: %w", op, err)
 	}
 	type copied struct {
-		n        int64
-		err      error
-		tooLarge bool
+		n   int64
+		err error
 	}
+	out := &outWriter{w: w, limit: opts.Limit}
 	done := make(chan copied, 1)
 	go func() {
 		var c copied
-		if opts.Limit > 0 {
-			c.n, c.err = io.Copy(w, io.LimitReader(pr, opts.Limit+1))
-			if c.n > opts.Limit {
-				c.n, c.tooLarge = opts.Limit, true
-			}
-		} else {
-			c.n, c.err = io.Copy(w, pr)
-		}
+		c.n, c.err = io.Copy(out, pr)
 		// A Writer that failed, or a file past the bound, ends the
 		// daemon's copy too (EPIPE).
 		pr.Close()
@@ -57,15 +50,45 @@ func (s *Sandbox) ReadFileTo(ctx context.Context, path string, w io.Writer, opts
 		pr.Close() // the daemon may hold the pipe still (ctx ended)
 	}
 	c := <-done
+	// Our side's failure first: it is what broke the daemon's pipe.
 	switch {
-	case c.tooLarge:
+	case out.tooLarge:
 		return c.n, fmt.Errorf("%s: larger than %d bytes: %w", op, opts.Limit, ErrTooLarge)
+	case out.err != nil:
+		return c.n, fmt.Errorf("%s: writing it out: %w", op, out.err)
 	case err != nil:
 		return c.n, err
 	case c.err != nil:
-		return c.n, fmt.Errorf("%s: writing it out: %w", op, c.err)
+		return c.n, fmt.Errorf("%s: reading the pipe: %w", op, c.err)
 	}
 	return c.n, nil
+}
+
+// outWriter is ReadFileTo's writer: w, written no further than limit
+// bytes (0: no bound), with what went wrong on its side.
+type outWriter struct {
+	w              io.Writer
+	limit, written int64
+	tooLarge       bool
+	err            error
+}
+
+func (o *outWriter) Write(p []byte) (int, error) {
+	if o.limit > 0 && o.written+int64(len(p)) > o.limit {
+		n, err := o.w.Write(p[:o.limit-o.written])
+		o.written += int64(n)
+		if err == nil {
+			o.tooLarge, err = true, ErrTooLarge
+		}
+		o.err = err
+		return n, err
+	}
+	n, err := o.w.Write(p)
+	o.written += int64(n)
+	if err != nil {
+		o.err = err
+	}
+	return n, err
 }
 
 // WriteFileFrom writes what r gives, to its end, to a file of the

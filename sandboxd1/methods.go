@@ -76,7 +76,8 @@ const (
 	// OptMaxEntries), or a file's own entry.
 	MethodListFiles = "ListFiles"
 	// EditFile(s path, s old, s new) → (u replacements): every
-	// occurrence of old (not empty) becomes new; none is an error.
+	// occurrence of old (not empty; at most MaxEditText, as new) becomes
+	// new, in a file of at most MaxEditFile; none is an error.
 	MethodEditFile = "EditFile"
 	// ReadFileTo(s path, h pipe, a{sv} options) → (t bytes) and
 	// WriteFileFrom(s path, h pipe, a{sv} options) → (t bytes): a whole
@@ -88,9 +89,15 @@ const (
 	MethodWriteFileFrom = "WriteFileFrom"
 )
 
-// MaxFileChunk bounds the data of one ReadFile or WriteFile and the size
-// of a file EditFile takes.
-const MaxFileChunk = 16 << 20
+// Bounds of the file API: the data of one ReadFile or WriteFile (an ay
+// costs godbus about a second a 4 MiB; a larger file goes through
+// ReadFileTo and WriteFileFrom), each of EditFile's texts, and the file
+// EditFile takes.
+const (
+	MaxFileChunk = 4 << 20
+	MaxEditText  = 1 << 20
+	MaxEditFile  = 16 << 20
+)
 
 // Methods of the standard interfaces the objects have.
 const (

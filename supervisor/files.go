@@ -8,11 +8,11 @@ package supervisor
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/sandboxd/sandboxd/runtime/nsinit"
@@ -48,7 +48,7 @@ type WriteOptions struct {
 // ReadFile reads at most max bytes (0: MaxFileData) of the regular file
 // path from offset.
 func (s *Supervisor) ReadFile(ctx context.Context, id string, who FileAccess, path string, offset, max uint64) (_ []byte, err error) {
-	defer s.auditFile(ctx, id, "read-file", path, &err)
+	defer s.auditFile(ctx, id, who, "read-file", path, &err)
 	if max > MaxFileData {
 		return nil, fmt.Errorf("reading %s in sandbox %s: %d bytes at once, over %d: read it in parts: %w", path, id, max, MaxFileData, ErrInvalid)
 	}
@@ -63,7 +63,7 @@ func (s *Supervisor) ReadFile(ctx context.Context, id string, who FileAccess, pa
 // WriteFile writes data (at most MaxFileData) to path: made if missing
 // (unless o.NoCreate), emptied first unless o.Append or o.AtOffset.
 func (s *Supervisor) WriteFile(ctx context.Context, id string, who FileAccess, path string, data []byte, o WriteOptions) (err error) {
-	defer s.auditFile(ctx, id, "write-file", fmt.Sprintf("%s (%d bytes)", path, len(data)), &err)
+	defer s.auditFile(ctx, id, who, "write-file", fmt.Sprintf("%s (%d bytes)", path, len(data)), &err)
 	if len(data) > MaxFileData {
 		return fmt.Errorf("writing %s in sandbox %s: %d bytes at once, over %d: write it in parts: %w", path, id, len(data), MaxFileData, ErrInvalid)
 	}
@@ -100,7 +100,7 @@ func writeRequest(path string, o WriteOptions) (nsinit.FileRequest, error) {
 // ListFiles lists directory path's entries (recursive: all below it, up
 // to maxEntries), or a file's own entry.
 func (s *Supervisor) ListFiles(ctx context.Context, id string, who FileAccess, path string, recursive bool, maxEntries int) (_ []nsinit.FileEntry, err error) {
-	defer s.auditFile(ctx, id, "list-files", path, &err)
+	defer s.auditFile(ctx, id, who, "list-files", path, &err)
 	var out bytes.Buffer
 	req := nsinit.FileRequest{Op: nsinit.FileList, Path: path, Recursive: recursive, MaxEntries: maxEntries}
 	if _, err := s.file(ctx, id, who, req, nil, &out); err != nil {
@@ -112,22 +112,52 @@ func (s *Supervisor) ListFiles(ctx context.Context, id string, who FileAccess, p
 // EditFile replaces every occurrence of old (not empty) in file path by
 // new, and returns how many there were; none is ErrInvalid.
 func (s *Supervisor) EditFile(ctx context.Context, id string, who FileAccess, path, old, new string) (n int, err error) {
-	defer s.auditFile(ctx, id, "edit-file", path, &err)
+	defer s.auditFile(ctx, id, who, "edit-file", path, &err)
 	if old == "" {
 		return 0, fmt.Errorf("editing %s in sandbox %s: the text to replace is empty: %w", path, id, ErrInvalid)
 	}
-	if len(old) > MaxFileData || len(new) > MaxFileData {
-		return 0, fmt.Errorf("editing %s in sandbox %s: a text over %d bytes: %w", path, id, MaxFileData, ErrInvalid)
+	if len(old) > nsinit.MaxEditText || len(new) > nsinit.MaxEditText {
+		return 0, fmt.Errorf("editing %s in sandbox %s: a text over %d bytes: %w", path, id, nsinit.MaxEditText, ErrInvalid)
 	}
-	in, err := json.Marshal(nsinit.EditData{Old: old, New: new})
-	if err != nil {
+	var in bytes.Buffer
+	if _, err := (nsinit.EditData{Old: []byte(old), New: []byte(new)}).WriteTo(&in); err != nil {
 		return 0, err
 	}
-	res, err := s.file(ctx, id, who, nsinit.FileRequest{Op: nsinit.FileEdit, Path: path}, bytes.NewReader(in), nil)
+	res, err := s.file(ctx, id, who, nsinit.FileRequest{Op: nsinit.FileEdit, Path: path}, bytes.NewReader(in.Bytes()), nil)
 	if err != nil {
 		return 0, fmt.Errorf("editing %s in sandbox %s: %w", path, id, err)
 	}
 	return res.Replacements, nil
+}
+
+// fileCalls counts the file calls under way in each sandbox: a sandbox
+// with one is not idle (a stream may last).
+type fileCalls struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+// start counts a call in sandbox id; the function it returns, its end.
+func (f *fileCalls) start(id string) func() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.n == nil {
+		f.n = map[string]int{}
+	}
+	f.n[id]++
+	return func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if f.n[id]--; f.n[id] <= 0 {
+			delete(f.n, id)
+		}
+	}
+}
+
+func (f *fileCalls) running(id string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.n[id] > 0
 }
 
 // file sends req, as who, to sandbox id's init, with in (the data it
@@ -136,6 +166,7 @@ func (s *Supervisor) file(ctx context.Context, id string, who FileAccess, req ns
 	if err := s.fileCaller(ctx, id, who, &req); err != nil {
 		return nsinit.FileResult{}, err
 	}
+	defer s.fileCalls.start(id)()
 	var res nsinit.FileResult
 	var err error
 	if in != nil {
@@ -152,6 +183,7 @@ func (s *Supervisor) fileStream(ctx context.Context, id string, who FileAccess, 
 	if err := s.fileCaller(ctx, id, who, &req); err != nil {
 		return nsinit.FileResult{}, err
 	}
+	defer s.fileCalls.start(id)()
 	res, err := nsinit.StreamFile(ctx, nsinit.Control(s.runtimeDir(id)), req, pipe)
 	s.touch(id)
 	return res, fileError(err)
@@ -211,7 +243,10 @@ func (k kinded) Unwrap() []error { return []error{k.err, k.kind} }
 
 func kindOf(err, kind error) error { return kinded{err, kind} }
 
-func (s *Supervisor) auditFile(ctx context.Context, id, action, what string, err *error) {
+func (s *Supervisor) auditFile(ctx context.Context, id string, who FileAccess, action, what string, err *error) {
+	if who.AsRoot {
+		what += ", as root"
+	}
 	rec, _ := s.cfg.Store.Get(id)
 	if rec.ID == "" {
 		rec.ID = id
@@ -223,7 +258,7 @@ func (s *Supervisor) auditFile(ctx context.Context, id, action, what string, err
 // (its write end), and returns how many bytes; the caller reads the pipe
 // meanwhile. pipe is the caller's to close too.
 func (s *Supervisor) ReadFileTo(ctx context.Context, id string, who FileAccess, path string, pipe *os.File) (n uint64, err error) {
-	defer func() { s.auditFile(ctx, id, "read-file", fmt.Sprintf("%s (%d bytes, streamed)", path, n), &err) }()
+	defer func() { s.auditFile(ctx, id, who, "read-file", fmt.Sprintf("%s (%d bytes, streamed)", path, n), &err) }()
 	res, err := s.fileStream(ctx, id, who, nsinit.FileRequest{Op: nsinit.FileRead, Path: path}, pipe)
 	if err != nil {
 		return 0, fmt.Errorf("reading %s in sandbox %s: %w", path, id, err)
@@ -234,7 +269,7 @@ func (s *Supervisor) ReadFileTo(ctx context.Context, id string, who FileAccess, 
 // WriteFileFrom writes what comes through pipe (the caller's read end)
 // to path, to its end of file, as WriteFile would write it.
 func (s *Supervisor) WriteFileFrom(ctx context.Context, id string, who FileAccess, path string, pipe *os.File, o WriteOptions) (n uint64, err error) {
-	defer func() { s.auditFile(ctx, id, "write-file", fmt.Sprintf("%s (%d bytes, streamed)", path, n), &err) }()
+	defer func() { s.auditFile(ctx, id, who, "write-file", fmt.Sprintf("%s (%d bytes, streamed)", path, n), &err) }()
 	req, err := writeRequest(path, o)
 	if err != nil {
 		return 0, fmt.Errorf("writing %s in sandbox %s: %w", path, id, err)

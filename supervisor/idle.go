@@ -57,8 +57,11 @@ func (s *Supervisor) wake(ctx context.Context, id string) error {
 }
 
 // busy reports whether sandbox id runs a command (sessions too), a
-// background process, or carries a port connection.
+// background process, a file call, or carries a port connection.
 func (s *Supervisor) busy(ctx context.Context, id string) bool {
+	if s.fileCalls.running(id) {
+		return true
+	}
 	s.commands.mu.Lock()
 	for k := range s.commands.m {
 		if strings.HasPrefix(k, id+"/") {

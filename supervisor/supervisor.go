@@ -125,6 +125,7 @@ type Supervisor struct {
 	sessions  sessions
 	caches    caches // owners' cache volumes (cache.go)
 	activity  activity
+	fileCalls fileCalls // under way, by sandbox (files.go)
 }
 
 // New makes a Supervisor. Call LoadProjects, then Reconcile, before

@@ -9,14 +9,13 @@ package nsinit
 
 import (
 	"bytes"
-	"encoding/json"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"net"
 	"os"
-	"path"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -67,10 +66,46 @@ func (r *FileRequest) identity() identity {
 	return identity{uid: r.UID, gid: r.GID, groups: r.Groups, noCaps: r.NoCapabilities}
 }
 
-// EditData is an edit's data: every Old becomes New.
+// EditData is an edit's data: every Old becomes New. It travels as the
+// length of Old (8 bytes, big-endian), Old, then New: as they are, not
+// JSON, which could make a text six times its size.
 type EditData struct {
-	Old string `json:"old"`
-	New string `json:"new"`
+	Old, New []byte
+}
+
+// MaxEditText bounds each of an edit's texts.
+const MaxEditText = 1 << 20
+
+// WriteTo writes e as the init reads it.
+func (e EditData) WriteTo(w io.Writer) (int64, error) {
+	var head [8]byte
+	binary.BigEndian.PutUint64(head[:], uint64(len(e.Old)))
+	n, err := w.Write(append(append(head[:], e.Old...), e.New...))
+	return int64(n), err
+}
+
+// readEdit reads an EditData from r, each text at most MaxEditText.
+func readEdit(r io.Reader) (EditData, error) {
+	var head [8]byte
+	if _, err := io.ReadFull(r, head[:]); err != nil {
+		return EditData{}, fmt.Errorf("reading the edit: %w", err)
+	}
+	n := binary.BigEndian.Uint64(head[:])
+	if n == 0 || n > MaxEditText {
+		return EditData{}, fmt.Errorf("the text to replace is empty or over %d bytes", MaxEditText)
+	}
+	e := EditData{Old: make([]byte, n)}
+	if _, err := io.ReadFull(r, e.Old); err != nil {
+		return EditData{}, fmt.Errorf("reading the edit: %w", err)
+	}
+	var err error
+	if e.New, err = io.ReadAll(io.LimitReader(r, MaxEditText+1)); err != nil {
+		return EditData{}, fmt.Errorf("reading the edit: %w", err)
+	}
+	if len(e.New) > MaxEditText {
+		return EditData{}, fmt.Errorf("the new text is over %d bytes", MaxEditText)
+	}
+	return e, nil
 }
 
 // FileResult answers a FileRequest: the bytes moved, or an edit's
@@ -135,8 +170,10 @@ func doFile(req *FileRequest, pipe *os.File) (FileResult, error) {
 	if p == "" {
 		return FileResult{}, errors.New("no path given")
 	}
-	if !path.IsAbs(p) {
-		p = path.Join(req.Dir, p)
+	if !strings.HasPrefix(p, "/") {
+		// Not path.Join: "link/.." is the kernel's to resolve (the
+		// link's target's parent), not a name to clean away.
+		p = strings.TrimSuffix(req.Dir, "/") + "/" + p
 	}
 	switch req.Op {
 	case FileRead:
@@ -193,16 +230,29 @@ func regularOfTheSandbox(f *os.File) error {
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
 		return fmt.Errorf("%w (a %s)", errNotRegular, kindOf(st.Mode))
 	}
+	if kernelFS(int(f.Fd())) {
+		return errKernelFile
+	}
+	return nil
+}
+
+// errKernelFile: the file API serves none of the kernel's files.
+var errKernelFile = errors.New("a file of the kernel's (/proc, /sys, cgroups): read it with a command")
+
+// kernelFS says whether fd is on one of the kernel's filesystems, whose
+// files the init would read (or list) as itself, its /proc/self the
+// init's; one that cannot be told is taken for one.
+func kernelFS(fd int) bool {
 	var sfs unix.Statfs_t
-	if err := unix.Fstatfs(int(f.Fd()), &sfs); err != nil {
-		return err
+	if err := unix.Fstatfs(fd, &sfs); err != nil {
+		return true
 	}
 	switch sfs.Type {
 	case unix.PROC_SUPER_MAGIC, unix.SYSFS_MAGIC, unix.CGROUP_SUPER_MAGIC, unix.CGROUP2_SUPER_MAGIC,
 		unix.DEBUGFS_MAGIC, unix.SECURITYFS_MAGIC, unix.BPF_FS_MAGIC, unix.TRACEFS_MAGIC:
-		return errors.New("a file of the kernel's (/proc, /sys): read it with a command")
+		return true
 	}
-	return nil
+	return false
 }
 
 func readFile(p string, req *FileRequest, pipe *os.File) (FileResult, error) {
@@ -216,7 +266,13 @@ func readFile(p string, req *FileRequest, pipe *os.File) (FileResult, error) {
 	}
 	defer f.Close()
 	if req.Stream {
-		n, err := streamCopy(pipe, f, false)
+		// What it held when opened, and no more: a file that grows
+		// while it is read does not hold the call for ever.
+		st, err := f.Stat()
+		if err != nil {
+			return FileResult{}, err
+		}
+		n, err := streamCopy(pipe, io.LimitReader(f, st.Size()), false)
 		if err != nil {
 			return FileResult{Bytes: uint64(n)}, fmt.Errorf("reading %s into the caller's pipe: %w", p, err)
 		}
@@ -288,12 +344,9 @@ func writeFile(p string, req *FileRequest, pipe *os.File) (FileResult, error) {
 }
 
 func editFile(p string, pipe *os.File) (FileResult, error) {
-	var e EditData
-	if err := json.NewDecoder(io.LimitReader(pipe, 3*MaxFileData)).Decode(&e); err != nil {
-		return FileResult{}, fmt.Errorf("reading the edit: %w", err)
-	}
-	if e.Old == "" {
-		return FileResult{}, errors.New("the text to replace is empty")
+	e, err := readEdit(pipe)
+	if err != nil {
+		return FileResult{}, err
 	}
 	f, err := openFile(p, unix.O_RDWR, 0)
 	if err != nil {
@@ -307,11 +360,11 @@ func editFile(p string, pipe *os.File) (FileResult, error) {
 	if len(data) > MaxFileData {
 		return FileResult{}, fmt.Errorf("%s is over %d bytes: edit it with a command", p, MaxFileData)
 	}
-	n := bytes.Count(data, []byte(e.Old))
+	n := bytes.Count(data, e.Old)
 	if n == 0 {
 		return FileResult{}, fmt.Errorf("%s does not contain the text to replace", p)
 	}
-	out := bytes.ReplaceAll(data, []byte(e.Old), []byte(e.New))
+	out := bytes.ReplaceAll(data, e.Old, e.New)
 	if len(out) > MaxFileData {
 		return FileResult{}, fmt.Errorf("%s would be over %d bytes", p, MaxFileData)
 	}
@@ -323,77 +376,6 @@ func editFile(p string, pipe *os.File) (FileResult, error) {
 		return FileResult{}, fmt.Errorf("writing %s: %w", p, err)
 	}
 	return FileResult{Replacements: n, Bytes: uint64(len(out))}, nil
-}
-
-func listFiles(p string, req *FileRequest, pipe *os.File) (FileResult, error) {
-	max := req.MaxEntries
-	if max <= 0 || max > MaxListed {
-		max = MaxListed
-	}
-	top, err := entryOf(p, path.Base(p))
-	if err != nil {
-		return FileResult{}, err
-	}
-	var entries []FileEntry
-	if top.Kind != "dir" {
-		entries = []FileEntry{top}
-	} else {
-		entries = []FileEntry{}
-		err = listDir(p, "", req.Recursive, max, &entries)
-		if err != nil {
-			return FileResult{}, err
-		}
-	}
-	b, err := json.Marshal(entries)
-	if err != nil {
-		return FileResult{}, err
-	}
-	if _, err := pipe.Write(b); err != nil {
-		return FileResult{}, fmt.Errorf("sending the list: %w", err)
-	}
-	return FileResult{Bytes: uint64(len(entries))}, nil
-}
-
-// listDir adds dir's entries (and, recursive, those below; a directory
-// the caller cannot read is listed, not entered) as paths from rel.
-func listDir(dir, rel string, recursive bool, max int, out *[]FileEntry) error {
-	des, err := os.ReadDir(dir)
-	if err != nil {
-		if rel != "" && errors.Is(err, fs.ErrPermission) {
-			return nil
-		}
-		return fmt.Errorf("listing %s: %w", dir, err)
-	}
-	for _, de := range des {
-		if len(*out) >= max {
-			return fmt.Errorf("listing %s: more than %d entries; list a directory below it", dir, max)
-		}
-		name := path.Join(rel, de.Name())
-		e, err := entryOf(path.Join(dir, de.Name()), name)
-		if err != nil {
-			continue // gone meanwhile
-		}
-		*out = append(*out, e)
-		if recursive && e.Kind == "dir" {
-			if err := listDir(path.Join(dir, de.Name()), name, true, max, out); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-func entryOf(p, name string) (FileEntry, error) {
-	var st unix.Stat_t
-	if err := unix.Lstat(p, &st); err != nil {
-		return FileEntry{}, fmt.Errorf("reading %s: %w", p, err)
-	}
-	e := FileEntry{Path: name, Kind: kindOf(st.Mode), Mode: st.Mode & 0o7777, UID: st.Uid, Size: uint64(st.Size),
-		Modified: uint64(st.Mtim.Sec)*1e6 + uint64(st.Mtim.Nsec)/1e3}
-	if e.Kind == "symlink" {
-		e.Target, _ = os.Readlink(p)
-	}
-	return e, nil
 }
 
 func kindOf(mode uint32) string {

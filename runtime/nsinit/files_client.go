@@ -29,8 +29,8 @@ func (e *FileError) Unwrap() error {
 }
 
 // maxFileAnswer bounds what the daemon takes from a file request's pipe:
-// a read's data or a list's JSON (MaxListed entries of long paths).
-const maxFileAnswer = 64 << 20
+// a read's data or a list's JSON.
+const maxFileAnswer = max(MaxFileData, maxListAnswer)
 
 // File does req in the sandbox whose init listens on socket, as req's
 // caller. in is the data the request takes (a write's bytes, an edit's

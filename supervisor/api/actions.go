@@ -64,11 +64,13 @@ var actions = map[string]action{
 	sandboxd1.MethodOpenSession:      {mutating: true},
 	sandboxd1.MethodEval:             {mutating: true},
 	sandboxd1.MethodCloseSession:     {mutating: true},
-	sandboxd1.MethodReadFile:         {},
-	sandboxd1.MethodWriteFile:        {mutating: true},
-	sandboxd1.MethodListFiles:        {},
-	sandboxd1.MethodEditFile:         {mutating: true},
-	// A stream holds a thread of the sandbox's init while it runs.
+	// The file calls are heavy: each holds a thread of the sandbox's
+	// init, and up to 16 MiB of the daemon's memory (a list, an edit, an
+	// ay godbus decodes).
+	sandboxd1.MethodReadFile:      {heavy: true},
+	sandboxd1.MethodWriteFile:     {mutating: true, heavy: true},
+	sandboxd1.MethodListFiles:     {heavy: true},
+	sandboxd1.MethodEditFile:      {mutating: true, heavy: true},
 	sandboxd1.MethodReadFileTo:    {heavy: true},
 	sandboxd1.MethodWriteFileFrom: {mutating: true, heavy: true},
 	// The standard interfaces of a sandbox's object. Set changes nothing

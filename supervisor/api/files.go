@@ -13,12 +13,20 @@ import (
 // sandbox's init in the sandbox's view and as the caller.
 
 // ReadFile(s path, t offset, t max) -> (ay data) reads at most max bytes
-// (0: 16 MiB, the most) of a regular file from offset; fewer at its end.
+// (0: MaxFileChunk, the most) of a regular file from offset; fewer at its
+// end.
 func (o sandboxObject) ReadFile(sender dbus.Sender, msg dbus.Message, path string, offset, max uint64) ([]byte, *dbus.Error) {
 	s := o.s
 	r, id, derr := o.beginOn(sender, msg, sandboxd1.MethodReadFile)
 	if derr != nil {
 		return nil, derr
+	}
+	if max == 0 {
+		max = sandboxd1.MaxFileChunk
+	}
+	if max > sandboxd1.MaxFileChunk {
+		return nil, s.end(r, id, dbusError(sandboxd1.ErrorInvalidArgs,
+			"reading %s: %d bytes at once, over %d: read it in parts, or whole with ReadFileTo", path, max, sandboxd1.MaxFileChunk))
 	}
 	data, err := s.sup.ReadFile(r.ctx, id, supervisor.FileAccess{UID: r.who.uid}, path, offset, max)
 	if err != nil {
@@ -39,6 +47,10 @@ func (o sandboxObject) WriteFile(sender dbus.Sender, msg dbus.Message, path stri
 	r, id, derr := o.beginOn(sender, msg, sandboxd1.MethodWriteFile)
 	if derr != nil {
 		return derr
+	}
+	if len(data) > sandboxd1.MaxFileChunk {
+		return s.end(r, id, dbusError(sandboxd1.ErrorInvalidArgs,
+			"writing %s: %d bytes at once, over %d: write it in parts, or whole with WriteFileFrom", path, len(data), sandboxd1.MaxFileChunk))
 	}
 	who, wo, err := writeOptions(r.who.uid, options)
 	if err != nil {

@@ -123,8 +123,8 @@ func checkCall(msg *dbus.Message, iface, member string, sent uint32, named int) 
 		member == sandboxd1.MethodWriteFile || member == sandboxd1.MethodReadFileTo || member == sandboxd1.MethodWriteFileFrom):
 		return checkString(msg.Body, 0, "path", maxFilePath)
 	case iface == sandboxd1.SandboxInterface && member == sandboxd1.MethodEditFile:
-		return cmp.Or(checkString(msg.Body, 0, "path", maxFilePath), checkString(msg.Body, 1, "old", sandboxd1.MaxFileChunk),
-			checkString(msg.Body, 2, "new", sandboxd1.MaxFileChunk))
+		return cmp.Or(checkString(msg.Body, 0, "path", maxFilePath), checkString(msg.Body, 1, "old", sandboxd1.MaxEditText),
+			checkString(msg.Body, 2, "new", sandboxd1.MaxEditText))
 	case iface == sandboxd1.ManagerInterface && member == "Try":
 		return cmp.Or(checkArgv(msg.Body, 1, "variants"), checkString(msg.Body, 2, "check", MaxCheckBytes),
 			checkString(msg.Body, 3, "keep", maxOptionName), checkExecOptions(msg.Body, 4), checkTryInputs(msg.Body, 4))

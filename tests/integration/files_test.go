@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/godbus/dbus/v5"
+
 	"github.com/sandboxd/sandboxd/sandboxd1"
 )
 
@@ -66,6 +68,24 @@ func TestFilesInAndOut(t *testing.T) {
 	}
 	if got, err := busOn(id, "EditFile", "sss", "app.py", "nowhere", "x"); err == nil || !strings.Contains(got, "does not contain") {
 		t.Errorf("EditFile of a text that is not there: %v, %q", err, got)
+	}
+	// Texts of control characters (JSON would make them six times their
+	// size): up to 1 MiB each, and refused by name past it.
+	conn, err := dbus.ConnectSystemBus()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	obj := conn.Object(sandboxd1.BusName, sandboxd1.SandboxPath(id))
+	edit := sandboxd1.Member(sandboxd1.SandboxInterface, sandboxd1.MethodEditFile)
+	ctrl := strings.Repeat("\x01", 1<<20)
+	ok(t, "exec", id, "--", "sh", "-c", "printf 'a\\001b' > ctrl.txt")
+	var n uint32
+	if err := obj.Call(edit, 0, "ctrl.txt", "\x01", ctrl).Store(&n); err != nil || n != 1 {
+		t.Errorf("EditFile with a new text of 1 MiB of \\x01: %v, %d", err, n)
+	}
+	if err := obj.Call(edit, 0, "ctrl.txt", ctrl+"\x01", "x").Err; err == nil || !strings.Contains(err.Error(), "more than the 1048576 allowed") {
+		t.Errorf("EditFile of a text over 1 MiB: %.300v", err)
 	}
 	// WriteFile makes a file as the caller; ListFiles sees it.
 	if got, err := busOn(id, "WriteFile", "saya{sv}", "/tmp/new/x.txt", "2", "104", "105", "0"); err == nil || !strings.Contains(got, "no such file") {
@@ -126,6 +146,24 @@ func TestFilesRefuseWhatTheyMustNot(t *testing.T) {
 	}
 	if _, errOut, code := ctlAs(t, member, "cat", id, "/proc/self/status"); code == 0 || !strings.Contains(errOut, "kernel") {
 		t.Errorf("cat /proc/self/status through the file API: exit %d, %q", code, errOut)
+	}
+	// Nor are /proc's directories listed (their self, the init's, holds
+	// its descriptors): a command lists them (the control).
+	if out := okAs(t, member, "exec", id, "--", "ls", "/proc/self/fd"); out == "" {
+		t.Fatalf("control: a command lists /proc/self/fd")
+	}
+	if got, err := busOn(id, "ListFiles", "sa{sv}", "/proc/self/fd", "0"); err == nil || !strings.Contains(got, "kernel") {
+		t.Errorf("ListFiles /proc/self/fd: %v, %q", err, got)
+	}
+	// A sparse file of an exabyte does not fill the host's disk: cp
+	// stops at the room there is and leaves nothing.
+	okAs(t, member, "exec", id, "--", "truncate", "-s", "1E", "/tmp/huge")
+	dst := t.TempDir()
+	if _, errOut, code := ctl(t, "", "cp", id+":/tmp/huge", dst); code != 1 || !strings.Contains(errOut, "1152921504606846976 bytes, larger than the") {
+		t.Errorf("cp of an exabyte's sparse file: exit %d, %q", code, errOut)
+	}
+	if left, _ := os.ReadDir(dst); len(left) != 0 {
+		t.Errorf("cp left %d files behind", len(left))
 	}
 	// A fifo would block the daemon: refused at once, by what it is.
 	okAs(t, member, "exec", id, "--", "mkfifo", "/tmp/fifo")

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from .client import Client
 
 # MAX_FILE_CHUNK bounds one ReadFile or WriteFile (sandboxd1.MaxFileChunk).
-MAX_FILE_CHUNK = 16 << 20
+MAX_FILE_CHUNK = 4 << 20
 # How much of a host file upload reads at once.
 _UPLOAD_CHUNK = 1 << 20
 
