@@ -8,12 +8,20 @@ require (
 	github.com/dennwc/btrfs v0.0.0-20240418142341-0167142bde7a
 	github.com/godbus/dbus/v5 v5.2.4
 	github.com/mistifyio/go-zfs/v4 v4.0.0
+	github.com/modelcontextprotocol/go-sdk v1.8.0
+	github.com/urfave/cli/v3 v3.14.0
+	go.etcd.io/bbolt v1.4.3
 	golang.org/x/sys v0.49.0
 )
 
 require (
 	github.com/dennwc/ioctl v1.0.0 // indirect
+	github.com/google/jsonschema-go v0.4.3 // indirect
 	github.com/google/uuid v1.2.0 // indirect
-	github.com/urfave/cli/v3 v3.14.0 // indirect
-	go.etcd.io/bbolt v1.4.3 // indirect
+	github.com/segmentio/asm v1.1.3 // indirect
+	github.com/segmentio/encoding v0.5.4 // indirect
+	github.com/yosida95/uritemplate/v3 v3.0.2 // indirect
+	golang.org/x/oauth2 v0.35.0 // indirect
+	golang.org/x/sync v0.20.0 // indirect
+	golang.org/x/time v0.15.0 // indirect
 )

@@ -79,6 +79,7 @@ that no other sandbox's id has will do.
 			portCommand(),
 			runCommand(), psCommand(), logsCommand(), killCommand(), replCommand(),
 			cacheCommand(), catCommand(), cpCommand(),
+			mcpCommand(),
 		},
 	}
 	root.DisableSliceFlagSeparator = true

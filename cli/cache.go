@@ -4,8 +4,6 @@ import (
 	"context"
 
 	ucli "github.com/urfave/cli/v3"
-
-	"github.com/sandboxd/sandboxd/sandboxd1"
 )
 
 func cacheCommand() *ucli.Command {
@@ -27,9 +25,8 @@ for all of them together.`,
 						return err
 					}
 					return withClient(ctx, func(c *client) error {
-						if err := call(ctx, c.manager(), "clearing your cache",
-							sandboxd1.Member(sandboxd1.ManagerInterface, sandboxd1.MethodClearCache), nil); err != nil {
-							return err
+						if err := c.api.ClearCache(ctx); err != nil {
+							return fromBus("clearing your cache", err)
 						}
 						out := outputOf(cmd)
 						switch {

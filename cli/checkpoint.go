@@ -6,9 +6,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/godbus/dbus/v5"
 	ucli "github.com/urfave/cli/v3"
 
+	sbclient "github.com/sandboxd/sandboxd/client"
 	"github.com/sandboxd/sandboxd/internal/termsafe"
 	"github.com/sandboxd/sandboxd/sandboxd1"
 )
@@ -23,11 +23,10 @@ its system layer (what it changed in /usr, /etc, ...), at one instant (the
 sandbox is frozen for it). Roll back to it with ` + "`sandboxctl rollback`" + `.`,
 		Flags: []ucli.Flag{&ucli.BoolFlag{Name: "delete", Usage: "delete checkpoint NAME instead"}},
 		Action: onSandbox(2, func(ctx context.Context, cmd *ucli.Command, c *client, e sandboxd1.ListEntry, rest []string) error {
-			out := outputOf(cmd)
+			sb, out := c.handle(e), outputOf(cmd)
 			if cmd.Bool("delete") {
-				if err := call(ctx, c.sandbox(e.ID), "deleting checkpoint "+rest[0]+" of sandbox "+e.ID,
-					sandboxd1.SandboxInterface+".DeleteCheckpoint", []any{rest[0]}); err != nil {
-					return err
+				if err := sb.DeleteCheckpoint(ctx, rest[0]); err != nil {
+					return fromBus("deleting checkpoint "+rest[0]+" of sandbox "+e.ID, err)
 				}
 				if out.json {
 					return out.JSON(map[string]string{"sandbox": e.ID, "deleted": rest[0]})
@@ -37,14 +36,13 @@ sandbox is frozen for it). Roll back to it with ` + "`sandboxctl rollback`" + `.
 				}
 				return out.line("deleted checkpoint %s of sandbox %s", rest[0], e.ID)
 			}
-			var created uint64
-			if err := call(ctx, c.sandbox(e.ID), "taking checkpoint "+rest[0]+" of sandbox "+e.ID,
-				sandboxd1.SandboxInterface+".Checkpoint", []any{rest[0]}, &created); err != nil {
-				return err
+			created, err := sb.Checkpoint(ctx, rest[0])
+			if err != nil {
+				return fromBus("taking checkpoint "+rest[0]+" of sandbox "+e.ID, err)
 			}
 			switch {
 			case out.json:
-				return out.JSON(map[string]any{"sandbox": e.ID, "checkpoint": rest[0], "created": fromMicros(created)})
+				return out.JSON(map[string]any{"sandbox": e.ID, "checkpoint": rest[0], "created": created})
 			case out.quiet:
 				return nil
 			}
@@ -59,10 +57,9 @@ func checkpointsCommand() *ucli.Command {
 		Usage:     "list a sandbox's checkpoints",
 		ArgsUsage: "SANDBOX",
 		Action: onSandbox(1, func(ctx context.Context, cmd *ucli.Command, c *client, e sandboxd1.ListEntry, _ []string) error {
-			var list []sandboxd1.CheckpointEntry
-			if err := call(ctx, c.sandbox(e.ID), "listing the checkpoints of sandbox "+e.ID,
-				sandboxd1.SandboxInterface+".ListCheckpoints", nil, &list); err != nil {
-				return err
+			list, err := c.handle(e).Checkpoints(ctx)
+			if err != nil {
+				return fromBus("listing the checkpoints of sandbox "+e.ID, err)
 			}
 			return printList(outputOf(cmd), list, func(ck sandboxd1.CheckpointEntry) string { return ck.Name },
 				[]string{"NAME", "TAKEN", "COVERS"}, func(ck sandboxd1.CheckpointEntry) []string {
@@ -85,9 +82,8 @@ func rollbackCommand() *ucli.Command {
 layer back to checkpoint NAME, and starts it again: the same sandbox, id,
 limits and time to live. Later checkpoints stay.`,
 		Action: onSandbox(2, func(ctx context.Context, cmd *ucli.Command, c *client, e sandboxd1.ListEntry, rest []string) error {
-			if err := call(ctx, c.sandbox(e.ID), "rolling sandbox "+e.ID+" back to "+rest[0],
-				sandboxd1.SandboxInterface+".Rollback", []any{rest[0]}); err != nil {
-				return err
+			if err := c.handle(e).Rollback(ctx, rest[0]); err != nil {
+				return fromBus("rolling sandbox "+e.ID+" back to "+rest[0], err)
 			}
 			out := outputOf(cmd)
 			switch {
@@ -109,18 +105,17 @@ func diffCommand() *ucli.Command {
 		Flags: []ucli.Flag{&ucli.BoolFlag{Name: "text", Aliases: []string{"u"},
 			Usage: "a unified text diff of the changed files, as git shows it (binary files named as such)"}},
 		Action: onSandbox(1, func(ctx context.Context, cmd *ucli.Command, c *client, e sandboxd1.ListEntry, _ []string) error {
+			sb := c.handle(e)
 			if cmd.Bool("text") {
-				var text string
-				if err := call(ctx, c.sandbox(e.ID), "diffing sandbox "+e.ID,
-					sandboxd1.SandboxInterface+".UnifiedDiff", []any{map[string]dbus.Variant{}}, &text); err != nil {
-					return err
+				text, err := sb.UnifiedDiff(ctx, sbclient.UnifiedDiffOptions{})
+				if err != nil {
+					return fromBus("diffing sandbox "+e.ID, err)
 				}
 				return written(writeDiffText(cmd.Root().Writer, text))
 			}
-			var changes []sandboxd1.ChangeEntry
-			if err := call(ctx, c.sandbox(e.ID), "listing the changes of sandbox "+e.ID,
-				sandboxd1.SandboxInterface+".Diff", nil, &changes); err != nil {
-				return err
+			changes, err := sb.Diff(ctx)
+			if err != nil {
+				return fromBus("listing the changes of sandbox "+e.ID, err)
 			}
 			out := outputOf(cmd)
 			if out.json {

@@ -42,10 +42,6 @@ func connect(ctx context.Context) (*client, error) {
 
 func (c *client) close() { c.api.Close() }
 
-func (c *client) manager() dbus.BusObject {
-	return c.conn.Object(sandboxd1.BusName, sandboxd1.ManagerPath)
-}
-
 func (c *client) sandbox(id string) dbus.BusObject {
 	return c.conn.Object(sandboxd1.BusName, sandboxd1.SandboxPath(id))
 }
@@ -66,26 +62,11 @@ func call(ctx context.Context, obj dbus.BusObject, what, method string, args []a
 }
 
 func (c *client) list(ctx context.Context) ([]sandboxd1.ListEntry, error) {
-	var entries []sandboxd1.ListEntry
-	err := call(ctx, c.manager(), "listing sandboxes", sandboxd1.ManagerInterface+".ListSandboxes", nil, &entries)
-	return entries, err
-}
-
-// properties reads every property of sandbox id.
-func (c *client) properties(ctx context.Context, id string) (map[string]dbus.Variant, error) {
-	var props map[string]dbus.Variant
-	err := call(ctx, c.sandbox(id), "reading sandbox "+id, "org.freedesktop.DBus.Properties.GetAll",
-		[]any{sandboxd1.SandboxInterface}, &props)
-	return props, err
-}
-
-// property reads one property of sandbox id: cheaper than all of them
-// where the others are live (Staleness takes a snapshot of the project).
-func (c *client) property(ctx context.Context, id, name string) (dbus.Variant, error) {
-	var v dbus.Variant
-	err := call(ctx, c.sandbox(id), "reading "+name+" of sandbox "+id, "org.freedesktop.DBus.Properties.Get",
-		[]any{sandboxd1.SandboxInterface, name}, &v)
-	return v, err
+	entries, err := c.api.List(ctx)
+	if err != nil {
+		return nil, fromBus("listing sandboxes", err)
+	}
+	return entries, nil
 }
 
 // resolve finds the sandbox arg names: its id, its name, or a prefix of

@@ -114,7 +114,11 @@ func fromBus(what string, err error) *Error {
 		}
 		return &Error{Code: ExitFailed, Msg: msg, Err: err}
 	}
-	return &Error{Code: ExitFailed, Msg: what + ": " + err.Error(), Err: err}
+	msg := what + ": " + err.Error()
+	if strings.HasPrefix(err.Error(), what) {
+		msg = err.Error() // the Go client said what it was doing already
+	}
+	return &Error{Code: ExitFailed, Msg: msg, Err: err}
 }
 
 func dbusMessage(e dbus.Error) string {

@@ -16,6 +16,7 @@ import (
 	ucli "github.com/urfave/cli/v3"
 	"golang.org/x/sys/unix"
 
+	sbclient "github.com/sandboxd/sandboxd/client"
 	"github.com/sandboxd/sandboxd/sandboxd1"
 )
 
@@ -29,39 +30,26 @@ func execFlags() []ucli.Flag {
 	}
 }
 
-func execOptions(cmd *ucli.Command) (map[string]dbus.Variant, error) {
-	opts := map[string]dbus.Variant{}
-	if cmd.Bool("root") {
-		opts["Root"] = dbus.MakeVariant(true)
-	}
-	if env := cmd.StringSlice("env"); len(env) > 0 {
-		for _, kv := range env {
-			if k, _, ok := cutEnv(kv); !ok || k == "" {
-				return nil, usage("--env %s: want KEY=value", kv)
-			}
+// execOptions reads the exec flags (execFlags, and exec's --output-limit)
+// into the Go client's options, whose WireOptions are what goes on the bus.
+func execOptions(cmd *ucli.Command) (sbclient.ExecOptions, error) {
+	opts := sbclient.ExecOptions{Root: cmd.Bool("root"), Detach: cmd.Bool("detach"), Dir: cmd.String("workdir")}
+	for _, kv := range cmd.StringSlice("env") {
+		if k, _, ok := cutEnv(kv); !ok || k == "" {
+			return opts, usage("--env %s: want KEY=value", kv)
 		}
-		opts["Environment"] = dbus.MakeVariant(env)
 	}
-	if cmd.Bool("detach") {
-		opts["Detach"] = dbus.MakeVariant(true)
-	}
-	if w := cmd.String("workdir"); w != "" {
-		opts["WorkingDirectory"] = dbus.MakeVariant(w)
-	}
+	opts.Env = cmd.StringSlice("env")
 	if cmd.IsSet("timeout") {
-		if d := cmd.Duration("timeout"); d > 0 {
-			opts["TimeoutUSec"] = dbus.MakeVariant(uint64(d.Microseconds()))
-		} else {
-			return nil, usage("--timeout %v: want a duration above 0, like 30s", d)
+		if opts.Timeout = cmd.Duration("timeout"); opts.Timeout <= 0 {
+			return opts, usage("--timeout %v: want a duration above 0, like 30s", opts.Timeout)
 		}
 	}
 	if cmd.Name == "exec" {
 		if v := cmd.String("output-limit"); v != "" {
-			var size sandboxd1.Size
-			if err := size.UnmarshalText([]byte(v)); err != nil || size == 0 {
-				return nil, usage("--output-limit %s: want a size above 0, like 10M", v)
+			if err := opts.OutputLimit.UnmarshalText([]byte(v)); err != nil || opts.OutputLimit == 0 {
+				return opts, usage("--output-limit %s: want a size above 0, like 10M", v)
 			}
-			opts["OutputLimit"] = dbus.MakeVariant(uint64(size))
 		}
 	}
 	return opts, nil
@@ -127,7 +115,7 @@ sandbox stays.`,
 			}
 			// With --output-limit the sandbox's init counts the output:
 			// pipes then stand in for the terminal.
-			if isTerminalFD(0) && isTerminalFD(1) && opts["OutputLimit"].Value() == nil {
+			if isTerminalFD(0) && isTerminalFD(1) && opts.OutputLimit == 0 {
 				return onTerminal(ctx, target, argv, opts)
 			}
 			return withClient(ctx, func(c *client) error {
@@ -150,7 +138,7 @@ sandbox stays.`,
 				defer stdio.close()
 				var id string
 				if err := call(ctx, c.sandbox(e.ID), "running "+argv[0]+" in sandbox "+e.ID, sandboxd1.SandboxInterface+".Exec",
-					append([]any{argv, opts}, stdio.fds()...), &id); err != nil {
+					append([]any{argv, opts.WireOptions()}, stdio.fds()...), &id); err != nil {
 					return err
 				}
 				stdio.started()
@@ -232,7 +220,7 @@ it. Ctrl-C and the window size reach it; exit the shell to come back.`,
 // and connects the user's terminal, on stdin, to it: raw mode, bytes
 // both ways, the window's size. The user's terminal itself never reaches
 // the sandbox.
-func onTerminal(ctx context.Context, target string, argv []string, opts map[string]dbus.Variant) error {
+func onTerminal(ctx context.Context, target string, argv []string, opts sbclient.ExecOptions) error {
 	saved, err := unix.IoctlGetTermios(0, unix.TCGETS)
 	if err != nil {
 		return usage("a terminal on stdin is needed here")
@@ -252,7 +240,7 @@ func onTerminal(ctx context.Context, target string, argv []string, opts map[stri
 		var id string
 		var fd dbus.UnixFD
 		if err := call(ctx, c.sandbox(e.ID), "starting "+argv[0]+" on a terminal in sandbox "+e.ID, sandboxd1.SandboxInterface+".ExecTerminal",
-			[]any{argv, opts, ws.Row, ws.Col}, &id, &fd); err != nil {
+			[]any{argv, opts.WireOptions(), ws.Row, ws.Col}, &id, &fd); err != nil {
 			return err
 		}
 		master := os.NewFile(uintptr(fd), "terminal")

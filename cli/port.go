@@ -4,9 +4,9 @@ import (
 	"context"
 	"strconv"
 
-	"github.com/godbus/dbus/v5"
 	ucli "github.com/urfave/cli/v3"
 
+	sbclient "github.com/sandboxd/sandboxd/client"
 	"github.com/sandboxd/sandboxd/sandboxd1"
 )
 
@@ -39,9 +39,8 @@ path stays, a TCP port gets a new number.`,
 			out := outputOf(cmd)
 			what := "port " + rest[0] + " of sandbox " + sandboxLabel(e)
 			if cmd.Bool("close") {
-				if err := call(ctx, c.sandbox(e.ID), "closing "+what,
-					sandboxd1.SandboxInterface+"."+sandboxd1.MethodClosePort, []any{uint16(port)}); err != nil {
-					return err
+				if err := c.handle(e).ClosePort(ctx, uint16(port)); err != nil {
+					return fromBus("closing "+what, err)
 				}
 				switch {
 				case out.json:
@@ -51,14 +50,9 @@ path stays, a TCP port gets a new number.`,
 				}
 				return out.line("closed %s", what)
 			}
-			opts := map[string]dbus.Variant{}
-			if cmd.Bool("tcp") {
-				opts[sandboxd1.OptTCP] = dbus.MakeVariant(true)
-			}
-			var addr string
-			if err := call(ctx, c.sandbox(e.ID), "exposing "+what,
-				sandboxd1.SandboxInterface+"."+sandboxd1.MethodExposePort, []any{uint16(port), opts}, &addr); err != nil {
-				return err
+			addr, err := c.handle(e).ExposePort(ctx, uint16(port), sbclient.ExposeOptions{TCP: cmd.Bool("tcp")})
+			if err != nil {
+				return fromBus("exposing "+what, err)
 			}
 			if out.json {
 				return out.JSON(map[string]any{"sandbox": e.ID, "port": port, "address": addr})

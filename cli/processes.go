@@ -12,6 +12,7 @@ import (
 	ucli "github.com/urfave/cli/v3"
 	"golang.org/x/sys/unix"
 
+	sbclient "github.com/sandboxd/sandboxd/client"
 	"github.com/sandboxd/sandboxd/internal/termsafe"
 	"github.com/sandboxd/sandboxd/sandboxd1"
 )
@@ -56,10 +57,9 @@ signals one. When COMMAND ends, whatever it left running ends too.`,
 				if err != nil {
 					return err
 				}
-				var proc string
-				if err := call(ctx, c.sandbox(e.ID), "starting "+argv[0]+" in the background", sandboxd1.Member(sandboxd1.SandboxInterface, sandboxd1.MethodSpawn),
-					[]any{argv, opts}, &proc); err != nil {
-					return err
+				proc, err := c.handle(e).Spawn(ctx, argv, opts)
+				if err != nil {
+					return fromBus("starting "+argv[0]+" in the background", err)
 				}
 				return outputOf(cmd).line("%s", proc)
 			})
@@ -73,9 +73,9 @@ func psCommand() *ucli.Command {
 		Usage:     "list a sandbox's background processes",
 		ArgsUsage: "SANDBOX",
 		Action: onSandbox(1, func(ctx context.Context, cmd *ucli.Command, c *client, e sandboxd1.ListEntry, _ []string) error {
-			ps, err := c.processes(ctx, e.ID)
+			ps, err := c.handle(e).Processes(ctx)
 			if err != nil {
-				return err
+				return fromBus("listing the background processes", err)
 			}
 			out := outputOf(cmd)
 			if out.json {
@@ -128,12 +128,9 @@ until it ends. To a terminal, control characters are shown escaped.`,
 			escape := w == os.Stdout && isTerminalFD(1)
 			var offset uint64
 			for {
-				var data []byte
-				var next uint64
-				var ended bool
-				if err := call(ctx, c.sandbox(e.ID), "reading the log of "+rest[0], sandboxd1.Member(sandboxd1.SandboxInterface, sandboxd1.MethodReadLog),
-					[]any{rest[0], offset, uint32(64 << 10)}, &data, &next, &ended); err != nil {
-					return err
+				data, next, ended, err := c.handle(e).ReadLog(ctx, rest[0], offset, sbclient.MaxLogChunk)
+				if err != nil {
+					return fromBus("reading the log of "+rest[0], err)
 				}
 				if escape {
 					data = []byte(termsafe.Text(string(data)))
@@ -178,8 +175,10 @@ func killCommand() *ucli.Command {
 				if err != nil {
 					return err
 				}
-				return call(ctx, c.sandbox(e.ID), "signalling "+a[1], sandboxd1.Member(sandboxd1.SandboxInterface, sandboxd1.MethodSignalProcess),
-					[]any{a[1], int32(sig)})
+				if err := c.handle(e).SignalProcess(ctx, a[1], sig); err != nil {
+					return fromBus("signalling "+a[1], err)
+				}
+				return nil
 			})
 		},
 	}
@@ -194,11 +193,4 @@ func parseSignal(s string) (syscall.Signal, error) {
 		return n, nil
 	}
 	return 0, usage("signal %q: give a number (1-64) or a name like TERM, KILL, INT, HUP", s)
-}
-
-// processes lists sandbox id's background processes.
-func (c *client) processes(ctx context.Context, id string) ([]sandboxd1.ProcessEntry, error) {
-	var ps []sandboxd1.ProcessEntry
-	err := call(ctx, c.sandbox(id), "listing the background processes", sandboxd1.Member(sandboxd1.SandboxInterface, sandboxd1.MethodListProcesses), nil, &ps)
-	return ps, err
 }

@@ -3,9 +3,9 @@ package cli
 import (
 	"context"
 
-	"github.com/godbus/dbus/v5"
 	ucli "github.com/urfave/cli/v3"
 
+	sbclient "github.com/sandboxd/sandboxd/client"
 	"github.com/sandboxd/sandboxd/sandboxd1"
 )
 
@@ -27,21 +27,10 @@ func projectCommand() *ucli.Command {
 					if err != nil {
 						return err
 					}
-					users, groups := cmd.StringSlice("user"), cmd.StringSlice("group")
-					method, callArgs := sandboxd1.ManagerInterface+".AddProject", []any{a[0], a[1]}
-					if len(users)+len(groups) > 0 { // the older AddProject for a daemon that predates them
-						opts := map[string]dbus.Variant{}
-						if len(users) > 0 {
-							opts["Users"] = dbus.MakeVariant(users)
-						}
-						if len(groups) > 0 {
-							opts["Groups"] = dbus.MakeVariant(groups)
-						}
-						method, callArgs = sandboxd1.ManagerInterface+".AddProjectWithOptions", []any{a[0], a[1], opts}
-					}
+					opts := sbclient.ProjectOptions{Users: cmd.StringSlice("user"), Groups: cmd.StringSlice("group")}
 					return withClient(ctx, func(c *client) error {
-						if err := call(ctx, c.manager(), "adding project "+a[0], method, callArgs); err != nil {
-							return err
+						if err := c.api.AddProject(ctx, a[0], a[1], opts); err != nil {
+							return fromBus("adding project "+a[0], err)
 						}
 						out := outputOf(cmd)
 						switch {
@@ -62,9 +51,9 @@ func projectCommand() *ucli.Command {
 						return err
 					}
 					return withClient(ctx, func(c *client) error {
-						var list []sandboxd1.ProjectEntry
-						if err := call(ctx, c.manager(), "listing projects", sandboxd1.ManagerInterface+".ListProjects", nil, &list); err != nil {
-							return err
+						list, err := c.api.Projects(ctx)
+						if err != nil {
+							return fromBus("listing projects", err)
 						}
 						return printList(outputOf(cmd), list, func(p sandboxd1.ProjectEntry) string { return p.Name },
 							[]string{"NAME", "LOCATION", "FROM"}, func(p sandboxd1.ProjectEntry) []string {
@@ -87,8 +76,8 @@ func projectCommand() *ucli.Command {
 						return err
 					}
 					return withClient(ctx, func(c *client) error {
-						if err := call(ctx, c.manager(), "removing project "+a[0], sandboxd1.ManagerInterface+".RemoveProject", []any{a[0]}); err != nil {
-							return err
+						if err := c.api.RemoveProject(ctx, a[0]); err != nil {
+							return fromBus("removing project "+a[0], err)
 						}
 						out := outputOf(cmd)
 						switch {

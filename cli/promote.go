@@ -2,13 +2,12 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
-	"github.com/godbus/dbus/v5"
 	ucli "github.com/urfave/cli/v3"
 
+	sbclient "github.com/sandboxd/sandboxd/client"
 	"github.com/sandboxd/sandboxd/internal/termsafe"
 	"github.com/sandboxd/sandboxd/sandboxd1"
 )
@@ -39,22 +38,14 @@ files are refused; 5 on a conflict.`,
 			&ucli.BoolFlag{Name: "no-wait", Usage: "print the promotion's id and return while the stages run"},
 		},
 		Action: onSandbox(1, func(ctx context.Context, cmd *ucli.Command, c *client, e sandboxd1.ListEntry, _ []string) error {
-			opts := map[string]dbus.Variant{}
-			if cmd.Bool("force") {
-				opts["Force"] = dbus.MakeVariant(true)
+			opts := sbclient.PromoteOptions{Force: cmd.Bool("force"), To: cmd.String("to"), AllowPrivileged: cmd.Bool("allow-privileged")}
+			// A record and an error: it started, and its first reading
+			// failed (following it reads it again, and says so).
+			p, err := c.handle(e).Promote(ctx, opts)
+			if p == nil {
+				return fromBus("promoting sandbox "+sandboxLabel(e), err)
 			}
-			if cmd.Bool("allow-privileged") {
-				opts["AllowPrivileged"] = dbus.MakeVariant(true)
-			}
-			if to := cmd.String("to"); to != "" {
-				opts["To"] = dbus.MakeVariant(to)
-			}
-			var pid string
-			if err := call(ctx, c.sandbox(e.ID), "promoting sandbox "+sandboxLabel(e),
-				sandboxd1.SandboxInterface+".Promote", []any{opts}, &pid); err != nil {
-				return err
-			}
-			out := outputOf(cmd)
+			pid, out := p.ID, outputOf(cmd)
 			if cmd.Bool("no-wait") {
 				if out.json {
 					return out.JSON(map[string]string{"promotion": pid})
@@ -75,15 +66,11 @@ func sandboxLabel(e sandboxd1.ListEntry) string {
 
 // getPromotion reads promotion pid's record.
 func (c *client) getPromotion(ctx context.Context, pid string) (sandboxd1.Promotion, error) {
-	var p sandboxd1.Promotion
-	var record string
-	if err := call(ctx, c.manager(), "reading promotion "+pid, sandboxd1.ManagerInterface+".GetPromotion", []any{pid}, &record); err != nil {
-		return p, err
+	p, err := c.api.Promotion(ctx, pid)
+	if err != nil {
+		return sandboxd1.Promotion{}, fromBus("reading promotion "+pid, err)
 	}
-	if err := json.Unmarshal([]byte(record), &p); err != nil {
-		return p, &Error{Code: ExitFailed, Msg: fmt.Sprintf("reading promotion %s: %v", pid, err)}
-	}
-	return p, nil
+	return *p, nil
 }
 
 // followPromotion prints a promotion's progress until it ends or waits,
@@ -235,9 +222,9 @@ func promotionsCommand() *ucli.Command {
 					}
 					return nil
 				}
-				var list []sandboxd1.PromotionEntry
-				if err := call(ctx, c.manager(), "listing promotions", sandboxd1.ManagerInterface+".ListPromotions", nil, &list); err != nil {
-					return err
+				list, err := c.api.Promotions(ctx)
+				if err != nil {
+					return fromBus("listing promotions", err)
 				}
 				return printList(out, list, func(p sandboxd1.PromotionEntry) string { return p.ID },
 					[]string{"ID", "SANDBOX", "PROJECT", "STATE", "STAGE", "CHANGES", "AGE"}, func(p sandboxd1.PromotionEntry) []string {
@@ -259,8 +246,8 @@ func approveCommand() *ucli.Command {
 		ArgsUsage: "PROMOTION",
 		Flags:     []ucli.Flag{&ucli.BoolFlag{Name: "no-wait", Usage: "return at once; do not follow the stage"}},
 		Action: onPromotion(func(ctx context.Context, cmd *ucli.Command, c *client, id string) error {
-			if err := call(ctx, c.manager(), "approving promotion "+id, sandboxd1.ManagerInterface+".ApprovePromotion", []any{id}); err != nil {
-				return err
+			if err := c.api.ApprovePromotion(ctx, id); err != nil {
+				return fromBus("approving promotion "+id, err)
 			}
 			if cmd.Bool("no-wait") {
 				return nil
@@ -277,8 +264,8 @@ func rejectCommand() *ucli.Command {
 		ArgsUsage: "PROMOTION",
 		Flags:     []ucli.Flag{&ucli.StringFlag{Name: "reason", Usage: "why, for the record"}},
 		Action: onPromotion(func(ctx context.Context, cmd *ucli.Command, c *client, id string) error {
-			if err := call(ctx, c.manager(), "rejecting promotion "+id, sandboxd1.ManagerInterface+".RejectPromotion", []any{id, cmd.String("reason")}); err != nil {
-				return err
+			if err := c.api.RejectPromotion(ctx, id, cmd.String("reason")); err != nil {
+				return fromBus("rejecting promotion "+id, err)
 			}
 			out := outputOf(cmd)
 			if out.quiet || out.json {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	ucli "github.com/urfave/cli/v3"
 
@@ -21,13 +22,13 @@ conflict: refused, naming each; exit 5). Like a rollback, the sandbox's
 processes are stopped and it starts again, on the new copy; its system
 layer and checkpoints stay.`,
 		Action: onSandbox(1, func(ctx context.Context, cmd *ucli.Command, c *client, e sandboxd1.ListEntry, _ []string) error {
-			moved, _, err := c.projectChanges(ctx, e.ID)
+			sb := c.handle(e)
+			moved, _, err := sb.ProjectChanges(ctx)
 			if err != nil {
-				return err
+				return fromBus("reading how the project of sandbox "+e.ID+" moved", err)
 			}
-			if err := call(ctx, c.sandbox(e.ID), "rebasing sandbox "+sandboxLabel(e),
-				sandboxd1.SandboxInterface+".Rebase", nil); err != nil {
-				return err
+			if err := sb.Rebase(ctx); err != nil {
+				return fromBus("rebasing sandbox "+sandboxLabel(e), err)
 			}
 			out := outputOf(cmd)
 			switch {
@@ -42,18 +43,9 @@ layer and checkpoints stay.`,
 	}
 }
 
-// projectChanges asks what sandbox id's project changed since its base.
-func (c *client) projectChanges(ctx context.Context, id string) ([]string, uint64, error) {
-	var paths []string
-	var base uint64
-	err := call(ctx, c.sandbox(id), "reading how the project of sandbox "+id+" moved",
-		sandboxd1.SandboxInterface+".ProjectChanges", nil, &paths, &base)
-	return paths, base, err
-}
-
 // stalenessDetail says how far the project moved, for status: how many
 // paths, the first few, since when.
-func stalenessDetail(paths []string, base uint64) string {
+func stalenessDetail(paths []string, base time.Time) string {
 	if len(paths) == 0 {
 		return "current (the project has not changed since the base was taken)"
 	}
@@ -66,5 +58,5 @@ func stalenessDetail(paths []string, base uint64) string {
 		more = fmt.Sprintf(", and %d more", len(paths)-len(shown))
 	}
 	return fmt.Sprintf("stale: the project changed %d paths since the base was taken %s ago (%s%s); `sandboxctl rebase` brings the sandbox onto it",
-		len(paths), age(fromMicros(base)), strings.Join(shown, ", "), more)
+		len(paths), age(base), strings.Join(shown, ", "), more)
 }

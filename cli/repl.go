@@ -8,9 +8,9 @@ import (
 	"os"
 	"strings"
 
-	"github.com/godbus/dbus/v5"
 	ucli "github.com/urfave/cli/v3"
 
+	sbclient "github.com/sandboxd/sandboxd/client"
 	"github.com/sandboxd/sandboxd/sandboxd1"
 )
 
@@ -29,22 +29,15 @@ input (0: no error).`,
 			&ucli.BoolFlag{Name: "root", Usage: "run the interpreter as root in the sandbox (root of its user namespace)"},
 		},
 		Action: onSandbox(2, func(ctx context.Context, cmd *ucli.Command, c *client, e sandboxd1.ListEntry, rest []string) error {
-			opts := map[string]dbus.Variant{}
-			if cmd.Bool("root") {
-				opts[sandboxd1.OptRoot] = dbus.MakeVariant(true)
+			sb := c.handle(e)
+			sess, err := sb.OpenSession(ctx, rest[0], sbclient.ExecOptions{Root: cmd.Bool("root")})
+			if err != nil {
+				return fromBus("opening a "+rest[0]+" session", err)
 			}
-			var sess string
-			obj := c.sandbox(e.ID)
-			if err := call(ctx, obj, "opening a "+rest[0]+" session", sandboxd1.Member(sandboxd1.SandboxInterface, sandboxd1.MethodOpenSession),
-				[]any{rest[0], opts}, &sess); err != nil {
-				return err
-			}
-			defer func() {
-				_ = call(context.WithoutCancel(ctx), obj, "closing the session", sandboxd1.Member(sandboxd1.SandboxInterface, sandboxd1.MethodCloseSession), []any{sess})
-			}()
+			defer func() { _ = sb.CloseSession(context.WithoutCancel(ctx), sess) }()
 			w := cmd.Root().Writer
 			prompt := isTerminalFD(0)
-			var status int32
+			var status int
 			in := inputs(os.Stdin)
 			for {
 				if prompt {
@@ -64,16 +57,15 @@ input (0: no error).`,
 					continue
 				}
 				var out string
-				if err := call(ctx, obj, "running the input", sandboxd1.Member(sandboxd1.SandboxInterface, sandboxd1.MethodEval),
-					[]any{sess, code}, &out, &status); err != nil {
-					return err
+				if out, status, err = sb.Eval(ctx, sess, code); err != nil {
+					return fromBus("running the input", err)
 				}
 				if _, err := io.WriteString(w, out); err != nil {
 					return err
 				}
 			}
 			if status != 0 {
-				return exitWith(min(int(status), 255))
+				return exitWith(min(status, 255))
 			}
 			return nil
 		}),

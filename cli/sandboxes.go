@@ -10,6 +10,7 @@ import (
 	"github.com/godbus/dbus/v5"
 	ucli "github.com/urfave/cli/v3"
 
+	sbclient "github.com/sandboxd/sandboxd/client"
 	"github.com/sandboxd/sandboxd/internal/termsafe"
 	"github.com/sandboxd/sandboxd/sandboxd1"
 )
@@ -46,16 +47,15 @@ then the host's defaults.`,
 				return err
 			}
 			return withClient(ctx, func(c *client) error {
-				var id string
-				var object dbus.ObjectPath
-				if err := call(ctx, c.manager(), "creating a sandbox of "+a[0], sandboxd1.ManagerInterface+".CreateSandbox",
-					[]any{a[0], opts}, &id, &object); err != nil {
-					return err
+				sb, err := c.api.Create(ctx, a[0], opts)
+				if err != nil {
+					return fromBus("creating a sandbox of "+a[0], err)
 				}
+				id := sb.ID()
 				out := outputOf(cmd)
 				switch {
 				case out.json:
-					return out.JSON(map[string]any{"id": id, "name": cmd.String("name"), "project": a[0], "object": object})
+					return out.JSON(map[string]any{"id": id, "name": cmd.String("name"), "project": a[0], "object": sandboxd1.SandboxPath(id)})
 				case out.quiet:
 					return out.line("%s", id)
 				case cmd.String("name") != "":
@@ -67,50 +67,47 @@ then the host's defaults.`,
 	}
 }
 
-// createOptions turns create's flags into CreateSandbox's options.
-func createOptions(cmd *ucli.Command) (map[string]dbus.Variant, error) {
-	opts := map[string]dbus.Variant{}
-	for _, s := range []struct{ flag, option string }{{"name", "Name"}, {"profile", "Profile"}, {"network", "Network"}} {
+// createOptions turns create's flags into the Go client's options,
+// which make CreateSandbox's. A limit of 0 is refused here: to the Go
+// client it is "not set", which is not what whoever typed it meant.
+func createOptions(cmd *ucli.Command) (sbclient.CreateOptions, error) {
+	opts := sbclient.CreateOptions{Name: cmd.String("name"), Profile: cmd.String("profile"), Network: cmd.String("network"),
+		Allow: cmd.StringSlice("allow"), ReadOnlyProject: cmd.Bool("read-only-project")}
+	for _, s := range []struct {
+		flag string
+		to   *sandboxd1.Size
+	}{{"memory", &opts.MemoryMax}, {"disk", &opts.DiskQuota}} {
 		if v := cmd.String(s.flag); v != "" {
-			opts[s.option] = dbus.MakeVariant(v)
-		}
-	}
-	for _, s := range []struct{ flag, option string }{{"memory", "MemoryMax"}, {"disk", "DiskQuota"}} {
-		if v := cmd.String(s.flag); v != "" {
-			var size sandboxd1.Size
-			if err := size.UnmarshalText([]byte(v)); err != nil {
-				return nil, usage("--%s %s: %v", s.flag, v, err)
+			if err := s.to.UnmarshalText([]byte(v)); err != nil {
+				return opts, usage("--%s %s: %v", s.flag, v, err)
 			}
-			opts[s.option] = dbus.MakeVariant(uint64(size))
+			if *s.to == 0 {
+				return opts, usage("--%s %s: want a size above 0, like 512M (leave it out for the profile's)", s.flag, v)
+			}
 		}
 	}
 	if v := cmd.String("cpu"); v != "" {
-		var q sandboxd1.CPUQuota
-		if err := q.UnmarshalText([]byte(v)); err != nil {
-			return nil, usage("--cpu %s: %v", v, err)
+		if err := opts.CPUQuota.UnmarshalText([]byte(v)); err != nil {
+			return opts, usage("--cpu %s: %v", v, err)
 		}
-		opts["CPUQuotaPerSecUSec"] = dbus.MakeVariant(q.PerSecUSec())
 	}
 	if cmd.IsSet("tasks") {
-		opts["TasksMax"] = dbus.MakeVariant(uint64(cmd.Uint("tasks")))
+		if opts.TasksMax = uint64(cmd.Uint("tasks")); opts.TasksMax == 0 {
+			return opts, usage("--tasks 0: want 1 or more (leave it out for the profile's)")
+		}
 	}
-	for _, s := range []struct{ flag, option string }{{"ttl", "TTLUSec"}, {"runtime-max", "RuntimeMaxUSec"}} {
+	for _, s := range []struct {
+		flag string
+		to   *time.Duration
+	}{{"ttl", &opts.TTL}, {"runtime-max", &opts.RuntimeMax}} {
 		if cmd.IsSet(s.flag) {
-			d := cmd.Duration(s.flag)
-			if d <= 0 {
-				return nil, usage("--%s %v: want a duration above 0, like 2h", s.flag, d)
+			if *s.to = cmd.Duration(s.flag); *s.to <= 0 {
+				return opts, usage("--%s %v: want a duration above 0, like 2h", s.flag, *s.to)
 			}
-			opts[s.option] = dbus.MakeVariant(uint64(d.Microseconds()))
 		}
 	}
-	if allow := cmd.StringSlice("allow"); len(allow) > 0 {
-		opts["Allow"] = dbus.MakeVariant(allow)
-		if _, ok := opts["Network"]; !ok {
-			opts["Network"] = dbus.MakeVariant("allowlist")
-		}
-	}
-	if cmd.Bool("read-only-project") {
-		opts["ReadOnlyProject"] = dbus.MakeVariant(true)
+	if len(opts.Allow) > 0 && opts.Network == "" {
+		opts.Network = sbclient.NetworkAllowlist
 	}
 	return opts, nil
 }
@@ -153,81 +150,83 @@ func statusCommand() *ucli.Command {
 		Usage:     "show a sandbox: state, base, age, staleness, usage against its limits",
 		ArgsUsage: "SANDBOX",
 		Action: onSandbox(1, func(ctx context.Context, cmd *ucli.Command, c *client, e sandboxd1.ListEntry, _ []string) error {
-			props, err := c.properties(ctx, e.ID)
-			if err != nil {
-				return err
+			sb, out := c.handle(e), outputOf(cmd)
+			if out.json {
+				// Every property by its D-Bus name, as the bus gives it.
+				props, err := sb.Properties(ctx)
+				if err != nil {
+					return fromBus("reading sandbox "+e.ID, err)
+				}
+				return out.JSON(plainProperties(props))
 			}
-			stale, _ := props["Staleness"].Value().(string)
-			detail := staleness(stale)
-			if stale == "stale" {
+			st, err := sb.Status(ctx)
+			if err != nil {
+				return fromBus("reading sandbox "+e.ID, err)
+			}
+			detail := staleness(st.Staleness)
+			if st.Staleness == "stale" {
 				// How far: the paths the project changed since the base.
-				if paths, base, err := c.projectChanges(ctx, e.ID); err == nil {
+				if paths, base, err := sb.ProjectChanges(ctx); err == nil {
 					detail = stalenessDetail(paths, base)
 				}
 			}
-			return printStatus(outputOf(cmd), props, detail)
+			return printStatus(out, st, detail)
 		}),
 	}
 }
 
-func printStatus(out output, props map[string]dbus.Variant, stalenessText string) error {
-	str := func(k string) string { s, _ := props[k].Value().(string); return s }
-	u64 := func(k string) uint64 { v, _ := props[k].Value().(uint64); return v }
-	owner, _ := props[sandboxd1.PropOwner].Value().(uint32) // "u", not "t"
-	limits, _ := props["Limits"].Value().(map[string]dbus.Variant)
-	usage, _ := props["Usage"].Value().(map[string]dbus.Variant)
-	if out.json {
-		plain := map[string]any{}
-		for k, v := range props {
-			plain[k] = v.Value()
-		}
-		for k, m := range map[string]map[string]dbus.Variant{"Limits": limits, "Usage": usage} {
+// plainProperties are a sandbox's properties as plain values for JSON,
+// Limits' and Usage's too.
+func plainProperties(props map[string]dbus.Variant) map[string]any {
+	plain := map[string]any{}
+	for k, v := range props {
+		plain[k] = v.Value()
+		if m, ok := v.Value().(map[string]dbus.Variant); ok {
 			flat := map[string]any{}
 			for n, v := range m {
 				flat[n] = v.Value()
 			}
 			plain[k] = flat
 		}
-		return out.JSON(plain)
 	}
+	return plain
+}
+
+func printStatus(out output, st sbclient.Status, stalenessText string) error {
 	if out.quiet {
-		return out.line("%s", str("State"))
+		return out.line("%s", st.State)
 	}
-	created := fromMicros(u64("Created"))
 	rows := [][]string{
-		{"Sandbox", str("Id") + nameSuffix(str("Name"))},
-		{"Project", str("Project")},
-		{"State", stateText(str("State"), props[sandboxd1.PropFrozenIdle])},
-		{"Owner", userName(owner)},
-		{"Created", fmt.Sprintf("%s (%s ago)", created.Local().Format(time.DateTime), age(created))},
-		{"Expires", expires(u64("Expires"))},
-		{"Base", str("Base")},
+		{"Sandbox", st.ID + nameSuffix(st.Name)},
+		{"Project", st.Project},
+		{"State", stateText(st.State, st.FrozenIdle)},
+		{"Owner", userName(st.Owner)},
+		{"Created", fmt.Sprintf("%s (%s ago)", st.Created.Local().Format(time.DateTime), age(st.Created))},
+		{"Expires", expires(st.Expires)},
+		{"Base", st.Base},
 		{"Staleness", stalenessText},
-		{"Network", network(str("Network"), props["Allow"])},
-		{"Files", str("Path")},
-		{"Unit", str("Unit")},
+		{"Network", network(st.Network, st.Allow)},
+		{"Files", st.Path},
+		{"Unit", st.Unit},
+		{"IDs", hostIDsText(st.HostIDs)},
 	}
-	rows = append(rows, []string{"IDs", hostIDsText(props[sandboxd1.PropHostIDs])})
-	if ro, _ := props["ReadOnlyProject"].Value().(bool); ro {
+	if st.ReadOnlyProject {
 		rows = append(rows, []string{"Project", "read-only"})
 	}
-	amount := func(m map[string]dbus.Variant, k string) (uint64, bool) {
-		v, ok := m[k].Value().(uint64)
-		return v, ok
-	}
+	u, l := st.Usage, st.Limits
 	// Each a line: "USED of LIMIT (N%)" or "USED, no limit", then the
 	// peak, where there is one: "12.0 MiB of 256.0 MiB (4%), peak 60.0
-	// MiB (23%)".
+	// MiB (23%)". A limit of 0 is one not set.
 	for _, r := range []struct {
-		label, used, limit, peak string
-		bytes                    bool
+		label      string
+		used, peak *uint64
+		limit      uint64
+		bytes      bool
 	}{
-		{"Memory", "MemoryCurrent", "MemoryMax", "MemoryPeak", true},
-		{"Tasks", "TasksCurrent", "TasksMax", "", false},
-		{"Disk", "DiskUsed", "DiskQuota", "", true},
+		{"Memory", u.MemoryCurrent, u.MemoryPeak, uint64(l.MemoryMax), true},
+		{"Tasks", u.TasksCurrent, nil, l.TasksMax, false},
+		{"Disk", u.DiskUsed, nil, uint64(l.DiskQuota), true},
 	} {
-		u, uok := amount(usage, r.used)
-		l, lok := amount(limits, r.limit)
 		f := func(v uint64) string {
 			if r.bytes {
 				return bytesText(v)
@@ -235,29 +234,29 @@ func printStatus(out output, props map[string]dbus.Variant, stalenessText string
 			return fmt.Sprint(v)
 		}
 		text := "not accounted here"
-		if uok {
-			text = f(u)
+		if r.used != nil {
+			text = f(*r.used)
 		}
-		if lok {
-			text += " of " + f(l)
-			if uok && l > 0 {
-				text += fmt.Sprintf(" (%d%%)", u*100/l)
+		if r.limit > 0 {
+			text += " of " + f(r.limit)
+			if r.used != nil {
+				text += fmt.Sprintf(" (%d%%)", *r.used*100/r.limit)
 			}
 		} else {
 			text += ", no limit"
 		}
-		if p, ok := amount(usage, r.peak); r.peak != "" && ok {
-			text += ", peak " + f(p)
-			if lok && l > 0 {
-				text += fmt.Sprintf(" (%d%%)", p*100/l)
+		if r.peak != nil {
+			text += ", peak " + f(*r.peak)
+			if r.limit > 0 {
+				text += fmt.Sprintf(" (%d%%)", *r.peak*100/r.limit)
 			}
 		}
 		rows = append(rows, []string{r.label, text})
 	}
-	if cpu, ok := amount(usage, "CPUUsageNSec"); ok {
-		text := time.Duration(cpu).Round(time.Millisecond).String() + " used"
-		if q, ok := amount(limits, "CPUQuotaPerSecUSec"); ok {
-			text += fmt.Sprintf(", limit %d%% of a CPU", q/10000)
+	if u.CPU != nil {
+		text := u.CPU.Round(time.Millisecond).String() + " used"
+		if l.CPUQuota > 0 {
+			text += fmt.Sprintf(", limit %d%% of a CPU", l.CPUQuota)
 		}
 		rows = append(rows, []string{"CPU", text})
 	}
@@ -278,11 +277,10 @@ func nameSuffix(name string) string {
 	return " (" + name + ")"
 }
 
-func expires(us uint64) string {
-	if us == 0 {
+func expires(t time.Time) string {
+	if t.IsZero() {
 		return "never"
 	}
-	t := fromMicros(us)
 	return fmt.Sprintf("%s (in %s)", t.Local().Format(time.DateTime), time.Until(t).Round(time.Second))
 }
 
@@ -296,14 +294,14 @@ func staleness(s string) string {
 	return s + " (this pool cannot tell without reading files)"
 }
 
-func network(mode string, allow dbus.Variant) string {
-	if list, _ := allow.Value().([]string); mode == "allowlist" && len(list) > 0 {
-		return "allowlist: " + strings.Join(list, ", ")
+func network(mode string, allow []string) string {
+	if mode == sbclient.NetworkAllowlist && len(allow) > 0 {
+		return "allowlist: " + strings.Join(allow, ", ")
 	}
 	return mode
 }
 
-func stateCommand(name, usageText, method, done string) *ucli.Command {
+func stateCommand(name, usageText string, do func(*sbclient.Sandbox, context.Context) error, done string) *ucli.Command {
 	return &ucli.Command{
 		Name:      name,
 		Usage:     usageText,
@@ -321,8 +319,8 @@ func stateCommand(name, usageText, method, done string) *ucli.Command {
 					if err != nil {
 						return err
 					}
-					if err := call(ctx, c.sandbox(e.ID), name+" of sandbox "+e.ID, method, nil); err != nil {
-						return err
+					if err := do(c.handle(e), ctx); err != nil {
+						return fromBus(name+" of sandbox "+e.ID, err)
 					}
 					ids = append(ids, e.ID)
 					if !out.json && !out.quiet {
@@ -341,15 +339,15 @@ func stateCommand(name, usageText, method, done string) *ucli.Command {
 }
 
 func freezeCommand() *ucli.Command {
-	return stateCommand("freeze", "stop every process of sandboxes until thaw", sandboxd1.SandboxInterface+".Freeze", "froze")
+	return stateCommand("freeze", "stop every process of sandboxes until thaw", (*sbclient.Sandbox).Freeze, "froze")
 }
 
 func thawCommand() *ucli.Command {
-	return stateCommand("thaw", "let frozen sandboxes run again", sandboxd1.SandboxInterface+".Thaw", "thawed")
+	return stateCommand("thaw", "let frozen sandboxes run again", (*sbclient.Sandbox).Thaw, "thawed")
 }
 
 func destroyCommand() *ucli.Command {
-	return stateCommand("destroy", "stop sandboxes' processes and delete their files", sandboxd1.SandboxInterface+".Destroy", "destroyed")
+	return stateCommand("destroy", "stop sandboxes' processes and delete their files", (*sbclient.Sandbox).Destroy, "destroyed")
 }
 
 func gcCommand() *ucli.Command {
@@ -374,8 +372,8 @@ gets them out of (creating or destroying for over a minute), or, with
 					continue
 				}
 				if !cmd.Bool("dry-run") {
-					if err := call(ctx, c.sandbox(e.ID), "destroying sandbox "+e.ID, sandboxd1.SandboxInterface+".Destroy", nil); err != nil {
-						return err
+					if err := c.handle(e).Destroy(ctx); err != nil {
+						return fromBus("destroying sandbox "+e.ID, err)
 					}
 				}
 				gone = append(gone, e.ID)
@@ -406,10 +404,8 @@ func gcReason(ctx context.Context, c *client, e sandboxd1.ListEntry, now time.Ti
 	if (e.State == "creating" || e.State == "destroying") && now.Sub(created) > time.Minute {
 		return "stuck " + e.State
 	}
-	if v, err := c.property(ctx, e.ID, "Expires"); err == nil {
-		if exp, _ := v.Value().(uint64); exp != 0 && fromMicros(exp).Before(now) {
-			return "past its time to live"
-		}
+	if exp, err := c.handle(e).Expires(ctx); err == nil && !exp.IsZero() && exp.Before(now) {
+		return "past its time to live"
 	}
 	if olderThan > 0 && now.Sub(created) > olderThan {
 		return "made " + age(created) + " ago"
@@ -419,8 +415,7 @@ func gcReason(ctx context.Context, c *client, e sandboxd1.ListEntry, now time.Ti
 
 // hostIDsText says who root is in the sandbox: its own, a block of host
 // ids, or the host's.
-func hostIDsText(v dbus.Variant) string {
-	ids, _ := v.Value().([]uint32)
+func hostIDsText(ids []uint32) string {
 	if len(ids) != 2 {
 		return "the host's (no user namespace: root inside is the host's root)"
 	}
@@ -428,8 +423,8 @@ func hostIDsText(v dbus.Variant) string {
 }
 
 // stateText is the state, and why a frozen sandbox is.
-func stateText(state string, idle dbus.Variant) string {
-	if b, _ := idle.Value().(bool); b && state == "frozen" {
+func stateText(state string, idle bool) string {
+	if idle && state == sandboxd1.StateFrozen {
 		return "frozen (idle: the next command or connection to one of its ports thaws it)"
 	}
 	return state

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"os"
@@ -14,9 +13,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/godbus/dbus/v5"
 	ucli "github.com/urfave/cli/v3"
 
+	sbclient "github.com/sandboxd/sandboxd/client"
 	"github.com/sandboxd/sandboxd/sandboxd1"
 )
 
@@ -101,7 +100,7 @@ usual codes.`,
 type trial struct {
 	project, check, keep, prefix string
 	variants, inputs             []string
-	opts                         map[string]dbus.Variant // Try's options
+	opts                         sbclient.TryOptions
 	report                       sandboxd1.TryReport
 }
 
@@ -130,39 +129,40 @@ func tryAction(ctx context.Context, cmd *ucli.Command) error {
 		return err
 	}
 
-	// Ctrl-C, SIGTERM and SIGHUP end the call's connection: the daemon
-	// sees its caller gone, stops the work and destroys what it made.
-	// Caught before the call, so none is lost.
+	// Ctrl-C, SIGTERM and SIGHUP end the call (and with it the call's
+	// own connection, which the Go client's Try makes): the daemon sees
+	// its caller gone, stops the work and destroys what it made. Caught
+	// before the call, so none is lost.
 	interrupts := make(chan os.Signal, 4)
 	signal.Notify(interrupts, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(interrupts)
-	tc, err := connect(ctx)
-	if err != nil {
-		return err
+	// No timeout: the call lasts as long as the slowest sandbox.
+	tryCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	type reply struct {
+		report *sandboxd1.TryReport
+		err    error
 	}
-	defer tc.close()
-	replied := make(chan error, 1)
-	var text string
+	replied := make(chan reply, 1)
 	go func() {
-		// No timeout: the call lasts as long as the slowest sandbox.
-		replied <- call(context.WithoutCancel(ctx), tc.manager(), "trying variants of "+t.project, sandboxd1.ManagerInterface+".Try",
-			[]any{t.project, t.variants, t.check, t.keep, t.opts}, &text)
+		report, err := c.api.Try(tryCtx, t.project, t.variants, t.check, t.keep, t.opts)
+		replied <- reply{report, err}
 	}()
 	select {
 	case caught := <-interrupts:
-		what := t.stop(ctx, c, tc, before)
+		// Ending the call: Try closes its connection as it returns.
+		end := func() { cancel(); <-replied }
+		what := t.stop(ctx, c, end, before)
 		fmt.Fprintf(cmd.Root().ErrWriter, "sandboxctl: interrupted; %s\n", what)
 		if s, ok := caught.(syscall.Signal); ok {
 			return exitWith(128 + int(s))
 		}
 		return exitWith(130)
-	case err := <-replied:
-		if err != nil {
-			return err
+	case r := <-replied:
+		if r.err != nil {
+			return fromBus("trying variants of "+t.project, r.err)
 		}
-	}
-	if err := json.Unmarshal([]byte(text), &t.report); err != nil {
-		return &Error{Code: ExitFailed, Msg: "reading the daemon's report of try: " + err.Error(), Err: err}
+		t.report = *r.report
 	}
 	if err := t.print(outputOf(cmd), cmd.Bool("verbose")); err != nil {
 		return err
@@ -177,10 +177,10 @@ func tryAction(ctx context.Context, cmd *ucli.Command) error {
 	return nil
 }
 
-// stop ends the call's connection tc after an interruption, then waits
-// (on c) until the daemon destroyed the sandboxes try made (unless
-// --keep all), and says what became of them.
-func (t *trial) stop(ctx context.Context, c, tc *client, before []sandboxd1.ListEntry) string {
+// stop ends the call (end) after an interruption, then waits (on c)
+// until the daemon destroyed the sandboxes try made (unless --keep all),
+// and says what became of them.
+func (t *trial) stop(ctx context.Context, c *client, end func(), before []sandboxd1.ListEntry) string {
 	ctx = context.WithoutCancel(ctx)
 	old := map[string]bool{}
 	for _, e := range before {
@@ -199,7 +199,7 @@ func (t *trial) stop(ctx context.Context, c, tc *client, before []sandboxd1.List
 			made[e.ID] = e.Name
 		}
 	}
-	tc.close()
+	end()
 	names := slices.Sorted(maps.Values(made))
 	switch {
 	case len(made) == 0:
@@ -262,24 +262,19 @@ func newTrial(cmd *ucli.Command) (*trial, error) {
 		_, _ = rand.Read(b)
 		t.prefix = "try-" + hex.EncodeToString(b)
 	}
-	var err error
-	if t.opts, err = createOptions(cmd); err != nil {
+	create, err := createOptions(cmd)
+	if err != nil {
 		return nil, err
 	}
 	exec, err := execOptions(cmd)
 	if err != nil {
 		return nil, err
 	}
-	for k, v := range exec {
-		t.opts[k] = v
+	create.Name = t.prefix
+	if exec.Timeout == 0 {
+		exec.Timeout = -1 // none, as exec (not the daemon's default)
 	}
-	t.opts[sandboxd1.OptName] = dbus.MakeVariant(t.prefix)
-	t.opts[sandboxd1.OptParallel] = dbus.MakeVariant(uint32(min(parallel, 1024)))
-	if _, ok := t.opts[sandboxd1.OptTimeoutUSec]; !ok {
-		t.opts[sandboxd1.OptTimeoutUSec] = dbus.MakeVariant(uint64(0)) // none, as exec
-	}
-	if len(t.inputs) > 0 {
-		t.opts[sandboxd1.OptInputs] = dbus.MakeVariant(t.inputs)
-	}
+	t.opts = sbclient.TryOptions{Create: create, Env: exec.Env, Dir: exec.Dir, Root: exec.Root, Detach: exec.Detach,
+		Timeout: exec.Timeout, Inputs: t.inputs, Parallel: uint32(min(parallel, 1024))}
 	return t, nil
 }

@@ -108,6 +108,12 @@ func (o ExecOptions) options(full bool) map[string]dbus.Variant {
 	return m
 }
 
+// WireOptions are o as Exec's a{sv} on the bus (Stdin, Stdout and
+// Stderr aside), for a caller that makes, with the same options, a call
+// this package does not wrap: ExecTerminal's, sandboxctl's Exec that
+// forwards the user's signals.
+func (o ExecOptions) WireOptions() map[string]dbus.Variant { return o.options(true) }
+
 // Exec runs argv in the sandbox as the caller and waits for it to end.
 // A command that ran returns its ExitStatus and a nil error, whatever
 // its status; an error means it could not start, or its end could not be

@@ -77,17 +77,30 @@ type Usage struct {
 // Status reads every property of the sandbox. Its staleness costs the
 // daemon a snapshot of the project; State and Usage read less.
 func (s *Sandbox) Status(ctx context.Context) (Status, error) {
-	var props map[string]dbus.Variant
-	op := "reading the status of"
-	if err := call(ctx, s.c.object(s.id), op+" "+s.label(), sandboxd1.PropertiesInterface, sandboxd1.MethodGetAll,
-		[]any{sandboxd1.SandboxInterface}, &props); err != nil {
+	op := "reading the status of " + s.label()
+	props, err := s.getAll(ctx, op)
+	if err != nil {
 		return Status{}, err
 	}
 	st, err := decodeStatus(props)
 	if err != nil {
-		return Status{}, fmt.Errorf("%s %s: %w", op, s.label(), err)
+		return Status{}, fmt.Errorf("%s: %w", op, err)
 	}
 	return st, nil
+}
+
+// Properties reads every property of the sandbox as the bus gives it,
+// by its D-Bus name (docs/dbus-api.md), for a caller that shows them as
+// they are (`sandboxctl status --json`); Status is the same, typed.
+func (s *Sandbox) Properties(ctx context.Context) (map[string]dbus.Variant, error) {
+	return s.getAll(ctx, "reading the properties of "+s.label())
+}
+
+func (s *Sandbox) getAll(ctx context.Context, op string) (map[string]dbus.Variant, error) {
+	var props map[string]dbus.Variant
+	err := call(ctx, s.c.object(s.id), op, sandboxd1.PropertiesInterface, sandboxd1.MethodGetAll,
+		[]any{sandboxd1.SandboxInterface}, &props)
+	return props, err
 }
 
 // State reads the sandbox's State alone: ready, running, frozen, ...
@@ -95,6 +108,14 @@ func (s *Sandbox) State(ctx context.Context) (string, error) {
 	var state string
 	err := s.property(ctx, sandboxd1.PropState, func(v dbus.Variant) error { return storeVariant(v, &state) })
 	return state, err
+}
+
+// Expires reads the end of the sandbox's time to live alone; zero when
+// it has none.
+func (s *Sandbox) Expires(ctx context.Context) (time.Time, error) {
+	var us uint64
+	err := s.property(ctx, sandboxd1.PropExpires, func(v dbus.Variant) error { return storeVariant(v, &us) })
+	return fromMicros(us), err
 }
 
 // Usage reads the sandbox's live usage alone.

@@ -87,12 +87,14 @@ var rules = []rule{
 	{"nothing but cmd/sandboxctl imports cli", not(is("cmd/sandboxctl")), not(in("cli"))},
 	{"nothing imports cmd", anyPkg, not(in("cmd"))},
 	{"client (the Go client) imports only the wire contract", in("client"), in("sandboxd1")},
+	{"mcpserver (the MCP server) imports only the client, the wire contract and internal/", in("mcpserver"), in("client", "sandboxd1", "internal")},
 }
 
 // cliRule waits for the wire contract (issue 16): the CLI imports only
-// sandboxd1, the Go client on it (issue 19) and internal/ (termsafe),
-// never the daemon's packages.
-var cliRule = rule{"cli imports only the wire contract, the client and internal/", in("cli"), in("sandboxd1", "client", "internal")}
+// sandboxd1, the Go client on it and the MCP server on that (issue 19)
+// and internal/ (termsafe), never the daemon's packages.
+var cliRule = rule{"cli imports only the wire contract, the client, the MCP server and internal/", in("cli"),
+	in("sandboxd1", "client", "mcpserver", "internal")}
 
 // testOnly are the packages that exist for tests: no program may link them.
 var testOnly = in("tests", "supervisor/supervisortest", "cowfs/cowfstest", "internal/treetest")
@@ -148,7 +150,7 @@ func TestCLIImportsOnlyTheWireContract(t *testing.T) {
 func TestRulesCatchBreaks(t *testing.T) {
 	pkgs := []string{"sandboxd1", "internal/termsafe", "internal/crashpoint", "cowfs", "cowfs/btrfs", "units", "runtime/nsinit",
 		"runtime/egress", "promote", "supervisor", "supervisor/state", "supervisor/api", "supervisor/config", "cli",
-		"cmd/sandboxctl", "cmd/sandboxd", "tests/testbed", "client"}
+		"cmd/sandboxctl", "cmd/sandboxd", "tests/testbed", "client", "mcpserver"}
 	breaks := map[string][2]string{
 		rules[0].name:  {"sandboxd1", "internal/termsafe"},
 		rules[1].name:  {"internal/termsafe", "cowfs"},
@@ -161,6 +163,7 @@ func TestRulesCatchBreaks(t *testing.T) {
 		rules[8].name:  {"supervisor/api", "cli"},
 		rules[9].name:  {"tests/testbed", "cmd/sandboxd"},
 		rules[10].name: {"client", "internal/termsafe"},
+		rules[11].name: {"mcpserver", "units"},
 		cliRule.name:   {"cli", "supervisor/config"},
 	}
 	g := graph{}
@@ -169,7 +172,8 @@ func TestRulesCatchBreaks(t *testing.T) {
 	}
 	// Allowed edges, which must not be reported.
 	for _, e := range [][2]string{{"cmd/sandboxctl", "cli"}, {"cli", "sandboxd1"}, {"cli", "internal/termsafe"},
-		{"cli", "client"}, {"client", "sandboxd1"},
+		{"cli", "client"}, {"client", "sandboxd1"}, {"cli", "mcpserver"}, {"mcpserver", "client"}, {"mcpserver", "sandboxd1"},
+		{"mcpserver", "internal/termsafe"},
 		{"supervisor", "promote"}, {"supervisor", "runtime/nsinit"}, {"promote", "cowfs"}, {"runtime/nsinit", "internal/crashpoint"},
 		{"supervisor/api", "supervisor"}, {"cowfs/btrfs", "cowfs"}} {
 		g[e[0]].ours[e[1]] = true

@@ -259,6 +259,13 @@ func (p *Proxy) refuse(c net.Conn, code int, method, target, format string, args
 	if target != "" {
 		msg = fmt.Sprintf("refused %s: %s", target, reason)
 	}
+	if code == http.StatusForbidden {
+		// An agent reads this body (curl shows it for plain HTTP, and
+		// sandboxctl's MCP server names the policy): it must not take a
+		// policy for a network fault and retry.
+		msg += ". This is the sandbox's network policy, not a network fault: retrying will not help; " +
+			"only a sandbox whose allowlist names it may reach it"
+	}
 	reply(c, code, msg)
 }
 

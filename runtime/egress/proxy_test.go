@@ -196,8 +196,9 @@ func TestProxy(t *testing.T) {
 	if resp.StatusCode != http.StatusForbidden {
 		t.Fatalf("CONNECT %s: %s, want 403", addrB, resp.Status)
 	}
-	if got := body(t, resp); !strings.Contains(got, addrB) || !strings.Contains(got, "not in this sandbox's allowlist") {
-		t.Errorf("403 body %q does not say %s is not in the allowlist", got, addrB)
+	if got := body(t, resp); !strings.Contains(got, addrB) || !strings.Contains(got, "not in this sandbox's allowlist") ||
+		!strings.Contains(got, "retrying will not help") {
+		t.Errorf("403 body %q does not say %s is not in the allowlist, and that retrying will not help", got, addrB)
 	}
 
 	// A plain GET to A, forwarded without its hop-by-hop and Proxy-* headers.
@@ -230,9 +231,11 @@ func TestProxy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	got := body(t, resp)
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusForbidden {
-		t.Errorf("GET B through the proxy: %s, want 403", resp.Status)
+	if resp.StatusCode != http.StatusForbidden || !strings.Contains(got, "refused "+addrB) ||
+		!strings.Contains(got, "network policy") || !strings.Contains(got, "retrying will not help") {
+		t.Errorf("GET B through the proxy: %s, %q; want 403 saying what was refused and that retrying will not help", resp.Status, got)
 	}
 
 	allowed := logs.entries(t, "egress allowed")

@@ -1,0 +1,133 @@
+package cli
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	ucli "github.com/urfave/cli/v3"
+
+	sbclient "github.com/sandboxd/sandboxd/client"
+	"github.com/sandboxd/sandboxd/mcpserver"
+)
+
+// tokenEnv is where `sandboxctl mcp --http` finds its bearer token when
+// no --token-file is given.
+const tokenEnv = "SANDBOXD_MCP_TOKEN"
+
+func mcpCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:  "mcp",
+		Usage: "serve sandboxd's tools to an agent over the Model Context Protocol (stdio, or HTTP with --http)",
+		Description: `Serves MCP on stdin and stdout, for an agent's configuration to start:
+{"command": "sandboxctl", "args": ["mcp"]}. Its tools make sandboxes and
+work in them: sandbox_create, sandbox_list, sandbox_status,
+sandbox_destroy, exec, spawn, logs, file_read, file_write, file_edit,
+file_list, diff, checkpoint, rollback, rebase, try, promote,
+promotion_status, repl. It runs as you: the agent may do what you may,
+and no more. No tool approves a promotion: a stage that needs an
+administrator's approval waits for ` + "`sandboxctl approve`" + `.
+
+exec keeps the first and last 32 KiB of each of stdout and stderr,
+ends a command after its timeout (default 5m, at most --max-timeout)
+or once it wrote 32 MiB; a command that fails is a result, not an
+error. file_read and file_write move at most 1 MiB a call.
+
+With --http ADDR it serves the streamable HTTP transport instead, at
+path /mcp, on a unix socket (ADDR a path with a "/", made 0600) or a
+loopback address (127.0.0.1:PORT, [::1]:PORT, localhost:PORT; port 0
+picks one); any other address is refused. Clients must send a bearer
+token (Authorization: Bearer TOKEN): the one in --token-file, or in
+$SANDBOXD_MCP_TOKEN; without either, one is made and printed to stderr,
+once. Where it listens is printed to stderr.`,
+		Flags: []ucli.Flag{
+			&ucli.StringFlag{Name: "http", Usage: "serve MCP over HTTP on this unix socket path or loopback host:port, not stdio"},
+			&ucli.StringFlag{Name: "token-file", Usage: "with --http: the file holding the bearer token clients must send"},
+			&ucli.DurationFlag{Name: "max-timeout", Usage: "the longest timeout exec may be asked for", Value: mcpserver.DefaultMaxExecTimeout},
+		},
+		Action: func(ctx context.Context, cmd *ucli.Command) error {
+			if _, err := args(cmd, 0, 0); err != nil {
+				return err
+			}
+			addr := cmd.String("http")
+			if addr == "" && cmd.String("token-file") != "" {
+				return usage("--token-file is for --http (stdio needs no token)")
+			}
+			ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			// A client that went away leaves stdout a broken pipe: a
+			// write there must fail, not end the process (Go's default
+			// for fd 1) before it killed what the client's calls started
+			// and closed its sessions.
+			signal.Ignore(syscall.SIGPIPE)
+			opts := mcpserver.Options{Version: cmd.Root().Version, MaxExecTimeout: cmd.Duration("max-timeout")}
+			if addr == "" {
+				return serveMCP(ctx, func(c *sbclient.Client) error { return mcpserver.ServeStdio(ctx, c, opts) })
+			}
+			token, err := mcpToken(cmd)
+			if err != nil {
+				return err
+			}
+			l, where, err := mcpserver.Listen(addr)
+			if err != nil {
+				return usage("%v", err)
+			}
+			errOut := cmd.Root().ErrWriter
+			fmt.Fprintf(errOut, "sandboxctl mcp: serving MCP over HTTP on %s\n", where)
+			if token.made {
+				fmt.Fprintf(errOut, "sandboxctl mcp: bearer token (clients send Authorization: Bearer TOKEN): %s\n", token.value)
+			}
+			return serveMCP(ctx, func(c *sbclient.Client) error { return mcpserver.ServeHTTP(ctx, l, token.value, c, opts) })
+		},
+	}
+}
+
+// serveMCP connects to the daemon and runs serve with the connection.
+func serveMCP(ctx context.Context, serve func(*sbclient.Client) error) error {
+	c, err := sbclient.Connect(ctx)
+	if err != nil {
+		return &Error{Code: ExitUnavailable, Msg: err.Error(), Fix: "is dbus running? (`systemctl status dbus`)", Err: err}
+	}
+	defer c.Close()
+	if err := serve(c); err != nil {
+		return &Error{Code: ExitFailed, Msg: err.Error(), Err: err}
+	}
+	return nil
+}
+
+type bearerToken struct {
+	value string
+	made  bool // made now, and to be told
+}
+
+// mcpToken is the bearer token --http requires: --token-file's, the
+// environment's, or a new random one.
+func mcpToken(cmd *ucli.Command) (bearerToken, error) {
+	if path := cmd.String("token-file"); path != "" {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return bearerToken{}, &Error{Code: ExitFailed, Msg: "reading the MCP token: " + err.Error(), Err: err}
+		}
+		t := strings.TrimSpace(string(b))
+		if t == "" || strings.ContainsAny(t, " \t\r\n") {
+			return bearerToken{}, usage("the token in %s is empty or holds white space", path)
+		}
+		return bearerToken{value: t}, nil
+	}
+	if t := strings.TrimSpace(os.Getenv(tokenEnv)); t != "" {
+		if strings.ContainsAny(t, " \t\r\n") {
+			return bearerToken{}, usage("$%s holds white space: a bearer token cannot", tokenEnv)
+		}
+		return bearerToken{value: t}, nil
+	}
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return bearerToken{}, &Error{Code: ExitFailed, Msg: "making an MCP token: " + err.Error(), Err: err}
+	}
+	return bearerToken{value: hex.EncodeToString(b), made: true}, nil
+}

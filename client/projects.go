@@ -1,0 +1,53 @@
+package client
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/godbus/dbus/v5"
+
+	"github.com/sandboxd/sandboxd/sandboxd1"
+)
+
+// Projects an administrator registers over the bus (those of
+// sandboxd.toml are the configuration's), and the caller's cache.
+
+// ProjectOptions say who may use a project AddProject registers; empty,
+// the owner of its directory alone.
+type ProjectOptions struct {
+	// Users are user names or uids; Groups group names or gids whose
+	// members may use it.
+	Users, Groups []string
+}
+
+// AddProject registers location, a btrfs subvolume or ZFS dataset of the
+// daemon's pool, as project name; it outlives a restart of the daemon.
+// Administrators only (ErrAccessDenied); a name taken is ErrExists.
+func (c *Client) AddProject(ctx context.Context, name, location string, opts ProjectOptions) error {
+	op := fmt.Sprintf("adding project %q", name)
+	if len(opts.Users)+len(opts.Groups) == 0 {
+		// The older method, which a daemon from before the options knows.
+		return c.callManager(ctx, op, sandboxd1.MethodAddProject, []any{name, location})
+	}
+	o := map[string]dbus.Variant{}
+	if len(opts.Users) > 0 {
+		o[sandboxd1.OptUsers] = dbus.MakeVariant(opts.Users)
+	}
+	if len(opts.Groups) > 0 {
+		o[sandboxd1.OptGroups] = dbus.MakeVariant(opts.Groups)
+	}
+	return c.callManager(ctx, op, sandboxd1.MethodAddProjectWithOptions, []any{name, location, o})
+}
+
+// RemoveProject forgets a project AddProject registered; its files stay.
+// One with sandboxes is ErrWrongState; one of sandboxd.toml's is
+// ErrInvalidArgs (it is removed there).
+func (c *Client) RemoveProject(ctx context.Context, name string) error {
+	return c.callManager(ctx, fmt.Sprintf("removing project %q", name), sandboxd1.MethodRemoveProject, []any{name})
+}
+
+// ClearCache empties the caller's cache volume, which every sandbox of
+// the caller's sees at /var/cache/sandbox (pip's, npm's, Go's, cargo's).
+func (c *Client) ClearCache(ctx context.Context) error {
+	return c.callManager(ctx, "clearing the cache", sandboxd1.MethodClearCache, nil)
+}
