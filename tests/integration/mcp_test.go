@@ -254,6 +254,9 @@ func TestMCPPromoteWaitsForAnAdmin(t *testing.T) {
 	cs, _, _ := mcpSession(t)
 	var sb struct{ ID string }
 	toolOK(t, cs, "sandbox_create", map[string]any{"project": "mcp-wait"}, &sb)
+	// After the reject below (cleanups run last first): the sandbox goes,
+	// and with it what its promotion kept (its source volume).
+	t.Cleanup(func() { ctl(t, "", "destroy", sb.ID) })
 	var wrote struct{ Bytes int }
 	toolOK(t, cs, "file_write", map[string]any{"sandbox": sb.ID, "path": "fix.txt", "content": "fixed\n"}, &wrote)
 	var p struct {
@@ -261,7 +264,7 @@ func TestMCPPromoteWaitsForAnAdmin(t *testing.T) {
 		Stages                    []struct{ Name, State string }
 	}
 	toolOK(t, cs, "promote", map[string]any{"sandbox": sb.ID, "wait_seconds": 30}, &p)
-	t.Cleanup(func() { ctl(t, "", "reject", p.Promotion, "test over") })
+	t.Cleanup(func() { ok(t, "reject", "--reason", "test over", p.Promotion) })
 	if p.State != "waiting" || len(p.Stages) != 1 || p.Stages[0].State != "waiting" ||
 		!strings.Contains(p.Message, "sandboxctl approve "+p.Promotion) || !strings.Contains(p.Message, "no tool can approve") {
 		t.Fatalf("promote through a stage that needs an admin: %+v", p)
