@@ -44,6 +44,60 @@ func projectCommand() *ucli.Command {
 				},
 			},
 			{
+				Name:      "adopt",
+				Usage:     "make a directory a project where it lives (administrators)",
+				ArgsUsage: "NAME PATH",
+				Description: `Makes the directory at PATH project NAME without moving it from the
+host's point of view: on the pool's btrfs a subvolume is made beside it,
+filled with reflinks and swapped in by one rename; elsewhere its files
+go into a volume of the pool, mounted back at PATH by a mount unit that
+survives reboots. Owners, modes, times, hard links, xattrs, ACLs,
+sockets and holes are kept. Sandboxes show it at PATH. A directory a
+process uses is refused, naming the processes and their units: stop them
+first. sandboxctl project release undoes it.`,
+				Flags: []ucli.Flag{
+					&ucli.StringSliceFlag{Name: "user", Usage: "a user (name or uid) who may use the project; repeatable (default: the directory's owner)"},
+					&ucli.StringSliceFlag{Name: "group", Usage: "a group (name or gid) whose members may use the project; repeatable"},
+				},
+				Action: func(ctx context.Context, cmd *ucli.Command) error {
+					a, err := args(cmd, 2, 2)
+					if err != nil {
+						return err
+					}
+					opts := sbclient.ProjectOptions{Users: cmd.StringSlice("user"), Groups: cmd.StringSlice("group")}
+					return withClient(ctx, func(c *client) error {
+						if err := c.api.AdoptProject(ctx, a[0], a[1], opts); err != nil {
+							return fromBus("adopting "+a[1]+" as project "+a[0], err)
+						}
+						out := outputOf(cmd)
+						switch {
+						case out.json:
+							return out.JSON(map[string]any{"name": a[0], "path": a[1], "adopted": true})
+						case out.quiet:
+							return nil
+						}
+						return out.line("adopted %s as project %s", a[1], a[0])
+					})
+				},
+			},
+			{
+				Name:      "release",
+				Usage:     "undo an adoption: a plain directory again, with the project's files (administrators)",
+				ArgsUsage: "NAME",
+				Action: func(ctx context.Context, cmd *ucli.Command) error {
+					a, err := args(cmd, 1, 1)
+					if err != nil {
+						return err
+					}
+					return withClient(ctx, func(c *client) error {
+						if err := c.api.ReleaseProject(ctx, a[0]); err != nil {
+							return fromBus("releasing project "+a[0], err)
+						}
+						return outputOf(cmd).line("released project %s", a[0])
+					})
+				},
+			},
+			{
 				Name:  "list",
 				Usage: "list the projects you may use (all of them for root and administrators)",
 				Action: func(ctx context.Context, cmd *ucli.Command) error {

@@ -46,6 +46,26 @@ func (c *Client) RemoveProject(ctx context.Context, name string) error {
 	return c.callManager(ctx, fmt.Sprintf("removing project %q", name), sandboxd1.MethodRemoveProject, []any{name})
 }
 
+// AdoptProject makes the directory at path project name where it lives:
+// the host keeps seeing it at path, and sandboxes show it there.
+// Administrators only.
+func (c *Client) AdoptProject(ctx context.Context, name, path string, opts ProjectOptions) error {
+	o := map[string]dbus.Variant{}
+	if len(opts.Users) > 0 {
+		o[sandboxd1.OptUsers] = dbus.MakeVariant(opts.Users)
+	}
+	if len(opts.Groups) > 0 {
+		o[sandboxd1.OptGroups] = dbus.MakeVariant(opts.Groups)
+	}
+	return c.callManager(ctx, fmt.Sprintf("adopting %s as project %q", path, name), sandboxd1.MethodAdoptProject, []any{name, path, o})
+}
+
+// ReleaseProject undoes AdoptProject: the path becomes a plain directory
+// holding the project's files as they are, and the project is gone.
+func (c *Client) ReleaseProject(ctx context.Context, name string) error {
+	return c.callManager(ctx, fmt.Sprintf("releasing project %q", name), sandboxd1.MethodReleaseProject, []any{name})
+}
+
 // ClearCache empties the caller's cache volume, which every sandbox of
 // the caller's sees at /var/cache/sandbox (pip's, npm's, Go's, cargo's).
 func (c *Client) ClearCache(ctx context.Context) error {

@@ -10,11 +10,16 @@ const (
 	MethodAddProject            = "AddProject"
 	MethodAddProjectWithOptions = "AddProjectWithOptions"
 	MethodRemoveProject         = "RemoveProject"
-	MethodTry                   = "Try"
-	MethodListPromotions        = "ListPromotions"
-	MethodGetPromotion          = "GetPromotion"
-	MethodApprovePromotion      = "ApprovePromotion"
-	MethodRejectPromotion       = "RejectPromotion"
+	// AdoptProject(s name, s path, a{sv} options): a directory made a
+	// project where it lives (Users, Groups as AddProjectWithOptions);
+	// ReleaseProject(s name) undoes it. Root and admins only.
+	MethodAdoptProject     = "AdoptProject"
+	MethodReleaseProject   = "ReleaseProject"
+	MethodTry              = "Try"
+	MethodListPromotions   = "ListPromotions"
+	MethodGetPromotion     = "GetPromotion"
+	MethodApprovePromotion = "ApprovePromotion"
+	MethodRejectPromotion  = "RejectPromotion"
 	// ClearCache() empties the caller's cache volume (pip, npm, Go,
 	// cargo), which its sandboxes share.
 	MethodClearCache = "ClearCache"

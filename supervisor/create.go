@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/sandboxd/sandboxd/internal/crashpoint"
@@ -83,6 +84,11 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 	if err != nil {
 		return sb, fmt.Errorf("creating a sandbox of %s: %w", opts.Project, err)
 	}
+	// Read before the admission lock: it asks systemd and reads files.
+	env, err := s.projectEnv(ctx, opts.Project)
+	if err != nil {
+		return sb, fmt.Errorf("creating a sandbox of %s: %w", opts.Project, err)
+	}
 	limits, err := json.Marshal(opts.Limits)
 	if err != nil {
 		return sb, err
@@ -134,7 +140,7 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 		Base: baseName(id), Volume: volumeName(id), Unit: unitName(id),
 		Profile: opts.Profile, Created: now, Limits: limits, DiskQuota: opts.DiskQuota,
 		Network: opts.Network, Allow: opts.Allow, ReadOnlyProject: *opts.ReadOnlyProject,
-		Hidden: opts.hidden, ReadOnly: opts.readOnly, IDs: ids, NoCache: opts.noCache,
+		Hidden: opts.hidden, ReadOnly: opts.readOnly, IDs: ids, NoCache: opts.noCache, Env: env,
 	}
 	if opts.TTL > 0 {
 		rec.Expires = now.Add(opts.TTL)
@@ -324,4 +330,63 @@ func (s *Supervisor) stopScope(ctx context.Context, unit string) error {
 		return fmt.Errorf("stopping %s: %w", unit, err)
 	}
 	return nil
+}
+
+// ProjectEnv is the environment of one of the configuration's projects:
+// that of host services, each as systemd gives it to the service, then
+// Env's KEY=value entries; a later assignment wins.
+type ProjectEnv struct {
+	Units []string // service units, like "nginx.service"
+	Env   []string
+}
+
+// serviceEnvironment is what Config.Units must also do when a project
+// names units: *units.Manager does (units.Manager.ServiceEnvironment).
+type serviceEnvironment interface {
+	ServiceEnvironment(ctx context.Context, name string) ([]string, error)
+}
+
+// Bounds on a project's environment, which every command carries through
+// the init's socket and execve(2): Linux refuses an assignment of 128KiB
+// or more (MAX_ARG_STRLEN) and the whole must leave room for the rest.
+const (
+	maxEnvAssignment = 128<<10 - 1
+	maxProjectEnv    = 256 << 10
+)
+
+// projectEnv reads project's environment (Config.ProjectEnv) now: a unit
+// that cannot be read fails it, naming the unit.
+func (s *Supervisor) projectEnv(ctx context.Context, project string) ([]string, error) {
+	pe := s.cfg.ProjectEnv[project]
+	if len(pe.Units)+len(pe.Env) == 0 {
+		return nil, nil
+	}
+	var env []string
+	for _, unit := range pe.Units {
+		r, ok := s.cfg.Units.(serviceEnvironment)
+		if !ok {
+			return nil, fmt.Errorf("project %s names unit %s, whose environment cannot be read here", project, unit)
+		}
+		e, err := r.ServiceEnvironment(ctx, unit)
+		if err != nil {
+			return nil, fmt.Errorf("the environment of unit %s, which project %s names in sandboxd.toml: %w", unit, project, err)
+		}
+		for _, kv := range e {
+			if len(kv) > maxEnvAssignment {
+				name, _, _ := strings.Cut(kv, "=")
+				return nil, fmt.Errorf("the environment of unit %s, which project %s names in sandboxd.toml: %s is %d bytes long; a command's environment holds at most %d per variable",
+					unit, project, name, len(kv), maxEnvAssignment)
+			}
+		}
+		env = mergeEnv(env, e)
+	}
+	env = mergeEnv(env, pe.Env)
+	size := 0
+	for _, kv := range env {
+		size += len(kv) + 1
+	}
+	if size > maxProjectEnv {
+		return nil, fmt.Errorf("the environment of project %s (its units' and its env's) is %d bytes: at most %d", project, size, maxProjectEnv)
+	}
+	return env, nil
 }

@@ -265,7 +265,7 @@ func (s *Supervisor) request(ctx context.Context, rec state.Record, o ExecOption
 		if err != nil {
 			return req, err
 		}
-		req.Dir = project.Path
+		req.Dir = s.seenAt(rec.Project, project)
 	}
 	req.Env = []string{
 		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -285,7 +285,9 @@ func (s *Supervisor) request(ctx context.Context, rec state.Record, o ExecOption
 	if w := s.worlds.get(rec.ID); w != nil && w.cache {
 		req.Env = append(req.Env, cacheEnv...)
 	}
-	req.Env = mergeEnv(req.Env, o.Env)
+	// The project's environment, as read when the sandbox was made, over
+	// the base; the caller's own over both.
+	req.Env = mergeEnv(mergeEnv(req.Env, rec.Env), o.Env)
 	if err := execIdentity(rec, &req); err != nil {
 		return req, err
 	}

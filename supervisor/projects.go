@@ -28,6 +28,17 @@ type Project struct {
 	// ZFS dataset.
 	Location string
 	Origin   string // OriginConfig or OriginAdded
+	// At is where the host and sandboxes see it, when not at Location:
+	// an adopted directory whose files went into a volume of the pool.
+	At string
+}
+
+// Path is where the project is seen, on the host and in its sandboxes.
+func (p Project) Path() string {
+	if p.At != "" {
+		return p.At
+	}
+	return p.Location
 }
 
 // projectRegistry holds the projects: the configuration's, fixed, and the
@@ -159,15 +170,14 @@ func (s *Supervisor) LoadProjects() (shadowed []Project, err error) {
 	}
 	s.admission.Lock()
 	defer s.admission.Unlock()
-	for _, p := range added {
+	for _, p := range s.reconcileAdoptions(context.Background(), added) {
 		if had, taken := s.projects.get(p.Name); taken {
 			if had.Origin == OriginConfig {
-				shadowed = append(shadowed, Project{Name: p.Name, Location: p.Location, Origin: OriginAdded})
+				shadowed = append(shadowed, projectOf(p))
 			}
 			continue // or loaded already
 		}
-		s.projects.set(Project{Name: p.Name, Location: p.Location, Origin: OriginAdded},
-			ProjectAccess{Users: p.Users, Groups: p.Groups})
+		s.projects.set(projectOf(p), ProjectAccess{Users: p.Users, Groups: p.Groups})
 	}
 	return shadowed, nil
 }
@@ -187,11 +197,8 @@ func (s *Supervisor) AddProject(ctx context.Context, name, location string) erro
 // directory is group-writable).
 func (s *Supervisor) AddProjectWith(ctx context.Context, name, location string, access ProjectAccess) (err error) {
 	defer func() { s.auditProject(ctx, "project-add", name, location, err) }()
-	if err := cowfs.ValidateName(name); err != nil {
-		return fmt.Errorf("adding project %s: not a valid name: %s: %w", quoteName(name), nameRule, ErrInvalidProject)
-	}
-	if err := access.validate(); err != nil {
-		return fmt.Errorf("adding project %q: %w: %w", name, err, ErrInvalidProject)
+	if err := checkNewProject(name, access); err != nil {
+		return fmt.Errorf("adding project %s: %w", quoteName(name), err)
 	}
 	if filepath.IsAbs(location) {
 		location = filepath.Clean(location) // as sandboxd.toml has them, and as the sandboxes' worlds hide them
@@ -222,6 +229,35 @@ func (s *Supervisor) AddProjectWith(ctx context.Context, name, location string, 
 	s.log.Info("project added", "ACTION", "project-add", "CALLER_UID", uidField(ctx), "project", name, "location", location,
 		"users", strings.Join(access.Users, ","), "groups", strings.Join(access.Groups, ","))
 	return nil
+}
+
+// seenAt is where the sandboxes of project name see it (and the host):
+// vol's path, or an adopted directory's whose files are in vol.
+func (s *Supervisor) seenAt(name string, vol cowfs.Volume) string {
+	if p, ok := s.projects.get(name); ok && p.At != "" {
+		return p.At
+	}
+	return vol.Path
+}
+
+// checkNewProject checks a new project's name and who may use it.
+func checkNewProject(name string, access ProjectAccess) error {
+	if err := cowfs.ValidateName(name); err != nil {
+		return fmt.Errorf("not a valid name: %s: %w", nameRule, ErrInvalidProject)
+	}
+	if err := access.validate(); err != nil {
+		return fmt.Errorf("%w: %w", err, ErrInvalidProject)
+	}
+	return nil
+}
+
+// projectOf is the project an added project's record makes.
+func projectOf(r state.Project) Project {
+	p := Project{Name: r.Name, Location: r.Location, Origin: OriginAdded}
+	if r.Adoption != nil && r.Adoption.How == state.AdoptMount {
+		p.At = r.Adoption.Path
+	}
+	return p
 }
 
 // takenBy says which project holds a name, for the refusal of another.

@@ -48,6 +48,10 @@ type Units interface {
 	ResetFailed(ctx context.Context, name string) error
 	List(ctx context.Context, patterns ...string) ([]units.UnitState, error)
 	SetSliceLimits(ctx context.Context, name string, l units.Limits) error
+	// BindMount and RemoveMount: the persistent mounts of adopted
+	// projects (adopt.go).
+	BindMount(ctx context.Context, what, where string) (string, error)
+	RemoveMount(ctx context.Context, where string) error
 }
 
 // Config is what a Supervisor works with.
@@ -63,6 +67,11 @@ type Config struct {
 	// ProjectAccess says who may use each of the configuration's projects
 	// (by name); a project it lacks is open to its directory's owner.
 	ProjectAccess map[string]ProjectAccess
+	// ProjectEnv is the environment of the configuration's projects (by
+	// name), read when a sandbox of one is made and kept in its record;
+	// a project it lacks has none. Units must do ServiceEnvironment for
+	// a project that names units.
+	ProjectEnv map[string]ProjectEnv
 	// InitCommand starts a sandbox's init (a program whose main runs
 	// nsinit.Main when nsinit.IsInit): it builds the sandbox's world,
 	// holds its scope for as long as the sandbox lives, and starts its

@@ -100,7 +100,7 @@ func (s *Supervisor) spec(ctx context.Context, rec state.Record) (nsinit.Spec, e
 		ID:       rec.ID,
 		Hostname: prefixUnit + rec.ID,
 		Dir:      s.runtimeDir(rec.ID),
-		Project:  nsinit.Bind{Source: vol.Path, Target: project.Path, ReadOnly: rec.ReadOnlyProject},
+		Project:  nsinit.Bind{Source: vol.Path, Target: s.seenAt(rec.Project, project), ReadOnly: rec.ReadOnlyProject},
 		Hidden:   slices.Clone(rec.Hidden),
 		ReadOnly: rec.ReadOnly,
 		Network:  rec.Network,
@@ -227,8 +227,9 @@ func (s *Supervisor) adoptWorld(ctx context.Context, rec state.Record) error {
 	// sandbox's files behind a dead FUSE mount: start it again.
 	if project, err := s.cfg.Backend.Project(ctx, s.projects.location(rec.Project)); err == nil {
 		var st syscall.Statfs_t
-		if err := syscall.Statfs(fmt.Sprintf("/proc/%d/root%s", pid, project.Path), &st); errors.Is(err, syscall.ENOTCONN) {
-			return fmt.Errorf("its files at %s are unreachable: %w", project.Path, err)
+		at := s.seenAt(rec.Project, project)
+		if err := syscall.Statfs(fmt.Sprintf("/proc/%d/root%s", pid, at), &st); errors.Is(err, syscall.ENOTCONN) {
+			return fmt.Errorf("its files at %s are unreachable: %w", at, err)
 		}
 	}
 	w := &world{pid: pid, cache: s.cacheMounted(rec.ID, pid)}

@@ -43,6 +43,16 @@ var Promotion = []string{
 	PromoteChecking, PromoteChecked, PromoteRollingBack, PromotePassed,
 }
 
+// The steps of an adoption (supervisor AdoptProject), in order.
+const (
+	AdoptCopied    = "adopt-copied"    // the volume holds a copy of the directory; recorded copying
+	AdoptSwitching = "adopt-switching" // recorded switching; the directory is still the old one
+	AdoptSwitched  = "adopt-switched"  // the volume is at the path (swapped or mounted); not yet recorded done
+)
+
+// Adoption lists the adoption's crash points, in order.
+var Adoption = []string{AdoptCopied, AdoptSwitching, AdoptSwitched}
+
 // The steps of a create (supervisor Create), in order where the init
 // starts before the snapshots (btrfs); where the sandbox's volume is a
 // mount of its own (ZFS), the init starts after the sandbox's snapshot.

@@ -32,6 +32,8 @@ var actions = map[string]action{
 	sandboxd1.MethodListProjects:          {},
 	sandboxd1.MethodAddProject:            {mutating: true},
 	sandboxd1.MethodAddProjectWithOptions: {mutating: true},
+	sandboxd1.MethodAdoptProject:          {mutating: true, heavy: true},
+	sandboxd1.MethodReleaseProject:        {mutating: true, heavy: true},
 	sandboxd1.MethodRemoveProject:         {mutating: true},
 	sandboxd1.MethodTry:                   {mutating: true, heavy: true},
 	sandboxd1.MethodListPromotions:        {},

@@ -46,6 +46,14 @@ const ManagerXML = xmlHeader + `<node>
   <method name="RemoveProject">
    <arg type="s" name="name" direction="in"/>
   </method>
+  <method name="AdoptProject">
+   <arg type="s" name="name" direction="in"/>
+   <arg type="s" name="path" direction="in"/>
+   <arg type="a{sv}" name="options" direction="in"/>
+  </method>
+  <method name="ReleaseProject">
+   <arg type="s" name="name" direction="in"/>
+  </method>
   <method name="Try">
    <arg type="s" name="project" direction="in"/>
    <arg type="as" name="variants" direction="in"/>

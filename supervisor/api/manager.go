@@ -155,6 +155,48 @@ func (m manager) addProject(sender dbus.Sender, action, name, location string, o
 	return s.end(r, "", nil)
 }
 
+// AdoptProject(s name, s path, a{sv} options): makes the directory at
+// path project name where it lives; root and admins only.
+func (m manager) AdoptProject(sender dbus.Sender, name, path string, opts map[string]dbus.Variant) *dbus.Error {
+	s := m.s
+	r, derr := s.begin(sender, sandboxd1.MethodAdoptProject)
+	if derr != nil {
+		return derr
+	}
+	r.project = name
+	if !r.who.admin {
+		return s.end(r, "", dbusError(sandboxd1.ErrorAccessDenied,
+			"adopting %s as project %q: uid %d may not add projects (only root and admins may: [access] admin_users, admin_groups)", path, name, r.who.uid))
+	}
+	access, err := projectAccessOptions(opts)
+	if err != nil {
+		return s.end(r, "", dbusError(sandboxd1.ErrorInvalidArgs, "adopting project %q: %v", name, err))
+	}
+	if err := s.sup.AdoptProject(r.ctx, name, path, access); err != nil {
+		return s.end(r, "", fromSupervisor(err))
+	}
+	return s.end(r, "", nil)
+}
+
+// ReleaseProject(s name): undoes an adoption, leaving a plain directory
+// with the project's files where it was; root and admins only.
+func (m manager) ReleaseProject(sender dbus.Sender, name string) *dbus.Error {
+	s := m.s
+	r, derr := s.begin(sender, sandboxd1.MethodReleaseProject)
+	if derr != nil {
+		return derr
+	}
+	r.project = name
+	if !r.who.admin {
+		return s.end(r, "", dbusError(sandboxd1.ErrorAccessDenied,
+			"releasing project %q: uid %d may not remove projects (only root and admins may: [access] admin_users, admin_groups)", name, r.who.uid))
+	}
+	if err := s.sup.ReleaseProject(r.ctx, name); err != nil {
+		return s.end(r, "", fromSupervisor(err))
+	}
+	return s.end(r, "", nil)
+}
+
 // RemoveProject(s name): unregisters a project added with AddProject that
 // has no sandboxes, leaving its files; root and admins only.
 func (m manager) RemoveProject(sender dbus.Sender, name string) *dbus.Error {

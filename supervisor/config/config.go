@@ -217,6 +217,12 @@ type Project struct {
 	// group's members when the directory is group-writable.
 	Users  []string `toml:"users"`
 	Groups []string `toml:"groups"`
+	// Units are host services ("nginx.service") whose environment, as
+	// their Environment= and EnvironmentFile= settings make it, every
+	// command in the project's sandboxes gets, read when a sandbox is
+	// made; Env are KEY=value entries over theirs (an entry wins).
+	Units []string `toml:"units"`
+	Env   []string `toml:"env"`
 }
 
 // Default returns the configuration that applies with no file, and whose

@@ -166,6 +166,7 @@ func (c *Config) validate(file string, w *where) error {
 				}
 			}
 		}
+		v.projectEnv(i, p)
 	}
 
 	v.sandbox(c)

@@ -77,6 +77,10 @@ type Record struct {
 	Layer string `json:"layer,omitempty"`
 	// NoCache: it has no owner's cache (a promotion's check sandbox).
 	NoCache bool `json:"no_cache,omitempty"`
+	// Env is its project's environment (KEY=value: its units' and its
+	// env entries), read when it was made: every command in it gets it,
+	// under the caller's own.
+	Env []string `json:"env,omitempty"`
 	// FrozenIdle: it is frozen for being idle (not by a caller), and the
 	// next call that needs it, or connection to a port of its, thaws it.
 	FrozenIdle bool `json:"frozen_idle,omitempty"`
@@ -159,7 +163,38 @@ type Project struct {
 	// if group-writable) may.
 	Users  []string `json:"users,omitempty"`
 	Groups []string `json:"groups,omitempty"`
+	// Adoption: a project made of a directory where it lives (AdoptProject).
+	Adoption *Adoption `json:"adoption,omitempty"`
 }
+
+// Adoption is how a project was adopted, and how far: what undoes it
+// after a crash, and what release undoes.
+type Adoption struct {
+	// Path is the directory adopted, where the host keeps seeing it.
+	Path string `json:"path"`
+	// How: AdoptSwap (a volume made beside it, swapped in by a rename;
+	// Location is Path) or AdoptMount (a volume of the pool mounted at
+	// Path by Unit).
+	How  string `json:"how"`
+	Unit string `json:"unit,omitempty"`
+	// Temp is the volume being filled beside Path (AdoptSwap), or the
+	// pool's volume (AdoptMount), while Phase is not AdoptDone.
+	Temp  string `json:"temp,omitempty"`
+	Phase string `json:"phase"`
+}
+
+// Adoption ways and phases.
+const (
+	AdoptSwap  = "swap"
+	AdoptMount = "mount"
+	// AdoptCopying: the volume is being filled; the directory is whole.
+	AdoptCopying = "copying"
+	// AdoptSwitching: the volume is full and about to take the
+	// directory's place (a rename, or a mount): which one holds Path
+	// after a crash is read off the filesystem.
+	AdoptSwitching = "switching"
+	AdoptDone      = "done"
+)
 
 // Store is the open database.
 type Store struct {
@@ -473,6 +508,29 @@ func (s *Store) AddProject(p Project) error {
 		// it failed, and must not find the project after a restart.
 		uerr := s.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(projectsBucket).Delete([]byte(p.Name)) })
 		return errors.Join(fmt.Errorf("mirroring project %s: %w", p.Name, err), uerr)
+	}
+	return nil
+}
+
+// UpdateProject records p over the recorded project of its name, then
+// mirrors it.
+func (s *Store) UpdateProject(p Project) error {
+	data, err := json.Marshal(p)
+	if err != nil {
+		return fmt.Errorf("recording project %s: %w", p.Name, err)
+	}
+	err = s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(projectsBucket)
+		if b.Get([]byte(p.Name)) == nil {
+			return fmt.Errorf("recording project %s: %w", p.Name, ErrNoProject)
+		}
+		return b.Put([]byte(p.Name), data)
+	})
+	if err != nil {
+		return err
+	}
+	if err := writeAtomic(filepath.Join(s.projects, p.Name+".json"), data); err != nil {
+		return fmt.Errorf("mirroring project %s: %w", p.Name, err)
 	}
 	return nil
 }

@@ -1,0 +1,269 @@
+package supervisor
+
+// Adopting a directory as a project where it lives (issue 18): the host
+// goes on seeing it at its path. On the pool's btrfs a subvolume is made
+// beside it, filled by reflinks and swapped in by one rename (AdoptSwap);
+// elsewhere its files go into a volume of the pool, bound back at its
+// path by a mount unit that survives reboots (AdoptMount). Each step is
+// recorded first, and a daemon that starts after a crash finishes or
+// undoes the step by what the filesystem shows (reconcileAdoptions):
+// the directory is whole at its path either way.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandboxd/cowfs"
+	"github.com/sandboxd/sandboxd/internal/crashpoint"
+	"github.com/sandboxd/sandboxd/supervisor/state"
+	"github.com/sandboxd/sandboxd/units"
+)
+
+// AdoptProject makes the directory at path project name, in place: the
+// host keeps it at path, and sandboxes show it there. access says who may
+// use it (none: the directory's owner).
+func (s *Supervisor) AdoptProject(ctx context.Context, name, path string, access ProjectAccess) (err error) {
+	defer func() { s.auditProject(ctx, "project-adopt", name, path, err) }()
+	what := fmt.Sprintf("adopting %s as project %q", path, name)
+	if err := checkNewProject(name, access); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	pm, ok := s.cfg.Backend.(cowfs.ProjectMaker)
+	if !ok {
+		return fmt.Errorf("%s: the %s pool cannot make a project at a path (btrfs can): %w", what, s.cfg.Backend.Info().Backend, ErrInvalidProject)
+	}
+	if err := s.adoptable(path); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	if held := holders(path); len(held) > 0 {
+		return fmt.Errorf("%s: it is in use by %s; stop them first (its files must not change while they move): %w",
+			what, strings.Join(held, ", "), ErrProjectInUse)
+	}
+	onPool, err := pm.OnPool(filepath.Dir(path))
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	ad := &state.Adoption{Path: path, Phase: state.AdoptCopying}
+	location := path
+	if onPool {
+		ad.How, ad.Temp = state.AdoptSwap, filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".sandboxd-adopt")
+	} else {
+		root := s.cfg.Backend.Info().Root
+		ad.How, ad.Temp = state.AdoptMount, filepath.Join(filepath.Dir(root), filepath.Base(root)+"-adopted", name)
+		location = ad.Temp
+		if err := roomFor(path, filepath.Dir(root)); err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+	}
+	s.admission.Lock()
+	defer s.admission.Unlock()
+	if p, taken := s.projects.get(name); taken {
+		return fmt.Errorf("%s: %s: %w", what, takenBy(p), ErrExists)
+	}
+	rec := state.Project{Name: name, Location: location, Added: time.Now().UTC(), Users: access.Users, Groups: access.Groups, Adoption: ad}
+	if err := s.cfg.Store.AddProject(rec); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	if err := s.adopt(ctx, pm, &rec); err != nil {
+		// Undone now; a crash instead is undone by the next start.
+		if uerr := s.undoAdoption(ctx, pm, rec); uerr != nil {
+			return errors.Join(fmt.Errorf("%s: %w", what, err), fmt.Errorf("undoing it: %w", uerr))
+		}
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	s.projects.set(projectOf(rec), access)
+	s.log.Info("project adopted", "ACTION", "project-adopt", "CALLER_UID", uidField(ctx), "project", name, "path", path, "how", ad.How)
+	return nil
+}
+
+// adopt takes rec's adoption from copying to done.
+func (s *Supervisor) adopt(ctx context.Context, pm cowfs.ProjectMaker, rec *state.Project) error {
+	ad := rec.Adoption
+	if ad.How == state.AdoptMount {
+		if err := os.MkdirAll(filepath.Dir(ad.Temp), 0o700); err != nil {
+			return err
+		}
+	}
+	if _, err := pm.MakeProject(ctx, ad.Temp); err != nil {
+		return err
+	}
+	if err := copyTree(ctx, ad.Path, ad.Temp, ad.How == state.AdoptSwap); err != nil {
+		return err
+	}
+	crashpoint.Hit(crashpoint.AdoptCopied)
+	if held := holders(ad.Path); len(held) > 0 {
+		return fmt.Errorf("it came into use while its files were copied, by %s: %w", strings.Join(held, ", "), ErrProjectInUse)
+	}
+	ad.Phase = state.AdoptSwitching
+	if err := s.cfg.Store.UpdateProject(*rec); err != nil {
+		return err
+	}
+	crashpoint.Hit(crashpoint.AdoptSwitching)
+	if ad.How == state.AdoptSwap {
+		// One rename: the directory is either the old one or the new.
+		if err := unix.Renameat2(unix.AT_FDCWD, ad.Temp, unix.AT_FDCWD, ad.Path, unix.RENAME_EXCHANGE); err != nil {
+			return fmt.Errorf("swapping the volume in at %s: %w", ad.Path, err)
+		}
+	} else {
+		unit, err := s.cfg.Units.BindMount(ctx, ad.Temp, ad.Path)
+		ad.Unit = unit
+		if err != nil {
+			return err
+		}
+	}
+	crashpoint.Hit(crashpoint.AdoptSwitched)
+	return s.finishAdoption(rec)
+}
+
+// finishAdoption removes what the directory was (now beside it, after a
+// swap) and records the adoption done.
+func (s *Supervisor) finishAdoption(rec *state.Project) error {
+	ad := rec.Adoption
+	if ad.How == state.AdoptSwap {
+		if err := os.RemoveAll(ad.Temp); err != nil {
+			s.log.Warn("removing an adopted directory's old files", "path", ad.Temp, "error", err)
+		}
+		ad.Temp = ""
+	} else {
+		ad.Unit = units.MountUnitName(ad.Path)
+	}
+	ad.Phase = state.AdoptDone
+	return s.cfg.Store.UpdateProject(*rec)
+}
+
+// undoAdoption takes back an adoption that did not switch: its volume
+// goes, its record goes; the directory was never touched.
+func (s *Supervisor) undoAdoption(ctx context.Context, pm cowfs.ProjectMaker, rec state.Project) error {
+	ad := rec.Adoption
+	var errs []error
+	if ad.How == state.AdoptMount {
+		errs = append(errs, s.cfg.Units.RemoveMount(ctx, ad.Path))
+	}
+	if _, err := os.Lstat(ad.Temp); err == nil {
+		errs = append(errs, pm.RemoveProject(ctx, ad.Temp))
+	}
+	errs = append(errs, s.cfg.Store.DeleteProject(rec.Name))
+	return errors.Join(errs...)
+}
+
+// reconcileAdoptions finishes or undoes the adoptions a crash left half
+// way, by what the filesystem shows, and returns the projects they make.
+func (s *Supervisor) reconcileAdoptions(ctx context.Context, recs []state.Project) []state.Project {
+	pm, _ := s.cfg.Backend.(cowfs.ProjectMaker)
+	var out []state.Project
+	for _, rec := range recs {
+		ad := rec.Adoption
+		if ad == nil || ad.Phase == state.AdoptDone {
+			out = append(out, rec)
+			continue
+		}
+		if pm == nil {
+			s.log.Error("an adoption was left half way, and the pool cannot finish it", "project", rec.Name, "path", ad.Path)
+			continue
+		}
+		switched := false
+		if ad.Phase == state.AdoptSwitching {
+			if ad.How == state.AdoptSwap {
+				switched, _ = pm.IsVolume(ad.Path)
+			} else {
+				switched = mountedAt(ad.Path)
+			}
+		}
+		var err error
+		if switched {
+			err = s.finishAdoption(&rec)
+		} else {
+			err = s.undoAdoption(ctx, pm, rec)
+		}
+		s.log.Warn("an adoption was left half way by a crash", "project", rec.Name, "path", ad.Path, "finished", switched, "error", err)
+		if switched && err == nil {
+			out = append(out, rec)
+		}
+	}
+	return out
+}
+
+// ReleaseProject undoes the adoption of project name: its path becomes a
+// plain directory again holding the project's files as they are, and the
+// project is gone. It takes a project with no sandboxes.
+func (s *Supervisor) ReleaseProject(ctx context.Context, name string) (err error) {
+	p, ok := s.projects.get(name)
+	defer func() { s.auditProject(ctx, "project-release", name, p.At, err) }()
+	what := fmt.Sprintf("releasing project %q", name)
+	if !ok {
+		return fmt.Errorf("%s: %w", what, ErrUnknownProject)
+	}
+	recs, err := s.cfg.Store.Projects()
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	var rec state.Project
+	for _, r := range recs {
+		if r.Name == name {
+			rec = r
+		}
+	}
+	if rec.Adoption == nil {
+		return fmt.Errorf("%s: it was not adopted (remove it with `sandboxctl project remove`): %w", what, ErrInvalidProject)
+	}
+	pm, _ := s.cfg.Backend.(cowfs.ProjectMaker)
+	ad := rec.Adoption
+	if held := holders(ad.Path); len(held) > 0 {
+		return fmt.Errorf("%s: %s is in use by %s; stop them first: %w", what, ad.Path, strings.Join(held, ", "), ErrProjectInUse)
+	}
+	// RemoveProject checks for sandboxes under the admission lock; the
+	// files move after, the project no longer known.
+	if err := s.RemoveProject(ctx, name); err != nil {
+		return err
+	}
+	if ad.How == state.AdoptSwap {
+		plain := filepath.Join(filepath.Dir(ad.Path), "."+filepath.Base(ad.Path)+".sandboxd-release")
+		if err := os.Mkdir(plain, 0o700); err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		if err := copyTree(ctx, ad.Path, plain, true); err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		if err := unix.Renameat2(unix.AT_FDCWD, plain, unix.AT_FDCWD, ad.Path, unix.RENAME_EXCHANGE); err != nil {
+			return fmt.Errorf("%s: swapping a plain directory in at %s: %w", what, ad.Path, err)
+		}
+		return pm.RemoveProject(ctx, plain)
+	}
+	if err := s.cfg.Units.RemoveMount(ctx, ad.Path); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	// The directory under the mount holds the files as they were when
+	// adopted: it takes the project's as they are now.
+	if err := emptyDir(ctx, ad.Path); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	if err := copyTree(ctx, rec.Location, ad.Path, false); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return pm.RemoveProject(ctx, rec.Location)
+}
+
+// copyTree copies what dir holds into to, keeping owners, modes, times,
+// hard links, xattrs and ACLs, sockets and holes (cp -a; with reflink,
+// sharing the blocks, which the pool's btrfs does).
+func copyTree(ctx context.Context, dir, to string, reflink bool) error {
+	// cp takes --sparse with an automatic reflink only.
+	mode := []string{"--reflink=auto", "--sparse=always"}
+	if reflink {
+		mode = []string{"--reflink=always"}
+	}
+	args := append(append([]string{"-a"}, mode...), "--", dir+"/.", to+"/")
+	out, err := exec.CommandContext(ctx, "cp", args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("copying %s into %s: %w: %s", dir, to, err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}

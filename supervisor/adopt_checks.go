@@ -1,0 +1,195 @@
+package supervisor
+
+import (
+	"bufio"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// adoptable says why path cannot be adopted, or nil: it must be a plain
+// directory (not /, not a mount point of another filesystem, not a
+// volume already), hold no project and be in none, and hold neither the
+// pool nor sandboxd's state.
+func (s *Supervisor) adoptable(path string) error {
+	if !filepath.IsAbs(path) || filepath.Clean(path) != path || strings.ContainsAny(path, "\n\r\x00\\") {
+		return fmt.Errorf("%q is not an absolute, clean path (without line breaks or backslashes): %w", path, ErrInvalidProject)
+	}
+	if path == "/" {
+		return fmt.Errorf("/ cannot be a project: %w", ErrInvalidProject)
+	}
+	st, err := os.Lstat(path)
+	if err != nil {
+		return fmt.Errorf("%s: %w: %w", path, err, ErrInvalidProject)
+	}
+	if !st.IsDir() {
+		return fmt.Errorf("%s is not a directory (a symlink is not followed): %w", path, ErrInvalidProject)
+	}
+	if mountPoint(path) {
+		return fmt.Errorf("%s is a mount point of another filesystem: adopt a directory in it, or add a volume of the pool with `project add`: %w", path, ErrInvalidProject)
+	}
+	if pm, ok := s.cfg.Backend.(interface{ IsVolume(string) (bool, error) }); ok {
+		if vol, _ := pm.IsVolume(path); vol {
+			return fmt.Errorf("%s is a subvolume already: add it with `sandboxctl project add`: %w", path, ErrInvalidProject)
+		}
+	}
+	for _, p := range s.projects.list() {
+		for _, at := range []string{p.Location, p.At} {
+			if at == "" || !filepath.IsAbs(at) {
+				continue
+			}
+			if within(path, at) || within(at, path) {
+				return fmt.Errorf("%s and project %q's %s are one inside the other: %w", path, p.Name, at, ErrInvalidProject)
+			}
+		}
+	}
+	for _, own := range []string{s.cfg.Backend.Info().Root, s.cfg.RuntimeDir} {
+		if own != "" && filepath.IsAbs(own) && (within(own, path) || within(path, own)) {
+			return fmt.Errorf("%s holds sandboxd's own %s (or is in it): %w", path, own, ErrInvalidProject)
+		}
+	}
+	return nil
+}
+
+// within says whether path is dir or below it.
+func within(path, dir string) bool {
+	return path == dir || strings.HasPrefix(path, strings.TrimSuffix(dir, "/")+"/")
+}
+
+// mountPoint says whether path is where a filesystem is mounted (its
+// device differs from its parent's, or the mount table names it).
+func mountPoint(path string) bool {
+	var st, parent unix.Stat_t
+	if unix.Lstat(path, &st) != nil || unix.Lstat(filepath.Dir(path), &parent) != nil || st.Dev != parent.Dev {
+		return true
+	}
+	return mountedAt(path)
+}
+
+// mountedAt says whether this mount namespace's table has a mount at path.
+func mountedAt(path string) bool {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		// id parent major:minor root mountpoint ...; octal escapes.
+		if fields := strings.Fields(sc.Text()); len(fields) > 4 && unescapeMount(fields[4]) == path {
+			return true
+		}
+	}
+	return false
+}
+
+// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
+func unescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// holders names the processes that use what is under path: their working
+// directory or root there, or a file of it open or mapped, each as "pid
+// N (comm) of unit U".
+func holders(path string) []string {
+	procs, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	self := strconv.Itoa(os.Getpid())
+	var out []string
+	for _, p := range procs {
+		pid := p.Name()
+		if _, err := strconv.Atoi(pid); err != nil || pid == self {
+			continue
+		}
+		if usesPath("/proc/"+pid, path) {
+			out = append(out, describeProcess(pid))
+			if len(out) == 10 {
+				return append(out, "and maybe more")
+			}
+		}
+	}
+	return out
+}
+
+// usesPath says whether the process at dir (/proc/PID) uses path.
+func usesPath(dir, path string) bool {
+	for _, l := range []string{"cwd", "root"} {
+		if t, err := os.Readlink(dir + "/" + l); err == nil && within(t, path) && !(l == "root" && t == "/") {
+			return true
+		}
+	}
+	fds, _ := os.ReadDir(dir + "/fd")
+	for _, fd := range fds {
+		if t, err := os.Readlink(dir + "/fd/" + fd.Name()); err == nil && within(t, path) {
+			return true
+		}
+	}
+	maps, err := os.ReadFile(dir + "/maps")
+	if err == nil && strings.Contains(string(maps), " "+path+"/") {
+		return true
+	}
+	return false
+}
+
+// describeProcess is "pid N (comm) of unit U" for /proc/N.
+func describeProcess(pid string) string {
+	comm, _ := os.ReadFile("/proc/" + pid + "/comm")
+	d := fmt.Sprintf("pid %s (%s)", pid, strings.TrimSpace(string(comm)))
+	cg, _ := os.ReadFile("/proc/" + pid + "/cgroup")
+	for _, line := range strings.Split(string(cg), "\n") {
+		if strings.HasPrefix(line, "0::") {
+			if u := filepath.Base(strings.TrimPrefix(line, "0::")); strings.Contains(u, ".") {
+				d += " of " + u
+			}
+		}
+	}
+	return d
+}
+
+// roomFor checks that the filesystem of to has room for what dir holds.
+func roomFor(dir, to string) error {
+	var need int64
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		var st unix.Stat_t
+		if unix.Lstat(p, &st) == nil {
+			need += st.Blocks * 512
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("measuring %s: %w", dir, err)
+	}
+	var sfs unix.Statfs_t
+	if err := unix.Statfs(to, &sfs); err != nil {
+		return fmt.Errorf("reading the room of %s: %w", to, err)
+	}
+	if free := int64(sfs.Bavail) * sfs.Bsize; need > free {
+		return fmt.Errorf("%s holds %d bytes; the pool's filesystem has %d free: %w", dir, need, free, ErrLimitReached)
+	}
+	return nil
+}

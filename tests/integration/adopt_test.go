@@ -1,0 +1,231 @@
+package integration
+
+import (
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandboxd/internal/crashpoint"
+	"github.com/sandboxd/sandboxd/tests/testbed"
+)
+
+// plainTree makes a plain directory at dir with what an adoption must
+// keep: owners and modes, an xattr, hard links, a symlink, a socket, a
+// sparse file.
+func plainTree(t *testing.T, dir string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Join(dir, "conf"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write := func(name, text string, mode os.FileMode) {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("index.html", "<h1>adopted</h1>\n", 0o644)
+	write("conf/app.conf", "port = 8080\n", 0o640)
+	if err := os.Chown(filepath.Join(dir, "conf/app.conf"), 1234, 4321); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Lsetxattr(filepath.Join(dir, "index.html"), "user.origin", []byte("host"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Link(filepath.Join(dir, "index.html"), filepath.Join(dir, "index-link.html")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("conf/app.conf", filepath.Join(dir, "app.conf")); err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("unix", filepath.Join(dir, "app.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.(*net.UnixListener).SetUnlinkOnClose(false)
+	l.Close()
+	f, err := os.Create(filepath.Join(dir, "sparse.img"))
+	if err != nil || f.Truncate(1<<30) != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+}
+
+// describe is what a user checks of a tree: each entry's type, mode,
+// owner, links, size and blocks used, xattr and content or target.
+func describe(t *testing.T, dir string) string {
+	t.Helper()
+	var lines []string
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil {
+			return err
+		}
+		line := fmt.Sprintf("%s %o %d:%d", rel, st.Mode, st.Uid, st.Gid)
+		if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+			// (A directory's count is its filesystem's: btrfs says 1.)
+			line += fmt.Sprintf(" links=%d", st.Nlink)
+		}
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFREG:
+			b := make([]byte, 64)
+			n, _ := unix.Lgetxattr(p, "user.origin", b)
+			data, _ := os.ReadFile(p)
+			if len(data) > 100 {
+				data = data[:0]
+			}
+			line += fmt.Sprintf(" size=%d sparse=%v xattr=%q %q", st.Size, st.Blocks*512 < st.Size, b[:max(n, 0)], data)
+		case unix.S_IFLNK:
+			target, _ := os.Readlink(p)
+			line += " -> " + target
+		}
+		lines = append(lines, line)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(lines)
+	return strings.Join(lines, "\n")
+}
+
+// Adopting a plain directory, on the pool's btrfs (a subvolume swapped
+// in) and elsewhere (a volume of the pool mounted back): the host sees
+// the same files at the same path, sandboxes see them there, a promotion
+// reaches the host there, and release leaves a plain directory with the
+// promoted change.
+func TestAdoptADirectoryWhereItLives(t *testing.T) {
+	tb := install(t)
+	for _, c := range []struct{ name, dir, how string }{
+		{"adopt-swap", filepath.Join(tb.Btrfs.Mount, "srv-swap"), "a subvolume"},
+		{"adopt-mount", "/srv/adopt-mount", "a mount"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			os.RemoveAll(c.dir)
+			plainTree(t, c.dir)
+			t.Cleanup(func() { ctl(t, "", "project", "release", c.name); os.RemoveAll(c.dir) })
+			before := describe(t, c.dir)
+			ok(t, "project", "adopt", c.name, c.dir)
+			if got := describe(t, c.dir); got != before {
+				t.Fatalf("the host's view of %s changed with the adoption:\n%s\nwant:\n%s", c.dir, got, before)
+			}
+			switch c.how {
+			case "a subvolume":
+				if out, err := exec.Command("btrfs", "subvolume", "show", c.dir).CombinedOutput(); err != nil {
+					t.Errorf("%s is not a subvolume after the adoption: %v %s", c.dir, err, out)
+				}
+			case "a mount":
+				unit := strings.TrimSpace(testbed.MustRun(t, "systemd-escape", "--path", "--suffix=mount", c.dir))
+				if st := strings.TrimSpace(testbed.MustRun(t, "systemctl", "is-enabled", unit)); st != "enabled" {
+					t.Errorf("the mount unit %s is %s, want enabled (for every boot)", unit, st)
+				}
+			}
+			id := strings.TrimSpace(ok(t, "create", "--quiet", c.name))
+			// (Another user's file is nobody's inside a sandbox with a
+			// user namespace: the host's view is checked above.)
+			if out := ok(t, "exec", id, "--", "sh", "-c", "pwd; cat index.html; ls conf"); out != c.dir+"\n<h1>adopted</h1>\napp.conf\n" {
+				t.Errorf("the sandbox's view of the project: %q", out)
+			}
+			ok(t, "exec", id, "--", "sh", "-c", "echo 'port = 9090' > conf/new.conf")
+			ok(t, "promote", id)
+			if b, err := os.ReadFile(filepath.Join(c.dir, "conf/new.conf")); err != nil || string(b) != "port = 9090\n" {
+				t.Errorf("the promoted file on the host at %s: %q, %v", c.dir, b, err)
+			}
+			ok(t, "destroy", id)
+			ok(t, "project", "release", c.name)
+			if out, err := exec.Command("btrfs", "subvolume", "show", c.dir).CombinedOutput(); err == nil {
+				t.Errorf("%s is still a subvolume after the release: %s", c.dir, out)
+			}
+			if out, _ := exec.Command("findmnt", "-n", c.dir).CombinedOutput(); len(out) > 0 {
+				t.Errorf("%s is still a mount point after the release: %s", c.dir, out)
+			}
+			if b, err := os.ReadFile(filepath.Join(c.dir, "conf/new.conf")); err != nil || string(b) != "port = 9090\n" {
+				t.Errorf("after the release, the promoted file at %s: %q, %v", c.dir, b, err)
+			}
+			fails(t, 3, c.name, "create", c.name)
+		})
+	}
+}
+
+// What cannot be adopted is refused by name, and nothing moves.
+func TestAdoptRefusesWhatItMustNot(t *testing.T) {
+	tb := install(t)
+	dir := filepath.Join(tb.Btrfs.Mount, "srv-busy")
+	os.RemoveAll(dir)
+	plainTree(t, dir)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	before := describe(t, dir)
+	fails(t, 2, "/ cannot be a project", "project", "adopt", "root", "/")
+	fails(t, 2, "mount point", "project", "adopt", "mnt", tb.Btrfs.Mount)
+	if err := os.MkdirAll(filepath.Join(tb.Btrfs.Project, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(filepath.Join(tb.Btrfs.Project, "sub")) })
+	fails(t, 2, "one inside the other", "project", "adopt", "inweb", filepath.Join(tb.Btrfs.Project, "sub"))
+	fails(t, 2, "not a directory", "project", "adopt", "file", filepath.Join(dir, "index.html"))
+	fails(t, 2, "not a directory", "project", "adopt", "link", filepath.Join(dir, "app.conf"))
+	fails(t, 2, "not a valid name", "project", "adopt", "../x", dir)
+	fails(t, 5, "pick another name", "project", "adopt", "web", dir)
+	// In use: a process with its working directory there is named.
+	sleep := exec.Command("sleep", "300")
+	sleep.Dir = dir
+	if err := sleep.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { sleep.Process.Kill(); sleep.Wait() }()
+	fails(t, 5, fmt.Sprintf("pid %d \\(sleep\\)", sleep.Process.Pid), "project", "adopt", "busy", dir)
+	if got := describe(t, dir); got != before {
+		t.Errorf("a refused adoption changed %s:\n%s\nwant:\n%s", dir, got, before)
+	}
+	if left, _ := filepath.Glob(filepath.Join(tb.Btrfs.Mount, ".srv-busy*")); len(left) > 0 {
+		t.Errorf("a refused adoption left %v", left)
+	}
+}
+
+// A kill -9 at each step of an adoption leaves the directory whole at its
+// path, and the project adopted only once the volume had taken its place.
+func TestKill9AtEachStepOfAnAdoption(t *testing.T) {
+	tb := install(t)
+	for _, c := range []struct{ name, dir string }{
+		{"crash-swap", filepath.Join(tb.Btrfs.Mount, "srv-crash")},
+		{"crash-mount", "/srv/adopt-crash"},
+	} {
+		for _, point := range crashpoint.Adoption {
+			t.Run(c.name+"/"+point, func(t *testing.T) {
+				os.RemoveAll(c.dir)
+				plainTree(t, c.dir)
+				t.Cleanup(func() { ctl(t, "", "project", "release", c.name); os.RemoveAll(c.dir) })
+				before := describe(t, c.dir)
+				reconfigure(t, "", crashpoint.Env+"="+point)
+				old := mainPID(t)
+				ctl(t, "", "project", "adopt", c.name, c.dir) // the daemon dies under it
+				waitActive(t, old)
+				if got := describe(t, c.dir); got != before {
+					t.Fatalf("killed at %s: %s is not whole:\n%s\nwant:\n%s", point, c.dir, got, before)
+				}
+				_, _, code := ctl(t, "", "create", "--quiet", "--name", "after-"+c.name, c.name)
+				adopted := code == 0
+				if adopted {
+					ctl(t, "", "destroy", "after-"+c.name)
+				}
+				if want := point == crashpoint.AdoptSwitched; adopted != want {
+					t.Errorf("killed at %s: the project is adopted: %v, want %v", point, adopted, want)
+				}
+				if left, _ := filepath.Glob(filepath.Join(filepath.Dir(c.dir), "."+filepath.Base(c.dir)+".sandboxd-*")); len(left) > 0 {
+					t.Errorf("killed at %s: left %v", point, left)
+				}
+			})
+		}
+	}
+	reconfigure(t, "")
+}

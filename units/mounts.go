@@ -1,0 +1,98 @@
+package units
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/coreos/go-systemd/v22/unit"
+)
+
+// mountUnitDir is where the persistent mount units of adopted projects
+// go: the administrator's unit directory, read at boot.
+var mountUnitDir = "/etc/systemd/system"
+
+// MountUnitName is the name of the mount unit of where (an absolute
+// path), as systemd names it.
+func MountUnitName(where string) string { return unit.UnitNamePathEscape(where) + ".mount" }
+
+// BindMount makes a mount unit that binds what at where, enabled for
+// every boot (local-fs.target), starts it, and returns its name. The unit
+// file is written whole or not at all.
+func (m *Manager) BindMount(ctx context.Context, what, where string) (string, error) {
+	name := MountUnitName(where)
+	const op = "binding a volume"
+	for _, p := range []string{what, where} {
+		if !filepath.IsAbs(p) || filepath.Clean(p) != p || strings.ContainsAny(p, "\n\r\x00\\") {
+			return name, fmt.Errorf("%s: %q is not a path a unit file can hold", op, p)
+		}
+	}
+	// The unit's options one per line, as go-systemd's serializer
+	// writes them.
+	opts := []*unit.UnitOption{
+		unit.NewUnitOption("Unit", "Description", "sandboxd project at "+where),
+		unit.NewUnitOption("Unit", "Documentation", "man:sandboxctl(1)"),
+		unit.NewUnitOption("Mount", "What", what),
+		unit.NewUnitOption("Mount", "Where", where),
+		unit.NewUnitOption("Mount", "Type", "none"),
+		unit.NewUnitOption("Mount", "Options", "bind"),
+		unit.NewUnitOption("Install", "WantedBy", "local-fs.target"),
+	}
+	data, err := io.ReadAll(unit.Serialize(opts))
+	if err != nil {
+		return name, err
+	}
+	path := filepath.Join(mountUnitDir, name)
+	tmp := path + ".sandboxd-tmp"
+	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+		return name, fmt.Errorf("%s: writing %s: %w", op, path, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return name, fmt.Errorf("%s: writing %s: %w", op, path, err)
+	}
+	if err := m.conn.ReloadContext(ctx); err != nil {
+		return name, wrap(op, name, err)
+	}
+	if _, _, err := m.conn.EnableUnitFilesContext(ctx, []string{name}, false, true); err != nil {
+		return name, wrap(op, name, err)
+	}
+	done := jobResult()
+	if _, err := m.conn.StartUnitContext(ctx, name, "replace", done); err != nil {
+		return name, wrap(op, name, err)
+	}
+	return name, waitJob(ctx, op, name, done)
+}
+
+// RemoveMount stops, disables and deletes the mount unit of where that
+// BindMount made; one that is not there is no error.
+func (m *Manager) RemoveMount(ctx context.Context, where string) error {
+	name := MountUnitName(where)
+	const op = "removing a mount"
+	path := filepath.Join(mountUnitDir, name)
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	done := jobResult()
+	if _, err := m.conn.StopUnitContext(ctx, name, "replace", done); err != nil {
+		return wrap(op, name, err)
+	}
+	if err := waitJob(ctx, op, name, done); err != nil {
+		return err
+	}
+	if _, err := m.conn.DisableUnitFilesContext(ctx, []string{name}, false); err != nil {
+		return wrap(op, name, err)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	if err := m.conn.ReloadContext(ctx); err != nil {
+		return wrap(op, name, err)
+	}
+	return nil
+}
