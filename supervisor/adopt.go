@@ -23,6 +23,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/cowfs"
 	"github.com/sandboxd/sandboxd/internal/crashpoint"
+	"github.com/sandboxd/sandboxd/internal/rootonly"
 	"github.com/sandboxd/sandboxd/supervisor/state"
 	"github.com/sandboxd/sandboxd/units"
 )
@@ -63,15 +64,34 @@ func (s *Supervisor) AdoptProject(ctx context.Context, name, path string, access
 			return fmt.Errorf("%s: %w", what, err)
 		}
 	}
+	// The name and the path are taken under the admission lock; the
+	// copy runs without it (creates go on), the path marked as adopting.
 	s.admission.Lock()
-	defer s.admission.Unlock()
 	if p, taken := s.projects.get(name); taken {
+		s.admission.Unlock()
 		return fmt.Errorf("%s: %s: %w", what, takenBy(p), ErrExists)
+	}
+	for other := range s.adopting {
+		if within(path, other) || within(other, path) {
+			s.admission.Unlock()
+			return fmt.Errorf("%s: %s is being adopted: %w", what, other, ErrProjectInUse)
+		}
 	}
 	rec := state.Project{Name: name, Location: location, Added: time.Now().UTC(), Users: access.Users, Groups: access.Groups, Adoption: ad}
 	if err := s.cfg.Store.AddProject(rec); err != nil {
+		s.admission.Unlock()
 		return fmt.Errorf("%s: %w", what, err)
 	}
+	if s.adopting == nil {
+		s.adopting = map[string]bool{}
+	}
+	s.adopting[path] = true
+	s.admission.Unlock()
+	defer func() {
+		s.admission.Lock()
+		delete(s.adopting, path)
+		s.admission.Unlock()
+	}()
 	if err := s.adopt(ctx, pm, &rec); err != nil {
 		// Undone now; a crash instead is undone by the next start.
 		if uerr := s.undoAdoption(ctx, pm, rec); uerr != nil {
@@ -79,7 +99,9 @@ func (s *Supervisor) AdoptProject(ctx context.Context, name, path string, access
 		}
 		return fmt.Errorf("%s: %w", what, err)
 	}
+	s.admission.Lock()
 	s.projects.set(projectOf(rec), access)
+	s.admission.Unlock()
 	s.log.Info("project adopted", "ACTION", "project-adopt", "CALLER_UID", uidField(ctx), "project", name, "path", path, "how", ad.How)
 	return nil
 }
@@ -169,6 +191,12 @@ func (s *Supervisor) reconcileAdoptions(ctx context.Context, recs []state.Projec
 			s.log.Error("an adoption was left half way, and the pool cannot finish it", "project", rec.Name, "path", ad.Path)
 			continue
 		}
+		if err := rootonly.Check(ad.Path); err != nil {
+			// Someone else can rename what root would act on: neither
+			// finished nor undone by the daemon, but told.
+			s.log.Error("an adoption was left half way, at a path others can change; left for an administrator", "project", rec.Name, "path", ad.Path, "error", err)
+			continue
+		}
 		switched := false
 		if ad.Phase == state.AdoptSwitching {
 			if ad.How == state.AdoptSwap {
@@ -216,6 +244,9 @@ func (s *Supervisor) ReleaseProject(ctx context.Context, name string) (err error
 	}
 	pm, _ := s.cfg.Backend.(cowfs.ProjectMaker)
 	ad := rec.Adoption
+	if err := rootonly.Check(ad.Path); err != nil {
+		return fmt.Errorf("%s: %v; root acts on it by name, so only root may be able to change it, up to /: %w", what, err, ErrInvalidProject)
+	}
 	if held := holders(ad.Path); len(held) > 0 {
 		return fmt.Errorf("%s: %s is in use by %s; stop them first: %w", what, ad.Path, strings.Join(held, ", "), ErrProjectInUse)
 	}

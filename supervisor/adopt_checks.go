@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandboxd/internal/rootonly"
 )
 
 // adoptable says why path cannot be adopted, or nil: it must be a plain
@@ -22,6 +24,14 @@ func (s *Supervisor) adoptable(path string) error {
 	}
 	if path == "/" {
 		return fmt.Errorf("/ cannot be a project: %w", ErrInvalidProject)
+	}
+	if strings.Contains(path, "%") {
+		return fmt.Errorf("%q: a %% would be a specifier in its mount unit: %w", path, ErrInvalidProject)
+	}
+	// The daemon acts as root on path and on names beside it: no one but
+	// root may be able to rename them meanwhile.
+	if err := rootonly.Check(path); err != nil {
+		return fmt.Errorf("%v; only a directory that root alone can change, up to /, is adopted: %w", err, ErrInvalidProject)
 	}
 	st, err := os.Lstat(path)
 	if err != nil {
@@ -37,6 +47,9 @@ func (s *Supervisor) adoptable(path string) error {
 		if vol, _ := pm.IsVolume(path); vol {
 			return fmt.Errorf("%s is a subvolume already: add it with `sandboxctl project add`: %w", path, ErrInvalidProject)
 		}
+	}
+	if err := systemTree(path); err != nil {
+		return err
 	}
 	for _, p := range s.projects.list() {
 		for _, at := range []string{p.Location, p.At} {
@@ -54,6 +67,38 @@ func (s *Supervisor) adoptable(path string) error {
 		}
 	}
 	return nil
+}
+
+// firstUserID is the first id of regular users (login.defs' UID_MIN and
+// GID_MIN): below it, root's and the system's services'.
+const firstUserID = 1000
+
+// systemTree refuses a tree with a directory a regular user could change
+// while root copies it (a directory swapped for a symlink mid-copy would
+// bring what it points at into the project): one owned by a user, or
+// writable by a user's group or by anyone.
+func systemTree(path string) error {
+	return filepath.WalkDir(path, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return fmt.Errorf("reading %s: %w: %w", p, err, ErrInvalidProject)
+		}
+		if !d.IsDir() {
+			return nil
+		}
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil {
+			return fmt.Errorf("reading %s: %w: %w", p, err, ErrInvalidProject)
+		}
+		switch {
+		case st.Uid >= firstUserID:
+			return fmt.Errorf("%s is owned by uid %d, a user who could change it while root copies it: %w", p, st.Uid, ErrInvalidProject)
+		case st.Mode&0o020 != 0 && st.Gid >= firstUserID:
+			return fmt.Errorf("%s is writable by group %d, whose users could change it while root copies it: %w", p, st.Gid, ErrInvalidProject)
+		case st.Mode&0o002 != 0:
+			return fmt.Errorf("%s is writable by anyone: %w", p, ErrInvalidProject)
+		}
+		return nil
+	})
 }
 
 // within says whether path is dir or below it.

@@ -135,6 +135,9 @@ type Supervisor struct {
 	caches    caches // owners' cache volumes (cache.go)
 	activity  activity
 	fileCalls fileCalls // under way, by sandbox (files.go)
+	// adopting holds the paths of the adoptions under way (adopt.go),
+	// under the admission lock.
+	adopting map[string]bool
 }
 
 // New makes a Supervisor. Call LoadProjects, then Reconcile, before

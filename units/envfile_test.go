@@ -139,11 +139,18 @@ func TestEnvironmentFileErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	missing := filepath.Join(dir, "missing.env")
+	link := filepath.Join(dir, "link.env")
+	if err := os.Symlink("/etc/shadow", link); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		path, want string
 		is         error
 	}{
-		{missing, "EnvironmentFile=" + missing + ": open " + missing + ": no such file or directory", fs.ErrNotExist},
+		{missing, "EnvironmentFile=" + missing + ": " + missing + ": no such file or directory", fs.ErrNotExist},
+		// A symlink (to a root-only file, say) that another user could
+		// have put there is not followed.
+		{link, link + " is a symlink", nil},
 		{filepath.Join(dir, "none-*.env"), "EnvironmentFile=" + dir + "/none-*.env: glob " + dir + "/none-*.env: file does not exist", fs.ErrNotExist},
 		{fifo, fifo + " is not a regular file", nil},
 		{dir, dir + " is not a regular file", nil},

@@ -13,6 +13,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandboxd/internal/rootonly"
 )
 
 // Bounds on what ServiceEnvironment reads as root on an admin's word.
@@ -227,7 +229,13 @@ func expandEnvFile(pattern string) ([]string, error) {
 // through an O_PATH descriptor first, so that nothing else (a device, a
 // fifo) is ever opened for reading.
 func readEnvFile(path string) ([]byte, error) {
-	fd, err := unix.Open(path, unix.O_PATH|unix.O_CLOEXEC, 0)
+	// Read as root and given to the project's users: a file another user
+	// could put there (a symlink to a root-only file, in a directory of
+	// theirs) is refused.
+	if err := rootonly.Check(filepath.Clean(path)); err != nil {
+		return nil, fmt.Errorf("%w: an environment file sandboxd reads must be one only root can change, up to /", err)
+	}
+	fd, err := unix.Openat2(unix.AT_FDCWD, path, &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: unix.RESOLVE_NO_SYMLINKS})
 	if err != nil {
 		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
 	}

@@ -35,7 +35,7 @@ func (m *Manager) BindMount(ctx context.Context, what, where string) (string, er
 	// The unit's options one per line, as go-systemd's serializer
 	// writes them.
 	opts := []*unit.UnitOption{
-		unit.NewUnitOption("Unit", "Description", "sandboxd project at "+where),
+		unit.NewUnitOption("Unit", "Description", mountDescription+where),
 		unit.NewUnitOption("Unit", "Documentation", "man:sandboxctl(1)"),
 		unit.NewUnitOption("Mount", "What", what),
 		unit.NewUnitOption("Mount", "Where", where),
@@ -48,6 +48,9 @@ func (m *Manager) BindMount(ctx context.Context, what, where string) (string, er
 		return name, err
 	}
 	path := filepath.Join(mountUnitDir, name)
+	if err := ours(path); err != nil {
+		return name, fmt.Errorf("%s: %w", op, err)
+	}
 	tmp := path + ".sandboxd-tmp"
 	if err := os.WriteFile(tmp, data, 0o644); err != nil {
 		return name, fmt.Errorf("%s: writing %s: %w", op, path, err)
@@ -69,14 +72,36 @@ func (m *Manager) BindMount(ctx context.Context, what, where string) (string, er
 	return name, waitJob(ctx, op, name, done)
 }
 
+// mountDescription starts the Description of the units BindMount writes:
+// a unit without it is not sandboxd's to replace or remove.
+const mountDescription = "sandboxd project at "
+
+// ours refuses a unit file at path that BindMount did not write.
+func ours(path string) error {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if !strings.Contains(string(data), "Description="+mountDescription) {
+		return fmt.Errorf("%s exists and is not sandboxd's: it is left as it is", path)
+	}
+	return nil
+}
+
 // RemoveMount stops, disables and deletes the mount unit of where that
 // BindMount made; one that is not there is no error.
 func (m *Manager) RemoveMount(ctx context.Context, where string) error {
 	name := MountUnitName(where)
 	const op = "removing a mount"
 	path := filepath.Join(mountUnitDir, name)
-	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+	if _, err := os.Lstat(path); errors.Is(err, fs.ErrNotExist) {
 		return nil
+	}
+	if err := ours(path); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
 	}
 	done := jobResult()
 	if _, err := m.conn.StopUnitContext(ctx, name, "replace", done); err != nil {

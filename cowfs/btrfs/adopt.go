@@ -56,16 +56,21 @@ func (b *Backend) RemoveProject(ctx context.Context, path string) error {
 	if err := b.projectPath(path); err != nil {
 		return fmt.Errorf("removing project volume %s: %w", path, err)
 	}
-	if ok, err := dbtrfs.IsSubVolume(path); err != nil {
-		return fmt.Errorf("removing project volume %s: %w", path, notFound(err))
+	if ok, err := b.IsVolume(path); err != nil {
+		return fmt.Errorf("removing project volume %s: %w", path, err)
 	} else if !ok {
 		return fmt.Errorf("removing project volume %s: a directory, not a subvolume: %w", path, cowfs.ErrNotVolume)
 	}
 	return b.removeTree(ctx, path)
 }
 
-// IsVolume says whether path is a subvolume.
+// IsVolume says whether path is a subvolume (not a symlink to one).
 func (b *Backend) IsVolume(path string) (bool, error) {
+	if st, err := os.Lstat(path); err != nil {
+		return false, notFound(err)
+	} else if st.Mode()&os.ModeSymlink != 0 {
+		return false, nil
+	}
 	ok, err := dbtrfs.IsSubVolume(path)
 	if err != nil {
 		return false, notFound(err)

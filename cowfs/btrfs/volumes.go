@@ -49,8 +49,12 @@ func (b *Backend) Project(ctx context.Context, location string) (cowfs.Volume, e
 		return cowfs.Volume{}, fmt.Errorf("opening project %q: not an absolute path: %w", location, cowfs.ErrInvalidName)
 	}
 	path := filepath.Clean(location)
-	if _, err := os.Stat(path); err != nil {
+	if st, err := os.Lstat(path); err != nil {
 		return cowfs.Volume{}, fmt.Errorf("opening project %s: %w", path, notFound(err))
+	} else if st.Mode()&os.ModeSymlink != 0 {
+		// The project is what is at its path, not what a link there
+		// points at (another's subvolume, /).
+		return cowfs.Volume{}, fmt.Errorf("opening project %s: a symlink: %w", path, cowfs.ErrNotVolume)
 	}
 	if err := checkBtrfs(path); err != nil {
 		return cowfs.Volume{}, fmt.Errorf("opening project: %w", err)

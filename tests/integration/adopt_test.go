@@ -173,9 +173,28 @@ func TestAdoptRefusesWhatItMustNot(t *testing.T) {
 	t.Cleanup(func() { os.Remove(filepath.Join(tb.Btrfs.Project, "sub")) })
 	fails(t, 2, "one inside the other", "project", "adopt", "inweb", filepath.Join(tb.Btrfs.Project, "sub"))
 	fails(t, 2, "not a directory", "project", "adopt", "file", filepath.Join(dir, "index.html"))
-	fails(t, 2, "not a directory", "project", "adopt", "link", filepath.Join(dir, "app.conf"))
+	fails(t, 2, "is a symlink", "project", "adopt", "link", filepath.Join(dir, "app.conf"))
 	fails(t, 2, "not a valid name", "project", "adopt", "../x", dir)
 	fails(t, 5, "pick another name", "project", "adopt", "web", dir)
+	// Where a user could rename what root acts on by name (the directory,
+	// the temporary names beside it, a directory in its tree while root
+	// copies it), nothing is adopted: the attack needs no more than that.
+	userParent := filepath.Join(tb.Btrfs.Mount, "srv-user")
+	os.RemoveAll(userParent)
+	plainTree(t, filepath.Join(userParent, "web"))
+	t.Cleanup(func() { os.RemoveAll(userParent) })
+	if err := os.Chown(userParent, 1000, 1000); err != nil {
+		t.Fatal(err)
+	}
+	fails(t, 2, "owned by uid 1000, not root", "project", "adopt", "userparent", filepath.Join(userParent, "web"))
+	if err := os.Chown(userParent, 0, 0); err != nil || os.Chown(filepath.Join(userParent, "web", "conf"), 1000, 1000) != nil {
+		t.Fatal(err)
+	}
+	fails(t, 2, "conf is owned by uid 1000, a user who could change it while root copies it", "project", "adopt", "usertree", filepath.Join(userParent, "web"))
+	if err := os.Chmod(userParent, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	fails(t, 2, "writable by anyone", "project", "adopt", "worldparent", filepath.Join(userParent, "web"))
 	// In use: a process with its working directory there is named.
 	sleep := exec.Command("sleep", "300")
 	sleep.Dir = dir

@@ -1,0 +1,74 @@
+package rootonly
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// A path is root's alone only when every directory up to / is; the test
+// makes its own tree (as root, where the tests run) under a root-owned
+// temporary directory.
+func TestCheck(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("the test makes root-owned trees: run it as root (make test does)")
+	}
+	base, err := os.MkdirTemp("/var/tmp", "rootonly-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(base) })
+	if err := os.Chmod(base, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(base, "srv", "web")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(dir, "app.env")
+	if err := os.WriteFile(file, []byte("A=1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{dir, file} {
+		if err := Check(p); err != nil {
+			t.Errorf("Check(%s) of a root-only tree: %v", p, err)
+		}
+	}
+	cases := []struct {
+		what   string
+		change func() error
+		want   string
+	}{
+		{"a parent owned by a user", func() error { return os.Chown(filepath.Dir(dir), 1000, 1000) }, "owned by uid 1000"},
+		{"a parent writable by a group", func() error {
+			return errors.Join(os.Chown(filepath.Dir(dir), 0, 1000), os.Chmod(filepath.Dir(dir), 0o775))
+		}, "writable by group 1000"},
+		{"a parent writable by anyone, sticky", func() error { return os.Chmod(filepath.Dir(dir), 0o1777) }, "writable by anyone"},
+		{"a file writable by others", func() error { return os.Chmod(file, 0o666) }, "writable by others"},
+	}
+	for _, c := range cases {
+		if err := c.change(); err != nil {
+			t.Fatal(err)
+		}
+		p := dir
+		if strings.Contains(c.what, "file") {
+			p = file
+		}
+		if err := Check(p); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Check with %s: %v; want %q", c.what, err, c.want)
+		}
+		// Back to root's alone.
+		_ = os.Chown(filepath.Dir(dir), 0, 0)
+		_ = os.Chmod(filepath.Dir(dir), 0o755)
+		_ = os.Chmod(file, 0o600)
+	}
+	link := filepath.Join(base, "link")
+	if err := os.Symlink(dir, link); err != nil {
+		t.Fatal(err)
+	}
+	if err := Check(link); err == nil || !strings.Contains(err.Error(), "symlink") {
+		t.Errorf("Check of a symlink: %v", err)
+	}
+}
