@@ -18,16 +18,13 @@ func projectCommand() *ucli.Command {
 				Name:      "add",
 				Usage:     "register a btrfs subvolume or a ZFS dataset as a project (administrators)",
 				ArgsUsage: "NAME LOCATION",
-				Flags: []ucli.Flag{
-					&ucli.StringSliceFlag{Name: "user", Usage: "a user (name or uid) who may use the project; repeatable (default: the directory's owner)"},
-					&ucli.StringSliceFlag{Name: "group", Usage: "a group (name or gid) whose members may use the project; repeatable"},
-				},
+				Flags: projectAccessFlags(),
 				Action: func(ctx context.Context, cmd *ucli.Command) error {
 					a, err := args(cmd, 2, 2)
 					if err != nil {
 						return err
 					}
-					opts := sbclient.ProjectOptions{Users: cmd.StringSlice("user"), Groups: cmd.StringSlice("group")}
+					opts := projectAccess(cmd)
 					return withClient(ctx, func(c *client) error {
 						if err := c.api.AddProject(ctx, a[0], a[1], opts); err != nil {
 							return fromBus("adding project "+a[0], err)
@@ -55,16 +52,13 @@ survives reboots. Owners, modes, times, hard links, xattrs, ACLs,
 sockets and holes are kept. Sandboxes show it at PATH. A directory a
 process uses is refused, naming the processes and their units: stop them
 first. sandboxctl project release undoes it.`,
-				Flags: []ucli.Flag{
-					&ucli.StringSliceFlag{Name: "user", Usage: "a user (name or uid) who may use the project; repeatable (default: the directory's owner)"},
-					&ucli.StringSliceFlag{Name: "group", Usage: "a group (name or gid) whose members may use the project; repeatable"},
-				},
+				Flags: projectAccessFlags(),
 				Action: func(ctx context.Context, cmd *ucli.Command) error {
 					a, err := args(cmd, 2, 2)
 					if err != nil {
 						return err
 					}
-					opts := sbclient.ProjectOptions{Users: cmd.StringSlice("user"), Groups: cmd.StringSlice("group")}
+					opts := projectAccess(cmd)
 					return withClient(ctx, func(c *client) error {
 						if err := c.api.AdoptProject(ctx, a[0], a[1], opts); err != nil {
 							return fromBus("adopting "+a[1]+" as project "+a[0], err)
@@ -146,4 +140,16 @@ first. sandboxctl project release undoes it.`,
 			},
 		},
 	}
+}
+
+// projectAccessFlags are who may use a project add or adopt registers.
+func projectAccessFlags() []ucli.Flag {
+	return []ucli.Flag{
+		&ucli.StringSliceFlag{Name: "user", Usage: "a user (name or uid) who may use the project; repeatable (default: the directory's owner)"},
+		&ucli.StringSliceFlag{Name: "group", Usage: "a group (name or gid) whose members may use the project; repeatable"},
+	}
+}
+
+func projectAccess(cmd *ucli.Command) sbclient.ProjectOptions {
+	return sbclient.ProjectOptions{Users: cmd.StringSlice("user"), Groups: cmd.StringSlice("group")}
 }

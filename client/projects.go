@@ -20,6 +20,18 @@ type ProjectOptions struct {
 	Users, Groups []string
 }
 
+// wire is o as the options of AddProjectWithOptions and AdoptProject.
+func (o ProjectOptions) wire() map[string]dbus.Variant {
+	m := map[string]dbus.Variant{}
+	if len(o.Users) > 0 {
+		m[sandboxd1.OptUsers] = dbus.MakeVariant(o.Users)
+	}
+	if len(o.Groups) > 0 {
+		m[sandboxd1.OptGroups] = dbus.MakeVariant(o.Groups)
+	}
+	return m
+}
+
 // AddProject registers location, a btrfs subvolume or ZFS dataset of the
 // daemon's pool, as project name; it outlives a restart of the daemon.
 // Administrators only (ErrAccessDenied); a name taken is ErrExists.
@@ -29,14 +41,7 @@ func (c *Client) AddProject(ctx context.Context, name, location string, opts Pro
 		// The older method, which a daemon from before the options knows.
 		return c.callManager(ctx, op, sandboxd1.MethodAddProject, []any{name, location})
 	}
-	o := map[string]dbus.Variant{}
-	if len(opts.Users) > 0 {
-		o[sandboxd1.OptUsers] = dbus.MakeVariant(opts.Users)
-	}
-	if len(opts.Groups) > 0 {
-		o[sandboxd1.OptGroups] = dbus.MakeVariant(opts.Groups)
-	}
-	return c.callManager(ctx, op, sandboxd1.MethodAddProjectWithOptions, []any{name, location, o})
+	return c.callManager(ctx, op, sandboxd1.MethodAddProjectWithOptions, []any{name, location, opts.wire()})
 }
 
 // RemoveProject forgets a project AddProject registered; its files stay.
@@ -50,14 +55,7 @@ func (c *Client) RemoveProject(ctx context.Context, name string) error {
 // the host keeps seeing it at path, and sandboxes show it there.
 // Administrators only.
 func (c *Client) AdoptProject(ctx context.Context, name, path string, opts ProjectOptions) error {
-	o := map[string]dbus.Variant{}
-	if len(opts.Users) > 0 {
-		o[sandboxd1.OptUsers] = dbus.MakeVariant(opts.Users)
-	}
-	if len(opts.Groups) > 0 {
-		o[sandboxd1.OptGroups] = dbus.MakeVariant(opts.Groups)
-	}
-	return c.callManager(ctx, fmt.Sprintf("adopting %s as project %q", path, name), sandboxd1.MethodAdoptProject, []any{name, path, o})
+	return c.callManager(ctx, fmt.Sprintf("adopting %s as project %q", path, name), sandboxd1.MethodAdoptProject, []any{name, path, opts.wire()})
 }
 
 // ReleaseProject undoes AdoptProject: the path becomes a plain directory
