@@ -18,7 +18,7 @@ func projectCommand() *ucli.Command {
 				Name:      "add",
 				Usage:     "register a btrfs subvolume or a ZFS dataset as a project (administrators)",
 				ArgsUsage: "NAME LOCATION",
-				Flags: projectAccessFlags(),
+				Flags:     projectAccessFlags(),
 				Action: func(ctx context.Context, cmd *ucli.Command) error {
 					a, err := args(cmd, 2, 2)
 					if err != nil {
@@ -51,14 +51,17 @@ go into a volume of the pool, mounted back at PATH by a mount unit that
 survives reboots. Owners, modes, times, hard links, xattrs, ACLs,
 sockets and holes are kept. Sandboxes show it at PATH. A directory a
 process uses is refused, naming the processes and their units: stop them
-first. sandboxctl project release undoes it.`,
-				Flags: projectAccessFlags(),
+first, or give --restart-units to have their services stopped for the
+adoption and started again after. sandboxctl project release undoes it.`,
+				Flags: append(projectAccessFlags(), &ucli.BoolFlag{Name: "restart-units",
+					Usage: "stop the services whose processes use the directory for the adoption, and start them again"}),
 				Action: func(ctx context.Context, cmd *ucli.Command) error {
 					a, err := args(cmd, 2, 2)
 					if err != nil {
 						return err
 					}
 					opts := projectAccess(cmd)
+					opts.RestartUnits = cmd.Bool("restart-units")
 					return withClient(ctx, func(c *client) error {
 						if err := c.api.AdoptProject(ctx, a[0], a[1], opts); err != nil {
 							return fromBus("adopting "+a[1]+" as project "+a[0], err)

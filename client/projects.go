@@ -18,6 +18,9 @@ type ProjectOptions struct {
 	// Users are user names or uids; Groups group names or gids whose
 	// members may use it.
 	Users, Groups []string
+	// RestartUnits (AdoptProject only): the services whose processes use
+	// the directory are stopped for the adoption and started again.
+	RestartUnits bool
 }
 
 // wire is o as the options of AddProjectWithOptions and AdoptProject.
@@ -28,6 +31,9 @@ func (o ProjectOptions) wire() map[string]dbus.Variant {
 	}
 	if len(o.Groups) > 0 {
 		m[sandboxd1.OptGroups] = dbus.MakeVariant(o.Groups)
+	}
+	if o.RestartUnits {
+		m[sandboxd1.OptRestartUnits] = dbus.MakeVariant(true)
 	}
 	return m
 }

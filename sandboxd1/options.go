@@ -63,6 +63,9 @@ const (
 const (
 	OptUsers  = "Users"  // as
 	OptGroups = "Groups" // as
+	// OptRestartUnits (b, AdoptProject): the services whose processes
+	// use the directory are stopped for the adoption and started again.
+	OptRestartUnits = "RestartUnits"
 )
 
 // Options of Try's a{sv}, besides CreateSandbox's (Name is the prefix of

@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -28,10 +29,18 @@ import (
 	"github.com/sandboxd/sandboxd/units"
 )
 
+// AdoptOptions are who may use an adopted project (none: the directory's
+// owner), and whether the services that use the directory are stopped
+// for the adoption and started again after.
+type AdoptOptions struct {
+	Access       ProjectAccess
+	RestartUnits bool
+}
+
 // AdoptProject makes the directory at path project name, in place: the
-// host keeps it at path, and sandboxes show it there. access says who may
-// use it (none: the directory's owner).
-func (s *Supervisor) AdoptProject(ctx context.Context, name, path string, access ProjectAccess) (err error) {
+// host keeps it at path, and sandboxes show it there.
+func (s *Supervisor) AdoptProject(ctx context.Context, name, path string, o AdoptOptions) (err error) {
+	access := o.Access
 	defer func() { s.auditProject(ctx, "project-adopt", name, path, err) }()
 	what := fmt.Sprintf("adopting %s as project %q", path, name)
 	if err := checkNewProject(name, access); err != nil {
@@ -45,8 +54,25 @@ func (s *Supervisor) AdoptProject(ctx context.Context, name, path string, access
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	if held := holders(path); len(held) > 0 {
-		return fmt.Errorf("%s: it is in use by %s; stop them first (its files must not change while they move): %w",
-			what, strings.Join(held, ", "), ErrProjectInUse)
+		services, err := servicesOf(held)
+		if !o.RestartUnits || err != nil {
+			why := "stop them first, or ask for their services to be restarted around it"
+			if err != nil {
+				why = err.Error()
+			}
+			return fmt.Errorf("%s: it is in use by %s (its files must not change while they move); %s: %w", what, names(held), why, ErrProjectInUse)
+		}
+		// Stopped now, started again whatever happens.
+		for i, u := range services {
+			if err := s.cfg.Units.StopService(ctx, u); err != nil {
+				s.startServices(services[:i])
+				return fmt.Errorf("%s: %w", what, err)
+			}
+		}
+		defer s.startServices(services)
+		if held := holders(path); len(held) > 0 {
+			return fmt.Errorf("%s: still in use by %s once its services stopped: %w", what, names(held), ErrProjectInUse)
+		}
 	}
 	onPool, err := pm.OnPool(filepath.Dir(path))
 	if err != nil {
@@ -106,6 +132,34 @@ func (s *Supervisor) AdoptProject(ctx context.Context, name, path string, access
 	return nil
 }
 
+// servicesOf names the services of the holders, once each, or says why
+// one cannot be restarted (a process of no service: a login's, a
+// sandbox's).
+func servicesOf(held []holder) ([]string, error) {
+	var out []string
+	for _, h := range held {
+		if !strings.HasSuffix(h.unit, ".service") {
+			return nil, fmt.Errorf("%s is of no service sandboxd could stop and start", h.what)
+		}
+		if !slices.Contains(out, h.unit) {
+			out = append(out, h.unit)
+		}
+	}
+	return out, nil
+}
+
+// startServices starts the services stopped for an adoption, logging a
+// failure (the adoption's own result is the caller's).
+func (s *Supervisor) startServices(services []string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	for _, u := range services {
+		if err := s.cfg.Units.StartService(ctx, u); err != nil {
+			s.log.Error("starting a service again after an adoption", "unit", u, "error", err)
+		}
+	}
+}
+
 // adopt takes rec's adoption from copying to done.
 func (s *Supervisor) adopt(ctx context.Context, pm cowfs.ProjectMaker, rec *state.Project) error {
 	ad := rec.Adoption
@@ -122,7 +176,7 @@ func (s *Supervisor) adopt(ctx context.Context, pm cowfs.ProjectMaker, rec *stat
 	}
 	crashpoint.Hit(crashpoint.AdoptCopied)
 	if held := holders(ad.Path); len(held) > 0 {
-		return fmt.Errorf("it came into use while its files were copied, by %s: %w", strings.Join(held, ", "), ErrProjectInUse)
+		return fmt.Errorf("it came into use while its files were copied, by %s: %w", names(held), ErrProjectInUse)
 	}
 	ad.Phase = state.AdoptSwitching
 	if err := s.cfg.Store.UpdateProject(*rec); err != nil {
@@ -248,7 +302,7 @@ func (s *Supervisor) ReleaseProject(ctx context.Context, name string) (err error
 		return fmt.Errorf("%s: %v; root acts on it by name, so only root may be able to change it, up to /: %w", what, err, ErrInvalidProject)
 	}
 	if held := holders(ad.Path); len(held) > 0 {
-		return fmt.Errorf("%s: %s is in use by %s; stop them first: %w", what, ad.Path, strings.Join(held, ", "), ErrProjectInUse)
+		return fmt.Errorf("%s: %s is in use by %s; stop them first: %w", what, ad.Path, names(held), ErrProjectInUse)
 	}
 	// RemoveProject checks for sandboxes under the admission lock; the
 	// files move after, the project no longer known.

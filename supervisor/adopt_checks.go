@@ -153,16 +153,19 @@ func unescapeMount(s string) string {
 	return b.String()
 }
 
+// holder is a process that uses a directory: its description ("pid N
+// (comm) of unit U") and its unit ("" when none).
+type holder struct{ what, unit string }
+
 // holders names the processes that use what is under path: their working
-// directory or root there, or a file of it open or mapped, each as "pid
-// N (comm) of unit U".
-func holders(path string) []string {
+// directory or root there, or a file of it open or mapped.
+func holders(path string) []holder {
 	procs, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil
 	}
 	self := strconv.Itoa(os.Getpid())
-	var out []string
+	var out []holder
 	for _, p := range procs {
 		pid := p.Name()
 		if _, err := strconv.Atoi(pid); err != nil || pid == self {
@@ -171,11 +174,20 @@ func holders(path string) []string {
 		if usesPath("/proc/"+pid, path) {
 			out = append(out, describeProcess(pid))
 			if len(out) == 10 {
-				return append(out, "and maybe more")
+				return append(out, holder{what: "maybe more"})
 			}
 		}
 	}
 	return out
+}
+
+// names lists hs' descriptions.
+func names(hs []holder) string {
+	var s []string
+	for _, h := range hs {
+		s = append(s, h.what)
+	}
+	return strings.Join(s, ", ")
 }
 
 // usesPath says whether the process at dir (/proc/PID) uses path.
@@ -198,19 +210,25 @@ func usesPath(dir, path string) bool {
 	return false
 }
 
-// describeProcess is "pid N (comm) of unit U" for /proc/N.
-func describeProcess(pid string) string {
+// describeProcess is the holder /proc/N is: "pid N (comm) of unit U".
+func describeProcess(pid string) holder {
 	comm, _ := os.ReadFile("/proc/" + pid + "/comm")
-	d := fmt.Sprintf("pid %s (%s)", pid, strings.TrimSpace(string(comm)))
+	h := holder{what: fmt.Sprintf("pid %s (%s)", pid, strings.TrimSpace(string(comm)))}
 	cg, _ := os.ReadFile("/proc/" + pid + "/cgroup")
 	for _, line := range strings.Split(string(cg), "\n") {
-		if strings.HasPrefix(line, "0::") {
-			if u := filepath.Base(strings.TrimPrefix(line, "0::")); strings.Contains(u, ".") {
-				d += " of " + u
-			}
+		// The unified hierarchy's line, or (hybrid) systemd's own.
+		_, rest, ok := strings.Cut(line, "::")
+		if !ok {
+			_, rest, ok = strings.Cut(line, ":name=systemd:")
+		}
+		if u := filepath.Base(rest); ok && strings.Contains(u, ".") {
+			h.unit = u
 		}
 	}
-	return d
+	if h.unit != "" {
+		h.what += " of unit " + h.unit
+	}
+	return h
 }
 
 // roomFor checks that the filesystem of to has room for what dir holds.

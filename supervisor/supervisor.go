@@ -52,6 +52,10 @@ type Units interface {
 	// projects (adopt.go).
 	BindMount(ctx context.Context, what, where string) (string, error)
 	RemoveMount(ctx context.Context, where string) error
+	// StopService and StartService: the services that hold a directory
+	// being adopted, when asked to restart them.
+	StopService(ctx context.Context, name string) error
+	StartService(ctx context.Context, name string) error
 }
 
 // Config is what a Supervisor works with.

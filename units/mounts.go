@@ -121,3 +121,29 @@ func (m *Manager) RemoveMount(ctx context.Context, where string) error {
 	}
 	return nil
 }
+
+// StopService stops the service name and waits for its job.
+func (m *Manager) StopService(ctx context.Context, name string) error {
+	const op = "stopping service"
+	if err := CheckServiceName(name); err != nil {
+		return fmt.Errorf("%s %s: %w", op, name, err)
+	}
+	done := jobResult()
+	if _, err := m.conn.StopUnitContext(ctx, name, "replace", done); err != nil {
+		return wrap(op, name, err)
+	}
+	return waitJob(ctx, op, name, done)
+}
+
+// StartService starts the service name and waits for its job.
+func (m *Manager) StartService(ctx context.Context, name string) error {
+	const op = "starting service"
+	if err := CheckServiceName(name); err != nil {
+		return fmt.Errorf("%s %s: %w", op, name, err)
+	}
+	done := jobResult()
+	if _, err := m.conn.StartUnitContext(ctx, name, "replace", done); err != nil {
+		return wrap(op, name, err)
+	}
+	return waitJob(ctx, op, name, done)
+}

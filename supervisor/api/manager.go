@@ -168,11 +168,18 @@ func (m manager) AdoptProject(sender dbus.Sender, name, path string, opts map[st
 		return s.end(r, "", dbusError(sandboxd1.ErrorAccessDenied,
 			"adopting %s as project %q: uid %d may not add projects (only root and admins may: [access] admin_users, admin_groups)", path, name, r.who.uid))
 	}
+	restart := false
+	if v, ok := opts[sandboxd1.OptRestartUnits]; ok {
+		delete(opts, sandboxd1.OptRestartUnits)
+		if err := dbus.Store([]any{v.Value()}, &restart); err != nil {
+			return s.end(r, "", dbusError(sandboxd1.ErrorInvalidArgs, "adopting project %q: option %s: %v", name, sandboxd1.OptRestartUnits, err))
+		}
+	}
 	access, err := projectAccessOptions(opts)
 	if err != nil {
 		return s.end(r, "", dbusError(sandboxd1.ErrorInvalidArgs, "adopting project %q: %v", name, err))
 	}
-	if err := s.sup.AdoptProject(r.ctx, name, path, access); err != nil {
+	if err := s.sup.AdoptProject(r.ctx, name, path, supervisor.AdoptOptions{Access: access, RestartUnits: restart}); err != nil {
 		return s.end(r, "", fromSupervisor(err))
 	}
 	return s.end(r, "", nil)

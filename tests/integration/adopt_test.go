@@ -248,3 +248,44 @@ func TestKill9AtEachStepOfAnAdoption(t *testing.T) {
 	}
 	reconfigure(t, "")
 }
+
+// A directory a service uses is refused, naming the service; asked, the
+// service is stopped for the adoption and started again, on the adopted
+// directory.
+func TestAdoptRestartsTheServicesThatUseIt(t *testing.T) {
+	tb := install(t)
+	dir := filepath.Join(tb.Btrfs.Mount, "srv-held")
+	os.RemoveAll(dir)
+	plainTree(t, dir)
+	const unit = "adopt-holder.service"
+	// A service of a unit file (a transient one is gone once stopped).
+	unitFile := filepath.Join("/run/systemd/system", unit)
+	if err := os.WriteFile(unitFile, []byte("[Service]\nWorkingDirectory="+dir+"\nExecStart=/bin/sleep 600\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	testbed.MustRun(t, "systemctl", "daemon-reload")
+	testbed.MustRun(t, "systemctl", "start", unit)
+	t.Cleanup(func() {
+		exec.Command("systemctl", "stop", unit).Run()
+		os.Remove(unitFile)
+		exec.Command("systemctl", "daemon-reload").Run()
+		ctl(t, "", "project", "release", "held")
+		os.RemoveAll(dir)
+	})
+	fails(t, 5, "of unit "+unit, "project", "adopt", "held", dir)
+	ok(t, "project", "adopt", "--restart-units", "held", dir)
+	if st := strings.TrimSpace(string(must1(exec.Command("systemctl", "is-active", unit).Output()))); st != "active" {
+		t.Fatalf("%s after the adoption: %s, want active again", unit, st)
+	}
+	pid := strings.TrimSpace(testbed.MustRun(t, "systemctl", "show", "-P", "MainPID", unit))
+	var cwd, now unix.Stat_t
+	if err := unix.Stat("/proc/"+pid+"/cwd", &cwd); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Stat(dir, &now); err != nil {
+		t.Fatal(err)
+	}
+	if cwd.Ino != now.Ino || cwd.Dev != now.Dev {
+		t.Errorf("the restarted service works in the old directory (inode %d), not the adopted one (%d)", cwd.Ino, now.Ino)
+	}
+}
