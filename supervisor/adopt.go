@@ -251,6 +251,11 @@ func (s *Supervisor) reconcileAdoptions(ctx context.Context, recs []state.Projec
 			s.log.Error("an adoption was left half way, at a path others can change; left for an administrator", "project", rec.Name, "path", ad.Path, "error", err)
 			continue
 		}
+		if ad.Phase == state.AdoptReleasing {
+			err := s.release(ctx, rec)
+			s.log.Warn("a release was left half way by a crash; finished", "project", rec.Name, "path", ad.Path, "error", err)
+			continue
+		}
 		switched := false
 		if ad.Phase == state.AdoptSwitching {
 			if ad.How == state.AdoptSwap {
@@ -271,69 +276,6 @@ func (s *Supervisor) reconcileAdoptions(ctx context.Context, recs []state.Projec
 		}
 	}
 	return out
-}
-
-// ReleaseProject undoes the adoption of project name: its path becomes a
-// plain directory again holding the project's files as they are, and the
-// project is gone. It takes a project with no sandboxes.
-func (s *Supervisor) ReleaseProject(ctx context.Context, name string) (err error) {
-	p, ok := s.projects.get(name)
-	defer func() { s.auditProject(ctx, "project-release", name, p.At, err) }()
-	what := fmt.Sprintf("releasing project %q", name)
-	if !ok {
-		return fmt.Errorf("%s: %w", what, ErrUnknownProject)
-	}
-	recs, err := s.cfg.Store.Projects()
-	if err != nil {
-		return fmt.Errorf("%s: %w", what, err)
-	}
-	var rec state.Project
-	for _, r := range recs {
-		if r.Name == name {
-			rec = r
-		}
-	}
-	if rec.Adoption == nil {
-		return fmt.Errorf("%s: it was not adopted (remove it with `sandboxctl project remove`): %w", what, ErrInvalidProject)
-	}
-	pm, _ := s.cfg.Backend.(cowfs.ProjectMaker)
-	ad := rec.Adoption
-	if err := rootonly.Check(ad.Path); err != nil {
-		return fmt.Errorf("%s: %v; root acts on it by name, so only root may be able to change it, up to /: %w", what, err, ErrInvalidProject)
-	}
-	if held := holders(ad.Path); len(held) > 0 {
-		return fmt.Errorf("%s: %s is in use by %s; stop them first: %w", what, ad.Path, names(held), ErrProjectInUse)
-	}
-	// RemoveProject checks for sandboxes under the admission lock; the
-	// files move after, the project no longer known.
-	if err := s.RemoveProject(ctx, name); err != nil {
-		return err
-	}
-	if ad.How == state.AdoptSwap {
-		plain := filepath.Join(filepath.Dir(ad.Path), "."+filepath.Base(ad.Path)+".sandboxd-release")
-		if err := os.Mkdir(plain, 0o700); err != nil {
-			return fmt.Errorf("%s: %w", what, err)
-		}
-		if err := copyTree(ctx, ad.Path, plain, true); err != nil {
-			return fmt.Errorf("%s: %w", what, err)
-		}
-		if err := unix.Renameat2(unix.AT_FDCWD, plain, unix.AT_FDCWD, ad.Path, unix.RENAME_EXCHANGE); err != nil {
-			return fmt.Errorf("%s: swapping a plain directory in at %s: %w", what, ad.Path, err)
-		}
-		return pm.RemoveProject(ctx, plain)
-	}
-	if err := s.cfg.Units.RemoveMount(ctx, ad.Path); err != nil {
-		return fmt.Errorf("%s: %w", what, err)
-	}
-	// The directory under the mount holds the files as they were when
-	// adopted: it takes the project's as they are now.
-	if err := emptyDir(ctx, ad.Path); err != nil {
-		return fmt.Errorf("%s: %w", what, err)
-	}
-	if err := copyTree(ctx, rec.Location, ad.Path, false); err != nil {
-		return fmt.Errorf("%s: %w", what, err)
-	}
-	return pm.RemoveProject(ctx, rec.Location)
 }
 
 // copyTree copies what dir holds into to, keeping owners, modes, times,

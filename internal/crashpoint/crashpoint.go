@@ -53,6 +53,16 @@ const (
 // Adoption lists the adoption's crash points, in order.
 var Adoption = []string{AdoptCopied, AdoptSwitching, AdoptSwitched}
 
+// The steps of a release (supervisor ReleaseProject), in order.
+const (
+	ReleaseRecorded = "release-recorded" // recorded releasing, the project forgotten; no file moved
+	ReleaseCopied   = "release-copied"   // the plain copy is made (or the files are back under the path)
+	ReleaseSwitched = "release-switched" // the plain directory is at the path; the volume not yet removed
+)
+
+// Release lists the release's crash points, in order.
+var Release = []string{ReleaseRecorded, ReleaseCopied, ReleaseSwitched}
+
 // The steps of a create (supervisor Create), in order where the init
 // starts before the snapshots (btrfs); where the sandbox's volume is a
 // mount of its own (ZFS), the init starts after the sandbox's snapshot.

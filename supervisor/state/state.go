@@ -194,6 +194,9 @@ const (
 	// after a crash is read off the filesystem.
 	AdoptSwitching = "switching"
 	AdoptDone      = "done"
+	// AdoptReleasing: the project is forgotten, its files going back to
+	// a plain directory at Path; a daemon that starts finishes it.
+	AdoptReleasing = "releasing"
 )
 
 // Store is the open database.

@@ -289,3 +289,52 @@ func TestAdoptRestartsTheServicesThatUseIt(t *testing.T) {
 		t.Errorf("the restarted service works in the old directory (inode %d), not the adopted one (%d)", cwd.Ino, now.Ino)
 	}
 }
+
+// A kill -9 at each step of a release leaves, once the daemon is back, a
+// plain directory at the path with the project's files, the project
+// gone, and nothing of its volume or mount.
+func TestKill9AtEachStepOfARelease(t *testing.T) {
+	tb := install(t)
+	for _, c := range []struct{ name, dir string }{
+		{"release-swap", filepath.Join(tb.Btrfs.Mount, "srv-release")},
+		{"release-mount", "/srv/adopt-release"},
+	} {
+		for _, point := range crashpoint.Release {
+			t.Run(c.name+"/"+point, func(t *testing.T) {
+				os.RemoveAll(c.dir)
+				plainTree(t, c.dir)
+				t.Cleanup(func() { ctl(t, "", "project", "release", c.name); os.RemoveAll(c.dir) })
+				reconfigure(t, "")
+				ok(t, "project", "adopt", c.name, c.dir)
+				want := describe(t, c.dir)
+				reconfigure(t, "", crashpoint.Env+"="+point)
+				old := mainPID(t)
+				ctl(t, "", "project", "release", c.name) // the daemon dies under it
+				waitActive(t, old)
+				if got := describe(t, c.dir); got != want {
+					t.Fatalf("killed at %s: %s after the restart:\n%s\nwant:\n%s", point, c.dir, got, want)
+				}
+				if out, err := exec.Command("btrfs", "subvolume", "show", c.dir).CombinedOutput(); err == nil {
+					t.Errorf("killed at %s: %s is still a subvolume: %s", point, c.dir, out)
+				}
+				if mounted, _ := exec.Command("findmnt", "-n", c.dir).CombinedOutput(); len(mounted) > 0 {
+					t.Errorf("killed at %s: %s is still a mount point: %s", point, c.dir, mounted)
+				}
+				fails(t, 3, c.name, "create", c.name)
+				left, _ := filepath.Glob(filepath.Join(filepath.Dir(c.dir), "."+filepath.Base(c.dir)+".sandboxd-*"))
+				if vol := filepath.Join(tb.Btrfs.Mount, "sandboxd-adopted", c.name); exists(vol) {
+					left = append(left, vol)
+				}
+				if len(left) > 0 {
+					t.Errorf("killed at %s: left %v", point, left)
+				}
+			})
+		}
+	}
+	reconfigure(t, "")
+}
+
+func exists(p string) bool {
+	_, err := os.Lstat(p)
+	return err == nil
+}

@@ -1,0 +1,155 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandboxd/cowfs"
+	"github.com/sandboxd/sandboxd/internal/crashpoint"
+	"github.com/sandboxd/sandboxd/internal/rootonly"
+	"github.com/sandboxd/sandboxd/supervisor/state"
+)
+
+// ReleaseProject undoes the adoption of project name: its path becomes a
+// plain directory again holding the project's files as they are, and the
+// project is gone. It takes a project with no sandboxes. The project is
+// forgotten and the release recorded first: a daemon that starts after a
+// crash finishes it.
+func (s *Supervisor) ReleaseProject(ctx context.Context, name string) (err error) {
+	what := fmt.Sprintf("releasing project %q", name)
+	path := ""
+	defer func() { s.auditProject(ctx, "project-release", name, path, err) }()
+	s.admission.Lock()
+	rec, err := s.adoptedRecord(name)
+	if err != nil {
+		s.admission.Unlock()
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	ad := rec.Adoption
+	path = ad.Path
+	if err := rootonly.Check(ad.Path); err != nil {
+		s.admission.Unlock()
+		return fmt.Errorf("%s: %v; root acts on it by name, so only root may be able to change it, up to /: %w", what, err, ErrInvalidProject)
+	}
+	if held := holders(ad.Path); len(held) > 0 {
+		s.admission.Unlock()
+		return fmt.Errorf("%s: %s is in use by %s; stop them first: %w", what, ad.Path, names(held), ErrProjectInUse)
+	}
+	// Under the admission lock every create of it has recorded its
+	// intent, so none is missed, and none comes after.
+	if n, err := s.sandboxesOf(name); err != nil || n > 0 {
+		s.admission.Unlock()
+		if err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		return fmt.Errorf("%s: %d sandboxes of project %q exist; destroy them first: %w", what, n, name, ErrProjectInUse)
+	}
+	ad.Phase = state.AdoptReleasing
+	if err := s.cfg.Store.UpdateProject(rec); err != nil {
+		s.admission.Unlock()
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	s.projects.remove(name)
+	s.admission.Unlock()
+	crashpoint.Hit(crashpoint.ReleaseRecorded)
+	if err := s.release(ctx, rec); err != nil {
+		return fmt.Errorf("%s: %w (the next start of sandboxd finishes it)", what, err)
+	}
+	s.log.Info("project released", "ACTION", "project-release", "CALLER_UID", uidField(ctx), "project", name, "path", ad.Path)
+	return nil
+}
+
+// adoptedRecord is the record of adopted project name.
+func (s *Supervisor) adoptedRecord(name string) (state.Project, error) {
+	if _, ok := s.projects.get(name); !ok {
+		return state.Project{}, ErrUnknownProject
+	}
+	recs, err := s.cfg.Store.Projects()
+	if err != nil {
+		return state.Project{}, err
+	}
+	for _, r := range recs {
+		if r.Name == name && r.Adoption != nil {
+			return r, nil
+		}
+	}
+	return state.Project{}, fmt.Errorf("it was not adopted (remove it with `sandboxctl project remove`): %w", ErrInvalidProject)
+}
+
+// sandboxesOf counts the sandboxes of project name, in any state.
+func (s *Supervisor) sandboxesOf(name string) (int, error) {
+	recs, err := s.cfg.Store.List()
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, r := range recs {
+		if r.Project == name {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// release moves rec's files back into a plain directory at its path and
+// drops its record. Each step is one a crash may cut: run again, it
+// takes up from what the filesystem shows.
+func (s *Supervisor) release(ctx context.Context, rec state.Project) error {
+	ad := rec.Adoption
+	pm, ok := s.cfg.Backend.(cowfs.ProjectMaker)
+	if !ok {
+		return errors.New("the pool cannot remove a project volume at a path")
+	}
+	if ad.How == state.AdoptSwap {
+		plain := filepath.Join(filepath.Dir(ad.Path), "."+filepath.Base(ad.Path)+".sandboxd-release")
+		if vol, _ := pm.IsVolume(ad.Path); vol {
+			if err := os.RemoveAll(plain); err != nil { // a copy a crash cut short
+				return err
+			}
+			if err := os.Mkdir(plain, 0o700); err != nil {
+				return err
+			}
+			if err := copyTree(ctx, ad.Path, plain, true); err != nil {
+				return err
+			}
+			crashpoint.Hit(crashpoint.ReleaseCopied)
+			if err := unix.Renameat2(unix.AT_FDCWD, plain, unix.AT_FDCWD, ad.Path, unix.RENAME_EXCHANGE); err != nil {
+				return fmt.Errorf("swapping a plain directory in at %s: %w", ad.Path, err)
+			}
+		}
+		crashpoint.Hit(crashpoint.ReleaseSwitched)
+		if vol, _ := pm.IsVolume(plain); vol {
+			if err := pm.RemoveProject(ctx, plain); err != nil {
+				return err
+			}
+		}
+		return s.cfg.Store.DeleteProject(rec.Name)
+	}
+	if err := s.cfg.Units.RemoveMount(ctx, ad.Path); err != nil {
+		return err
+	}
+	if _, err := os.Lstat(rec.Location); err == nil {
+		// The directory under the mount holds the files as they were
+		// when adopted: it takes the project's as they are now.
+		if err := emptyDir(ctx, ad.Path); err != nil {
+			return err
+		}
+		if err := copyTree(ctx, rec.Location, ad.Path, false); err != nil {
+			return err
+		}
+		crashpoint.Hit(crashpoint.ReleaseCopied)
+		crashpoint.Hit(crashpoint.ReleaseSwitched)
+		if err := pm.RemoveProject(ctx, rec.Location); err != nil {
+			return err
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return s.cfg.Store.DeleteProject(rec.Name)
+}
