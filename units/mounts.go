@@ -65,11 +65,7 @@ func (m *Manager) BindMount(ctx context.Context, what, where string) (string, er
 	if _, _, err := m.conn.EnableUnitFilesContext(ctx, []string{name}, false, true); err != nil {
 		return name, wrap(op, name, err)
 	}
-	done := jobResult()
-	if _, err := m.conn.StartUnitContext(ctx, name, "replace", done); err != nil {
-		return name, wrap(op, name, err)
-	}
-	return name, waitJob(ctx, op, name, done)
+	return name, m.job(ctx, op, name, m.conn.StartUnitContext)
 }
 
 // mountDescription starts the Description of the units BindMount writes:
@@ -103,11 +99,7 @@ func (m *Manager) RemoveMount(ctx context.Context, where string) error {
 	if err := ours(path); err != nil {
 		return fmt.Errorf("%s: %w", op, err)
 	}
-	done := jobResult()
-	if _, err := m.conn.StopUnitContext(ctx, name, "replace", done); err != nil {
-		return wrap(op, name, err)
-	}
-	if err := waitJob(ctx, op, name, done); err != nil {
+	if err := m.job(ctx, op, name, m.conn.StopUnitContext); err != nil {
 		return err
 	}
 	if _, err := m.conn.DisableUnitFilesContext(ctx, []string{name}, false); err != nil {
@@ -128,11 +120,7 @@ func (m *Manager) StopService(ctx context.Context, name string) error {
 	if err := CheckServiceName(name); err != nil {
 		return fmt.Errorf("%s %s: %w", op, name, err)
 	}
-	done := jobResult()
-	if _, err := m.conn.StopUnitContext(ctx, name, "replace", done); err != nil {
-		return wrap(op, name, err)
-	}
-	return waitJob(ctx, op, name, done)
+	return m.job(ctx, op, name, m.conn.StopUnitContext)
 }
 
 // StartService starts the service name and waits for its job.
@@ -141,8 +129,14 @@ func (m *Manager) StartService(ctx context.Context, name string) error {
 	if err := CheckServiceName(name); err != nil {
 		return fmt.Errorf("%s %s: %w", op, name, err)
 	}
+	return m.job(ctx, op, name, m.conn.StartUnitContext)
+}
+
+// job runs a job of unit name that start queues (systemd's StartUnit,
+// StopUnit, ...), replacing any other, and waits for its result.
+func (m *Manager) job(ctx context.Context, op, name string, start func(context.Context, string, string, chan<- string) (int, error)) error {
 	done := jobResult()
-	if _, err := m.conn.StartUnitContext(ctx, name, "replace", done); err != nil {
+	if _, err := start(ctx, name, "replace", done); err != nil {
 		return wrap(op, name, err)
 	}
 	return waitJob(ctx, op, name, done)

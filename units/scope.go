@@ -169,11 +169,7 @@ func (m *Manager) Stop(ctx context.Context, name string) error {
 	if err := CheckScopeName(name); err != nil {
 		return fmt.Errorf("%s %s: %w", op, name, err)
 	}
-	done := jobResult()
-	if _, err := m.conn.StopUnitContext(ctx, name, "replace", done); err != nil {
-		return wrap(op, name, err)
-	}
-	return waitJob(ctx, op, name, done)
+	return m.job(ctx, op, name, m.conn.StopUnitContext)
 }
 
 // Kill sends sig to every process of the scope. The scope itself stays
