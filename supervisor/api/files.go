@@ -1,7 +1,9 @@
 package api
 
 import (
+	"errors"
 	"fmt"
+	"os"
 
 	"github.com/godbus/dbus/v5"
 
@@ -56,10 +58,7 @@ func (o sandboxObject) WriteFile(sender dbus.Sender, msg dbus.Message, path stri
 	if err != nil {
 		return s.end(r, id, dbusError(sandboxd1.ErrorInvalidArgs, "WriteFile: %v", err))
 	}
-	if err := s.sup.WriteFile(r.ctx, id, who, path, data, wo); err != nil {
-		return s.end(r, id, fromSupervisor(err))
-	}
-	return s.end(r, id, nil)
+	return s.end(r, id, fromSupervisorOrNil(s.sup.WriteFile(r.ctx, id, who, path, data, wo)))
 }
 
 // writeOptions reads WriteFile's and WriteFileFrom's options.
@@ -98,52 +97,56 @@ func writeOptions(uid uint32, options map[string]dbus.Variant) (supervisor.FileA
 // regular file into the caller's pipe (its write end), which the caller
 // reads meanwhile; Root reads as root of the sandbox's user namespace.
 func (o sandboxObject) ReadFileTo(sender dbus.Sender, msg dbus.Message, path string, pipe dbus.UnixFD, options map[string]dbus.Variant) (uint64, *dbus.Error) {
-	s := o.s
-	files, aerr := adoptPassed(msg, "ReadFileTo", pipe)
-	if aerr != nil {
-		return 0, aerr
-	}
-	defer files[0].Close()
-	r, id, derr := o.beginOn(sender, msg, sandboxd1.MethodReadFileTo)
-	if derr != nil {
-		return 0, derr
-	}
-	who := supervisor.FileAccess{UID: r.who.uid}
-	for name, v := range options {
-		if name != sandboxd1.OptRoot {
-			return 0, s.end(r, id, dbusError(sandboxd1.ErrorInvalidArgs, "ReadFileTo: unknown option %q (known: %s)", name, sandboxd1.OptRoot))
+	return o.stream(sender, msg, sandboxd1.MethodReadFileTo, pipe, func(r *request, id string, f *os.File) (uint64, error) {
+		who := supervisor.FileAccess{UID: r.who.uid}
+		for name, v := range options {
+			if name != sandboxd1.OptRoot {
+				return 0, optionError{fmt.Errorf("unknown option %q (known: %s)", name, sandboxd1.OptRoot)}
+			}
+			if err := dbus.Store([]any{v.Value()}, &who.AsRoot); err != nil {
+				return 0, optionError{fmt.Errorf("option %s (%s): %v", name, v.Signature(), err)}
+			}
 		}
-		if err := dbus.Store([]any{v.Value()}, &who.AsRoot); err != nil {
-			return 0, s.end(r, id, dbusError(sandboxd1.ErrorInvalidArgs, "ReadFileTo: option %s (%s): %v", name, v.Signature(), err))
-		}
-	}
-	n, err := s.sup.ReadFileTo(r.ctx, id, who, path, files[0])
-	if err != nil {
-		return 0, s.end(r, id, fromSupervisor(err))
-	}
-	return n, s.end(r, id, nil)
+		return o.s.sup.ReadFileTo(r.ctx, id, who, path, f)
+	})
 }
 
 // WriteFileFrom(s path, h pipe, a{sv} options) -> (t bytes) writes what
 // comes through the caller's pipe (its read end), to its end, into a
 // file, with WriteFile's options.
 func (o sandboxObject) WriteFileFrom(sender dbus.Sender, msg dbus.Message, path string, pipe dbus.UnixFD, options map[string]dbus.Variant) (uint64, *dbus.Error) {
+	return o.stream(sender, msg, sandboxd1.MethodWriteFileFrom, pipe, func(r *request, id string, f *os.File) (uint64, error) {
+		who, wo, err := writeOptions(r.who.uid, options)
+		if err != nil {
+			return 0, optionError{err}
+		}
+		return o.s.sup.WriteFileFrom(r.ctx, id, who, path, f, wo)
+	})
+}
+
+// optionError is a stream call's bad option: InvalidArgs.
+type optionError struct{ error }
+
+// stream is ReadFileTo's and WriteFileFrom's call: the caller's pipe
+// taken (and closed after), the call begun on the sandbox, do run.
+func (o sandboxObject) stream(sender dbus.Sender, msg dbus.Message, method string, pipe dbus.UnixFD,
+	do func(r *request, id string, f *os.File) (uint64, error)) (uint64, *dbus.Error) {
 	s := o.s
-	files, aerr := adoptPassed(msg, "WriteFileFrom", pipe)
+	files, aerr := adoptPassed(msg, method, pipe)
 	if aerr != nil {
 		return 0, aerr
 	}
 	defer files[0].Close()
-	r, id, derr := o.beginOn(sender, msg, sandboxd1.MethodWriteFileFrom)
+	r, id, derr := o.beginOn(sender, msg, method)
 	if derr != nil {
 		return 0, derr
 	}
-	who, wo, err := writeOptions(r.who.uid, options)
-	if err != nil {
-		return 0, s.end(r, id, dbusError(sandboxd1.ErrorInvalidArgs, "WriteFileFrom: %v", err))
-	}
-	n, err := s.sup.WriteFileFrom(r.ctx, id, who, path, files[0], wo)
-	if err != nil {
+	n, err := do(r, id, files[0])
+	var bad optionError
+	switch {
+	case errors.As(err, &bad):
+		return 0, s.end(r, id, dbusError(sandboxd1.ErrorInvalidArgs, "%s: %v", method, bad.error))
+	case err != nil:
 		return 0, s.end(r, id, fromSupervisor(err))
 	}
 	return n, s.end(r, id, nil)

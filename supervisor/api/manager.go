@@ -135,6 +135,54 @@ func (m manager) AddProjectWithOptions(sender dbus.Sender, name, location string
 }
 
 func (m manager) addProject(sender dbus.Sender, action, name, location string, opts map[string]dbus.Variant) *dbus.Error {
+	what := fmt.Sprintf("adding project %q", name)
+	return m.adminProject(sender, action, name, what, "add", func(ctx context.Context) *dbus.Error {
+		access, err := projectAccessOptions(opts)
+		if err != nil {
+			return dbusError(sandboxd1.ErrorInvalidArgs, "%s: %v", what, err)
+		}
+		return fromSupervisorOrNil(m.s.sup.AddProjectWith(ctx, name, location, access))
+	})
+}
+
+// AdoptProject(s name, s path, a{sv} options): makes the directory at
+// path project name where it lives; root and admins only.
+func (m manager) AdoptProject(sender dbus.Sender, name, path string, opts map[string]dbus.Variant) *dbus.Error {
+	what := fmt.Sprintf("adopting %s as project %q", path, name)
+	return m.adminProject(sender, sandboxd1.MethodAdoptProject, name, what, "add", func(ctx context.Context) *dbus.Error {
+		restart := false
+		if v, ok := opts[sandboxd1.OptRestartUnits]; ok {
+			delete(opts, sandboxd1.OptRestartUnits)
+			if err := dbus.Store([]any{v.Value()}, &restart); err != nil {
+				return dbusError(sandboxd1.ErrorInvalidArgs, "%s: option %s: %v", what, sandboxd1.OptRestartUnits, err)
+			}
+		}
+		access, err := projectAccessOptions(opts)
+		if err != nil {
+			return dbusError(sandboxd1.ErrorInvalidArgs, "%s: %v", what, err)
+		}
+		return fromSupervisorOrNil(m.s.sup.AdoptProject(ctx, name, path, supervisor.AdoptOptions{Access: access, RestartUnits: restart}))
+	})
+}
+
+// ReleaseProject(s name): undoes an adoption, leaving a plain directory
+// with the project's files where it was; root and admins only.
+func (m manager) ReleaseProject(sender dbus.Sender, name string) *dbus.Error {
+	return m.adminProject(sender, sandboxd1.MethodReleaseProject, name, fmt.Sprintf("releasing project %q", name), "remove",
+		func(ctx context.Context) *dbus.Error { return fromSupervisorOrNil(m.s.sup.ReleaseProject(ctx, name)) })
+}
+
+// RemoveProject(s name): unregisters a project added with AddProject that
+// has no sandboxes, leaving its files; root and admins only.
+func (m manager) RemoveProject(sender dbus.Sender, name string) *dbus.Error {
+	return m.adminProject(sender, "RemoveProject", name, fmt.Sprintf("removing project %q", name), "remove",
+		func(ctx context.Context) *dbus.Error { return fromSupervisorOrNil(m.s.sup.RemoveProject(ctx, name)) })
+}
+
+// adminProject runs do, a change of project name that only root and
+// admins may make (verb: "add" or "remove" projects), as call action;
+// what names it in the refusal.
+func (m manager) adminProject(sender dbus.Sender, action, name, what, verb string, do func(context.Context) *dbus.Error) *dbus.Error {
 	s := m.s
 	r, derr := s.begin(sender, action)
 	if derr != nil {
@@ -143,84 +191,17 @@ func (m manager) addProject(sender dbus.Sender, action, name, location string, o
 	r.project = name
 	if !r.who.admin {
 		return s.end(r, "", dbusError(sandboxd1.ErrorAccessDenied,
-			"adding project %q: uid %d may not add projects (only root and admins may: [access] admin_users, admin_groups)", name, r.who.uid))
+			"%s: uid %d may not %s projects (only root and admins may: [access] admin_users, admin_groups)", what, r.who.uid, verb))
 	}
-	access, err := projectAccessOptions(opts)
-	if err != nil {
-		return s.end(r, "", dbusError(sandboxd1.ErrorInvalidArgs, "adding project %q: %v", name, err))
-	}
-	if err := s.sup.AddProjectWith(r.ctx, name, location, access); err != nil {
-		return s.end(r, "", fromSupervisor(err))
-	}
-	return s.end(r, "", nil)
+	return s.end(r, "", do(r.ctx))
 }
 
-// AdoptProject(s name, s path, a{sv} options): makes the directory at
-// path project name where it lives; root and admins only.
-func (m manager) AdoptProject(sender dbus.Sender, name, path string, opts map[string]dbus.Variant) *dbus.Error {
-	s := m.s
-	r, derr := s.begin(sender, sandboxd1.MethodAdoptProject)
-	if derr != nil {
-		return derr
+// fromSupervisorOrNil is fromSupervisor of err, nil for none.
+func fromSupervisorOrNil(err error) *dbus.Error {
+	if err == nil {
+		return nil
 	}
-	r.project = name
-	if !r.who.admin {
-		return s.end(r, "", dbusError(sandboxd1.ErrorAccessDenied,
-			"adopting %s as project %q: uid %d may not add projects (only root and admins may: [access] admin_users, admin_groups)", path, name, r.who.uid))
-	}
-	restart := false
-	if v, ok := opts[sandboxd1.OptRestartUnits]; ok {
-		delete(opts, sandboxd1.OptRestartUnits)
-		if err := dbus.Store([]any{v.Value()}, &restart); err != nil {
-			return s.end(r, "", dbusError(sandboxd1.ErrorInvalidArgs, "adopting project %q: option %s: %v", name, sandboxd1.OptRestartUnits, err))
-		}
-	}
-	access, err := projectAccessOptions(opts)
-	if err != nil {
-		return s.end(r, "", dbusError(sandboxd1.ErrorInvalidArgs, "adopting project %q: %v", name, err))
-	}
-	if err := s.sup.AdoptProject(r.ctx, name, path, supervisor.AdoptOptions{Access: access, RestartUnits: restart}); err != nil {
-		return s.end(r, "", fromSupervisor(err))
-	}
-	return s.end(r, "", nil)
-}
-
-// ReleaseProject(s name): undoes an adoption, leaving a plain directory
-// with the project's files where it was; root and admins only.
-func (m manager) ReleaseProject(sender dbus.Sender, name string) *dbus.Error {
-	s := m.s
-	r, derr := s.begin(sender, sandboxd1.MethodReleaseProject)
-	if derr != nil {
-		return derr
-	}
-	r.project = name
-	if !r.who.admin {
-		return s.end(r, "", dbusError(sandboxd1.ErrorAccessDenied,
-			"releasing project %q: uid %d may not remove projects (only root and admins may: [access] admin_users, admin_groups)", name, r.who.uid))
-	}
-	if err := s.sup.ReleaseProject(r.ctx, name); err != nil {
-		return s.end(r, "", fromSupervisor(err))
-	}
-	return s.end(r, "", nil)
-}
-
-// RemoveProject(s name): unregisters a project added with AddProject that
-// has no sandboxes, leaving its files; root and admins only.
-func (m manager) RemoveProject(sender dbus.Sender, name string) *dbus.Error {
-	s := m.s
-	r, derr := s.begin(sender, "RemoveProject")
-	if derr != nil {
-		return derr
-	}
-	r.project = name
-	if !r.who.admin {
-		return s.end(r, "", dbusError(sandboxd1.ErrorAccessDenied,
-			"removing project %q: uid %d may not remove projects (only root and admins may: [access] admin_users, admin_groups)", name, r.who.uid))
-	}
-	if err := s.sup.RemoveProject(r.ctx, name); err != nil {
-		return s.end(r, "", fromSupervisor(err))
-	}
-	return s.end(r, "", nil)
+	return fromSupervisor(err)
 }
 
 // lookup returns the sandbox id if the caller may see it.
