@@ -36,6 +36,7 @@ then the host's defaults.`,
 			&ucli.StringFlag{Name: "network", Usage: "none (only loopback), allowlist (with --allow) or host"},
 			&ucli.StringSliceFlag{Name: "allow", Usage: "with --network allowlist: HOST:PORT it may reach (repeat it); *.example.com:443 and 10.0.0.0/8:* work"},
 			&ucli.BoolFlag{Name: "read-only-project", Usage: "it sees its project but cannot change it"},
+			&ucli.BoolFlag{Name: "boot", Usage: "run a systemd of its own: `sandboxctl exec S -- systemctl start nginx` starts the host's service on the sandbox's copies of its files"},
 		},
 		Action: func(ctx context.Context, cmd *ucli.Command) error {
 			a, err := args(cmd, 1, 1)
@@ -72,7 +73,7 @@ then the host's defaults.`,
 // client it is "not set", which is not what whoever typed it meant.
 func createOptions(cmd *ucli.Command) (sbclient.CreateOptions, error) {
 	opts := sbclient.CreateOptions{Name: cmd.String("name"), Profile: cmd.String("profile"), Network: cmd.String("network"),
-		Allow: cmd.StringSlice("allow"), ReadOnlyProject: cmd.Bool("read-only-project")}
+		Allow: cmd.StringSlice("allow"), ReadOnlyProject: cmd.Bool("read-only-project"), Boot: cmd.Bool("boot")}
 	for _, s := range []struct {
 		flag string
 		to   *sandboxd1.Size
@@ -170,7 +171,11 @@ func statusCommand() *ucli.Command {
 					detail = stalenessDetail(paths, base)
 				}
 			}
-			return printStatus(out, st, detail)
+			var system []string
+			if st.Boot {
+				system = systemText(sb.System(ctx))
+			}
+			return printStatus(out, st, detail, system...)
 		}),
 	}
 }
@@ -192,7 +197,7 @@ func plainProperties(props map[string]dbus.Variant) map[string]any {
 	return plain
 }
 
-func printStatus(out output, st sbclient.Status, stalenessText string) error {
+func printStatus(out output, st sbclient.Status, stalenessText string, system ...string) error {
 	if out.quiet {
 		return out.line("%s", st.State)
 	}
@@ -212,6 +217,9 @@ func printStatus(out output, st sbclient.Status, stalenessText string) error {
 	}
 	if st.ReadOnlyProject {
 		rows = append(rows, []string{"Project", "read-only"})
+	}
+	if len(system) == 2 {
+		rows = append(rows, []string{"System", system[0]}, []string{"Failed units", system[1]})
 	}
 	u, l := st.Usage, st.Limits
 	// Each a line: "USED of LIMIT (N%)" or "USED, no limit", then the
@@ -428,4 +436,17 @@ func stateText(state string, idle bool) string {
 		return "frozen (idle: the next command or connection to one of its ports thaws it)"
 	}
 	return state
+}
+
+// systemText is a booted sandbox's System as status shows it: its state
+// and its failed units (or why they could not be read).
+func systemText(state string, failed []string, err error) []string {
+	if err != nil {
+		return []string{"unknown: " + err.Error(), "unknown"}
+	}
+	units := "none"
+	if len(failed) > 0 {
+		units = strings.Join(failed, ", ")
+	}
+	return []string{state, units}
 }

@@ -91,6 +91,10 @@ type CreateOptions struct {
 	TTL time.Duration
 	// ReadOnlyProject: it sees its project but cannot change it.
 	ReadOnlyProject bool
+	// Boot: it runs a systemd of its own, on which `systemctl start`
+	// starts the host's services on its copies of their files (see
+	// Sandbox.System). It needs a user namespace and a network of its own.
+	Boot bool
 }
 
 // options are o as CreateSandbox's a{sv} (Try's too).
@@ -118,6 +122,7 @@ func (o CreateOptions) options() map[string]dbus.Variant {
 	set(sandboxd1.OptDiskQuota, uint64(o.DiskQuota), o.DiskQuota > 0)
 	set(sandboxd1.OptTTLUSec, micros(o.TTL), o.TTL > 0)
 	set(sandboxd1.OptReadOnlyProject, true, o.ReadOnlyProject)
+	set(sandboxd1.OptBoot, true, o.Boot)
 	return m
 }
 
@@ -166,4 +171,12 @@ func (s *Sandbox) Freeze(ctx context.Context) error {
 // Thaw lets a frozen sandbox's processes run again.
 func (s *Sandbox) Thaw(ctx context.Context) error {
 	return s.call(ctx, "thawing", sandboxd1.MethodThaw, nil)
+}
+
+// System is a booted sandbox's systemd's state ("running", "degraded",
+// "starting", "offline" once it has ended...) and its failed units.
+// ErrWrongState for a sandbox made without Boot.
+func (s *Sandbox) System(ctx context.Context) (state string, failed []string, err error) {
+	err = s.call(ctx, "reading the system of", sandboxd1.MethodSystemStatus, nil, &state, &failed)
+	return state, failed, err
 }

@@ -35,6 +35,8 @@ type Status struct {
 	Network         string   `json:"network"`
 	Allow           []string `json:"allow,omitempty"`
 	ReadOnlyProject bool     `json:"read_only_project,omitempty"`
+	// Boot: it runs a systemd of its own (Sandbox.System).
+	Boot bool `json:"boot,omitempty"`
 	// FrozenIdle: frozen for being idle; the next call that needs it
 	// thaws it.
 	FrozenIdle bool `json:"frozen_idle,omitempty"`
@@ -193,6 +195,7 @@ func decodeStatus(props map[string]dbus.Variant) (Status, error) {
 	d.get(sandboxd1.PropNetwork, &st.Network)
 	d.get(sandboxd1.PropAllow, &st.Allow)
 	d.get(sandboxd1.PropReadOnlyProject, &st.ReadOnlyProject)
+	d.get(sandboxd1.PropBoot, &st.Boot)
 	d.get(sandboxd1.PropFrozenIdle, &st.FrozenIdle)
 	d.get(sandboxd1.PropHostIDs, &st.HostIDs)
 	d.get(sandboxd1.PropStaleness, &st.Staleness)

@@ -63,6 +63,11 @@ const (
 	MethodCloseSession = "CloseSession"
 )
 
+// A booted sandbox's systemd (OptBoot): SystemStatus() → (s state, as
+// failed), systemctl is-system-running's word ("offline" once it has
+// ended) and the failed units. WrongState for a sandbox not booted.
+const MethodSystemStatus = "SystemStatus"
+
 // The file API (issue 19): done by the sandbox's init, in the sandbox's
 // view and as the caller (root of the sandbox's user namespace with the
 // Root option), so a path means what it means to the caller's commands:

@@ -20,6 +20,7 @@ const (
 	OptNetwork            = "Network"            // s: none, allowlist or host
 	OptAllow              = "Allow"              // as, host:port entries
 	OptReadOnlyProject    = "ReadOnlyProject"    // b
+	OptBoot               = "Boot"               // b: a systemd of its own (needs a user namespace)
 )
 
 // MinMemoryMax is the least MemoryMax a sandbox may have: its init, the

@@ -16,6 +16,7 @@ const (
 	PropProfile         = "Profile"         // s
 	PropLimits          = "Limits"          // a{sv}, under CreateSandbox's option names
 	PropNetwork         = "Network"         // s
+	PropBoot            = "Boot"            // b: it runs a systemd of its own
 	PropAllow           = "Allow"           // as
 	PropReadOnlyProject = "ReadOnlyProject" // b
 	// PropHostIDs: the first and last host id of its user namespace

@@ -36,6 +36,12 @@ type CreateOptions struct {
 	// ReadOnlyProject: the sandbox sees its project but cannot change it
 	// (nil: the profile's).
 	ReadOnlyProject *bool
+	// Boot: the sandbox runs a systemd of its own as its services' pid 1
+	// (the host's binary and units through the overlay; nothing starts
+	// but journald until asked), so that `systemctl start` starts the
+	// host's services on the sandbox's copies of their files. It needs a
+	// user namespace and a network of its own.
+	Boot bool
 
 	hidden, readOnly []string // the host's and the profile's
 	// gateHeld: the caller (a promotion's checks) holds the project's
@@ -76,6 +82,9 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 	}
 	if err := opts.Limits.Validate(); err != nil {
 		return sb, fmt.Errorf("creating a sandbox of %s: %w: %w", opts.Project, ErrInvalid, err)
+	}
+	if err := s.canBoot(opts); err != nil {
+		return sb, fmt.Errorf("creating a sandbox of %s: %w", opts.Project, err)
 	}
 	project, err := s.cfg.Backend.Project(ctx, location)
 	if err == nil {
@@ -141,6 +150,7 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 		Profile: opts.Profile, Created: now, Limits: limits, DiskQuota: opts.DiskQuota,
 		Network: opts.Network, Allow: opts.Allow, ReadOnlyProject: *opts.ReadOnlyProject,
 		Hidden: opts.hidden, ReadOnly: opts.readOnly, IDs: ids, NoCache: opts.noCache, Env: env,
+		Boot: opts.Boot,
 	}
 	if opts.TTL > 0 {
 		rec.Expires = now.Add(opts.TTL)
@@ -289,25 +299,22 @@ func (s *Supervisor) startScope(ctx context.Context, rec state.Record, limits un
 		init.Kill()
 		return fmt.Errorf("bounding the sandboxes of uid %d together: %w", rec.Owner, err)
 	}
-	built := make(chan error, 1)
-	go func() { built <- init.Build(ctx, spec, mounts) }()
-	scopeErr := s.cfg.Units.StartScope(ctx, units.Scope{
+	scope := units.Scope{
 		Name:        rec.Unit,
 		Description: fmt.Sprintf("sandboxd sandbox %s of %s", rec.ID, rec.Project),
 		PIDs:        []int{init.PID},
 		Slice:       units.OwnerSlice(rec.Owner),
 		Limits:      limits,
 		Devices:     units.SandboxDevices,
-	})
-	if err := <-built; err != nil || scopeErr != nil {
-		init.Kill()
-		if scopeErr == nil {
-			_ = s.stopScope(context.WithoutCancel(ctx), rec.Unit)
-		}
-		if err != nil {
-			return err // the init's account says more than the scope's
-		}
-		return scopeErr
+		Delegate:    rec.Boot,
+	}
+	if rec.Boot {
+		err = s.bootInScope(ctx, rec, scope, init, spec, mounts)
+	} else {
+		err = s.buildInScope(ctx, rec, scope, init, spec, mounts)
+	}
+	if err != nil {
+		return err
 	}
 	w := &world{pid: init.PID, cache: s.cacheMounted(rec.ID, init.PID)}
 	if err := s.startProxy(rec, w); err != nil {
@@ -319,6 +326,26 @@ func (s *Supervisor) startScope(ctx context.Context, rec state.Record, limits un
 	// Ports it exposed, after the daemon's start (a rollback or rebase
 	// kept them open: each connection finds the new init).
 	s.restorePorts(rec)
+	return nil
+}
+
+// buildInScope has init build its world while its scope starts: the two
+// at once, as systemd's job and the init's mounts take about as long. On
+// failure the init is killed and the scope stopped.
+func (s *Supervisor) buildInScope(ctx context.Context, rec state.Record, scope units.Scope, init *nsinit.Init, spec nsinit.Spec, mounts *nsinit.Mounts) error {
+	built := make(chan error, 1)
+	go func() { built <- init.Build(ctx, spec, mounts) }()
+	scopeErr := s.cfg.Units.StartScope(ctx, scope)
+	if err := <-built; err != nil || scopeErr != nil {
+		init.Kill()
+		if scopeErr == nil {
+			_ = s.stopScope(context.WithoutCancel(ctx), rec.Unit)
+		}
+		if err != nil {
+			return err // the init's account says more than the scope's
+		}
+		return scopeErr
+	}
 	return nil
 }
 

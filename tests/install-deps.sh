@@ -13,8 +13,10 @@ set -eu
 # libcap2-bin's setcap plants the file
 # capabilities a promotion must refuse; e2fsprogs makes the ext4 image
 # that holds the testbed root's upper layer; python3-dbus-next is the bus
-# library of the Python client (contrib/python), which its test drives.
-pkgs="btrfs-progs e2fsprogs zfs-fuse rsync util-linux mount systemd dbus iproute2 curl bash man-db rpm passwd diffutils openssh-client openssh-server python3 nodejs libcap2-bin python3-dbus-next"
+# library of the Python client (contrib/python), which its test drives;
+# nginx-light is the host's service a booted sandbox starts (disabled on
+# the host, as the testbed's systemd boots this machine's units).
+pkgs="btrfs-progs e2fsprogs zfs-fuse rsync util-linux mount systemd dbus iproute2 curl bash man-db rpm passwd diffutils openssh-client openssh-server python3 nodejs libcap2-bin python3-dbus-next nginx-light"
 need=""
 for pkg in $pkgs; do
 	dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need="$need $pkg"
@@ -44,4 +46,7 @@ case "$need" in
 esac
 case "$need" in
 *openssh-server*) systemctl disable --quiet ssh.service ssh.socket 2>/dev/null || true ;;
+esac
+case "$need" in
+*nginx-light*) systemctl disable --quiet nginx.service 2>/dev/null || true ;;
 esac

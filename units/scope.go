@@ -37,6 +37,9 @@ type Scope struct {
 	// only) but for these (DeviceAllow): whatever device node its
 	// processes find or make, they open nothing else.
 	Devices []Device
+	// Delegate: the scope's cgroup subtree is its processes' to manage
+	// (Delegate=yes): a booted sandbox's systemd makes its own below it.
+	Delegate bool
 }
 
 // Device is a DeviceAllow entry: a device node's path or a class
@@ -106,6 +109,9 @@ func (s Scope) properties() []sdbus.Property {
 		props = append(props,
 			sdbus.Property{Name: "DevicePolicy", Value: dbus.MakeVariant("closed")},
 			sdbus.Property{Name: "DeviceAllow", Value: dbus.MakeVariant(allow)})
+	}
+	if s.Delegate {
+		props = append(props, boolProp("Delegate", true))
 	}
 	return append(props, s.Limits.properties()...)
 }

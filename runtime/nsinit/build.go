@@ -13,70 +13,85 @@ import (
 // build makes the sandbox's world in the init's new namespaces and pivots
 // into it. It returns the control socket, bound at its host path before
 // the host's root goes out of sight.
-func build(spec *Spec, control *os.File, mounts *Mounts) (*net.UnixListener, *os.File, error) {
+func build(spec *Spec, control *os.File, mounts *Mounts) (*net.UnixListener, *os.File, *os.File, error) {
 	defer mounts.Close()
 	defer control.Close()
-	ln, logs, err := buildWorld(spec, control, mounts)
+	ln, logs, console, err := buildWorld(spec, control, mounts)
 	if err != nil && logs != nil {
 		logs.Close()
 	}
-	return ln, logs, err
+	return ln, logs, console, err
 }
 
 // buildWorld is build; it also returns the directory of background
 // processes' logs, on the system layer's volume (outside the overlay:
 // the sandbox does not see it; its disk quota counts it).
-func buildWorld(spec *Spec, control *os.File, mounts *Mounts) (*net.UnixListener, *os.File, error) {
+//
+// A booted sandbox's world also has its console, returned open for the
+// boot stage, and leaves /proc unmasked: systemd's own /proc, mounted in
+// its namespace and masked there, may be mounted only while the copy of
+// this one is fully visible (the kernel's mount_too_revealing). Commands
+// see systemd's; this one only the init does.
+func buildWorld(spec *Spec, control *os.File, mounts *Mounts) (ln *net.UnixListener, logs, console *os.File, err error) {
+	defer func() {
+		if err != nil && console != nil {
+			console.Close()
+			console = nil
+		}
+	}()
 	// Nothing mounted here may reach the host: the namespace's copy of
 	// the host's mounts stops sharing events with them first.
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-		return nil, nil, fmt.Errorf("making the sandbox's mounts private: %w", err)
+		return nil, nil, nil, fmt.Errorf("making the sandbox's mounts private: %w", err)
 	}
 	newRoot := spec.Dir + "/root"
 	var layer string
-	var err error
 	if mounts != nil {
 		newRoot, layer, err = mountIdmappedOverlay(spec, mounts)
 	} else {
 		layer, err = mountOverlay(spec, newRoot)
 	}
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	logs, err := openLogs(layer)
+	logs, err = openLogs(layer)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	r, err := openRoot(newRoot)
 	if err != nil {
-		return nil, logs, err
+		return nil, logs, nil, err
 	}
 	defer r.close()
 	scratch := scratchOptions(spec.ScratchSize)
+	procMasks := maskProc
+	if spec.Boot {
+		procMasks = func(*root) error { return nil }
+	}
 	for _, step := range []func(*root) error{
-		mountProc, func(r *root) error { return mountDev(r, scratch, spec.UserNS) }, maskProc,
+		mountProc, func(r *root) error { return mountDev(r, scratch, spec.UserNS) }, procMasks,
 		func(r *root) error { return mountSys(r, spec.UserNS && spec.Network == NetworkHost) }, maskSys,
 		func(r *root) error { return mountScratch(r, scratch) },
 	} {
 		if err := step(r); err != nil {
-			return nil, logs, err
+			return nil, logs, nil, err
 		}
 	}
 	for _, p := range spec.Hidden {
 		if err := hide(r, p); err != nil {
-			return nil, logs, err
+			return nil, logs, nil, err
 		}
 	}
 	if err := r.mkdirAll(spec.Project.Target, 0o755); err != nil {
-		return nil, logs, err
+		return nil, logs, nil, err
 	}
 	if mounts != nil {
 		// The daemon made it read-only (if asked) and without access times.
 		if err := attachInside(r, mounts.Project, spec.Project.Target); err != nil {
-			return nil, logs, fmt.Errorf("mounting the project: %w", err)
+			return nil, logs, nil, fmt.Errorf("mounting the project: %w", err)
 		}
 	} else if err := bindProject(r, spec.Project); err != nil {
-		return nil, logs, err
+		return nil, logs, nil, err
 	}
 	if err := mountCache(r, spec, mounts); err != nil {
 		// A convenience, never a reason to fail: the daemon sees it is
@@ -88,25 +103,30 @@ func buildWorld(spec *Spec, control *os.File, mounts *Mounts) (*net.UnixListener
 			continue // nothing there to protect
 		}
 		if err := r.bindInside(p, p, true); err != nil {
-			return nil, logs, err
+			return nil, logs, nil, err
 		}
 	}
-	ln, err := listen(control)
+	if spec.Boot {
+		if console, err = bootWorld(r, spec, layer); err != nil {
+			return nil, logs, nil, err
+		}
+	}
+	ln, err = listen(control)
 	if err != nil {
-		return nil, logs, err
+		return nil, logs, nil, err
 	}
 	if err := unix.Sethostname([]byte(spec.Hostname)); err != nil {
-		return nil, logs, fmt.Errorf("setting the hostname: %w", err)
+		return nil, logs, nil, fmt.Errorf("setting the hostname: %w", err)
 	}
 	if spec.Network != NetworkHost {
 		if err := loopbackUp(); err != nil {
-			return nil, logs, err
+			return nil, logs, nil, err
 		}
 	}
 	if err := pivot(r); err != nil {
-		return nil, logs, err
+		return nil, logs, nil, err
 	}
-	return ln, logs, nil
+	return ln, logs, console, nil
 }
 
 // bindProject binds the sandbox's copy of the project at its path.

@@ -93,16 +93,23 @@ const secbitsNoRoot = 1<<0 | 1<<1 | 1<<6 | 1<<7
 type forkersAsCaller struct {
 	mu sync.Mutex
 	by map[string]chan fork
+	// setup wraps what a new thread does (see server.threadSetup).
+	setup func(joined bool, become func() error) func() error
 }
 
-// fork forks f on the thread of id, which it starts the first time.
-func (fs *forkersAsCaller) fork(id identity, f fork) forked {
-	key := fmt.Sprint(id)
+// fork forks f on the thread of id (joined: in a booted sandbox's
+// systemd's namespaces), which it starts the first time.
+func (fs *forkersAsCaller) fork(id identity, joined bool, f fork) forked {
+	key := fmt.Sprint(id, joined)
 	fs.mu.Lock()
 	forks, ok := fs.by[key]
 	if !ok {
 		forks = make(chan fork)
-		if err := forkerThread(func() error { return becomeOnThisThread(id) }, forks); err != nil {
+		setup := func() error { return becomeOnThisThread(id) }
+		if fs.setup != nil {
+			setup = fs.setup(joined, setup)
+		}
+		if err := forkerThread(setup, forks); err != nil {
 			fs.mu.Unlock()
 			return forked{-1, err}
 		}

@@ -47,9 +47,37 @@ var cgroup2Roots = []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"}
 // NewCommandCgroup makes cgroup name beside the processes of init pid
 // (a child of its cgroup v2 cgroup, its sandbox's scope).
 func NewCommandCgroup(pid int, name string) (*CommandCgroup, error) {
+	parent, err := initCgroupDir(pid)
+	if err != nil {
+		return nil, err
+	}
+	dir := filepath.Join(parent, cgroupPrefix+name)
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("making the command's cgroup: %w", err)
+	}
+	cg := &CommandCgroup{path: dir}
+	if cg.Dir, err = os.OpenFile(dir, os.O_RDONLY|unix.O_DIRECTORY, 0); err == nil {
+		cg.Procs, err = os.OpenFile(dir+"/cgroup.procs", os.O_WRONLY, 0)
+	}
+	if err == nil {
+		cg.Kill, err = os.OpenFile(dir+"/cgroup.kill", os.O_WRONLY, 0)
+	}
+	if err == nil {
+		cg.ParentProcs, err = os.OpenFile(parent+"/cgroup.procs", os.O_WRONLY, 0)
+	}
+	if err != nil {
+		cg.Remove()
+		return nil, fmt.Errorf("opening the command's cgroup: %w", err)
+	}
+	return cg, nil
+}
+
+// initCgroupDir is the cgroup v2 directory of init pid: its sandbox's
+// scope, or the scope's supervisor/ in a booted sandbox.
+func initCgroupDir(pid int) (string, error) {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
 	if err != nil {
-		return nil, fmt.Errorf("reading the cgroup of the sandbox's init: %w", err)
+		return "", fmt.Errorf("reading the cgroup of the sandbox's init: %w", err)
 	}
 	var rel string
 	for line := range strings.Lines(string(data)) {
@@ -58,38 +86,57 @@ func NewCommandCgroup(pid int, name string) (*CommandCgroup, error) {
 		}
 	}
 	if rel == "" || rel == "/" {
-		return nil, fmt.Errorf("the sandbox's init is in no cgroup v2 of its own: %w", errors.ErrUnsupported)
+		return "", fmt.Errorf("the sandbox's init is in no cgroup v2 of its own: %w", errors.ErrUnsupported)
 	}
 	if strings.HasPrefix(filepath.Base(rel), cgroupPrefix) {
 		rel = filepath.Dir(rel) // left in a command's (see enter): its sandbox's is the parent
 	}
 	for _, root := range cgroup2Roots {
 		var fs unix.Statfs_t
-		if unix.Statfs(root, &fs) != nil || fs.Type != unix.CGROUP2_SUPER_MAGIC {
-			continue
+		if unix.Statfs(root, &fs) == nil && fs.Type == unix.CGROUP2_SUPER_MAGIC {
+			return filepath.Join(root, rel), nil
 		}
-		parent := filepath.Join(root, rel)
-		dir := filepath.Join(parent, cgroupPrefix+name)
-		if err := os.Mkdir(dir, 0o755); err != nil {
-			return nil, fmt.Errorf("making the command's cgroup: %w", err)
-		}
-		cg := &CommandCgroup{path: dir}
-		if cg.Dir, err = os.OpenFile(dir, os.O_RDONLY|unix.O_DIRECTORY, 0); err == nil {
-			cg.Procs, err = os.OpenFile(dir+"/cgroup.procs", os.O_WRONLY, 0)
-		}
-		if err == nil {
-			cg.Kill, err = os.OpenFile(dir+"/cgroup.kill", os.O_WRONLY, 0)
-		}
-		if err == nil {
-			cg.ParentProcs, err = os.OpenFile(parent+"/cgroup.procs", os.O_WRONLY, 0)
-		}
-		if err != nil {
-			cg.Remove()
-			return nil, fmt.Errorf("opening the command's cgroup: %w", err)
-		}
-		return cg, nil
 	}
-	return nil, fmt.Errorf("no cgroup v2 hierarchy mounted: %w", errors.ErrUnsupported)
+	return "", fmt.Errorf("no cgroup v2 hierarchy mounted: %w", errors.ErrUnsupported)
+}
+
+// Cgroups of a booted sandbox, under its scope: the init (and its
+// commands) in one, its systemd's delegated subtree in the other.
+const (
+	SupervisorCgroup = "supervisor"
+	PayloadCgroup    = "payload"
+)
+
+// BootCgroups makes a booted sandbox's cgroups under the scope of init
+// pid, moves the init into SupervisorCgroup, gives PayloadCgroup to
+// uid and gid (the sandbox's root on the host), as systemd's Delegate=
+// gives a service's user its subtree, and returns the payload's
+// cgroup.procs opened for writing: the boot stage moves itself through
+// it (the kernel checks a migration against the opener's credentials).
+func BootCgroups(pid int, uid, gid uint32) (*os.File, error) {
+	scope, err := initCgroupDir(pid)
+	if err != nil {
+		return nil, err
+	}
+	sup, payload := filepath.Join(scope, SupervisorCgroup), filepath.Join(scope, PayloadCgroup)
+	for _, d := range []string{sup, payload} {
+		if err := os.Mkdir(d, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+			return nil, fmt.Errorf("making the booted sandbox's cgroup %s: %w", d, err)
+		}
+	}
+	if err := os.WriteFile(sup+"/cgroup.procs", []byte(strconv.Itoa(pid)), 0); err != nil {
+		return nil, fmt.Errorf("moving the sandbox's init into %s: %w", sup, err)
+	}
+	for _, f := range []string{"", "/cgroup.procs", "/cgroup.threads", "/cgroup.subtree_control"} {
+		if err := os.Lchown(payload+f, int(uid), int(gid)); err != nil {
+			return nil, fmt.Errorf("delegating %s to the sandbox's root: %w", payload, err)
+		}
+	}
+	f, err := os.OpenFile(payload+"/cgroup.procs", os.O_WRONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("opening %s/cgroup.procs: %w", payload, err)
+	}
+	return f, nil
 }
 
 const cgroupPrefix = "command-"

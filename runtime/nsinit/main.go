@@ -19,6 +19,9 @@ import (
 // world, answers "ok" (or what failed) on fd 3, and then runs commands on
 // request until the sandbox's scope is stopped. It never returns.
 func Main() {
+	if os.Getenv(envInit) == envBoot {
+		bootStage()
+	}
 	// First: no one with the init's host uid (a block's, or nobody's for
 	// the probe) may ptrace it or read its memory while it starts.
 	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
@@ -35,12 +38,22 @@ func Main() {
 	// The memory limit's OOM killer must pick a command, never the init
 	// (whose end is the sandbox's), and no one may read its memory.
 	_ = os.WriteFile("/proc/self/oom_score_adj", []byte("-1000"), 0)
-	ln, logs, err := build(&spec, control, mounts)
+	ln, logs, console, err := build(&spec, control, mounts)
 	if err != nil {
 		fail(err)
 	}
 	s := newServer()
 	s.procs = newProcesses(logs)
+	if spec.Boot {
+		// Before any filter: the boot stage takes its own.
+		s.system, err = startSystem(&spec, spec.Payload, console)
+		spec.Payload.Close()
+		console.Close()
+		if err != nil {
+			fail(err)
+		}
+		s.watchSystem()
+	}
 	if err := s.startForker(); err != nil {
 		fail(err)
 	}
@@ -120,9 +133,12 @@ func readSpec(setup *os.File) (Spec, *os.File, *Mounts, error) {
 		if spec.CacheFD {
 			want++
 		}
+		if spec.Boot {
+			want++
+		}
 	}
-	if len(files) != want || spec.UserNS && spec.Lowers < 1 || spec.CacheFD && !spec.UserNS {
-		return fail(fmt.Errorf("want the control socket and, in a user namespace, %d lower layers, the system layer, the project and (if told) the cache as descriptors; got %d descriptors", spec.Lowers, len(files)))
+	if len(files) != want || spec.UserNS && spec.Lowers < 1 || (spec.CacheFD || spec.Boot) && !spec.UserNS {
+		return fail(fmt.Errorf("want the control socket and, in a user namespace, %d lower layers, the system layer, the project, (if told) the cache and (booted) the payload cgroup as descriptors; got %d descriptors", spec.Lowers, len(files)))
 	}
 	if !spec.UserNS {
 		return spec, files[0], nil, nil
@@ -131,6 +147,9 @@ func readSpec(setup *os.File) (Spec, *os.File, *Mounts, error) {
 	mounts := &Mounts{Lowers: m[:spec.Lowers], Layer: m[spec.Lowers], Project: m[spec.Lowers+1]}
 	if spec.CacheFD {
 		mounts.Cache = m[spec.Lowers+2]
+	}
+	if spec.Boot {
+		spec.Payload = files[len(files)-1]
 	}
 	return spec, files[0], mounts, nil
 }
@@ -160,6 +179,15 @@ var keptCaps = []uintptr{
 // are per thread: the caller is the locked thread that forks every command
 // (the seccomp filter and no_new_privs reach all threads).
 func lockdown() error {
+	if err := dropCapabilities(); err != nil {
+		return err
+	}
+	return seccomp.Install()
+}
+
+// dropCapabilities is lockdown's first half, on the calling thread: the
+// bounding set and the ambient set.
+func dropCapabilities() error {
 	last := lastCap()
 	keep := map[uintptr]bool{}
 	for _, c := range keptCaps {
@@ -176,5 +204,5 @@ func lockdown() error {
 	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
 		return fmt.Errorf("clearing ambient capabilities: %w", err)
 	}
-	return seccomp.Install()
+	return nil
 }

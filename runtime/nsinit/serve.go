@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandboxd/runtime/seccomp"
 )
 
 // server runs commands for the daemon. As pid 1 of the sandbox's PID
@@ -30,6 +32,16 @@ type server struct {
 	asCaller forkersAsCaller
 	// procs are the background processes (nil: none, in tests).
 	procs *processes
+	// system is a booted sandbox's systemd (nil: none). Forker threads
+	// join its namespaces, each with a filter of its own (the init's
+	// other threads must still setns); once it has ended, fallback forks
+	// in the init's own namespaces.
+	system   *system
+	fallback struct {
+		once  sync.Once
+		forks chan fork
+		err   error
+	}
 }
 
 func newServer() *server {
@@ -52,7 +64,57 @@ type forked struct {
 // startForker starts the one thread that forks commands, locked down
 // (lockdown) before its first fork: a fork's child starts with the
 // credentials of the thread that forked it.
-func (s *server) startForker() error { return forkerThread(lockdown, s.forks) }
+func (s *server) startForker() error {
+	if s.system == nil {
+		return forkerThread(lockdown, s.forks)
+	}
+	s.asCaller.setup = s.threadSetup
+	return forkerThread(s.threadSetup(true, dropCapabilities), s.forks)
+}
+
+// threadSetup is what a forker thread does before its first fork: join
+// the sandbox's systemd (if joined and it has one), take on its
+// credentials (become), and take the filter. Without a systemd the
+// filter is the whole init's already (lockdown, on the main forker).
+func (s *server) threadSetup(joined bool, become func() error) func() error {
+	if s.system == nil {
+		return become
+	}
+	return func() error {
+		if joined {
+			if err := s.system.join(); err != nil {
+				return err
+			}
+		}
+		if err := become(); err != nil {
+			return err
+		}
+		return seccomp.InstallThread()
+	}
+}
+
+// forkFor forks f: on the thread of the command's identity (asCaller:
+// uid 0 without capabilities), or the main forker, or, once the
+// sandbox's systemd has ended, in the init's own namespaces.
+func (s *server) forkFor(f fork, asCaller bool, id identity) forked {
+	joined := s.system == nil || !s.system.ended.Load()
+	if asCaller {
+		return s.asCaller.fork(id, joined, f)
+	}
+	if !joined {
+		s.fallback.once.Do(func() {
+			s.fallback.forks = make(chan fork)
+			s.fallback.err = forkerThread(s.threadSetup(false, dropCapabilities), s.fallback.forks)
+		})
+		if s.fallback.err != nil {
+			return forked{-1, s.fallback.err}
+		}
+		s.fallback.forks <- f
+		return <-f.done
+	}
+	s.forks <- f
+	return <-f.done
+}
 
 // forkerThread starts a thread, kept for good and locked to its goroutine
 // (its credentials are not the others'), that runs setup and then forks
@@ -325,16 +387,13 @@ func (s *server) start(req *Request, stdio []*os.File, cg *initCgroup) (_ *comma
 		}
 	}
 	f := fork{path: path, argv: req.Argv, attr: &syscall.ProcAttr{Dir: dir, Env: req.Env, Files: files, Sys: sys}, done: make(chan forked, 1)}
-	var r forked
-	if req.NoCapabilities && req.UID == 0 {
+	asCaller := req.NoCapabilities && req.UID == 0
+	if asCaller {
 		// The forking thread already is the command's user; setgroups
 		// in the child would need the capability it must not have.
 		sys.Credential = nil
-		r = s.asCaller.fork(req.identity(), f)
-	} else {
-		s.forks <- f
-		r = <-f.done
 	}
+	r := s.forkFor(f, asCaller, req.identity())
 	if cg != nil {
 		if cerr := cg.leave(); cerr != nil {
 			// Ended by pid then, sparing the init (see initCgroup.kill).

@@ -71,6 +71,13 @@ type Spec struct {
 	// CacheFD says is there.
 	Cache   string `json:"cache,omitempty"`
 	CacheFD bool   `json:"cache_fd,omitempty"`
+	// Boot: the sandbox runs a systemd of its own (boot.go), in payload/
+	// of its scope's cgroup, whose cgroup.procs Payload is (opened by the
+	// daemon for writing; it travels as the last descriptor). Only in a
+	// user namespace. LogDirs are made in its (hidden) /var/log.
+	Boot    bool     `json:"boot,omitempty"`
+	LogDirs []Dir    `json:"log_dirs,omitempty"`
+	Payload *os.File `json:"-"`
 }
 
 // CachePath is where a sandbox sees its owner's cache volume (pip, npm,
@@ -217,7 +224,7 @@ const envInit = "SANDBOXD_NSINIT"
 
 // IsInit reports whether this process was started by Start to be a
 // sandbox's init; its main function must then call Main and nothing else.
-func IsInit() bool { return os.Getenv(envInit) == "1" }
+func IsInit() bool { v := os.Getenv(envInit); return v == "1" || v == envBoot }
 
 // program names the request's command in errors and logs: its program
 // alone, quoted, as the rest of argv may hold secrets (tokens, passwords)

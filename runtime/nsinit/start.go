@@ -127,6 +127,12 @@ func (i *Init) Build(ctx context.Context, spec Spec, mounts *Mounts) error {
 		spec.CacheFD = mounts.Cache != nil
 		files = append(files, mounts.files()...)
 	}
+	if spec.Boot {
+		if mounts == nil || spec.Payload == nil {
+			return fmt.Errorf("building sandbox %s: a booted sandbox needs a user namespace and its payload cgroup", spec.ID)
+		}
+		files = append(files, spec.Payload)
+	}
 	conn, err := net.FileConn(i.setup)
 	if err != nil {
 		return fmt.Errorf("building sandbox %s: %w", spec.ID, err)

@@ -114,7 +114,7 @@ func TestProgramJumpsInRange(t *testing.T) {
 				for i := range nrs {
 					nrs[i] = 1000 + uint32(i)
 				}
-				p := program(arch, x32, nrs)
+				p := program(arch, x32, nrs, false)
 				if err := validate(p); err != nil {
 					t.Fatal(err)
 				}
@@ -145,7 +145,7 @@ func TestProgramSemantics(t *testing.T) {
 	if nativeArch == 0 {
 		t.Skipf("%s is not supported", runtime.GOARCH)
 	}
-	p := program(nativeArch, x32Bit, deniedNumbers(denied()))
+	p := program(nativeArch, x32Bit, deniedNumbers(denied()), false)
 	if err := validate(p); err != nil {
 		t.Fatal(err)
 	}

@@ -143,7 +143,10 @@ const (
 // The system call numbers of clone, clone3 and unshare are this
 // architecture's; arch is a parameter so that tests can build a filter for
 // a foreign one.
-func program(arch, x32 uint32, denied []uint32) []unix.SockFilter {
+//
+// allowNewUser lets clone and unshare make user namespaces (the boot
+// filter's systemd gives services user namespaces of their own).
+func program(arch, x32 uint32, denied []uint32, allowNewUser bool) []unix.SockFilter {
 	p := []unix.SockFilter{
 		stmt(ldAbs, offsetArch),
 		jump(jeq, arch, 1, 0),
@@ -159,15 +162,10 @@ func program(arch, x32 uint32, denied []uint32) []unix.SockFilter {
 	p = append(p,
 		jump(jeq, unix.SYS_CLONE3, 0, 1),
 		stmt(ret, retENOSYS),
-		// clone and unshare both take their flags in args[0] on the
-		// supported architectures. CLONE_NEWUSER is in the low word.
-		jump(jeq, unix.SYS_CLONE, 1, 0),
-		jump(jeq, unix.SYS_UNSHARE, 0, 4),
-		stmt(ldAbs, offsetArg0Low),
-		jump(jset, unix.CLONE_NEWUSER, 0, 1),
-		stmt(ret, retEPERM),
-		stmt(ret, retAllow),
 	)
+	if !allowNewUser {
+		p = append(p, newUserRule()...)
+	}
 	p = append(p, argFilters()...)
 	// The denied calls: blocks of up to maxBlock compares, each block
 	// jumping on a match to its own RET_ERRNO right after it. Within a
@@ -192,15 +190,69 @@ func program(arch, x32 uint32, denied []uint32) []unix.SockFilter {
 	return p
 }
 
+// newUserRule makes clone and unshare fail with EPERM when their flags
+// hold CLONE_NEWUSER. Both take their flags in args[0] on the supported
+// architectures; CLONE_NEWUSER is in the low word.
+func newUserRule() []unix.SockFilter {
+	return []unix.SockFilter{
+		jump(jeq, unix.SYS_CLONE, 1, 0),
+		jump(jeq, unix.SYS_UNSHARE, 0, 4),
+		stmt(ldAbs, offsetArg0Low),
+		jump(jset, unix.CLONE_NEWUSER, 0, 1),
+		stmt(ret, retEPERM),
+		stmt(ret, retAllow),
+	}
+}
+
 // Install sets PR_SET_NO_NEW_PRIVS and installs the sandbox's seccomp
 // filter on every thread of the calling process. Every process forked
 // afterwards inherits both. It fails on architectures other than amd64 and
 // arm64.
 func Install() error {
+	return install(program(nativeArch, x32Bit, deniedNumbers(denied()), false), true, unix.SECCOMP_FILTER_FLAG_TSYNC)
+}
+
+// InstallThread is Install for the calling thread alone (which must be
+// locked to its goroutine, for good): for a process whose other threads
+// must keep calls the filter denies (an init that joins a booted
+// sandbox's namespaces from each thread that forks commands).
+func InstallThread() error {
+	return install(program(nativeArch, x32Bit, deniedNumbers(denied()), false), true, 0)
+}
+
+// bootAllowed are the calls the boot filter lets through that the
+// commands' filter denies: a sandbox's systemd mounts its API file
+// systems and every service's namespace, and joins namespaces
+// (JoinsNamespaceOf=); PrivateUsers= makes user namespaces.
+var bootAllowed = map[string]bool{
+	"mount": true, "umount2": true, "pivot_root": true, "move_mount": true, "open_tree": true,
+	"open_tree_attr": true, "fsopen": true, "fsmount": true, "fsconfig": true, "fspick": true,
+	"mount_setattr": true, "setns": true,
+}
+
+// InstallBoot installs the boot filter, for a sandbox's systemd, on the
+// calling thread (locked, about to exec): the commands' filter but for
+// bootAllowed and new user namespaces, without no_new_privs (services'
+// setuid programs work as on the host). The caller must hold CAP_SYS_ADMIN
+// in its user namespace: its systemd's namespace, nested in the
+// sandbox's, where nothing of the host's is in reach but through the
+// init's mounts, which the kernel locks.
+func InstallBoot() error {
+	var list []syscallName
+	for _, s := range denied() {
+		if !bootAllowed[s.name] {
+			list = append(list, s)
+		}
+	}
+	return install(program(nativeArch, x32Bit, deniedNumbers(list), true), false, 0)
+}
+
+// install installs prog on the calling thread (and, with TSYNC in flags,
+// on every other), after no_new_privs if nnp.
+func install(prog []unix.SockFilter, nnp bool, flags uintptr) error {
 	if nativeArch == 0 {
 		return fmt.Errorf("installing the seccomp filter: architecture %s is not supported", runtime.GOARCH)
 	}
-	prog := program(nativeArch, x32Bit, deniedNumbers(denied()))
 	if len(prog) > unix.BPF_MAXINSNS {
 		return fmt.Errorf("installing the seccomp filter: the program has %d instructions, more than %d", len(prog), unix.BPF_MAXINSNS)
 	}
@@ -208,12 +260,13 @@ func Install() error {
 	// others, so both calls must run on the same thread.
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-		return fmt.Errorf("installing the seccomp filter: setting no_new_privs: %w", err)
+	if nnp {
+		if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+			return fmt.Errorf("installing the seccomp filter: setting no_new_privs: %w", err)
+		}
 	}
 	fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
-	r, _, errno := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER,
-		unix.SECCOMP_FILTER_FLAG_TSYNC, uintptr(unsafe.Pointer(&fprog)))
+	r, _, errno := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, flags, uintptr(unsafe.Pointer(&fprog)))
 	runtime.KeepAlive(prog)
 	if errno != 0 {
 		return fmt.Errorf("installing the seccomp filter: %w", errno)

@@ -66,6 +66,8 @@ var actions = map[string]action{
 	sandboxd1.MethodOpenSession:      {mutating: true},
 	sandboxd1.MethodEval:             {mutating: true},
 	sandboxd1.MethodCloseSession:     {mutating: true},
+	// It runs systemctl in the sandbox.
+	sandboxd1.MethodSystemStatus: {heavy: true},
 	// The file calls are heavy: each holds a thread of the sandbox's
 	// init, and up to 16 MiB of the daemon's memory (a list, an edit, an
 	// ay godbus decodes).

@@ -48,7 +48,7 @@ func fromSupervisor(err error) *dbus.Error {
 		name = sandboxd1.ErrorBusy
 	case errors.Is(err, supervisor.ErrNoPromotion):
 		name = sandboxd1.ErrorNoSuchPromotion
-	case errors.Is(err, supervisor.ErrNothingToPromote):
+	case errors.Is(err, supervisor.ErrNothingToPromote), errors.Is(err, supervisor.ErrNotBooted):
 		name = sandboxd1.ErrorWrongState
 	case errors.Is(err, supervisor.ErrAccessDenied):
 		name = sandboxd1.ErrorAccessDenied

@@ -154,6 +154,10 @@ const SandboxXML = xmlHeader + `<node>
    <arg type="a{sv}" name="options" direction="in"/>
    <arg type="s" name="process" direction="out"/>
   </method>
+  <method name="SystemStatus">
+   <arg type="s" name="state" direction="out"/>
+   <arg type="as" name="failed" direction="out"/>
+  </method>
   <method name="ListProcesses">
    <arg type="a(sasuttsii)" name="processes" direction="out"/>
   </method>
@@ -280,6 +284,9 @@ const SandboxXML = xmlHeader + `<node>
    <annotation name="org.freedesktop.DBus.Property.EmitsChangedSignal" value="const"/>
   </property>
   <property name="ReadOnlyProject" type="b" access="read">
+   <annotation name="org.freedesktop.DBus.Property.EmitsChangedSignal" value="const"/>
+  </property>
+  <property name="Boot" type="b" access="read">
    <annotation name="org.freedesktop.DBus.Property.EmitsChangedSignal" value="const"/>
   </property>
   <property name="HostIDs" type="au" access="read">

@@ -82,6 +82,10 @@ var options = map[string]option{
 		o.Allow = v.([]string)
 		return nil
 	}},
+	sandboxd1.OptBoot: {signature: "b", unit: "true or false", set: func(o *supervisor.CreateOptions, v any) error {
+		o.Boot = v.(bool)
+		return nil
+	}},
 	sandboxd1.OptReadOnlyProject: {signature: "b", unit: "true or false", set: func(o *supervisor.CreateOptions, v any) error {
 		o.ReadOnlyProject = new(v.(bool))
 		return nil

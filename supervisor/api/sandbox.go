@@ -169,6 +169,7 @@ func sandboxProps(sb supervisor.Sandbox, insp supervisor.Inspection) (map[string
 		"Profile":         dbus.MakeVariant(sb.Profile),
 		"Limits":          dbus.MakeVariant(limits),
 		"Network":         dbus.MakeVariant(sb.Network),
+		"Boot":            dbus.MakeVariant(sb.Boot),
 		"Allow":           dbus.MakeVariant(allow),
 		"ReadOnlyProject": dbus.MakeVariant(sb.ReadOnlyProject),
 		"HostIDs":         dbus.MakeVariant(hostIDs(sb.IDs)),

@@ -77,6 +77,8 @@ type Record struct {
 	Layer string `json:"layer,omitempty"`
 	// NoCache: it has no owner's cache (a promotion's check sandbox).
 	NoCache bool `json:"no_cache,omitempty"`
+	// Boot: it runs a systemd of its own (CreateOptions.Boot).
+	Boot bool `json:"boot,omitempty"`
 	// Env is its project's environment (KEY=value: its units' and its
 	// env entries), read when it was made: every command in it gets it,
 	// under the caller's own.

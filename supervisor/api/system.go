@@ -1,0 +1,25 @@
+package api
+
+import (
+	"github.com/godbus/dbus/v5"
+
+	"github.com/sandboxd/sandboxd/sandboxd1"
+)
+
+// SystemStatus() -> (s state, as failed): a booted sandbox's systemd's
+// state and failed units (sandboxd1.MethodSystemStatus).
+func (o sandboxObject) SystemStatus(sender dbus.Sender, msg dbus.Message) (string, []string, *dbus.Error) {
+	s := o.s
+	r, id, derr := o.beginOn(sender, msg, sandboxd1.MethodSystemStatus)
+	if derr != nil {
+		return "", nil, derr
+	}
+	st, err := s.sup.System(r.ctx, id, r.who.uid)
+	if err != nil {
+		return "", nil, s.end(r, id, fromSupervisor(err))
+	}
+	if st.Failed == nil {
+		st.Failed = []string{}
+	}
+	return st.State, st.Failed, s.end(r, id, nil)
+}
