@@ -41,6 +41,7 @@ var hints = []struct {
 	{client.ErrConflict, "the project changed the same paths since this sandbox was made: rebase the sandbox onto the project (the rebase tool), check the result, and promote again"},
 	{client.ErrBusy, "another promotion of the project is under way: try again once it ended"},
 	{client.ErrLimitReached, "a limit of the daemon's was reached: destroy sandboxes (or sessions, processes) you no longer need"},
+	{errNotBooted, "make a sandbox with sandbox_create and boot true to run services with systemctl in it"},
 	{client.ErrWrongState, "sandbox_status says the sandbox's state"},
 	{client.ErrExists, "choose another name"},
 	{client.ErrNotRunning, "sandboxd is not running on this host: an administrator must start it (systemctl start sandboxd)"},

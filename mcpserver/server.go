@@ -89,7 +89,7 @@ func (o Options) withDefaults() Options {
 // instructions tell a model, once, how the tools fit together.
 const instructions = `sandboxd gives you sandboxes: copy-on-write copies of a project, seen inside a view of this host's own system, with limits. Nothing you do in one reaches the host until it is promoted.
 
-Make one with sandbox_create (sandbox_list names the projects you may use), then work in it: exec runs a command and returns its output and exit status (a failing command is a result, not an error); file_read, file_write, file_edit and file_list work on its files (a relative path starts at the project's directory); spawn and logs run something in the background; repl keeps a python3, node or sh interpreter between calls. diff shows what you changed; checkpoint and rollback keep and restore states; try runs several approaches side by side. promote carries the changes into the project; a stage may need an administrator's approval, which no tool can give. Destroy sandboxes you no longer need.`
+Make one with sandbox_create (sandbox_list names the projects you may use), then work in it: exec runs a command and returns its output and exit status (a failing command is a result, not an error); file_read, file_write, file_edit and file_list work on its files (a relative path starts at the project's directory); spawn and logs run something in the background; repl keeps a python3, node or sh interpreter between calls. diff shows what you changed; checkpoint and rollback keep and restore states; try runs several approaches side by side. A sandbox made with boot runs a systemd of its own: exec with root runs systemctl start on the host's services (nginx, postgresql...) there, on the sandbox's copies of their files, and system_status says when its system is up and which units failed. promote carries the changes into the project; a stage may need an administrator's approval, which no tool can give. Destroy sandboxes you no longer need.`
 
 // server is the state behind the tools.
 type server struct {
@@ -127,6 +127,7 @@ func newServer(ctx context.Context, c *client.Client, opts Options) (*mcp.Server
 	s.addChangeTools(m)
 	s.addPromoteTools(m)
 	s.addReplTool(m)
+	s.addSystemTools(m)
 	return m, s
 }
 

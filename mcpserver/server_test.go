@@ -35,6 +35,7 @@ var wantHints = map[string]struct{ readOnly, destructive bool }{
 	"file_read": {true, false}, "file_write": {false, true}, "file_edit": {false, true}, "file_list": {true, false},
 	"diff": {true, false}, "checkpoint": {false, false}, "rollback": {false, true}, "rebase": {false, true},
 	"try": {false, true}, "promote": {false, true}, "promotion_status": {true, false}, "repl": {false, true},
+	"system_status": {true, false},
 }
 
 func TestToolsAndTheirAnnotations(t *testing.T) {
@@ -91,6 +92,8 @@ func TestBadInputIsRefused(t *testing.T) {
 		{"file_read", map[string]any{"sandbox": "x"}, "path"},
 		{"file_read", map[string]any{"sandbox": "x", "path": "a", "max_bytes": "ten"}, "max_bytes"},
 		{"sandbox_list", map[string]any{"all": true}, "all"},
+		{"system_status", map[string]any{}, "sandbox"},
+		{"sandbox_create", map[string]any{"project": "web", "boot": "yes"}, "boot"},
 	} {
 		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: tc.name, Arguments: tc.args})
 		if err != nil {

@@ -21,6 +21,7 @@ type createIn struct {
 	Allow   []string `json:"allow,omitempty" jsonschema:"with network allowlist: what it may reach, as host:port, *.example.com:443 or 10.0.0.0/8:*"`
 	Memory  string   `json:"memory,omitempty" jsonschema:"its memory limit, as 512M or 2G"`
 	TTL     int      `json:"ttl_minutes,omitempty" jsonschema:"destroy it after this many minutes"`
+	Boot    bool     `json:"boot,omitempty" jsonschema:"run a systemd of its own, to run the host's services in it (exec with root: systemctl start nginx) on its copies of their files; wait until system_status says running or degraded; not with network host"`
 }
 
 type sandboxOut struct {
@@ -52,6 +53,7 @@ type statusOut struct {
 	Network         string            `json:"network" jsonschema:"none, allowlist or host"`
 	Allow           []string          `json:"allow,omitempty" jsonschema:"what an allowlist lets through"`
 	ReadOnlyProject bool              `json:"read_only_project,omitempty"`
+	Boot            bool              `json:"boot,omitempty" jsonschema:"it runs a systemd of its own (system_status)"`
 	FrozenIdle      bool              `json:"frozen_idle,omitempty" jsonschema:"frozen for being idle: the next call thaws it"`
 	Staleness       string            `json:"staleness" jsonschema:"current, or stale when the project moved on since the sandbox was made"`
 	Limits          limitsOut         `json:"limits"`
@@ -87,13 +89,13 @@ type destroyOut struct {
 
 func (s *server) addSandboxTools(m *mcp.Server) {
 	add(s, m, &mcp.Tool{Name: "sandbox_create", Annotations: additive("Create a sandbox"),
-		Description: "Make a sandbox: a copy-on-write copy of a project (instant, whatever its size), seen inside a view of this host's system, with limits. Returns its status; its id or name is what the other tools take."},
+		Description: "Make a sandbox: a copy-on-write copy of a project (instant, whatever its size), seen inside a view of this host's system, with limits; with boot, it runs a systemd of its own, to run the host's services in. Returns its status; its id or name is what the other tools take."},
 		s.create)
 	add(s, m, &mcp.Tool{Name: "sandbox_list", Annotations: readOnly("List sandboxes and projects"),
 		Description: "List the sandboxes you may use, and the projects you may make sandboxes of."},
 		s.list)
 	add(s, m, &mcp.Tool{Name: "sandbox_status", Annotations: readOnly("Sandbox status"),
-		Description: "Show a sandbox's state, network policy, limits, usage, checkpoints, and whether its project moved on since it was made."},
+		Description: "Show a sandbox's state, network policy, limits, usage, checkpoints, whether it was made with boot, and whether its project moved on since it was made."},
 		s.status)
 	add(s, m, &mcp.Tool{Name: "sandbox_destroy", Annotations: destructive("Destroy a sandbox"),
 		Description: "Destroy a sandbox: its processes are stopped and its files deleted. What was not promoted is lost."},
@@ -101,7 +103,7 @@ func (s *server) addSandboxTools(m *mcp.Server) {
 }
 
 func (s *server) create(ctx context.Context, in createIn) (statusOut, error) {
-	opts := client.CreateOptions{Name: in.Name, Profile: in.Profile, Network: in.Network, Allow: in.Allow}
+	opts := client.CreateOptions{Name: in.Name, Profile: in.Profile, Network: in.Network, Allow: in.Allow, Boot: in.Boot}
 	switch in.Network {
 	case "", client.NetworkNone, client.NetworkAllowlist, client.NetworkHost:
 	default:
@@ -167,7 +169,7 @@ func (s *server) statusOf(ctx context.Context, sb *client.Sandbox) (statusOut, e
 		sandboxOut: sandboxOut{ID: st.ID, Name: st.Name, Project: st.Project, State: st.State, Owner: st.Owner,
 			Created: timeText(st.Created)},
 		Expires: timeText(st.Expires), Path: st.Path, Profile: st.Profile, Network: st.Network, Allow: st.Allow,
-		ReadOnlyProject: st.ReadOnlyProject, FrozenIdle: st.FrozenIdle, Staleness: st.Staleness,
+		ReadOnlyProject: st.ReadOnlyProject, Boot: st.Boot, FrozenIdle: st.FrozenIdle, Staleness: st.Staleness,
 		Limits: limitsOf(st.Limits), Usage: usageOf(st.Usage), Checkpoints: []checkpointEntry{},
 	}
 	for _, cp := range cps {

@@ -228,21 +228,41 @@ func (s *Supervisor) projectRollbackPoint(ctx context.Context, project, base, so
 		_ = s.cfg.Backend.Delete(context.WithoutCancel(ctx), rp)
 		return rp, nil, fmt.Errorf("listing the project's changes since the base: %w", err)
 	}
+	versions := []string{source.Path}
+	if earlier != nil {
+		versions = append(versions, earlier.Path)
+	}
+	paths, err := realConflicts(promote.Conflicts(changes, theirs), rp.Path, base.Path, versions...)
+	if err != nil {
+		_ = s.cfg.Backend.Delete(context.WithoutCancel(ctx), rp)
+		return rp, nil, err
+	}
+	return rp, paths, nil
+}
+
+// realConflicts are the paths of conflicts whose version in target (a
+// tree) is neither one of versions' (the sandbox's own: both sides made
+// the same change) nor base's (the target's change was undone since: a
+// failed promotion put the file back).
+func realConflicts(conflicts []promote.Conflict, target, base string, versions ...string) ([]string, error) {
 	var paths []string
-	for _, c := range promote.Conflicts(changes, theirs) {
-		same, err := promote.Same(rp.Path, source.Path, c.Path)
-		if err == nil && !same && earlier != nil {
-			same, err = promote.Same(rp.Path, earlier.Path, c.Path)
-		}
-		if err != nil {
-			_ = s.cfg.Backend.Delete(context.WithoutCancel(ctx), rp)
-			return rp, nil, fmt.Errorf("comparing %s in the project and the sandbox: %w", c.Path, err)
+	all := append(versions[:len(versions):len(versions)], base)
+	for _, c := range conflicts {
+		same := false
+		for _, v := range all {
+			var err error
+			if same, err = promote.Same(target, v, c.Path); err != nil {
+				return nil, fmt.Errorf("comparing %s in the project and the sandbox: %w", c.Path, err)
+			}
+			if same {
+				break
+			}
 		}
 		if !same {
 			paths = append(paths, c.Path)
 		}
 	}
-	return rp, paths, nil
+	return paths, nil
 }
 
 // runPromotion runs the promotion's stages from the first that is not

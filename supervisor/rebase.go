@@ -165,15 +165,9 @@ func (s *Supervisor) Rebase(ctx context.Context, id string) (sb Sandbox, err err
 	if err != nil {
 		return sb, fmt.Errorf("%s: %w", what, err)
 	}
-	var conflicts []string
-	for _, c := range promote.Conflicts(changes, theirs) {
-		same, err := promote.Same(newBase.Path, src.Path, c.Path)
-		if err != nil {
-			return sb, fmt.Errorf("%s: %w", what, err)
-		}
-		if !same {
-			conflicts = append(conflicts, c.Path)
-		}
+	conflicts, err := realConflicts(promote.Conflicts(changes, theirs), newBase.Path, oldBase.Path, src.Path)
+	if err != nil {
+		return sb, fmt.Errorf("%s: %w", what, err)
 	}
 	if len(conflicts) > 0 {
 		return sb, fmt.Errorf("%s: the project changed these paths since the sandbox's base, and so did the sandbox: %s: %w",

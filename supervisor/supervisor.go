@@ -133,6 +133,7 @@ type Supervisor struct {
 	gate      projectGate
 	promos    promotionRuns // running in the background; Close waits for them
 	userns    usernsState
+	stateDirs stateDirCache
 	ports     portTable // exposed on the host (ports.go)
 	procHooks processHooks
 	sessions  sessions

@@ -290,6 +290,44 @@ class Exec(SandboxdTest):
         self.assertEqual(self.sh(sb, "echo after"), "after\n")
 
 
+class Boot(SandboxdTest):
+    """Sandboxes with a systemd of their own (create's boot)."""
+
+    def wait_system(self, sb: Sandbox) -> tuple[str, list[str]]:
+        """The system's state and failed units once it is up."""
+        deadline = time.monotonic() + 30
+        while True:
+            state, failed = sb.system()
+            if state in ("running", "degraded"):
+                return state, failed
+            self.assertLess(time.monotonic(), deadline, f"the booted sandbox's system is still {state!r} after 30 s")
+            time.sleep(0.1)
+
+    def test_a_booted_sandbox_runs_the_hosts_nginx(self) -> None:
+        sb = self.sandbox(boot=True)
+        self.assertTrue(sb.status().boot)
+        self.assertEqual(self.wait_system(sb), ("running", []))
+        curl = ["curl", "-s", "http://127.0.0.1/"]
+        self.assertFalse(sb.exec(curl, root=True).ok, "a server answered before nginx was started")  # the control
+        started = sb.exec(["systemctl", "start", "nginx"], root=True)
+        self.assertTrue(started.ok, started)
+        page = sb.exec(curl, root=True)
+        self.assertTrue(page.ok, page)
+        self.assertIn(b"nginx", page.stdout)
+        unit = f"py-boot-fails-{TAG}"
+        sb.exec(["systemd-run", f"--unit={unit}", "--wait", "/bin/false"], root=True)
+        state, failed = sb.system()
+        self.assertEqual(state, "degraded")
+        self.assertIn(f"{unit}.service", failed)
+
+    def test_the_system_of_a_sandbox_not_booted_is_wrong_state(self) -> None:
+        sb = self.sandbox()
+        self.assertFalse(sb.status().boot)
+        with self.assertRaises(sandboxd.WrongState) as e:
+            sb.system()
+        self.assertIn("not created with boot", e.exception.message)
+
+
 class Try(SandboxdTest):
     def test_try_runs_variants_and_keeps_the_winner(self) -> None:
         prefix = f"pytry-{TAG}"

@@ -40,15 +40,6 @@ import (
 //     and filter. Once systemd has ended they are forked in the init's
 //     own namespaces.
 
-// Dir is a directory to make in the sandbox, with its owners (ids inside)
-// and mode.
-type Dir struct {
-	Path string `json:"path"`
-	Mode uint32 `json:"mode"`
-	UID  uint32 `json:"uid"`
-	GID  uint32 `json:"gid"`
-}
-
 // BootTarget is the unit a booted sandbox's systemd starts: sysinit's
 // few units that act on the sandbox alone, journald and sockets. The
 // host's enabled services do not start; `systemctl start` names what
@@ -317,24 +308,11 @@ func writeBootUnits() error {
 // expect theirs (nginx's error.log). Only paths below /var/log are made.
 func makeLogDirs(r *root, dirs []Dir) error {
 	for _, d := range dirs {
-		p := filepath.Clean(d.Path)
-		if p != d.Path || !strings.HasPrefix(p, "/var/log/") {
+		if p := filepath.Clean(d.Path); p != d.Path || !strings.HasPrefix(p, "/var/log/") {
 			return fmt.Errorf("log directory %q is not below /var/log", d.Path)
 		}
-		if err := r.mkdirAll(p, 0o755); err != nil {
-			return err
-		}
-		err := r.at(p, func(path string) error {
-			if err := unix.Lchown(path, int(d.UID), int(d.GID)); err != nil {
-				return err
-			}
-			return unix.Chmod(path, d.Mode&0o7777)
-		})
-		if err != nil {
-			return fmt.Errorf("making log directory %s: %w", p, err)
-		}
 	}
-	return nil
+	return makeDirs(r, dirs)
 }
 
 // bootWorld is what build adds for a booted sandbox, before the pivot:

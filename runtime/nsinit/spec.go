@@ -78,6 +78,10 @@ type Spec struct {
 	Boot    bool     `json:"boot,omitempty"`
 	LogDirs []Dir    `json:"log_dirs,omitempty"`
 	Payload *os.File `json:"-"`
+	// StateDirs are the host's directories a sandbox in a user namespace
+	// cannot read (a service's 0700 state), made empty in its layer
+	// (makeStateDirs).
+	StateDirs []Dir `json:"state_dirs,omitempty"`
 }
 
 // CachePath is where a sandbox sees its owner's cache volume (pip, npm,

@@ -73,6 +73,17 @@ func mountIdmappedOverlay(spec *Spec, m *Mounts) (newRoot, layerDir string, err 
 			return "", "", fmt.Errorf("making the system layer: %w", err)
 		}
 	}
+	if len(spec.StateDirs) > 0 {
+		r, err := openRoot(upper)
+		if err != nil {
+			return "", "", err
+		}
+		err = makeStateDirs(r, spec.StateDirs)
+		r.close()
+		if err != nil {
+			return "", "", fmt.Errorf("making the state directories the sandbox may not read: %w", err)
+		}
+	}
 	newRoot = base + "/root"
 	if err := os.Mkdir(newRoot, 0o700); err != nil {
 		return "", "", fmt.Errorf("making the root's mountpoint: %w", err)

@@ -17,10 +17,10 @@ import (
 // bootSandbox makes a booted sandbox of web, destroyed at the end, and
 // waits for its systemd to be up; it returns the id and how long that
 // took from the create.
-func bootSandbox(t *testing.T, args ...string) (string, time.Duration) {
+func bootSandbox(t *testing.T, project string, args ...string) (string, time.Duration) {
 	t.Helper()
 	begin := time.Now()
-	id := strings.TrimSpace(ok(t, append(append([]string{"create", "--quiet", "--boot"}, args...), "web")...))
+	id := strings.TrimSpace(ok(t, append(append([]string{"create", "--quiet", "--boot"}, args...), project)...))
 	t.Cleanup(func() { ctl(t, "", "destroy", id) })
 	state := ""
 	for time.Since(begin) < 20*time.Second {
@@ -73,7 +73,7 @@ func TestABootedSandboxRunsTheHostsNginx(t *testing.T) {
 	if hostListens(t, "80") {
 		t.Fatal("something listens on the host's port 80 before the test: the check below would mean nothing")
 	}
-	id, took := bootSandbox(t)
+	id, took := bootSandbox(t, "web")
 	t.Logf("create --boot to a running systemd: %v", took)
 	if state, failed := statusSystem(t, id); state != "running" || failed != "none" {
 		t.Errorf("status of a fresh booted sandbox: System %q, Failed units %q; want running and none", state, failed)
@@ -136,7 +136,7 @@ func TestABootedSandboxRunsTheHostsNginx(t *testing.T) {
 // what the sandbox hides from it: the init's mounts are locked there.
 func TestABootedSandboxsServicesCannotUncoverHiddenPaths(t *testing.T) {
 	install(t)
-	id, _ := bootSandbox(t)
+	id, _ := bootSandbox(t, "web")
 	out := rootSh(t, id, `systemd-run --quiet --wait --pipe --collect sh -c '
 		mount -t tmpfs probe /mnt && echo mounted-own && umount /mnt && echo unmounted-own
 		for p in /etc/shadow /root /var/log /etc/ssh; do umount "$p" 2>/dev/null && echo "uncovered $p"; done

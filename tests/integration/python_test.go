@@ -28,6 +28,8 @@ var pythonTests = []string{
 	"Exec.test_checkpoint_rollback_and_background_processes",
 	"Exec.test_an_interrupted_exec_kills_its_command",
 	"Exec.test_a_daemon_restart_ends_a_waiting_exec",
+	"Boot.test_a_booted_sandbox_runs_the_hosts_nginx",
+	"Boot.test_the_system_of_a_sandbox_not_booted_is_wrong_state",
 	"Try.test_try_runs_variants_and_keeps_the_winner",
 	"Errors.test_errors_have_their_dbus_names",
 	"Errors.test_paths_outside_the_sandbox_reach_no_host_file",

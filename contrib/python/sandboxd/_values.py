@@ -76,10 +76,12 @@ def create_options(name: Optional[str] = None, network: Optional[str] = None, me
                    allow: Optional[Sequence[str]] = None, profile: Optional[str] = None,
                    ttl: Optional[float] = None, disk_quota: Optional[Size] = None, tasks_max: Optional[int] = None,
                    cpu_quota: Optional[int] = None, read_only_project: Optional[bool] = None,
+                   boot: Optional[bool] = None,
                    options: Optional[Mapping[str, Variant]] = None) -> dict[str, Variant]:
     opts: dict[str, Variant] = {}
     for key, sig, value in (("Name", "s", name), ("Network", "s", network), ("Profile", "s", profile),
-                            ("TasksMax", "t", tasks_max), ("ReadOnlyProject", "b", read_only_project)):
+                            ("TasksMax", "t", tasks_max), ("ReadOnlyProject", "b", read_only_project),
+                            ("Boot", "b", boot)):
         if value is not None:
             opts[key] = variant(key, sig, value)
     if memory_max is not None:

@@ -41,14 +41,17 @@ class Client:
                memory_max: Optional[Size] = None, *, allow: Optional[Sequence[str]] = None,
                profile: Optional[str] = None, ttl: Optional[float] = None, disk_quota: Optional[Size] = None,
                tasks_max: Optional[int] = None, cpu_quota: Optional[int] = None,
-               read_only_project: Optional[bool] = None,
+               read_only_project: Optional[bool] = None, boot: Optional[bool] = None,
                options: Optional[Mapping[str, Variant]] = None) -> Sandbox:
         """Makes a sandbox of project. network: none, allowlist (with allow:
         "host:port" entries) or host; memory_max and disk_quota: bytes or
-        "512M"; ttl: seconds; cpu_quota: percent of one CPU; options: more
-        of CreateSandbox's, as Variants."""
+        "512M"; ttl: seconds; cpu_quota: percent of one CPU; boot: it runs
+        a systemd of its own, on which ``exec(["systemctl", "start",
+        "nginx"], root=True)`` starts the host's service on the sandbox's
+        copies of its files (Sandbox.system says when it is up; not with
+        network host); options: more of CreateSandbox's, as Variants."""
         opts = create_options(name, network, memory_max, allow, profile, ttl, disk_quota, tasks_max, cpu_quota,
-                              read_only_project, options)
+                              read_only_project, boot, options)
         sid, path = self._manager("CreateSandbox", "sa{sv}", project, opts)
         return Sandbox(self, sid, path, name or "")
 

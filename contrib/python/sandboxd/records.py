@@ -147,4 +147,5 @@ class Status:
     limits: dict[str, Any]
     usage: dict[str, Any]
     staleness: str
+    boot: bool  # it runs a systemd of its own (Sandbox.system)
     properties: dict[str, Any] = field(repr=False)

@@ -99,7 +99,15 @@ class Sandbox(Files):
         return Status(g("Id", self.id), g("Name", ""), g("Project", ""), g("State", ""), g("Owner", 0),
                       g("Created", 0), g("Expires", 0), g("Path", ""), g("Unit", ""), g("Network", ""),
                       g("Allow", []), g("ReadOnlyProject", False), g("Limits", {}), g("Usage", {}),
-                      g("Staleness", ""), props)
+                      g("Staleness", ""), g("Boot", False), props)
+
+    def system(self) -> tuple[str, list[str]]:
+        """A booted sandbox's systemd (create's boot): its state as
+        ``systemctl is-system-running`` says it (starting, or offline, while
+        it boots; running; degraded when a unit failed; offline once it
+        ended) and its failed units. WrongState for a sandbox not booted."""
+        state, failed = self._call("SystemStatus")
+        return str(state), [str(u) for u in failed]
 
     def destroy(self) -> None:
         self._call("Destroy")
