@@ -218,8 +218,8 @@ func printStatus(out output, st sbclient.Status, stalenessText string, system ..
 	if st.ReadOnlyProject {
 		rows = append(rows, []string{"Project", "read-only"})
 	}
-	if len(system) == 2 {
-		rows = append(rows, []string{"System", system[0]}, []string{"Failed units", system[1]})
+	if len(system) == 1 {
+		rows = append(rows, []string{"System", system[0]})
 	}
 	u, l := st.Usage, st.Limits
 	// Each a line: "USED of LIMIT (N%)" or "USED, no limit", then the
@@ -438,15 +438,15 @@ func stateText(state string, idle bool) string {
 	return state
 }
 
-// systemText is a booted sandbox's System as status shows it: its state
-// and its failed units (or why they could not be read).
+// systemText is a booted sandbox's System as status shows it: "running
+// (no failed units)", "degraded (failed: a.service, b.socket)", or why it
+// could not be read.
 func systemText(state string, failed []string, err error) []string {
 	if err != nil {
-		return []string{"unknown: " + err.Error(), "unknown"}
+		return []string{"unknown: " + err.Error()}
 	}
-	units := "none"
-	if len(failed) > 0 {
-		units = strings.Join(failed, ", ")
+	if len(failed) == 0 {
+		return []string{state + " (no failed units)"}
 	}
-	return []string{state, units}
+	return []string{state + " (failed: " + strings.Join(failed, ", ") + ")"}
 }

@@ -100,7 +100,8 @@ type stateDirWalk struct {
 }
 
 // stateDirsOf are sandbox rec's state directories (none without a user
-// namespace), from a walk at most stateDirsTTL old.
+// namespace), from a walk at most stateDirsTTL old; a booted sandbox's,
+// whose services start at once, from a walk now.
 func (s *Supervisor) stateDirsOf(rec state.Record) []nsinit.Dir {
 	if rec.IDs == nil {
 		return nil
@@ -108,7 +109,7 @@ func (s *Supervisor) stateDirsOf(rec state.Record) []nsinit.Dir {
 	c := &s.stateDirs
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if w, ok := c.by[rec.Owner]; ok && time.Since(w.at) < stateDirsTTL {
+	if w, ok := c.by[rec.Owner]; ok && time.Since(w.at) < stateDirsTTL && !rec.Boot {
 		return w.dirs
 	}
 	dirs := stateDirs(stateRoots, shownIDs(rec), nsIDs(rec.IDs))

@@ -3,8 +3,10 @@
 # embedded pool, a small project, three sandboxes of it trying three fixes
 # side by side, their checks compared, the winner's diff, a checkpoint and
 # a rollback, the winner promoted to the project through its check, a
-# server in a sandbox reached from the host, a Python session, and a
-# memory limit; then it cleans up after itself.
+# server in a sandbox reached from the host, a Python session, a memory
+# limit, and (in the testbed) the host's own nginx: its site adopted where
+# it lives, its config fixed in a booted sandbox and promoted; then it
+# cleans up after itself.
 #
 # `make demo` runs it inside a fresh testbed (bin/testbed run), where
 # nothing of this machine changes; on a machine whose PID 1 is systemd and
@@ -33,6 +35,12 @@ cleanup() {
 	set +e
 	sandboxctl destroy --quiet $(sandboxctl list --quiet 2>/dev/null) >/dev/null 2>&1
 	sandboxctl project remove shop >/dev/null 2>&1
+	if [ -n "$site_made" ]; then
+		systemctl stop nginx.service
+		sandboxctl project release site >/dev/null 2>&1
+		rm -rf "$site" /etc/nginx/conf.d/demo-site.conf
+		[ ! -e /etc/nginx/default.aside ] || mv /etc/nginx/default.aside /etc/nginx/sites-enabled/default
+	fi
 	systemctl stop sandboxd.service 2>/dev/null
 	btrfs subvolume delete "$proj" >/dev/null 2>&1
 	umount "$pool" 2>/dev/null
@@ -47,6 +55,12 @@ if systemctl cat sandboxd.service >/dev/null 2>&1 && [ ! -e /run/systemd/system/
 	exit 1
 fi
 made_policy=""
+site=/srv/demo-site
+site_made=""
+# Sandboxes in user namespaces over the root's layers: the testbed's root
+# is an overlay, whose layers are listed; elsewhere the root itself.
+layers='["/"]'
+[ ! -d /run/testbed/layers ] || layers='["/run/testbed/layers/upper", "/run/testbed/layers/lower"]'
 trap cleanup EXIT
 mkdir -p "$demo"
 cat > "$conf" <<TOML
@@ -59,6 +73,9 @@ backend = "embedded"
 image = "$demo/pool.img"
 size = "2GiB"
 mountpoint = "$pool"
+[sandbox]
+userns = "auto"
+root_layers = $layers
 # Promotion to the project passes only if the project's own check does.
 [[stage]]
 name = "project"
@@ -134,7 +151,61 @@ step "the limits hold: untrusted has 512 MiB"
 run sandboxctl create --name hog --profile untrusted shop
 run sandboxctl exec hog -- tail /dev/zero || echo "(exit $?)"
 
+if [ -d /run/testbed/layers ] && command -v nginx >/dev/null; then
+step "the host's own nginx serves a site whose config has a bug"
+mkdir -p "$site/www"
+site_made=1
+echo '<h1>the shop</h1>' > "$site/www/index.html"
+cat > "$site/site.conf" <<'CONF'
+server {
+	listen 127.0.0.1:8081;
+	root /srv/demo-site/html;
+}
+CONF
+cat > "$site/check.sh" <<'SH'
+#!/bin/sh
+# The site's check: nginx takes the config, and the root it names exists.
+mkdir -p /var/log/nginx && nginx -t -q || exit 1
+root=$(sed -n 's/^[[:space:]]*root \(.*\);/\1/p' site.conf)
+test -d "$root" || { echo "site.conf's root $root does not exist"; exit 1; }
+SH
+echo "include $site/site.conf;" > /etc/nginx/conf.d/demo-site.conf
+[ ! -e /etc/nginx/sites-enabled/default ] || mv /etc/nginx/sites-enabled/default /etc/nginx/default.aside
+run systemctl start nginx.service
+run curl -s -o /dev/null -w '%{http_code}\n' http://127.0.0.1:8081/
+
+step "adopt the site where it lives; a booted sandbox runs the same nginx on its copy"
+run sandboxctl project adopt site "$site"
+run sandboxctl create --name web --boot site
+for _ in $(seq 100); do
+	case "$(sandboxctl exec web -- systemctl is-system-running 2>/dev/null)" in running | degraded) break ;; esac
+	sleep 0.05
+done
+run sandboxctl exec --root web -- systemctl start nginx
+addr=$(sandboxctl port --tcp web 8081)
+echo "\$ sandboxctl port --tcp web 8081"
+echo "$addr"
+run curl -s -o /dev/null -w '%{http_code}\n' "http://$addr/"
+
+step "fix the config in the sandbox, reload its nginx, see it work"
+run sandboxctl exec --root web -- sh -c "sed -i 's#/srv/demo-site/html#/srv/demo-site/www#' $site/site.conf && systemctl reload nginx"
+for _ in $(seq 50); do curl -sf "http://$addr/" >/dev/null && break; sleep 0.1; done
+run curl -s "http://$addr/"
+run sandboxctl status web
+
+step "promote the fix through the site's check; the host's nginx picks it up"
+run sandboxctl promote web
+run systemctl reload nginx.service
+for _ in $(seq 50); do curl -sf http://127.0.0.1:8081/ >/dev/null && break; sleep 0.1; done
+run curl -s http://127.0.0.1:8081/
+run sandboxctl destroy web
+fi
+
 step "clean up"
+if [ -n "$site_made" ]; then
+	run systemctl stop nginx.service
+	run sandboxctl project release site
+fi
 run sandboxctl destroy fix-2 hog
 run sandboxctl project remove shop
 run systemctl stop sandboxd.service

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -26,6 +28,7 @@ func Main() {
 	// the probe) may ptrace it or read its memory while it starts.
 	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
 	syscall.Umask(0o022)
+	reserveThreads(spareThreads)
 	setup := os.NewFile(3, "setup")
 	fail := func(err error) {
 		fmt.Fprintln(setup, err)
@@ -83,6 +86,32 @@ func Main() {
 	}()
 	s.serve(ln)
 	os.Exit(1)
+}
+
+// spareThreads is how many OS threads the init makes at its start and
+// keeps: the Go runtime makes one whenever its others are blocked in
+// system calls (a log read, a file call), and ends the process if it
+// cannot. The sandbox's TasksMax counts the init's threads with its
+// processes: once a command has forked up to it, a thread made then would
+// fail, and the sandbox with it.
+const spareThreads = 4
+
+// reserveThreads has the runtime make n threads now, which it keeps idle
+// for reuse (it never ends a thread it does not have to).
+func reserveThreads(n int) {
+	var locked, release sync.WaitGroup
+	locked.Add(n)
+	release.Add(1)
+	for range n {
+		go func() {
+			runtime.LockOSThread() // each on a thread of its own
+			locked.Done()
+			release.Wait()
+			runtime.UnlockOSThread()
+		}()
+	}
+	locked.Wait()
+	release.Done()
 }
 
 // maxSpec bounds the spec's datagram (its hidden and read-only paths).

@@ -47,17 +47,21 @@ func hostListens(t *testing.T, port string) bool {
 	return strings.TrimSpace(out) != ""
 }
 
-var statusRow = regexp.MustCompile(`(?m)^(System|Failed units):\s+(.*)$`)
+var systemRow = regexp.MustCompile(`(?m)^System:\s+(\S+) \((no failed units|failed: (.*))\)$`)
 
 // statusSystem is what `sandboxctl status` shows of a booted sandbox's
-// systemd: its state and failed units.
+// systemd: its state and failed units ("none").
 func statusSystem(t *testing.T, id string) (string, string) {
 	t.Helper()
-	rows := map[string]string{}
-	for _, m := range statusRow.FindAllStringSubmatch(ok(t, "status", id), -1) {
-		rows[m[1]] = strings.TrimSpace(m[2])
+	out := ok(t, "status", id)
+	m := systemRow.FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("sandboxctl status %s has no System line:\n%s", id, out)
 	}
-	return rows["System"], rows["Failed units"]
+	if m[3] == "" {
+		return m[1], "none"
+	}
+	return m[1], m[3]
 }
 
 // The host's nginx, from its own unit file and /etc/nginx, runs in a
