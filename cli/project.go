@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"strings"
 
 	ucli "github.com/urfave/cli/v3"
 
@@ -43,7 +44,7 @@ func projectCommand() *ucli.Command {
 			{
 				Name:      "adopt",
 				Usage:     "make a directory a project where it lives (administrators)",
-				ArgsUsage: "NAME PATH",
+				ArgsUsage: "NAME PATH [PATH...]",
 				Description: `Makes the directory at PATH project NAME without moving it from the
 host's point of view: on the pool's btrfs a subvolume is made beside it,
 filled with reflinks and swapped in by one rename; elsewhere its files
@@ -52,28 +53,37 @@ survives reboots. Owners, modes, times, hard links, xattrs, ACLs,
 sockets and holes are kept. Sandboxes show it at PATH. A directory a
 process uses is refused, naming the processes and their units: stop them
 first, or give --restart-units to have their services stopped for the
-adoption and started again after. sandboxctl project release undoes it.`,
+adoption and started again after. sandboxctl project release undoes it.
+
+More than one PATH (an app and its data: /srv/app /var/lib/postgresql)
+makes one project of them all, in one volume that holds each at its own
+path: sandboxes see each where the host does, and a snapshot, a diff or
+a promotion covers them all at once. --freeze names host services that
+write them: they are frozen while a sandbox's base is snapshotted (a few
+milliseconds), so that it holds their writes at one point.`,
 				Flags: append(projectAccessFlags(), &ucli.BoolFlag{Name: "restart-units",
-					Usage: "stop the services whose processes use the directory for the adoption, and start them again"}),
+					Usage: "stop the services whose processes use the directory for the adoption, and start them again"},
+					&ucli.StringSliceFlag{Name: "freeze", Usage: "a host service that writes the project (repeat it), frozen while sandboxes' bases are snapshotted"}),
 				Action: func(ctx context.Context, cmd *ucli.Command) error {
-					a, err := args(cmd, 2, 2)
+					a, err := args(cmd, 2, -1)
 					if err != nil {
 						return err
 					}
 					opts := projectAccess(cmd)
 					opts.RestartUnits = cmd.Bool("restart-units")
+					opts.MorePaths, opts.FreezeUnits = a[2:], cmd.StringSlice("freeze")
 					return withClient(ctx, func(c *client) error {
 						if err := c.api.AdoptProject(ctx, a[0], a[1], opts); err != nil {
-							return fromBus("adopting "+a[1]+" as project "+a[0], err)
+							return fromBus("adopting "+strings.Join(a[1:], ", ")+" as project "+a[0], err)
 						}
 						out := outputOf(cmd)
 						switch {
 						case out.json:
-							return out.JSON(map[string]any{"name": a[0], "path": a[1], "adopted": true})
+							return out.JSON(map[string]any{"name": a[0], "paths": a[1:], "adopted": true})
 						case out.quiet:
 							return nil
 						}
-						return out.line("adopted %s as project %s", a[1], a[0])
+						return out.line("adopted %s as project %s", strings.Join(a[1:], ", "), a[0])
 					})
 				},
 			},

@@ -21,6 +21,13 @@ type ProjectOptions struct {
 	// RestartUnits (AdoptProject only): the services whose processes use
 	// the directory are stopped for the adoption and started again.
 	RestartUnits bool
+	// MorePaths (AdoptProject only): further directories adopted into the
+	// same project (its data beside its app), seen each at its own path,
+	// snapshotted, diffed and promoted as one.
+	MorePaths []string
+	// FreezeUnits (AdoptProject only): host services that write the
+	// project, frozen while a sandbox's base is snapshotted.
+	FreezeUnits []string
 }
 
 // wire is o as the options of AddProjectWithOptions and AdoptProject.
@@ -34,6 +41,12 @@ func (o ProjectOptions) wire() map[string]dbus.Variant {
 	}
 	if o.RestartUnits {
 		m[sandboxd1.OptRestartUnits] = dbus.MakeVariant(true)
+	}
+	if len(o.MorePaths) > 0 {
+		m[sandboxd1.OptMorePaths] = dbus.MakeVariant(o.MorePaths)
+	}
+	if len(o.FreezeUnits) > 0 {
+		m[sandboxd1.OptFreezeUnits] = dbus.MakeVariant(o.FreezeUnits)
 	}
 	return m
 }

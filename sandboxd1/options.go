@@ -67,6 +67,13 @@ const (
 	// OptRestartUnits (b, AdoptProject): the services whose processes
 	// use the directory are stopped for the adoption and started again.
 	OptRestartUnits = "RestartUnits"
+	// OptMorePaths (as, AdoptProject): further directories adopted into
+	// the same project (its data beside its app), one volume holding each
+	// at its own path, snapshotted, diffed and promoted as one.
+	OptMorePaths = "MorePaths"
+	// OptFreezeUnits (as, AdoptProject): host services that write the
+	// project, frozen while a sandbox's base is snapshotted.
+	OptFreezeUnits = "FreezeUnits"
 )
 
 // Options of Try's a{sv}, besides CreateSandbox's (Name is the prefix of

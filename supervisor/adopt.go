@@ -35,6 +35,14 @@ import (
 type AdoptOptions struct {
 	Access       ProjectAccess
 	RestartUnits bool
+	// More are further directories adopted into the same project (its
+	// data beside its app: /var/lib/postgresql beside /srv/app), seen
+	// each at its own path, snapshotted, diffed and promoted as one.
+	More []string
+	// Freeze are host services that write the project's directories,
+	// frozen while a sandbox's base is snapshotted (a few ms), so that
+	// what they wrote is at one point of theirs.
+	Freeze []string
 }
 
 // AdoptProject makes the directory at path project name, in place: the
@@ -42,18 +50,29 @@ type AdoptOptions struct {
 func (s *Supervisor) AdoptProject(ctx context.Context, name, path string, o AdoptOptions) (err error) {
 	access := o.Access
 	defer func() { s.auditProject(ctx, "project-adopt", name, path, err) }()
-	what := fmt.Sprintf("adopting %s as project %q", path, name)
+	paths := append([]string{path}, o.More...)
+	what := fmt.Sprintf("adopting %s as project %q", strings.Join(paths, ", "), name)
 	if err := checkNewProject(name, access); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	if err := checkFreezeUnits(o.Freeze); err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	pm, ok := s.cfg.Backend.(cowfs.ProjectMaker)
 	if !ok {
 		return fmt.Errorf("%s: the %s pool cannot make a project at a path (btrfs can): %w", what, s.cfg.Backend.Info().Backend, ErrInvalidProject)
 	}
-	if err := s.adoptable(path); err != nil {
-		return fmt.Errorf("%s: %w", what, err)
+	for i, p := range paths {
+		if err := s.adoptable(p); err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		for _, q := range paths[:i] {
+			if within(p, q) || within(q, p) {
+				return fmt.Errorf("%s: %s and %s are one inside the other: %w", what, p, q, ErrInvalidProject)
+			}
+		}
 	}
-	if held := holders(path); len(held) > 0 {
+	if held := holdersOf(paths); len(held) > 0 {
 		services, err := servicesOf(held)
 		if !o.RestartUnits || err != nil {
 			why := "stop them first, or ask for their services to be restarted around it"
@@ -70,7 +89,7 @@ func (s *Supervisor) AdoptProject(ctx context.Context, name, path string, o Adop
 			}
 		}
 		defer s.startServices(services)
-		if held := holders(path); len(held) > 0 {
+		if held := holdersOf(paths); len(held) > 0 {
 			return fmt.Errorf("%s: still in use by %s once its services stopped: %w", what, names(held), ErrProjectInUse)
 		}
 	}
@@ -78,16 +97,18 @@ func (s *Supervisor) AdoptProject(ctx context.Context, name, path string, o Adop
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
-	ad := &state.Adoption{Path: path, Phase: state.AdoptCopying}
+	ad := &state.Adoption{Path: path, More: o.More, Phase: state.AdoptCopying}
 	location := path
-	if onPool {
+	if onPool && len(o.More) == 0 {
 		ad.How, ad.Temp = state.AdoptSwap, filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".sandboxd-adopt")
 	} else {
 		root := s.cfg.Backend.Info().Root
 		ad.How, ad.Temp = state.AdoptMount, filepath.Join(filepath.Dir(root), filepath.Base(root)+"-adopted", name)
 		location = ad.Temp
-		if err := roomFor(path, filepath.Dir(root)); err != nil {
-			return fmt.Errorf("%s: %w", what, err)
+		for _, p := range paths {
+			if err := roomFor(p, filepath.Dir(root)); err != nil {
+				return fmt.Errorf("%s: %w", what, err)
+			}
 		}
 	}
 	// The name and the path are taken under the admission lock; the
@@ -98,12 +119,14 @@ func (s *Supervisor) AdoptProject(ctx context.Context, name, path string, o Adop
 		return fmt.Errorf("%s: %s: %w", what, takenBy(p), ErrExists)
 	}
 	for other := range s.adopting {
-		if within(path, other) || within(other, path) {
-			s.admission.Unlock()
-			return fmt.Errorf("%s: %s is being adopted: %w", what, other, ErrProjectInUse)
+		for _, p := range paths {
+			if within(p, other) || within(other, p) {
+				s.admission.Unlock()
+				return fmt.Errorf("%s: %s is being adopted: %w", what, other, ErrProjectInUse)
+			}
 		}
 	}
-	rec := state.Project{Name: name, Location: location, Added: time.Now().UTC(), Users: access.Users, Groups: access.Groups, Adoption: ad}
+	rec := state.Project{Name: name, Location: location, Added: time.Now().UTC(), Users: access.Users, Groups: access.Groups, Adoption: ad, Freeze: o.Freeze}
 	if err := s.cfg.Store.AddProject(rec); err != nil {
 		s.admission.Unlock()
 		return fmt.Errorf("%s: %w", what, err)
@@ -111,11 +134,15 @@ func (s *Supervisor) AdoptProject(ctx context.Context, name, path string, o Adop
 	if s.adopting == nil {
 		s.adopting = map[string]bool{}
 	}
-	s.adopting[path] = true
+	for _, p := range paths {
+		s.adopting[p] = true
+	}
 	s.admission.Unlock()
 	defer func() {
 		s.admission.Lock()
-		delete(s.adopting, path)
+		for _, p := range paths {
+			delete(s.adopting, p)
+		}
 		s.admission.Unlock()
 	}()
 	if err := s.adopt(ctx, pm, &rec); err != nil {
@@ -128,7 +155,7 @@ func (s *Supervisor) AdoptProject(ctx context.Context, name, path string, o Adop
 	s.admission.Lock()
 	s.projects.set(projectOf(rec), access)
 	s.admission.Unlock()
-	s.log.Info("project adopted", "ACTION", "project-adopt", "CALLER_UID", uidField(ctx), "project", name, "path", path, "how", ad.How)
+	s.log.Info("project adopted", "ACTION", "project-adopt", "CALLER_UID", uidField(ctx), "project", name, "path", strings.Join(paths, ":"), "how", ad.How)
 	return nil
 }
 
@@ -171,11 +198,17 @@ func (s *Supervisor) adopt(ctx context.Context, pm cowfs.ProjectMaker, rec *stat
 	if _, err := pm.MakeProject(ctx, ad.Temp); err != nil {
 		return err
 	}
-	if err := copyTree(ctx, ad.Path, ad.Temp, ad.How == state.AdoptSwap); err != nil {
-		return err
+	for _, p := range ad.Paths() {
+		to := ad.InVolume(ad.Temp, p)
+		if err := os.MkdirAll(to, 0o755); err != nil {
+			return err
+		}
+		if err := copyTree(ctx, p, to, ad.How == state.AdoptSwap); err != nil {
+			return err
+		}
 	}
 	crashpoint.Hit(crashpoint.AdoptCopied)
-	if held := holders(ad.Path); len(held) > 0 {
+	if held := holdersOf(ad.Paths()); len(held) > 0 {
 		return fmt.Errorf("it came into use while its files were copied, by %s: %w", names(held), ErrProjectInUse)
 	}
 	ad.Phase = state.AdoptSwitching
@@ -188,15 +221,70 @@ func (s *Supervisor) adopt(ctx context.Context, pm cowfs.ProjectMaker, rec *stat
 		if err := unix.Renameat2(unix.AT_FDCWD, ad.Temp, unix.AT_FDCWD, ad.Path, unix.RENAME_EXCHANGE); err != nil {
 			return fmt.Errorf("swapping the volume in at %s: %w", ad.Path, err)
 		}
-	} else {
-		unit, err := s.cfg.Units.BindMount(ctx, ad.Temp, ad.Path)
-		ad.Unit = unit
-		if err != nil {
-			return err
-		}
+	} else if err := s.bindAdopted(ctx, ad); err != nil {
+		return err
 	}
 	crashpoint.Hit(crashpoint.AdoptSwitched)
 	return s.finishAdoption(rec)
+}
+
+// bindAdopted binds each of ad's directories in the volume back at its
+// path, by a mount unit; one mounted already is left as it is (a start
+// job for a mount unit that is active does not end here).
+func (s *Supervisor) bindAdopted(ctx context.Context, ad *state.Adoption) error {
+	for i, p := range ad.Paths() {
+		if mountedAt(p) {
+			if p == ad.Path {
+				ad.Unit = units.MountUnitName(p)
+			}
+			continue
+		}
+		unit, err := s.cfg.Units.BindMount(ctx, ad.InVolume(ad.Temp, p), p)
+		if p == ad.Path {
+			ad.Unit = unit
+		}
+		if err != nil {
+			return err
+		}
+		if i == 0 && len(ad.More) > 0 {
+			crashpoint.Hit(crashpoint.AdoptBoundOne)
+		}
+	}
+	return nil
+}
+
+// FinishAdoptions binds back, in the background, the directories of the
+// adoptions LoadProjects found cut short between their mounts. Call it
+// once the daemon has told systemd it is ready: its start job is over,
+// and a daemon-reload (of a new mount unit) does not wait for it.
+func (s *Supervisor) FinishAdoptions() {
+	s.admission.Lock()
+	recs := s.unbound
+	s.unbound = nil
+	s.admission.Unlock()
+	for _, rec := range recs {
+		go s.finishBinding(rec)
+	}
+}
+
+// finishBinding binds an adoption's directories back and records it done.
+func (s *Supervisor) finishBinding(rec state.Project) {
+	ad := *rec.Adoption
+	rec.Adoption = &ad
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	err := s.bindAdopted(ctx, &ad)
+	if err == nil {
+		err = s.finishAdoption(&rec)
+	}
+	if err != nil {
+		s.log.Error("binding an adopted project's directories back", "project", rec.Name, "error", err)
+	}
+}
+
+// allMounted reports whether each of paths is a mount point.
+func allMounted(paths []string) bool {
+	return !slices.ContainsFunc(paths, func(p string) bool { return !mountedAt(p) })
 }
 
 // finishAdoption removes what the directory was (now beside it, after a
@@ -221,7 +309,9 @@ func (s *Supervisor) undoAdoption(ctx context.Context, pm cowfs.ProjectMaker, re
 	ad := rec.Adoption
 	var errs []error
 	if ad.How == state.AdoptMount {
-		errs = append(errs, s.cfg.Units.RemoveMount(ctx, ad.Path))
+		for _, p := range ad.Paths() {
+			errs = append(errs, s.cfg.Units.RemoveMount(ctx, p))
+		}
 	}
 	if _, err := os.Lstat(ad.Temp); err == nil {
 		errs = append(errs, pm.RemoveProject(ctx, ad.Temp))
@@ -261,10 +351,21 @@ func (s *Supervisor) reconcileAdoptions(ctx context.Context, recs []state.Projec
 			if ad.How == state.AdoptSwap {
 				switched, _ = pm.IsVolume(ad.Path)
 			} else {
-				switched = mountedAt(ad.Path)
+				switched = slices.ContainsFunc(ad.Paths(), mountedAt)
 			}
 		}
 		var err error
+		if switched && ad.How == state.AdoptMount && !allMounted(ad.Paths()) {
+			// Past the copy, with a directory not bound back yet (of
+			// several): bound once the daemon is up (FinishAdoptions: a
+			// mount unit's start made during the daemon's own start does
+			// not end); the project is the volume's meanwhile, and a
+			// crash brings it here again.
+			s.log.Warn("an adoption was left half way by a crash; binding its directories back", "project", rec.Name, "path", strings.Join(ad.Paths(), ":"))
+			s.unbound = append(s.unbound, rec)
+			out = append(out, rec)
+			continue
+		}
 		if switched {
 			err = s.finishAdoption(&rec)
 		} else {

@@ -52,7 +52,7 @@ func (s *Supervisor) adoptable(path string) error {
 		return err
 	}
 	for _, p := range s.projects.list() {
-		for _, at := range []string{p.Location, p.At} {
+		for _, at := range append([]string{p.Location}, p.At...) {
 			if at == "" || !filepath.IsAbs(at) {
 				continue
 			}
@@ -255,4 +255,13 @@ func roomFor(dir, to string) error {
 		return fmt.Errorf("%s holds %d bytes; the pool's filesystem has %d free: %w", dir, need, free, ErrLimitReached)
 	}
 	return nil
+}
+
+// holdersOf are the holders of each of paths.
+func holdersOf(paths []string) []holder {
+	var out []holder
+	for _, p := range paths {
+		out = append(out, holders(p)...)
+	}
+	return out
 }

@@ -33,11 +33,13 @@ func (s *Supervisor) ReleaseProject(ctx context.Context, name string) (err error
 	}
 	ad := rec.Adoption
 	path = ad.Path
-	if err := rootonly.Check(ad.Path); err != nil {
-		s.admission.Unlock()
-		return fmt.Errorf("%s: %v; root acts on it by name, so only root may be able to change it, up to /: %w", what, err, ErrInvalidProject)
+	for _, p := range ad.Paths() {
+		if err := rootonly.Check(p); err != nil {
+			s.admission.Unlock()
+			return fmt.Errorf("%s: %v; root acts on it by name, so only root may be able to change it, up to /: %w", what, err, ErrInvalidProject)
+		}
 	}
-	if held := holders(ad.Path); len(held) > 0 {
+	if held := holdersOf(ad.Paths()); len(held) > 0 {
 		s.admission.Unlock()
 		return fmt.Errorf("%s: %s is in use by %s; stop them first: %w", what, ad.Path, names(held), ErrProjectInUse)
 	}
@@ -131,25 +133,33 @@ func (s *Supervisor) release(ctx context.Context, rec state.Project) error {
 		}
 		return s.cfg.Store.DeleteProject(rec.Name)
 	}
-	if err := s.cfg.Units.RemoveMount(ctx, ad.Path); err != nil {
+	_, err := os.Lstat(rec.Location)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
-	if _, err := os.Lstat(rec.Location); err == nil {
+	volume := err == nil
+	for _, p := range ad.Paths() {
+		if err := s.cfg.Units.RemoveMount(ctx, p); err != nil {
+			return err
+		}
+		if !volume {
+			continue
+		}
 		// The directory under the mount holds the files as they were
 		// when adopted: it takes the project's as they are now.
-		if err := emptyDir(ctx, ad.Path); err != nil {
+		if err := emptyDir(ctx, p); err != nil {
 			return err
 		}
-		if err := copyTree(ctx, rec.Location, ad.Path, false); err != nil {
+		if err := copyTree(ctx, ad.InVolume(rec.Location, p), p, false); err != nil {
 			return err
 		}
+	}
+	if volume {
 		crashpoint.Hit(crashpoint.ReleaseCopied)
 		crashpoint.Hit(crashpoint.ReleaseSwitched)
 		if err := pm.RemoveProject(ctx, rec.Location); err != nil {
 			return err
 		}
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		return err
 	}
 	return s.cfg.Store.DeleteProject(rec.Name)
 }

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/sandboxd/sandboxd/runtime/nsinit"
 	"github.com/sandboxd/sandboxd/supervisor/state"
@@ -109,6 +110,9 @@ type SystemStatus struct {
 // ErrNotBooted: the sandbox runs no systemd of its own.
 var ErrNotBooted = errors.New("the sandbox was not created with boot")
 
+// systemStatusTimeout bounds a SystemStatus call.
+const systemStatusTimeout = 5 * time.Second
+
 // maxFailedUnits bounds the failed units a status lists.
 const maxFailedUnits = 64
 
@@ -126,7 +130,13 @@ func (s *Supervisor) System(ctx context.Context, id string, uid uint32) (SystemS
 	}
 	const script = `systemctl is-system-running 2>/dev/null | head -n 1; ` +
 		`systemctl list-units --state=failed --plain --no-legend --no-pager 2>/dev/null | head -n 64`
-	c, err := s.runCaptured(ctx, id, ExecOptions{Argv: []string{"/bin/sh", "-c", script}, UID: uid, AsRoot: true, Dir: "/"}, 16<<10)
+	// The sandbox's root decides what its systemctl does, and when it
+	// ends: the call (a heavy one) does not wait longer than this, and
+	// the command is ended with it.
+	ctx, cancel := context.WithTimeout(ctx, systemStatusTimeout)
+	defer cancel()
+	c, err := s.runCaptured(ctx, id, ExecOptions{Argv: []string{"/bin/sh", "-c", script}, UID: uid, AsRoot: true, Dir: "/",
+		Timeout: systemStatusTimeout}, 16<<10)
 	if err != nil {
 		return st, fmt.Errorf("the system of sandbox %s: %w", id, err)
 	}

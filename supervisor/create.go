@@ -212,7 +212,9 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 		gate.RLock()
 		ungate = gate.RUnlock
 	}
+	thaw := s.freezeWriters(ctx, opts.Project)
 	base, err := s.cfg.Backend.Snapshot(ctx, project, rec.Base, true)
+	thaw()
 	ungate()
 	if err != nil {
 		return sb, fmt.Errorf("creating sandbox %s: %w", id, err)

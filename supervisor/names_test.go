@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -204,7 +205,7 @@ func TestAProjectAddedOnZFSIsADataset(t *testing.T) {
 			t.Errorf("AddProject at %s on ZFS: %v; want ErrInvalidProject naming it and saying what a project is", location, err)
 		}
 	}
-	if got := sup.Projects(); len(got) != 1 || got[0] != (supervisor.Project{Name: "data", Location: tb.ZFS.Project, Origin: supervisor.OriginAdded}) {
+	if got := sup.Projects(); len(got) != 1 || !reflect.DeepEqual(got[0], supervisor.Project{Name: "data", Location: tb.ZFS.Project, Origin: supervisor.OriginAdded}) {
 		t.Fatalf("projects = %+v; want data alone", got)
 	}
 	if err := sup.RemoveProject(ctx, "data"); err != nil {

@@ -29,14 +29,20 @@ type Project struct {
 	Location string
 	Origin   string // OriginConfig or OriginAdded
 	// At is where the host and sandboxes see it, when not at Location:
-	// an adopted directory whose files went into a volume of the pool.
-	At string
+	// adopted directories whose files went into a volume of the pool.
+	// With more than one, the volume holds each at its own path below
+	// its root.
+	At []string
+	// Freeze are host services that write it, frozen while a sandbox's
+	// base is snapshotted.
+	Freeze []string
 }
 
-// Path is where the project is seen, on the host and in its sandboxes.
+// Path is where the project is seen, on the host and in its sandboxes
+// (the first of its directories).
 func (p Project) Path() string {
-	if p.At != "" {
-		return p.At
+	if len(p.At) > 0 {
+		return p.At[0]
 	}
 	return p.Location
 }
@@ -179,6 +185,7 @@ func (s *Supervisor) LoadProjects() (shadowed []Project, err error) {
 		}
 		s.projects.set(projectOf(p), ProjectAccess{Users: p.Users, Groups: p.Groups})
 	}
+	s.thawAllWriters()
 	return shadowed, nil
 }
 
@@ -234,8 +241,8 @@ func (s *Supervisor) AddProjectWith(ctx context.Context, name, location string, 
 // seenAt is where the sandboxes of project name see it (and the host):
 // vol's path, or an adopted directory's whose files are in vol.
 func (s *Supervisor) seenAt(name string, vol cowfs.Volume) string {
-	if p, ok := s.projects.get(name); ok && p.At != "" {
-		return p.At
+	if p, ok := s.projects.get(name); ok && len(p.At) > 0 {
+		return p.At[0]
 	}
 	return vol.Path
 }
@@ -253,9 +260,9 @@ func checkNewProject(name string, access ProjectAccess) error {
 
 // projectOf is the project an added project's record makes.
 func projectOf(r state.Project) Project {
-	p := Project{Name: r.Name, Location: r.Location, Origin: OriginAdded}
+	p := Project{Name: r.Name, Location: r.Location, Origin: OriginAdded, Freeze: r.Freeze}
 	if r.Adoption != nil && r.Adoption.How == state.AdoptMount {
-		p.At = r.Adoption.Path
+		p.At = r.Adoption.Paths()
 	}
 	return p
 }

@@ -134,6 +134,9 @@ type Supervisor struct {
 	promos    promotionRuns // running in the background; Close waits for them
 	userns    usernsState
 	stateDirs stateDirCache
+	// unbound are adoptions a crash cut short between their mounts,
+	// finished by FinishAdoptions.
+	unbound   []state.Project
 	ports     portTable // exposed on the host (ports.go)
 	procHooks processHooks
 	sessions  sessions

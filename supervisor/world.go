@@ -129,8 +129,18 @@ func (s *Supervisor) spec(ctx context.Context, rec state.Record) (nsinit.Spec, e
 		}
 	}
 	for _, p := range s.projects.list() {
-		if p.Name != rec.Project && filepath.IsAbs(p.Location) {
-			spec.Hidden = append(spec.Hidden, p.Location)
+		if p.Name == rec.Project {
+			if len(p.At) > 1 {
+				spec.ProjectDirs = p.At
+			}
+			continue
+		}
+		// An adopted one's directory shows, through the host's root, what
+		// it held before (its mount is not in the root's layer).
+		for _, at := range append([]string{p.Location}, p.At...) {
+			if filepath.IsAbs(at) {
+				spec.Hidden = append(spec.Hidden, at)
+			}
 		}
 	}
 	return spec, nil

@@ -3,28 +3,35 @@ package units
 import (
 	"context"
 	"fmt"
+	"strings"
 	"syscall"
 
 	sdbus "github.com/coreos/go-systemd/v22/dbus"
 	"golang.org/x/sys/unix"
 )
 
-// Freeze stops every process of the scope where it is, until Thaw. How
+// Freeze stops every process of the scope (or service: a host service
+// that writes a project, for its snapshot) where it is, until Thaw. How
 // depends on the machine (Capabilities.Freeze): systemd's cgroup freezer
 // where it has one, else SIGSTOP to each process. A systemd that refuses
 // FreezeUnit (NotSupported: no cgroup v2 controllers, as on a hybrid
 // layout; UnknownMethod: older than 246) gets the signals too.
 func (m *Manager) Freeze(ctx context.Context, name string) error {
-	return m.freezeOrThaw(ctx, "freezing scope", name, true)
+	return m.freezeOrThaw(ctx, "freezing", name, true)
 }
 
-// Thaw resumes a scope that Freeze stopped, the same way it was frozen.
+// Thaw resumes a scope or service that Freeze stopped, the same way it
+// was frozen.
 func (m *Manager) Thaw(ctx context.Context, name string) error {
-	return m.freezeOrThaw(ctx, "thawing scope", name, false)
+	return m.freezeOrThaw(ctx, "thawing", name, false)
 }
 
 func (m *Manager) freezeOrThaw(ctx context.Context, op, name string, freeze bool) error {
-	if err := CheckScopeName(name); err != nil {
+	check := CheckScopeName
+	if strings.HasSuffix(name, ".service") {
+		check = CheckServiceName
+	}
+	if err := check(name); err != nil {
 		return fmt.Errorf("%s %s: %w", op, name, err)
 	}
 	if m.caps.Freeze == FreezeCgroup {

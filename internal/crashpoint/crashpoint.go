@@ -48,10 +48,17 @@ const (
 	AdoptCopied    = "adopt-copied"    // the volume holds a copy of the directory; recorded copying
 	AdoptSwitching = "adopt-switching" // recorded switching; the directory is still the old one
 	AdoptSwitched  = "adopt-switched"  // the volume is at the path (swapped or mounted); not yet recorded done
+	// AdoptBoundOne: of several directories, the first is bound back, the
+	// others not yet.
+	AdoptBoundOne = "adopt-bound-one"
 )
 
-// Adoption lists the adoption's crash points, in order.
-var Adoption = []string{AdoptCopied, AdoptSwitching, AdoptSwitched}
+// Adoption lists the adoption's crash points, in order; AdoptionOfSeveral
+// those of an adoption of several directories.
+var (
+	Adoption          = []string{AdoptCopied, AdoptSwitching, AdoptSwitched}
+	AdoptionOfSeveral = []string{AdoptCopied, AdoptSwitching, AdoptBoundOne, AdoptSwitched}
+)
 
 // The steps of a release (supervisor ReleaseProject), in order.
 const (

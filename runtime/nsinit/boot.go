@@ -40,6 +40,34 @@ import (
 //     and filter. Once systemd has ended they are forked in the init's
 //     own namespaces.
 
+// shareProc makes the init's /proc a shared mount, unmasked, for a booted
+// sandbox: systemd's namespace gets a copy of it that follows it (a
+// slave, as that namespace's user namespace is less privileged), and the
+// masks the init puts on it once systemd has mounted its own /proc over
+// it (maskSystemProc) reach that copy too, locked: a service that
+// unmounts systemd's /proc finds this one masked.
+func shareProc(r *root) error {
+	return r.at("/proc", func(p string) error { return unix.Mount("", p, "", unix.MS_SHARED, "") })
+}
+
+// maskSystemProc masks the init's /proc once the sandbox's systemd has
+// its own (see shareProc).
+func maskSystemProc() error {
+	r, err := openRoot("/")
+	if err != nil {
+		return err
+	}
+	defer r.close()
+	if err := maskProc(r); err != nil {
+		return fmt.Errorf("masking the init's /proc: %w", err)
+	}
+	return nil
+}
+
+// maxServiceNamespaces bounds the namespaces of each kind a booted
+// sandbox's services hold at once.
+const maxServiceNamespaces = 1024
+
 // BootTarget is the unit a booted sandbox's systemd starts: sysinit's
 // few units that act on the sandbox alone, journald and sockets. The
 // host's enabled services do not start; `systemctl start` names what
@@ -180,6 +208,9 @@ func identityMap(path string) ([]syscall.SysProcIDMap, error) {
 // why on fd 4.
 func bootStage() {
 	runtime.LockOSThread()
+	// Closed by the exec: what runs as systemd (the sandbox's root may
+	// have put anything at its path) cannot hold the init waiting.
+	unix.CloseOnExec(4)
 	report := os.NewFile(4, "report")
 	fail := func(what string, err error) {
 		fmt.Fprintf(report, "%s: %v", what, err)
@@ -352,6 +383,17 @@ func bootWorld(r *root, spec *Spec, layer string) (*os.File, error) {
 	})
 	if err != nil {
 		return fail(fmt.Errorf("letting services bind low ports: %w", err))
+	}
+	// Services make namespaces (PrivateTmp=, PrivateUsers=, ...): all of
+	// them are counted against this namespace's root, whose bounds only
+	// the init can set (commands lack CAP_SYS_RESOURCE).
+	for _, kind := range []string{"cgroup", "ipc", "mnt", "net", "pid", "time", "user", "uts"} {
+		err := r.at("/proc/sys/user/max_"+kind+"_namespaces", func(p string) error {
+			return os.WriteFile(p, []byte(strconv.Itoa(maxServiceNamespaces)), 0)
+		})
+		if err != nil && !errors.Is(err, unix.ENOENT) {
+			return fail(fmt.Errorf("bounding the services' %s namespaces: %w", kind, err))
+		}
 	}
 	return console, nil
 }

@@ -66,7 +66,7 @@ func buildWorld(spec *Spec, control *os.File, mounts *Mounts) (ln *net.UnixListe
 	scratch := scratchOptions(spec.ScratchSize)
 	procMasks := maskProc
 	if spec.Boot {
-		procMasks = func(*root) error { return nil }
+		procMasks = shareProc
 	}
 	for _, step := range []func(*root) error{
 		mountProc, func(r *root) error { return mountDev(r, scratch, spec.UserNS) }, procMasks,
@@ -82,10 +82,13 @@ func buildWorld(spec *Spec, control *os.File, mounts *Mounts) (ln *net.UnixListe
 			return nil, logs, nil, err
 		}
 	}
-	if err := r.mkdirAll(spec.Project.Target, 0o755); err != nil {
+	if len(spec.ProjectDirs) > 0 {
+		if err := mountProjectDirs(r, spec.Project, spec.ProjectDirs, mounts); err != nil {
+			return nil, logs, nil, err
+		}
+	} else if err := r.mkdirAll(spec.Project.Target, 0o755); err != nil {
 		return nil, logs, nil, err
-	}
-	if mounts != nil {
+	} else if mounts != nil {
 		// The daemon made it read-only (if asked) and without access times.
 		if err := attachInside(r, mounts.Project, spec.Project.Target); err != nil {
 			return nil, logs, nil, fmt.Errorf("mounting the project: %w", err)

@@ -101,10 +101,14 @@ func initCgroupDir(pid int) (string, error) {
 }
 
 // Cgroups of a booted sandbox, under its scope: the init (and its
-// commands) in one, its systemd's delegated subtree in the other.
+// commands) in one, its systemd's delegated subtree in the other, at most
+// MaxPayloadDepth deep and MaxPayloadCgroups in all (systemd makes a
+// slice or two and one per unit).
 const (
-	SupervisorCgroup = "supervisor"
-	PayloadCgroup    = "payload"
+	SupervisorCgroup  = "supervisor"
+	PayloadCgroup     = "payload"
+	MaxPayloadDepth   = 16
+	MaxPayloadCgroups = 2048
 )
 
 // BootCgroups makes a booted sandbox's cgroups under the scope of init
@@ -126,6 +130,14 @@ func BootCgroups(pid int, uid, gid uint32) (*os.File, error) {
 	}
 	if err := os.WriteFile(sup+"/cgroup.procs", []byte(strconv.Itoa(pid)), 0); err != nil {
 		return nil, fmt.Errorf("moving the sandbox's init into %s: %w", sup, err)
+	}
+	// Bounds on what systemd makes below (these files stay root's): a
+	// chain deeper than PATH_MAX could not be removed by path, and would
+	// outlive the sandbox in the host's kernel.
+	for f, v := range map[string]string{"cgroup.max.depth": strconv.Itoa(MaxPayloadDepth), "cgroup.max.descendants": strconv.Itoa(MaxPayloadCgroups)} {
+		if err := os.WriteFile(filepath.Join(payload, f), []byte(v), 0); err != nil {
+			return nil, fmt.Errorf("bounding %s: %w", payload, err)
+		}
 	}
 	for _, f := range []string{"", "/cgroup.procs", "/cgroup.threads", "/cgroup.subtree_control"} {
 		if err := os.Lchown(payload+f, int(uid), int(gid)); err != nil {

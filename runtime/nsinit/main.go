@@ -17,6 +17,17 @@ import (
 	"github.com/sandboxd/sandboxd/runtime/seccomp"
 )
 
+// init keeps an init's main goroutine on the main thread for good (init
+// functions run there): the kernel checks a signal to pid 1, and reads
+// of /proc/1, against that thread's credentials, and a goroutine that
+// takes a caller's credentials on its thread (asCaller) must never be
+// scheduled there, or nobody in the sandbox could kill its init.
+func init() {
+	if IsInit() {
+		runtime.LockOSThread()
+	}
+}
+
 // Main is the init: it reads its Spec from fd 3, builds the sandbox's
 // world, answers "ok" (or what failed) on fd 3, and then runs commands on
 // request until the sandbox's scope is stopped. It never returns.
@@ -52,6 +63,9 @@ func Main() {
 		s.system, err = startSystem(&spec, spec.Payload, console)
 		spec.Payload.Close()
 		console.Close()
+		if err == nil {
+			err = maskSystemProc()
+		}
 		if err != nil {
 			fail(err)
 		}

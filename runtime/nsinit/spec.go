@@ -52,8 +52,11 @@ type Spec struct {
 	// sixteenth of the host's memory, at most 1GiB; see ScratchSizeFor).
 	ScratchSize uint64 `json:"scratch_size,omitempty"`
 	// Project is the sandbox's copy of the project (Source), seen at the
-	// project's own path (Target).
-	Project Bind `json:"project"`
+	// project's own path (Target). A project of several directories
+	// (ProjectDirs) is seen, instead, as each of them at its own path,
+	// which is also where the volume holds it (projectdirs.go).
+	Project     Bind     `json:"project"`
+	ProjectDirs []string `json:"project_dirs,omitempty"`
 	// Hidden host paths are replaced by an empty directory or file;
 	// ReadOnly ones are seen but cannot be changed.
 	Hidden   []string `json:"hidden,omitempty"`

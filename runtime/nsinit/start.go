@@ -82,7 +82,11 @@ func launch(argv []string, flags int, ids *IDMap) (*Init, error) {
 		// daemon's uid 0, which the namespace does not map.
 		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: 0, Gid: 0}
 	}
-	err = cmd.Start()
+	if ids != nil {
+		err = startOwnedBy(cmd, ids.RootUID(), ids.RootGID())
+	} else {
+		err = cmd.Start()
+	}
 	theirs.Close()
 	if err != nil {
 		ours.Close()

@@ -150,18 +150,21 @@ func (m manager) addProject(sender dbus.Sender, action, name, location string, o
 func (m manager) AdoptProject(sender dbus.Sender, name, path string, opts map[string]dbus.Variant) *dbus.Error {
 	what := fmt.Sprintf("adopting %s as project %q", path, name)
 	return m.adminProject(sender, sandboxd1.MethodAdoptProject, name, what, "add", func(ctx context.Context) *dbus.Error {
-		restart := false
-		if v, ok := opts[sandboxd1.OptRestartUnits]; ok {
-			delete(opts, sandboxd1.OptRestartUnits)
-			if err := dbus.Store([]any{v.Value()}, &restart); err != nil {
-				return dbusError(sandboxd1.ErrorInvalidArgs, "%s: option %s: %v", what, sandboxd1.OptRestartUnits, err)
+		var o supervisor.AdoptOptions
+		for name, to := range map[string]any{sandboxd1.OptRestartUnits: &o.RestartUnits,
+			sandboxd1.OptMorePaths: &o.More, sandboxd1.OptFreezeUnits: &o.Freeze} {
+			if v, ok := opts[name]; ok {
+				delete(opts, name)
+				if err := dbus.Store([]any{v.Value()}, to); err != nil {
+					return dbusError(sandboxd1.ErrorInvalidArgs, "%s: option %s: %v", what, name, err)
+				}
 			}
 		}
-		access, err := projectAccessOptions(opts)
-		if err != nil {
+		var err error
+		if o.Access, err = projectAccessOptions(opts); err != nil {
 			return dbusError(sandboxd1.ErrorInvalidArgs, "%s: %v", what, err)
 		}
-		return fromSupervisorOrNil(m.s.sup.AdoptProject(ctx, name, path, supervisor.AdoptOptions{Access: access, RestartUnits: restart}))
+		return fromSupervisorOrNil(m.s.sup.AdoptProject(ctx, name, path, o))
 	})
 }
 

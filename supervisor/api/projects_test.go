@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -277,7 +278,7 @@ func TestAnAddedProjectOutlivesARestart(t *testing.T) {
 	if err != nil || len(shadowed) != 1 || shadowed[0].Name != "kept" || shadowed[0].Location != kept {
 		t.Fatalf("LoadProjects with sandboxd.toml's kept = %+v, %v; want the added kept reported", shadowed, err)
 	}
-	if got := sup.Projects(); len(got) != 2 || got[0] != (supervisor.Project{Name: "kept", Location: elsewhere, Origin: supervisor.OriginConfig}) {
+	if got := sup.Projects(); len(got) != 2 || !reflect.DeepEqual(got[0], supervisor.Project{Name: "kept", Location: elsewhere, Origin: supervisor.OriginConfig}) {
 		t.Fatalf("projects = %+v; want sandboxd.toml's kept", got)
 	}
 }

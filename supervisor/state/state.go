@@ -167,39 +167,11 @@ type Project struct {
 	Groups []string `json:"groups,omitempty"`
 	// Adoption: a project made of a directory where it lives (AdoptProject).
 	Adoption *Adoption `json:"adoption,omitempty"`
+	// Freeze are host services (units) that write the project: frozen
+	// while a sandbox's base is snapshotted, so that what they wrote in
+	// its directories is at one point of theirs.
+	Freeze []string `json:"freeze,omitempty"`
 }
-
-// Adoption is how a project was adopted, and how far: what undoes it
-// after a crash, and what release undoes.
-type Adoption struct {
-	// Path is the directory adopted, where the host keeps seeing it.
-	Path string `json:"path"`
-	// How: AdoptSwap (a volume made beside it, swapped in by a rename;
-	// Location is Path) or AdoptMount (a volume of the pool mounted at
-	// Path by Unit).
-	How  string `json:"how"`
-	Unit string `json:"unit,omitempty"`
-	// Temp is the volume being filled beside Path (AdoptSwap), or the
-	// pool's volume (AdoptMount), while Phase is not AdoptDone.
-	Temp  string `json:"temp,omitempty"`
-	Phase string `json:"phase"`
-}
-
-// Adoption ways and phases.
-const (
-	AdoptSwap  = "swap"
-	AdoptMount = "mount"
-	// AdoptCopying: the volume is being filled; the directory is whole.
-	AdoptCopying = "copying"
-	// AdoptSwitching: the volume is full and about to take the
-	// directory's place (a rename, or a mount): which one holds Path
-	// after a crash is read off the filesystem.
-	AdoptSwitching = "switching"
-	AdoptDone      = "done"
-	// AdoptReleasing: the project is forgotten, its files going back to
-	// a plain directory at Path; a daemon that starts finishes it.
-	AdoptReleasing = "releasing"
-)
 
 // Store is the open database.
 type Store struct {

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -215,33 +216,61 @@ func TestAdoptRefusesWhatItMustNot(t *testing.T) {
 // path, and the project adopted only once the volume had taken its place.
 func TestKill9AtEachStepOfAnAdoption(t *testing.T) {
 	tb := install(t)
-	for _, c := range []struct{ name, dir string }{
-		{"crash-swap", filepath.Join(tb.Btrfs.Mount, "srv-crash")},
-		{"crash-mount", "/srv/adopt-crash"},
+	for _, c := range []struct {
+		name string
+		dirs []string
+	}{
+		{"crash-swap", []string{filepath.Join(tb.Btrfs.Mount, "srv-crash")}},
+		{"crash-mount", []string{"/srv/adopt-crash"}},
+		{"crash-two", []string{"/srv/adopt-crash-app", "/srv/adopt-crash-data"}},
 	} {
-		for _, point := range crashpoint.Adoption {
+		points := crashpoint.Adoption
+		if len(c.dirs) > 1 {
+			points = crashpoint.AdoptionOfSeveral
+		}
+		for _, point := range points {
 			t.Run(c.name+"/"+point, func(t *testing.T) {
-				os.RemoveAll(c.dir)
-				plainTree(t, c.dir)
-				t.Cleanup(func() { ctl(t, "", "project", "release", c.name); os.RemoveAll(c.dir) })
-				before := describe(t, c.dir)
+				before := map[string]string{}
+				for _, d := range c.dirs {
+					os.RemoveAll(d)
+					plainTree(t, d)
+					before[d] = describe(t, d)
+				}
+				t.Cleanup(func() {
+					ctl(t, "", "project", "release", c.name)
+					for _, d := range c.dirs {
+						os.RemoveAll(d)
+					}
+				})
 				reconfigure(t, "", crashpoint.Env+"="+point)
 				old := mainPID(t)
-				ctl(t, "", "project", "adopt", c.name, c.dir) // the daemon dies under it
+				ctl(t, "", append([]string{"project", "adopt", c.name}, c.dirs...)...) // the daemon dies under it
 				waitActive(t, old)
-				if got := describe(t, c.dir); got != before {
-					t.Fatalf("killed at %s: %s is not whole:\n%s\nwant:\n%s", point, c.dir, got, before)
+				for _, d := range c.dirs {
+					if got := describe(t, d); got != before[d] {
+						t.Fatalf("killed at %s: %s is not whole:\n%s\nwant:\n%s", point, d, got, before[d])
+					}
 				}
 				_, _, code := ctl(t, "", "create", "--quiet", "--name", "after-"+c.name, c.name)
 				adopted := code == 0
 				if adopted {
 					ctl(t, "", "destroy", "after-"+c.name)
 				}
-				if want := point == crashpoint.AdoptSwitched; adopted != want {
+				if want := point == crashpoint.AdoptSwitched || point == crashpoint.AdoptBoundOne; adopted != want {
 					t.Errorf("killed at %s: the project is adopted: %v, want %v", point, adopted, want)
 				}
-				if left, _ := filepath.Glob(filepath.Join(filepath.Dir(c.dir), "."+filepath.Base(c.dir)+".sandboxd-*")); len(left) > 0 {
-					t.Errorf("killed at %s: left %v", point, left)
+				for _, d := range c.dirs {
+					// (The rest of several is bound back once the daemon is up.)
+					mounted, _ := exec.Command("findmnt", "-n", d).CombinedOutput()
+					for end := time.Now().Add(10 * time.Second); adopted && len(mounted) == 0 && time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+						mounted, _ = exec.Command("findmnt", "-n", d).CombinedOutput()
+					}
+					if c.name != "crash-swap" && (len(mounted) > 0) != adopted {
+						t.Errorf("killed at %s: %s is a mount point: %v, want %v", point, d, len(mounted) > 0, adopted)
+					}
+					if left, _ := filepath.Glob(filepath.Join(filepath.Dir(d), "."+filepath.Base(d)+".sandboxd-*")); len(left) > 0 {
+						t.Errorf("killed at %s: left %v", point, left)
+					}
 				}
 			})
 		}
@@ -295,33 +324,53 @@ func TestAdoptRestartsTheServicesThatUseIt(t *testing.T) {
 // gone, and nothing of its volume or mount.
 func TestKill9AtEachStepOfARelease(t *testing.T) {
 	tb := install(t)
-	for _, c := range []struct{ name, dir string }{
-		{"release-swap", filepath.Join(tb.Btrfs.Mount, "srv-release")},
-		{"release-mount", "/srv/adopt-release"},
+	for _, c := range []struct {
+		name string
+		dirs []string
+	}{
+		{"release-swap", []string{filepath.Join(tb.Btrfs.Mount, "srv-release")}},
+		{"release-mount", []string{"/srv/adopt-release"}},
+		{"release-two", []string{"/srv/adopt-release-app", "/srv/adopt-release-data"}},
 	} {
 		for _, point := range crashpoint.Release {
 			t.Run(c.name+"/"+point, func(t *testing.T) {
-				os.RemoveAll(c.dir)
-				plainTree(t, c.dir)
-				t.Cleanup(func() { ctl(t, "", "project", "release", c.name); os.RemoveAll(c.dir) })
+				for _, d := range c.dirs {
+					os.RemoveAll(d)
+					plainTree(t, d)
+				}
+				t.Cleanup(func() {
+					ctl(t, "", "project", "release", c.name)
+					for _, d := range c.dirs {
+						os.RemoveAll(d)
+					}
+				})
 				reconfigure(t, "")
-				ok(t, "project", "adopt", c.name, c.dir)
-				want := describe(t, c.dir)
+				ok(t, append([]string{"project", "adopt", c.name}, c.dirs...)...)
+				want := map[string]string{}
+				for _, d := range c.dirs {
+					want[d] = describe(t, d)
+				}
 				reconfigure(t, "", crashpoint.Env+"="+point)
 				old := mainPID(t)
 				ctl(t, "", "project", "release", c.name) // the daemon dies under it
 				waitActive(t, old)
-				if got := describe(t, c.dir); got != want {
-					t.Fatalf("killed at %s: %s after the restart:\n%s\nwant:\n%s", point, c.dir, got, want)
-				}
-				if out, err := exec.Command("btrfs", "subvolume", "show", c.dir).CombinedOutput(); err == nil {
-					t.Errorf("killed at %s: %s is still a subvolume: %s", point, c.dir, out)
-				}
-				if mounted, _ := exec.Command("findmnt", "-n", c.dir).CombinedOutput(); len(mounted) > 0 {
-					t.Errorf("killed at %s: %s is still a mount point: %s", point, c.dir, mounted)
+				for _, d := range c.dirs {
+					if got := describe(t, d); got != want[d] {
+						t.Fatalf("killed at %s: %s after the restart:\n%s\nwant:\n%s", point, d, got, want[d])
+					}
+					if out, err := exec.Command("btrfs", "subvolume", "show", d).CombinedOutput(); err == nil {
+						t.Errorf("killed at %s: %s is still a subvolume: %s", point, d, out)
+					}
+					if mounted, _ := exec.Command("findmnt", "-n", d).CombinedOutput(); len(mounted) > 0 {
+						t.Errorf("killed at %s: %s is still a mount point: %s", point, d, mounted)
+					}
 				}
 				fails(t, 3, c.name, "create", c.name)
-				left, _ := filepath.Glob(filepath.Join(filepath.Dir(c.dir), "."+filepath.Base(c.dir)+".sandboxd-*"))
+				var left []string
+				for _, d := range c.dirs {
+					l, _ := filepath.Glob(filepath.Join(filepath.Dir(d), "."+filepath.Base(d)+".sandboxd-*"))
+					left = append(left, l...)
+				}
 				if vol := filepath.Join(tb.Btrfs.Mount, "sandboxd-adopted", c.name); exists(vol) {
 					left = append(left, vol)
 				}

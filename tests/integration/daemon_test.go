@@ -283,7 +283,8 @@ func waitActive(t *testing.T, old int) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	t.Fatal("sandboxd did not come back within 30s of kill -9")
+	journal, _ := exec.Command("journalctl", "--no-pager", "-n", "40", "-u", "sandboxd.service").CombinedOutput()
+	t.Fatalf("sandboxd did not come back within 30s of kill -9; its journal's end:\n%s", journal)
 }
 
 func must1(b []byte, _ error) []byte { return b }

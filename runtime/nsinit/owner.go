@@ -1,0 +1,77 @@
+package nsinit
+
+import (
+	"fmt"
+	"os/exec"
+	"runtime"
+
+	"golang.org/x/sys/unix"
+)
+
+// The kernel charges what is made inside a user namespace (namespaces,
+// inotify instances) at each level above it to the uid that made the
+// namespace: one the daemon made as root would charge every sandbox's to
+// host root's own allowance (a sandbox that made 128 inotify instances
+// would leave root none). An init's namespace is made, instead, by a
+// thread of the daemon that has the sandbox's root's host uid for the
+// clone, keeping the capabilities to write any id map and to make a user
+// namespace: each sandbox's count is its own uid's.
+
+// ownerCaps are what the launching thread keeps as the owner's uid: to
+// write the child's uid and gid maps, and to make a user namespace where
+// the host restricts that to the privileged (Debian's
+// kernel.unprivileged_userns_clone).
+var ownerCaps = []uintptr{unix.CAP_SETUID, unix.CAP_SETGID, unix.CAP_SYS_ADMIN}
+
+// startOwnedBy starts cmd (with CLONE_NEWUSER) from a thread whose uid
+// and gid are uid and gid, so that they own its user namespace. The
+// thread ends with the call: its credentials are no one else's.
+func startOwnedBy(cmd *exec.Cmd, uid, gid uint32) error {
+	done := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with it
+		if err := becomeOwner(uid, gid); err != nil {
+			done <- err
+			return
+		}
+		done <- cmd.Start()
+	}()
+	return <-done
+}
+
+// becomeOwner gives the calling thread alone uid and gid, with ownerCaps
+// effective. Raw system calls: the C library's and Go's setuid act on
+// every thread.
+func becomeOwner(uid, gid uint32) error {
+	if err := unix.Prctl(unix.PR_SET_KEEPCAPS, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("keeping capabilities: %w", err)
+	}
+	if _, _, e := unix.RawSyscall(unix.SYS_SETGROUPS, 0, 0, 0); e != 0 {
+		return fmt.Errorf("dropping groups: %w", e)
+	}
+	if _, _, e := unix.RawSyscall(unix.SYS_SETRESGID, uintptr(gid), uintptr(gid), uintptr(gid)); e != 0 {
+		return fmt.Errorf("taking gid %d: %w", gid, e)
+	}
+	if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, uintptr(uid), uintptr(uid), uintptr(uid)); e != 0 {
+		return fmt.Errorf("taking uid %d: %w", uid, e)
+	}
+	// A change of uid makes the process undumpable (its /proc entries
+	// root's), and the child, which shares its memory until it execs,
+	// could then not exec /proc/self/exe. The daemon is root's either way.
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("keeping the process dumpable: %w", err)
+	}
+	var keep uint64
+	for _, c := range ownerCaps {
+		keep |= 1 << c
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	data := [2]unix.CapUserData{
+		{Effective: uint32(keep), Permitted: uint32(keep)},
+		{Effective: uint32(keep >> 32), Permitted: uint32(keep >> 32)},
+	}
+	if err := unix.Capset(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("keeping the capabilities to launch: %w", err)
+	}
+	return nil
+}

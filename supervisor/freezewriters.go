@@ -1,0 +1,79 @@
+package supervisor
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/sandboxd/sandboxd/units"
+)
+
+// A project's host services that write it (Project.Freeze: a database
+// beside its app) are frozen while a sandbox's base is snapshotted, so
+// that the snapshot holds what they wrote at one point of theirs, not
+// half of a write to each of its directories. A few milliseconds: the
+// snapshot is one btrfs snapshot of one volume.
+
+// maxFreezeUnits bounds the services a project names.
+const maxFreezeUnits = 16
+
+// checkFreezeUnits checks the services a project would freeze.
+func checkFreezeUnits(names []string) error {
+	if len(names) > maxFreezeUnits {
+		return fmt.Errorf("%d services to freeze; at most %d: %w", len(names), maxFreezeUnits, ErrInvalidProject)
+	}
+	for _, n := range names {
+		if err := units.CheckServiceName(n); err != nil {
+			return fmt.Errorf("a service to freeze: %w: %w", err, ErrInvalidProject)
+		}
+	}
+	return nil
+}
+
+// freezeWriters freezes project's writers and returns what thaws them.
+// A service that cannot be frozen (not running: it writes nothing) is
+// logged and left out.
+func (s *Supervisor) freezeWriters(ctx context.Context, project string) (thaw func()) {
+	p, ok := s.projects.get(project)
+	if !ok || len(p.Freeze) == 0 {
+		return func() {}
+	}
+	var frozen []string
+	begin := time.Now()
+	for _, u := range p.Freeze {
+		if err := s.cfg.Units.Freeze(ctx, u); err != nil {
+			s.log.Warn("a service that writes the project was not frozen for its snapshot", "project", project, "unit", u, "error", err)
+			continue
+		}
+		frozen = append(frozen, u)
+	}
+	return func() {
+		s.thawWriters(project, frozen)
+		s.log.Info("froze the services that write the project while it was snapshotted", "project", project,
+			"units", strings.Join(frozen, ","), "frozen_for", time.Since(begin).Round(time.Microsecond).String())
+	}
+}
+
+// thawWriters thaws services, whatever the caller's context says: a
+// host's service must not stay stopped.
+func (s *Supervisor) thawWriters(project string, names []string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, u := range names {
+		if err := s.cfg.Units.Thaw(ctx, u); err != nil {
+			s.log.Error("thawing a service that writes a project", "project", project, "unit", u, "error", err)
+		}
+	}
+}
+
+// thawAllWriters thaws every project's writers, at the daemon's start: a
+// crash between a freeze and its thaw must not leave a host's database
+// stopped. Thawing one that is not frozen does nothing.
+func (s *Supervisor) thawAllWriters() {
+	for _, p := range s.projects.list() {
+		if len(p.Freeze) > 0 {
+			s.thawWriters(p.Name, p.Freeze)
+		}
+	}
+}

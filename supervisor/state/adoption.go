@@ -1,0 +1,52 @@
+package state
+
+import "path/filepath"
+
+// Adoption is how a project was adopted, and how far: what undoes it
+// after a crash, and what release undoes.
+type Adoption struct {
+	// Path is the directory adopted, where the host keeps seeing it.
+	Path string `json:"path"`
+	// More are further directories adopted into the same project (the
+	// app and its data: one volume, snapshotted as one). Only AdoptMount:
+	// the volume then holds each directory, Path too, at its own path
+	// below its root, and a mount unit binds each back.
+	More []string `json:"more,omitempty"`
+	// How: AdoptSwap (a volume made beside it, swapped in by a rename;
+	// Location is Path) or AdoptMount (a volume of the pool mounted at
+	// Path by Unit).
+	How  string `json:"how"`
+	Unit string `json:"unit,omitempty"`
+	// Temp is the volume being filled beside Path (AdoptSwap), or the
+	// pool's volume (AdoptMount), while Phase is not AdoptDone.
+	Temp  string `json:"temp,omitempty"`
+	Phase string `json:"phase"`
+}
+
+// Paths are the directories adopted: Path, then More.
+func (a *Adoption) Paths() []string { return append([]string{a.Path}, a.More...) }
+
+// InVolume is where the volume at root holds adopted directory p: the
+// whole volume, or (with More) p's own path below its root.
+func (a *Adoption) InVolume(root, p string) string {
+	if len(a.More) == 0 {
+		return root
+	}
+	return filepath.Join(root, p)
+}
+
+// Adoption ways and phases.
+const (
+	AdoptSwap  = "swap"
+	AdoptMount = "mount"
+	// AdoptCopying: the volume is being filled; the directory is whole.
+	AdoptCopying = "copying"
+	// AdoptSwitching: the volume is full and about to take the
+	// directory's place (a rename, or a mount): which one holds Path
+	// after a crash is read off the filesystem.
+	AdoptSwitching = "switching"
+	AdoptDone      = "done"
+	// AdoptReleasing: the project is forgotten, its files going back to
+	// a plain directory at Path; a daemon that starts finishes it.
+	AdoptReleasing = "releasing"
+)
