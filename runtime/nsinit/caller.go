@@ -34,20 +34,8 @@ func (r *Request) identity() identity {
 // rather than give others its credentials. The raw system calls act on
 // this thread only (the C library's, and Go's syscall.Setuid, act on all).
 func becomeOnThisThread(id identity) error {
-	groups := make([]uint32, len(id.groups))
-	copy(groups, id.groups)
-	var p unsafe.Pointer
-	if len(groups) > 0 {
-		p = unsafe.Pointer(&groups[0])
-	}
-	if _, _, e := unix.RawSyscall(unix.SYS_SETGROUPS, uintptr(len(groups)), uintptr(p), 0); e != 0 {
-		return fmt.Errorf("taking the caller's groups: %w", e)
-	}
-	if _, _, e := unix.RawSyscall(unix.SYS_SETRESGID, uintptr(id.gid), uintptr(id.gid), uintptr(id.gid)); e != 0 {
-		return fmt.Errorf("taking the caller's gid %d: %w", id.gid, e)
-	}
-	if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, uintptr(id.uid), uintptr(id.uid), uintptr(id.uid)); e != 0 {
-		return fmt.Errorf("taking the caller's uid %d: %w", id.uid, e)
+	if err := setThreadIDs(id.uid, id.gid, id.groups); err != nil {
+		return err
 	}
 	if id.uid == 0 && id.noCaps {
 		// uid 0 gets every capability back at exec unless NOROOT is
@@ -64,11 +52,38 @@ func becomeOnThisThread(id identity) error {
 	}
 	// From root to another uid the kernel clears the capabilities; root
 	// keeps them, and gets what a root command gets.
-	var keep uint64
+	var keep []uintptr
 	if id.uid == 0 && !id.noCaps {
-		for _, c := range keptCaps {
-			keep |= 1 << c
-		}
+		keep = keptCaps
+	}
+	return setThreadCaps(keep)
+}
+
+// setThreadIDs gives the calling thread alone uid, gid and groups.
+func setThreadIDs(uid, gid uint32, groups []uint32) error {
+	groups = append([]uint32(nil), groups...)
+	var p unsafe.Pointer
+	if len(groups) > 0 {
+		p = unsafe.Pointer(&groups[0])
+	}
+	if _, _, e := unix.RawSyscall(unix.SYS_SETGROUPS, uintptr(len(groups)), uintptr(p), 0); e != 0 {
+		return fmt.Errorf("taking groups %v: %w", groups, e)
+	}
+	if _, _, e := unix.RawSyscall(unix.SYS_SETRESGID, uintptr(gid), uintptr(gid), uintptr(gid)); e != 0 {
+		return fmt.Errorf("taking gid %d: %w", gid, e)
+	}
+	if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, uintptr(uid), uintptr(uid), uintptr(uid)); e != 0 {
+		return fmt.Errorf("taking uid %d: %w", uid, e)
+	}
+	return nil
+}
+
+// setThreadCaps leaves the calling thread caps, effective and permitted,
+// and no other capability.
+func setThreadCaps(caps []uintptr) error {
+	var keep uint64
+	for _, c := range caps {
+		keep |= 1 << c
 	}
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	data := [2]unix.CapUserData{
@@ -76,7 +91,7 @@ func becomeOnThisThread(id identity) error {
 		{Effective: uint32(keep >> 32), Permitted: uint32(keep >> 32)},
 	}
 	if err := unix.Capset(&hdr, &data[0]); err != nil {
-		return fmt.Errorf("dropping capabilities: %w", err)
+		return fmt.Errorf("setting the thread's capabilities: %w", err)
 	}
 	return nil
 }

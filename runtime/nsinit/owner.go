@@ -46,14 +46,8 @@ func becomeOwner(uid, gid uint32) error {
 	if err := unix.Prctl(unix.PR_SET_KEEPCAPS, 1, 0, 0, 0); err != nil {
 		return fmt.Errorf("keeping capabilities: %w", err)
 	}
-	if _, _, e := unix.RawSyscall(unix.SYS_SETGROUPS, 0, 0, 0); e != 0 {
-		return fmt.Errorf("dropping groups: %w", e)
-	}
-	if _, _, e := unix.RawSyscall(unix.SYS_SETRESGID, uintptr(gid), uintptr(gid), uintptr(gid)); e != 0 {
-		return fmt.Errorf("taking gid %d: %w", gid, e)
-	}
-	if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, uintptr(uid), uintptr(uid), uintptr(uid)); e != 0 {
-		return fmt.Errorf("taking uid %d: %w", uid, e)
+	if err := setThreadIDs(uid, gid, nil); err != nil {
+		return err
 	}
 	// A change of uid makes the process undumpable (its /proc entries
 	// root's), and the child, which shares its memory until it execs,
@@ -61,17 +55,5 @@ func becomeOwner(uid, gid uint32) error {
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 1, 0, 0, 0); err != nil {
 		return fmt.Errorf("keeping the process dumpable: %w", err)
 	}
-	var keep uint64
-	for _, c := range ownerCaps {
-		keep |= 1 << c
-	}
-	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
-	data := [2]unix.CapUserData{
-		{Effective: uint32(keep), Permitted: uint32(keep)},
-		{Effective: uint32(keep >> 32), Permitted: uint32(keep >> 32)},
-	}
-	if err := unix.Capset(&hdr, &data[0]); err != nil {
-		return fmt.Errorf("keeping the capabilities to launch: %w", err)
-	}
-	return nil
+	return setThreadCaps(ownerCaps)
 }
