@@ -59,8 +59,9 @@ More than one PATH (an app and its data: /srv/app /var/lib/postgresql)
 makes one project of them all, in one volume that holds each at its own
 path: sandboxes see each where the host does, and a snapshot, a diff or
 a promotion covers them all at once. --freeze names host services that
-write them: they are frozen while a sandbox's base is snapshotted (a few
-milliseconds), so that it holds their writes at one point.`,
+write them: they are frozen while the files move, and while a sandbox's
+base is snapshotted (a few milliseconds), so that each holds their
+writes at one point.`,
 				Flags: append(projectAccessFlags(), &ucli.BoolFlag{Name: "restart-units",
 					Usage: "stop the services whose processes use the directory for the adoption, and start them again"},
 					&ucli.StringSliceFlag{Name: "freeze", Usage: "a host service that writes the project (repeat it), frozen while sandboxes' bases are snapshotted"}),

@@ -145,7 +145,13 @@ func (s *Supervisor) AdoptProject(ctx context.Context, name, path string, o Adop
 		}
 		s.admission.Unlock()
 	}()
-	if err := s.adopt(ctx, pm, &rec); err != nil {
+	// The services that write it are frozen while its files move: the
+	// copy is of one point of theirs (one that only opens a file now and
+	// then is not among the holders above).
+	thaw := s.freezeUnits(ctx, name, o.Freeze)
+	err = s.adopt(ctx, pm, &rec)
+	thaw()
+	if err != nil {
 		// Undone now; a crash instead is undone by the next start.
 		if uerr := s.undoAdoption(ctx, pm, rec); uerr != nil {
 			return errors.Join(fmt.Errorf("%s: %w", what, err), fmt.Errorf("undoing it: %w", uerr))

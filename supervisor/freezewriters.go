@@ -36,12 +36,20 @@ func checkFreezeUnits(names []string) error {
 // logged and left out.
 func (s *Supervisor) freezeWriters(ctx context.Context, project string) (thaw func()) {
 	p, ok := s.projects.get(project)
-	if !ok || len(p.Freeze) == 0 {
+	if !ok {
+		return func() {}
+	}
+	return s.freezeUnits(ctx, project, p.Freeze)
+}
+
+// freezeUnits freezes project's writers names (see freezeWriters).
+func (s *Supervisor) freezeUnits(ctx context.Context, project string, names []string) (thaw func()) {
+	if len(names) == 0 {
 		return func() {}
 	}
 	var frozen []string
 	begin := time.Now()
-	for _, u := range p.Freeze {
+	for _, u := range names {
 		if err := s.cfg.Units.Freeze(ctx, u); err != nil {
 			s.log.Warn("a service that writes the project was not frozen for its snapshot", "project", project, "unit", u, "error", err)
 			continue
@@ -63,17 +71,6 @@ func (s *Supervisor) thawWriters(project string, names []string) {
 	for _, u := range names {
 		if err := s.cfg.Units.Thaw(ctx, u); err != nil {
 			s.log.Error("thawing a service that writes a project", "project", project, "unit", u, "error", err)
-		}
-	}
-}
-
-// thawAllWriters thaws every project's writers, at the daemon's start: a
-// crash between a freeze and its thaw must not leave a host's database
-// stopped. Thawing one that is not frozen does nothing.
-func (s *Supervisor) thawAllWriters() {
-	for _, p := range s.projects.list() {
-		if len(p.Freeze) > 0 {
-			s.thawWriters(p.Name, p.Freeze)
 		}
 	}
 }

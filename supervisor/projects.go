@@ -174,6 +174,14 @@ func (s *Supervisor) LoadProjects() (shadowed []Project, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("loading the added projects: %w", err)
 	}
+	// A crash between a freeze and its thaw (a snapshot, an adoption's
+	// copy) must not leave a host's service stopped: every recorded
+	// project's writers are thawed (thawing one not frozen does nothing).
+	for _, p := range added {
+		if len(p.Freeze) > 0 {
+			s.thawWriters(p.Name, p.Freeze)
+		}
+	}
 	s.admission.Lock()
 	defer s.admission.Unlock()
 	for _, p := range s.reconcileAdoptions(context.Background(), added) {
@@ -185,7 +193,6 @@ func (s *Supervisor) LoadProjects() (shadowed []Project, err error) {
 		}
 		s.projects.set(projectOf(p), ProjectAccess{Users: p.Users, Groups: p.Groups})
 	}
-	s.thawAllWriters()
 	return shadowed, nil
 }
 

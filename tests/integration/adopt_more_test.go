@@ -31,9 +31,12 @@ func TestAdoptAnAppAndItsDataAsOneProject(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(data, "seed"), []byte("rows\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	// The host's service: a counter written to the data, then the app.
+	// The host's service: a counter written to the data, then the app,
+	// each file replaced whole (as a database's own writes are whole): a
+	// snapshot of one point of it has the data's count equal to the
+	// app's, or one ahead.
 	testbed.MustRun(t, "systemd-run", "--unit="+writer, "sh", "-c",
-		`i=0; while :; do i=$((i+1)); echo $i > `+data+`/n; echo $i > `+app+`/n; done`)
+		`i=0; while :; do i=$((i+1)); for d in `+data+` `+app+`; do echo $i > $d/.n; mv $d/.n $d/n; done; done`)
 	t.Cleanup(func() {
 		_ = exec.Command("systemctl", "stop", writer).Run()
 		ctl(t, "", "project", "release", name)
