@@ -39,6 +39,9 @@ func Main() {
 	// the probe) may ptrace it or read its memory while it starts.
 	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
 	syscall.Umask(0o022)
+	// Few threads, made now (see spareThreads): the init is a server of
+	// small requests, whatever the host's number of CPUs.
+	runtime.GOMAXPROCS(min(runtime.GOMAXPROCS(0), maxProcs))
 	reserveThreads(spareThreads)
 	setup := os.NewFile(3, "setup")
 	fail := func(err error) {
@@ -108,7 +111,11 @@ func Main() {
 // cannot. The sandbox's TasksMax counts the init's threads with its
 // processes: once a command has forked up to it, a thread made then would
 // fail, and the sandbox with it.
-const spareThreads = 4
+const spareThreads = 6
+
+// maxProcs bounds the init's Go processors (and with them the threads it
+// runs at once).
+const maxProcs = 2
 
 // reserveThreads has the runtime make n threads now, which it keeps idle
 // for reuse (it never ends a thread it does not have to).
