@@ -171,8 +171,11 @@ func (s *Supervisor) AdoptProject(ctx context.Context, name, path string, o Adop
 func servicesOf(held []holder) ([]string, error) {
 	var out []string
 	for _, h := range held {
-		if !strings.HasSuffix(h.unit, ".service") {
-			return nil, fmt.Errorf("%s is of no service sandboxd could stop and start", h.what)
+		if !strings.HasSuffix(h.unit, ".service") || h.userUnit {
+			return nil, fmt.Errorf("%s is of no system service sandboxd could stop and start", h.what)
+		}
+		if untouchable(h.unit) {
+			return nil, fmt.Errorf("%s is of %s, which sandboxd does not stop", h.what, h.unit)
 		}
 		if !slices.Contains(out, h.unit) {
 			out = append(out, h.unit)

@@ -155,7 +155,12 @@ func unescapeMount(s string) string {
 
 // holder is a process that uses a directory: its description ("pid N
 // (comm) of unit U") and its unit ("" when none).
-type holder struct{ what, unit string }
+type holder struct {
+	what, unit string
+	// userUnit: the unit is of a user's own service manager, whose unit
+	// names are the user's to choose (a system service's name too).
+	userUnit bool
+}
 
 // holders names the processes that use what is under path: their working
 // directory or root there, or a file of it open or mapped.
@@ -223,6 +228,9 @@ func describeProcess(pid string) holder {
 		}
 		if u := filepath.Base(rest); ok && strings.Contains(u, ".") {
 			h.unit = u
+			// A user's own manager's unit (user@UID.service/...) may
+			// have any name, a system service's too: not the system's.
+			h.userUnit = strings.Contains(rest, "/user.slice/")
 		}
 	}
 	if h.unit != "" {

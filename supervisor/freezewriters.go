@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/sandboxd/sandboxd/units"
@@ -27,8 +28,29 @@ func checkFreezeUnits(names []string) error {
 		if err := units.CheckServiceName(n); err != nil {
 			return fmt.Errorf("a service to freeze: %w: %w", err, ErrInvalidProject)
 		}
+		if untouchable(n) {
+			return fmt.Errorf("%s cannot be frozen or stopped by sandboxd, which needs it: %w", n, ErrInvalidProject)
+		}
 	}
 	return nil
+}
+
+// untouchable are services sandboxd never freezes or stops: itself and
+// the bus it answers on (frozen, no one could thaw them).
+func untouchable(unit string) bool {
+	switch unit {
+	case "sandboxd.service", "dbus.service", "dbus-broker.service", "systemd-journald.service":
+		return true
+	}
+	return false
+}
+
+// freezeCounts counts, per service, the snapshots that want it frozen
+// now: overlapping creates of one project freeze it once and thaw it
+// after the last.
+type freezeCounts struct {
+	mu sync.Mutex
+	n  map[string]int
 }
 
 // freezeWriters freezes project's writers and returns what thaws them.
@@ -49,15 +71,37 @@ func (s *Supervisor) freezeUnits(ctx context.Context, project string, names []st
 	}
 	var frozen []string
 	begin := time.Now()
+	c := &s.frozen
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n == nil {
+		c.n = map[string]int{}
+	}
 	for _, u := range names {
+		c.n[u]++
+		frozen = append(frozen, u)
+		if c.n[u] > 1 {
+			continue // frozen already, by an overlapping snapshot
+		}
+		// One that failed may be frozen all the same (a slow freeze
+		// past the call's time): it is thawed with the others.
 		if err := s.cfg.Units.Freeze(ctx, u); err != nil {
 			s.log.Warn("a service that writes the project was not frozen for its snapshot", "project", project, "unit", u, "error", err)
-			continue
 		}
-		frozen = append(frozen, u)
 	}
 	return func() {
-		s.thawWriters(project, frozen)
+		// Under the lock: a thaw must not land after an overlapping
+		// snapshot's freeze.
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		var thaw []string
+		for _, u := range frozen {
+			if c.n[u]--; c.n[u] == 0 {
+				delete(c.n, u)
+				thaw = append(thaw, u)
+			}
+		}
+		s.thawWriters(project, thaw)
 		s.log.Info("froze the services that write the project while it was snapshotted", "project", project,
 			"units", strings.Join(frozen, ","), "frozen_for", time.Since(begin).Round(time.Microsecond).String())
 	}

@@ -17,8 +17,15 @@ import (
 // made: where a booted sandbox's services find their directories.
 var stateRoots = []string{"/var/lib", "/var/cache", "/var/spool"}
 
-// maxStateDirs bounds the directories stateDirs gives (depth 4 at most).
-const maxStateDirs = 512
+// Bounds of stateDirs: the directories it gives (depth 4 at most), their
+// paths' bytes together (they travel in the init's spec, one datagram:
+// a host account that made many long names must not stop every
+// sandbox's start), and the entries it visits.
+const (
+	maxStateDirs      = 512
+	maxStateDirsBytes = 16 << 10
+	maxStateVisits    = 50000
+)
 
 // stateDirs are the host's directories under roots that a sandbox whose
 // host files are shown through shown cannot read (a service account's
@@ -33,6 +40,7 @@ const maxStateDirs = 512
 func stateDirs(roots []string, shown, ns *nsinit.IDMap) []nsinit.Dir {
 	var out []nsinit.Dir
 	have := map[string]bool{}
+	size, visits := 0, 0
 	attrs := func(p string, st *syscall.Stat_t, opaque bool) nsinit.Dir {
 		d := nsinit.Dir{Path: p, Mode: st.Mode & 0o7777, UID: st.Uid, GID: st.Gid, Opaque: opaque}
 		if !ns.HasUID(d.UID) {
@@ -45,7 +53,10 @@ func stateDirs(roots []string, shown, ns *nsinit.IDMap) []nsinit.Dir {
 	}
 	for _, root := range roots {
 		_ = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-			if err != nil || len(out) >= maxStateDirs {
+			if visits++; visits > maxStateVisits {
+				return filepath.SkipAll
+			}
+			if err != nil || len(out) >= maxStateDirs || size > maxStateDirsBytes {
 				return filepath.SkipDir
 			}
 			if !d.IsDir() {
@@ -74,8 +85,10 @@ func stateDirs(roots []string, shown, ns *nsinit.IDMap) []nsinit.Dir {
 				}
 				have[q] = true
 				out = append(out, attrs(q, &pst, false))
+				size += len(q)
 			}
 			out = append(out, attrs(p, &st, true))
+			size += len(p)
 			return filepath.SkipDir
 		})
 	}

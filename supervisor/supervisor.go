@@ -134,6 +134,7 @@ type Supervisor struct {
 	promos    promotionRuns // running in the background; Close waits for them
 	userns    usernsState
 	stateDirs stateDirCache
+	frozen    freezeCounts
 	// unbound are adoptions a crash cut short between their mounts,
 	// finished by FinishAdoptions.
 	unbound   []state.Project

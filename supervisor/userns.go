@@ -186,7 +186,28 @@ func (s *Supervisor) allocateIDs(recs []state.Record, owner uint32) (*state.IDMa
 	if err != nil {
 		return nil, err
 	}
-	return s.allocate(recs, reserved, owner)
+	// The block's first id owns the sandbox's user namespace (and so has
+	// every capability in it): an account the name service knows (LDAP,
+	// sssd; not in the files above) must not have it.
+	for range 64 {
+		m, err := s.allocate(recs, reserved, owner)
+		if err != nil || m == nil || !accountHas(m.Base) {
+			return m, err
+		}
+		reserved = append(reserved, idSpan{first: uint64(m.Base), count: 1})
+	}
+	return nil, fmt.Errorf("no block of %d host ids whose first id is no account's: %w", IDBlock, ErrLimitReached)
+}
+
+// accountHas reports whether the name service knows id as a user's or a
+// group's.
+func accountHas(id uint32) bool {
+	n := strconv.FormatUint(uint64(id), 10)
+	if _, err := user.LookupId(n); err == nil {
+		return true
+	}
+	_, err := user.LookupGroupId(n)
+	return err == nil
 }
 
 // allocate is allocateIDs with the host's ids given.
