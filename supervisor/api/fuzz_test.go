@@ -282,6 +282,10 @@ func setWant(o *supervisor.CreateOptions, name string, v dbus.Variant) bool {
 		b, ok := v.Value().(bool)
 		o.ReadOnlyProject = &b
 		return ok
+	case "Boot":
+		b, ok := v.Value().(bool)
+		o.Boot = b
+		return ok
 	}
 	return false
 }
