@@ -238,16 +238,9 @@ func (s *Supervisor) adopt(ctx context.Context, pm cowfs.ProjectMaker, rec *stat
 }
 
 // bindAdopted binds each of ad's directories in the volume back at its
-// path, by a mount unit; one mounted already is left as it is (a start
-// job for a mount unit that is active does not end here).
+// path, by a mount unit; one bound already stays as it is.
 func (s *Supervisor) bindAdopted(ctx context.Context, ad *state.Adoption) error {
 	for i, p := range ad.Paths() {
-		if mountedAt(p) {
-			if p == ad.Path {
-				ad.Unit = units.MountUnitName(p)
-			}
-			continue
-		}
 		unit, err := s.cfg.Units.BindMount(ctx, ad.InVolume(ad.Temp, p), p)
 		if p == ad.Path {
 			ad.Unit = unit
@@ -260,40 +253,6 @@ func (s *Supervisor) bindAdopted(ctx context.Context, ad *state.Adoption) error 
 		}
 	}
 	return nil
-}
-
-// FinishAdoptions binds back, in the background, the directories of the
-// adoptions LoadProjects found cut short between their mounts. Call it
-// once the daemon has told systemd it is ready: its start job is over,
-// and a daemon-reload (of a new mount unit) does not wait for it.
-func (s *Supervisor) FinishAdoptions() {
-	s.admission.Lock()
-	recs := s.unbound
-	s.unbound = nil
-	s.admission.Unlock()
-	for _, rec := range recs {
-		go s.finishBinding(rec)
-	}
-}
-
-// finishBinding binds an adoption's directories back and records it done.
-func (s *Supervisor) finishBinding(rec state.Project) {
-	ad := *rec.Adoption
-	rec.Adoption = &ad
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	err := s.bindAdopted(ctx, &ad)
-	if err == nil {
-		err = s.finishAdoption(&rec)
-	}
-	if err != nil {
-		s.log.Error("binding an adopted project's directories back", "project", rec.Name, "error", err)
-	}
-}
-
-// allMounted reports whether each of paths is a mount point.
-func allMounted(paths []string) bool {
-	return !slices.ContainsFunc(paths, func(p string) bool { return !mountedAt(p) })
 }
 
 // finishAdoption removes what the directory was (now beside it, after a
@@ -364,19 +323,15 @@ func (s *Supervisor) reconcileAdoptions(ctx context.Context, recs []state.Projec
 			}
 		}
 		var err error
-		if switched && ad.How == state.AdoptMount && !allMounted(ad.Paths()) {
-			// Past the copy, with a directory not bound back yet (of
-			// several): bound once the daemon is up (FinishAdoptions: a
-			// mount unit's start made during the daemon's own start does
-			// not end); the project is the volume's meanwhile, and a
-			// crash brings it here again.
-			s.log.Warn("an adoption was left half way by a crash; binding its directories back", "project", rec.Name, "path", strings.Join(ad.Paths(), ":"))
-			s.unbound = append(s.unbound, rec)
-			out = append(out, rec)
-			continue
-		}
 		if switched {
-			err = s.finishAdoption(&rec)
+			// Past the copy: each directory bound back (of several, some
+			// may not be yet), then done.
+			if ad.How == state.AdoptMount {
+				err = s.bindAdopted(ctx, ad)
+			}
+			if err == nil {
+				err = s.finishAdoption(&rec)
+			}
 		} else {
 			err = s.undoAdoption(ctx, pm, rec)
 		}

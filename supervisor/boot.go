@@ -56,7 +56,7 @@ func (s *Supervisor) bootInScope(ctx context.Context, rec state.Record, scope un
 		return fail(fmt.Errorf("booting sandbox %s: %w", rec.ID, err))
 	}
 	defer payload.Close()
-	spec.Boot, spec.Payload, spec.LogDirs = true, payload, logDirs("/var/log")
+	spec.Boot, spec.Payload, spec.LogDirs = true, payload, logDirs("/var/log", ids)
 	if err := init.Build(ctx, spec, mounts); err != nil {
 		return fail(err)
 	}
@@ -69,9 +69,9 @@ const maxLogDirs = 256
 
 // logDirs are the directories under dir (the host's /var/log), with
 // their owners and modes, for a booted sandbox's hidden, empty /var/log:
-// services expect theirs. An owner the sandbox's namespace lacks (a
-// user's, above the system accounts) is root's there.
-func logDirs(dir string) []nsinit.Dir {
+// services expect theirs. An owner the sandbox's namespace (ns) lacks is
+// nobody there.
+func logDirs(dir string, ns *nsinit.IDMap) []nsinit.Dir {
 	var out []nsinit.Dir
 	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || p == dir {
@@ -87,13 +87,7 @@ func logDirs(dir string) []nsinit.Dir {
 		if syscall.Lstat(p, &st) != nil {
 			return filepath.SkipDir
 		}
-		mapped := func(id uint32) uint32 {
-			if id < systemIDs || id == nobodyID {
-				return id
-			}
-			return 0
-		}
-		out = append(out, nsinit.Dir{Path: p, Mode: st.Mode & 0o7777, UID: mapped(st.Uid), GID: mapped(st.Gid)})
+		out = append(out, hostDir(p, &st, ns))
 		return nil
 	})
 	return out

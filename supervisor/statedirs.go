@@ -42,13 +42,8 @@ func stateDirs(roots []string, shown, ns *nsinit.IDMap) []nsinit.Dir {
 	have := map[string]bool{}
 	size, visits := 0, 0
 	attrs := func(p string, st *syscall.Stat_t, opaque bool) nsinit.Dir {
-		d := nsinit.Dir{Path: p, Mode: st.Mode & 0o7777, UID: st.Uid, GID: st.Gid, Opaque: opaque}
-		if !ns.HasUID(d.UID) {
-			d.UID = nobodyID
-		}
-		if !ns.HasGID(d.GID) {
-			d.GID = nobodyID
-		}
+		d := hostDir(p, st, ns)
+		d.Opaque = opaque
 		return d
 	}
 	for _, root := range roots {
@@ -131,4 +126,18 @@ func (s *Supervisor) stateDirsOf(rec state.Record) []nsinit.Dir {
 	}
 	c.by[rec.Owner] = stateDirWalk{at: time.Now(), dirs: dirs}
 	return dirs
+}
+
+// hostDir is the host's directory p (st) as a sandbox of namespace ns
+// gets it made: its mode, and its owners where ns has them (nobody's
+// elsewhere).
+func hostDir(p string, st *syscall.Stat_t, ns *nsinit.IDMap) nsinit.Dir {
+	d := nsinit.Dir{Path: p, Mode: st.Mode & 0o7777, UID: st.Uid, GID: st.Gid}
+	if !ns.HasUID(d.UID) {
+		d.UID = nobodyID
+	}
+	if !ns.HasGID(d.GID) {
+		d.GID = nobodyID
+	}
+	return d
 }

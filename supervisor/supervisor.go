@@ -135,9 +135,6 @@ type Supervisor struct {
 	userns    usernsState
 	stateDirs stateDirCache
 	frozen    freezeCounts
-	// unbound are adoptions a crash cut short between their mounts,
-	// finished by FinishAdoptions.
-	unbound   []state.Project
 	ports     portTable // exposed on the host (ports.go)
 	procHooks processHooks
 	sessions  sessions

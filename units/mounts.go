@@ -1,6 +1,7 @@
 package units
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -50,6 +51,14 @@ func (m *Manager) BindMount(ctx context.Context, what, where string) (string, er
 	path := filepath.Join(mountUnitDir, name)
 	if err := ours(path); err != nil {
 		return name, fmt.Errorf("%s: %w", op, err)
+	}
+	// Bound as asked already (a caller finishing what a crash cut): left
+	// as it is. A start job for a mount unit that is active does not end.
+	if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, data) {
+		st, err := m.conn.ListUnitsByNamesContext(ctx, []string{name})
+		if err == nil && len(st) == 1 && st[0].ActiveState == "active" {
+			return name, nil
+		}
 	}
 	tmp := path + ".sandboxd-tmp"
 	if err := os.WriteFile(tmp, data, 0o644); err != nil {

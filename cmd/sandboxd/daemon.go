@@ -162,7 +162,6 @@ func run(ctx context.Context, configPath string) error {
 	list, _ := sup.List(ctx)
 	_, _ = sddaemon.SdNotify(false, fmt.Sprintf("READY=1\nSTATUS=serving org.sandboxd1; %d sandboxes", len(list)))
 	log.Info("sandboxd ready", "version", version, "backend", backend.Info().Backend, "root", backend.Info().Root, "sandboxes", len(list))
-	sup.FinishAdoptions()
 
 	if interval, err := sddaemon.SdWatchdogEnabled(false); err == nil && interval > 0 {
 		go watchdog(ctx, interval/2)

@@ -68,11 +68,11 @@ func maskSystemProc() error {
 // sandbox's services hold at once.
 const maxServiceNamespaces = 1024
 
-// BootTarget is the unit a booted sandbox's systemd starts: sysinit's
+// bootTarget is the unit a booted sandbox's systemd starts: sysinit's
 // few units that act on the sandbox alone, journald and sockets. The
 // host's enabled services do not start; `systemctl start` names what
 // runs.
-const BootTarget = "sandbox.target"
+const bootTarget = "sandbox.target"
 
 // envBoot is envInit's value for the boot stage (bootStage).
 const envBoot = "boot"
@@ -125,10 +125,16 @@ func startSystem(spec *Spec, payload *os.File, console *os.File) (*system, error
 		return nil, fmt.Errorf("starting the sandbox's systemd: %w", err)
 	}
 	defer report.Close()
+	null, err := os.Open(os.DevNull)
+	if err != nil {
+		theirs.Close()
+		return nil, fmt.Errorf("starting the sandbox's systemd: %w", err)
+	}
+	defer null.Close()
 	attr := &syscall.ProcAttr{
 		Env: []string{envInit + "=" + envBoot, "container=sandboxd", "container_uuid=" + spec.ID,
 			"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
-		Files: []uintptr{devNull(), console.Fd(), console.Fd(), payload.Fd(), theirs.Fd()},
+		Files: []uintptr{null.Fd(), console.Fd(), console.Fd(), payload.Fd(), theirs.Fd()},
 		Sys: &syscall.SysProcAttr{
 			Setsid:                     true,
 			Cloneflags:                 syscall.CLONE_NEWPID | syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS,
@@ -162,15 +168,6 @@ func startSystem(spec *Spec, payload *os.File, console *os.File) (*system, error
 		y.ns = append(y.ns, f)
 	}
 	return y, nil
-}
-
-// devNull is a descriptor of /dev/null, for the boot stage's stdin.
-func devNull() uintptr {
-	fd, err := unix.Open("/dev/null", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return ^uintptr(0)
-	}
-	return uintptr(fd)
 }
 
 // identityMap maps, in a nested user namespace, each id of this one to
@@ -240,7 +237,7 @@ func bootStage() {
 	if err := seccomp.InstallBoot(); err != nil {
 		fail("installing the boot filter", err)
 	}
-	argv := []string{systemdPath, "--unit=" + BootTarget, "--show-status=0"}
+	argv := []string{systemdPath, "--unit=" + bootTarget, "--show-status=0"}
 	var env []string
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, envInit+"=") {
@@ -301,7 +298,7 @@ func writeBootUnits() error {
 	}
 	target := "[Unit]\nDescription=sandboxd sandbox\nRequires=sysinit.target\nAfter=sysinit.target\n" +
 		"Wants=sockets.target\nAfter=sockets.target\nAllowIsolate=yes\n"
-	if err := os.WriteFile(dir+"/"+BootTarget, []byte(target), 0o644); err != nil {
+	if err := os.WriteFile(dir+"/"+bootTarget, []byte(target), 0o644); err != nil {
 		return fmt.Errorf("writing the boot units: %w", err)
 	}
 	masks := append([]string(nil), maskedUnits...)

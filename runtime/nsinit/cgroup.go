@@ -102,17 +102,17 @@ func initCgroupDir(pid int) (string, error) {
 
 // Cgroups of a booted sandbox, under its scope: the init (and its
 // commands) in one, its systemd's delegated subtree in the other, at most
-// MaxPayloadDepth deep and MaxPayloadCgroups in all (systemd makes a
+// maxPayloadDepth deep and maxPayloadCgroups in all (systemd makes a
 // slice or two and one per unit).
 const (
-	SupervisorCgroup  = "supervisor"
-	PayloadCgroup     = "payload"
-	MaxPayloadDepth   = 16
-	MaxPayloadCgroups = 2048
+	supervisorCgroup  = "supervisor"
+	payloadCgroup     = "payload"
+	maxPayloadDepth   = 16
+	maxPayloadCgroups = 2048
 )
 
 // BootCgroups makes a booted sandbox's cgroups under the scope of init
-// pid, moves the init into SupervisorCgroup, gives PayloadCgroup to
+// pid, moves the init into supervisorCgroup, gives payloadCgroup to
 // uid and gid (the sandbox's root on the host), as systemd's Delegate=
 // gives a service's user its subtree, and returns the payload's
 // cgroup.procs opened for writing: the boot stage moves itself through
@@ -122,7 +122,7 @@ func BootCgroups(pid int, uid, gid uint32) (*os.File, error) {
 	if err != nil {
 		return nil, err
 	}
-	sup, payload := filepath.Join(scope, SupervisorCgroup), filepath.Join(scope, PayloadCgroup)
+	sup, payload := filepath.Join(scope, supervisorCgroup), filepath.Join(scope, payloadCgroup)
 	for _, d := range []string{sup, payload} {
 		if err := os.Mkdir(d, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 			return nil, fmt.Errorf("making the booted sandbox's cgroup %s: %w", d, err)
@@ -134,7 +134,7 @@ func BootCgroups(pid int, uid, gid uint32) (*os.File, error) {
 	// Bounds on what systemd makes below (these files stay root's): a
 	// chain deeper than PATH_MAX could not be removed by path, and would
 	// outlive the sandbox in the host's kernel.
-	for f, v := range map[string]string{"cgroup.max.depth": strconv.Itoa(MaxPayloadDepth), "cgroup.max.descendants": strconv.Itoa(MaxPayloadCgroups)} {
+	for f, v := range map[string]string{"cgroup.max.depth": strconv.Itoa(maxPayloadDepth), "cgroup.max.descendants": strconv.Itoa(maxPayloadCgroups)} {
 		if err := os.WriteFile(filepath.Join(payload, f), []byte(v), 0); err != nil {
 			return nil, fmt.Errorf("bounding %s: %w", payload, err)
 		}

@@ -67,6 +67,8 @@ func mountProjectDirs(r *root, project Bind, dirs []string, mounts *Mounts) erro
 			}
 			return remount(target, flags)
 		})
+		// (An idmapped clone comes without access times already, and may
+		// refuse the remount.)
 		if err != nil && mounts == nil {
 			return fmt.Errorf("mounting project directory %s without access times: %w", d, err)
 		}
