@@ -58,6 +58,8 @@ type CreateOptions struct {
 // what was made, in reverse; a crash is finished by Reconcile.
 func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox, err error) {
 	defer func() { s.audit(ctx, "create", sb.Record, err) }()
+	timing := newSteps()
+	ctx = withSteps(ctx, timing)
 	if err := s.resolveProfile(&opts); err != nil {
 		return sb, fmt.Errorf("creating a sandbox of %s: %w", opts.Project, err)
 	}
@@ -102,18 +104,16 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 	if err != nil {
 		return sb, err
 	}
+	timing.mark("checks")
 	s.admission.Lock()
+	timing.mark("admission-wait")
 	// Under the lock: a project removed since the check above is gone,
 	// and one whose removal comes next will see this create's record.
 	if s.projects.location(opts.Project) != location {
 		s.admission.Unlock()
 		return sb, fmt.Errorf("creating a sandbox of %q: it was removed meanwhile: %w", opts.Project, ErrUnknownProject)
 	}
-	recs, err := s.cfg.Store.List()
-	if err != nil {
-		s.admission.Unlock()
-		return sb, fmt.Errorf("creating a sandbox of %s: %w", opts.Project, err)
-	}
+	recs := s.cfg.Store.Entries()
 	// Names are unique among all the records, a destroying sandbox's too:
 	// its name is free once it is gone.
 	if opts.Name != "" {
@@ -161,6 +161,7 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 	if err != nil {
 		return sb, fmt.Errorf("creating sandbox %s: %w", id, err)
 	}
+	timing.mark("admission")
 	crashpoint.Hit(crashpoint.CreateRecorded)
 	var undo []func(context.Context) error
 	defer func() {
@@ -197,6 +198,7 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 	// namespace was copied (ZFS) would not show in it.
 	if !opts.noCache {
 		s.prepareCache(ctx, opts.Owner)
+		timing.mark("cache")
 	}
 	early := !s.cfg.Backend.Info().Capabilities.SeparateMounts
 	if early {
@@ -204,6 +206,7 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 			return sb, fmt.Errorf("creating sandbox %s: %w", id, err)
 		}
 		crashpoint.Hit(crashpoint.CreateInitLaunched)
+		timing.mark("launch")
 	}
 	// Not while a promotion writes or checks the project (projectGate).
 	ungate := func() {}
@@ -219,6 +222,7 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 	if err != nil {
 		return sb, fmt.Errorf("creating sandbox %s: %w", id, err)
 	}
+	timing.mark("base")
 	undo = append(undo, func(ctx context.Context) error { return s.cfg.Backend.Delete(ctx, base) })
 	crashpoint.Hit(crashpoint.CreateBase)
 	vol, err := s.cfg.Backend.Snapshot(ctx, base, rec.Volume, false)
@@ -227,6 +231,7 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 	}
 	undo = append(undo, func(ctx context.Context) error { return s.cfg.Backend.Delete(ctx, vol) })
 	crashpoint.Hit(crashpoint.CreateVolume)
+	timing.mark("volume")
 	if opts.DiskQuota > 0 {
 		if err := s.cfg.Backend.SetQuota(ctx, vol, opts.DiskQuota); err != nil {
 			return sb, fmt.Errorf("creating sandbox %s: %w", id, err)
@@ -246,6 +251,7 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 		return sb, fmt.Errorf("creating sandbox %s: its system layer: %w", id, err)
 	}
 	crashpoint.Hit(crashpoint.CreateLayer)
+	timing.mark("layer")
 	undo = append(undo, func(context.Context) error { return s.removeWorld(id) })
 	handed = true
 	if err := s.startScope(ctx, rec, opts.Limits, init); err != nil {
@@ -253,12 +259,15 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 	}
 	undo = append(undo, func(ctx context.Context) error { return s.stopScope(ctx, rec.Unit) })
 	crashpoint.Hit(crashpoint.CreateScopeStarted)
+	timing.mark("started")
 	rec, err = s.cfg.Store.Update(id, func(r *state.Record) error { r.State = state.Ready; r.Layer = rec.Layer; return nil })
 	if err != nil {
 		return sb, fmt.Errorf("creating sandbox %s: %w", id, err)
 	}
 	crashpoint.Hit(crashpoint.CreateReady)
-	attrs := []any{"SANDBOX_ID", id, "CALLER_UID", opts.Owner, "ACTION", "create", "project", opts.Project}
+	timing.mark("ready")
+	attrs := []any{"SANDBOX_ID", id, "CALLER_UID", opts.Owner, "ACTION", "create", "project", opts.Project,
+		"took_ms", float64(timing.took().Microseconds()) / 1000, "steps", timing.String()}
 	if opts.Name != "" {
 		attrs = append(attrs, "name", opts.Name)
 	}
@@ -277,6 +286,8 @@ func (s *Supervisor) startScope(ctx context.Context, rec state.Record, limits un
 		cache, unlockCache = s.useCache(ctx, rec.Owner) // before a launch (see Create)
 	}
 	defer unlockCache()
+	timing := stepsOf(ctx)
+	timing.mark("use-cache")
 	if init == nil {
 		var err error
 		if init, err = s.launch(rec); err != nil {
@@ -288,12 +299,14 @@ func (s *Supervisor) startScope(ctx context.Context, rec state.Record, limits un
 		init.Kill()
 		return err
 	}
+	timing.mark("spec")
 	spec.Cache = cache
 	mounts, err := s.idmapMounts(init, rec, spec)
 	if err != nil {
 		init.Kill()
 		return err
 	}
+	timing.mark("idmap")
 	if limits.MemoryMax != nil {
 		spec.ScratchSize = nsinit.ScratchSizeFor(*limits.MemoryMax)
 	}
@@ -301,11 +314,12 @@ func (s *Supervisor) startScope(ctx context.Context, rec state.Record, limits un
 		init.Kill()
 		return fmt.Errorf("bounding the sandboxes of uid %d together: %w", rec.Owner, err)
 	}
+	timing.mark("slice")
 	scope := units.Scope{
 		Name:        rec.Unit,
 		Description: fmt.Sprintf("sandboxd sandbox %s of %s", rec.ID, rec.Project),
 		PIDs:        []int{init.PID},
-		Slice:       units.OwnerSlice(rec.Owner),
+		Slice:       units.ScopeSlice(rec.Owner, rec.Unit),
 		Limits:      limits,
 		Devices:     units.SandboxDevices,
 		Delegate:    rec.Boot,
@@ -318,6 +332,7 @@ func (s *Supervisor) startScope(ctx context.Context, rec state.Record, limits un
 	if err != nil {
 		return err
 	}
+	timing.mark("build+scope")
 	w := &world{pid: init.PID, cache: s.cacheMounted(rec.ID, init.PID)}
 	if err := s.startProxy(rec, w); err != nil {
 		init.Kill()
@@ -336,8 +351,16 @@ func (s *Supervisor) startScope(ctx context.Context, rec state.Record, limits un
 // failure the init is killed and the scope stopped.
 func (s *Supervisor) buildInScope(ctx context.Context, rec state.Record, scope units.Scope, init *nsinit.Init, spec nsinit.Spec, mounts *nsinit.Mounts) error {
 	built := make(chan error, 1)
-	go func() { built <- init.Build(ctx, spec, mounts) }()
+	timing := stepsOf(ctx)
+	go func() {
+		start := time.Now()
+		err := init.Build(ctx, spec, mounts)
+		timing.add("(build", time.Since(start))
+		built <- err
+	}()
+	start := time.Now()
 	scopeErr := s.cfg.Units.StartScope(ctx, scope)
+	timing.add("(scope", time.Since(start))
 	if err := <-built; err != nil || scopeErr != nil {
 		init.Kill()
 		if scopeErr == nil {

@@ -88,22 +88,22 @@ func (p Policy) applyDefaults(opts *CreateOptions) error {
 
 // admit checks a create against the caps, given the live records; it
 // returns the owner's sandboxes to destroy first (DestroyOldest).
-func (p Policy) admit(live []state.Record, opts CreateOptions) ([]state.Record, error) {
+func (p Policy) admit(live []state.Entry, opts CreateOptions) ([]state.Entry, error) {
 	if p.MaxSandboxes > 0 && len(live) >= p.MaxSandboxes {
 		return nil, fmt.Errorf("%d sandboxes are alive, the host's limit (limits.max_sandboxes): %w", len(live), ErrLimitReached)
 	}
-	var own []state.Record
+	var own []state.Entry
 	var promised uint64
 	for _, r := range live {
 		if r.Owner == opts.Owner {
 			own = append(own, r)
 		}
 		var l units.Limits
-		if len(r.Limits) > 0 && json.Unmarshal(r.Limits, &l) == nil && l.MemoryMax != nil {
+		if p.MaxMemory > 0 && len(r.Limits) > 0 && json.Unmarshal(r.Limits, &l) == nil && l.MemoryMax != nil {
 			promised += *l.MemoryMax
 		}
 	}
-	var evict []state.Record
+	var evict []state.Entry
 	if p.MaxPerOwner > 0 && len(own) >= p.MaxPerOwner {
 		if !p.DestroyOldest {
 			return nil, fmt.Errorf("uid %d has %d sandboxes alive, the limit per user (limits.max_sandboxes_per_user); destroy one first: %w", opts.Owner, len(own), ErrLimitReached)
@@ -129,8 +129,8 @@ func (p Policy) admit(live []state.Record, opts CreateOptions) ([]state.Record, 
 }
 
 // liveOf lists the records of sandboxes that count against the caps.
-func liveOf(recs []state.Record) []state.Record {
-	var out []state.Record
+func liveOf(recs []state.Entry) []state.Entry {
+	var out []state.Entry
 	for _, r := range recs {
 		if r.State != state.Destroying {
 			out = append(out, r)

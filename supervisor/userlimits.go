@@ -29,6 +29,9 @@ func (s *Supervisor) ApplyUserLimits(ctx context.Context) error {
 	}
 	var errs []error
 	for _, u := range found {
+		if !units.IsOwnerSlice(u.Name) {
+			continue // a bucket of scopes (units.ScopeSlice): its owner's bounds hold it
+		}
 		if err := s.cfg.Units.SetSliceLimits(ctx, u.Name, l); err != nil {
 			errs = append(errs, err)
 		}

@@ -176,7 +176,7 @@ func (s *Supervisor) idmapUnavailable() error {
 // record (recs: all of them, a destroying sandbox's too) and no host id
 // holds, and maps owner's ids in it. nil: sandboxes get no user
 // namespace here.
-func (s *Supervisor) allocateIDs(recs []state.Record, owner uint32) (*state.IDMap, error) {
+func (s *Supervisor) allocateIDs(recs []state.Entry, owner uint32) (*state.IDMap, error) {
 	if s.userns.unavailable != nil {
 		return nil, nil
 	}
@@ -211,11 +211,11 @@ func accountHas(id uint32) bool {
 }
 
 // allocate is allocateIDs with the host's ids given.
-func (s *Supervisor) allocate(recs []state.Record, reserved []idSpan, owner uint32) (*state.IDMap, error) {
+func (s *Supervisor) allocate(recs []state.Entry, reserved []idSpan, owner uint32) (*state.IDMap, error) {
 	held := map[uint32]bool{}
 	for _, r := range recs {
-		if r.IDs != nil {
-			held[r.IDs.Base] = true
+		if r.HasIDs {
+			held[r.IDBase] = true
 		}
 	}
 	cfg := s.cfg.UserNS

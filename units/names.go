@@ -2,6 +2,8 @@ package units
 
 import (
 	"fmt"
+	"hash/fnv"
+	"strconv"
 	"strings"
 )
 
@@ -42,5 +44,37 @@ func CheckScopeName(name string) error { return checkName(name, ".scope") }
 // sandboxes are one cgroup, and all of them another.
 func OwnerSlice(uid uint32) string { return fmt.Sprintf("sandboxd-u%d.slice", uid) }
 
-// OwnerSlices is the pattern of every OwnerSlice, for List.
+// OwnerSlices is the pattern of every OwnerSlice, for List; it matches
+// their ScopeSlice children too, which IsOwnerSlice tells apart.
 const OwnerSlices = "sandboxd-u*.slice"
+
+// ScopeBuckets is how many slices of its owner's the scopes of one user's
+// sandboxes are spread over (ScopeSlice).
+const ScopeBuckets = 32
+
+// ScopeSlice is the slice scope (a sandbox's, of user uid's) goes in: one
+// of ScopeBuckets children of OwnerSlice(uid), chosen by the scope's
+// name, "sandboxd-u<uid>-<n>.slice". The owner's bounds still hold all of
+// them. systemd's start of a scope does work for each of its siblings
+// (it realizes their cgroups with the new one's): with 1,000 scopes in
+// one slice, each start took 10 ms more than the first (issue 20).
+func ScopeSlice(uid uint32, scope string) string {
+	h := fnv.New32a()
+	h.Write([]byte(scope))
+	return fmt.Sprintf("sandboxd-u%d-%d.slice", uid, h.Sum32()%ScopeBuckets)
+}
+
+// IsOwnerSlice reports whether name is an OwnerSlice (not one of its
+// ScopeSlice children).
+func IsOwnerSlice(name string) bool {
+	n, ok := strings.CutPrefix(name, "sandboxd-u")
+	if !ok {
+		return false
+	}
+	n, ok = strings.CutSuffix(n, ".slice")
+	if !ok {
+		return false
+	}
+	uid, err := strconv.ParseUint(n, 10, 32)
+	return err == nil && OwnerSlice(uint32(uid)) == name
+}

@@ -24,6 +24,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -175,7 +176,12 @@ type Project struct {
 
 // Store is the open database.
 type Store struct {
-	db       *bolt.DB
+	db *bolt.DB
+	// writes orders the record's changes and their entries alike; mu
+	// guards entries, which Entries reads meanwhile.
+	writes   sync.Mutex
+	mu       sync.Mutex
+	entries  map[string]Entry // every record's, kept with each change
 	path     string
 	mirror   string // records/ beside the database
 	projects string // projects/ beside the database: the projects' mirror
@@ -243,6 +249,10 @@ func Open(path string, lockWait time.Duration) (*Store, error) {
 		}
 	}
 	s.recover = rec
+	if err := s.loadEntries(); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("opening state %s: %w", path, err)
+	}
 	return s, nil
 }
 
@@ -357,6 +367,7 @@ func (s *Store) Close() error { return s.db.Close() }
 
 // Create adds a new record; its id must be unused.
 func (s *Store) Create(r Record) error {
+	s.writes.Lock()
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucket)
 		if b.Get([]byte(r.ID)) != nil {
@@ -364,6 +375,10 @@ func (s *Store) Create(r Record) error {
 		}
 		return put(b, r)
 	})
+	if err == nil {
+		s.setEntry(r)
+	}
+	s.writes.Unlock()
 	if err != nil {
 		return err
 	}
@@ -374,6 +389,7 @@ func (s *Store) Create(r Record) error {
 // leaves the record as it was.
 func (s *Store) Update(id string, fn func(*Record) error) (Record, error) {
 	var out Record
+	s.writes.Lock()
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucket)
 		r, err := get(b, id)
@@ -387,6 +403,10 @@ func (s *Store) Update(id string, fn func(*Record) error) (Record, error) {
 		out = r
 		return put(b, r)
 	})
+	if err == nil {
+		s.setEntry(out)
+	}
+	s.writes.Unlock()
 	if err != nil {
 		return out, err
 	}
@@ -423,6 +443,7 @@ func (s *Store) List() ([]Record, error) {
 
 // Delete removes the record id (the last step of a destroy).
 func (s *Store) Delete(id string) error {
+	s.writes.Lock()
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucket)
 		if b.Get([]byte(id)) == nil {
@@ -430,6 +451,10 @@ func (s *Store) Delete(id string) error {
 		}
 		return b.Delete([]byte(id))
 	})
+	if err == nil {
+		s.dropEntry(id)
+	}
+	s.writes.Unlock()
 	if err != nil {
 		return err
 	}

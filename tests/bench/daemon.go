@@ -181,6 +181,11 @@ func benchDaemon(ctx context.Context, cfg config, t, pr *table) (version string,
 			return version, fmt.Errorf("user namespaces: %w", err)
 		}
 	}
+	if cfg.scale {
+		if err := benchScale(ctx, cfg, d, t, fs, targetSize); err != nil {
+			return version, fmt.Errorf("scale: %w", err)
+		}
+	}
 	// Last: promotions change the projects. They run as before, without
 	// user namespaces.
 	if cfg.promote {

@@ -53,6 +53,7 @@ import (
 // config is what the flags choose.
 type config struct {
 	cowfs, daemon, promote bool // the parts that run
+	scale                  bool // the daemon with cfg.live sandboxes
 	sizes                  []int
 	backends               []string
 	reps                   int           // runs of snapshot, delete and change listing
@@ -61,10 +62,11 @@ type config struct {
 	creates                int           // sandboxes the daemon part makes in a row, per project size
 	promoteReps            int           // promotions of each change size
 	changes                []int         // changed files the promotion part promotes
+	live                   int           // scale part: live sandboxes
 }
 
 // usesDaemon says whether a part that runs needs sandboxd installed.
-func (c config) usesDaemon() bool { return c.daemon || c.promote }
+func (c config) usesDaemon() bool { return c.daemon || c.promote || c.scale }
 
 // minReps is the fewest timed runs a series makes, whatever the budget.
 const minReps = 3
@@ -109,12 +111,13 @@ func parseFlags(args []string) (config, error) {
 	copyReps := fs.Int("copy-reps", 3, "timed runs of each cp of 10k files or more (smaller trees get -reps)")
 	budget := fs.Duration("budget", 40*time.Second, "a series of runs stops early once it has taken this long (after at least 3 runs)")
 	creates := fs.Int("creates", 200, "daemon part: sandboxes made in a row, and then destroyed, per project size")
+	live := fs.Int("live", 1000, "scale part: sandboxes kept live at once")
 	promoteReps := fs.Int("promote-reps", 5, "promote part: promotions of each change size, each from a new sandbox")
 	changes := fs.String("changes", "10,100,1000", "promote part: changed files to promote in the 100k-file project, comma-separated; the 1k one gets the fewest")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
 	}
-	cfg := config{reps: *reps, copyReps: *copyReps, budget: *budget, creates: *creates, promoteReps: *promoteReps}
+	cfg := config{reps: *reps, copyReps: *copyReps, budget: *budget, creates: *creates, promoteReps: *promoteReps, live: *live}
 	for _, p := range strings.Split(*parts, ",") {
 		switch strings.TrimSpace(p) {
 		case "cowfs":
@@ -123,6 +126,8 @@ func parseFlags(args []string) (config, error) {
 			cfg.daemon = true
 		case "promote":
 			cfg.promote = true
+		case "scale":
+			cfg.scale = true
 		default:
 			return cfg, fmt.Errorf("-parts: unknown part %q (cowfs, daemon, promote)", p)
 		}

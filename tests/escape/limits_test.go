@@ -123,14 +123,14 @@ func TestCheckpointsAreCapped(t *testing.T) {
 	}
 }
 
-// TestScopeIsSlicedAndClosedToDevices: the scope sits in its owner's
+// TestScopeIsSlicedAndClosedToDevices: the scope sits in a slice of its owner's
 // slice, and its device cgroup lets no disk be opened, even through a
 // node that reached the sandbox's files.
 func TestScopeIsSlicedAndClosedToDevices(t *testing.T) {
 	tb := testbed.Require(t)
 	b := newBox(t, supervisor.CreateOptions{Owner: 4242})
 	show := testbed.MustRun(t, "systemctl", "show", "-p", "Slice", "-p", "DevicePolicy", b.sb.Unit)
-	for _, want := range []string{"Slice=" + units.OwnerSlice(4242), "DevicePolicy=closed"} {
+	for _, want := range []string{"Slice=" + units.ScopeSlice(4242, b.sb.Unit), "DevicePolicy=closed"} {
 		if !strings.Contains(show, want) {
 			t.Errorf("systemctl show %s: %q; want %s", b.sb.Unit, show, want)
 		}
