@@ -65,7 +65,7 @@ func TestMapIDsOfRootAndOfAHighOwner(t *testing.T) {
 
 func TestAllocateIDsSkipsHeldAndReservedBlocks(t *testing.T) {
 	s := &Supervisor{cfg: Config{UserNS: UserNS{First: 0x80000 + 5, Count: 3 * IDBlock}}}
-	reserved := []idSpan{{first: 0x90000 + 7, count: 1}}       // a host user in block 0x90000
+	reserved := []idSpan{{first: 0x90000 + 7, count: 1}}   // a host user in block 0x90000
 	recs := []state.Entry{{IDBase: 0xa0000, HasIDs: true}} // block 0xa0000: held
 	// The range starts mid-block: the first whole block is 0x90000,
 	// which a host id is in, and 0xa0000 is held; 0xb0000 runs past the
