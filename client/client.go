@@ -3,7 +3,6 @@ package client
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync"
 
 	"github.com/godbus/dbus/v5"
@@ -129,31 +128,11 @@ func (c *Client) Sandbox(ctx context.Context, idOrName string) (*Sandbox, error)
 	if idOrName == "" {
 		return nil, newError(op, sandboxd1.ErrorInvalidArgs, "a sandbox id or name is empty")
 	}
-	entries, err := c.List(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", op, err)
+	var e sandboxd1.ListEntry
+	if err := c.callManager(ctx, op, sandboxd1.MethodFindSandbox, []any{idOrName}, &e); err != nil {
+		return nil, err
 	}
-	var prefixed []sandboxd1.ListEntry
-	for _, e := range entries {
-		if e.ID == idOrName || e.Name == idOrName {
-			return c.handle(e), nil
-		}
-		if strings.HasPrefix(e.ID, idOrName) {
-			prefixed = append(prefixed, e)
-		}
-	}
-	switch len(prefixed) {
-	case 0:
-		return nil, newError(op, sandboxd1.ErrorNoSuchSandbox, "no sandbox is called or starts with %q", idOrName)
-	case 1:
-		return c.handle(prefixed[0]), nil
-	}
-	ids := make([]string, len(prefixed))
-	for i, e := range prefixed {
-		ids[i] = e.ID
-	}
-	return nil, newError(op, sandboxd1.ErrorInvalidArgs, "%q is the start of several sandboxes' ids (%s): give more of it",
-		idOrName, strings.Join(ids, ", "))
+	return c.handle(e), nil
 }
 
 // Handle is a handle on the sandbox of e, an entry of List, without a

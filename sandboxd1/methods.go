@@ -2,9 +2,12 @@ package sandboxd1
 
 // Methods of org.sandboxd1.Manager (on ManagerPath).
 const (
-	MethodCreateSandbox         = "CreateSandbox"
-	MethodListSandboxes         = "ListSandboxes"
-	MethodGetSandbox            = "GetSandbox"
+	MethodCreateSandbox = "CreateSandbox"
+	MethodListSandboxes = "ListSandboxes"
+	MethodGetSandbox    = "GetSandbox"
+	// FindSandbox(s sandbox) -> (ssssuto): the sandbox named by its id,
+	// its name or a prefix of its id only it has.
+	MethodFindSandbox           = "FindSandbox"
 	MethodDestroySandbox        = "DestroySandbox"
 	MethodListProjects          = "ListProjects"
 	MethodAddProject            = "AddProject"

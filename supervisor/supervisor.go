@@ -206,6 +206,17 @@ func (s *Supervisor) List(ctx context.Context) ([]Sandbox, error) {
 	return out, nil
 }
 
+// Entries lists every sandbox briefly (id, name, project, state as
+// current says, owner), oldest first, from what the store keeps in
+// memory: no record decoded, the pool not listed.
+func (s *Supervisor) Entries() []state.Entry {
+	entries := s.cfg.Store.Entries()
+	for i := range entries {
+		entries[i].State = s.currentState(entries[i].ID, entries[i].State)
+	}
+	return entries
+}
+
 func (s *Supervisor) sandbox(ctx context.Context, rec state.Record) Sandbox {
 	sb := Sandbox{Record: s.current(rec)}
 	if v, err := s.cfg.Backend.Get(ctx, rec.Volume); err == nil {

@@ -280,12 +280,18 @@ func (s *Supervisor) removeWorld(id string) error {
 // or dead by itself) is stopped, though its record says otherwise until
 // the daemon's next start starts it again (Reconcile).
 func (s *Supervisor) current(rec state.Record) state.Record {
-	if rec.State == state.Ready || rec.State == state.Running || rec.State == state.Frozen {
-		if w := s.worlds.get(rec.ID); w != nil && syscall.Kill(w.pid, 0) == syscall.ESRCH {
-			rec.State = state.Stopped
+	rec.State = s.currentState(rec.ID, rec.State)
+	return rec
+}
+
+// currentState is what current says of a sandbox's state st.
+func (s *Supervisor) currentState(id string, st state.State) state.State {
+	if st == state.Ready || st == state.Running || st == state.Frozen {
+		if w := s.worlds.get(id); w != nil && syscall.Kill(w.pid, 0) == syscall.ESRCH {
+			return state.Stopped
 		}
 	}
-	return rec
+	return st
 }
 
 // roomInPool refuses a create on a pool that is full: a snapshot takes no

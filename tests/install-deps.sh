@@ -15,8 +15,9 @@ set -eu
 # that holds the testbed root's upper layer; python3-dbus-next is the bus
 # library of the Python client (contrib/python), which its test drives;
 # nginx-light is the host's service a booted sandbox starts (disabled on
-# the host, as the testbed's systemd boots this machine's units).
-pkgs="btrfs-progs e2fsprogs zfs-fuse rsync util-linux mount systemd dbus iproute2 curl bash man-db rpm passwd diffutils openssh-client openssh-server python3 nodejs libcap2-bin python3-dbus-next nginx-light"
+# the host, as the testbed's systemd boots this machine's units);
+# bubblewrap is make bench's baseline of a command in fresh namespaces.
+pkgs="btrfs-progs e2fsprogs zfs-fuse rsync util-linux mount systemd dbus iproute2 curl bash man-db rpm passwd diffutils openssh-client openssh-server python3 nodejs libcap2-bin python3-dbus-next nginx-light bubblewrap"
 need=""
 for pkg in $pkgs; do
 	dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need="$need $pkg"

@@ -163,6 +163,16 @@ func TestOwnersSeeOnlyTheirOwnSandboxes(t *testing.T) {
 			t.Errorf("%v as %s: %+v; want NoSuchSandbox as for an unknown id", req, creator.name, res)
 		}
 	}
+	// Nor is it found by its id, or the start of it.
+	for _, arg := range []string{rootID, rootID[:len(rootID)-1]} {
+		res := callAs(t, creator, "find", arg)
+		if res.ErrorName != sandboxd1.ErrorNoSuchSandbox || strings.Contains(res.Error, mine) {
+			t.Errorf("FindSandbox(%s) as %s: %+v; want NoSuchSandbox", arg, creator.name, res)
+		}
+	}
+	if res := callAs(t, creator, "find", mine[:len(mine)-1]); res.ErrorName != "" || !slices.Equal(res.Result, []string{mine}) {
+		t.Errorf("FindSandbox(the start of its own) as %s: %+v; want %s", creator.name, res, mine)
+	}
 	if _, err := e.sup.Get(ctx, rootID); err != nil {
 		t.Fatalf("root's sandbox after %s's attempts: %v", creator.name, err)
 	}
@@ -179,6 +189,9 @@ func TestOwnersSeeOnlyTheirOwnSandboxes(t *testing.T) {
 	}
 	if res := callAs(t, creator, "get", rootID); res.ErrorName != "" {
 		t.Fatalf("GetSandbox(root's) as an admin: %+v", res)
+	}
+	if res := callAs(t, creator, "find", rootID); res.ErrorName != "" || !slices.Equal(res.Result, []string{rootID}) {
+		t.Fatalf("FindSandbox(root's) as an admin: %+v", res)
 	}
 
 	// Its own it may destroy.

@@ -28,6 +28,7 @@ var actions = map[string]action{
 	sandboxd1.MethodCreateSandbox:         {mutating: true},
 	sandboxd1.MethodListSandboxes:         {},
 	sandboxd1.MethodGetSandbox:            {},
+	sandboxd1.MethodFindSandbox:           {},
 	sandboxd1.MethodDestroySandbox:        {mutating: true},
 	sandboxd1.MethodListProjects:          {},
 	sandboxd1.MethodAddProject:            {mutating: true},

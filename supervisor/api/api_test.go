@@ -290,6 +290,9 @@ func TestBusctlDrivesTheAPI(t *testing.T) {
 	if got := testbed.MustRun(t, "busctl", "call", "org.sandboxd1", "/org/sandboxd1", "org.sandboxd1.Manager", "ListSandboxes"); !strings.HasPrefix(got, `a(ssssuto) 1 "`+id+`" "" "web" "ready" 0 `) {
 		t.Fatalf("busctl ListSandboxes: %q", got)
 	}
+	if got := testbed.MustRun(t, "busctl", "call", "org.sandboxd1", "/org/sandboxd1", "org.sandboxd1.Manager", "FindSandbox", "s", id[:4]); !strings.HasPrefix(got, `(ssssuto) "`+id+`" "" "web" "ready" 0 `) {
+		t.Fatalf("busctl FindSandbox of the start of its id: %q", got)
+	}
 	// busctl shows the daemon's own words for its errors, but only
 	// "Access denied" for the bus's (sd-bus replaces the message of
 	// org.freedesktop.DBus.Error.AccessDenied; ours keeps its own).

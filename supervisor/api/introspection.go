@@ -28,6 +28,10 @@ const ManagerXML = xmlHeader + `<node>
    <arg type="s" name="id" direction="in"/>
    <arg type="o" name="object" direction="out"/>
   </method>
+  <method name="FindSandbox">
+   <arg type="s" name="sandbox" direction="in"/>
+   <arg type="(ssssuto)" name="entry" direction="out"/>
+  </method>
   <method name="DestroySandbox">
    <arg type="s" name="id" direction="in"/>
   </method>

@@ -390,6 +390,10 @@ func helper(args []string) int {
 		var path dbus.ObjectPath
 		err = mgr.Call(sandboxd1.ManagerInterface+".GetSandbox", 0, args[1]).Store(&path)
 		res.Result = []string{string(path)}
+	case len(args) == 2 && args[0] == "find":
+		var e sandboxd1.ListEntry
+		err = mgr.Call(sandboxd1.ManagerInterface+".FindSandbox", 0, args[1]).Store(&e)
+		res.Result = []string{e.ID}
 	case len(args) == 2 && args[0] == "destroy":
 		err = mgr.Call(sandboxd1.ManagerInterface+".DestroySandbox", 0, args[1]).Err
 	case len(args) == 1 && args[0] == "listprojects":

@@ -7,15 +7,15 @@ import (
 )
 
 // Entry is what a create's admission reads of every record (names,
-// counts, memory promised, id blocks). The Store keeps the entries in
+// counts, memory promised, id blocks), and what a listing shows. The Store keeps the entries in
 // memory beside the database, so that a create does not decode every
 // record: with 1,000 sandboxes that took most of a create's time.
 type Entry struct {
-	ID, Name string
-	Owner    uint32
-	State    State
-	Created  time.Time
-	Limits   json.RawMessage // as in the record
+	ID, Name, Project string
+	Owner             uint32
+	State             State
+	Created           time.Time
+	Limits            json.RawMessage // as in the record
 	// IDBase is the first of the sandbox's block of host ids, if it has
 	// a user namespace (HasIDs).
 	IDBase uint32
@@ -23,7 +23,7 @@ type Entry struct {
 }
 
 func entryOf(r Record) Entry {
-	e := Entry{ID: r.ID, Name: r.Name, Owner: r.Owner, State: r.State, Created: r.Created, Limits: r.Limits}
+	e := Entry{ID: r.ID, Name: r.Name, Project: r.Project, Owner: r.Owner, State: r.State, Created: r.Created, Limits: r.Limits}
 	if r.IDs != nil {
 		e.IDBase, e.HasIDs = r.IDs.Base, true
 	}

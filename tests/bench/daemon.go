@@ -72,13 +72,19 @@ func buildDaemon(ctx context.Context) (string, error) {
 	// bench's running sandboxes.
 	bin := filepath.Join(root, "bin", "test", "sandboxd-bench")
 	progress("building %s", bin)
-	cmd := exec.CommandContext(ctx, gobin, "build", "-o", bin, "./cmd/sandboxd")
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("building sandboxd: %w\n%s", err, out)
+	// And sandboxctl beside it (ctlBin), which the scale part times.
+	for _, b := range [][2]string{{bin, "./cmd/sandboxd"}, {ctlBin(bin), "./cmd/sandboxctl"}} {
+		cmd := exec.CommandContext(ctx, gobin, "build", "-o", b[0], b[1])
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return "", fmt.Errorf("building %s: %w\n%s", b[1], err, out)
+		}
 	}
 	return bin, nil
 }
+
+// ctlBin is the sandboxctl built beside the daemon binary bin.
+func ctlBin(bin string) string { return filepath.Join(filepath.Dir(bin), "sandboxctl-bench") }
 
 // daemon is sandboxd as the bench installed it, and what the bench must
 // undo: each field is set as soon as its step has begun, so that stop
@@ -108,7 +114,7 @@ type daemon struct {
 // then it times diffs and promotions (the promotion part, to pr).
 // Everything goes at the end, also after an error. It returns what ran,
 // for the report.
-func benchDaemon(ctx context.Context, cfg config, t, pr *table) (version string, err error) {
+func benchDaemon(ctx context.Context, cfg config, t, pr, sc *table) (version string, err error) {
 	cleanup := context.WithoutCancel(ctx)
 	bin := os.Getenv(daemonBinEnv)
 	if bin == "" { // started inside a testbed: nobody built it
@@ -182,7 +188,9 @@ func benchDaemon(ctx context.Context, cfg config, t, pr *table) (version string,
 		}
 	}
 	if cfg.scale {
-		if err := benchScale(ctx, cfg, d, t, fs, targetSize); err != nil {
+		res, err := benchScale(ctx, cfg, d, sc, fs, targetSize)
+		sc.note = scaleNote(res)
+		if err != nil {
 			return version, fmt.Errorf("scale: %w", err)
 		}
 	}

@@ -37,16 +37,28 @@ func (d *daemon) memory(ctx context.Context) (int, memInfo, error) {
 }
 
 // initMemory is the row of the sandboxes' init processes: one sandbox's
-// (the last made), and the sum over all of ids, each found in its scope
-// by asking systemd. The init is what a sandbox costs in memory while
-// nothing runs in it.
+// (the last made), and the sum over all of ids. The init is what a
+// sandbox costs in memory while nothing runs in it.
 func (d *daemon) initMemory(ctx context.Context, ids []string) (row, error) {
-	var one, all memInfo
+	one, all, err := d.initsMemory(ctx, ids)
+	if err != nil {
+		return row{}, err
+	}
+	return row{fs: "btrfs",
+		op: fmt.Sprintf("one sandbox's `sandboxd sandbox-init` (the process that holds its scope): VmRSS %s, of which %s its own (RssAnon); Pss %s",
+			mib(one.rss), mib(one.anon), mib(one.pss)),
+		verdict: fmt.Sprintf("no target; all %d inits: %s Pss", len(ids), mib(all.pss)),
+	}, nil
+}
+
+// initsMemory reads the memory of the init of each of ids, each found in
+// its scope by asking systemd: the last one's, and the sum of all.
+func (d *daemon) initsMemory(ctx context.Context, ids []string) (one, all memInfo, err error) {
 	systemd := d.conn.Object("org.freedesktop.systemd1", "/org/freedesktop/systemd1")
 	for _, id := range ids {
 		var unit string
 		if err := d.conn.Object(sandboxd1.BusName, sandboxd1.SandboxPath(id)).StoreProperty(sandboxd1.SandboxInterface+".Unit", &unit); err != nil {
-			return row{}, fmt.Errorf("finding the scope of sandbox %s: %w", id, err)
+			return one, all, fmt.Errorf("finding the scope of sandbox %s: %w", id, err)
 		}
 		var procs []struct {
 			Cgroup  string
@@ -54,7 +66,7 @@ func (d *daemon) initMemory(ctx context.Context, ids []string) (row, error) {
 			Cmdline string
 		}
 		if err := systemd.CallWithContext(ctx, "org.freedesktop.systemd1.Manager.GetUnitProcesses", 0, unit).Store(&procs); err != nil {
-			return row{}, fmt.Errorf("listing the processes of %s: %w", unit, err)
+			return one, all, fmt.Errorf("listing the processes of %s: %w", unit, err)
 		}
 		pid := 0
 		for _, p := range procs {
@@ -63,21 +75,18 @@ func (d *daemon) initMemory(ctx context.Context, ids []string) (row, error) {
 			}
 		}
 		if pid == 0 {
-			return row{}, fmt.Errorf("finding the init of sandbox %s: %s holds no sandbox-init (%v)", id, unit, procs)
+			return one, all, fmt.Errorf("finding the init of sandbox %s: %s holds no sandbox-init (%v)", id, unit, procs)
 		}
 		m, err := readMemory(pid)
 		if err != nil {
-			return row{}, err
+			return one, all, err
 		}
 		one = m
 		all.rss += m.rss
+		all.anon += m.anon
 		all.pss += m.pss
 	}
-	return row{fs: "btrfs",
-		op: fmt.Sprintf("one sandbox's `sandboxd sandbox-init` (the process that holds its scope): VmRSS %s, of which %s its own (RssAnon); Pss %s",
-			mib(one.rss), mib(one.anon), mib(one.pss)),
-		verdict: fmt.Sprintf("no target; all %d inits: %s Pss", len(ids), mib(all.pss)),
-	}, nil
+	return one, all, nil
 }
 
 // readMemory reads a process's memory from /proc: VmRSS, RssAnon and

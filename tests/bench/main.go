@@ -233,8 +233,9 @@ func run(ctx context.Context, cfg config) error {
 	d := &table{pct: 0.99, ratioOf: "create"}
 	// A promotion series has 5 runs by default: too few for a p90.
 	pr := &table{pct: 0.9, ratioOf: "sandboxd", changed: true}
+	sc := &table{pct: 0.99, ratioOf: "baseline"}
 	if cfg.usesDaemon() && ctx.Err() == nil {
-		version, err := benchDaemon(ctx, cfg, d, pr)
+		version, err := benchDaemon(ctx, cfg, d, pr, sc)
 		if version != "" {
 			versions = append(versions, version)
 		}
@@ -242,8 +243,8 @@ func run(ctx context.Context, cfg config) error {
 			errs = append(errs, fmt.Errorf("daemon: %w", err))
 		}
 	}
-	if len(t.rows) > 0 || len(d.rows) > 0 || len(pr.rows) > 0 {
-		printReport(os.Stdout, cfg, t, d, pr, versions, time.Since(begin), load)
+	if len(t.rows) > 0 || len(d.rows) > 0 || len(pr.rows) > 0 || len(sc.rows) > 0 {
+		printReport(os.Stdout, cfg, t, d, pr, sc, versions, time.Since(begin), load)
 	}
 	return errors.Join(errs...)
 }
@@ -251,7 +252,7 @@ func run(ctx context.Context, cfg config) error {
 // printReport prints the tables with the few lines they need to be read:
 // t of cowfs, d of the daemon, pr of promotions; a part that did not run
 // has no rows.
-func printReport(w *os.File, cfg config, t, d, pr *table, versions []string, took time.Duration, load string) {
+func printReport(w *os.File, cfg config, t, d, pr, sc *table, versions []string, took time.Duration, load string) {
 	var uts unix.Utsname
 	_ = unix.Uname(&uts)
 	fmt.Fprintf(w, "Measured %s on Linux %s, %d CPUs (load average %s at the start, %s at the end): %s. Whole run: %v.\n",
@@ -265,6 +266,9 @@ func printReport(w *os.File, cfg config, t, d, pr *table, versions []string, too
 	}
 	if len(pr.rows) > 0 {
 		printPromotions(w, cfg, pr)
+	}
+	if len(sc.rows) > 0 {
+		fmt.Fprint(w, "\nsandboxd at scale (make bench -parts scale):\n\n"+sc.markdown()+"\n"+sc.note+"\n")
 	}
 }
 

@@ -115,6 +115,7 @@ type table struct {
 	ratioOf string
 	// changed adds a column of the rows' changed files.
 	changed bool
+	note    string // printed below it
 }
 
 func (t *table) add(r row) { t.rows = append(t.rows, r) }
