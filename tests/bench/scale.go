@@ -2,9 +2,9 @@ package main
 
 import (
 	"bufio"
-	"errors"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"sort"

@@ -13,8 +13,8 @@ func addCreateRows(t *table, creates series, n int) {
 	first, last := firstS.median(), lastS.median()
 	rate := float64(len(creates)) / sum(creates).Seconds()
 	t.add(row{fs: "btrfs", files: n, s: firstS,
-		op:     fmt.Sprintf("`CreateSandbox` until ready, one client, one after another, all kept: creates 1-%d (the baseline; %d creates, %.0f a second)", k, len(creates), rate),
-		target: fmt.Sprintf("p50 < %d ms", scaleP50/time.Millisecond),
+		op:      fmt.Sprintf("`CreateSandbox` until ready, one client, one after another, all kept: creates 1-%d (the baseline; %d creates, %.0f a second)", k, len(creates), rate),
+		target:  fmt.Sprintf("p50 < %d ms", scaleP50/time.Millisecond),
 		verdict: fmt.Sprintf("%s ms: %s", ms(first), metOrMissed(first < scaleP50))})
 	flat := math.Round(float64(last)/float64(first)*10)/10 <= flatScale
 	t.add(row{fs: "btrfs", files: n, s: lastS,
