@@ -72,8 +72,9 @@ func buildDaemon(ctx context.Context) (string, error) {
 	// bench's running sandboxes.
 	bin := filepath.Join(root, "bin", "test", "sandboxd-bench")
 	progress("building %s", bin)
-	// And sandboxctl beside it (ctlBin), which the scale part times.
-	for _, b := range [][2]string{{bin, "./cmd/sandboxd"}, {ctlBin(bin), "./cmd/sandboxctl"}} {
+	// And sandboxctl beside it (ctlBin), which the scale part times, and
+	// the smallest Go program (sleeperBin), whose memory it reads.
+	for _, b := range [][2]string{{bin, "./cmd/sandboxd"}, {ctlBin(bin), "./cmd/sandboxctl"}, {sleeperBin(bin), "./tests/bench/gosleep"}} {
 		cmd := exec.CommandContext(ctx, gobin, "build", "-o", b[0], b[1])
 		cmd.Dir = root
 		if out, err := cmd.CombinedOutput(); err != nil {
@@ -83,8 +84,11 @@ func buildDaemon(ctx context.Context) (string, error) {
 	return bin, nil
 }
 
-// ctlBin is the sandboxctl built beside the daemon binary bin.
+// ctlBin is the sandboxctl built beside the daemon binary bin, and
+// sleeperBin tests/bench/gosleep.
 func ctlBin(bin string) string { return filepath.Join(filepath.Dir(bin), "sandboxctl-bench") }
+
+func sleeperBin(bin string) string { return filepath.Join(filepath.Dir(bin), "gosleep-bench") }
 
 // daemon is sandboxd as the bench installed it, and what the bench must
 // undo: each field is set as soon as its step has begun, so that stop

@@ -146,6 +146,9 @@ func parseFlags(args []string) (config, error) {
 		}
 		cfg.backends = append(cfg.backends, b)
 	}
+	if cfg.live < 2 {
+		return cfg, fmt.Errorf("-live must be at least 2")
+	}
 	if cfg.reps < minReps || cfg.copyReps < 1 || cfg.creates < minReps || cfg.promoteReps < minReps {
 		return cfg, fmt.Errorf("-reps, -creates and -promote-reps must be at least %d and -copy-reps at least 1", minReps)
 	}

@@ -175,8 +175,8 @@ func benchScale(ctx context.Context, cfg config, d *daemon, t *table, fs *btrfsF
 	if err != nil {
 		return res, err
 	}
-	if len(steps) >= 2*scaleHundred {
-		res.firstSteps, res.lastSteps = stepMedians(steps[:scaleHundred]), stepMedians(steps[len(steps)-scaleHundred:])
+	if k := window(len(steps)); k > 0 {
+		res.firstSteps, res.lastSteps = stepMedians(steps[:k]), stepMedians(steps[len(steps)-k:])
 	}
 	addCreateRows(t, creates, n)
 
@@ -189,7 +189,11 @@ func benchScale(ctx context.Context, cfg config, d *daemon, t *table, fs *btrfsF
 	if err != nil {
 		return res, err
 	}
-	addMemoryRows(t, fresh, daemonMem, firstInit, inits, len(ids))
+	floors, err := memoryFloors(ctx, d)
+	if err != nil {
+		return res, err
+	}
+	addMemoryRows(t, fresh, daemonMem, firstInit, inits, floors, len(ids))
 	ways, err := measureExec(ctx, d, ids[len(ids)-1])
 	if err != nil {
 		return res, err
@@ -305,7 +309,7 @@ func scaleNote(r scaleResult) string {
 		count(targetSize), r.live, execScaleRuns, primitiveReps, "`sandboxd-u0-<n>.slice`", parallelClients)
 	if r.firstSteps != "" {
 		s += fmt.Sprintf("\n\nWhere a create's time went (medians, ms, from the daemon's journal line of each create; steps in parentheses ran beside the others): creates 1-%d: %s; the last %d: %s.",
-			scaleHundred, r.firstSteps, scaleHundred, r.lastSteps)
+			window(r.live), r.firstSteps, window(r.live), r.lastSteps)
 	}
 	if r.seqCPU != "" {
 		s += fmt.Sprintf("\n\nWhile one client made them: %s. While %d clients did: %s.", r.seqCPU, parallelClients, r.parCPU)

@@ -99,3 +99,22 @@ func execRows(w execWays, live int) []row {
 	}
 	return append(rows, r)
 }
+
+// memoryFloors is the memory of the smallest Go program that waits, and
+// of coreutils' sleep, each alone: what an init could cost at least.
+func memoryFloors(ctx context.Context, d *daemon) (floors [2]memInfo, err error) {
+	for i, argv := range [][]string{{sleeperBin(d.bin)}, {"sleep", "60"}} {
+		cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+		if err := cmd.Start(); err != nil {
+			return floors, err
+		}
+		time.Sleep(300 * time.Millisecond) // started, and settled
+		floors[i], err = readMemory(cmd.Process.Pid)
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		if err != nil {
+			return floors, err
+		}
+	}
+	return floors, nil
+}

@@ -8,7 +8,7 @@ import (
 
 // addCreateRows adds the rows of one client's creates in a row.
 func addCreateRows(t *table, creates series, n int) {
-	k := scaleHundred
+	k := window(len(creates))
 	firstS, lastS := creates[:k], creates[len(creates)-k:]
 	first, last := firstS.median(), lastS.median()
 	rate := float64(len(creates)) / sum(creates).Seconds()
@@ -24,10 +24,14 @@ func addCreateRows(t *table, creates series, n int) {
 		verdict: fmt.Sprintf("%s; %s ms: %s", map[bool]string{true: "flat", false: "not flat"}[flat], ms(last), metOrMissed(last < scaleP50))})
 }
 
+// window is how many calls the first and the last windows of n hold:
+// a hundred, or half of fewer (a short run, -live under 200).
+func window(n int) int { return min(scaleHundred, n/2) }
+
 // addParallelRows adds the rows of parallelClients creating at once,
 // beside one client's creates in a row (seq).
 func addParallelRows(t *table, par parallelRun, start time.Time, seq series, n int) {
-	k := scaleHundred
+	k := window(len(par.calls))
 	one := float64(len(seq)) / sum(seq).Seconds()
 	all := par.all()
 	p99, _ := all.percentile(0.99)
@@ -48,7 +52,7 @@ func addParallelRows(t *table, par parallelRun, start time.Time, seq series, n i
 
 // addMemoryRows adds the daemon's and the inits' memory at live live,
 // beside the daemon just started and one init alone.
-func addMemoryRows(t *table, fresh, daemon, oneInit, inits memInfo, live int) {
+func addMemoryRows(t *table, fresh, daemon, oneInit, inits memInfo, floors [2]memInfo, live int) {
 	t.add(row{fs: "btrfs", op: fmt.Sprintf("sandboxd's VmRSS, %d live: %s, %d threads (just started, none live: %s, %d threads)",
 		live, mib(daemon.rss), daemon.threads, mib(fresh.rss), fresh.threads),
 		verdict: fmt.Sprintf("no target; %s, %s a sandbox", plusMiB(daemon.rss, fresh.rss), kib((int64(daemon.rss)-int64(fresh.rss))/int64(live)))})
@@ -57,6 +61,9 @@ func addMemoryRows(t *table, fresh, daemon, oneInit, inits memInfo, live int) {
 		live, kib(int64(pss)), mib(inits.pss), kib(int64(inits.anon)/int64(live)), kib(int64(oneInit.pss)), kib(int64(oneInit.anon))),
 		target:  fmt.Sprintf("Pss < %d KiB", initPssTarget>>10),
 		verdict: metOrMissed(pss < initPssTarget)})
+	for i, what := range []string{"the smallest Go program that waits for a signal (tests/bench/gosleep): the floor of an init in Go", "coreutils' `sleep` (C)"} {
+		t.add(row{fs: "btrfs", op: fmt.Sprintf("%s, alone: Pss %s, RssAnon %s, %d threads", what, kib(int64(floors[i].pss)), kib(int64(floors[i].anon)), floors[i].threads)})
+	}
 }
 
 // addPrimitiveRows adds each primitive of a create, alone, at 0 and at
