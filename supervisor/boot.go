@@ -13,7 +13,6 @@ import (
 
 	"github.com/sandboxd/sandboxd/runtime/nsinit"
 	"github.com/sandboxd/sandboxd/supervisor/state"
-	"github.com/sandboxd/sandboxd/units"
 )
 
 // Booted sandboxes (CreateOptions.Boot) run a systemd of their own; the
@@ -38,8 +37,8 @@ func (s *Supervisor) canBoot(opts CreateOptions) error {
 // bootInScope starts the scope first (Delegate=yes), then makes the
 // cgroups the init and its systemd live in, then has the init build its
 // world and boot. On failure the init is killed and the scope stopped.
-func (s *Supervisor) bootInScope(ctx context.Context, rec state.Record, scope units.Scope, init *nsinit.Init, spec nsinit.Spec, mounts *nsinit.Mounts) error {
-	if err := s.cfg.Units.StartScope(ctx, scope); err != nil {
+func (s *Supervisor) bootInScope(ctx context.Context, rec state.Record, job *scopeStart, init *nsinit.Init, spec nsinit.Spec, mounts *nsinit.Mounts) error {
+	if err := job.wait(); err != nil {
 		mounts.Close()
 		init.Kill()
 		return err

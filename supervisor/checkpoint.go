@@ -206,7 +206,7 @@ func (s *Supervisor) Rollback(ctx context.Context, id, name string) (sb Sandbox,
 		// A failure after the stop: the sandbox starts again on what its
 		// volumes hold, rather than stay listed without an init.
 		if err != nil && !restarted {
-			if serr := s.startScope(context.WithoutCancel(ctx), rec, limits, nil); serr != nil {
+			if serr := s.startScope(context.WithoutCancel(ctx), rec, limits, nil, nil); serr != nil {
 				s.log.Error("restarting a sandbox after a failed rollback", "SANDBOX_ID", id, "error", serr)
 			}
 		}
@@ -256,7 +256,7 @@ func (s *Supervisor) Rollback(ctx context.Context, id, name string) (sb Sandbox,
 	// Started again as after a reboot: Reconcile would do the same if the
 	// daemon died here.
 	restarted = true // whatever happens now: one start only
-	if err := s.startScope(ctx, rec, limits, nil); err != nil {
+	if err := s.startScope(ctx, rec, limits, nil, nil); err != nil {
 		return sb, fmt.Errorf("%s: starting it again: %w", what, err)
 	}
 	crashpoint.Hit(crashpoint.RollbackRestarted)

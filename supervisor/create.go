@@ -201,12 +201,21 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 		timing.mark("cache")
 	}
 	early := !s.cfg.Backend.Info().Capabilities.SeparateMounts
+	var job *scopeStart
 	if early {
 		if err := launch(); err != nil {
 			return sb, fmt.Errorf("creating sandbox %s: %w", id, err)
 		}
 		crashpoint.Hit(crashpoint.CreateInitLaunched)
 		timing.mark("launch")
+		// Its scope starts beside the snapshots (see scopeStart).
+		job = s.beginScope(ctx, rec, opts.Limits, init)
+		undo = append(undo, func(ctx context.Context) error {
+			if !handed && job.wait() == nil {
+				return s.stopScope(ctx, rec.Unit)
+			}
+			return nil
+		})
 	}
 	// Not while a promotion writes or checks the project (projectGate).
 	ungate := func() {}
@@ -254,7 +263,7 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 	timing.mark("layer")
 	undo = append(undo, func(context.Context) error { return s.removeWorld(id) })
 	handed = true
-	if err := s.startScope(ctx, rec, opts.Limits, init); err != nil {
+	if err := s.startScope(ctx, rec, opts.Limits, init, job); err != nil {
 		return sb, fmt.Errorf("creating sandbox %s: %w", id, err)
 	}
 	undo = append(undo, func(ctx context.Context) error { return s.stopScope(ctx, rec.Unit) })
@@ -278,9 +287,11 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 // startScope gives the sandbox's init (launched, or launched here) its
 // world to build, and puts it in the sandbox's scope with its limits, the
 // two at once: systemd's job and the init's mounts take about as long.
+// job is the scope's start if Create began it already (nil: begun here).
 // The init runs in its own session so that it outlives the daemon (its
-// scope, not the daemon's service, holds it). On failure it is killed.
-func (s *Supervisor) startScope(ctx context.Context, rec state.Record, limits units.Limits, init *nsinit.Init) error {
+// scope, not the daemon's service, holds it). On failure it is killed,
+// and its scope stopped.
+func (s *Supervisor) startScope(ctx context.Context, rec state.Record, limits units.Limits, init *nsinit.Init, job *scopeStart) error {
 	cache, unlockCache := "", func() {}
 	if !rec.NoCache {
 		cache, unlockCache = s.useCache(ctx, rec.Owner) // before a launch (see Create)
@@ -296,38 +307,27 @@ func (s *Supervisor) startScope(ctx context.Context, rec state.Record, limits un
 	}
 	spec, err := s.spec(ctx, rec)
 	if err != nil {
-		init.Kill()
+		s.abandon(ctx, rec, init, job)
 		return err
 	}
 	timing.mark("spec")
 	spec.Cache = cache
 	mounts, err := s.idmapMounts(init, rec, spec)
 	if err != nil {
-		init.Kill()
+		s.abandon(ctx, rec, init, job)
 		return err
 	}
 	timing.mark("idmap")
 	if limits.MemoryMax != nil {
 		spec.ScratchSize = nsinit.ScratchSizeFor(*limits.MemoryMax)
 	}
-	if err := s.cfg.Units.SetSliceLimits(ctx, units.OwnerSlice(rec.Owner), s.cfg.UserLimits); err != nil {
-		init.Kill()
-		return fmt.Errorf("bounding the sandboxes of uid %d together: %w", rec.Owner, err)
-	}
-	timing.mark("slice")
-	scope := units.Scope{
-		Name:        rec.Unit,
-		Description: fmt.Sprintf("sandboxd sandbox %s of %s", rec.ID, rec.Project),
-		PIDs:        []int{init.PID},
-		Slice:       units.ScopeSlice(rec.Owner, rec.Unit),
-		Limits:      limits,
-		Devices:     units.SandboxDevices,
-		Delegate:    rec.Boot,
+	if job == nil {
+		job = s.beginScope(ctx, rec, limits, init)
 	}
 	if rec.Boot {
-		err = s.bootInScope(ctx, rec, scope, init, spec, mounts)
+		err = s.bootInScope(ctx, rec, job, init, spec, mounts)
 	} else {
-		err = s.buildInScope(ctx, rec, scope, init, spec, mounts)
+		err = s.buildInScope(ctx, rec, job, init, spec, mounts)
 	}
 	if err != nil {
 		return err
@@ -346,10 +346,10 @@ func (s *Supervisor) startScope(ctx context.Context, rec state.Record, limits un
 	return nil
 }
 
-// buildInScope has init build its world while its scope starts: the two
-// at once, as systemd's job and the init's mounts take about as long. On
-// failure the init is killed and the scope stopped.
-func (s *Supervisor) buildInScope(ctx context.Context, rec state.Record, scope units.Scope, init *nsinit.Init, spec nsinit.Spec, mounts *nsinit.Mounts) error {
+// buildInScope has init build its world while its scope starts (job):
+// the two at once, as systemd's job and the init's mounts take about as
+// long. On failure the init is killed and the scope stopped.
+func (s *Supervisor) buildInScope(ctx context.Context, rec state.Record, job *scopeStart, init *nsinit.Init, spec nsinit.Spec, mounts *nsinit.Mounts) error {
 	built := make(chan error, 1)
 	timing := stepsOf(ctx)
 	go func() {
@@ -358,9 +358,7 @@ func (s *Supervisor) buildInScope(ctx context.Context, rec state.Record, scope u
 		timing.add("(build", time.Since(start))
 		built <- err
 	}()
-	start := time.Now()
-	scopeErr := s.cfg.Units.StartScope(ctx, scope)
-	timing.add("(scope", time.Since(start))
+	scopeErr := job.wait()
 	if err := <-built; err != nil || scopeErr != nil {
 		init.Kill()
 		if scopeErr == nil {

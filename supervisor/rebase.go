@@ -211,7 +211,7 @@ func (s *Supervisor) Rebase(ctx context.Context, id string) (sb Sandbox, err err
 	}
 	made = nil // named by the record now
 	crashpoint.Hit(crashpoint.RebaseRecorded)
-	if err := s.startScope(ctx, rec, limits, nil); err != nil {
+	if err := s.startScope(ctx, rec, limits, nil, nil); err != nil {
 		return sb, fmt.Errorf("%s: starting it again: %w", what, err)
 	}
 	if rec, err = s.cfg.Store.Update(id, func(r *state.Record) error { r.State = state.Ready; return nil }); err != nil {
@@ -231,7 +231,7 @@ func (s *Supervisor) Rebase(ctx context.Context, id string) (sb Sandbox, err err
 // restartAfterFailure starts a sandbox again on what its volumes hold,
 // after a failure once it was stopped.
 func (s *Supervisor) restartAfterFailure(ctx context.Context, rec state.Record, limits units.Limits) {
-	if err := s.startScope(context.WithoutCancel(ctx), rec, limits, nil); err != nil {
+	if err := s.startScope(context.WithoutCancel(ctx), rec, limits, nil, nil); err != nil {
 		s.log.Error("restarting a sandbox after a failure", "SANDBOX_ID", rec.ID, "error", err)
 	}
 }

@@ -251,7 +251,7 @@ func (s *Supervisor) reconcileOne(ctx context.Context, rec state.Record, vols ma
 	if err := s.stopScope(ctx, rec.Unit); err != nil { // a failed one lingers until reset
 		return "", err
 	}
-	if err := s.startScope(ctx, rec, limits, nil); err != nil {
+	if err := s.startScope(ctx, rec, limits, nil, nil); err != nil {
 		return "", err
 	}
 	// A new scope runs: whatever it was (frozen), the sandbox is ready.

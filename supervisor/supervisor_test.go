@@ -160,6 +160,48 @@ func TestAFailedCreateIsUndone(t *testing.T) {
 	}
 }
 
+// failingSnapshots is the real backend whose writable snapshots fail:
+// a create that fails once its init runs and its scope is starting.
+type failingSnapshots struct{ cowfs.Backend }
+
+func (f failingSnapshots) Snapshot(ctx context.Context, src cowfs.Volume, name string, readOnly bool) (cowfs.Volume, error) {
+	if !readOnly {
+		return cowfs.Volume{}, errors.New("the disk said no")
+	}
+	return f.Backend.Snapshot(ctx, src, name, readOnly)
+}
+
+// A create that fails after its init was launched (and its scope begun,
+// beside the snapshots) leaves no scope, process, volume or record.
+func TestACreateFailingMidWayLeavesNoScope(t *testing.T) {
+	e := newEnv(t)
+	cfg := e.cfg
+	cfg.Backend = failingSnapshots{cfg.Backend}
+	sup := supervisor.New(cfg)
+	_, err := sup.Create(ctx, supervisor.CreateOptions{Project: "web"})
+	if err == nil || !strings.Contains(err.Error(), "the disk said no") {
+		t.Fatalf("Create whose volume cannot be made: %v", err)
+	}
+	if list, _ := sup.List(ctx); len(list) != 0 {
+		t.Fatalf("records left: %v", list)
+	}
+	if vols := e.volumes(t); len(vols) != 0 {
+		t.Fatalf("volumes left: %v", vols)
+	}
+	if scopes, _ := e.units.List(ctx, "sandbox-*.scope"); len(scopes) != 0 {
+		t.Fatalf("scopes left: %v", scopes)
+	}
+	// The control: the same backend's read-only snapshots work, and so
+	// does a create through the real one.
+	sb, err := supervisor.New(e.cfg).Create(ctx, supervisor.CreateOptions{Project: "web"})
+	if err != nil {
+		t.Fatalf("a create through the real backend: %v", err)
+	}
+	if scopes, _ := e.units.List(ctx, "sandbox-*.scope"); len(scopes) != 1 || scopes[0].Name != sb.Unit {
+		t.Fatalf("scopes after a create: %v; want %s", scopes, sb.Unit)
+	}
+}
+
 func TestReconcileFinishesWhatACrashLeft(t *testing.T) {
 	e := newEnv(t)
 	create := func() supervisor.Sandbox {

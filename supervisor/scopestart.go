@@ -1,0 +1,65 @@
+package supervisor
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/sandboxd/sandboxd/runtime/nsinit"
+	"github.com/sandboxd/sandboxd/supervisor/state"
+	"github.com/sandboxd/sandboxd/units"
+)
+
+// scopeStart is a sandbox's scope on its way. systemd's start of a
+// scope is a create's longest step (10-15 ms here, more than the init's
+// mounts), so Create begins it as soon as the init is launched, beside
+// the snapshots, and the init's build waits for it.
+type scopeStart struct {
+	done chan struct{}
+	err  error
+}
+
+// beginScope starts the scope holding init, with its owner's bounds,
+// in the background.
+func (s *Supervisor) beginScope(ctx context.Context, rec state.Record, limits units.Limits, init *nsinit.Init) *scopeStart {
+	st := &scopeStart{done: make(chan struct{})}
+	go func() {
+		defer close(st.done)
+		start := time.Now()
+		st.err = s.startScopeUnit(ctx, rec, limits, init.PID)
+		stepsOf(ctx).add("(scope", time.Since(start))
+	}()
+	return st
+}
+
+// wait is the scope's start's outcome.
+func (st *scopeStart) wait() error {
+	<-st.done
+	return st.err
+}
+
+// startScopeUnit starts the scope of rec holding pid, in its owner's
+// slice, whose bounds are set first.
+func (s *Supervisor) startScopeUnit(ctx context.Context, rec state.Record, limits units.Limits, pid int) error {
+	if err := s.cfg.Units.SetSliceLimits(ctx, units.OwnerSlice(rec.Owner), s.cfg.UserLimits); err != nil {
+		return fmt.Errorf("bounding the sandboxes of uid %d together: %w", rec.Owner, err)
+	}
+	return s.cfg.Units.StartScope(ctx, units.Scope{
+		Name:        rec.Unit,
+		Description: fmt.Sprintf("sandboxd sandbox %s of %s", rec.ID, rec.Project),
+		PIDs:        []int{pid},
+		Slice:       units.ScopeSlice(rec.Owner, rec.Unit),
+		Limits:      limits,
+		Devices:     units.SandboxDevices,
+		Delegate:    rec.Boot,
+	})
+}
+
+// abandon kills init and, once its start has ended, stops the scope: a
+// create that failed after beginScope.
+func (s *Supervisor) abandon(ctx context.Context, rec state.Record, init *nsinit.Init, job *scopeStart) {
+	init.Kill()
+	if job != nil && job.wait() == nil {
+		_ = s.stopScope(context.WithoutCancel(ctx), rec.Unit)
+	}
+}
