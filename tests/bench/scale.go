@@ -97,8 +97,9 @@ const (
 // scaleResult is what the scale part found, for its note.
 type scaleResult struct {
 	live                  int
-	firstSteps, lastSteps string // the creates' step medians
-	seqCPU, parCPU        string // where the CPU time went meanwhile
+	firstSteps, lastSteps string        // the creates' step medians
+	seqCPU, parCPU        string        // where the CPU time went meanwhile
+	seqBusy, parBusy      time.Duration // the machine's CPU time per create
 	leftovers             []string
 }
 
@@ -168,7 +169,7 @@ func benchScale(ctx context.Context, cfg config, d *daemon, t *table, fs *btrfsF
 	if err != nil {
 		return res, err
 	}
-	res.seqCPU = cpuShare(cpu0, cpu1)
+	res.seqCPU, res.seqBusy = cpuShare(cpu0, cpu1), busyPer(cpu0, cpu1, len(creates))
 	ids = append([]string{first}, ids...)
 	progress("scale: %d creates in a row in %v", len(creates), time.Since(start).Round(time.Millisecond))
 	steps, err := d.createSteps(ctx, start)
@@ -223,7 +224,7 @@ func benchScale(ctx context.Context, cfg config, d *daemon, t *table, fs *btrfsF
 	}
 	par, pstart, err := createParallel(ctx, project, cfg.live)
 	if cpu1, cerr := readCPU(pid); cerr == nil {
-		res.parCPU = cpuShare(cpu0, cpu1)
+		res.parCPU, res.parBusy = cpuShare(cpu0, cpu1), busyPer(cpu0, cpu1, len(par.calls))
 	}
 	for _, id := range par.ids {
 		d.live[id] = true
@@ -232,6 +233,7 @@ func benchScale(ctx context.Context, cfg config, d *daemon, t *table, fs *btrfsF
 		return res, err
 	}
 	addParallelRows(t, par, pstart, creates, n)
+	addCPURow(t, res, n)
 	destroys, err = destroyParallel(ctx, par.ids)
 	if err != nil {
 		return res, err

@@ -5,6 +5,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // cpuTicks is where the machine's CPU time went up to a moment, in clock
@@ -64,4 +65,15 @@ func cpuShare(a, b cpuTicks) string {
 	sd, dd := float64(b.systemd-a.systemd), float64(b.daemon-a.daemon)
 	return fmt.Sprintf("CPUs %.0f%% busy, of which systemd %.0f%%, sandboxd %.0f%%, the rest %.0f%%",
 		100*busy/total, 100*sd/busy, 100*dd/busy, 100*(busy-sd-dd)/busy)
+}
+
+// clockTick is the kernel's USER_HZ, the unit of /proc/stat's times
+// (100 on every Linux that runs the bench).
+const clockTick = 10 * time.Millisecond
+
+// busyPer is the CPU time the whole machine spent busy between a and b,
+// per call of n.
+func busyPer(a, b cpuTicks, n int) time.Duration {
+	busy := (b.total - a.total) - (b.idle - a.idle)
+	return time.Duration(busy) * clockTick / time.Duration(max(n, 1))
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"math"
+	"runtime"
 	"time"
 )
 
@@ -83,4 +84,17 @@ func addPrimitiveRows(t *table, at0, atN primitives, live int) {
 		t.add(row{fs: "btrfs", op: p.op + ", 0 live (the baseline)", s: p.a})
 		t.add(row{fs: "btrfs", op: fmt.Sprintf("the same, %d live", live), s: p.b, ratio: ratio(p.b.median(), p.a.median())})
 	}
+}
+
+// addCPURow adds the machine's CPU time per create: with every CPU busy,
+// creates a second cannot pass CPUs ÷ that.
+func addCPURow(t *table, r scaleResult, n int) {
+	if r.seqBusy <= 0 || r.parBusy <= 0 {
+		return
+	}
+	cpus := runtime.NumCPU()
+	t.add(row{fs: "btrfs", files: n,
+		op: fmt.Sprintf("CPU time of the whole machine per create (the daemon with the kernel's btrfs work it asks for, the init's start, systemd, dbus-daemon, journald): one client %s ms, %d clients %s ms",
+			ms(r.seqBusy), parallelClients, ms(r.parBusy)),
+		verdict: fmt.Sprintf("no target; %d CPUs at that cost make at most %.0f creates a second", cpus, float64(cpus)/r.parBusy.Seconds())})
 }
