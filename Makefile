@@ -85,7 +85,7 @@ fuzz:
 	if [ -n "$$failed" ]; then echo "fuzz: failed:$$failed"; exit 1; fi
 
 # One table of every figure, each beside its baseline from the same run
-# (tests/bench/README.md). Boots its own testbed; about 8 minutes.
+# (tests/bench/README.md). Boots its own testbed; about 15 minutes.
 bench: deps build
 	$(GO) run ./tests/bench
 

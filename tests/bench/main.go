@@ -104,7 +104,7 @@ func main() {
 
 func parseFlags(args []string) (config, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	parts := fs.String("parts", "cowfs,daemon,promote", "what to measure, comma-separated: cowfs (snapshots on each backend), daemon (sandboxd over the bus), promote (its diff and promotion)")
+	parts := fs.String("parts", "cowfs,daemon,promote,scale", "what to measure, comma-separated: cowfs (snapshots on each backend), daemon (sandboxd over the bus), promote (its diff and promotion), scale (-live sandboxes at once)")
 	sizes := fs.String("sizes", "1000,10000,100000", "project sizes, in files, comma-separated")
 	backends := fs.String("backends", "btrfs,zfs", "filesystems to measure, comma-separated: btrfs, zfs")
 	reps := fs.Int("reps", 15, "timed runs of snapshot, delete and change listing")
@@ -129,7 +129,7 @@ func parseFlags(args []string) (config, error) {
 		case "scale":
 			cfg.scale = true
 		default:
-			return cfg, fmt.Errorf("-parts: unknown part %q (cowfs, daemon, promote)", p)
+			return cfg, fmt.Errorf("-parts: unknown part %q (cowfs, daemon, promote, scale)", p)
 		}
 	}
 	for _, s := range strings.Split(*sizes, ",") {
