@@ -40,6 +40,9 @@ const (
 	// livePhase bounds all the creates (and all the destroys), so that a
 	// daemon that slows to a crawl fails the test instead of stalling CI.
 	livePhase = 5 * time.Minute
+	// liveMemory is what the machine must have available before: the
+	// inits' 1.7 GiB, and as much again for the rest of the machine.
+	liveMemory = 3500 << 20
 )
 
 // made is one sandbox made, in the order the creates ended.
@@ -146,6 +149,11 @@ func (f *fleet) destroy(ctx context.Context, clients []*client) (series, []strin
 func TestLoadHoldsAThousandLiveSandboxes(t *testing.T) {
 	if *soak {
 		t.Skip("-soak: the long variant runs instead")
+	}
+	// Each live sandbox's init holds about 1.7 MiB (make bench): a
+	// machine without room for them must say so, not die of it.
+	if avail := memAvailable(t); avail < liveMemory {
+		t.Fatalf("this test keeps %d sandboxes live, which takes about %s; the machine has %s available", liveN, mib(liveMemory), mib(avail))
 	}
 	begin := time.Now()
 	tb, conn, fresh, before := startLoad(t)
