@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os/exec"
 	"runtime"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -23,10 +24,21 @@ import (
 // kernel.unprivileged_userns_clone).
 var ownerCaps = []uintptr{unix.CAP_SETUID, unix.CAP_SETGID, unix.CAP_SYS_ADMIN}
 
+// ownerLaunches makes the launches one at a time: whether the process
+// is dumpable is the process's, not a thread's, and any thread's change
+// of uid clears it. A child of one owner thread exec'ing /proc/self/exe
+// in the moment another thread had cleared it was refused (EACCES, with
+// 8 creates at once).
+var ownerLaunches sync.Mutex
+
 // startOwnedBy starts cmd (with CLONE_NEWUSER) from a thread whose uid
 // and gid are uid and gid, so that they own its user namespace. The
 // thread ends with the call: its credentials are no one else's.
 func startOwnedBy(cmd *exec.Cmd, uid, gid uint32) error {
+	// Held until the child has exec'd (Start waits for that), not while
+	// the thread ends: its end changes no one's credentials.
+	ownerLaunches.Lock()
+	defer ownerLaunches.Unlock()
 	done := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread() // never unlocked: the thread ends with it
