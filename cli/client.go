@@ -82,24 +82,51 @@ func (c *client) resolve(ctx context.Context, arg string) (sandboxd1.ListEntry, 
 // handle is the Go client's handle on sandbox e.
 func (c *client) handle(e sandboxd1.ListEntry) *sbclient.Sandbox { return c.api.Handle(e) }
 
-// watchExits subscribes to CommandExited, before any Exec.
-func (c *client) watchExits() error {
+// resolveWatching is resolve, with CommandExited watched from then on
+// (startWatch), before any Exec: the calls of both go out at once.
+func (c *client) resolveWatching(ctx context.Context, arg string) (sandboxd1.ListEntry, error) {
+	watched := c.startWatch(ctx)
+	e, err := c.resolve(ctx, arg)
+	werr := watched()
+	if err != nil {
+		return e, err
+	}
+	if werr != nil {
+		return e, fromBus("watching for the command's end", werr)
+	}
+	return e, nil
+}
+
+// startWatch subscribes to CommandExited without waiting: its three
+// calls go out at once, beside what the caller asks meanwhile, and the
+// function it returns waits for their answers. Each round trip through
+// the bus is a fraction of a millisecond, and a command's start is made
+// of a few.
+func (c *client) startWatch(ctx context.Context) func() error {
 	if c.signals != nil {
-		return nil
+		return func() error { return nil }
 	}
 	c.signals, c.exits = make(chan *dbus.Signal, 16), map[string]exitStatus{}
 	c.conn.Signal(c.signals)
-	if err := c.conn.AddMatchSignal(dbus.WithMatchInterface(sandboxd1.SandboxInterface), dbus.WithMatchMember("CommandExited")); err != nil {
-		return err
+	bus := c.conn.BusObject()
+	// A daemon that restarts while a command runs will not tell its end:
+	// its name's owner, and the signal of its change, say so.
+	calls := []*dbus.Call{
+		bus.GoWithContext(ctx, "org.freedesktop.DBus.AddMatch", 0, nil,
+			"type='signal',interface='"+sandboxd1.SandboxInterface+"',member='CommandExited'"),
+		bus.GoWithContext(ctx, "org.freedesktop.DBus.AddMatch", 0, nil,
+			"type='signal',interface='org.freedesktop.DBus',member='NameOwnerChanged',arg0='"+sandboxd1.BusName+"'"),
+		bus.GoWithContext(ctx, "org.freedesktop.DBus.GetNameOwner", 0, nil, sandboxd1.BusName),
 	}
-	// A daemon that restarts while a command runs will not tell its end.
-	var owner string
-	if err := c.conn.BusObject().Call("org.freedesktop.DBus.GetNameOwner", 0, sandboxd1.BusName).Store(&owner); err != nil {
-		return err
+	return func() error {
+		for _, call := range calls {
+			<-call.Done
+			if call.Err != nil {
+				return call.Err
+			}
+		}
+		return calls[2].Store(&c.daemon)
 	}
-	c.daemon = owner
-	return c.conn.AddMatchSignal(dbus.WithMatchInterface("org.freedesktop.DBus"), dbus.WithMatchMember("NameOwnerChanged"),
-		dbus.WithMatchArg(0, sandboxd1.BusName))
 }
 
 // waitExit waits for command's CommandExited; onSignal is called with

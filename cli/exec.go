@@ -119,12 +119,9 @@ sandbox stays.`,
 				return onTerminal(ctx, target, argv, opts)
 			}
 			return withClient(ctx, func(c *client) error {
-				e, err := c.resolve(ctx, target)
+				e, err := c.resolveWatching(ctx, target)
 				if err != nil {
 					return err
-				}
-				if err := c.watchExits(); err != nil {
-					return fromBus("watching for the command's end", err)
 				}
 				// Caught before the call, so that a Ctrl-C in between is
 				// not lost: it is passed on once the command runs.
@@ -230,12 +227,9 @@ func onTerminal(ctx context.Context, target string, argv []string, opts sbclient
 		ws = &unix.Winsize{Row: 24, Col: 80}
 	}
 	return withClient(ctx, func(c *client) error {
-		e, err := c.resolve(ctx, target)
+		e, err := c.resolveWatching(ctx, target)
 		if err != nil {
 			return err
-		}
-		if err := c.watchExits(); err != nil {
-			return fromBus("watching for the command's end", err)
 		}
 		var id string
 		var fd dbus.UnixFD

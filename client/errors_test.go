@@ -99,3 +99,21 @@ func TestASandboxIsFoundByAPrefixOfItsIDThatIsItsAlone(t *testing.T) {
 		}
 	}
 }
+
+// A name that is also the start of another sandbox's id finds neither:
+// the user meant one of two, and a command must not go to the wrong one.
+func TestANameLikeTheStartOfAnotherIDIsAmbiguous(t *testing.T) {
+	ctx := context.Background()
+	c := connect(t)
+	a := newSandbox(t, c, client.CreateOptions{})
+	b := newSandbox(t, c, client.CreateOptions{Name: a.ID()[:3]})
+	_, err := c.Sandbox(ctx, a.ID()[:3])
+	if !errors.Is(err, client.ErrInvalidArgs) || !strings.Contains(err.Error(), a.ID()) || !strings.Contains(err.Error(), b.ID()) {
+		t.Errorf("Sandbox(%q), %s's name and the start of %s: %v; want ErrInvalidArgs naming both", a.ID()[:3], b.ID(), a.ID(), err)
+	}
+	for _, sb := range []*client.Sandbox{a, b} {
+		if got, err := c.Sandbox(ctx, sb.ID()); err != nil || got.ID() != sb.ID() {
+			t.Errorf("Sandbox(%s): %v, %v; want it, by its id", sb.ID(), got, err)
+		}
+	}
+}

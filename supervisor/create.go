@@ -211,10 +211,18 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 		// Its scope starts beside the snapshots (see scopeStart).
 		job = s.beginScope(ctx, rec, opts.Limits, init)
 		undo = append(undo, func(ctx context.Context) error {
-			if !handed && job.wait() == nil {
-				return s.stopScope(ctx, rec.Unit)
+			if handed {
+				return nil // startScope's to undo
 			}
-			return nil
+			var err error
+			if job.wait() == nil {
+				err = s.stopScope(ctx, rec.Unit)
+			}
+			// Also when the scope could not be stopped (the undo ends
+			// there, keeping the record for Reconcile): no init is left
+			// running meanwhile.
+			init.Kill()
+			return err
 		})
 	}
 	// Not while a promotion writes or checks the project (projectGate).

@@ -111,6 +111,7 @@ func (c *commands) get(sandbox, id string) *Command {
 // tells when it ends, and Result how: a kill by the sandbox's memory limit
 // is told apart from other kills.
 func (s *Supervisor) Exec(ctx context.Context, id string, o ExecOptions) (_ *Command, err error) {
+	timing := newSteps()
 	if err := s.wake(ctx, id); err != nil {
 		return nil, err
 	}
@@ -118,6 +119,7 @@ func (s *Supervisor) Exec(ctx context.Context, id string, o ExecOptions) (_ *Com
 	if err != nil {
 		return nil, err
 	}
+	timing.mark("record")
 	defer func() {
 		s.auditEntry(ctx, audit.Entry{Action: "exec", Command: strings.Join(o.Argv, " ")}, rec, err)
 	}()
@@ -128,6 +130,7 @@ func (s *Supervisor) Exec(ctx context.Context, id string, o ExecOptions) (_ *Com
 	if err != nil {
 		return nil, err
 	}
+	timing.mark("request")
 	w := s.worlds.get(id)
 	var oomBefore uint64
 	if w != nil {
@@ -145,6 +148,7 @@ func (s *Supervisor) Exec(ctx context.Context, id string, o ExecOptions) (_ *Com
 			files = append(slices.Clone(o.Stdio), cg.Files()...)
 		}
 	}
+	timing.mark("cgroup")
 	nc, err := nsinit.Exec(ctx, nsinit.Control(s.runtimeDir(id)), req, files)
 	if err != nil && cg != nil && strings.Contains(err.Error(), "expected 3 file descriptors") {
 		// An init started by an older daemon knows no command cgroups.
@@ -161,10 +165,11 @@ func (s *Supervisor) Exec(ctx context.Context, id string, o ExecOptions) (_ *Com
 	if cg != nil {
 		cg.CloseFiles() // the init has its own copies
 	}
+	timing.mark("init")
 	cmd := &Command{ID: cmdID, Sandbox: id, Master: nc.Master, cmd: nc, done: make(chan struct{})}
 	s.commands.add(cmd)
 	s.log.Info("command started", "SANDBOX_ID", id, "ACTION", "exec", "CALLER_UID", o.UID,
-		"command", cmd.ID, "argv", strings.Join(o.Argv, " "), "as_root", o.AsRoot)
+		"command", cmd.ID, "argv", strings.Join(o.Argv, " "), "as_root", o.AsRoot, "steps", timing.String())
 	go func() {
 		res := nc.Result()
 		// A SIGKILL while the cgroup's OOM kills went up is the memory

@@ -55,11 +55,12 @@ func (s *Supervisor) startScopeUnit(ctx context.Context, rec state.Record, limit
 	})
 }
 
-// abandon kills init and, once its start has ended, stops the scope: a
-// create that failed after beginScope.
+// abandon stops the scope once its start has ended, and kills init: a
+// create that failed after beginScope. The scope first: one whose only
+// process was killed under it would end failed, and stay listed.
 func (s *Supervisor) abandon(ctx context.Context, rec state.Record, init *nsinit.Init, job *scopeStart) {
-	init.Kill()
 	if job != nil && job.wait() == nil {
 		_ = s.stopScope(context.WithoutCancel(ctx), rec.Unit)
 	}
+	init.Kill()
 }

@@ -207,14 +207,15 @@ func (s *Supervisor) List(ctx context.Context) ([]Sandbox, error) {
 }
 
 // Entries lists every sandbox briefly (id, name, project, state as
-// current says, owner), oldest first, from what the store keeps in
-// memory: no record decoded, the pool not listed.
-func (s *Supervisor) Entries() []state.Entry {
-	entries := s.cfg.Store.Entries()
-	for i := range entries {
-		entries[i].State = s.currentState(entries[i].ID, entries[i].State)
-	}
-	return entries
+// recorded, owner), oldest first, from what the store keeps in memory: no
+// record decoded, the pool not listed. Current gives an entry's state as
+// it is now.
+func (s *Supervisor) Entries() []state.Entry { return s.cfg.Store.Entries() }
+
+// Current is e with the state current would give its record.
+func (s *Supervisor) Current(e state.Entry) state.Entry {
+	e.State = s.currentState(e.ID, e.State)
+	return e
 }
 
 func (s *Supervisor) sandbox(ctx context.Context, rec state.Record) Sandbox {

@@ -75,7 +75,7 @@ var Release = []string{ReleaseRecorded, ReleaseCopied, ReleaseSwitched}
 // mount of its own (ZFS), the init starts after the sandbox's snapshot.
 const (
 	CreateRecorded     = "create-recorded"      // the record says creating; nothing made
-	CreateInitLaunched = "create-init-launched" // the sandbox's init runs; its scope is starting (btrfs), or not yet asked for
+	CreateInitLaunched = "create-init-launched" // the sandbox's init runs; its scope not yet asked for (on btrfs it starts next, beside the snapshots)
 	CreateBase         = "create-base"          // the read-only base of the project exists
 	CreateVolume       = "create-volume"        // the sandbox's writable snapshot of the base exists
 	CreateLayer        = "create-layer"         // its system layer exists (where the pool carries one)

@@ -65,7 +65,7 @@ func (m manager) ListSandboxes(sender dbus.Sender) ([]sandboxd1.ListEntry, *dbus
 	out := []sandboxd1.ListEntry{} // never nil: godbus sends an empty array either way, but be plain
 	for _, e := range s.sup.Entries() {
 		if r.who.sees(e.Owner) && sandboxd1.ValidID(e.ID) {
-			out = append(out, listEntry(e))
+			out = append(out, listEntry(s.sup.Current(e)))
 		}
 	}
 	return out, s.end(r, "", nil)
@@ -92,23 +92,40 @@ func (m manager) FindSandbox(sender dbus.Sender, sandbox string) (sandboxd1.List
 		return sandboxd1.ListEntry{}, s.end(r, "", dbusError(sandboxd1.ErrorInvalidArgs,
 			"a sandbox is named by its id, its name or the start of its id: 1 to %d bytes, not %d", maxFindArg, len(sandbox)))
 	}
+	var named *state.Entry
 	var prefixed []state.Entry
 	for _, e := range s.sup.Entries() {
-		if !r.who.sees(e.Owner) || !sandboxd1.ValidID(e.ID) {
+		if !sandboxd1.ValidID(e.ID) {
 			continue
 		}
-		if e.ID == sandbox || e.Name == sandbox {
-			return listEntry(e), s.end(r, e.ID, nil)
+		if !r.who.sees(e.Owner) {
+			if e.ID == sandbox {
+				s.log.Warn("a caller asked for another user's sandbox", "ACTION", r.action, "CALLER_UID", r.who.uid, "SANDBOX_ID", e.ID, "owner", e.Owner)
+			}
+			continue
 		}
-		if strings.HasPrefix(e.ID, sandbox) {
+		switch {
+		case e.ID == sandbox:
+			return listEntry(s.sup.Current(e)), s.end(r, e.ID, nil)
+		case e.Name == sandbox:
+			named = &e
+		case strings.HasPrefix(e.ID, sandbox):
 			prefixed = append(prefixed, e)
 		}
 	}
-	switch len(prefixed) {
-	case 0:
+	// A name that is also the start of another sandbox's id names
+	// neither: one user's sandbox named like the start of another's id
+	// must not take a command meant for that one.
+	switch {
+	case named != nil && len(prefixed) > 0:
+		return sandboxd1.ListEntry{}, s.end(r, "", dbusError(sandboxd1.ErrorInvalidArgs,
+			"%q is the name of sandbox %s and the start of the id of %s: give an id", sandbox, named.ID, prefixed[0].ID))
+	case named != nil:
+		return listEntry(s.sup.Current(*named)), s.end(r, named.ID, nil)
+	case len(prefixed) == 0:
 		return sandboxd1.ListEntry{}, s.end(r, "", dbusError(sandboxd1.ErrorNoSuchSandbox, "no sandbox is called or starts with %q", sandbox))
-	case 1:
-		return listEntry(prefixed[0]), s.end(r, prefixed[0].ID, nil)
+	case len(prefixed) == 1:
+		return listEntry(s.sup.Current(prefixed[0])), s.end(r, prefixed[0].ID, nil)
 	}
 	ids := make([]string, 0, min(len(prefixed), 10))
 	for _, e := range prefixed[:cap(ids)] {
