@@ -234,8 +234,7 @@ func benchScale(ctx context.Context, cfg config, d *daemon, t *table, fs *btrfsF
 	}
 	addParallelRows(t, par, pstart, creates, n)
 	addCPURow(t, res, n)
-	destroys, err = destroyParallel(ctx, par.ids)
-	if err != nil {
+	if _, err := destroyParallel(ctx, par.ids); err != nil {
 		return res, err
 	}
 	forget(d, par.ids)
