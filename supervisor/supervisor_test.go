@@ -148,14 +148,19 @@ func TestAFailedCreateIsUndone(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "init") {
 		t.Fatalf("Create with an init that cannot start: %v", err)
 	}
+	e.nothingLeft(t, sup)
+}
+
+// nothingLeft fails t if any record, volume or scope of a sandbox is left.
+func (e *env) nothingLeft(t *testing.T, sup *supervisor.Supervisor) {
+	t.Helper()
 	if list, _ := sup.List(ctx); len(list) != 0 {
 		t.Fatalf("records left: %v", list)
 	}
 	if vols := e.volumes(t); len(vols) != 0 {
 		t.Fatalf("volumes left: %v", vols)
 	}
-	scopes, _ := e.units.List(ctx, "sandbox-*.scope")
-	if len(scopes) != 0 {
+	if scopes, _ := e.units.List(ctx, "sandbox-*.scope"); len(scopes) != 0 {
 		t.Fatalf("scopes left: %v", scopes)
 	}
 }
@@ -182,15 +187,7 @@ func TestACreateFailingMidWayLeavesNoScope(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "the disk said no") {
 		t.Fatalf("Create whose volume cannot be made: %v", err)
 	}
-	if list, _ := sup.List(ctx); len(list) != 0 {
-		t.Fatalf("records left: %v", list)
-	}
-	if vols := e.volumes(t); len(vols) != 0 {
-		t.Fatalf("volumes left: %v", vols)
-	}
-	if scopes, _ := e.units.List(ctx, "sandbox-*.scope"); len(scopes) != 0 {
-		t.Fatalf("scopes left: %v", scopes)
-	}
+	e.nothingLeft(t, sup)
 	// The control: the same backend's read-only snapshots work, and so
 	// does a create through the real one.
 	sb, err := supervisor.New(e.cfg).Create(ctx, supervisor.CreateOptions{Project: "web"})
