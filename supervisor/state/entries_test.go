@@ -2,6 +2,8 @@ package state_test
 
 import (
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"path/filepath"
 	"testing"
 	"time"
@@ -56,4 +58,44 @@ func TestEntriesFollowTheRecords(t *testing.T) {
 	}
 	s = open(t, path)
 	check("opened again", s)
+}
+
+// Whatever the order of creates, updates and deletes, the entries are
+// the records, in List's order.
+func TestEntriesStayInListsOrder(t *testing.T) {
+	s := open(t, filepath.Join(t.TempDir(), "state.db"))
+	rng := rand.New(rand.NewPCG(1, 2))
+	base := time.Now().UTC()
+	var ids []string
+	for i := range 300 {
+		id := fmt.Sprintf("r%03d", i)
+		// Times out of order, some equal: ties go by id.
+		r := state.Record{ID: id, Owner: uint32(i % 7), Created: base.Add(time.Duration(rng.IntN(50)) * time.Second)}
+		if err := s.Create(r); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+		if rng.IntN(3) == 0 {
+			victim := ids[rng.IntN(len(ids))]
+			if err := s.Delete(victim); err != nil && !errors.Is(err, state.ErrNotFound) {
+				t.Fatal(err)
+			}
+		}
+		if rng.IntN(3) == 0 {
+			_, _ = s.Update(ids[rng.IntN(len(ids))], func(r *state.Record) error { r.State = state.Ready; return nil })
+		}
+	}
+	list, err := s.List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries := s.Entries()
+	if len(entries) != len(list) {
+		t.Fatalf("%d entries, %d records", len(entries), len(list))
+	}
+	for i := range list {
+		if entries[i].ID != list[i].ID || entries[i].State != list[i].State || !entries[i].Created.Equal(list[i].Created) {
+			t.Fatalf("entry %d is %+v; the record there is %s (%s, %v)", i, entries[i], list[i].ID, list[i].State, list[i].Created)
+		}
+	}
 }

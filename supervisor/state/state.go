@@ -181,7 +181,8 @@ type Store struct {
 	// guards entries, which Entries reads meanwhile.
 	writes   sync.Mutex
 	mu       sync.Mutex
-	entries  map[string]Entry // every record's, kept with each change
+	entries  []Entry              // every record's, in List's order
+	created  map[string]time.Time // each entry's place in it
 	path     string
 	mirror   string // records/ beside the database
 	projects string // projects/ beside the database: the projects' mirror
@@ -437,7 +438,8 @@ func (s *Store) List() ([]Record, error) {
 			return nil
 		})
 	})
-	sort.Slice(out, func(i, j int) bool { return out[i].Created.Before(out[j].Created) })
+	// Stable: records of the same time stay in key (id) order, as Entries.
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Created.Before(out[j].Created) })
 	return out, err
 }
 
