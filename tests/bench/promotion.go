@@ -109,6 +109,15 @@ func benchPromotions(ctx context.Context, cfg config, d *daemon, fs *btrfsFS, t 
 		}
 		addPromotionRows(t, ps, ref, first)
 	}
+	// The floor: the rollback point and the change made durable, alone.
+	floor, err := promotionFloor(ctx, cfg, fs, targetSize, dirs[targetSize], small, used[targetSize])
+	if err != nil {
+		return err
+	}
+	t.add(row{fs: "btrfs", files: targetSize, changed: small, s: floor,
+		op:      fmt.Sprintf("the floor, no sandboxd: a read-only snapshot of the project (a rollback point), %d files changed in its tree as above, spread, and syncfs", small),
+		target:  fmt.Sprintf("< %d ms", promoteTarget/time.Millisecond),
+		verdict: fmt.Sprintf("%s ms: %s; what a promotion that keeps a rollback point and syncs cannot go below", ms(floor.median()), metOrMissed(floor.median() < promoteTarget))})
 	return nil
 }
 
