@@ -10,7 +10,7 @@ from dbus_next.signature import Variant
 
 from ._bus import BUS_NAME, MANAGER_INTERFACE, MANAGER_PATH, Bus
 from ._values import Env, Size, create_options, exec_options, usec, variant
-from .errors import NoSuchSandbox, invalid
+from .errors import invalid
 from .records import Promotion, SandboxInfo, TryReport
 from .sandbox import Sandbox
 
@@ -61,15 +61,10 @@ class Client:
         caller has none, InvalidArgs if several ids start so."""
         if not id_or_name:
             raise invalid("a sandbox id or name is empty")
-        entries = self.list()
-        exact = [e for e in entries if id_or_name in (e.id, e.name)]
-        found = exact or [e for e in entries if e.id.startswith(id_or_name)]
-        if not found:
-            raise NoSuchSandbox(NoSuchSandbox.names[0], f"no sandbox is called or starts with {json.dumps(id_or_name)}")
-        if len(found) > 1:
-            raise invalid(f"{json.dumps(id_or_name)} is the start of several sandboxes' ids "
-                          f"({', '.join(e.id for e in found)}): give more of it")
-        return Sandbox(self, found[0].id, found[0].object_path, found[0].name)
+        # The daemon resolves it (FindSandbox): one call, where a listing
+        # of every sandbox grew with their number.
+        e = SandboxInfo(*self._manager("FindSandbox", "s", id_or_name)[0])
+        return Sandbox(self, e.id, e.object_path, e.name)
 
     def projects(self) -> list[tuple[str, str, str]]:
         """The projects the caller may use: (name, location, origin)."""
