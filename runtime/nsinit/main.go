@@ -204,15 +204,17 @@ func readSpec(setup *os.File) (Spec, *os.File, *Mounts, error) {
 	return spec, files[0], mounts, nil
 }
 
-// lastCap is the running kernel's highest capability.
-func lastCap() int {
+// lastCap is the running kernel's highest capability, read once: a
+// command of uid 0 without capabilities drops each of them, and read it
+// anew for each (42 reads of /proc per command).
+var lastCap = sync.OnceValue(func() int {
 	if b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap"); err == nil {
 		if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
 			return n
 		}
 	}
 	return unix.CAP_LAST_CAP
-}
+})
 
 // keptCaps are what a command started as root keeps: enough to manage
 // files and processes inside the sandbox, nothing that reaches the kernel

@@ -38,6 +38,30 @@ func errorMessage(err error) message {
 	return message{Error: text}
 }
 
+// datagramSize is the length of the next datagram on conn, which stays
+// there (MSG_PEEK; no descriptor is taken: no room is given for them).
+// It waits for one as a read would; 0 is the end.
+func datagramSize(conn *net.UnixConn) (int, error) {
+	raw, err := conn.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var n int
+	var rerr error
+	one := make([]byte, 1)
+	err = raw.Read(func(fd uintptr) bool {
+		n, _, _, _, rerr = unix.Recvmsg(int(fd), one, nil, unix.MSG_PEEK|unix.MSG_TRUNC)
+		return rerr != unix.EAGAIN
+	})
+	if err == nil {
+		err = rerr
+	}
+	if err != nil {
+		return 0, fmt.Errorf("reading a control message: %w", err)
+	}
+	return n, nil
+}
+
 func writeMessage(conn *net.UnixConn, m message, files []*os.File) error {
 	b, err := json.Marshal(m)
 	if err != nil {
@@ -55,9 +79,20 @@ func writeMessage(conn *net.UnixConn, m message, files []*os.File) error {
 	return err
 }
 
-// readMessage reads one datagram and the descriptors that came with it.
+// readMessage reads one datagram of at most size bytes and the
+// descriptors that came with it. Where size is more than a small
+// message, the datagram's own length is asked first and its buffer made
+// to fit: a megabyte taken for each request was most of an idle init's
+// memory.
 func readMessage(conn *net.UnixConn, size int) (message, []*os.File, error) {
 	var m message
+	if size > smallMessage {
+		n, err := datagramSize(conn)
+		if err != nil {
+			return m, nil, err
+		}
+		size = min(max(n, 1), size) // a longer one is read cut, and refused
+	}
 	buf := make([]byte, size)
 	oob := make([]byte, unix.CmsgSpace(8*4))
 	n, oobn, flags, _, err := conn.ReadMsgUnix(buf, oob)

@@ -3,9 +3,14 @@ package nsinit
 import (
 	"encoding/json"
 	"errors"
+	"io"
+	"net"
+	"os"
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"golang.org/x/sys/unix"
 )
 
 // An error of any length (a long path, a long program name) reaches the
@@ -31,5 +36,53 @@ func TestErrorRepliesFitTheDaemonsBuffer(t *testing.T) {
 	}
 	if m := errorMessage(errors.New("short")); m.Error != "short" {
 		t.Errorf("a short error became %q", m.Error)
+	}
+}
+
+// A request is read whole, with its descriptors, in a buffer of its own
+// size; one over maxMessage is refused; the end of the peer is io.EOF.
+func TestRequestsAreReadAtTheirSize(t *testing.T) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conns := make([]*net.UnixConn, 2)
+	for i, fd := range fds {
+		f := os.NewFile(uintptr(fd), "pair")
+		c, err := net.FileConn(f)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns[i] = c.(*net.UnixConn)
+	}
+	defer conns[1].Close()
+	null, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer null.Close()
+	for _, size := range []int{100 << 10, 10} {
+		big := message{Request: &Request{Argv: []string{"sh", "-c", strings.Repeat("x", size)}}}
+		if err := writeMessage(conns[0], big, []*os.File{null}); err != nil {
+			t.Fatal(err)
+		}
+		m, files, err := readMessage(conns[1], maxMessage)
+		if err != nil || m.Request == nil || len(m.Request.Argv[2]) != size || len(files) != 1 {
+			t.Fatalf("a request of %d bytes with a descriptor: %v, %d files, %v", size, m.Request != nil, len(files), err)
+		}
+		closeAll(files)
+	}
+	// Over what the reader takes (a smaller bound here; the socket's
+	// buffer keeps a sender under maxMessage): refused, not cut.
+	if err := writeMessage(conns[0], message{Error: strings.Repeat("x", 2*smallMessage)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := readMessage(conns[1], smallMessage+1); err == nil || !strings.Contains(err.Error(), "too large") {
+		t.Errorf("a message over the bound: %v; want it refused", err)
+	}
+	conns[0].Close()
+	if _, _, err := readMessage(conns[1], maxMessage); !errors.Is(err, io.EOF) {
+		t.Errorf("after the peer closed: %v; want io.EOF", err)
 	}
 }
