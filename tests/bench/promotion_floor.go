@@ -4,13 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandboxd/cowfs"
-	"github.com/sandboxd/sandboxd/cowfs/btrfs"
 )
 
 // promotionFloor times what a promotion of `changed` files of the project
@@ -19,15 +17,11 @@ import (
 // of change written into the project's tree directly, and syncfs, which
 // makes the change durable. Each run changes files no other run touched.
 func promotionFloor(ctx context.Context, cfg config, fs *btrfsFS, n int, dir string, changed int, used touched) (s series, err error) {
-	root := filepath.Join(fs.mount, scratchPool)
-	if err := os.MkdirAll(root, 0o700); err != nil {
+	b, done, err := scratchBackend(ctx, fs)
+	if err != nil {
 		return nil, err
 	}
-	defer func() { err = errors.Join(err, os.Remove(root)) }()
-	b, err := btrfs.Open(ctx, root)
-	if err != nil {
-		return nil, fmt.Errorf("opening a btrfs pool at %s: %w", root, err)
-	}
+	defer func() { err = errors.Join(err, done()) }()
 	project, err := b.Project(ctx, filepath.Join(fs.mount, projectPath(n)))
 	if err != nil {
 		return nil, err

@@ -31,18 +31,28 @@ type primitives struct {
 // sandboxes' subvolumes fill.
 const scratchPool = "bench-scale-primitives"
 
+// scratchBackend opens a btrfs backend on scratchPool; done removes the
+// directory, which must be empty by then.
+func scratchBackend(ctx context.Context, fs *btrfsFS) (b *btrfs.Backend, done func() error, err error) {
+	root := filepath.Join(fs.mount, scratchPool)
+	if err := os.MkdirAll(root, 0o700); err != nil {
+		return nil, nil, err
+	}
+	done = func() error { return os.Remove(root) }
+	if b, err = btrfs.Open(ctx, root); err != nil {
+		return nil, nil, errors.Join(fmt.Errorf("opening a btrfs pool at %s: %w", root, err), done())
+	}
+	return b, done, nil
+}
+
 // measurePrimitives times each primitive primitiveReps times, with
 // project the (btrfs) project to snapshot, its scopes in slice.
 func measurePrimitives(ctx context.Context, fs *btrfsFS, project, slice string) (p primitives, err error) {
-	root := filepath.Join(fs.mount, scratchPool)
-	if err := os.MkdirAll(root, 0o700); err != nil {
+	b, done, err := scratchBackend(ctx, fs)
+	if err != nil {
 		return p, err
 	}
-	defer func() { err = errors.Join(err, os.Remove(root)) }()
-	b, err := btrfs.Open(ctx, root)
-	if err != nil {
-		return p, fmt.Errorf("opening a btrfs pool at %s: %w", root, err)
-	}
+	defer func() { err = errors.Join(err, done()) }()
 	src, err := b.Project(ctx, project)
 	if err != nil {
 		return p, err
