@@ -363,7 +363,7 @@ func (s *Supervisor) buildInScope(ctx context.Context, rec state.Record, job *sc
 	go func() {
 		start := time.Now()
 		err := init.Build(ctx, spec, mounts)
-		timing.add("(build", time.Since(start))
+		timing.add("build(beside)", time.Since(start))
 		built <- err
 	}()
 	scopeErr := job.wait()

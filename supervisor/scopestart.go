@@ -27,7 +27,7 @@ func (s *Supervisor) beginScope(ctx context.Context, rec state.Record, limits un
 		defer close(st.done)
 		start := time.Now()
 		st.err = s.startScopeUnit(ctx, rec, limits, init.PID)
-		stepsOf(ctx).add("(scope", time.Since(start))
+		stepsOf(ctx).add("scope(beside)", time.Since(start))
 	}()
 	return st
 }

@@ -45,16 +45,15 @@ func (s *Store) loadEntries() error {
 		return err
 	}
 	s.entries = make([]Entry, 0, len(recs))
-	s.created = make(map[string]time.Time, len(recs))
 	for _, r := range recs {
-		s.setEntry(r)
+		s.entries = append(s.entries, entryOf(r)) // List's order already
 	}
 	return nil
 }
 
 // setEntry and dropEntry follow a committed change. The entries stay in
-// List's order (by creation, then id), found by binary search: no sort
-// per create with a thousand of them.
+// List's order (by creation, then id), a new one put in its place: no
+// sort per create with a thousand of them.
 func (s *Store) setEntry(r Record) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -62,7 +61,6 @@ func (s *Store) setEntry(r Record) {
 	e := entryOf(r)
 	i, _ := slices.BinarySearchFunc(s.entries, e, compareEntries)
 	s.entries = slices.Insert(s.entries, i, e)
-	s.created[r.ID] = r.Created
 }
 
 func (s *Store) dropEntry(id string) {
@@ -73,14 +71,9 @@ func (s *Store) dropEntry(id string) {
 
 // remove takes id's entry out, if there is one; s.mu is held.
 func (s *Store) remove(id string) {
-	created, ok := s.created[id]
-	if !ok {
-		return
-	}
-	if i, found := slices.BinarySearchFunc(s.entries, Entry{ID: id, Created: created}, compareEntries); found {
+	if i := slices.IndexFunc(s.entries, func(e Entry) bool { return e.ID == id }); i >= 0 {
 		s.entries = slices.Delete(s.entries, i, i+1)
 	}
-	delete(s.created, id)
 }
 
 func compareEntries(a, b Entry) int {

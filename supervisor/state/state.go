@@ -181,8 +181,7 @@ type Store struct {
 	// guards entries, which Entries reads meanwhile.
 	writes   sync.Mutex
 	mu       sync.Mutex
-	entries  []Entry              // every record's, in List's order
-	created  map[string]time.Time // each entry's place in it
+	entries  []Entry // every record's, in List's order
 	path     string
 	mirror   string // records/ beside the database
 	projects string // projects/ beside the database: the projects' mirror

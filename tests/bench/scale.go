@@ -309,7 +309,7 @@ func scaleNote(r scaleResult) string {
 		"after each, nothing of a sandbox may be left (listed sandboxes, scopes in any state).",
 		count(targetSize), r.live, execScaleRuns, primitiveReps, "`sandboxd-u0-<n>.slice`", parallelClients)
 	if r.firstSteps != "" {
-		s += fmt.Sprintf("\n\nWhere a create's time went (medians, ms, from the daemon's journal line of each create; steps in parentheses ran beside the others): creates 1-%d: %s; the last %d: %s.",
+		s += fmt.Sprintf("\n\nWhere a create's time went (medians, ms, from the daemon's journal line of each create; steps marked (beside) ran beside the others): creates 1-%d: %s; the last %d: %s.",
 			window(r.live), r.firstSteps, window(r.live), r.lastSteps)
 	}
 	if r.seqCPU != "" {
