@@ -117,3 +117,21 @@ func TestANameLikeTheStartOfAnotherIDIsAmbiguous(t *testing.T) {
 		}
 	}
 }
+
+// What a caller types reaches the daemon's lookup as it is: a name with a
+// line break or a terminal escape comes back quoted in the error, never
+// raw, and an argument longer than any name is refused as such.
+func TestFindSandboxQuotesWhatItWasGiven(t *testing.T) {
+	ctx := context.Background()
+	c := connect(t)
+	_, err := c.Sandbox(ctx, "a\nb\x1b]0;owned\a")
+	if !errors.Is(err, client.ErrNoSuchSandbox) {
+		t.Fatalf("Sandbox of a name with a newline and an escape: %v; want ErrNoSuchSandbox", err)
+	}
+	if strings.ContainsAny(err.Error(), "\n\x1b\a") {
+		t.Errorf("the error carries the argument raw: %q", err.Error())
+	}
+	if _, err := c.Sandbox(ctx, strings.Repeat("a", 300)); !errors.Is(err, client.ErrInvalidArgs) || !strings.Contains(err.Error(), "256") {
+		t.Errorf("Sandbox of 300 bytes: %v; want ErrInvalidArgs naming the bound", err)
+	}
+}
