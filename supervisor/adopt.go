@@ -26,7 +26,6 @@ import (
 	"github.com/sandboxd/sandboxd/internal/crashpoint"
 	"github.com/sandboxd/sandboxd/internal/rootonly"
 	"github.com/sandboxd/sandboxd/supervisor/state"
-	"github.com/sandboxd/sandboxd/units"
 )
 
 // AdoptOptions are who may use an adopted project (none: the directory's
@@ -72,7 +71,7 @@ func (s *Supervisor) AdoptProject(ctx context.Context, name, path string, o Adop
 			}
 		}
 	}
-	if held := holdersOf(paths); len(held) > 0 {
+	if held := holders(paths...); len(held) > 0 {
 		services, err := servicesOf(held)
 		if !o.RestartUnits || err != nil {
 			why := "stop them first, or ask for their services to be restarted around it"
@@ -89,7 +88,7 @@ func (s *Supervisor) AdoptProject(ctx context.Context, name, path string, o Adop
 			}
 		}
 		defer s.startServices(services)
-		if held := holdersOf(paths); len(held) > 0 {
+		if held := holders(paths...); len(held) > 0 {
 			return fmt.Errorf("%s: still in use by %s once its services stopped: %w", what, names(held), ErrProjectInUse)
 		}
 	}
@@ -217,7 +216,7 @@ func (s *Supervisor) adopt(ctx context.Context, pm cowfs.ProjectMaker, rec *stat
 		}
 	}
 	crashpoint.Hit(crashpoint.AdoptCopied)
-	if held := holdersOf(ad.Paths()); len(held) > 0 {
+	if held := holders(ad.Paths()...); len(held) > 0 {
 		return fmt.Errorf("it came into use while its files were copied, by %s: %w", names(held), ErrProjectInUse)
 	}
 	ad.Phase = state.AdoptSwitching
@@ -241,11 +240,7 @@ func (s *Supervisor) adopt(ctx context.Context, pm cowfs.ProjectMaker, rec *stat
 // path, by a mount unit; one bound already stays as it is.
 func (s *Supervisor) bindAdopted(ctx context.Context, ad *state.Adoption) error {
 	for i, p := range ad.Paths() {
-		unit, err := s.cfg.Units.BindMount(ctx, ad.InVolume(ad.Temp, p), p)
-		if p == ad.Path {
-			ad.Unit = unit
-		}
-		if err != nil {
+		if _, err := s.cfg.Units.BindMount(ctx, ad.InVolume(ad.Temp, p), p); err != nil {
 			return err
 		}
 		if i == 0 && len(ad.More) > 0 {
@@ -264,8 +259,6 @@ func (s *Supervisor) finishAdoption(rec *state.Project) error {
 			s.log.Warn("removing an adopted directory's old files", "path", ad.Temp, "error", err)
 		}
 		ad.Temp = ""
-	} else {
-		ad.Unit = units.MountUnitName(ad.Path)
 	}
 	ad.Phase = state.AdoptDone
 	return s.cfg.Store.UpdateProject(*rec)

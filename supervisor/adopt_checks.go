@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -162,9 +163,10 @@ type holder struct {
 	userUnit bool
 }
 
-// holders names the processes that use what is under path: their working
-// directory or root there, or a file of it open or mapped.
-func holders(path string) []holder {
+// holders names the processes that use what is under any of paths: their
+// working directory or root there, or a file of it open or mapped. One
+// walk of /proc, whatever the number of paths.
+func holders(paths ...string) []holder {
 	procs, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil
@@ -176,7 +178,7 @@ func holders(path string) []holder {
 		if _, err := strconv.Atoi(pid); err != nil || pid == self {
 			continue
 		}
-		if usesPath("/proc/"+pid, path) {
+		if usesPath("/proc/"+pid, paths) {
 			out = append(out, describeProcess(pid))
 			if len(out) == 10 {
 				return append(out, holder{what: "maybe more"})
@@ -195,24 +197,24 @@ func names(hs []holder) string {
 	return strings.Join(s, ", ")
 }
 
-// usesPath says whether the process at dir (/proc/PID) uses path.
-func usesPath(dir, path string) bool {
+// usesPath says whether the process at dir (/proc/PID) uses any of paths.
+func usesPath(dir string, paths []string) bool {
+	under := func(t string) bool {
+		return slices.ContainsFunc(paths, func(p string) bool { return within(t, p) })
+	}
 	for _, l := range []string{"cwd", "root"} {
-		if t, err := os.Readlink(dir + "/" + l); err == nil && within(t, path) && !(l == "root" && t == "/") {
+		if t, err := os.Readlink(dir + "/" + l); err == nil && under(t) && !(l == "root" && t == "/") {
 			return true
 		}
 	}
 	fds, _ := os.ReadDir(dir + "/fd")
 	for _, fd := range fds {
-		if t, err := os.Readlink(dir + "/fd/" + fd.Name()); err == nil && within(t, path) {
+		if t, err := os.Readlink(dir + "/fd/" + fd.Name()); err == nil && under(t) {
 			return true
 		}
 	}
 	maps, err := os.ReadFile(dir + "/maps")
-	if err == nil && strings.Contains(string(maps), " "+path+"/") {
-		return true
-	}
-	return false
+	return err == nil && slices.ContainsFunc(paths, func(p string) bool { return strings.Contains(string(maps), " "+p+"/") })
 }
 
 // describeProcess is the holder /proc/N is: "pid N (comm) of unit U".
@@ -263,13 +265,4 @@ func roomFor(dir, to string) error {
 		return fmt.Errorf("%s holds %d bytes; the pool's filesystem has %d free: %w", dir, need, free, ErrLimitReached)
 	}
 	return nil
-}
-
-// holdersOf are the holders of each of paths.
-func holdersOf(paths []string) []holder {
-	var out []holder
-	for _, p := range paths {
-		out = append(out, holders(p)...)
-	}
-	return out
 }

@@ -39,7 +39,7 @@ func (s *Supervisor) ReleaseProject(ctx context.Context, name string) (err error
 			return fmt.Errorf("%s: %v; root acts on it by name, so only root may be able to change it, up to /: %w", what, err, ErrInvalidProject)
 		}
 	}
-	if held := holdersOf(ad.Paths()); len(held) > 0 {
+	if held := holders(ad.Paths()...); len(held) > 0 {
 		s.admission.Unlock()
 		return fmt.Errorf("%s: %s is in use by %s; stop them first: %w", what, ad.Path, names(held), ErrProjectInUse)
 	}

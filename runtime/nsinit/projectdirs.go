@@ -54,23 +54,16 @@ func mountProjectDirs(r *root, project Bind, dirs []string, mounts *Mounts) erro
 			if err := r.mkdirAll(d, 0o755); err != nil {
 				return err
 			}
-			return r.bind(fmt.Sprintf("/proc/self/fd/%d", fd), d, project.ReadOnly)
+			dir := Bind{Source: fmt.Sprintf("/proc/self/fd/%d", fd), Target: d, ReadOnly: project.ReadOnly}
+			if mounts != nil {
+				// An idmapped clone comes without access times (and
+				// read-only if the project is) already: a bind keeps it.
+				return r.bind(dir.Source, dir.Target, dir.ReadOnly)
+			}
+			return bindProject(r, dir)
 		}()
 		if err != nil {
 			return fmt.Errorf("mounting project directory %s: %w", d, err)
-		}
-		// As bindProject does: reading must not change a file's times.
-		err = r.at(d, func(target string) error {
-			flags := uintptr(unix.MS_NOATIME)
-			if project.ReadOnly {
-				flags |= unix.MS_RDONLY
-			}
-			return remount(target, flags)
-		})
-		// (An idmapped clone comes without access times already, and may
-		// refuse the remount.)
-		if err != nil && mounts == nil {
-			return fmt.Errorf("mounting project directory %s without access times: %w", d, err)
 		}
 	}
 	return nil

@@ -14,9 +14,8 @@ type Adoption struct {
 	More []string `json:"more,omitempty"`
 	// How: AdoptSwap (a volume made beside it, swapped in by a rename;
 	// Location is Path) or AdoptMount (a volume of the pool mounted at
-	// Path by Unit).
-	How  string `json:"how"`
-	Unit string `json:"unit,omitempty"`
+	// each path by a mount unit, units.MountUnitName of the path).
+	How string `json:"how"`
 	// Temp is the volume being filled beside Path (AdoptSwap), or the
 	// pool's volume (AdoptMount), while Phase is not AdoptDone.
 	Temp  string `json:"temp,omitempty"`

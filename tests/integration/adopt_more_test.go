@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -46,6 +47,15 @@ func TestAdoptAnAppAndItsDataAsOneProject(t *testing.T) {
 
 	fails(t, 2, "one inside the other", "project", "adopt", "mv-nested", app, app+"/sub")
 	fails(t, 2, "does not end in", "project", "adopt", "--freeze", "mv-writer", "mv-bad", app, data)
+	// Frozen, the bus or the daemon itself could never thaw it.
+	for _, unit := range []string{"dbus.service", "sandboxd.service", "systemd-journald.service"} {
+		fails(t, 2, "cannot be frozen or stopped by sandboxd", "project", "adopt", "--freeze", unit, "mv-bad", app, data)
+	}
+	many := []string{"project", "adopt"}
+	for i := range 17 {
+		many = append(many, "--freeze", fmt.Sprintf("mv-%d.service", i))
+	}
+	fails(t, 2, "at most 16", append(many, "mv-bad", app, data)...)
 	ok(t, "project", "adopt", "--restart-units", "--freeze", writer, name, app, data)
 	for _, d := range []string{app, data} {
 		if out, err := exec.Command("findmnt", "-n", d).CombinedOutput(); err != nil || len(out) == 0 {
