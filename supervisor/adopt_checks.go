@@ -53,7 +53,7 @@ func (s *Supervisor) adoptable(path string) error {
 		return err
 	}
 	for _, p := range s.projects.list() {
-		for _, at := range append([]string{p.Location}, p.At...) {
+		for _, at := range p.places() {
 			if at == "" || !filepath.IsAbs(at) {
 				continue
 			}

@@ -47,6 +47,9 @@ func (p Project) Path() string {
 	return p.Location
 }
 
+// places are everywhere its files are: its volume and where it is seen.
+func (p Project) places() []string { return append([]string{p.Location}, p.At...) }
+
 // projectRegistry holds the projects: the configuration's, fixed, and the
 // ones added at run time. Readers (a create, a sandbox's world, an exec)
 // take mu alone; a change also holds the supervisor's admission lock, under

@@ -137,7 +137,7 @@ func (s *Supervisor) spec(ctx context.Context, rec state.Record) (nsinit.Spec, e
 		}
 		// An adopted one's directory shows, through the host's root, what
 		// it held before (its mount is not in the root's layer).
-		for _, at := range append([]string{p.Location}, p.At...) {
+		for _, at := range p.places() {
 			if filepath.IsAbs(at) {
 				spec.Hidden = append(spec.Hidden, at)
 			}
