@@ -71,25 +71,38 @@ func (s *Supervisor) AdoptProject(ctx context.Context, name, path string, o Adop
 			}
 		}
 	}
-	if held := holders(paths...); len(held) > 0 {
-		services, err := servicesOf(held)
+	held, err := holders(paths...)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	if len(held) > 0 {
+		services, err := s.servicesOf(ctx, held)
 		if !o.RestartUnits || err != nil {
 			why := "stop them first, or ask for their services to be restarted around it"
 			if err != nil {
 				why = err.Error()
 			}
-			return fmt.Errorf("%s: it is in use by %s (its files must not change while they move); %s: %w", what, names(held), why, ErrProjectInUse)
+			return fmt.Errorf("%s: it is in use by %s (its files must not change while they move); %s: %w", what, s.namesWithUnits(ctx, held), why, ErrProjectInUse)
 		}
-		// Stopped now, started again whatever happens.
-		for i, u := range services {
-			if err := s.cfg.Units.StopService(ctx, u); err != nil {
-				s.startServices(services[:i])
+		// Stopped now; those that were running started again whatever
+		// happens (one that was not stays as it was).
+		var again []string
+		for _, u := range services {
+			if err := s.cfg.Units.StopService(ctx, u.Name); err != nil {
+				s.startServices(again)
 				return fmt.Errorf("%s: %w", what, err)
 			}
+			if running(u.ActiveState) {
+				again = append(again, u.Name)
+			}
 		}
-		defer s.startServices(services)
-		if held := holders(paths...); len(held) > 0 {
-			return fmt.Errorf("%s: still in use by %s once its services stopped: %w", what, names(held), ErrProjectInUse)
+		defer s.startServices(again)
+		held, err := holders(paths...)
+		if err == nil && len(held) > 0 {
+			err = fmt.Errorf("still in use by %s once its services stopped: %w", s.namesWithUnits(ctx, held), ErrProjectInUse)
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", what, err)
 		}
 	}
 	onPool, err := pm.OnPool(filepath.Dir(path))
@@ -164,25 +177,6 @@ func (s *Supervisor) AdoptProject(ctx context.Context, name, path string, o Adop
 	return nil
 }
 
-// servicesOf names the services of the holders, once each, or says why
-// one cannot be restarted (a process of no service: a login's, a
-// sandbox's).
-func servicesOf(held []holder) ([]string, error) {
-	var out []string
-	for _, h := range held {
-		if !strings.HasSuffix(h.unit, ".service") || h.userUnit {
-			return nil, fmt.Errorf("%s is of no system service sandboxd could stop and start", h.what)
-		}
-		if untouchable(h.unit) {
-			return nil, fmt.Errorf("%s is of %s, which sandboxd does not stop", h.what, h.unit)
-		}
-		if !slices.Contains(out, h.unit) {
-			out = append(out, h.unit)
-		}
-	}
-	return out, nil
-}
-
 // startServices starts the services stopped for an adoption, logging a
 // failure (the adoption's own result is the caller's).
 func (s *Supervisor) startServices(services []string) {
@@ -216,8 +210,12 @@ func (s *Supervisor) adopt(ctx context.Context, pm cowfs.ProjectMaker, rec *stat
 		}
 	}
 	crashpoint.Hit(crashpoint.AdoptCopied)
-	if held := holders(ad.Paths()...); len(held) > 0 {
-		return fmt.Errorf("it came into use while its files were copied, by %s: %w", names(held), ErrProjectInUse)
+	held, err := holders(ad.Paths()...)
+	if err == nil && len(held) > 0 {
+		err = fmt.Errorf("it came into use while its files were copied, by %s: %w", s.namesWithUnits(ctx, held), ErrProjectInUse)
+	}
+	if err != nil {
+		return err
 	}
 	ad.Phase = state.AdoptSwitching
 	if err := s.cfg.Store.UpdateProject(*rec); err != nil {

@@ -6,7 +6,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -152,93 +151,6 @@ func unescapeMount(s string) string {
 		b.WriteByte(s[i])
 	}
 	return b.String()
-}
-
-// holder is a process that uses a directory: its description ("pid N
-// (comm) of unit U") and its unit ("" when none).
-type holder struct {
-	what, unit string
-	// userUnit: the unit is of a user's own service manager, whose unit
-	// names are the user's to choose (a system service's name too).
-	userUnit bool
-}
-
-// holders names the processes that use what is under any of paths: their
-// working directory or root there, or a file of it open or mapped. One
-// walk of /proc, whatever the number of paths.
-func holders(paths ...string) []holder {
-	procs, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
-	self := strconv.Itoa(os.Getpid())
-	var out []holder
-	for _, p := range procs {
-		pid := p.Name()
-		if _, err := strconv.Atoi(pid); err != nil || pid == self {
-			continue
-		}
-		if usesPath("/proc/"+pid, paths) {
-			out = append(out, describeProcess(pid))
-			if len(out) == 10 {
-				return append(out, holder{what: "maybe more"})
-			}
-		}
-	}
-	return out
-}
-
-// names lists hs' descriptions.
-func names(hs []holder) string {
-	var s []string
-	for _, h := range hs {
-		s = append(s, h.what)
-	}
-	return strings.Join(s, ", ")
-}
-
-// usesPath says whether the process at dir (/proc/PID) uses any of paths.
-func usesPath(dir string, paths []string) bool {
-	under := func(t string) bool {
-		return slices.ContainsFunc(paths, func(p string) bool { return within(t, p) })
-	}
-	for _, l := range []string{"cwd", "root"} {
-		if t, err := os.Readlink(dir + "/" + l); err == nil && under(t) && !(l == "root" && t == "/") {
-			return true
-		}
-	}
-	fds, _ := os.ReadDir(dir + "/fd")
-	for _, fd := range fds {
-		if t, err := os.Readlink(dir + "/fd/" + fd.Name()); err == nil && under(t) {
-			return true
-		}
-	}
-	maps, err := os.ReadFile(dir + "/maps")
-	return err == nil && slices.ContainsFunc(paths, func(p string) bool { return strings.Contains(string(maps), " "+p+"/") })
-}
-
-// describeProcess is the holder /proc/N is: "pid N (comm) of unit U".
-func describeProcess(pid string) holder {
-	comm, _ := os.ReadFile("/proc/" + pid + "/comm")
-	h := holder{what: fmt.Sprintf("pid %s (%s)", pid, strings.TrimSpace(string(comm)))}
-	cg, _ := os.ReadFile("/proc/" + pid + "/cgroup")
-	for _, line := range strings.Split(string(cg), "\n") {
-		// The unified hierarchy's line, or (hybrid) systemd's own.
-		_, rest, ok := strings.Cut(line, "::")
-		if !ok {
-			_, rest, ok = strings.Cut(line, ":name=systemd:")
-		}
-		if u := filepath.Base(rest); ok && strings.Contains(u, ".") {
-			h.unit = u
-			// A user's own manager's unit (user@UID.service/...) may
-			// have any name, a system service's too: not the system's.
-			h.userUnit = strings.Contains(rest, "/user.slice/")
-		}
-	}
-	if h.unit != "" {
-		h.what += " of unit " + h.unit
-	}
-	return h
 }
 
 // roomFor checks that the filesystem of to has room for what dir holds.

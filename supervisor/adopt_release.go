@@ -39,9 +39,13 @@ func (s *Supervisor) ReleaseProject(ctx context.Context, name string) (err error
 			return fmt.Errorf("%s: %v; root acts on it by name, so only root may be able to change it, up to /: %w", what, err, ErrInvalidProject)
 		}
 	}
-	if held := holders(ad.Paths()...); len(held) > 0 {
+	held, err := holders(ad.Paths()...)
+	if err == nil && len(held) > 0 {
+		err = fmt.Errorf("%s is in use by %s; stop them first: %w", ad.Path, s.namesWithUnits(ctx, held), ErrProjectInUse)
+	}
+	if err != nil {
 		s.admission.Unlock()
-		return fmt.Errorf("%s: %s is in use by %s; stop them first: %w", what, ad.Path, names(held), ErrProjectInUse)
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	// Under the admission lock every create of it has recorded its
 	// intent, so none is missed, and none comes after.

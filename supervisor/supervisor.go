@@ -56,6 +56,8 @@ type Units interface {
 	// being adopted, when asked to restart them.
 	StopService(ctx context.Context, name string) error
 	StartService(ctx context.Context, name string) error
+	// UnitOfPID: which unit a holder is of, as systemd says.
+	UnitOfPID(ctx context.Context, pid int) (units.ProcessUnit, error)
 }
 
 // Config is what a Supervisor works with.

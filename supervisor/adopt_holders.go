@@ -1,0 +1,293 @@
+package supervisor
+
+// The processes that hold a directory being adopted or released, found
+// by what their files ARE, not by the path strings /proc shows: a
+// sandbox's process whose working directory is its overlay's view of
+// /srv/x shows "/srv/x", yet uses a file of the overlay, not the host's
+// /srv/x. A file is under the tree when it was reached through a mount
+// of the tree's filesystem (its mount id, from statx) at a place of that
+// filesystem (the mount's root in it, and the path below the mount)
+// within the tree's own place there.
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"path"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// holder is a process that uses a directory: its pid and description
+// ("pid N (comm)"), and the unit systemd says it is of (servicesOf).
+type holder struct {
+	pid  int
+	what string
+}
+
+// mountEntry is a line of a mountinfo: the filesystem's device
+// (major:minor, the same for every mount of one filesystem), the
+// directory of that filesystem the mount shows, and where, in the view of
+// the process whose mountinfo it is.
+type mountEntry struct {
+	dev, root, point string
+}
+
+// mountTable is one view's mounts, by mount id and in order.
+type mountTable struct {
+	byID  map[uint64]mountEntry
+	order []mountEntry
+}
+
+// readMounts parses the mountinfo at file.
+func readMounts(file string) (*mountTable, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	t := &mountTable{byID: map[uint64]mountEntry{}}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		// id parent major:minor root mountpoint ...
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 5 {
+			continue
+		}
+		id, err := strconv.ParseUint(fields[0], 10, 64)
+		if err != nil {
+			continue
+		}
+		m := mountEntry{dev: fields[2], root: unescapeMount(fields[3]), point: unescapeMount(fields[4])}
+		t.byID[id] = m
+		t.order = append(t.order, m)
+	}
+	return t, sc.Err()
+}
+
+// place is a directory of a filesystem: its device (as mountinfo says
+// it) and its path from the filesystem's root.
+type place struct{ dev, fsPath string }
+
+// placeOf is where in its filesystem path (a path in the daemon's view,
+// not a symlink at its end) is, by the mount statx says it was reached
+// through.
+func placeOf(p string) (place, error) {
+	var stx unix.Statx_t
+	if err := unix.Statx(unix.AT_FDCWD, p, unix.AT_SYMLINK_NOFOLLOW, unix.STATX_MNT_ID, &stx); err != nil {
+		return place{}, fmt.Errorf("reading what %s is: %w", p, err)
+	}
+	t, err := readMounts("/proc/self/mountinfo")
+	if err != nil {
+		return place{}, fmt.Errorf("reading the mounts %s is under: %w", p, err)
+	}
+	m, ok := t.byID[stx.Mnt_id]
+	if !ok || !within(p, m.point) {
+		return place{}, fmt.Errorf("%s is reached through mount %d, which the daemon's mount table does not show there", p, stx.Mnt_id)
+	}
+	return place{m.dev, fsPathOf(m, p)}, nil
+}
+
+// fsPathOf is where p, a path below mount m's mount point, is in m's
+// filesystem.
+func fsPathOf(m mountEntry, p string) string {
+	return path.Join(m.root, strings.TrimPrefix(p, m.point))
+}
+
+// holderScan is one walk of /proc for the processes that use any of
+// places. Each view's mount table is read once (processes of one mount
+// namespace and root share it).
+type holderScan struct {
+	places []place
+	devs   map[string]bool
+	tables map[string]*mountTable
+}
+
+// holders names the processes that use what is under any of paths: their
+// working directory or root there, or a file of it open or mapped. One
+// walk of /proc, whatever the number of paths; at most 10 are named
+// (then an entry of pid 0 says there may be more).
+func holders(paths ...string) ([]holder, error) {
+	sc := &holderScan{devs: map[string]bool{}, tables: map[string]*mountTable{}}
+	for _, p := range paths {
+		pl, err := placeOf(p)
+		if err != nil {
+			return nil, fmt.Errorf("finding the processes that use %s: %w", p, err)
+		}
+		sc.places = append(sc.places, pl)
+		sc.devs[pl.dev] = true
+	}
+	procs, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, fmt.Errorf("finding the processes that use %s: %w", strings.Join(paths, ", "), err)
+	}
+	self := os.Getpid()
+	var out []holder
+	for _, p := range procs {
+		pid, err := strconv.Atoi(p.Name())
+		if err != nil || pid == self {
+			continue
+		}
+		if sc.uses(pid) {
+			out = append(out, describeProcess(pid))
+			if len(out) == 10 {
+				return append(out, holder{what: "maybe more"}), nil
+			}
+		}
+	}
+	return out, nil
+}
+
+// uses says whether process pid uses any of sc's places.
+func (sc *holderScan) uses(pid int) bool {
+	dir := "/proc/" + strconv.Itoa(pid)
+	// Paths in /proc (readlink, maps) are as the daemon's root sees them,
+	// or, out of its reach (another mount namespace), from that
+	// namespace's root; the process's mountinfo is from its own root.
+	// Both are taken from the one the process's root link shows.
+	root, err := os.Readlink(dir + "/root")
+	if err != nil {
+		return false // gone, or a kernel thread
+	}
+	ns, _ := os.Readlink(dir + "/ns/mnt")
+	view := func() *mountTable {
+		key := ns + "\x00" + root
+		t, ok := sc.tables[key]
+		if !ok {
+			t, _ = readMounts(dir + "/mountinfo")
+			sc.tables[key] = t // nil too: not read again
+		}
+		return t
+	}
+	for _, l := range []string{"cwd", "root"} {
+		if sc.objectUses(dir+"/"+l, root, view) {
+			return true
+		}
+	}
+	fds, _ := os.ReadDir(dir + "/fd")
+	for _, fd := range fds {
+		if sc.objectUses(dir+"/fd/"+fd.Name(), root, view) {
+			return true
+		}
+	}
+	return sc.mapsUse(dir+"/maps", root, view)
+}
+
+// objectUses says whether the file the magic link at link (a process's
+// cwd, root or fd) leads to is under one of sc's places.
+func (sc *holderScan) objectUses(link, root string, view func() *mountTable) bool {
+	target, err := os.Readlink(link)
+	if err != nil || !strings.HasPrefix(target, "/") {
+		return false // a socket, a pipe, an anonymous inode: no path
+	}
+	var stx unix.Statx_t
+	if unix.Statx(unix.AT_FDCWD, link, 0, unix.STATX_MNT_ID, &stx) != nil {
+		return false
+	}
+	t := view()
+	if t == nil {
+		return false
+	}
+	m, ok := t.byID[stx.Mnt_id]
+	if !ok || !sc.devs[m.dev] {
+		// Through a mount of another filesystem (an overlay that shows
+		// the tree's path, a copy): not the tree's file.
+		return false
+	}
+	return sc.under(m, target, root)
+}
+
+// under says whether target (a path /proc showed, the process's root
+// being root), reached through mount m of a place's filesystem, is under
+// that place. One it cannot place in m (a lazily unmounted tree) counts:
+// it is of that filesystem.
+func (sc *holderScan) under(m mountEntry, target, root string) bool {
+	p, ok := inRoot(strings.TrimSuffix(target, " (deleted)"), root)
+	if !ok || !within(p, m.point) {
+		return true
+	}
+	fp := fsPathOf(m, p)
+	for _, pl := range sc.places {
+		if pl.dev == m.dev && within(fp, pl.fsPath) {
+			return true
+		}
+	}
+	return false
+}
+
+// inRoot is target as seen from root (both as /proc shows them), or
+// false when it is outside.
+func inRoot(target, root string) (string, bool) {
+	if root == "/" {
+		return target, true
+	}
+	if !within(target, root) {
+		return "", false
+	}
+	return "/" + strings.TrimPrefix(strings.TrimPrefix(target, root), "/"), true
+}
+
+// mapsUse says whether a file mapped by the process (its maps) is under
+// one of sc's places: of the place's device, at a path whose mount in the
+// process's view is of that filesystem (not an overlay's view of it).
+func (sc *holderScan) mapsUse(file, root string, view func() *mountTable) bool {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return false
+	}
+	seen := map[string]bool{}
+	for _, line := range strings.Split(string(data), "\n") {
+		// start-end perms offset major:minor inode path
+		f := strings.Fields(line)
+		if len(f) < 6 || f[4] == "0" || !strings.HasPrefix(f[5], "/") {
+			continue
+		}
+		target := strings.Join(f[5:], " ")
+		if seen[target] || !sc.devs[decimalDev(f[3])] {
+			continue
+		}
+		seen[target] = true
+		t := view()
+		if t == nil {
+			continue
+		}
+		p, ok := inRoot(strings.TrimSuffix(target, " (deleted)"), root)
+		if !ok {
+			return true
+		}
+		// The mount the path is under in the process's view: the last
+		// (uppermost) of the longest mount point that holds it.
+		var m *mountEntry
+		for i := range t.order {
+			e := &t.order[i]
+			if within(p, e.point) && (m == nil || len(e.point) >= len(m.point)) {
+				m = e
+			}
+		}
+		if m != nil && sc.devs[m.dev] && sc.under(*m, target, root) {
+			return true
+		}
+	}
+	return false
+}
+
+// decimalDev turns maps' device ("08:01", hexadecimal) into mountinfo's
+// ("8:1").
+func decimalDev(hex string) string {
+	maj, min, ok := strings.Cut(hex, ":")
+	a, err1 := strconv.ParseUint(maj, 16, 32)
+	b, err2 := strconv.ParseUint(min, 16, 32)
+	if !ok || err1 != nil || err2 != nil {
+		return ""
+	}
+	return fmt.Sprintf("%d:%d", a, b)
+}
+
+// describeProcess is the holder pid is: "pid N (comm)".
+func describeProcess(pid int) holder {
+	comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+	return holder{pid: pid, what: fmt.Sprintf("pid %d (%s)", pid, strings.TrimSpace(string(comm)))}
+}
