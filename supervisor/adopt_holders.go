@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"os"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -103,7 +104,9 @@ func fsPathOf(m mountEntry, p string) string {
 type holderScan struct {
 	places []place
 	devs   map[string]bool
-	tables map[string]*mountTable
+	// hexDevs are devs as maps writes them (" 08:01 ").
+	hexDevs []string
+	tables  map[string]*mountTable
 }
 
 // holders names the processes that use what is under any of paths: their
@@ -119,6 +122,10 @@ func holders(paths ...string) ([]holder, error) {
 		}
 		sc.places = append(sc.places, pl)
 		sc.devs[pl.dev] = true
+		var maj, min uint64
+		if _, err := fmt.Sscanf(pl.dev, "%d:%d", &maj, &min); err == nil {
+			sc.hexDevs = append(sc.hexDevs, fmt.Sprintf(" %02x:%02x ", maj, min))
+		}
 	}
 	procs, err := os.ReadDir("/proc")
 	if err != nil {
@@ -152,14 +159,22 @@ func (sc *holderScan) uses(pid int) bool {
 	if err != nil {
 		return false // gone, or a kernel thread
 	}
-	ns, _ := os.Readlink(dir + "/ns/mnt")
+	var table *mountTable
 	view := func() *mountTable {
+		if table != nil {
+			return table
+		}
+		ns, _ := os.Readlink(dir + "/ns/mnt")
 		key := ns + "\x00" + root
 		t, ok := sc.tables[key]
 		if !ok {
 			t, _ = readMounts(dir + "/mountinfo")
-			sc.tables[key] = t // nil too: not read again
+			if t == nil {
+				t = &mountTable{} // unreadable (gone): not read again
+			}
+			sc.tables[key] = t
 		}
+		table = t
 		return t
 	}
 	for _, l := range []string{"cwd", "root"} {
@@ -179,10 +194,6 @@ func (sc *holderScan) uses(pid int) bool {
 // objectUses says whether the file the magic link at link (a process's
 // cwd, root or fd) leads to is under one of sc's places.
 func (sc *holderScan) objectUses(link, root string, view func() *mountTable) bool {
-	target, err := os.Readlink(link)
-	if err != nil || !strings.HasPrefix(target, "/") {
-		return false // a socket, a pipe, an anonymous inode: no path
-	}
 	var stx unix.Statx_t
 	if unix.Statx(unix.AT_FDCWD, link, 0, unix.STATX_MNT_ID, &stx) != nil {
 		return false
@@ -194,7 +205,12 @@ func (sc *holderScan) objectUses(link, root string, view func() *mountTable) boo
 	m, ok := t.byID[stx.Mnt_id]
 	if !ok || !sc.devs[m.dev] {
 		// Through a mount of another filesystem (an overlay that shows
-		// the tree's path, a copy): not the tree's file.
+		// the tree's path, a copy), or of none in the process's view (a
+		// socket's, a pipe's): not the tree's file.
+		return false
+	}
+	target, err := os.Readlink(link)
+	if err != nil || !strings.HasPrefix(target, "/") {
 		return false
 	}
 	return sc.under(m, target, root)
@@ -235,11 +251,16 @@ func inRoot(target, root string) (string, bool) {
 // process's view is of that filesystem (not an overlay's view of it).
 func (sc *holderScan) mapsUse(file, root string, view func() *mountTable) bool {
 	data, err := os.ReadFile(file)
-	if err != nil {
-		return false
+	if err != nil || !slices.ContainsFunc(sc.hexDevs, func(d string) bool { return strings.Contains(string(data), d) }) {
+		return false // (most processes map nothing of the tree's filesystem)
 	}
 	seen := map[string]bool{}
-	for _, line := range strings.Split(string(data), "\n") {
+	for rest := string(data); rest != ""; {
+		var line string
+		line, rest, _ = strings.Cut(rest, "\n")
+		if !slices.ContainsFunc(sc.hexDevs, func(d string) bool { return strings.Contains(line, d) }) {
+			continue
+		}
 		// start-end perms offset major:minor inode path
 		f := strings.Fields(line)
 		if len(f) < 6 || f[4] == "0" || !strings.HasPrefix(f[5], "/") {

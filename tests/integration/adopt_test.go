@@ -287,9 +287,12 @@ func TestAdoptRestartsTheServicesThatUseIt(t *testing.T) {
 	os.RemoveAll(dir)
 	plainTree(t, dir)
 	const unit = "adopt-holder.service"
-	// A service of a unit file (a transient one is gone once stopped).
+	// A service of a unit file (a transient one is gone once stopped),
+	// that says it is ready from its working directory: its start (the
+	// test's, the adoption's) ends only once it works there, however
+	// loaded the machine (a plain one's ends once it is forked).
 	unitFile := filepath.Join("/run/systemd/system", unit)
-	if err := os.WriteFile(unitFile, []byte("[Service]\nWorkingDirectory="+dir+"\nExecStart=/bin/sleep 600\n"), 0o644); err != nil {
+	if err := os.WriteFile(unitFile, []byte("[Service]\nType=notify\nWorkingDirectory="+dir+"\nExecStart="+readyHolder+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	testbed.MustRun(t, "systemctl", "daemon-reload")
@@ -318,6 +321,13 @@ func TestAdoptRestartsTheServicesThatUseIt(t *testing.T) {
 		t.Errorf("the restarted service works in the old directory (inode %d), not the adopted one (%d)", cwd.Ino, now.Ino)
 	}
 }
+
+// readyHolder is a service's ExecStart that tells systemd READY=1 from
+// its main process (systemd-notify, a child that ends at once, may not be
+// taken as the service's) once it works in its WorkingDirectory, then
+// waits.
+const readyHolder = `/usr/bin/python3 -c 'import os, socket, time; a = os.environ["NOTIFY_SOCKET"]; ` +
+	`s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM); s.sendto(b"READY=1", chr(0) + a[1:] if a[0] == "@" else a); time.sleep(600)'`
 
 // A kill -9 at each step of a release leaves, once the daemon is back, a
 // plain directory at the path with the project's files, the project
