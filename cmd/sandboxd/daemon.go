@@ -72,7 +72,10 @@ func run(ctx context.Context, configPath string) error {
 	if r := store.Recovery(); r.CorruptMovedTo != "" || r.Rebuilt > 0 || r.Projects > 0 {
 		log.Warn("the state database was rebuilt from its mirror", "corrupt_moved_to", r.CorruptMovedTo, "records", r.Rebuilt, "projects", r.Projects)
 	}
-	auditLog, err := audit.Open(cfg.Daemon.AuditLog)
+	auditLog, err := audit.OpenWith(cfg.Daemon.AuditLog, audit.Options{
+		MaxSize: int64(cfg.Daemon.AuditMaxSize), Keep: cfg.Daemon.AuditKeep,
+		OnError: func(err error) { log.Error("writing the audit log", "error", err) },
+	})
 	if err != nil {
 		return err
 	}
