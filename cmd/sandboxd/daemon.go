@@ -39,7 +39,9 @@ func run(ctx context.Context, configPath string) error {
 	if err := level.UnmarshalText([]byte(cfg.Daemon.LogLevel)); err != nil {
 		return errors.Join(exConfig, err)
 	}
-	log := slog.New(journal.NewHandler(os.Stderr, level))
+	// A caller's refusals are budgeted: its flood must not spend the
+	// journal's rate limit for the daemon's other lines.
+	log := slog.New(journal.Budget(journal.NewHandler(os.Stderr, level), journal.BudgetLines, journal.BudgetInterval))
 	slog.SetDefault(log)
 
 	status("opening the pool")
