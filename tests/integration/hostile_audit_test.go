@@ -205,15 +205,17 @@ func TestHostileRefusalFloodIsBoundedInTheAuditLog(t *testing.T) {
 }
 
 // TestHostileRefusalFloodLeavesTheJournalToOthers is from issue 28's
-// finding 10: journald lets each service log at most so many lines an
-// interval (RateLimitBurst; here 100, times what the free space gives)
-// and drops the rest, whoever's they are. A member's 1,500 refused
-// calls used to spend it all, so another user's create a moment later
-// was not in the journal. Now a caller's refusals reach the journal 10 a
-// minute, then as a count, and the create's line is there.
+// finding 10: journald lets each service log at most so many lines of a
+// priority an interval (RateLimitBurst; here 100, times what the free
+// space gives) and drops the rest, whoever's they are. A member's 1,500
+// refused calls (warnings) used to spend it all, so another member's
+// refusal a moment later, and any warning of the daemon's, was not in
+// the journal. Now a caller's refusals reach the journal 10 a minute,
+// then as a count, and the other's line is there (and root's create).
 func TestHostileRefusalFloodLeavesTheJournalToOthers(t *testing.T) {
-	const member, calls = "hostile-journal", 1500
+	const member, other, calls = "hostile-journal", "hostile-journal-b", 1500
 	uid, _ := groupMember(t, member)
+	otherUID, _ := groupMember(t, other)
 	conf := "/etc/systemd/journald.conf.d/sandboxd-test-ratelimit.conf"
 	if err := os.MkdirAll(filepath.Dir(conf), 0o755); err != nil {
 		t.Fatal(err)
@@ -233,22 +235,28 @@ func TestHostileRefusalFloodLeavesTheJournalToOthers(t *testing.T) {
 	if answers[sandboxd1.ErrorNoSuchSandbox] != calls {
 		t.Fatalf("the flood's answers: %v; want %d × %s", answers, calls, sandboxd1.ErrorNoSuchSandbox)
 	}
-	// Another user's (root's) create, right after.
+	// Another member's refused call, and root's create, right after.
+	if answers := floodAs(t, other, "/org/sandboxd1/sandbox/nosuch", "/f", 1); answers[sandboxd1.ErrorNoSuchSandbox] != 1 {
+		t.Fatalf("another member's call: %v", answers)
+	}
 	id, _ := create(t)
 	t.Cleanup(func() { ctl(t, "", "destroy", id) })
 
 	testbed.MustRun(t, "journalctl", "--sync")
 	journal := testbed.MustRun(t, "journalctl", "--no-pager", "-o", "cat", "-u", "sandboxd.service", "--since", since)
-	var refusals int
+	var refusals, others int
 	for _, l := range strings.Split(journal, "\n") {
 		for _, f := range strings.Fields(l) {
-			if f == fmt.Sprintf("CALLER_UID=%d", uid) {
+			switch f {
+			case fmt.Sprintf("CALLER_UID=%d", uid):
 				refusals++
+			case fmt.Sprintf("CALLER_UID=%d", otherUID):
+				others++
 			}
 		}
 	}
-	t.Logf("the journal since the flood: %d lines, %d of them the member's; the create's: %v",
-		strings.Count(journal, "\n"), refusals, strings.Contains(journal, "SANDBOX_ID="+id))
+	t.Logf("the journal since the flood: %d lines, %d of them the member's, %d the other's; the create's: %v",
+		strings.Count(journal, "\n"), refusals, others, strings.Contains(journal, "SANDBOX_ID="+id))
 	if all := testbed.MustRun(t, "journalctl", "--no-pager", "-o", "cat", "--since", since); strings.Contains(all, "Suppressed") {
 		for _, l := range strings.Split(all, "\n") {
 			if strings.Contains(l, "Suppressed") {
@@ -256,8 +264,11 @@ func TestHostileRefusalFloodLeavesTheJournalToOthers(t *testing.T) {
 			}
 		}
 	}
+	if others != 1 {
+		t.Errorf("another member's refusal after the flood: %d lines in the journal; want 1", others)
+	}
 	if !strings.Contains(journal, "ACTION=CreateSandbox") || !strings.Contains(journal, "SANDBOX_ID="+id) {
-		t.Errorf("another user's create after the member's flood is not in the journal")
+		t.Errorf("root's create after the member's flood is not in the journal")
 	}
 	if refusals > 10+1 {
 		t.Errorf("%d journal lines of the member's %d refusals; want at most 10 and a count", refusals, calls)
