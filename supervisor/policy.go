@@ -65,11 +65,30 @@ func (s *Supervisor) auditEntry(ctx context.Context, e audit.Entry, rec state.Re
 	}
 	action := e.Action
 	if err != nil {
-		e.Result, e.Error = "error", err.Error()
+		e.Result, e.Error, e.Refused = "error", err.Error(), refused(err)
 	}
 	if aerr := s.cfg.Audit.Record(e); aerr != nil {
 		s.log.Error("writing the audit log", "error", aerr, "ACTION", action, "SANDBOX_ID", rec.ID)
 	}
+}
+
+// refusals are the errors that are the caller's: what it asked is not
+// allowed, not there or not well formed. The audit log keeps them short
+// and budgets them apart from the caller's actions.
+var refusals = []error{
+	ErrAccessDenied, ErrNotFound, ErrUnknownProject, ErrInvalid, ErrWrongState, ErrExists,
+	ErrInvalidProject, ErrProjectInUse, ErrLimitReached, ErrNoFile, ErrNoCheckpoint, ErrNoCommand,
+	ErrNoProcess, ErrNoSession, ErrNoPromotion, ErrNoIdmap, ErrNotBooted, ErrConflict, ErrBusy,
+	ErrNothingToPromote, ErrChecksOutsideSandbox,
+}
+
+func refused(err error) bool {
+	for _, r := range refusals {
+		if errors.Is(err, r) {
+			return true
+		}
+	}
+	return false
 }
 
 // applyDefaults fills what the policy gives a create that did not say.

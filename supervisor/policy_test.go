@@ -208,4 +208,9 @@ func TestTheAuditLogNamesTheCaller(t *testing.T) {
 	if !strings.Contains(string(data), `"result":"error"`) || !strings.Contains(string(data), "nope") {
 		t.Fatalf("a refused create is not in the audit log:\n%s", data)
 	}
+	// The caller's error is marked refused (kept short, budgeted apart
+	// from its actions); the create that succeeded is not.
+	if strings.Count(string(data), `"refused":true`) != 1 {
+		t.Fatalf("want the unknown project's create, alone, marked refused:\n%s", data)
+	}
 }

@@ -39,7 +39,9 @@ func run(ctx context.Context, configPath string) error {
 	if err := level.UnmarshalText([]byte(cfg.Daemon.LogLevel)); err != nil {
 		return errors.Join(exConfig, err)
 	}
-	log := slog.New(journal.NewHandler(os.Stderr, level))
+	// A caller's refusals are budgeted: its flood must not spend the
+	// journal's rate limit for the daemon's other lines.
+	log := slog.New(journal.Budget(journal.NewHandler(os.Stderr, level), journal.BudgetLines, journal.BudgetInterval))
 	slog.SetDefault(log)
 
 	status("opening the pool")
@@ -72,7 +74,10 @@ func run(ctx context.Context, configPath string) error {
 	if r := store.Recovery(); r.CorruptMovedTo != "" || r.Rebuilt > 0 || r.Projects > 0 {
 		log.Warn("the state database was rebuilt from its mirror", "corrupt_moved_to", r.CorruptMovedTo, "records", r.Rebuilt, "projects", r.Projects)
 	}
-	auditLog, err := audit.Open(cfg.Daemon.AuditLog)
+	auditLog, err := audit.OpenWith(cfg.Daemon.AuditLog, audit.Options{
+		MaxSize: int64(cfg.Daemon.AuditMaxSize), Keep: cfg.Daemon.AuditKeep,
+		OnError: func(err error) { log.Error("writing the audit log", "error", err) },
+	})
 	if err != nil {
 		return err
 	}

@@ -134,7 +134,21 @@ type Daemon struct {
 	LogLevel string `toml:"log_level"`
 	// AuditLog is the append-only log of every state-changing call.
 	AuditLog string `toml:"audit_log"`
+	// AuditMaxSize is the audit log's size past which the daemon renames
+	// it to audit.log.1 (the older ones one number up) and starts a fresh
+	// one; AuditKeep is how many files are kept in all, the live one
+	// with them: the log holds at most AuditKeep × AuditMaxSize bytes.
+	AuditMaxSize Size `toml:"audit_max_size"`
+	AuditKeep    int  `toml:"audit_keep"`
 }
+
+// The audit log's bounds: a file must hold many lines of up to a few
+// KiB; a few files at least, and not so many that the daemon renames
+// hundreds at a rotation.
+const (
+	MinAuditMaxSize = 1 * MiB
+	MaxAuditKeep    = 100
+)
 
 // Limits is the [limits] section: admission control and time to live.
 // Zero means no cap.
@@ -230,9 +244,11 @@ type Project struct {
 func Default() *Config {
 	return &Config{
 		Daemon: Daemon{
-			StateDir: "/var/lib/sandboxd",
-			LogLevel: "info",
-			AuditLog: "/var/log/sandboxd/audit.log",
+			StateDir:     "/var/lib/sandboxd",
+			LogLevel:     "info",
+			AuditLog:     "/var/log/sandboxd/audit.log",
+			AuditMaxSize: 64 * MiB,
+			AuditKeep:    4,
 		},
 		Access: Access{
 			CreatorUsers:  []string{},

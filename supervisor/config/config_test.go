@@ -194,6 +194,8 @@ dataset = "tank/data"
 			with(func(c *Config) { c.Daemon.LogLevel = "error" })},
 		{"root path", "[daemon]\nstate_dir = \"/\"\n",
 			with(func(c *Config) { c.Daemon.StateDir = "/" })},
+		{"audit log bounds", "[daemon]\naudit_max_size = \"1M\"\naudit_keep = 100\n",
+			with(func(c *Config) { c.Daemon.AuditMaxSize, c.Daemon.AuditKeep = MiB, 100 })},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -234,6 +236,16 @@ func TestParseBad(t *testing.T) {
 			[]string{"x.toml:1: unknown section [[projects]]"}},
 		{"misspelled key in a later project", "[[project]]\nname = \"a\"\npath = \"/a\"\n[[project]]\nnmae = \"b\"\npath = \"/b\"\n[[project]]\nname = \"c\"\npath = \"/c\"\n",
 			[]string{"x.toml:5: unknown key project[1].nmae", "allowed in project: name, path, dataset"}},
+
+		// The audit log's bounds.
+		{"audit log too small", "[daemon]\naudit_max_size = \"64K\"\n",
+			[]string{"x.toml:2:", "daemon.audit_max_size = 64KiB is too small: at least 1MiB"}},
+		{"audit log size not a size", "[daemon]\naudit_max_size = \"lots\"\n",
+			[]string{"x.toml:2:", "audit_max_size"}},
+		{"audit log kept alone", "[daemon]\naudit_keep = 1\n",
+			[]string{"x.toml:2:", "daemon.audit_keep = 1: want 2 to 100 files"}},
+		{"audit log kept too often", "[daemon]\naudit_keep = 1000\n",
+			[]string{"x.toml:2:", "daemon.audit_keep = 1000: want 2 to 100"}},
 
 		// Stages.
 		{"stage without a name", "[[stage]]\ntarget = \"project\"\n",

@@ -61,6 +61,14 @@ func (c *Config) validate(file string, w *where) error {
 	d := c.Daemon
 	v.path(w.line("daemon", "state_dir"), "daemon.state_dir", d.StateDir)
 	v.path(w.line("daemon", "audit_log"), "daemon.audit_log", d.AuditLog)
+	if d.AuditMaxSize < MinAuditMaxSize {
+		v.add(w.line("daemon", "audit_max_size"), "daemon.audit_max_size", nil,
+			"daemon.audit_max_size = %s is too small: at least %s", d.AuditMaxSize, MinAuditMaxSize)
+	}
+	if d.AuditKeep < 2 || d.AuditKeep > MaxAuditKeep {
+		v.add(w.line("daemon", "audit_keep"), "daemon.audit_keep", nil,
+			"daemon.audit_keep = %d: want 2 to %d files (the live one and the rotated ones)", d.AuditKeep, MaxAuditKeep)
+	}
 
 	a := c.Access
 	for _, list := range []struct {
