@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sandboxd/sandboxd/cowfs"
 	"github.com/sandboxd/sandboxd/internal/crashpoint"
 	"github.com/sandboxd/sandboxd/runtime/nsinit"
 	"github.com/sandboxd/sandboxd/supervisor/state"
@@ -44,9 +45,10 @@ type CreateOptions struct {
 	Boot bool
 
 	hidden, readOnly []string // the host's and the profile's
-	// gateHeld: the caller (a promotion's checks) holds the project's
-	// gate already.
-	gateHeld bool
+	// applied: the base is the project as a promotion's stage applied
+	// it (its checks), not that stage's rollback point, which other
+	// creates get meanwhile (projectGate).
+	applied bool
 	// noCache: no owner's cache (a promotion's checks: what the owner's
 	// other sandboxes put there must not change what a check does).
 	noCache bool
@@ -225,17 +227,16 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 			return err
 		})
 	}
-	// Not while a promotion writes or checks the project (projectGate).
-	ungate := func() {}
-	if !opts.gateHeld {
-		gate := s.gate.of(opts.Project)
-		gate.RLock()
-		ungate = gate.RUnlock
+	// While a promotion's stage is under way, its rollback point
+	// (projectGate); a promotion's checks get the project as applied.
+	var base cowfs.Volume
+	if opts.applied {
+		thaw := s.freezeWriters(ctx, opts.Project)
+		base, err = s.cfg.Backend.Snapshot(ctx, project, rec.Base, true)
+		thaw()
+	} else {
+		base, err = s.snapshotProject(ctx, opts.Project, project, rec.Base)
 	}
-	thaw := s.freezeWriters(ctx, opts.Project)
-	base, err := s.cfg.Backend.Snapshot(ctx, project, rec.Base, true)
-	thaw()
-	ungate()
 	if err != nil {
 		return sb, fmt.Errorf("creating sandbox %s: %w", id, err)
 	}

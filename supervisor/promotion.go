@@ -327,11 +327,6 @@ func (s *Supervisor) runStage(ctx context.Context, p *Promotion, i int, changes 
 	if err != nil {
 		return err
 	}
-	// Creates of sandboxes of the project wait for the stage's end.
-	gate := s.gate.of(p.Project)
-	gate.Lock()
-	defer gate.Unlock()
-
 	var rp cowfs.Volume
 	if st.RollbackPoint != "" {
 		if rp, err = s.cfg.Backend.Get(ctx, st.RollbackPoint); err != nil {
@@ -361,6 +356,11 @@ func (s *Supervisor) runStage(ctx context.Context, p *Promotion, i int, changes 
 	st.State = state.StageApplying
 	s.putPromotion(p)
 	crashpoint.Hit(crashpoint.PromoteRollbackPoint)
+	// From here until the stage passed or was undone, creates of the
+	// project's sandboxes take the rollback point as their base, without
+	// waiting for the checks (projectGate).
+	settle := s.gate.stage(p.Project, rp)
+	defer settle()
 	source, err := s.cfg.Backend.Get(ctx, p.Source)
 	if err != nil {
 		return err
@@ -399,6 +399,7 @@ func (s *Supervisor) runStage(ctx context.Context, p *Promotion, i int, changes 
 	st.State, st.Ended = state.StagePassed, time.Now().UTC()
 	s.putPromotion(p)
 	crashpoint.Hit(crashpoint.PromotePassed)
+	settle() // before the rollback point goes: no create snapshots it now
 	if err := s.deleteVolume(ctx, st.RollbackPoint); err != nil {
 		s.log.Warn("deleting a passed stage's rollback point", "promotion", p.ID, "volume", st.RollbackPoint, "error", err)
 	}

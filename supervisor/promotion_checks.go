@@ -78,7 +78,7 @@ func (s *Supervisor) checkInSandbox(ctx context.Context, p *Promotion, st Stage)
 	}
 	sb, err := s.Create(ctx, CreateOptions{
 		Project: p.Project, Name: checkSandboxName(p.ID), Owner: p.Owner,
-		TTL: time.Duration(len(st.Checks)+1) * timeout, gateHeld: true, noCache: true,
+		TTL: time.Duration(len(st.Checks)+1) * timeout, applied: true, noCache: true,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("making a sandbox for the checks: %w", err)

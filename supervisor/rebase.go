@@ -152,12 +152,7 @@ func (s *Supervisor) Rebase(ctx context.Context, id string) (sb Sandbox, err err
 		return sb, fmt.Errorf("%s: %w", what, err)
 	}
 	gen := newCommandID()
-	gate := s.gate.of(rec.Project)
-	gate.RLock()
-	thaw := s.freezeWriters(ctx, rec.Project)
-	newBase, err := s.cfg.Backend.Snapshot(ctx, project, baseName(id)+"-"+gen, true)
-	thaw()
-	gate.RUnlock()
+	newBase, err := s.snapshotProject(ctx, rec.Project, project, baseName(id)+"-"+gen)
 	if err != nil {
 		return sb, fmt.Errorf("%s: %w", what, err)
 	}

@@ -32,6 +32,13 @@ type TryOptions struct {
 	Parallel int
 	// Keep is which sandboxes stay: "winner" (default), "all" or "none".
 	Keep string
+	// Busy, if set, is called before each piece of Try's own heavy work
+	// (a sandbox's create; its diff and usage), and what it returns after.
+	// Between them Try only waits on its sandboxes' processes (variants
+	// and checks, bounded by the sandboxes' limits and Timeout): the API
+	// then gives the call's place among all heavy calls back, so that
+	// Trys with no timeout cannot keep others from theirs.
+	Busy func(ctx context.Context) (done func(), err error)
 }
 
 // NoTryTimeout as TryOptions.Timeout leaves the steps unbounded.

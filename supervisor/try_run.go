@@ -22,10 +22,15 @@ const (
 func (s *Supervisor) tryOne(ctx context.Context, opts *TryOptions, r *TryResult) error {
 	co := opts.Create
 	co.Name = r.Name
+	busy, err := opts.busy(ctx)
+	if err != nil {
+		return fmt.Errorf("making sandbox %s: %w", r.Name, err)
+	}
 	// Never abandoned half way: Try knows every sandbox it made.
 	cctx, done := context.WithTimeout(context.WithoutCancel(ctx), tryCallTimeout)
 	sb, err := s.Create(cctx, co)
 	done()
+	busy()
 	if err != nil {
 		r.Failed = "create: " + err.Error()
 		return fmt.Errorf("making sandbox %s: %w", r.Name, err)
@@ -66,6 +71,11 @@ func (s *Supervisor) tryOne(ctx context.Context, opts *TryOptions, r *TryResult)
 	}
 	r.Passed = r.FailedIn == ""
 
+	busy, err = opts.busy(ctx)
+	if err != nil {
+		return fmt.Errorf("reading what %s changed: %w", r.Name, err)
+	}
+	defer busy()
 	if changes, err := s.Diff(ctx, sb.ID); err == nil {
 		n := len(changes)
 		r.Changes = &n
@@ -101,4 +111,12 @@ func (s *Supervisor) tryStep(ctx context.Context, opts *TryOptions, id, line str
 		return c, fmt.Errorf("running %q: %w", line, err)
 	}
 	return c, nil
+}
+
+// busy begins a piece of Try's heavy work (see TryOptions.Busy).
+func (o *TryOptions) busy(ctx context.Context) (done func(), err error) {
+	if o.Busy == nil {
+		return func() {}, nil
+	}
+	return o.Busy(ctx)
 }

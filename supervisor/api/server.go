@@ -229,7 +229,9 @@ type request struct {
 	// project a call about a project names, for the journal: not an id,
 	// it stays out of SANDBOX_ID.
 	project string
-	done    func()
+	// slot is the call's heavy-call slot (nil: not a heavy call).
+	slot *heavySlot
+	done func()
 }
 
 // begin admits a call from sender and identifies the caller.
@@ -247,7 +249,7 @@ func (s *Server) begin(sender dbus.Sender, action string) (*request, *dbus.Error
 		s.log.Error("refused a call from an unidentified caller", "ACTION", action, "BUS_SENDER", string(sender), "error", err)
 		return nil, dbusError(sandboxd1.ErrorAccessDenied, "%s: cannot tell who is calling: %v", action, err)
 	}
-	release, derr := s.heavy.acquire(s.ctx, action, who.uid)
+	slot, derr := s.heavy.acquire(s.ctx, action, who.uid)
 	if derr != nil {
 		s.calls.Done()
 		s.log.Warn("D-Bus call", "ACTION", action, "CALLER_UID", who.uid, "BUS_SENDER", who.name, "result", derr.Name, "error", derr.Error())
@@ -255,8 +257,8 @@ func (s *Server) begin(sender dbus.Sender, action string) (*request, *dbus.Error
 	}
 	// The supervisor writes the caller into its audit log.
 	ctx := supervisor.WithIdentity(s.ctx, who.identity())
-	done := func() { release(); s.calls.Done() }
-	return &request{ctx: ctx, who: who, action: action, done: done}, nil
+	done := func() { slot.release(); s.calls.Done() }
+	return &request{ctx: ctx, who: who, action: action, slot: slot, done: done}, nil
 }
 
 // end audits the call: who did what to which sandbox, and how it went.

@@ -54,16 +54,21 @@ func TestDefaultSandboxHasLimits(t *testing.T) {
 	t.Logf("derived: MemoryMax %d MiB, TasksMax %d, DiskQuota %d MiB", memoryMax>>20, tasksMax, b.sb.DiskQuota>>20)
 
 	// Tasks: more processes than TasksMax. Outside, in a scope with room
-	// for them, they all start; inside, forks fail at the limit.
+	// for them, they all start; inside, forks fail at the limit. Each
+	// waits to be killed (a sleep of a fixed time could end before the
+	// last starts on a loaded machine, and the bound never be reached),
+	// its output away from the pipe that tail reads to its end.
 	n := tasksMax + 200
-	loop := fmt.Sprintf("i=0; while [ $i -lt %d ]; do sleep 20 & i=$((i+1)); done; echo started", n)
+	loop := fmt.Sprintf("i=0; while [ $i -lt %d ]; do sleep infinity >/dev/null 2>&1 & i=$((i+1)); done; echo started", n)
 	if out := scoped(t, "starting "+strconv.FormatUint(n, 10)+" processes", loop+"; pkill -P $$ sleep; true",
-		fmt.Sprintf("TasksMax=%d", n+100)); !strings.Contains(out, "started") || strings.Contains(out, "fork") {
+		fmt.Sprintf("TasksMax=%d", n+100), "RuntimeMaxSec=600"); !strings.Contains(out, "started") || strings.Contains(out, "fork") {
 		t.Fatalf("the control: %d processes in a scope with room for them: %s", n, out)
 	}
 	for _, uid := range users {
-		// The sleeps left go with the command's cgroup; pkill makes it quick.
-		out, _ := b.run(t, uid, "("+loop+") 2>&1 | tail -3; pkill -x sleep; true", func(o *supervisor.ExecOptions) { o.Timeout = 90 * time.Second })
+		// The shell stops at its first failed fork; the sleeps left go
+		// with the command's cgroup, pkill makes it quick. The deadline
+		// is generous: the loop's time is the machine's speed.
+		out, _ := b.run(t, uid, "("+loop+") 2>&1 | tail -3; pkill -x sleep; true", func(o *supervisor.ExecOptions) { o.Timeout = 10 * time.Minute })
 		if !strings.Contains(out, "fork") && !strings.Contains(out, "Resource temporarily unavailable") {
 			t.Errorf("ESCAPE: %d processes in a default sandbox (TasksMax %d, uid %d): no fork failed: %q", n, tasksMax, uid, out)
 		}
