@@ -35,21 +35,25 @@ const (
 )
 
 // What the daemon holds for the connections through exposed ports, at
-// most (measured in TestHostilePortsHoldBoundedMemory). The copy does not
-// read from one side while the other does not take what it read
-// (backpressure), so each connection holds:
+// most (measured in TestHostilePortsHoldBoundedMemory and make bench).
+// The copy does not read from one side while the other does not take
+// what it read (backpressure), so each connection holds:
 //   - its two sockets (the client's accepted one, and the one dialed in
 //     the sandbox), each with a receive and a send queue pinned to
 //     portSocketBuffer (the kernel doubles it for its overhead: 64 KiB a
 //     queue, 256 KiB the four; no autotuning);
-//   - the copy's buffer each way, 2 × portCopyBuffer = 32 KiB;
-//   - two goroutines and the sockets' structures, about 24 KiB;
+//   - the copy's buffer each way, 2 × portCopyBuffer = 32 KiB, two
+//     goroutines and the sockets' structures: about 56 KiB live, up to
+//     twice that in the daemon's RSS between two garbage collections;
 //
-// so about 312 KiB and 2 descriptors. Per owner (MaxPortConnsPerOwner):
-// 78 MiB and 512 descriptors; in all (MaxPortConnsAll): 312 MiB and
-// 2,048 descriptors. Beside them each exposed port holds its listeners
-// (1 descriptor, 2 with TCP: at most max_sandboxes × MaxPorts × 2, 8,192
-// with the default 256 sandboxes) and a goroutine each.
+// so PortConnMemory (384 KiB) and 2 descriptors. Per owner
+// (MaxPortConnsPerOwner): 96 MiB and 512 descriptors; in all
+// (MaxPortConnsAll): 384 MiB and 2,048 descriptors. Beside them each
+// exposed port holds its listeners (1 descriptor, 2 with TCP: at most
+// max_sandboxes × MaxPorts × 2, 8,192 with the default 256 sandboxes),
+// a goroutine each, and about 15 KiB of RSS (measured: 7.5 MiB for 512).
+const PortConnMemory = 384 << 10
+
 const (
 	portSocketBuffer = 32 << 10 // SO_RCVBUF and SO_SNDBUF asked of each socket
 	portCopyBuffer   = 16 << 10 // the copy's buffer, each way

@@ -16,6 +16,7 @@ import (
 	"github.com/godbus/dbus/v5"
 
 	"github.com/sandboxd/sandboxd/sandboxd1"
+	"github.com/sandboxd/sandboxd/supervisor"
 )
 
 // What the daemon holds for exposed ports that an owner holds open and
@@ -30,10 +31,6 @@ const (
 	portSandboxes = 32
 	portsEach     = 16
 	portBase      = 9000
-	// portConnBound is what supervisor/ports.go says a connection holds
-	// at most: four socket queues of 64 KiB, two copy buffers of 16 KiB,
-	// 24 KiB of goroutines and structures.
-	portConnBound = 312 << 10
 )
 
 // portWriter, run in a sandbox with its ports, writes to every
@@ -204,7 +201,7 @@ func benchPortConns(ctx context.Context, d *daemon, t *table, n int) (err error)
 		op: fmt.Sprintf("the owner connected once to each of the %d ports, reading nothing, the writers writing: %d served, %d refused (the owner's cap); VmRSS %s (%s), the daemon's socket queues %s, %d descriptors (%+d)",
 			len(addrs), served, refused, mib(held.rss), plusMiB(held.rss, exposed.rss), mib(uint64(queues)), fds2, fds2-fds1),
 		verdict: fmt.Sprintf("bound: %d KiB a connection, %s for the owner's %d; held %d KiB a connection",
-			portConnBound>>10, mib(uint64(served*portConnBound)), served, (int(held.rss-exposed.rss)+queues)/max(served, 1)>>10)})
+			supervisor.PortConnMemory>>10, mib(uint64(served*supervisor.PortConnMemory)), served, (int(held.rss)-int(exposed.rss)+queues)/max(served, 1)>>10)})
 	return nil
 }
 
