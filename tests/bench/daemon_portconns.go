@@ -198,9 +198,10 @@ func benchPortConns(ctx context.Context, d *daemon, t *table, n int) (err error)
 		op: fmt.Sprintf("%d sandboxes of one owner, %d ports exposed each (%d unix sockets), a writer listening behind each, no connection: VmRSS %s (%s), %d descriptors (%+d)",
 			portSandboxes, portsEach, len(addrs), mib(exposed.rss), plusMiB(exposed.rss, none.rss), fds1, fds1-fds0)})
 	t.add(row{fs: "btrfs", files: n,
-		op: fmt.Sprintf("the owner connected once to each of the %d ports, reading nothing, the writers writing: %d served, %d refused (the owner's cap); VmRSS %s (%s), the daemon's socket queues %s, %d descriptors (%+d)",
+		op: fmt.Sprintf("the owner connected once to each of the %d ports, reading nothing, the writers writing: %d served, %d refused; VmRSS %s (%s), the daemon's socket queues %s, %d descriptors (%+d)",
 			len(addrs), served, refused, mib(held.rss), plusMiB(held.rss, exposed.rss), mib(uint64(queues)), fds2, fds2-fds1),
-		verdict: fmt.Sprintf("bound: %d KiB a connection, %s for the owner's %d; held %d KiB a connection",
+		verdict: fmt.Sprintf("an owner's cap: %d connections; bound: %d KiB a connection, %s for the %d served; held %d KiB a connection",
+			supervisor.MaxPortConnsPerOwner,
 			supervisor.PortConnMemory>>10, mib(uint64(served*supervisor.PortConnMemory)), served, (int(held.rss)-int(exposed.rss)+queues)/max(served, 1)>>10)})
 	return nil
 }
