@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/sandboxd/sandboxd/runtime/egress"
@@ -25,10 +26,37 @@ import (
 // that the daemon's next start exposes them again (the unix path stays,
 // a TCP port gets a new number).
 const (
-	MaxPorts        = 16              // exposed by one sandbox at once
-	MaxPortConns    = 64              // open through one port at once
-	PortIdleTimeout = 5 * time.Minute // a connection with no byte either way is closed
-	portDialTimeout = 10 * time.Second
+	MaxPorts             = 16              // exposed by one sandbox at once
+	MaxPortConns         = 64              // open through one port at once
+	MaxPortConnsPerOwner = 256             // through all the ports of one owner's sandboxes
+	MaxPortConnsAll      = 1024            // through all exposed ports
+	PortIdleTimeout      = 5 * time.Minute // a connection with no byte either way is closed
+	portDialTimeout      = 10 * time.Second
+)
+
+// What the daemon holds for the connections through exposed ports, at
+// most (measured in TestHostilePortsHoldBoundedMemory and make bench).
+// The copy does not read from one side while the other does not take
+// what it read (backpressure), so each connection holds:
+//   - its two sockets (the client's accepted one, and the one dialed in
+//     the sandbox), each with a receive and a send queue pinned to
+//     portSocketBuffer (the kernel doubles it for its overhead: 64 KiB a
+//     queue, 256 KiB the four; no autotuning);
+//   - the copy's buffer each way, 2 × portCopyBuffer = 32 KiB, two
+//     goroutines and the sockets' structures: about 56 KiB live, up to
+//     twice that in the daemon's RSS between two garbage collections;
+//
+// so PortConnMemory (384 KiB) and 2 descriptors. Per owner
+// (MaxPortConnsPerOwner): 96 MiB and 512 descriptors; in all
+// (MaxPortConnsAll): 384 MiB and 2,048 descriptors. Beside them each
+// exposed port holds its listeners (1 descriptor, 2 with TCP: at most
+// max_sandboxes × MaxPorts × 2, 8,192 with the default 256 sandboxes),
+// a goroutine each, and about 15 KiB of RSS (measured: 7.5 MiB for 512).
+const PortConnMemory = 384 << 10
+
+const (
+	portSocketBuffer = 32 << 10 // SO_RCVBUF and SO_SNDBUF asked of each socket
+	portCopyBuffer   = 16 << 10 // the copy's buffer, each way
 )
 
 // portsDir holds the exposed ports' unix sockets, <id>-<port>.sock.
@@ -66,8 +94,37 @@ func (e *exposedPort) address() string {
 }
 
 type portTable struct {
-	mu sync.Mutex
-	m  map[portKey]*exposedPort
+	mu    sync.Mutex
+	m     map[portKey]*exposedPort
+	conns map[uint32]int // open connections by owner, through all its ports
+	total int            // open connections through all ports
+}
+
+// admit counts a connection through a port of owner's, or, past
+// MaxPortConnsPerOwner or MaxPortConnsAll, says why it is refused.
+// release uncounts it (once, however often it is called).
+func (t *portTable) admit(owner uint32) (release func(), refusal string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if n := t.conns[owner]; n >= MaxPortConnsPerOwner {
+		return nil, fmt.Sprintf("too many connections: %d open through the ports of uid %d's sandboxes, the most an owner may have", n, owner)
+	}
+	if t.total >= MaxPortConnsAll {
+		return nil, fmt.Sprintf("too many connections: %d open through all exposed ports, the most the daemon holds", t.total)
+	}
+	if t.conns == nil {
+		t.conns = map[uint32]int{}
+	}
+	t.conns[owner]++
+	t.total++
+	return sync.OnceFunc(func() {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		if t.conns[owner]--; t.conns[owner] <= 0 {
+			delete(t.conns, owner)
+		}
+		t.total--
+	}), ""
 }
 
 func (t *portTable) get(k portKey) *exposedPort {
@@ -228,7 +285,10 @@ func (s *Supervisor) openPort(rec state.Record, p state.Port) (*exposedPort, err
 		lns: []net.Listener{ln}, slots: make(chan struct{}, MaxPortConns)}
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	if p.TCP {
-		tln, err := net.Listen("tcp4", "127.0.0.1:0")
+		// Accepted sockets take the listener's buffers, pinned before
+		// the handshake that sizes the window.
+		lc := net.ListenConfig{Control: func(_, _ string, rc syscall.RawConn) error { return controlBuffers(rc) }}
+		tln, err := lc.Listen(context.Background(), "tcp4", "127.0.0.1:0")
 		if err != nil {
 			s.closePort(e)
 			return nil, fmt.Errorf("listening on a loopback TCP port: %w", err)
@@ -301,6 +361,18 @@ func (s *Supervisor) servePort(e *exposedPort, ln net.Listener, checkPeer bool) 
 				s.refusePort(e, c, fmt.Sprintf("the connecting process is uid %d's, not the owner's (%d) or root's (%v)", uid, e.owner, err))
 				return
 			}
+			// Counted once the peer is known: another user's connections
+			// to a TCP port never use up the owner's.
+			release, refusal := s.ports.admit(e.owner)
+			if refusal != "" {
+				s.refusePort(e, c, refusal)
+				return
+			}
+			defer release()
+			if err := pinBuffers(c); err != nil {
+				s.refusePort(e, c, err.Error())
+				return
+			}
 			s.forward(e, c)
 		}()
 	}
@@ -335,7 +407,7 @@ func (s *Supervisor) forward(e *exposedPort, c net.Conn) {
 	// the owner reaches anyway. The socket is the owner's, not root's,
 	// so that no check of a peer's uid there (another sandbox's exposed
 	// TCP port) takes the owner for root.
-	in, err := egress.DialInNetNSAs(ctx, fmt.Sprintf("/proc/self/fd/%d", ns.Fd()), fmt.Sprintf("127.0.0.1:%d", e.key.port), e.owner)
+	in, err := egress.DialInNetNSAsWith(ctx, fmt.Sprintf("/proc/self/fd/%d", ns.Fd()), fmt.Sprintf("127.0.0.1:%d", e.key.port), e.owner, setBuffers)
 	cancel()
 	ns.Close()
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"runtime"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -53,7 +54,7 @@ func listenInNetNS(nsPath, addr string) (net.Listener, error) {
 // keeps the namespace it was made in), so 127.0.0.1 is the namespace's own
 // loopback, whatever the namespace's routes. ctx bounds the connect.
 func DialInNetNS(ctx context.Context, nsPath, addr string) (net.Conn, error) {
-	return dialInNetNS(ctx, nsPath, addr, -1)
+	return dialInNetNS(ctx, nsPath, addr, -1, nil)
 }
 
 // DialInNetNSAs is DialInNetNS with a socket of uid's: made while the
@@ -62,10 +63,17 @@ func DialInNetNS(ctx context.Context, nsPath, addr string) (net.Conn, error) {
 // its socket's owner (an exposed port's own check, on the host's
 // loopback when the namespace is the host's) sees uid, never root.
 func DialInNetNSAs(ctx context.Context, nsPath, addr string, uid uint32) (net.Conn, error) {
-	return dialInNetNS(ctx, nsPath, addr, int(uid))
+	return dialInNetNS(ctx, nsPath, addr, int(uid), nil)
 }
 
-func dialInNetNS(ctx context.Context, nsPath, addr string, fsuid int) (net.Conn, error) {
+// DialInNetNSAsWith is DialInNetNSAs with control run on the socket
+// before it connects: options such as its buffers' sizes, which TCP
+// must know before the handshake (the window's scale is chosen there).
+func DialInNetNSAsWith(ctx context.Context, nsPath, addr string, uid uint32, control func(fd uintptr) error) (net.Conn, error) {
+	return dialInNetNS(ctx, nsPath, addr, int(uid), control)
+}
+
+func dialInNetNS(ctx context.Context, nsPath, addr string, fsuid int, control func(fd uintptr) error) (net.Conn, error) {
 	network, err := tcpNetwork(addr)
 	if err != nil {
 		return nil, fmt.Errorf("connecting to %s in the network namespace %s: %w", addr, nsPath, err)
@@ -85,6 +93,15 @@ func dialInNetNS(ctx context.Context, nsPath, addr string, fsuid int) (net.Conn,
 		// this goroutine (no resolver, no second address raced), so on
 		// this thread, in the namespace.
 		var d net.Dialer
+		if control != nil {
+			d.Control = func(_, _ string, rc syscall.RawConn) error {
+				var cerr error
+				if err := rc.Control(func(fd uintptr) { cerr = control(fd) }); err != nil {
+					return err
+				}
+				return cerr
+			}
+		}
 		c, err = d.DialContext(ctx, network, addr)
 		return err
 	})

@@ -191,6 +191,11 @@ func benchDaemon(ctx context.Context, cfg config, t, pr, sc *table) (version str
 			return version, fmt.Errorf("user namespaces: %w", err)
 		}
 	}
+	if cfg.daemon || cfg.ports {
+		if err := benchPortConns(ctx, d, t, daemonSizes[0]); err != nil {
+			return version, fmt.Errorf("held connections to exposed ports: %w", err)
+		}
+	}
 	if cfg.scale {
 		res, err := benchScale(ctx, cfg, d, sc, fs, targetSize)
 		sc.note = scaleNote(res)

@@ -54,6 +54,7 @@ import (
 type config struct {
 	cowfs, daemon, promote bool // the parts that run
 	scale                  bool // the daemon with cfg.live sandboxes
+	ports                  bool // the daemon holding connections to exposed ports (also in daemon)
 	sizes                  []int
 	backends               []string
 	reps                   int           // runs of snapshot, delete and change listing
@@ -66,7 +67,7 @@ type config struct {
 }
 
 // usesDaemon says whether a part that runs needs sandboxd installed.
-func (c config) usesDaemon() bool { return c.daemon || c.promote || c.scale }
+func (c config) usesDaemon() bool { return c.daemon || c.promote || c.scale || c.ports }
 
 // minReps is the fewest timed runs a series makes, whatever the budget.
 const minReps = 3
@@ -104,7 +105,7 @@ func main() {
 
 func parseFlags(args []string) (config, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	parts := fs.String("parts", "cowfs,daemon,promote,scale", "what to measure, comma-separated: cowfs (snapshots on each backend), daemon (sandboxd over the bus), promote (its diff and promotion), scale (-live sandboxes at once)")
+	parts := fs.String("parts", "cowfs,daemon,promote,scale", "what to measure, comma-separated: cowfs (snapshots on each backend), daemon (sandboxd over the bus), promote (its diff and promotion), scale (-live sandboxes at once), ports (the daemon's rows of held connections alone; daemon has them too)")
 	sizes := fs.String("sizes", "1000,10000,100000", "project sizes, in files, comma-separated")
 	backends := fs.String("backends", "btrfs,zfs", "filesystems to measure, comma-separated: btrfs, zfs")
 	reps := fs.Int("reps", 15, "timed runs of snapshot, delete and change listing")
@@ -128,8 +129,10 @@ func parseFlags(args []string) (config, error) {
 			cfg.promote = true
 		case "scale":
 			cfg.scale = true
+		case "ports":
+			cfg.ports = true
 		default:
-			return cfg, fmt.Errorf("-parts: unknown part %q (cowfs, daemon, promote, scale)", p)
+			return cfg, fmt.Errorf("-parts: unknown part %q (cowfs, daemon, promote, scale, ports)", p)
 		}
 	}
 	for _, s := range strings.Split(*sizes, ",") {
@@ -303,7 +306,7 @@ func printDaemon(w *os.File, cfg config, d *table) {
 		"for those the daemon is restarted with `userns = \"require\"` and `root_layers` the testbed root's two layers, "+
 		"so that each sandbox maps a block of host ids and stacks idmapped mounts of those layers, its volume and the project; "+
 		"their creates and commands are timed as above, with the same counts, after the rows without, and are given against them. "+
-		processesNote+" "+filesNote+"\n", cfg.creates)
+		processesNote+" "+filesNote+" "+portsNote+"\n", cfg.creates)
 }
 
 // loadAverage is the 1-minute load average: other work on the machine
