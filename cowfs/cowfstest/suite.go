@@ -52,6 +52,7 @@ func Run(t *testing.T, newPool func(t *testing.T) Pool) {
 		{"SendAndReceive", sendReceive},
 		{"CorruptStreamLeavesNothing", corruptStream},
 		{"QuotaStopsWrites", quota},
+		{"GroupQuotaBoundsVolumesTogether", groupQuota},
 		{"ForeignLocationIsRefused", foreign},
 	}
 	for _, c := range checks {
