@@ -34,7 +34,9 @@ func writeUp(path string, max int) (int, error) {
 	return written, f.Close()
 }
 
-func quotaStop(err error) bool { return errors.Is(err, syscall.EDQUOT) || errors.Is(err, syscall.ENOSPC) }
+func quotaStop(err error) bool {
+	return errors.Is(err, syscall.EDQUOT) || errors.Is(err, syscall.ENOSPC)
+}
 
 // groupQuota: one bound over a sandbox's volume, its layer and its
 // checkpoint, which a rollback to the checkpoint does not lift; removed,
