@@ -175,8 +175,12 @@ func (b *Backend) keepGroups(old uint64, path string) error {
 		if err != nil {
 			return fmt.Errorf("reading the limit of 0/%d: %q: %w", old, s, err)
 		}
-		if err := limitExclusive(path, limit); err != nil {
-			return fmt.Errorf("limiting 0/%d: %w", sub, err)
+		// By the pool's mount: a call on the new tree would reserve
+		// metadata in its (maybe full) groups and fail with EDQUOT.
+		if limit != 0 && limit != math.MaxUint64 {
+			if err := qgroupLimit(b.mount, sub, limit); err != nil {
+				return fmt.Errorf("limiting 0/%d: %w", sub, err)
+			}
 		}
 	}
 	return nil

@@ -1,0 +1,107 @@
+package integration
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/sandboxd/sandboxd/tests/testbed"
+)
+
+// Issue 28's findings 6 and 7: a tenant's disk bounds, as a member of
+// group sandboxd meets them (rootAgent, root inside its sandbox).
+
+// writeMiB is a script that writes up to n MiB into path (with an fsync,
+// so that a quota stops it there and then) and prints the bytes that went
+// in.
+func writeMiB(path string, n int) string {
+	return fmt.Sprintf(`dd if=/dev/zero of=%[1]s bs=1M count=%[2]d conv=fsync 2>/dev/null; sync; stat -c %%s %[1]s 2>/dev/null || echo 0`, path, n)
+}
+
+// bytesOut reads the number a writeMiB script printed.
+func bytesOut(t *testing.T, what, out string) int64 {
+	t.Helper()
+	n, err := strconv.ParseInt(strings.TrimSpace(out), 10, 64)
+	if err != nil {
+		t.Fatalf("%s: %q is no byte count", what, out)
+	}
+	return n
+}
+
+// levelOneQgroups counts the level-1 qgroups (groups of quota groups) on
+// the testbed's btrfs.
+func levelOneQgroups(t *testing.T, tb *testbed.Info) int {
+	t.Helper()
+	uuid := strings.TrimSpace(testbed.MustRun(t, "findmnt", "-n", "-o", "UUID", "--target", tb.Btrfs.Mount))
+	entries, err := os.ReadDir(filepath.Join("/sys/fs/btrfs", uuid, "qgroups"))
+	if err != nil {
+		return 0 // quotas off: none
+	}
+	n := 0
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), "1_") {
+			n++
+		}
+	}
+	return n
+}
+
+const mib = 1 << 20
+
+// Finding 7: `--disk 64M` stopped the project's write at 64 MiB, then 60
+// MiB more went into /opt (the system layer had its own copy of the same
+// quota), and a rollback to a checkpoint gave the volume a new tree with
+// no quota at all. Now the volume, the layer and the checkpoints share
+// one bound: the project's write and /opt's together stop at 64 MiB,
+// also after a rollback, and the bound goes with the sandbox.
+func TestHostileDiskQuotaBoundsTheProjectAndTheSystemLayerTogether(t *testing.T) {
+	tb, _, _ := rootInsideSetup(t)
+	groups := levelOneQgroups(t, tb)
+	id := strings.TrimSpace(okAs(t, rootAgent, "create", "--quiet", "--disk", "64M", "web"))
+	destroyed := false
+	t.Cleanup(func() {
+		if !destroyed {
+			ctl(t, "", "destroy", id)
+		}
+	})
+	proj := tb.Btrfs.Project
+
+	// The control: /opt takes writes (8 MiB, removed again).
+	if n := bytesOut(t, "8 MiB into /opt", agentShOK(t, id, true, writeMiB("/opt/probe", 8))); n != 8*mib {
+		t.Fatalf("the control: 8 MiB into /opt wrote %d bytes; want all of it", n)
+	}
+	agentShOK(t, id, true, "rm /opt/probe && sync")
+
+	// The project's write stops at the quota; /opt then takes what is left.
+	inProject := bytesOut(t, "the project's write", agentShOK(t, id, true, writeMiB(proj+"/fill", 100)))
+	if inProject < 56*mib || inProject > 66*mib {
+		t.Fatalf("100 MiB into the project under --disk 64M: %d bytes went in; want about 64 MiB", inProject)
+	}
+	inOpt := bytesOut(t, "/opt's write", agentShOK(t, id, true, writeMiB("/opt/fill", 100)))
+	t.Logf("--disk 64M: %.1f MiB into the project, then %.1f MiB into /opt", float64(inProject)/mib, float64(inOpt)/mib)
+	if total := inProject + inOpt; total > 66*mib {
+		t.Errorf("--disk 64M: the project took %d bytes and /opt %d more, %d in all; want 64 MiB in all", inProject, inOpt, total)
+	}
+
+	// A checkpoint, a rollback to it (a new tree for the volume), and the
+	// same write again: the bound holds (what the old tree wrote is still
+	// held by the checkpoint, and counted).
+	agentShOK(t, id, true, "rm -f /opt/fill && sync")
+	okAs(t, rootAgent, "checkpoint", id, "c1")
+	okAs(t, rootAgent, "rollback", id, "c1")
+	again := bytesOut(t, "the project's write after a rollback", agentShOK(t, id, true, writeMiB(proj+"/again", 100)))
+	t.Logf("after a rollback: %.1f MiB more into the project", float64(again)/mib)
+	if again > 10*mib {
+		t.Errorf("after a checkpoint and a rollback to it, %d more bytes went into the project (it held %d); want the 64 MiB bound to hold", again, inProject)
+	}
+
+	// The bound goes with the sandbox.
+	ok(t, "destroy", id)
+	destroyed = true
+	if after := levelOneQgroups(t, tb); after != groups {
+		t.Errorf("level-1 qgroups: %d before the sandbox, %d after its destroy; want its group gone", groups, after)
+	}
+}
