@@ -131,6 +131,14 @@ type Capabilities struct {
 	// quota) GroupQuota fails with ErrUnsupported, and a caller splits its
 	// bound among the volumes with SetQuota.
 	GroupQuota bool
+	// CloneAcrossVolumes: a copy into another volume may share the
+	// source's blocks (a reflink: FICLONE, copy_file_range), which the
+	// destination's quota does not count (btrfs charges an extent to the
+	// subvolume that wrote it). A bound on a volume that others copy into
+	// then needs a filesystem of its own there. False on ZFS: zfs-fuse
+	// cannot clone blocks, and OpenZFS's block cloning counts a clone in
+	// the dataset it lands in.
+	CloneAcrossVolumes bool
 	// OverlayUpper: a volume can be an overlayfs upper layer (btrfs;
 	// OpenZFS from 2.2, which has RENAME_WHITEOUT). zfs-fuse cannot.
 	OverlayUpper bool

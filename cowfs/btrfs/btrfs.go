@@ -86,6 +86,7 @@ func Open(ctx context.Context, root string) (*Backend, error) {
 			Quota:                true,
 			SimpleQuota:          kernelAtLeast(kernel, 6, 7),
 			GroupQuota:           true,
+			CloneAcrossVolumes:   true,
 			OverlayUpper:         true,
 			Idmap:                kernelAtLeast(kernel, 5, 15),
 		},

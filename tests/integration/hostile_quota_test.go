@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -103,5 +104,79 @@ func TestHostileDiskQuotaBoundsTheProjectAndTheSystemLayerTogether(t *testing.T)
 	destroyed = true
 	if after := levelOneQgroups(t, tb); after != groups {
 		t.Errorf("level-1 qgroups: %d before the sandbox, %d after its destroy; want its group gone", groups, after)
+	}
+}
+
+// copyIn is a script that copies up to all of src into dst with
+// copy_file_range, as the finding did (a reflink where the kernel can),
+// and prints the bytes copied and the error that stopped it, if any.
+func copyIn(src, dst string) string {
+	return fmt.Sprintf(`python3 -c '
+import os, sys
+s = os.open(%q, os.O_RDONLY); d = os.open(%q, os.O_WRONLY|os.O_CREAT, 0o600); n = 0
+try:
+    while True:
+        c = os.copy_file_range(s, d, 1 << 30)
+        if c == 0: break
+        n += c
+    print(n, "ok")
+except OSError as e:
+    print(n, e.strerror)
+'`, src, dst)
+}
+
+// cacheBytes is a script that prints the bytes of the files in the cache.
+const cacheBytes = `du -sb /var/cache/sandbox | cut -f1`
+
+// Finding 6: with cache_quota = "32MiB" a plain write stopped at 31 MiB,
+// but copy_file_range of 72 MiB from the project into the cache succeeded
+// (a reflink, which btrfs charges to the volume that wrote the extent,
+// not to the cache's), and stayed after the sandbox was destroyed;
+// repeated, it filled the pool. Now the cache is a filesystem of its own
+// (an ext4 image of cache_quota bytes): the same copy is refused (EXDEV,
+// then ENOSPC for a copy by writes), and sandbox after sandbox the cache
+// never holds more than its quota. The control: the same reflink from the
+// project into the sandbox's own volume works.
+func TestHostileCacheQuotaHoldsAgainstReflinksAndAcrossSandboxes(t *testing.T) {
+	tb := install(t)
+	regularMember(t, rootAgent)
+	reconfigure(t, fmt.Sprintf("users = [%q]\n[limits]\ncache_quota = \"32MiB\"\n", rootAgent))
+	okAs(t, rootAgent, "cache", "clear")
+	t.Cleanup(func() { ctlAs(t, rootAgent, "cache", "clear") })
+	webFile(t, tb, "big72", bytes.Repeat([]byte("cache quota "), 72*mib/12), 0, 0, 0o644)
+	big := filepath.Join(tb.Btrfs.Project, "big72")
+	const quota = 32 * mib
+
+	id := agentSandbox(t)
+	// The control: a reflink from the project into the sandbox's own
+	// volume works, and so does copy_file_range of all of it.
+	if out := agentShOK(t, id, true, fmt.Sprintf("cp --reflink=always %s %s.clone && echo cloned", big, big)); out != "cloned\n" {
+		t.Fatalf("the control: cp --reflink=always into the sandbox's volume: %q", out)
+	}
+	if out := agentShOK(t, id, true, copyIn(big, big+".cfr")); out != fmt.Sprintf("%d ok\n", 72*mib/12*12) {
+		t.Fatalf("the control: copy_file_range into the sandbox's volume: %q; want all of it", out)
+	}
+
+	// Into the cache: refused, as root inside and as the agent.
+	out := agentShOK(t, id, true, copyIn(big, "/var/cache/sandbox/cfr"))
+	t.Logf("copy_file_range of 72 MiB into a 32 MiB cache: %s", strings.TrimSpace(out))
+	if strings.HasSuffix(out, " ok\n") {
+		t.Errorf("copy_file_range of 72 MiB into a 32 MiB cache: %q; want it refused", out)
+	}
+	if out, errOut, code := agentSh(t, id, false, fmt.Sprintf("cp --reflink=always %s /var/cache/sandbox/ref", big)); code == 0 {
+		t.Errorf("cp --reflink=always into the cache: exit 0 %q %q; want it refused", out, errOut)
+	}
+
+	// Sandbox after sandbox, each copying it in (cp falls back to writes
+	// where it cannot clone), the cache holds no more than its quota.
+	for i := range 3 {
+		agentSh(t, id, false, fmt.Sprintf("cp %s /var/cache/sandbox/copy%d", big, i))
+		held := bytesOut(t, "the cache's bytes", agentShOK(t, id, false, cacheBytes))
+		t.Logf("sandbox %d: the cache holds %.1f MiB", i+1, float64(held)/mib)
+		if held > quota {
+			t.Errorf("sandbox %d: the cache holds %d bytes; want at most its quota, %d", i+1, held, quota)
+		}
+		ctl(t, "", "destroy", id)
+		id = agentSandbox(t)
 	}
 }
