@@ -3,10 +3,13 @@ package cowfstest
 import (
 	"bytes"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"syscall"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandboxd/cowfs"
 )
@@ -88,5 +91,53 @@ func groupQuota(t *testing.T, p Pool) {
 	check(t, p.Backend.GroupQuota(ctx, "g1", 0))
 	if n, err := writeUp(filepath.Join(layer.Path, "d"), 12<<20); err != nil {
 		t.Fatalf("the layer after its group was removed: %d bytes, %v", n, err)
+	}
+}
+
+// cloneAcross: a copy from one volume into another with a quota escapes
+// it exactly where Capabilities.CloneAcrossVolumes says so (btrfs: the
+// reflink is charged to the volume that wrote the extent); elsewhere the
+// quota stops it. The copy is copy_file_range, then writes where the
+// kernel cannot copy between the two (as cp does).
+func cloneAcross(t *testing.T, p Pool) {
+	fill(t, p.Project.Path)
+	base := ok[cowfs.Volume](t)(p.Backend.Snapshot(ctx, p.Project, "b1", true))
+	a := ok[cowfs.Volume](t)(p.Backend.Snapshot(ctx, base, "a1", false))
+	b := ok[cowfs.Volume](t)(p.Backend.Snapshot(ctx, base, "a2", false))
+	const size, limit = 16 << 20, 4 << 20
+	if n, err := writeUp(filepath.Join(a.Path, "big"), size); err != nil {
+		t.Fatalf("16 MiB into a volume: %d bytes, %v", n, err)
+	}
+	syncFS(t, a.Path)
+	check(t, p.Backend.SetQuota(ctx, b, limit))
+	src, err := os.Open(filepath.Join(a.Path, "big"))
+	check(t, err)
+	defer src.Close()
+	dst, err := os.Create(filepath.Join(b.Path, "big"))
+	check(t, err)
+	copied, how := 0, "copy_file_range"
+	var cerr error
+	for copied < size {
+		n, err := unix.CopyFileRange(int(src.Fd()), nil, int(dst.Fd()), nil, size-copied, 0)
+		if err == nil && n > 0 {
+			copied += n
+			continue
+		}
+		cerr = err
+		if copied == 0 && (errors.Is(err, unix.EXDEV) || errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOSYS)) {
+			how = "writes (copy_file_range: " + err.Error() + ")"
+			m, err := io.Copy(dst, src)
+			copied, cerr = int(m), err
+		}
+		break
+	}
+	if err := dst.Sync(); cerr == nil {
+		cerr = err
+	}
+	dst.Close()
+	escaped := copied == size && cerr == nil
+	t.Logf("a copy of 16 MiB into a volume with a 4 MiB quota, by %s: %d bytes went in (%v)", how, copied, cerr)
+	if caps := p.Backend.Info().Capabilities; escaped != caps.CloneAcrossVolumes {
+		t.Fatalf("a copy of 16 MiB into a volume with a 4 MiB quota went in whole: %v; CloneAcrossVolumes says %v", escaped, caps.CloneAcrossVolumes)
 	}
 }

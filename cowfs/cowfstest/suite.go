@@ -53,6 +53,7 @@ func Run(t *testing.T, newPool func(t *testing.T) Pool) {
 		{"CorruptStreamLeavesNothing", corruptStream},
 		{"QuotaStopsWrites", quota},
 		{"GroupQuotaBoundsVolumesTogether", groupQuota},
+		{"CloneAcrossVolumesAsTheCapabilitySays", cloneAcross},
 		{"ForeignLocationIsRefused", foreign},
 	}
 	for _, c := range checks {
