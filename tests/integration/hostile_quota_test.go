@@ -139,7 +139,7 @@ const cacheBytes = `du -sb /var/cache/sandbox | cut -f1`
 // project into the sandbox's own volume works.
 func TestHostileCacheQuotaHoldsAgainstReflinksAndAcrossSandboxes(t *testing.T) {
 	tb := install(t)
-	regularMember(t, rootAgent)
+	uid, _ := regularMember(t, rootAgent)
 	reconfigure(t, fmt.Sprintf("users = [%q]\n[limits]\ncache_quota = \"32MiB\"\n", rootAgent))
 	okAs(t, rootAgent, "cache", "clear")
 	t.Cleanup(func() { ctlAs(t, rootAgent, "cache", "clear") })
@@ -178,5 +178,20 @@ func TestHostileCacheQuotaHoldsAgainstReflinksAndAcrossSandboxes(t *testing.T) {
 		}
 		ctl(t, "", "destroy", id)
 		id = agentSandbox(t)
+	}
+
+	// A daemon restart finds the filesystem mounted and uses it as it is
+	// (never a second mount of the same image), its files kept.
+	testbed.MustRun(t, "systemctl", "restart", "sandboxd.service")
+	after := agentSandbox(t)
+	if out := agentShOK(t, after, false, "ls /var/cache/sandbox"); out != "cfr\ncopy0\ncopy1\ncopy2\nref\n" {
+		t.Errorf("the cache after a daemon restart: %q; want the copies kept", out)
+	}
+	mounts, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(mounts), fmt.Sprintf("/cachefs-u%d/fs ", uid)); n != 1 {
+		t.Errorf("the agent's cache filesystem is mounted %d times after a restart; want once", n)
 	}
 }
