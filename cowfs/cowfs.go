@@ -125,6 +125,20 @@ type Capabilities struct {
 	// SimpleQuota: the quota is btrfs's simple quota (squota), which counts
 	// exactly what a snapshot writes; false on ZFS and on btrfs qgroups.
 	SimpleQuota bool
+	// GroupQuota: one limit bounds what several volumes write together
+	// (btrfs: a level-1 qgroup over the volumes' own). Without it (ZFS:
+	// sandboxd's datasets are siblings, not children of one parent with a
+	// quota) GroupQuota fails with ErrUnsupported, and a caller splits its
+	// bound among the volumes with SetQuota.
+	GroupQuota bool
+	// CloneAcrossVolumes: a copy into another volume may share the
+	// source's blocks (a reflink: FICLONE, copy_file_range), which the
+	// destination's quota does not count (btrfs charges an extent to the
+	// subvolume that wrote it). A bound on a volume that others copy into
+	// then needs a filesystem of its own there. False on ZFS: zfs-fuse
+	// cannot clone blocks, and OpenZFS's block cloning counts a clone in
+	// the dataset it lands in.
+	CloneAcrossVolumes bool
 	// OverlayUpper: a volume can be an overlayfs upper layer (btrfs;
 	// OpenZFS from 2.2, which has RENAME_WHITEOUT). zfs-fuse cannot.
 	OverlayUpper bool
@@ -199,6 +213,15 @@ type Backend interface {
 
 	// SetQuota limits what v may write, in bytes (0 removes the limit).
 	SetQuota(ctx context.Context, v Volume, bytes uint64) error
+	// GroupQuota bounds what the volumes vols write together to bytes,
+	// under group, a name of the caller's (a sandbox's id): a sandbox's
+	// volume, its system layer and its checkpoints share one bound. Called
+	// again, it adds vols to the group and sets its limit anew; a volume
+	// deleted stays counted while what it wrote is still held (by a
+	// checkpoint), and Rollback keeps a volume in its groups. bytes 0
+	// removes the group (its volumes stay, unbounded by it); a group not
+	// found is no error.
+	GroupQuota(ctx context.Context, group string, bytes uint64, vols ...Volume) error
 	// Usage reads v's disk use and limit.
 	Usage(ctx context.Context, v Volume) (Usage, error)
 

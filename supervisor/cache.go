@@ -26,7 +26,9 @@ import (
 // bounds what all of the owner's sandboxes put there together. It is not
 // under the project: checkpoints, diffs and promotions never see it, and
 // a destroy keeps it. A cache is a convenience: a sandbox whose cache
-// cannot be had is made without one.
+// cannot be had is made without one. Where a copy into a volume escapes
+// its quota (btrfs reflinks), a cache with a quota is a filesystem of its
+// own instead (cache_image.go).
 
 // cacheEnv sends the tools' caches into the owner's cache volume.
 var cacheEnv = []string{
@@ -52,6 +54,9 @@ type caches struct {
 	quotaSet map[uint32]bool
 	// warned: problems logged once (by owner and kind).
 	warned map[string]bool
+	// mount: cache filesystems are made and mounted one at a time
+	// (cache_image.go): an image mounted twice would be corrupted.
+	mount sync.Mutex
 }
 
 type cacheLock struct {
@@ -121,6 +126,14 @@ func (s *Supervisor) useCache(ctx context.Context, owner uint32) (string, func()
 		return "", func() {}
 	}
 	unlock := s.caches.lock(owner, true)
+	if s.cacheOnImage() {
+		path, err := s.imageCache(ctx, owner)
+		if err != nil {
+			s.withoutCache(owner, "filesystem", err)
+			return "", unlock
+		}
+		return path, unlock
+	}
 	v, err := s.ownerCache(ctx, owner)
 	if err != nil {
 		s.withoutCache(owner, "volume", err)
@@ -275,6 +288,9 @@ func (s *Supervisor) ClearCache(ctx context.Context, owner uint32) (err error) {
 		return fmt.Errorf("clearing the cache of uid %d: sandboxes have no caches here: %w", owner, cowfs.ErrUnsupported)
 	}
 	defer s.caches.lock(owner, false)()
+	if s.cacheOnImage() {
+		return s.clearImageCache(ctx, owner)
+	}
 	v, err := s.cfg.Backend.Get(ctx, cacheName(owner))
 	if errors.Is(err, cowfs.ErrNotFound) {
 		return nil

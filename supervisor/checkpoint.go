@@ -108,6 +108,9 @@ func (s *Supervisor) Checkpoint(ctx context.Context, id, name string) (ck Checkp
 		}
 	}
 	crashpoint.Hit(crashpoint.CheckpointSnapshots)
+	if err := s.boundDisk(ctx, rec, made...); err != nil {
+		return ck, fmt.Errorf("%s: %w", what, err)
+	}
 	ck = Checkpoint{Name: name, Created: time.Now().UTC(), Layer: rec.Layer != ""}
 	rec, err = s.cfg.Store.Update(id, func(r *state.Record) error {
 		r.Checkpoints = append(r.Checkpoints, ck)

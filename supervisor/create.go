@@ -250,11 +250,6 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 	undo = append(undo, func(ctx context.Context) error { return s.cfg.Backend.Delete(ctx, vol) })
 	crashpoint.Hit(crashpoint.CreateVolume)
 	timing.mark("volume")
-	if opts.DiskQuota > 0 {
-		if err := s.cfg.Backend.SetQuota(ctx, vol, opts.DiskQuota); err != nil {
-			return sb, fmt.Errorf("creating sandbox %s: %w", id, err)
-		}
-	}
 	if !early {
 		if err := launch(); err != nil {
 			return sb, fmt.Errorf("creating sandbox %s: %w", id, err)
@@ -268,6 +263,10 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 	if err != nil {
 		return sb, fmt.Errorf("creating sandbox %s: its system layer: %w", id, err)
 	}
+	if err := s.boundDisk(ctx, rec, vol, layer); err != nil {
+		return sb, fmt.Errorf("creating sandbox %s: %w", id, err)
+	}
+	undo = append(undo, func(ctx context.Context) error { s.unboundDisk(ctx, rec); return nil })
 	crashpoint.Hit(crashpoint.CreateLayer)
 	timing.mark("layer")
 	undo = append(undo, func(context.Context) error { return s.removeWorld(id) })

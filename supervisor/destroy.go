@@ -60,6 +60,7 @@ func (s *Supervisor) finishDestroy(ctx context.Context, rec state.Record) error 
 	if err := s.removeWorld(rec.ID); err != nil {
 		return err
 	}
+	s.unboundDisk(ctx, rec)
 	// Checkpoints (snapshots of the sandbox) first; clones before their
 	// origins; the layer by its name, which a crash may have left out of
 	// the record.

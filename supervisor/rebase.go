@@ -175,10 +175,8 @@ func (s *Supervisor) Rebase(ctx context.Context, id string) (sb Sandbox, err err
 		return sb, fmt.Errorf("%s: %w", what, err)
 	}
 	made = append(made, newVol)
-	if rec.DiskQuota > 0 {
-		if err := s.cfg.Backend.SetQuota(ctx, newVol, rec.DiskQuota); err != nil {
-			return sb, fmt.Errorf("%s: %w", what, err)
-		}
+	if err := s.boundDisk(ctx, rec, newVol); err != nil {
+		return sb, fmt.Errorf("%s: %w", what, err)
 	}
 	if _, err := promote.Apply(ctx, changes, src.Path, newVol.Path); err != nil {
 		return sb, fmt.Errorf("%s: applying its changes onto the project: %w", what, err)

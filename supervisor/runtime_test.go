@@ -209,9 +209,19 @@ func TestASandboxOnZFS(t *testing.T) {
 	if err := sup.ProbeUserNS(ctx); err != nil {
 		t.Fatal(err)
 	}
-	sb, err := sup.Create(ctx, supervisor.CreateOptions{Project: "data"})
+	sb, err := sup.Create(ctx, supervisor.CreateOptions{Project: "data", DiskQuota: 64 << 20})
 	if err != nil {
 		t.Fatal(err)
+	}
+	// No group quota on ZFS: the disk quota is split, the volume and the
+	// tmpfs layer half each (issue 28's finding 7: each had all of it).
+	if vol, err := fs.Get(ctx, sb.Volume); err != nil {
+		t.Error(err)
+	} else if u, err := fs.Usage(ctx, vol); err != nil || u.Quota != 32<<20 {
+		t.Errorf("the ZFS sandbox's volume under --disk 64M: %+v, %v; want a quota of 32 MiB", u, err)
+	}
+	if out, res := runAs(t, sup, sb.ID, 0, "df -B1 --output=size / | tail -n 1"); strings.TrimSpace(out) != "33554432" {
+		t.Errorf("the ZFS sandbox's system layer under --disk 64M: %v %q bytes; want 32 MiB", res, out)
 	}
 	if sb.Layer != "" || sb.IDs != nil {
 		t.Errorf("a zfs-fuse sandbox's system layer is volume %q and its ids %+v; want a tmpfs and no user namespace", sb.Layer, sb.IDs)

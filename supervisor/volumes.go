@@ -50,6 +50,10 @@ const (
 	// which removes only what a sandbox's or a promotion's prefix names,
 	// keeps it). Every sandbox of that owner mounts it (cache.go).
 	prefixCache = "cache-u"
+	// prefixCacheFS: an owner's cache as a filesystem of its own, on a
+	// pool where copies into a volume escape its quota (cache_image.go):
+	// cachefs-uUID holds the image and its mount point, root's alone.
+	prefixCacheFS = "cachefs-u"
 
 	// prefixRollbackMarker: the empty volume that says a rollback of a
 	// sandbox to a checkpoint is under way ("rollback-<id>-<checkpoint>").

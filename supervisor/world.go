@@ -112,7 +112,7 @@ func (s *Supervisor) spec(ctx context.Context, rec state.Record) (nsinit.Spec, e
 		}
 		spec.Layer = layer.Path
 	} else {
-		spec.LayerSize = rec.DiskQuota
+		spec.LayerSize = diskShare(rec.DiskQuota) // the volume has the rest
 	}
 	// Where the pool or the other projects show through the host's root
 	// (a pool on the root filesystem), they are hidden: the sandbox sees
@@ -157,12 +157,7 @@ func (s *Supervisor) makeLayer(ctx context.Context, rec *state.Record) (cowfs.Vo
 		return v, false, err
 	}
 	rec.Layer = v.Name
-	if rec.DiskQuota > 0 {
-		if err := s.cfg.Backend.SetQuota(ctx, v, rec.DiskQuota); err != nil {
-			return v, true, err
-		}
-	}
-	return v, true, nil
+	return v, true, nil // bounded with the volume (boundDisk)
 }
 
 // launch starts a sandbox's init, which waits for its world (startScope):

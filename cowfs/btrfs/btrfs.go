@@ -34,6 +34,9 @@ type Backend struct {
 
 	quotaOnce sync.Once
 	quotaErr  error
+	// groupMu: a group's making and its first member are not split by
+	// the removal of groups without members (group.go).
+	groupMu sync.Mutex
 }
 
 var _ cowfs.Backend = (*Backend)(nil)
@@ -82,6 +85,8 @@ func Open(ctx context.Context, root string) (*Backend, error) {
 			Generation:           true,
 			Quota:                true,
 			SimpleQuota:          kernelAtLeast(kernel, 6, 7),
+			GroupQuota:           true,
+			CloneAcrossVolumes:   true,
 			OverlayUpper:         true,
 			Idmap:                kernelAtLeast(kernel, 5, 15),
 		},
@@ -89,6 +94,10 @@ func Open(ctx context.Context, root string) (*Backend, error) {
 	if err := b.removeLeftovers(ctx); err != nil {
 		return nil, err
 	}
+	// Groups a crash left without members: left, they cost a qgroup item
+	// each and bound nothing, so a failure to sweep them does not stop
+	// the pool from opening.
+	_ = b.sweepGroups()
 	return b, nil
 }
 

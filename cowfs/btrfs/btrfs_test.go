@@ -107,3 +107,53 @@ func TestFullPool(t *testing.T) {
 	}
 	cowfstest.FullPool(t, cowfstest.Pool{Backend: b, Project: project}, nil)
 }
+
+// levelOne lists the level-1 qgroups of the testbed's btrfs.
+func levelOne(t *testing.T, mount string) []string {
+	t.Helper()
+	out, err := exec.Command("findmnt", "-n", "-o", "UUID", "--target", mount).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries, _ := os.ReadDir(filepath.Join("/sys/fs/btrfs", strings.TrimSpace(string(out)), "qgroups"))
+	var groups []string
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), "1_") {
+			groups = append(groups, e.Name())
+		}
+	}
+	return groups
+}
+
+// A quota group a crash left without members is removed when the pool
+// opens; one with a member stays.
+func TestOpenRemovesQuotaGroupsLeftWithoutMembers(t *testing.T) {
+	tb := testbed.Require(t)
+	root := filepath.Join(tb.Btrfs.Mount, "rootg")
+	b, err := btrfs.Open(ctx, root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cowfstest.DeleteAll(ctx, b); _ = os.Remove(root) })
+	before := len(levelOne(t, tb.Btrfs.Mount))
+	v, err := b.Create(ctx, "kept")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.GroupQuota(ctx, "kept", 1<<20, v); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.GroupQuota(ctx, "kept", 0) })
+	if err := b.GroupQuota(ctx, "orphan", 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(levelOne(t, tb.Btrfs.Mount)); n != before+2 {
+		t.Fatalf("level-1 qgroups after two groups were made: %d; want %d", n, before+2)
+	}
+	if _, err := btrfs.Open(ctx, root); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(levelOne(t, tb.Btrfs.Mount)); n != before+1 {
+		t.Fatalf("level-1 qgroups after the pool opened again: %d; want %d (the group without members gone)", n, before+1)
+	}
+}

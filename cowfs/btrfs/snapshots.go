@@ -67,6 +67,18 @@ func (b *Backend) swapIn(ctx context.Context, v, to cowfs.Volume, tmp string) er
 	if err := dbtrfs.SnapshotSubVolume(to.ID, tmp, false); err != nil {
 		return fmt.Errorf("rolling back %s to %s: %w", v.Name, to.Name, classify(err))
 	}
+	// The new tree is a new subvolume: it gets v's quota groups and
+	// limit, or a rollback would lift the sandbox's disk quota.
+	if v.Kind != cowfs.KindProject {
+		old, err := subvolumeID(v.ID)
+		if err == nil {
+			err = b.keepGroups(old, tmp)
+		}
+		if err != nil {
+			_ = b.removeTree(ctx, tmp)
+			return fmt.Errorf("rolling back %s to %s: keeping its quota: %w", v.Name, to.Name, err)
+		}
+	}
 	if err := unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, v.ID, unix.RENAME_EXCHANGE); err != nil {
 		_ = b.removeTree(ctx, tmp)
 		if errors.Is(err, unix.EBUSY) || errors.Is(err, unix.EXDEV) {

@@ -52,6 +52,8 @@ func Run(t *testing.T, newPool func(t *testing.T) Pool) {
 		{"SendAndReceive", sendReceive},
 		{"CorruptStreamLeavesNothing", corruptStream},
 		{"QuotaStopsWrites", quota},
+		{"GroupQuotaBoundsVolumesTogether", groupQuota},
+		{"CloneAcrossVolumesAsTheCapabilitySays", cloneAcross},
 		{"ForeignLocationIsRefused", foreign},
 	}
 	for _, c := range checks {

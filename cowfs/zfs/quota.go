@@ -51,3 +51,13 @@ func (b *Backend) Usage(ctx context.Context, v cowfs.Volume) (cowfs.Usage, error
 	}
 	return u, nil
 }
+
+// GroupQuota is not had: sandboxd's datasets are siblings under its root,
+// and only a parent dataset's quota would bound several of them together
+// (a layout change). Callers split their bound (Capabilities.GroupQuota).
+func (b *Backend) GroupQuota(ctx context.Context, group string, bytes uint64, vols ...cowfs.Volume) error {
+	if bytes == 0 {
+		return nil // never made
+	}
+	return fmt.Errorf("bounding %d volumes together as %q: ZFS datasets of sandboxd's are not under one parent: %w", len(vols), group, cowfs.ErrUnsupported)
+}

@@ -298,8 +298,9 @@ func volumesAndScopes(t *testing.T, root string) ([]string, []string) {
 	}
 	var vols []string
 	for _, e := range entries {
-		// An owner's cache (cache-u<uid>) is no sandbox's: it outlives them.
-		if !strings.HasPrefix(e.Name(), ".") && !strings.HasPrefix(e.Name(), "cache-u") {
+		// An owner's cache (cache-u<uid>, or cachefs-u<uid> where it is a
+		// filesystem of its own) is no sandbox's: it outlives them.
+		if !strings.HasPrefix(e.Name(), ".") && !strings.HasPrefix(e.Name(), "cache-u") && !strings.HasPrefix(e.Name(), "cachefs-u") {
 			vols = append(vols, e.Name())
 		}
 	}

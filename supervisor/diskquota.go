@@ -1,0 +1,58 @@
+package supervisor
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/sandboxd/sandboxd/cowfs"
+	"github.com/sandboxd/sandboxd/supervisor/state"
+)
+
+// A sandbox's disk quota bounds what it writes in all: its project's
+// volume, its system layer (/usr, /opt, /etc, ...) and its checkpoints
+// together. Where the pool has group quotas (btrfs) they share one bound,
+// a quota group named by the sandbox's id, removed with the sandbox.
+// Elsewhere (ZFS) the bound is split: the volume and the layer (a volume
+// or a tmpfs) get half each, so that together they never hold more.
+
+// boundDisk puts sandbox rec's volumes vols under its disk quota: into
+// its group, or each writable one to its share. A zero Volume (a layer
+// that is a tmpfs) is skipped.
+func (s *Supervisor) boundDisk(ctx context.Context, rec state.Record, vols ...cowfs.Volume) error {
+	vols = slices.DeleteFunc(slices.Clone(vols), func(v cowfs.Volume) bool { return v.Name == "" })
+	if rec.DiskQuota == 0 || len(vols) == 0 {
+		return nil
+	}
+	if s.cfg.Backend.Info().Capabilities.GroupQuota {
+		if err := s.cfg.Backend.GroupQuota(ctx, rec.ID, rec.DiskQuota, vols...); err != nil {
+			return fmt.Errorf("bounding the disk of sandbox %s: %w", rec.ID, err)
+		}
+		return nil
+	}
+	for _, v := range vols {
+		if v.ReadOnly() {
+			continue // a ZFS snapshot counts in its dataset's quota
+		}
+		if err := s.cfg.Backend.SetQuota(ctx, v, diskShare(rec.DiskQuota)); err != nil {
+			return fmt.Errorf("bounding the disk of sandbox %s: %w", rec.ID, err)
+		}
+	}
+	return nil
+}
+
+// diskShare is the part of a split disk quota each of the volume and the
+// layer gets.
+func diskShare(quota uint64) uint64 { return quota / 2 }
+
+// unboundDisk removes sandbox rec's quota group, if it has one. A group
+// left (logged) bounds volumes that are deleted next; the backend removes
+// groups without members when it opens.
+func (s *Supervisor) unboundDisk(ctx context.Context, rec state.Record) {
+	if rec.DiskQuota == 0 || !s.cfg.Backend.Info().Capabilities.GroupQuota {
+		return
+	}
+	if err := s.cfg.Backend.GroupQuota(ctx, rec.ID, 0); err != nil {
+		s.log.Warn("removing a sandbox's quota group", "SANDBOX_ID", rec.ID, "error", err)
+	}
+}
