@@ -75,3 +75,31 @@ func TestProxiesCapAnOwnersConnections(t *testing.T) {
 		t.Errorf("a tunnel once one closed: %s", resp.Status)
 	}
 }
+
+// TestProxyCapsAllConnections: past MaxConnsAll counted for everyone
+// (here by other owners, through other proxies), a sandbox's first
+// tunnel is refused at once, 503, and served again once one is released.
+func TestProxyCapsAllConnections(t *testing.T) {
+	echo := startEcho(t)
+	var conns connbound.Counter
+	var releases []func()
+	for uid := uint32(1); conns.Total() < MaxConnsAll; uid++ {
+		for range min(MaxConnsPerOwner, MaxConnsAll-conns.Total()) {
+			release, _, _ := conns.Admit(uid, MaxConnsPerOwner, MaxConnsAll)
+			releases = append(releases, release)
+		}
+	}
+	proxy, logs, _, _ := startProxy(t, &Proxy{Allow: allow(t, echo), Conns: &conns, Owner: 1000})
+	c, _, resp := connect(t, proxy, echo)
+	if text := body(t, resp); resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(text, "for all sandboxes") {
+		t.Fatalf("a tunnel past %d in all: %s %q; want 503", MaxConnsAll, resp.Status, text)
+	}
+	c.Close()
+	if lines := logs.entries(t, "egress refused"); len(lines) != 1 || !strings.Contains(lines[0]["reason"].(string), "the most the daemon holds") {
+		t.Errorf("the refusal's line: %v", lines)
+	}
+	releases[0]()
+	if _, _, resp := connect(t, proxy, echo); resp.StatusCode != http.StatusOK {
+		t.Errorf("a tunnel once one was released: %s", resp.Status)
+	}
+}
