@@ -10,9 +10,9 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
+	"github.com/sandboxd/sandboxd/internal/connbound"
 	"github.com/sandboxd/sandboxd/runtime/egress"
 	"github.com/sandboxd/sandboxd/supervisor/audit"
 	"github.com/sandboxd/sandboxd/supervisor/state"
@@ -54,9 +54,11 @@ const (
 // a goroutine each, and about 15 KiB of RSS (measured: 7.5 MiB for 512).
 const PortConnMemory = 384 << 10
 
+// The sizes are internal/connbound's, which the egress proxy's tunnels
+// use too.
 const (
-	portSocketBuffer = 32 << 10 // SO_RCVBUF and SO_SNDBUF asked of each socket
-	portCopyBuffer   = 16 << 10 // the copy's buffer, each way
+	portSocketBuffer = connbound.SocketBuffer // SO_RCVBUF and SO_SNDBUF asked of each socket
+	portCopyBuffer   = connbound.CopyBuffer   // the copy's buffer, each way
 )
 
 // portsDir holds the exposed ports' unix sockets, <id>-<port>.sock.
@@ -96,35 +98,22 @@ func (e *exposedPort) address() string {
 type portTable struct {
 	mu    sync.Mutex
 	m     map[portKey]*exposedPort
-	conns map[uint32]int // open connections by owner, through all its ports
-	total int            // open connections through all ports
+	conns connbound.Counter // open connections by owner and in all, through all ports
 }
 
 // admit counts a connection through a port of owner's, or, past
 // MaxPortConnsPerOwner or MaxPortConnsAll, says why it is refused.
 // release uncounts it (once, however often it is called).
 func (t *portTable) admit(owner uint32) (release func(), refusal string) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if n := t.conns[owner]; n >= MaxPortConnsPerOwner {
+	release, n, byOwner := t.conns.Admit(owner, MaxPortConnsPerOwner, MaxPortConnsAll)
+	switch {
+	case release != nil:
+		return release, ""
+	case byOwner:
 		return nil, fmt.Sprintf("too many connections: %d open through the ports of uid %d's sandboxes, the most an owner may have", n, owner)
+	default:
+		return nil, fmt.Sprintf("too many connections: %d open through all exposed ports, the most the daemon holds", n)
 	}
-	if t.total >= MaxPortConnsAll {
-		return nil, fmt.Sprintf("too many connections: %d open through all exposed ports, the most the daemon holds", t.total)
-	}
-	if t.conns == nil {
-		t.conns = map[uint32]int{}
-	}
-	t.conns[owner]++
-	t.total++
-	return sync.OnceFunc(func() {
-		t.mu.Lock()
-		defer t.mu.Unlock()
-		if t.conns[owner]--; t.conns[owner] <= 0 {
-			delete(t.conns, owner)
-		}
-		t.total--
-	}), ""
 }
 
 func (t *portTable) get(k portKey) *exposedPort {
@@ -287,7 +276,7 @@ func (s *Supervisor) openPort(rec state.Record, p state.Port) (*exposedPort, err
 	if p.TCP {
 		// Accepted sockets take the listener's buffers, pinned before
 		// the handshake that sizes the window.
-		lc := net.ListenConfig{Control: func(_, _ string, rc syscall.RawConn) error { return controlBuffers(rc) }}
+		lc := net.ListenConfig{Control: connbound.ListenControl}
 		tln, err := lc.Listen(context.Background(), "tcp4", "127.0.0.1:0")
 		if err != nil {
 			s.closePort(e)
@@ -369,7 +358,7 @@ func (s *Supervisor) servePort(e *exposedPort, ln net.Listener, checkPeer bool) 
 				return
 			}
 			defer release()
-			if err := pinBuffers(c); err != nil {
+			if err := connbound.Pin(c); err != nil {
 				s.refusePort(e, c, err.Error())
 				return
 			}
@@ -407,7 +396,7 @@ func (s *Supervisor) forward(e *exposedPort, c net.Conn) {
 	// the owner reaches anyway. The socket is the owner's, not root's,
 	// so that no check of a peer's uid there (another sandbox's exposed
 	// TCP port) takes the owner for root.
-	in, err := egress.DialInNetNSAsWith(ctx, fmt.Sprintf("/proc/self/fd/%d", ns.Fd()), fmt.Sprintf("127.0.0.1:%d", e.key.port), e.owner, setBuffers)
+	in, err := egress.DialInNetNSAsWith(ctx, fmt.Sprintf("/proc/self/fd/%d", ns.Fd()), fmt.Sprintf("127.0.0.1:%d", e.key.port), e.owner, connbound.SetBuffers)
 	cancel()
 	ns.Close()
 	if err != nil {

@@ -200,46 +200,14 @@ func TestPortConnsCappedPerOwnerAndInAll(t *testing.T) {
 	if _, refusal := tab.admit(1000); refusal == "" {
 		t.Fatal("a second release gave a second place back")
 	}
-	for uid := uint32(1); tab.total < MaxPortConnsAll; uid++ {
-		for range min(MaxPortConnsPerOwner, MaxPortConnsAll-tab.total) {
+	for uid := uint32(1); tab.conns.Total() < MaxPortConnsAll; uid++ {
+		for range min(MaxPortConnsPerOwner, MaxPortConnsAll-tab.conns.Total()) {
 			if _, refusal := tab.admit(uid); refusal != "" {
-				t.Fatalf("uid %d with %d open in all: %s", uid, tab.total, refusal)
+				t.Fatalf("uid %d with %d open in all: %s", uid, tab.conns.Total(), refusal)
 			}
 		}
 	}
 	if _, refusal := tab.admit(5); refusal == "" || !strings.Contains(refusal, "all exposed ports") {
 		t.Fatalf("past %d in all: %q; want a refusal", MaxPortConnsAll, refusal)
 	}
-}
-
-// TestPinBuffers: a connection's queues are what was asked (doubled by
-// the kernel), not the defaults.
-func TestPinBuffers(t *testing.T) {
-	a, b := net.Pipe()
-	defer a.Close()
-	defer b.Close()
-	if err := pinBuffers(a); err == nil {
-		t.Fatal("pinBuffers of a pipe with no descriptor: no error")
-	}
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	c, err := net.Dial("tcp4", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if err := pinBuffers(c); err != nil {
-		t.Fatal(err)
-	}
-	rc, _ := c.(*net.TCPConn).SyscallConn()
-	rc.Control(func(fd uintptr) {
-		for _, opt := range []int{unix.SO_RCVBUF, unix.SO_SNDBUF} {
-			if v, err := unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, opt); err != nil || v != 2*portSocketBuffer {
-				t.Errorf("option %d: %d, %v; want %d", opt, v, err, 2*portSocketBuffer)
-			}
-		}
-	})
 }

@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -25,7 +24,7 @@ import (
 // as a half close. No byte either way for idle, or a failure, closes both.
 // Each way reads again only once dst took what it read: a side that does
 // not read stops the other's writes (the queues between are pinned small,
-// pinBuffers), instead of the daemon's memory taking them.
+// connbound.Pin), instead of the daemon's memory taking them.
 func splice(a, b net.Conn, idle time.Duration) {
 	var last atomic.Int64
 	last.Store(time.Now().UnixNano())
@@ -61,40 +60,6 @@ func splice(a, b net.Conn, idle time.Duration) {
 	go func() { defer close(done); one(b, a) }()
 	one(a, b)
 	<-done
-}
-
-// setBuffers pins the socket fd's receive and send queues to
-// portSocketBuffer: set, they no longer grow with TCP's autotuning (up to
-// tcp_rmem's and tcp_wmem's 6 and 4 MiB) or stay at a unix socket's 208
-// KiB default.
-func setBuffers(fd uintptr) error {
-	for _, opt := range []int{unix.SO_RCVBUF, unix.SO_SNDBUF} {
-		if err := unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, opt, portSocketBuffer); err != nil {
-			return fmt.Errorf("setting a socket's buffers to %d bytes: %w", portSocketBuffer, err)
-		}
-	}
-	return nil
-}
-
-func controlBuffers(rc syscall.RawConn) error {
-	var err error
-	if cerr := rc.Control(func(fd uintptr) { err = setBuffers(fd) }); cerr != nil {
-		return fmt.Errorf("setting a socket's buffers: %w", cerr)
-	}
-	return err
-}
-
-// pinBuffers pins c's queues (setBuffers).
-func pinBuffers(c net.Conn) error {
-	sc, ok := c.(syscall.Conn)
-	if !ok {
-		return fmt.Errorf("setting a connection's buffers: %T has no descriptor", c)
-	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
-		return fmt.Errorf("setting a connection's buffers: %w", err)
-	}
-	return controlBuffers(rc)
 }
 
 // lineCount lets through at most 10 lines a minute, and counts the rest

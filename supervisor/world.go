@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/cowfs"
+	"github.com/sandboxd/sandboxd/internal/connbound"
 	"github.com/sandboxd/sandboxd/runtime/egress"
 	"github.com/sandboxd/sandboxd/runtime/nsinit"
 	"github.com/sandboxd/sandboxd/supervisor/state"
@@ -49,6 +50,9 @@ type world struct {
 type worlds struct {
 	mu sync.Mutex
 	m  map[string]*world
+	// egress counts the connections through all the sandboxes' proxies,
+	// by owner and in all (egress.MaxConnsPerOwner, egress.MaxConnsAll).
+	egress connbound.Counter
 }
 
 func (w *worlds) get(id string) *world {
@@ -206,13 +210,17 @@ func (s *Supervisor) startProxy(rec state.Record, w *world) error {
 	if err != nil {
 		return err
 	}
-	ln, err := egress.ListenInNetNS(fmt.Sprintf("/proc/%d/ns/net", w.pid), ProxyAddr)
+	// The sandbox's sockets pinned small before their handshake, as the
+	// origins' are (ownerDialer): what a tunnel holds is bounded
+	// (egress.ConnMemory).
+	ln, err := egress.ListenInNetNSWith(fmt.Sprintf("/proc/%d/ns/net", w.pid), ProxyAddr, connbound.SetBuffers)
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	w.stopProxy, w.proxyClosed = cancel, make(chan struct{})
-	p := &egress.Proxy{Allow: allow, Log: s.log, Sandbox: rec.ID, Dialer: ownerDialer{uid: rec.Owner}}
+	p := &egress.Proxy{Allow: allow, Log: s.log, Sandbox: rec.ID, Dialer: ownerDialer{uid: rec.Owner},
+		Conns: &s.worlds.egress, Owner: rec.Owner}
 	go func() {
 		defer close(w.proxyClosed)
 		if err := p.Serve(ctx, ln); err != nil {
@@ -328,7 +336,7 @@ type ownerDialer struct{ uid uint32 }
 func (d ownerDialer) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	return egress.DialInNetNSAs(ctx, "/proc/self/ns/net", addr, d.uid)
+	return egress.DialInNetNSAsWith(ctx, "/proc/self/ns/net", addr, d.uid, connbound.SetBuffers)
 }
 
 // hadProcesses reports whether sandbox rec's init has kept a background

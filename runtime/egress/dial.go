@@ -9,6 +9,8 @@ import (
 	"net/netip"
 	"slices"
 	"strconv"
+
+	"github.com/sandboxd/sandboxd/internal/connbound"
 )
 
 // open decides whether the sandbox may reach host:port and, if so,
@@ -43,7 +45,13 @@ func (p *Proxy) open(ctx context.Context, c net.Conn, method, host, portText str
 	for _, a := range addrs {
 		up, err := p.dialer().DialContext(ctx, "tcp", netip.AddrPortFrom(a, uint16(port)).String())
 		if err == nil {
-			return up
+			// The origin's queues pinned small too: a fast origin fills
+			// them and waits, while the sandbox does not read (a Dialer
+			// that pins before connecting sizes TCP's window as well).
+			if err = connbound.Pin(up); err == nil {
+				return up
+			}
+			up.Close()
 		}
 		errs = append(errs, err)
 	}

@@ -28,6 +28,9 @@ func (p *Proxy) forward(ctx context.Context, c net.Conn, req *http.Request, targ
 		},
 		DisableKeepAlives:  true,
 		DisableCompression: true,
+		// An origin's header is held whole while it is read: bounded
+		// as the sandbox's is, not by the default 1 MiB.
+		MaxResponseHeaderBytes: maxHeaderBytes,
 	}
 	defer tr.CloseIdleConnections()
 

@@ -10,18 +10,38 @@ import (
 	"time"
 )
 
-// refuseBusy answers a connection past the cap 503 and closes it, without
+// refuseBusy answers a connection past a cap 503 and closes it, without
 // waiting on the client: a sandbox that opens connections without end
-// must not make the accept loop wait for each.
-func (p *Proxy) refuseBusy(c net.Conn, maxConns int) {
+// must not make the accept loop wait for each. reason is logged, body
+// told to the sandbox.
+func (p *Proxy) refuseBusy(c net.Conn, reason, body string) {
 	if p.busyLines.allow() {
-		p.log().Warn("egress refused", "SANDBOX_ID", p.Sandbox, "ACTION", "connect",
-			"reason", fmt.Sprintf("too many connections: %d open, the most a sandbox may have", maxConns))
+		p.log().Warn("egress refused", "SANDBOX_ID", p.Sandbox, "ACTION", "connect", "reason", reason)
 	}
-	body := fmt.Sprintf("sandboxd egress proxy: too many connections: this sandbox has %d open, the most it may have; close some and retry\n", maxConns)
+	body = "sandboxd egress proxy: " + body + "; close some and retry\n"
 	c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
 	fmt.Fprintf(c, "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\nRetry-After: 1\r\nConnection: close\r\n\r\n%s", len(body), body)
 	c.Close()
+}
+
+// admit counts a connection in p.Conns, or says why it is refused: past
+// its owner's cap or the daemon's (what is logged, and what the sandbox
+// is told). release uncounts it.
+func (p *Proxy) admit() (release func(), reason, body string) {
+	if p.Conns == nil {
+		return func() {}, "", ""
+	}
+	release, n, byOwner := p.Conns.Admit(p.Owner, MaxConnsPerOwner, MaxConnsAll)
+	switch {
+	case release != nil:
+		return release, "", ""
+	case byOwner:
+		return nil, fmt.Sprintf("too many connections: %d open through the egress proxies of uid %d's sandboxes, the most an owner may have", n, p.Owner),
+			fmt.Sprintf("too many connections: your sandboxes have %d open, the most an owner may have", n)
+	default:
+		return nil, fmt.Sprintf("too many connections: %d open through all egress proxies, the most the daemon holds", n),
+			"too many connections: the daemon holds the most it may for all sandboxes"
+	}
 }
 
 func (p *Proxy) idleTimeout() time.Duration {

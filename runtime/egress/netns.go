@@ -22,21 +22,30 @@ import (
 // (so [::]:3128 is IPv6 only), which also keeps the net package from
 // probing the namespace for what IP it supports on the daemon's behalf.
 func ListenInNetNS(nsPath, addr string) (net.Listener, error) {
-	ln, err := listenInNetNS(nsPath, addr)
+	return ListenInNetNSWith(nsPath, addr, nil)
+}
+
+// ListenInNetNSWith is ListenInNetNS with control run on the listener's
+// socket before it listens: options its accepted sockets take, such as
+// their buffers' sizes, which TCP must know before a handshake.
+func ListenInNetNSWith(nsPath, addr string, control func(fd uintptr) error) (net.Listener, error) {
+	ln, err := listenInNetNS(nsPath, addr, control)
 	if err != nil {
 		return nil, fmt.Errorf("listening on %s in the network namespace %s: %w", addr, nsPath, err)
 	}
 	return ln, nil
 }
 
-func listenInNetNS(nsPath, addr string) (net.Listener, error) {
+func listenInNetNS(nsPath, addr string, control func(fd uintptr) error) (net.Listener, error) {
 	network, err := tcpNetwork(addr)
 	if err != nil {
 		return nil, err
 	}
 	var ln net.Listener
 	err = inNetNS(nsPath, func() (err error) {
-		ln, err = net.Listen(network, addr)
+		var lc net.ListenConfig
+		lc.Control = rawControl(control)
+		ln, err = lc.Listen(context.Background(), network, addr)
 		return err
 	})
 	if err != nil {
@@ -92,16 +101,7 @@ func dialInNetNS(ctx context.Context, nsPath, addr string, fsuid int, control fu
 		// A literal address of one family: the dial makes its socket on
 		// this goroutine (no resolver, no second address raced), so on
 		// this thread, in the namespace.
-		var d net.Dialer
-		if control != nil {
-			d.Control = func(_, _ string, rc syscall.RawConn) error {
-				var cerr error
-				if err := rc.Control(func(fd uintptr) { cerr = control(fd) }); err != nil {
-					return err
-				}
-				return cerr
-			}
-		}
+		d := net.Dialer{Control: rawControl(control)}
 		c, err = d.DialContext(ctx, network, addr)
 		return err
 	})
@@ -167,4 +167,19 @@ func onThreadInNetNS(target int, fn func() error) (back bool, err error) {
 		return false, fmt.Errorf("returning to the daemon's own network namespace: %w", serr)
 	}
 	return true, err
+}
+
+// rawControl runs control on a socket's descriptor, for net.Dialer and
+// net.ListenConfig; nil if control is.
+func rawControl(control func(fd uintptr) error) func(_, _ string, rc syscall.RawConn) error {
+	if control == nil {
+		return nil
+	}
+	return func(_, _ string, rc syscall.RawConn) error {
+		var cerr error
+		if err := rc.Control(func(fd uintptr) { cerr = control(fd) }); err != nil {
+			return err
+		}
+		return cerr
+	}
 }

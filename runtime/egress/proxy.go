@@ -15,6 +15,8 @@ import (
 	"net/netip"
 	"sync"
 	"time"
+
+	"github.com/sandboxd/sandboxd/internal/connbound"
 )
 
 const (
@@ -86,6 +88,12 @@ type Proxy struct {
 	// logged one by one (RefusalLogBurst of them) and then counted
 	// (RefusalLogPeriod if 0).
 	RefusalLogPeriod time.Duration
+	// Conns, shared by the proxies of all sandboxes, counts their
+	// connections by Owner's uid, capped at MaxConnsPerOwner and
+	// MaxConnsAll; nil: only MaxConns caps them.
+	Conns *connbound.Counter
+	// Owner is the uid of the sandbox's owner, for Conns.
+	Owner uint32
 
 	busyLines *lineLimiter
 }
@@ -108,7 +116,7 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
 	slots := make(chan struct{}, maxConns)
 	p.busyLines = newLineLimiter(RefusalLogBurst, cmp.Or(p.RefusalLogPeriod, RefusalLogPeriod), func(held int, period time.Duration) {
 		p.log().Warn("egress refused more", "SANDBOX_ID", p.Sandbox, "ACTION", "connect", "count", held, "period", period.String(),
-			"reason", fmt.Sprintf("too many connections: %d open, the most a sandbox may have; %d more refused, not logged one by one", maxConns, held))
+			"reason", fmt.Sprintf("too many connections: past this sandbox's cap (%d open), its owner's (%d through all its sandboxes) or the daemon's (%d); %d more refused, not logged one by one", maxConns, MaxConnsPerOwner, MaxConnsAll, held))
 	})
 	defer p.busyLines.flush()
 	var backoff time.Duration
@@ -136,11 +144,29 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
 		select {
 		case slots <- struct{}{}:
 		default:
-			p.refuseBusy(c, maxConns)
+			p.refuseBusy(c, fmt.Sprintf("too many connections: %d open, the most a sandbox may have", maxConns),
+				fmt.Sprintf("too many connections: this sandbox has %d open, the most it may have", maxConns))
+			continue
+		}
+		release, reason, body := p.admit()
+		if release == nil {
+			<-slots
+			p.refuseBusy(c, reason, body)
+			continue
+		}
+		// The sandbox's queues pinned small: a sandbox that does not read
+		// stops the copy instead of growing them (its listener's sockets
+		// were pinned before their handshake, when it was made with
+		// ListenInNetNSWith and connbound.SetBuffers).
+		if err := connbound.Pin(c); err != nil {
+			release()
+			<-slots
+			p.refuseBusy(c, fmt.Sprintf("cannot bound the connection's queues: %v", err), "cannot serve this connection")
 			continue
 		}
 		wg.Go(func() {
 			defer func() { <-slots }()
+			defer release()
 			p.serveConn(ctx, c)
 		})
 	}

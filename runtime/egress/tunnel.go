@@ -5,6 +5,8 @@ import (
 	"io"
 	"net"
 	"sync"
+
+	"github.com/sandboxd/sandboxd/internal/connbound"
 )
 
 // tunnel tells the client its CONNECT succeeded, then copies bytes both
@@ -23,9 +25,13 @@ func tunnel(c net.Conn, br *bufio.Reader, up net.Conn) {
 // copyHalf copies src, read from the connection from, to dst. At the end
 // of src it shuts dst's writing side, passing the end on while the other
 // direction goes on; on an error it closes both connections, ending the
-// other direction too.
+// other direction too. It reads src again only once dst took what it
+// read: a side that does not read stops the other's writes, held in
+// queues pinned small (connbound.Pin), not in the daemon's memory.
 func copyHalf(dst net.Conn, src io.Reader, from net.Conn) {
-	_, err := io.Copy(dst, src)
+	// Never io.Copy: through src's WriteTo (a bufio.Reader's) it would
+	// copy with a buffer of its own size.
+	_, err := connbound.Copy(dst, src)
 	if cw, ok := dst.(interface{ CloseWrite() error }); ok && err == nil && cw.CloseWrite() == nil {
 		return
 	}
