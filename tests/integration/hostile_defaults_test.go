@@ -92,96 +92,117 @@ func TestTheDefaultsBoundAllSandboxesAndEachUsers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m := regexp.MustCompile(`(?m)^Max open files\s+(\d+)\s+(\d+)`).FindStringSubmatch(string(limits)); m == nil || m[1] != "32768" || m[2] != "32768" {
-		t.Errorf("the daemon's descriptors: %q; want at most 32768 (its soft limit raised to the unit's hard one)", m)
+	if got := strings.TrimSpace(testbed.MustRun(t, "systemctl", "show", "-P", "LimitNOFILE", "sandboxd.service")); got != "32768" {
+		t.Errorf("sandboxd.service LimitNOFILE = %q; want 32768", got)
+	}
+	// The process's hard limit is the unit's, or less where the machine
+	// gives less (this testbed's systemd was started with 20,000).
+	m := regexp.MustCompile(`(?m)^Max open files\s+(\d+)\s+(\d+)`).FindStringSubmatch(string(limits))
+	if m == nil {
+		t.Fatalf("no descriptor limit in the daemon's /proc/PID/limits:\n%s", limits)
+	}
+	if hard, _ := strconv.Atoi(m[2]); hard > 32768 || hard < 16384 {
+		t.Errorf("the daemon's descriptors: %q; want at most 32768, the unit's bound", m[0])
 	}
 	t.Logf("the daemon holds %d descriptors", daemonFDs(t))
 }
 
-// holdScript is a member's program that holds as many threads as it is
-// asked (each a task of its sandbox's, and of its user's), writes how
-// many it got to its ready file, and waits to be killed.
-const holdScript = `import os, sys, threading
-threading.stack_size(65536)
-want, ready = int(sys.argv[1]), sys.argv[2]
-forever, got = threading.Event(), 0
-try:
-    for _ in range(want):
-        threading.Thread(target=forever.wait, daemon=True).start()
-        got += 1
-except RuntimeError:
-    pass
-with open(ready + ".tmp", "w") as f:
-    f.write(str(got))
-os.rename(ready + ".tmp", ready)
-forever.wait()
+// hogScript is a member's program that takes as much memory as it is
+// asked, 64 MiB at a time, each page written, says how much it holds in
+// its progress file after each step and in its ready file once it has it
+// all, and waits to be killed.
+const hogScript = `import os, sys, threading
+want, chunk, held = int(sys.argv[1]), 64 << 20, []
+def say(name, text):
+    with open(name + ".tmp", "w") as f:
+        f.write(text)
+    os.rename(name + ".tmp", name)
+say("pid", str(os.getpid()))
+while len(held) * chunk < want:
+    held.append(b"x" * chunk)
+    say("progress", str(len(held) * chunk))
+say("ready", str(len(held) * chunk))
+threading.Event().wait()
 `
 
-// holdThreads has sandbox sb of member's hold n threads in the background, and
-// returns how many it got once it says so.
-func holdThreads(t *testing.T, member, sb string, n uint64) uint64 {
+// hog has sandbox sb of member's take n bytes in the background, and
+// returns how many it held when it had them all or was killed: the
+// command waits on the hog's word or its end (a minute at most), not on
+// a time.
+func hog(t *testing.T, member, sb string, n uint64) (uint64, bool) {
 	t.Helper()
-	// It waits on the holder's word (a minute at most), not a time: a
-	// child still on its way to setsid would end with the command.
-	script := fmt.Sprintf("setsid python3 hold.py %d held </dev/null >/dev/null 2>&1 & "+
-		"i=0; while [ ! -e held ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done; cat held", n)
-	out := strings.TrimSpace(okAs(t, member, "exec", "--detach", sb, "--", "sh", "-c", script))
-	got, err := strconv.ParseUint(out, 10, 64)
-	if err != nil {
-		t.Fatalf("sandbox %s holding %d threads said %q; want how many it got", sb, n, out)
+	script := fmt.Sprintf("rm -f progress ready pid; setsid python3 hog.py %d </dev/null >/dev/null 2>&1 & "+
+		"i=0; while kill -0 $! 2>/dev/null && [ ! -e ready ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done; "+
+		"if [ -e ready ]; then echo ready $(cat ready); else echo killed $(cat progress 2>/dev/null || echo 0); fi", n)
+	out := strings.Fields(okAs(t, member, "exec", "--detach", sb, "--", "sh", "-c", script))
+	if len(out) != 2 {
+		t.Fatalf("sandbox %s taking %d bytes said %q", sb, n, out)
 	}
-	return got
+	got, err := strconv.ParseUint(out[1], 10, 64)
+	if err != nil {
+		t.Fatalf("sandbox %s taking %d bytes said %q", sb, n, out)
+	}
+	return got, out[0] == "ready"
+}
+
+// hogAlive reports whether sandbox sb's hog still holds its memory: the
+// bound's OOM kill may take an earlier one, which had all it asked.
+func hogAlive(t *testing.T, member, sb string) bool {
+	t.Helper()
+	return strings.TrimSpace(okAs(t, member, "exec", sb, "--", "sh", "-c", "kill -0 $(cat pid) 2>/dev/null && echo alive || echo gone")) == "alive"
 }
 
 // TestHostileMemberCannotPassItsDefaultUserBound: a member of group
-// sandboxd, with the default configuration, fills sandboxes with threads
-// (within each one's own TasksMax) past its user's default bound, a
-// quarter of the kernel's tasks. With the bound lifted (the control, the
-// old default) the last sandbox gets all it asks; by default it gets
-// what is left of the user's share only. sandboxctl limits shows it.
+// sandboxd, with the default configuration, fills two sandboxes with
+// memory, each within its own MemoryMax (the derived 4 GiB at most),
+// past its user's default bound, a quarter of the machine's memory.
+// With the bound lifted (the control, the old default) both get all
+// they ask, bounded by their own MemoryMax; by default the user's slice
+// stops them at its bound. sandboxctl limits shows it, as the member
+// reads it.
 func TestHostileMemberCannotPassItsDefaultUserBound(t *testing.T) {
 	const member = "defaults-b"
 	uid, gid := groupMember(t, member)
-	reconfigure(t, "[limits]\nuser_tasks_max = 0\n")
-	memberProject(t, "defaults-tasks", uid, gid, map[string]string{"hold.py": holdScript})
-	_, bound := machineShare(t, 25)
-	create := func() string { return strings.TrimSpace(okAs(t, member, "create", "--quiet", "defaults-tasks")) }
+	memberProject(t, "defaults-memory", uid, gid, map[string]string{"hog.py": hogScript})
+	bound, _ := machineShare(t, 25)
+	create := func() string { return strings.TrimSpace(okAs(t, member, "create", "--quiet", "defaults-memory")) }
+	slice := units.OwnerSlice(uid)
 
-	// Holders up to 400 tasks short of the bound, each well within its
-	// own TasksMax (the derived 4096 here).
-	first := create()
-	own := showUint(t, "sandbox-"+first+".scope", "TasksMax")
-	per, target := own-150, bound-400
-	holders := []string{first}
-	held := holdThreads(t, member, first, min(per, target))
-	for held < target {
-		if len(holders) >= 30 {
-			t.Skipf("the user's bound (%d tasks) takes more than 30 sandboxes of %d: max_sandboxes_per_user bounds it first", bound, own)
+	// Each takes 55% of the bound, 256 MiB less than its own MemoryMax
+	// at most: together 110%.
+	attack := func() (string, string, uint64, uint64, bool, bool) {
+		a, b := create(), create()
+		own := showUint(t, "sandbox-"+a+".scope", "MemoryMax")
+		each := min(bound/20*11, own-256<<20)
+		if 2*each <= bound {
+			t.Skipf("two sandboxes of MemoryMax %d cannot pass the user's bound of %d", own, bound)
 		}
-		sb := create()
-		holders = append(holders, sb)
-		held += holdThreads(t, member, sb, min(per, target-held))
+		gotA, fullA := hog(t, member, a, each)
+		gotB, fullB := hog(t, member, b, each)
+		return a, b, gotA, gotB, fullA && hogAlive(t, member, a), fullB && hogAlive(t, member, b)
 	}
-	const more = 1000
-	control := create()
-	if got := holdThreads(t, member, control, more); got != more {
-		t.Fatalf("with user_tasks_max = 0 (the control) a sandbox beside %d held tasks got %d threads of %d: the test cannot show the bound", held, got, more)
-	}
-	ok(t, "destroy", control)
 
-	reconfigure(t, "") // the defaults, applied to the running slice
-	if got := showUint(t, units.OwnerSlice(uid), "TasksMax"); got != bound {
-		t.Fatalf("%s TasksMax = %d after the restart with the defaults; want %d", units.OwnerSlice(uid), got, bound)
+	reconfigure(t, "[limits]\nuser_memory_max = 0\n")
+	a, b, gotA, gotB, fullA, fullB := attack()
+	if !fullA || !fullB {
+		t.Fatalf("with user_memory_max = 0 (the control) two sandboxes took %d and %d bytes (all, and kept: %v, %v): the test cannot show the bound", gotA, gotB, fullA, fullB)
 	}
-	last := create()
-	got := holdThreads(t, member, last, more)
-	if got >= more || held+got > bound {
-		t.Errorf("beside %d held tasks, a new sandbox of the same member got %d threads of %d; want no more than the user's default bound (%d) leaves", held, got, more, bound)
+	t.Logf("the control: the member's two sandboxes hold %d bytes, over the default bound of %d", gotA+gotB, bound)
+	ok(t, "destroy", a)
+	ok(t, "destroy", b)
+
+	reconfigure(t, "") // the defaults
+	if got := showUint(t, slice, "MemoryMax"); got != bound {
+		t.Fatalf("%s MemoryMax = %d with the defaults; want %d", slice, got, bound)
 	}
-	if current := showUint(t, units.OwnerSlice(uid), "TasksCurrent"); current > bound {
-		t.Errorf("%s holds %d tasks; want at most %d", units.OwnerSlice(uid), current, bound)
+	a, b, gotA, gotB, fullA, fullB = attack()
+	t.Logf("by default: the sandboxes took %d (all, and kept: %v) and %d (all, and kept: %v); the bound is %d", gotA, fullA, gotB, fullB, bound)
+	if fullA && fullB {
+		t.Errorf("a member's two sandboxes took %d bytes together; want its default bound, %d, to stop them", gotA+gotB, bound)
 	}
-	t.Logf("held %d in %d sandboxes; the next got %d of %d (bound %d)", held, len(holders), got, more, bound)
+	if current := showUint(t, slice, "MemoryCurrent"); current > bound {
+		t.Errorf("%s uses %d bytes; want at most %d", slice, current, bound)
+	}
 
 	// As the member reads it.
 	out := okAs(t, member, "limits")
@@ -193,22 +214,26 @@ func TestHostileMemberCannotPassItsDefaultUserBound(t *testing.T) {
 		}
 		return m[1:]
 	}
-	if r := row("your tasks"); r[1] != strconv.FormatUint(bound, 10) || r[3] != "limits.user_tasks_max" {
-		t.Errorf("your tasks: %q; want the bound %d set by limits.user_tasks_max", r, bound)
-	} else if used, _ := strconv.ParseUint(r[0], 10, 64); used < held || used > bound {
-		t.Errorf("your tasks: used %q; want between the %d held and the bound %d", r[0], held, bound)
+	gib := func(n uint64) string { return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30)) }
+	if r := row("your memory"); r[1] != gib(bound) || r[3] != "limits.user_memory_max" {
+		t.Errorf("your memory: %q; want the bound %s set by limits.user_memory_max", r, gib(bound))
 	}
-	if r := row("your sandboxes"); r[0] != strconv.Itoa(len(holders)+1) || r[1] != "32" {
-		t.Errorf("your sandboxes: %q; want %d of 32", r, len(holders)+1)
+	if r := row("your memory"); !strings.HasSuffix(r[0], "iB") {
+		t.Errorf("your memory: used %q; want an amount", r[0])
 	}
-	memory, _ := machineShare(t, 25)
-	if r := row("your memory"); !strings.HasSuffix(r[1], "iB") || r[3] != "limits.user_memory_max" {
-		t.Errorf("your memory: %q; want a bound of %d bytes", r, memory)
+	if r := row("your sandboxes"); r[0] != "2" || r[1] != "32" {
+		t.Errorf("your sandboxes: %q; want 2 of 32", r)
 	}
-	_, all := machineShare(t, 75)
-	if r := row("all tasks"); r[1] != strconv.FormatUint(all, 10) {
-		t.Errorf("all tasks: %q; want the bound %d", r, all)
+	_, tasks := machineShare(t, 25)
+	if r := row("your tasks"); r[1] != strconv.FormatUint(tasks, 10) || r[3] != "limits.user_tasks_max" {
+		t.Errorf("your tasks: %q; want the bound %d", r, tasks)
 	}
+	all, _ := machineShare(t, 75)
+	if r := row("all memory"); r[1] != gib(all) || r[3] != "limits.slice_memory_max" {
+		t.Errorf("all memory: %q; want the bound %s", r, gib(all))
+	}
+	ok(t, "destroy", a)
+	ok(t, "destroy", b)
 }
 
 // Issue 28's finding 10: a booted sandbox got the names, owners and modes
