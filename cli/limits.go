@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	ucli "github.com/urfave/cli/v3"
 
@@ -95,4 +96,20 @@ func limitsJSON(l sandboxd1.Limits) map[string]any {
 		"all_sandboxes": l.AllSandboxes, "all_sandboxes_max": l.AllSandboxesMax,
 		"memory_promised": l.Promised, "memory_promised_max": l.PromisedMax,
 	}
+}
+
+// yoursText is sandboxctl status's line of the caller's bounds, which all
+// its sandboxes share: "memory 1.2 GiB of 5.9 GiB, tasks 40 of 8192,
+// sandboxes 3 of 32 (sandboxctl limits)".
+func yoursText(l sandboxd1.Limits) string {
+	rows := limitsRows(l)
+	var parts []string
+	for i, what := range []string{"memory", "tasks", "sandboxes"} {
+		text := what + " " + rows[i][1]
+		if rows[i][2] != "none" {
+			text += " of " + rows[i][2]
+		}
+		parts = append(parts, text)
+	}
+	return strings.Join(parts, ", ") + " (sandboxctl limits)"
 }

@@ -232,6 +232,12 @@ func TestHostileMemberCannotPassItsDefaultUserBound(t *testing.T) {
 	if r := row("all memory"); r[1] != gib(all) || r[3] != "limits.slice_memory_max" {
 		t.Errorf("all memory: %q; want the bound %s", r, gib(all))
 	}
+	// And in the status of each of the member's sandboxes.
+	status := okAs(t, member, "status", b)
+	if want := "Yours:     memory "; !strings.Contains(status, want) || !strings.Contains(status, " of "+gib(bound)+", tasks ") ||
+		!strings.Contains(status, "sandboxes 2 of 32 (sandboxctl limits)") {
+		t.Errorf("sandboxctl status as the member:\n%s\nwant a line of its own bounds (memory of %s, sandboxes 2 of 32)", status, gib(bound))
+	}
 	ok(t, "destroy", a)
 	ok(t, "destroy", b)
 }
