@@ -76,7 +76,7 @@ that no other sandbox's id has will do.
 			checkpointCommand(), checkpointsCommand(), rollbackCommand(), diffCommand(), tryCommand(),
 			promoteCommand(), promotionsCommand(), approveCommand(), rejectCommand(), rebaseCommand(),
 			freezeCommand(), thawCommand(), destroyCommand(), gcCommand(), projectCommand(), manCommand(),
-			portCommand(),
+			portCommand(), limitsCommand(),
 			runCommand(), psCommand(), logsCommand(), killCommand(), replCommand(),
 			cacheCommand(), catCommand(), cpCommand(),
 			mcpCommand(),

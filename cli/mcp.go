@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"strings"
@@ -47,7 +49,7 @@ $SANDBOXD_MCP_TOKEN; without either, one is made and printed to stderr,
 once. Where it listens is printed to stderr.`,
 		Flags: []ucli.Flag{
 			&ucli.StringFlag{Name: "http", Usage: "serve MCP over HTTP on this unix socket path or loopback host:port, not stdio"},
-			&ucli.StringFlag{Name: "token-file", Usage: "with --http: the file holding the bearer token clients must send"},
+			&ucli.StringFlag{Name: "token-file", Usage: "with --http: the file holding the bearer token clients must send (yours, mode 0600: refused otherwise)"},
 			&ucli.DurationFlag{Name: "max-timeout", Usage: "the longest timeout exec may be asked for", Value: mcpserver.DefaultMaxExecTimeout},
 		},
 		Action: func(ctx context.Context, cmd *ucli.Command) error {
@@ -109,9 +111,9 @@ type bearerToken struct {
 // environment's, or a new random one.
 func mcpToken(cmd *ucli.Command) (bearerToken, error) {
 	if path := cmd.String("token-file"); path != "" {
-		b, err := os.ReadFile(path)
+		b, err := readTokenFile(path)
 		if err != nil {
-			return bearerToken{}, &Error{Code: ExitFailed, Msg: "reading the MCP token: " + err.Error(), Err: err}
+			return bearerToken{}, err
 		}
 		t := strings.TrimSpace(string(b))
 		if t == "" || strings.ContainsAny(t, " \t\r\n") {
@@ -130,4 +132,47 @@ func mcpToken(cmd *ucli.Command) (bearerToken, error) {
 		return bearerToken{}, &Error{Code: ExitFailed, Msg: "making an MCP token: " + err.Error(), Err: err}
 	}
 	return bearerToken{value: hex.EncodeToString(b), made: true}, nil
+}
+
+// errTokenFile: --token-file names a file that is not private to the
+// caller.
+var errTokenFile = errors.New("the token file is not private to its user")
+
+// maxTokenFile bounds what --token-file reads: a token is a line.
+const maxTokenFile = 4 << 10
+
+// readTokenFile reads --token-file's token, refusing a file that others
+// may read or change, or that is not the caller's, as ssh refuses such a
+// key: whoever can read it can use the server as the caller, and whoever
+// can write it choose the token. The checks are on the descriptor read,
+// so a rename between them changes nothing.
+func readTokenFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, &Error{Code: ExitFailed, Msg: "reading the MCP token: " + err.Error(), Err: err}
+	}
+	defer f.Close()
+	var st syscall.Stat_t
+	if err := syscall.Fstat(int(f.Fd()), &st); err != nil {
+		return nil, &Error{Code: ExitFailed, Msg: fmt.Sprintf("reading the MCP token: stat %s: %v", path, err), Err: err}
+	}
+	fix := fmt.Sprintf("chmod 600 %s (and make it yours: chown %d %s)", path, os.Getuid(), path)
+	switch {
+	case st.Mode&syscall.S_IFMT != syscall.S_IFREG:
+		return nil, &Error{Code: ExitUsage, Msg: fmt.Sprintf("the MCP token file %s is not a regular file", path), Err: errTokenFile}
+	case st.Uid != uint32(os.Getuid()):
+		return nil, &Error{Code: ExitDenied, Msg: fmt.Sprintf("the MCP token file %s is owned by uid %d, not by you (uid %d): its owner can change the token", path, st.Uid, os.Getuid()),
+			Fix: fix, Err: errTokenFile}
+	case st.Mode&0o077 != 0:
+		return nil, &Error{Code: ExitDenied, Msg: fmt.Sprintf("the MCP token file %s has mode %04o: others than you can read or change it, and whoever reads it may use your sandboxes", path, st.Mode&0o7777),
+			Fix: fmt.Sprintf("chmod 600 %s", path), Err: errTokenFile}
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxTokenFile+1))
+	if err != nil {
+		return nil, &Error{Code: ExitFailed, Msg: "reading the MCP token: " + err.Error(), Err: err}
+	}
+	if len(b) > maxTokenFile {
+		return nil, usage("the MCP token file %s holds more than %d bytes: a token is one line", path, maxTokenFile)
+	}
+	return b, nil
 }

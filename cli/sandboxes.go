@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -175,7 +176,15 @@ func statusCommand() *ucli.Command {
 			if st.Boot {
 				system = systemText(sb.System(ctx))
 			}
-			return printStatus(out, st, detail, system...)
+			if err := printStatus(out, st, detail, system...); err != nil || out.quiet || st.Owner != uint32(os.Getuid()) {
+				return err
+			}
+			// The caller's own bounds, which this sandbox shares with its
+			// others: a read of its own, so a failure is left out.
+			if l, err := c.api.Bounds(ctx); err == nil {
+				return out.line("%-10s %s", "Yours:", yoursText(l))
+			}
+			return nil
 		}),
 	}
 }

@@ -55,7 +55,7 @@ func (s *Supervisor) bootInScope(ctx context.Context, rec state.Record, job *sco
 		return fail(fmt.Errorf("booting sandbox %s: %w", rec.ID, err))
 	}
 	defer payload.Close()
-	spec.Boot, spec.Payload, spec.LogDirs = true, payload, logDirs("/var/log", ids)
+	spec.Boot, spec.Payload, spec.LogDirs = true, payload, logDirs("/var/log", packagedUnder(dpkgLists, "/var/log"), ids)
 	if err := init.Build(ctx, spec, mounts); err != nil {
 		return fail(err)
 	}
@@ -66,11 +66,12 @@ func (s *Supervisor) bootInScope(ctx context.Context, rec state.Record, job *sco
 // booted sandbox gets (depth 3 at most).
 const maxLogDirs = 256
 
-// logDirs are the directories under dir (the host's /var/log), with
-// their owners and modes, for a booted sandbox's hidden, empty /var/log:
-// services expect theirs. An owner the sandbox's namespace (ns) lacks is
-// nobody there.
-func logDirs(dir string, ns *nsinit.IDMap) []nsinit.Dir {
+// logDirs are the directories under dir (the host's /var/log) that a
+// package installed (packaged, logdirs.go), with their owners and modes,
+// for a booted sandbox's hidden, empty /var/log: services expect theirs.
+// Others are not named to the sandbox. An owner the sandbox's namespace
+// (ns) lacks is nobody there.
+func logDirs(dir string, packaged map[string]bool, ns *nsinit.IDMap) []nsinit.Dir {
 	var out []nsinit.Dir
 	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || p == dir {
@@ -78,6 +79,9 @@ func logDirs(dir string, ns *nsinit.IDMap) []nsinit.Dir {
 		}
 		if !d.IsDir() {
 			return nil
+		}
+		if !packaged[p] {
+			return filepath.SkipDir // nor what is below: made by no package either
 		}
 		if strings.Count(strings.TrimPrefix(p, dir), "/") > 3 || len(out) >= maxLogDirs {
 			return filepath.SkipDir

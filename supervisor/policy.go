@@ -24,7 +24,8 @@ type Policy struct {
 	// oldest sandbox first, instead of being refused.
 	DestroyOldest bool
 	// MaxMemory caps the sum of the live sandboxes' MemoryMax; with it, a
-	// sandbox needs a MemoryMax (its own or DefaultMemoryMax).
+	// sandbox needs a MemoryMax (its own, DefaultMemoryMax or the one
+	// derived from the host).
 	MaxMemory        uint64
 	DefaultMemoryMax uint64
 	DefaultTTL       time.Duration

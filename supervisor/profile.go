@@ -160,11 +160,11 @@ func HostDefaults(pool string) (memoryMax, tasksMax, diskQuota uint64) {
 
 // applyHostDefaults gives opts the derived limits it still lacks, after
 // its profile and the policy had their say. Under a cap on the memory
-// promised (limits.max_memory) a create must name its MemoryMax (or the
-// policy's default): admission refuses one without.
+// promised (limits.max_memory, on by default) the derived MemoryMax
+// counts against it like any other.
 func (s *Supervisor) applyHostDefaults(opts *CreateOptions) {
 	memoryMax, tasksMax, diskQuota := HostDefaults(s.cfg.Backend.Info().Root)
-	if opts.Limits.MemoryMax == nil && s.cfg.Policy.MaxMemory == 0 {
+	if opts.Limits.MemoryMax == nil {
 		if h := opts.Limits.MemoryHigh; h != nil && *h > memoryMax {
 			memoryMax = *h // a throttling point asked for stays below the cap
 		}

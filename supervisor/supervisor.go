@@ -48,6 +48,7 @@ type Units interface {
 	ResetFailed(ctx context.Context, name string) error
 	List(ctx context.Context, patterns ...string) ([]units.UnitState, error)
 	SetSliceLimits(ctx context.Context, name string, l units.Limits) error
+	SliceUsage(ctx context.Context, name string) (units.SliceUsage, error)
 	// BindMount and RemoveMount: the persistent mounts of adopted
 	// projects (adopt.go).
 	BindMount(ctx context.Context, what, where string) (string, error)
@@ -105,6 +106,9 @@ type Config struct {
 	// owner's slice (units.OwnerSlice) before each of its scopes starts;
 	// nothing set: no bound but each sandbox's own.
 	UserLimits units.Limits
+	// SliceLimits bound all sandboxes together, set on sandboxd.slice
+	// (units.SliceRoot) as the daemon starts; nothing set: no bound.
+	SliceLimits units.Limits
 	// IdleFreeze freezes a sandbox idle for this long (0: never): see
 	// FreezeIdle.
 	IdleFreeze time.Duration

@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -9,8 +10,9 @@ import (
 	"github.com/sandboxd/sandboxd/units"
 )
 
-// ApplyUserLimits sets Config.UserLimits on every owner's slice that
-// exists, as the daemon starts: a bound an earlier configuration set
+// ApplyUserLimits sets Config.SliceLimits on sandboxd.slice and
+// Config.UserLimits on every owner's slice that exists, as the daemon
+// starts: a bound an earlier configuration set
 // and this one leaves out is lifted (systemd keeps a slice's limits for
 // the boot), so that the configuration read is the one in force.
 // Creates set them on the slices made later.
@@ -28,6 +30,17 @@ func (s *Supervisor) ApplyUserLimits(ctx context.Context) error {
 		l.TasksMax = &none
 	}
 	var errs []error
+	// All sandboxes together first: the users' slices live under it.
+	all := s.cfg.SliceLimits
+	if all.MemoryMax == nil {
+		all.MemoryMax = &none
+	}
+	if all.TasksMax == nil {
+		all.TasksMax = &none
+	}
+	if err := s.cfg.Units.SetSliceLimits(ctx, units.SliceRoot, all); err != nil {
+		errs = append(errs, err)
+	}
 	for _, u := range found {
 		if !units.IsOwnerSlice(u.Name) {
 			continue // a bucket of scopes (units.ScopeSlice): its owner's bounds hold it
@@ -37,4 +50,65 @@ func (s *Supervisor) ApplyUserLimits(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// Usage is what one user holds of each bound on its sandboxes, and what
+// all sandboxes together hold of theirs. A Max of 0 is no bound; an
+// amount systemd does not know (accounting off) is not Known.
+type Usage struct {
+	// The user's slice (units.OwnerSlice) against Config.UserLimits,
+	// and its live sandboxes against Policy.MaxPerOwner.
+	Memory, Tasks           units.Amount
+	MemoryMax, TasksMax     uint64
+	Sandboxes, SandboxesMax int
+	// sandboxd.slice against Config.SliceLimits, and every live sandbox
+	// against Policy.MaxSandboxes.
+	AllMemory, AllTasks           units.Amount
+	AllMemoryMax, AllTasksMax     uint64
+	AllSandboxes, AllSandboxesMax int
+	// The MemoryMax promised to the live sandboxes, against
+	// Policy.MaxMemory.
+	Promised, PromisedMax uint64
+}
+
+// Usage reads uid's use of its bounds and the sandboxes' use of theirs:
+// the slices' from systemd (a slice not made yet holds nothing), the
+// counts from the records.
+func (s *Supervisor) Usage(ctx context.Context, uid uint32) (Usage, error) {
+	u := Usage{
+		MemoryMax: deref(s.cfg.UserLimits.MemoryMax), TasksMax: deref(s.cfg.UserLimits.TasksMax),
+		SandboxesMax: s.cfg.Policy.MaxPerOwner,
+		AllMemoryMax: deref(s.cfg.SliceLimits.MemoryMax), AllTasksMax: deref(s.cfg.SliceLimits.TasksMax),
+		AllSandboxesMax: s.cfg.Policy.MaxSandboxes, PromisedMax: s.cfg.Policy.MaxMemory,
+	}
+	for _, e := range liveOf(s.cfg.Store.Entries()) {
+		u.AllSandboxes++
+		if e.Owner == uid {
+			u.Sandboxes++
+		}
+		var l units.Limits
+		if len(e.Limits) > 0 && json.Unmarshal(e.Limits, &l) == nil && l.MemoryMax != nil {
+			u.Promised += *l.MemoryMax
+		}
+	}
+	own, err := s.cfg.Units.SliceUsage(ctx, units.OwnerSlice(uid))
+	if err != nil {
+		return u, fmt.Errorf("the usage of uid %d: %w", uid, err)
+	}
+	all, err := s.cfg.Units.SliceUsage(ctx, units.SliceRoot)
+	if err != nil {
+		return u, fmt.Errorf("the usage of all sandboxes: %w", err)
+	}
+	u.Memory, u.Tasks, u.AllMemory, u.AllTasks = own.Memory, own.Tasks, all.Memory, all.Tasks
+	if !own.Loaded { // no sandbox of the user's has run this boot
+		u.Memory, u.Tasks = units.Amount{Known: true}, units.Amount{Known: true}
+	}
+	return u, nil
+}
+
+func deref(p *uint64) uint64 {
+	if p == nil {
+		return 0
+	}
+	return *p
 }

@@ -26,6 +26,9 @@ func (m *Manager) SetSliceLimits(ctx context.Context, name string, l Limits) err
 	}
 	done := jobResult()
 	desc := sdbus.PropDescription("sandboxd: the sandboxes of one user")
+	if name == SliceRoot {
+		desc = sdbus.PropDescription("sandboxd: all sandboxes")
+	}
 	_, err := m.conn.StartTransientUnitContext(ctx, name, "fail", append([]sdbus.Property{desc}, props...), done)
 	if err == nil {
 		return waitJob(ctx, op, name, done)

@@ -87,6 +87,7 @@ func run(ctx context.Context, configPath string) error {
 		return errors.Join(exConfig, err)
 	}
 	lim := cfg.Limits
+	host := readMachine()
 	sup := supervisor.New(supervisor.Config{
 		Backend: backend, Units: um, Store: store, Projects: projects, ProjectAccess: projectAccess, ProjectEnv: projectEnv,
 		// The init is this binary, reached through /proc/self/exe: the
@@ -101,13 +102,14 @@ func run(ctx context.Context, configPath string) error {
 			MaxSandboxes:     lim.MaxSandboxes,
 			MaxPerOwner:      lim.MaxSandboxesPerUser,
 			DestroyOldest:    lim.OnUserLimit == config.OnUserLimitDestroyOldest,
-			MaxMemory:        uint64(lim.MaxMemory),
+			MaxMemory:        lim.MaxMemory.Of(host.memory),
 			DefaultMemoryMax: uint64(lim.DefaultMemoryMax),
 			DefaultTTL:       time.Duration(lim.DefaultTTL),
 			MaxTTL:           time.Duration(lim.MaxTTL),
 		},
 		MaxCheckpoints: lim.MaxCheckpoints,
-		UserLimits:     userLimits(lim),
+		UserLimits:     host.bounds(lim.UserMemoryMax, lim.UserTasksMax),
+		SliceLimits:    host.bounds(lim.SliceMemoryMax, lim.SliceTasksMax),
 		IdleFreeze:     time.Duration(lim.IdleFreeze),
 		Caches:         true,
 		CacheQuota:     uint64(lim.CacheQuota),
@@ -136,7 +138,7 @@ func run(ctx context.Context, configPath string) error {
 	}
 
 	if err := sup.ApplyUserLimits(ctx); err != nil {
-		log.Error("the per-user limits are not all in force", "error", err)
+		log.Error("the limits of all sandboxes and of each user's are not all in force", "error", err)
 	}
 	status("reconciling sandboxes")
 	rep, err := sup.Reconcile(ctx)
@@ -248,16 +250,4 @@ func stagesOf(cfg *config.Config) []supervisor.Stage {
 		})
 	}
 	return out
-}
-
-// userLimits are [limits]' bounds on all of one user's sandboxes together.
-func userLimits(lim config.Limits) units.Limits {
-	var l units.Limits
-	if lim.UserMemoryMax > 0 {
-		l.MemoryMax = new(uint64(lim.UserMemoryMax))
-	}
-	if lim.UserTasksMax > 0 {
-		l.TasksMax = new(uint64(lim.UserTasksMax))
-	}
-	return l
 }

@@ -42,6 +42,7 @@ var actions = map[string]action{
 	sandboxd1.MethodApprovePromotion:      {mutating: true},
 	sandboxd1.MethodRejectPromotion:       {mutating: true},
 	sandboxd1.MethodClearCache:            {mutating: true},
+	sandboxd1.MethodGetLimits:             {},
 	// org.sandboxd1.Sandbox
 	sandboxd1.MethodDestroy:          {mutating: true},
 	sandboxd1.MethodFreeze:           {mutating: true},

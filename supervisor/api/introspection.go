@@ -81,6 +81,9 @@ const ManagerXML = xmlHeader + `<node>
    <arg type="s" name="reason" direction="in"/>
   </method>
   <method name="ClearCache"/>
+  <method name="GetLimits">
+   <arg type="(tttttttttttttt)" name="limits" direction="out"/>
+  </method>
   <signal name="SandboxNew">
    <arg type="s" name="id"/>
    <arg type="o" name="object"/>

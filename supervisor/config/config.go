@@ -160,8 +160,10 @@ type Limits struct {
 	// OnUserLimit is what a create beyond MaxSandboxesPerUser does:
 	// "refuse" it, or "destroy-oldest" of that user's sandboxes first.
 	OnUserLimit string `toml:"on_user_limit"`
-	// MaxMemory caps the sum of the live sandboxes' MemoryMax.
-	MaxMemory Size `toml:"max_memory"`
+	// MaxMemory caps the sum of the live sandboxes' MemoryMax (a
+	// sandbox's ceiling, which most never reach: SliceMemoryMax bounds
+	// what they use).
+	MaxMemory MemoryShare `toml:"max_memory"`
 	// DefaultMemoryMax is given to a sandbox created without a MemoryMax
 	// (its own or its profile's); 0: derived from the host, a quarter of
 	// its memory and at most 4GiB.
@@ -174,8 +176,12 @@ type Limits struct {
 	DefaultDiskQuota Size `toml:"default_disk_quota"`
 	// UserMemoryMax and UserTasksMax bound all the sandboxes of one user
 	// together (their owner's slice); 0: no such bound.
-	UserMemoryMax Size `toml:"user_memory_max"`
-	UserTasksMax  int  `toml:"user_tasks_max"`
+	UserMemoryMax MemoryShare `toml:"user_memory_max"`
+	UserTasksMax  TaskShare   `toml:"user_tasks_max"`
+	// SliceMemoryMax and SliceTasksMax bound all sandboxes together
+	// (sandboxd.slice), leaving the host the rest; 0: no such bound.
+	SliceMemoryMax MemoryShare `toml:"slice_memory_max"`
+	SliceTasksMax  TaskShare   `toml:"slice_tasks_max"`
 	// CacheQuota bounds each user's cache volume, which all of that
 	// user's sandboxes share at /var/cache/sandbox (pip, npm, Go,
 	// cargo); 0: no bound.
@@ -261,7 +267,17 @@ func Default() *Config {
 			MaxSandboxesPerUser: 32,
 			OnUserLimit:         OnUserLimitRefuse,
 			CacheQuota:          2 * GiB,
-			DefaultTTL:          Duration(24 * time.Hour),
+			// The host keeps a quarter of its memory and tasks whatever
+			// the sandboxes do; one user may take a third of the
+			// sandboxes' part; the MemoryMax promised (the derived one
+			// is 4GiB at most) may be 8 times the memory, as ceilings
+			// are seldom reached and the slices bound what is used.
+			SliceMemoryMax: MemoryShare{Percent: 75},
+			SliceTasksMax:  TaskShare{Percent: 75},
+			UserMemoryMax:  MemoryShare{Percent: 25},
+			UserTasksMax:   TaskShare{Percent: 25},
+			MaxMemory:      MemoryShare{Percent: 800},
+			DefaultTTL:     Duration(24 * time.Hour),
 		},
 		Storage: Storage{
 			Backend: BackendEmbedded,

@@ -87,8 +87,7 @@ func (c *Config) validate(file string, w *where) error {
 		key string
 		val int
 	}{{"max_sandboxes", l.MaxSandboxes}, {"max_sandboxes_per_user", l.MaxSandboxesPerUser},
-		{"default_tasks_max", l.DefaultTasksMax}, {"max_checkpoints", l.MaxCheckpoints},
-		{"user_tasks_max", l.UserTasksMax}} {
+		{"default_tasks_max", l.DefaultTasksMax}, {"max_checkpoints", l.MaxCheckpoints}} {
 		if n.val < 0 {
 			v.add(w.line("limits", n.key), "limits."+n.key, nil, "limits.%s = %d is negative: want 0 or more", n.key, n.val)
 		}
@@ -101,8 +100,19 @@ func (c *Config) validate(file string, w *where) error {
 		v.add(w.line("limits", "default_memory_max"), "limits.default_memory_max", nil,
 			"limits.default_memory_max = %s is too small: a sandbox's init and a shell need at least %s", l.DefaultMemoryMax, Size(sandboxd1.MinMemoryMax))
 	}
-	if l.MaxMemory > 0 && l.DefaultMemoryMax > l.MaxMemory {
+	if l.MaxMemory.Percent == 0 && l.MaxMemory.Bytes > 0 && l.DefaultMemoryMax > l.MaxMemory.Bytes {
 		v.add(w.line("limits", "default_memory_max"), "limits.default_memory_max", nil, "limits.default_memory_max = %s is more than limits.max_memory = %s", l.DefaultMemoryMax, l.MaxMemory)
+	}
+	for _, m := range []struct {
+		key   string
+		share MemoryShare
+	}{{"user_memory_max", l.UserMemoryMax}, {"slice_memory_max", l.SliceMemoryMax}} {
+		if m.share.Percent > 100 {
+			v.add(w.line("limits", m.key), "limits."+m.key, nil, "limits.%s = %s is more than the machine's memory: want at most 100%%", m.key, m.share)
+		}
+		if !m.share.IsZero() && m.share.Percent == 0 && sandboxd1.Size(m.share.Bytes) < sandboxd1.MinMemoryMax {
+			v.add(w.line("limits", m.key), "limits."+m.key, nil, "limits.%s = %s is too small: a sandbox's init and a shell need at least %s", m.key, m.share, Size(sandboxd1.MinMemoryMax))
+		}
 	}
 	v.oneOf(w.line("daemon", "log_level"), "daemon.log_level", d.LogLevel, logLevels)
 

@@ -103,14 +103,18 @@ func install(t *testing.T) *testbed.Info {
 }
 
 // config is the daemon's sandboxd.toml: the testbed's btrfs, project
-// "web", and no admission caps. Every client is root, so the default cap
-// of 32 sandboxes per user would refuse the load itself; the caps have
-// tests of their own.
+// "web", and no admission caps nor per-user bounds. Every client is root,
+// so the default cap of 32 sandboxes per user (and the memory promised,
+// and a quarter of the tasks for one user) would refuse the load itself;
+// the caps have tests of their own. sandboxd.slice's bounds stay.
 func config(tb *testbed.Info) string {
 	return fmt.Sprintf(`
 [limits]
 max_sandboxes = 0
 max_sandboxes_per_user = 0
+max_memory = 0
+user_memory_max = 0
+user_tasks_max = 0
 [storage]
 backend = "btrfs"
 [storage.btrfs]

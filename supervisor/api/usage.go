@@ -1,0 +1,39 @@
+package api
+
+import (
+	"github.com/godbus/dbus/v5"
+
+	"github.com/sandboxd/sandboxd/sandboxd1"
+	"github.com/sandboxd/sandboxd/units"
+)
+
+// GetLimits() → (tttttttttttttt): what the caller uses of the bounds on
+// its sandboxes (its slice's memory and tasks, its live sandboxes), and
+// what all sandboxes use of theirs. Any caller the bus lets in may ask,
+// of its own uid only: the totals of all say nothing of one other user.
+func (m manager) GetLimits(sender dbus.Sender) (sandboxd1.Limits, *dbus.Error) {
+	s := m.s
+	r, derr := s.begin(sender, sandboxd1.MethodGetLimits)
+	if derr != nil {
+		return sandboxd1.Limits{}, derr
+	}
+	u, err := s.sup.Usage(r.ctx, r.who.uid)
+	if err != nil {
+		return sandboxd1.Limits{}, s.end(r, "", fromSupervisor(err))
+	}
+	known := func(a units.Amount) uint64 {
+		if !a.Known {
+			return sandboxd1.Unknown
+		}
+		return a.Value
+	}
+	return sandboxd1.Limits{
+		Memory: known(u.Memory), MemoryMax: u.MemoryMax,
+		Tasks: known(u.Tasks), TasksMax: u.TasksMax,
+		Sandboxes: uint64(u.Sandboxes), SandboxesMax: uint64(u.SandboxesMax),
+		AllMemory: known(u.AllMemory), AllMemoryMax: u.AllMemoryMax,
+		AllTasks: known(u.AllTasks), AllTasksMax: u.AllTasksMax,
+		AllSandboxes: uint64(u.AllSandboxes), AllSandboxesMax: uint64(u.AllSandboxesMax),
+		Promised: u.Promised, PromisedMax: u.PromisedMax,
+	}, s.end(r, "", nil)
+}
