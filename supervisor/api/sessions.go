@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"strings"
 
@@ -38,13 +39,18 @@ func (o sandboxObject) OpenSession(sender dbus.Sender, msg dbus.Message, languag
 // returns what it wrote (stdout and stderr together, at most 1 MiB; bytes
 // that are not UTF-8 become U+FFFD) and its status: 0 if it ran without
 // error. Only the caller that opened the session (or root) may use it.
+// One input runs at a time; a few wait for it, as long as their caller
+// is on the bus; any more is refused at once with Busy.
 func (o sandboxObject) Eval(sender dbus.Sender, msg dbus.Message, session, code string) (string, int32, *dbus.Error) {
 	s := o.s
 	r, id, derr := o.beginOn(sender, msg, sandboxd1.MethodEval)
 	if derr != nil {
 		return "", 0, derr
 	}
-	out, status, err := s.sup.Eval(r.ctx, id, session, r.who.uid, code, 0)
+	// An input that waits for the one before it stops waiting, and gives
+	// its place back, when its caller leaves the bus.
+	watch := func() (context.Context, func()) { return s.whileConnected(r.ctx, string(sender)) }
+	out, status, err := s.sup.Eval(r.ctx, id, session, r.who.uid, code, supervisor.EvalOptions{Watch: watch})
 	if err != nil {
 		return "", 0, s.end(r, id, sessionError(err))
 	}
@@ -67,6 +73,9 @@ func sessionError(err error) *dbus.Error {
 	}
 	if errors.Is(err, supervisor.ErrNoSession) {
 		return dbusError(sandboxd1.ErrorNoSuchCommand, "%v", err)
+	}
+	if errors.Is(err, supervisor.ErrSessionBusy) {
+		return dbusError(sandboxd1.ErrorBusy, "%v", err)
 	}
 	return fromSupervisor(err)
 }

@@ -1,0 +1,116 @@
+package supervisor
+
+// Inputs waiting for a session (issue 28, finding 4). A session runs one
+// input at a time; the others used to wait on its lock, each holding its
+// call's message (up to MaxEvalInput of code) in the daemon for as long
+// as the input before ran: 500 waiting inputs of 1 MiB took the daemon
+// from 137 to 441 MiB. Now an input is admitted or refused at once: a
+// few may wait per session, and the bytes the daemon holds for inputs
+// are bounded per owner and in all. A refusal holds no copy of the code.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+const (
+	// maxEvalWaiting bounds the inputs that wait for one session while
+	// another runs in it.
+	maxEvalWaiting = 2
+	// MaxEvalBytesPerOwner bounds the bytes of one owner's inputs the
+	// daemon holds at once, waiting or running, across all its sessions.
+	MaxEvalBytesPerOwner = 4 << 20
+	// MaxEvalBytes bounds them for all owners together.
+	MaxEvalBytes = 64 << 20
+	// evalOverhead is what an input holds besides its code (its call's
+	// message and goroutine): counted, so that empty inputs are not free.
+	evalOverhead = 4 << 10
+)
+
+// ErrSessionBusy: an input was refused because the session has as many
+// inputs waiting as it may, or its owner's (or everyone's) inputs hold
+// as many bytes as they may. Nothing of it was kept; send it again
+// later, or in another session.
+var ErrSessionBusy = errors.New("session busy")
+
+// EvalOptions are an Eval's options besides its code.
+type EvalOptions struct {
+	// Timeout ends an input that runs longer (0: five minutes), and the
+	// session with it.
+	Timeout time.Duration
+	// Watch, if set, is called when the input must wait for the one
+	// before it: the wait ends when the context it returns does (the
+	// caller left the bus), and stop ends the watch. An input that need
+	// not wait costs no watch.
+	Watch func() (ctx context.Context, stop func())
+}
+
+// evalHold is what the daemon holds for inputs admitted and not yet
+// answered: guarded by sessions.mu.
+type evalHold struct {
+	byOwner map[uint32]int64
+	total   int64
+}
+
+// admitEval takes a place for an input of n bytes in x, or refuses it at
+// once; release gives the place back.
+func (s *Supervisor) admitEval(x *session, n int) (release func(), err error) {
+	cost := int64(n) + evalOverhead
+	s.sessions.mu.Lock()
+	defer s.sessions.mu.Unlock()
+	h := &s.sessions.hold
+	switch {
+	case x.queued > maxEvalWaiting:
+		return nil, fmt.Errorf("session %s is busy with %d inputs waiting; wait for it or open another session: %w", x.id, x.queued-1, ErrSessionBusy)
+	case h.byOwner[x.uid]+cost > MaxEvalBytesPerOwner:
+		return nil, fmt.Errorf("session %s: the inputs of uid %d waiting or running hold %d bytes, and this one would add %d, over the %d allowed; wait for them to end: %w",
+			x.id, x.uid, h.byOwner[x.uid], cost, MaxEvalBytesPerOwner, ErrSessionBusy)
+	case h.total+cost > MaxEvalBytes:
+		return nil, fmt.Errorf("session %s: the inputs of all sessions waiting or running hold %d bytes, and this one would add %d, over the %d allowed; try again later: %w",
+			x.id, h.total, cost, MaxEvalBytes, ErrSessionBusy)
+	}
+	if h.byOwner == nil {
+		h.byOwner = map[uint32]int64{}
+	}
+	x.queued++
+	h.byOwner[x.uid] += cost
+	h.total += cost
+	return func() {
+		s.sessions.mu.Lock()
+		defer s.sessions.mu.Unlock()
+		x.queued--
+		if h.byOwner[x.uid] -= cost; h.byOwner[x.uid] <= 0 {
+			delete(h.byOwner, x.uid)
+		}
+		h.total -= cost
+	}, nil
+}
+
+// takeTurn waits until no other input runs in x, the session ends, or
+// ctx or the watch's context ends; on success the caller gives the turn
+// back with <-x.turn.
+func takeTurn(ctx context.Context, x *session, watch func() (context.Context, func())) error {
+	select {
+	case x.turn <- struct{}{}:
+		return nil
+	default:
+	}
+	wait := ctx
+	if watch != nil {
+		w, stop := watch()
+		defer stop()
+		wait = w
+	}
+	select {
+	case x.turn <- struct{}{}:
+		return nil
+	case <-x.ended:
+		return fmt.Errorf("session %s ended while the input waited for the one before: %w", x.id, ErrNoSession)
+	case <-ctx.Done():
+		return fmt.Errorf("session %s: waiting for the input before: %w", x.id, context.Cause(ctx))
+	case <-wait.Done():
+		return fmt.Errorf("session %s: waiting for the input before: %w", x.id, context.Cause(wait))
+	}
+}
