@@ -191,10 +191,10 @@ func (s *Supervisor) Eval(ctx context.Context, id, sess string, uid uint32, code
 		command = fmt.Sprintf("%s session %s: an input of %d bytes, refused", x.lang, x.id, len(code))
 		return "", 0, fmt.Errorf("sandbox %s: %w", id, err)
 	}
-	defer release()
-	if err := takeTurn(ctx, x, o.Watch); err != nil {
+	if err := takeTurn(ctx, x, o.Watch, release); err != nil {
 		return "", 0, fmt.Errorf("sandbox %s: %w", id, err)
 	}
+	defer release()
 	defer func() { <-x.turn }()
 	// The code is written as it is, behind its frame: no copy of it.
 	head, tail := strconv.Itoa(len(code))+"\n", ""
@@ -228,12 +228,22 @@ func (s *Supervisor) Eval(ctx context.Context, id, sess string, uid uint32, code
 			return
 		}
 		// The output is held as it comes, not as much as the header
-		// claims: an interpreter that claims 1 MiB and sends nothing
-		// holds nothing.
+		// claims, and only as much as the owner's answers being read
+		// may hold: the rest is read and dropped, and the answer says
+		// so.
+		keep, giveBack := s.holdOutput(x, n)
 		var buf bytes.Buffer
-		if _, err := io.CopyN(&buf, x.out, int64(n)); err != nil {
+		_, err = io.CopyN(&buf, x.out, int64(keep))
+		if err == nil {
+			_, err = io.CopyN(io.Discard, x.out, int64(n-keep))
+		}
+		giveBack()
+		if err != nil {
 			done <- answer{err: fmt.Errorf("the session ended: %w", err)}
 			return
+		}
+		if keep < n {
+			fmt.Fprintf(&buf, "\n[sandboxd: %d bytes of this output dropped: the answers of uid %d's sessions being read hold %d bytes at most]\n", n-keep, x.uid, MaxEvalBytesPerOwner)
 		}
 		done <- answer{out: buf.String(), status: st}
 	}()

@@ -48,10 +48,38 @@ type EvalOptions struct {
 }
 
 // evalHold is what the daemon holds for inputs admitted and not yet
-// answered: guarded by sessions.mu.
+// answered, and for answers being read: guarded by sessions.mu.
 type evalHold struct {
 	byOwner map[uint32]int64
 	total   int64
+	// Answers are read as they come; what an answer holds while it is
+	// read (an interpreter may send all but its last byte and stop)
+	// counts here, up to the same bounds as inputs.
+	outByOwner map[uint32]int64
+	outTotal   int64
+}
+
+// holdOutput takes room for up to n bytes of an answer of x's within the
+// owner's and everyone's bounds, and says how many it got; giveBack
+// returns them.
+func (s *Supervisor) holdOutput(x *session, n int) (got int, giveBack func()) {
+	s.sessions.mu.Lock()
+	defer s.sessions.mu.Unlock()
+	h := &s.sessions.hold
+	room := max(0, min(int64(n), MaxEvalBytesPerOwner-h.outByOwner[x.uid], MaxEvalBytes-h.outTotal))
+	if h.outByOwner == nil {
+		h.outByOwner = map[uint32]int64{}
+	}
+	h.outByOwner[x.uid] += room
+	h.outTotal += room
+	return int(room), func() {
+		s.sessions.mu.Lock()
+		defer s.sessions.mu.Unlock()
+		if h.outByOwner[x.uid] -= room; h.outByOwner[x.uid] <= 0 {
+			delete(h.outByOwner, x.uid)
+		}
+		h.outTotal -= room
+	}
 }
 
 // admitEval takes a place for an input of n bytes in x, or refuses it at
@@ -90,8 +118,9 @@ func (s *Supervisor) admitEval(x *session, n int) (release func(), err error) {
 
 // takeTurn waits until no other input runs in x, the session ends, or
 // ctx or the watch's context ends; on success the caller gives the turn
-// back with <-x.turn.
-func takeTurn(ctx context.Context, x *session, watch func() (context.Context, func())) error {
+// back with <-x.turn. On failure it gives up the input's place (giveUp)
+// before the watch ends, so that the watch's end says the place is free.
+func takeTurn(ctx context.Context, x *session, watch func() (context.Context, func()), giveUp func()) (err error) {
 	select {
 	case x.turn <- struct{}{}:
 		return nil
@@ -103,6 +132,11 @@ func takeTurn(ctx context.Context, x *session, watch func() (context.Context, fu
 		defer stop()
 		wait = w
 	}
+	defer func() {
+		if err != nil {
+			giveUp()
+		}
+	}()
 	select {
 	case x.turn <- struct{}{}:
 		return nil

@@ -89,24 +89,50 @@ func TestEvalWaitEndsWithItsCallerOrTheSession(t *testing.T) {
 	watch := func(ctx context.Context) func() (context.Context, func()) {
 		return func() (context.Context, func()) { watched++; return ctx, func() {} }
 	}
-	if err := takeTurn(context.Background(), x, watch(context.Background())); err != nil || watched != 0 {
+	if err := takeTurn(context.Background(), x, watch(context.Background()), nil); err != nil || watched != 0 {
 		t.Fatalf("a free session's turn: %v, %d watches; want it at once, unwatched", err, watched)
 	}
 	gone, leave := context.WithCancelCause(context.Background())
 	errGone := errors.New("the caller left the bus")
 	done := make(chan error)
-	go func() { done <- takeTurn(context.Background(), x, watch(gone)) }()
+	gaveUp := 0
+	giveUp := func() { gaveUp++ }
+	go func() { done <- takeTurn(context.Background(), x, watch(gone), giveUp) }()
 	leave(errGone)
-	if err := <-done; !errors.Is(err, errGone) {
-		t.Fatalf("a waiting input whose caller left: %v", err)
+	if err := <-done; !errors.Is(err, errGone) || gaveUp != 1 {
+		t.Fatalf("a waiting input whose caller left: %v, its place given up %d times; want once", err, gaveUp)
 	}
-	go func() { done <- takeTurn(context.Background(), x, nil) }()
+	go func() { done <- takeTurn(context.Background(), x, nil, giveUp) }()
 	close(x.ended)
-	if err := <-done; !errors.Is(err, ErrNoSession) {
-		t.Fatalf("a waiting input whose session ended: %v", err)
+	if err := <-done; !errors.Is(err, ErrNoSession) || gaveUp != 2 {
+		t.Fatalf("a waiting input whose session ended: %v, places given up %d; want 2", err, gaveUp)
 	}
 	<-x.turn
-	if err := takeTurn(context.Background(), x, nil); err != nil {
+	if err := takeTurn(context.Background(), x, nil, nil); err != nil {
 		t.Fatalf("the turn given back: %v", err)
+	}
+}
+
+// The answers being read hold at most an owner's bound; what does not
+// fit is not held, and room given back is there again.
+func TestEvalOutputHeldIsBoundedPerOwner(t *testing.T) {
+	s := &Supervisor{}
+	x := testSession("s", 1000)
+	var giveBacks []func()
+	held := 0
+	for range MaxEvalBytesPerOwner/MaxEvalOutput + 2 {
+		got, giveBack := s.holdOutput(x, MaxEvalOutput)
+		held += got
+		giveBacks = append(giveBacks, giveBack)
+	}
+	if held != MaxEvalBytesPerOwner {
+		t.Fatalf("answers of one owner hold %d bytes; want %d", held, MaxEvalBytesPerOwner)
+	}
+	if got, _ := s.holdOutput(testSession("t", 1001), 10); got != 10 {
+		t.Fatalf("another owner's answer got %d bytes; want 10", got)
+	}
+	giveBacks[0]()
+	if got, _ := s.holdOutput(x, MaxEvalOutput); got != MaxEvalOutput {
+		t.Fatalf("an answer after one ended got %d bytes; want %d", got, MaxEvalOutput)
 	}
 }

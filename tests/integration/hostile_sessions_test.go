@@ -306,7 +306,7 @@ func TestHostileEvalFloodIsRefusedNotBuffered(t *testing.T) {
 	for a := range g.answers {
 		got = append(got, a)
 	}
-	if err := g.cmd.Wait(); err != nil || slices.Index(got, "ok") != 1 || len(got) != waiting+1 {
+	if err := g.cmd.Wait(); err != nil || len(got) != waiting+1 || slices.ContainsFunc(got[1:], func(a string) bool { return a != "ok" }) {
 		t.Fatalf("the waiting inputs once the session is free: %v: %q; want %d ok", err, got, waiting)
 	}
 	if ran, err := os.ReadFile(filepath.Join(volume, "ran")); err != nil || string(ran) != strings.Repeat("x", waiting) {
