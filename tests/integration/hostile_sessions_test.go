@@ -46,6 +46,22 @@ func evalFlood(spec string) int {
 	code := fmt.Sprintf("open(%q, 'a').write('x')\n#", mark)
 	code += strings.Repeat("A", max(0, size-len(code)))
 	answers := make(chan *dbus.Call, n)
+	printed := make(chan struct{})
+	go func() { // answers are printed as they come, while the rest is sent
+		defer close(printed)
+		for range n {
+			c := <-answers
+			var e dbus.Error
+			switch {
+			case c.Err == nil:
+				fmt.Println("ok")
+			case errors.As(c.Err, &e):
+				fmt.Println("error", e.Name, strings.ReplaceAll(e.Error(), "\n", " "))
+			default:
+				fmt.Println("error -", strings.ReplaceAll(c.Err.Error(), "\n", " "))
+			}
+		}
+	}()
 	for sent := 0; sent < n; {
 		conn, err := dbus.ConnectSystemBus()
 		if err != nil {
@@ -58,18 +74,7 @@ func evalFlood(spec string) int {
 			sent++
 		}
 	}
-	for range n {
-		c := <-answers
-		var e dbus.Error
-		switch {
-		case c.Err == nil:
-			fmt.Println("ok")
-		case errors.As(c.Err, &e):
-			fmt.Println("error", e.Name, strings.ReplaceAll(e.Error(), "\n", " "))
-		default:
-			fmt.Println("error -", strings.ReplaceAll(c.Err.Error(), "\n", " "))
-		}
-	}
+	<-printed
 	return 0
 }
 
@@ -186,7 +191,7 @@ const mib = 1 << 20
 // (reading a fifo the test holds), then 500 inputs of 1 MiB at once. They
 // used to wait on the session's lock, each with its code in the daemon
 // (137 to 441 MiB). Now a few wait and the rest are refused at once with
-// Busy, and the daemon's peak RSS over the flood stays within 32 MiB of
+// Busy, and the daemon's peak RSS over the flood stays within 64 MiB of
 // where it was. The waiting inputs of a caller that leaves give their
 // places back, and never run; the inputs that waited run once the
 // session is free.
@@ -251,13 +256,18 @@ func TestHostileEvalFloodIsRefusedNotBuffered(t *testing.T) {
 	if err := os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", pid), []byte("5"), 0); err != nil {
 		t.Fatal(err) // resets VmHWM: it is then the peak over the flood
 	}
-	const n, bound = 500, 32 * mib
+	// The bound: 500 MiB of refused calls still pass through the
+	// daemon's garbage collector (measured: a peak of +32 MiB); held,
+	// they took +1 MiB each.
+	const n, bound = 500, 64 * mib
 	f := startFlood(t, bin, member, object, sess, n, mib, path+"/flooded")
 	var got []string
 	waiting := 0
 	waitUntil(t, "every input of the flood answered or waiting", func() bool {
 		f.take(&got)
-		if rss := daemonMemory(t, pid, "VmRSS"); rss > before+bound {
+		// Far past the bound the inputs are held: no need to wait for
+		// all of them (the peak is checked after).
+		if rss := daemonMemory(t, pid, "VmRSS"); rss > before+4*bound {
 			t.Fatalf("the daemon's RSS went from %d to %d MiB with %d of %d inputs answered: the inputs are held, not refused",
 				before/mib, rss/mib, len(got), n)
 		}
