@@ -90,14 +90,15 @@ func (s *Supervisor) admitEval(x *session, n int) (release func(), err error) {
 	defer s.sessions.mu.Unlock()
 	h := &s.sessions.hold
 	switch {
-	case x.queued > maxEvalWaiting:
-		return nil, fmt.Errorf("session %s is busy with %d inputs waiting; wait for it or open another session: %w", x.id, x.queued-1, ErrSessionBusy)
 	case h.byOwner[x.uid]+cost > MaxEvalBytesPerOwner:
 		return nil, fmt.Errorf("session %s: the inputs of uid %d waiting or running hold %d bytes, and this one would add %d, over the %d allowed; wait for them to end: %w",
 			x.id, x.uid, h.byOwner[x.uid], cost, MaxEvalBytesPerOwner, ErrSessionBusy)
 	case h.total+cost > MaxEvalBytes:
 		return nil, fmt.Errorf("session %s: the inputs of all sessions waiting or running hold %d bytes, and this one would add %d, over the %d allowed; try again later: %w",
 			x.id, h.total, cost, MaxEvalBytes, ErrSessionBusy)
+	}
+	if err := x.full(); err != nil {
+		return nil, err
 	}
 	if h.byOwner == nil {
 		h.byOwner = map[uint32]int64{}
@@ -114,6 +115,30 @@ func (s *Supervisor) admitEval(x *session, n int) (release func(), err error) {
 		}
 		h.total -= cost
 	}, nil
+}
+
+// full says why x takes no more inputs now (one runs and as many wait as
+// may), or nil; sessions.mu held.
+func (x *session) full() error {
+	if x.queued > maxEvalWaiting {
+		return fmt.Errorf("session %s is busy with %d inputs waiting; wait for it or open another session: %w", x.id, x.queued-1, ErrSessionBusy)
+	}
+	return nil
+}
+
+// SessionFull says (ErrSessionBusy) whether session sess of sandbox id
+// would refuse an input now, whoever sends it: for the D-Bus guard,
+// which refuses such an input as it is read, before a goroutine holds
+// its code. nil when there is no such session.
+func (s *Supervisor) SessionFull(id, sess string) error {
+	s.sessions.mu.Lock()
+	defer s.sessions.mu.Unlock()
+	if x := s.sessions.m[id+"/"+sess]; x != nil {
+		if err := x.full(); err != nil {
+			return fmt.Errorf("sandbox %s: %w", id, err)
+		}
+	}
+	return nil
 }
 
 // takeTurn waits until no other input runs in x, the session ends, or
