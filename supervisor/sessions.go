@@ -197,9 +197,9 @@ func (s *Supervisor) Eval(ctx context.Context, id, sess string, uid uint32, code
 	defer release()
 	defer func() { <-x.turn }()
 	// The code is written as it is, behind its frame: no copy of it.
-	head, tail := strconv.Itoa(len(code))+"\n", ""
+	before, after := strconv.Itoa(len(code))+"\n", ""
 	if x.lang == "sh" {
-		head, code, tail = "", strings.TrimSuffix(code, "\n"), "\n__sandboxd_end_"+x.token+"__\n"
+		before, code, after = "", strings.TrimSuffix(code, "\n"), "\n__sandboxd_end_"+x.token+"__\n"
 	}
 	type answer struct {
 		out    string
@@ -208,7 +208,7 @@ func (s *Supervisor) Eval(ctx context.Context, id, sess string, uid uint32, code
 	}
 	done := make(chan answer, 1)
 	go func() {
-		for _, part := range []string{head, code, tail} {
+		for _, part := range []string{before, code, after} {
 			if _, err := io.WriteString(x.in, part); err != nil {
 				done <- answer{err: fmt.Errorf("the session ended: %w", err)}
 				return
