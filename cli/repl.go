@@ -11,6 +11,7 @@ import (
 	ucli "github.com/urfave/cli/v3"
 
 	sbclient "github.com/sandboxd/sandboxd/client"
+	"github.com/sandboxd/sandboxd/internal/termsafe"
 	"github.com/sandboxd/sandboxd/sandboxd1"
 )
 
@@ -24,7 +25,8 @@ what you type, an input at a time: a line, or a line and the indented
 lines after it, and a line that closes a bracket (a block). Each input's output is printed; its variables,
 imports and functions stay for the next. Without a terminal, stdin is
 read the same way, and sandboxctl exits with the status of the last
-input (0: no error).`,
+input (0: no error). To a terminal, control characters in the output are
+shown escaped.`,
 		Flags: []ucli.Flag{
 			&ucli.BoolFlag{Name: "root", Usage: "run the interpreter as root in the sandbox (root of its user namespace)"},
 		},
@@ -37,6 +39,11 @@ input (0: no error).`,
 			defer func() { _ = sb.CloseSession(context.WithoutCancel(ctx), sess) }()
 			w := cmd.Root().Writer
 			prompt := isTerminalFD(0)
+			// The interpreter's output is the sandbox's: to a terminal,
+			// what would act on it (escape sequences, carriage returns,
+			// C1 controls, bidi overrides) is shown escaped, as logs
+			// does; its lines and tabs stay.
+			escape := w == os.Stdout && isTerminalFD(1)
 			var status int
 			in := inputs(os.Stdin)
 			for {
@@ -59,6 +66,9 @@ input (0: no error).`,
 				var out string
 				if out, status, err = sb.Eval(ctx, sess, code); err != nil {
 					return fromBus("running the input", err)
+				}
+				if escape {
+					out = termsafe.Output(out)
 				}
 				if _, err := io.WriteString(w, out); err != nil {
 					return err

@@ -39,7 +39,7 @@ var hints = []struct {
 	{client.ErrAccessDenied, "the daemon's access rules refuse it to the user the MCP server runs as; retrying will not help"},
 	{client.ErrNoIdmap, "run it without root: this sandbox has no user namespace of its own"},
 	{client.ErrConflict, "the project changed the same paths since this sandbox was made: rebase the sandbox onto the project (the rebase tool), check the result, and promote again"},
-	{client.ErrBusy, "another promotion of the project is under way: try again once it ended"},
+	{client.ErrBusy, "another promotion of the project, or other inputs of the same session, are under way: try again once they ended"},
 	{client.ErrLimitReached, "a limit of the daemon's was reached: destroy sandboxes (or sessions, processes) you no longer need"},
 	{errNotBooted, "make a sandbox with sandbox_create and boot true to run services with systemctl in it"},
 	{client.ErrWrongState, "sandbox_status says the sandbox's state"},

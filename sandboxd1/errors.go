@@ -25,7 +25,9 @@ const (
 	// ErrorConflict: a promotion's change set and the project's own
 	// changes since the sandbox's base touch the same paths.
 	ErrorConflict = "org.sandboxd1.Error.Conflict"
-	// ErrorBusy: another promotion of the same project is under way.
+	// ErrorBusy: another promotion of the same project is under way; or
+	// an Eval's session has as many inputs waiting as it may (or its
+	// owner's inputs hold as many bytes as they may): refused at once.
 	ErrorBusy = "org.sandboxd1.Error.Busy"
 	// ErrorNoSuchPromotion: no promotion of that id that the caller may see.
 	ErrorNoSuchPromotion = "org.sandboxd1.Error.NoSuchPromotion"

@@ -8,6 +8,7 @@ package supervisor
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	_ "embed"
 	"errors"
@@ -65,13 +66,20 @@ type session struct {
 	in                       *os.File
 	out                      *bufio.Reader
 	outFile                  *os.File
-	mu                       sync.Mutex // one input at a time
+	// turn is held by the input that runs (one at a time); queued counts
+	// the inputs admitted, running or waiting for it (sessions.mu).
+	turn   chan struct{}
+	queued int
+	// ended is closed when the session ends.
+	ended   chan struct{}
+	endOnce sync.Once
 }
 
 type sessions struct {
 	mu      sync.Mutex
 	m       map[string]*session // sandbox/session
 	opening map[string]int      // by sandbox: sessions being opened
+	hold    evalHold            // inputs admitted, by owner and in all
 }
 
 // OpenSession starts an interpreter of lang (python3, node, sh) in sandbox id,
@@ -138,7 +146,7 @@ func (s *Supervisor) OpenSession(ctx context.Context, id, lang string, o ExecOpt
 		return "", fmt.Errorf("opening a %s session: %w", lang, err)
 	}
 	x := &session{id: newCommandID(), sandbox: id, lang: lang, token: token, uid: o.UID, cmd: cmd,
-		in: inW, out: bufio.NewReader(outR), outFile: outR}
+		in: inW, out: bufio.NewReader(outR), outFile: outR, turn: make(chan struct{}, 1), ended: make(chan struct{})}
 	s.sessions.mu.Lock()
 	if s.sessions.m == nil {
 		s.sessions.m = map[string]*session{}
@@ -154,15 +162,18 @@ func (s *Supervisor) OpenSession(ctx context.Context, id, lang string, o ExecOpt
 
 // Eval sends code to session sess of sandbox id (opened by uid, or root
 // asks) and returns its output and status: 0 if it ran without error.
-// An input that runs past timeout (0: five minutes) ends the session.
-func (s *Supervisor) Eval(ctx context.Context, id, sess string, uid uint32, code string, timeout time.Duration) (output string, status int, err error) {
+// An input that runs past o.Timeout ends the session. One input runs at
+// a time; a few may wait for it (see admitEval), and any other is
+// refused at once with ErrSessionBusy.
+func (s *Supervisor) Eval(ctx context.Context, id, sess string, uid uint32, code string, o EvalOptions) (output string, status int, err error) {
 	x, err := s.session(id, sess, uid)
 	if err != nil {
 		return "", 0, err
 	}
+	command := x.lang + " session " + x.id + ": " + code
 	defer func() {
 		rec, _ := s.cfg.Store.Get(id)
-		s.auditEntry(ctx, audit.Entry{Action: "eval", Command: x.lang + " session " + x.id + ": " + code}, rec, err)
+		s.auditEntry(ctx, audit.Entry{Action: "eval", Command: command}, rec, err)
 	}()
 	if len(code) > MaxEvalInput {
 		return "", 0, fmt.Errorf("session %s: an input of %d bytes, over %d: %w", sess, len(code), MaxEvalInput, ErrInvalid)
@@ -170,14 +181,25 @@ func (s *Supervisor) Eval(ctx context.Context, id, sess string, uid uint32, code
 	if x.lang == "sh" && strings.Contains("\n"+code+"\n", "\n"+"__sandboxd_end_"+x.token+"__\n") {
 		return "", 0, fmt.Errorf("session %s: the input holds the session's end marker: %w", sess, ErrInvalid)
 	}
+	timeout := o.Timeout
 	if timeout <= 0 {
 		timeout = defaultEvalTimeout
 	}
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	framed := strconv.Itoa(len(code)) + "\n" + code
+	release, err := s.admitEval(x, len(code))
+	if err != nil {
+		// Refused unread: the audit says what was refused, not its code.
+		command = fmt.Sprintf("%s session %s: an input of %d bytes, refused", x.lang, x.id, len(code))
+		return "", 0, fmt.Errorf("sandbox %s: %w", id, err)
+	}
+	if err := takeTurn(ctx, x, o.Watch, release); err != nil {
+		return "", 0, fmt.Errorf("sandbox %s: %w", id, err)
+	}
+	defer release()
+	defer func() { <-x.turn }()
+	// The code is written as it is, behind its frame: no copy of it.
+	before, after := strconv.Itoa(len(code))+"\n", ""
 	if x.lang == "sh" {
-		framed = strings.TrimSuffix(code, "\n") + "\n__sandboxd_end_" + x.token + "__\n"
+		before, code, after = "", strings.TrimSuffix(code, "\n"), "\n__sandboxd_end_"+x.token+"__\n"
 	}
 	type answer struct {
 		out    string
@@ -186,9 +208,11 @@ func (s *Supervisor) Eval(ctx context.Context, id, sess string, uid uint32, code
 	}
 	done := make(chan answer, 1)
 	go func() {
-		if _, err := io.WriteString(x.in, framed); err != nil {
-			done <- answer{err: fmt.Errorf("the session ended: %w", err)}
-			return
+		for _, part := range []string{before, code, after} {
+			if _, err := io.WriteString(x.in, part); err != nil {
+				done <- answer{err: fmt.Errorf("the session ended: %w", err)}
+				return
+			}
 		}
 		// The header is short; anything else is the input writing on
 		// the protocol's pipe itself, which ends the session (a read
@@ -203,12 +227,25 @@ func (s *Supervisor) Eval(ctx context.Context, id, sess string, uid uint32, code
 			done <- answer{err: fmt.Errorf("the interpreter answered %q", strings.TrimSpace(head))}
 			return
 		}
-		buf := make([]byte, n)
-		if _, err := io.ReadFull(x.out, buf); err != nil {
+		// The output is held as it comes, not as much as the header
+		// claims, and only as much as the owner's answers being read
+		// may hold: the rest is read and dropped, and the answer says
+		// so.
+		keep, giveBack := s.holdOutput(x, n)
+		var buf bytes.Buffer
+		_, err = io.CopyN(&buf, x.out, int64(keep))
+		if err == nil {
+			_, err = io.CopyN(io.Discard, x.out, int64(n-keep))
+		}
+		giveBack()
+		if err != nil {
 			done <- answer{err: fmt.Errorf("the session ended: %w", err)}
 			return
 		}
-		done <- answer{out: string(buf), status: st}
+		if keep < n {
+			fmt.Fprintf(&buf, "\n[sandboxd: %d bytes of this output dropped: the answers of uid %d's sessions being read hold %d bytes at most]\n", n-keep, x.uid, MaxEvalBytesPerOwner)
+		}
+		done <- answer{out: buf.String(), status: st}
 	}()
 	select {
 	case a := <-done:
@@ -255,6 +292,7 @@ func (s *Supervisor) endSession(x *session) {
 }
 
 func (s *Supervisor) dropSession(x *session) {
+	x.endOnce.Do(func() { close(x.ended) })
 	s.sessions.mu.Lock()
 	if s.sessions.m[x.sandbox+"/"+x.id] == x {
 		delete(s.sessions.m, x.sandbox+"/"+x.id)

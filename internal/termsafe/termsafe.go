@@ -123,6 +123,22 @@ func Line(s string) string { return line.escape(s) }
 // Line(s). A line break in s is escaped too: Text is one line.
 func Text(s string) string { return text.escape(s) }
 
+// Output is a command's multi-line output made safe as Text makes each
+// of its lines (tabs and backslashes kept), its line breaks kept: for
+// what a sandbox printed, shown to a person as it printed it. A carriage
+// return just before a line break is dropped (a terminal shows CRLF as a
+// line break); any other is escaped.
+func Output(s string) string {
+	if !text.needs(strings.ReplaceAll(s, "\n", "")) {
+		return s
+	}
+	lines := strings.Split(s, "\n")
+	for i, l := range lines {
+		lines[i] = text.escape(strings.TrimSuffix(l, "\r"))
+	}
+	return strings.Join(lines, "\n")
+}
+
 // Lines is multi-line output (a check's) as lines to print: each of s's
 // lines escaped by Line (a lone \r before the line break dropped, as a
 // terminal would show it) and starting with prefix, so that no line of

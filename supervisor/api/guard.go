@@ -82,6 +82,9 @@ func guard(msg *dbus.Message) {
 	member, _ := msg.Headers[dbus.FieldMember].Value().(string)
 	reason := checkCall(msg, iface, member, sent, len(fds))
 	if reason == "" {
+		if busy := sessionFull(msg, iface, member); busy != "" {
+			refuseAs(msg, "RefuseBusy", busy)
+		}
 		return
 	}
 	closeReceived(fds)
@@ -209,10 +212,13 @@ func checkArgv(body []any, i int, what string) string {
 
 // refuse rewrites msg into a call of the refusal object, which answers
 // InvalidArgs with reason.
-func refuse(msg *dbus.Message, reason string) {
+func refuse(msg *dbus.Message, reason string) { refuseAs(msg, "Refuse", reason) }
+
+// refuseAs rewrites msg into a call of member of the refusal object.
+func refuseAs(msg *dbus.Message, member, reason string) {
 	msg.Headers[dbus.FieldPath] = dbus.MakeVariant(refusePath)
 	msg.Headers[dbus.FieldInterface] = dbus.MakeVariant(refuseInterface)
-	msg.Headers[dbus.FieldMember] = dbus.MakeVariant("Refuse")
+	msg.Headers[dbus.FieldMember] = dbus.MakeVariant(member)
 	msg.Headers[dbus.FieldSignature] = dbus.MakeVariant(dbus.SignatureOf(reason))
 	delete(msg.Headers, dbus.FieldUnixFDs)
 	msg.Body = []any{reason}
@@ -224,6 +230,13 @@ type refuser struct{}
 func (refuser) Refuse(sender dbus.Sender, reason string) *dbus.Error {
 	logger().Warn("refused a D-Bus call", "BUS_SENDER", string(sender), "reason", reason)
 	return dbusError(sandboxd1.ErrorInvalidArgs, "%s", reason)
+}
+
+// RefuseBusy answers an input for a session that takes no more now
+// (sessionFull). Not logged: it is backpressure the caller hears, and a
+// flood of them would use up journald's rate limit for the daemon.
+func (refuser) RefuseBusy(reason string) *dbus.Error {
+	return dbusError(sandboxd1.ErrorBusy, "%s", reason)
 }
 
 func logger() *slog.Logger {

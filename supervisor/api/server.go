@@ -78,6 +78,7 @@ func Serve(ctx context.Context, conn *dbus.Conn, sup *supervisor.Supervisor, acc
 		heavy: newHeavyCalls(),
 	}
 	guardLog.Store(log)
+	guardSessions.Store(sup)
 	sup.OnProcessExited(s.processExited)
 	ok := false
 	defer func() {

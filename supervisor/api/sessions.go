@@ -1,11 +1,14 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 
 	"github.com/godbus/dbus/v5"
 
+	"github.com/sandboxd/sandboxd/internal/termsafe"
 	"github.com/sandboxd/sandboxd/sandboxd1"
 	"github.com/sandboxd/sandboxd/supervisor"
 )
@@ -38,13 +41,18 @@ func (o sandboxObject) OpenSession(sender dbus.Sender, msg dbus.Message, languag
 // returns what it wrote (stdout and stderr together, at most 1 MiB; bytes
 // that are not UTF-8 become U+FFFD) and its status: 0 if it ran without
 // error. Only the caller that opened the session (or root) may use it.
+// One input runs at a time; a few wait for it, as long as their caller
+// is on the bus; any more is refused at once with Busy.
 func (o sandboxObject) Eval(sender dbus.Sender, msg dbus.Message, session, code string) (string, int32, *dbus.Error) {
 	s := o.s
 	r, id, derr := o.beginOn(sender, msg, sandboxd1.MethodEval)
 	if derr != nil {
 		return "", 0, derr
 	}
-	out, status, err := s.sup.Eval(r.ctx, id, session, r.who.uid, code, 0)
+	// An input that waits for the one before it stops waiting, and gives
+	// its place back, when its caller leaves the bus.
+	watch := func() (context.Context, func()) { return s.whileConnected(r.ctx, string(sender)) }
+	out, status, err := s.sup.Eval(r.ctx, id, session, r.who.uid, code, supervisor.EvalOptions{Watch: watch})
 	if err != nil {
 		return "", 0, s.end(r, id, sessionError(err))
 	}
@@ -61,12 +69,41 @@ func (o sandboxObject) CloseSession(sender dbus.Sender, msg dbus.Message, sessio
 	return s.end(r, id, sessionError(s.sup.CloseSession(r.ctx, id, session, r.who.uid)))
 }
 
+// guardSessions is the supervisor whose sessions the guard asks about;
+// Serve sets it.
+var guardSessions atomic.Pointer[supervisor.Supervisor]
+
+// sessionFull says, on the guard's reading goroutine, why an Eval must be
+// refused at once because its session takes no more inputs now, or "".
+// Refused there, the call's code is dropped as soon as it was read: the
+// refusal waits for no bus round trip (who is calling) nor audit line,
+// and the daemon reads no further call meanwhile.
+func sessionFull(msg *dbus.Message, iface, member string) string {
+	if iface != sandboxd1.SandboxInterface || member != sandboxd1.MethodEval || len(msg.Body) == 0 {
+		return ""
+	}
+	sup := guardSessions.Load()
+	session, ok := msg.Body[0].(string)
+	path, _ := msg.Headers[dbus.FieldPath].Value().(dbus.ObjectPath)
+	id, found := strings.CutPrefix(string(path), string(sandboxd1.SandboxPathPrefix)+"/")
+	if sup == nil || !ok || !found {
+		return ""
+	}
+	if err := sup.SessionFull(id, session); err != nil {
+		return termsafe.Line(err.Error())
+	}
+	return ""
+}
+
 func sessionError(err error) *dbus.Error {
 	if err == nil {
 		return nil
 	}
 	if errors.Is(err, supervisor.ErrNoSession) {
 		return dbusError(sandboxd1.ErrorNoSuchCommand, "%v", err)
+	}
+	if errors.Is(err, supervisor.ErrSessionBusy) {
+		return dbusError(sandboxd1.ErrorBusy, "%v", err)
 	}
 	return fromSupervisor(err)
 }
