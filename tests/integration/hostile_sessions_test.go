@@ -78,13 +78,13 @@ func evalFlood(spec string) int {
 	return 0
 }
 
-// flood is a running evalFlood and the answers it printed so far.
-type flood struct {
+// evalFloodRun is a running evalFlood and the answers it printed so far.
+type evalFloodRun struct {
 	cmd     *exec.Cmd
 	answers chan string
 }
 
-func startFlood(t *testing.T, bin, member, object, session string, n, size int, mark string) *flood {
+func startFlood(t *testing.T, bin, member, object, session string, n, size int, mark string) *evalFloodRun {
 	t.Helper()
 	cmd := exec.Command("setpriv", "--reuid="+member, "--regid="+member, "--init-groups", bin)
 	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s %s %d %d %s", evalFloodEnv, object, session, n, size, mark))
@@ -96,7 +96,7 @@ func startFlood(t *testing.T, bin, member, object, session string, n, size int, 
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	f := &flood{cmd: cmd, answers: make(chan string, n)}
+	f := &evalFloodRun{cmd: cmd, answers: make(chan string, n)}
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		sc.Buffer(nil, 1<<20)
@@ -110,7 +110,7 @@ func startFlood(t *testing.T, bin, member, object, session string, n, size int, 
 }
 
 // stop kills the flood (its connections leave the bus with it).
-func (f *flood) stop() {
+func (f *evalFloodRun) stop() {
 	if f.cmd.ProcessState == nil {
 		_ = f.cmd.Process.Kill()
 		_ = f.cmd.Wait()
@@ -118,7 +118,7 @@ func (f *flood) stop() {
 }
 
 // take moves the answers printed so far into got.
-func (f *flood) take(got *[]string) {
+func (f *evalFloodRun) take(got *[]string) {
 	for {
 		select {
 		case a, ok := <-f.answers:
@@ -184,7 +184,6 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-const mib = 1 << 20
 
 // TestHostileEvalFloodIsRefusedNotBuffered is issue 28's finding 4, as a
 // member of group sandboxd does it: an input that blocks its session
