@@ -184,7 +184,6 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-
 // TestHostileEvalFloodIsRefusedNotBuffered is issue 28's finding 4, as a
 // member of group sandboxd does it: an input that blocks its session
 // (reading a fifo the test holds), then 500 inputs of 1 MiB at once. They
