@@ -133,7 +133,7 @@ until it ends. To a terminal, control characters are shown escaped.`,
 					return fromBus("reading the log of "+rest[0], err)
 				}
 				if escape {
-					data = []byte(termsafe.Text(string(data)))
+					data = []byte(termsafe.Output(string(data)))
 				}
 				if _, err := w.Write(data); err != nil {
 					return err

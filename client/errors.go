@@ -40,7 +40,8 @@ var (
 	// ErrConflict: the project changed, since the sandbox's base, paths
 	// the sandbox changed too (Promote, Rebase); the message names them.
 	ErrConflict = errors.New("conflict with the project's changes")
-	// ErrBusy: another promotion of the same project is under way.
+	// ErrBusy: another promotion of the same project is under way, or a
+	// session has as many inputs waiting as it takes.
 	ErrBusy = errors.New("busy")
 	// ErrLimitReached: admission control or a per-sandbox cap refused it.
 	ErrLimitReached = errors.New("limit reached")
