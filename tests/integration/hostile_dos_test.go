@@ -187,8 +187,20 @@ func TestHostileConcurrentHeavyCallsAreCapped(t *testing.T) {
 			}
 		})
 	}
-	// The tries hold every slot once their sandboxes run their checks.
-	time.Sleep(3 * time.Second)
+	// The tries hold every slot from their start: wait until each has
+	// made its sandbox (its check then sleeps for longer than the wait
+	// below), whatever the machine's speed.
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		out, _ := busctl("/org/sandboxd1", "org.sandboxd1.Manager", "ListSandboxes")
+		if strings.Count(out, `"heavy`) >= len(tries) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d Trys made no %d sandboxes within 3 minutes: %s", len(tries), len(tries), out)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	start := time.Now()
 	out, ok := busctl("--timeout=120", object, "org.sandboxd1.Sandbox", "UnifiedDiff", "a{sv}", "0")
 	waited := time.Since(start)
