@@ -141,7 +141,7 @@ func (p Policy) admit(live []state.Entry, opts CreateOptions) ([]state.Entry, er
 			}
 		}
 		if promised+*opts.Limits.MemoryMax > p.MaxMemory {
-			return nil, fmt.Errorf("MemoryMax %d would bring the memory promised to sandboxes to %d, over the host's %d (limits.max_memory): %w",
+			return nil, fmt.Errorf("MemoryMax %d would bring the memory promised to sandboxes to %d, over the host's %d (limits.max_memory): ask for less (--memory) or destroy a sandbox: %w",
 				*opts.Limits.MemoryMax, promised+*opts.Limits.MemoryMax, p.MaxMemory, ErrLimitReached)
 		}
 	}

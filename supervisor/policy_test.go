@@ -116,10 +116,12 @@ func TestDestroyOldestMakesRoom(t *testing.T) {
 
 func TestMemoryCap(t *testing.T) {
 	e := newEnv(t)
-	sup, _ := withPolicy(t, e, supervisor.Policy{MaxMemory: 1 << 30})
+	sup, _ := withPolicy(t, e, supervisor.Policy{MaxMemory: 1 << 30, DefaultMemoryMax: 2 << 30})
+	// A create that sets none gets the derived default MemoryMax (up to
+	// 4 GiB), which counts against the cap like any other.
 	_, err := createAs(t, sup, 1000, units.Limits{})
-	if !errors.Is(err, supervisor.ErrInvalid) || !strings.Contains(err.Error(), "MemoryMax is required") {
-		t.Fatalf("a create without MemoryMax under a memory cap: %v", err)
+	if !errors.Is(err, supervisor.ErrLimitReached) || !strings.Contains(err.Error(), "limits.max_memory") || !strings.Contains(err.Error(), "--memory") {
+		t.Fatalf("a create whose default MemoryMax is over a 1 GiB cap: %v; want refused as over limits.max_memory, saying to ask for less", err)
 	}
 	if _, err := createAs(t, sup, 1000, units.Limits{MemoryMax: new(uint64(600 << 20))}); err != nil {
 		t.Fatal(err)
