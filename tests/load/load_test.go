@@ -420,9 +420,10 @@ func leftovers(t *testing.T, tb *testbed.Info, conn *dbus.Conn) []string {
 			t.Fatal(err)
 		}
 		for _, e := range entries {
-			// An owner's cache outlives its sandboxes, by design; the
-			// exposed ports' directory stays, empty.
-			if dir == poolRoot(tb) && strings.HasPrefix(e.Name(), "cache-u") {
+			// An owner's cache (cache-u<uid>, or cachefs-u<uid> where it
+			// is a filesystem of its own) outlives its sandboxes, by
+			// design; the exposed ports' directory stays, empty.
+			if dir == poolRoot(tb) && (strings.HasPrefix(e.Name(), "cache-u") || strings.HasPrefix(e.Name(), "cachefs-u")) {
 				continue
 			}
 			if dir == runtimeDir && e.Name() == "ports" {
