@@ -227,8 +227,9 @@ func poolUsed(t *testing.T, tb *testbed.Info) int64 {
 // pool by 283 MiB in 60 rewrites (by 216 MiB here in 40), without bound:
 // the cache's size bounded its files, not its blocks on the pool. Now
 // the image is written in place (chattr +C): the same rewrites grow the
-// pool by the file's first write alone (24 MiB). The control: the same rewrites in the sandbox's own
-// volume (copied on write, bounded by its disk quota) grow the pool.
+// pool by the file's first write alone (24 MiB). The control: 4 of the
+// rewrites in the sandbox's own volume (copied on write, bounded by its
+// disk quota) grow it by 120 MiB.
 func TestHostileCacheImageHoldsItsSizeOnThePoolAgainstRewrites(t *testing.T) {
 	tb := install(t)
 	regularMember(t, rootAgent)
