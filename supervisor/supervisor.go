@@ -150,6 +150,8 @@ type Supervisor struct {
 	// adopting holds the paths of the adoptions under way (adopt.go),
 	// under the admission lock.
 	adopting map[string]bool
+	// usage: systemd's answers for GetLimits (userlimits.go).
+	usage sliceUsageCache
 }
 
 // New makes a Supervisor. Call LoadProjects, then Reconcile, before

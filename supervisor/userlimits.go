@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync"
+	"time"
 
 	"github.com/sandboxd/sandboxd/units"
 )
@@ -91,11 +93,11 @@ func (s *Supervisor) Usage(ctx context.Context, uid uint32) (Usage, error) {
 			u.Promised += *l.MemoryMax
 		}
 	}
-	own, err := s.cfg.Units.SliceUsage(ctx, units.OwnerSlice(uid))
+	own, err := s.sliceUsage(ctx, units.OwnerSlice(uid))
 	if err != nil {
 		return u, fmt.Errorf("the usage of uid %d: %w", uid, err)
 	}
-	all, err := s.cfg.Units.SliceUsage(ctx, units.SliceRoot)
+	all, err := s.sliceUsage(ctx, units.SliceRoot)
 	if err != nil {
 		return u, fmt.Errorf("the usage of all sandboxes: %w", err)
 	}
@@ -103,6 +105,54 @@ func (s *Supervisor) Usage(ctx context.Context, uid uint32) (Usage, error) {
 	if !own.Loaded { // no sandbox of the user's has run this boot
 		u.Memory, u.Tasks = units.Amount{Known: true}, units.Amount{Known: true}
 	}
+	return u, nil
+}
+
+// SliceUsageTTL is how old a slice's usage in Usage may be. A reading
+// of both slices is four calls to systemd, which answers each with every
+// property of the unit: 1.5 ms of systemd's time a GetLimits, measured,
+// and GetLimits is a light call any member may make without end (256
+// connections, 128 calls under way on each). Read at most once a TTL a
+// slice, one reading at a time, a flood of them costs systemd next to
+// nothing (sandboxctl limits is read by people and agents, for whom a
+// second is fresh).
+const SliceUsageTTL = time.Second
+
+// sliceUsageCache holds the slices' usage lately read.
+type sliceUsageCache struct {
+	mu sync.Mutex // held while systemd is asked: one reading at a time
+	m  map[string]sliceUsageRead
+}
+
+type sliceUsageRead struct {
+	u  units.SliceUsage
+	at time.Time
+}
+
+// sliceUsage is slice name's usage, read from systemd at most
+// SliceUsageTTL ago.
+func (s *Supervisor) sliceUsage(ctx context.Context, name string) (units.SliceUsage, error) {
+	c := &s.usage
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := time.Now()
+	if r, ok := c.m[name]; ok && now.Sub(r.at) < SliceUsageTTL && now.After(r.at) {
+		return r.u, nil
+	}
+	u, err := s.cfg.Units.SliceUsage(ctx, name)
+	if err != nil {
+		return u, err
+	}
+	// Only the slices read lately are kept: at most one a user asking.
+	for k, r := range c.m {
+		if now.Sub(r.at) >= SliceUsageTTL {
+			delete(c.m, k)
+		}
+	}
+	if c.m == nil {
+		c.m = map[string]sliceUsageRead{}
+	}
+	c.m[name] = sliceUsageRead{u: u, at: now}
 	return u, nil
 }
 

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/sandboxd/sandboxd/tests/testbed"
 )
 
@@ -193,5 +195,72 @@ func TestHostileCacheQuotaHoldsAgainstReflinksAndAcrossSandboxes(t *testing.T) {
 	}
 	if n := strings.Count(string(mounts), fmt.Sprintf("/cachefs-u%d/fs ", uid)); n != 1 {
 		t.Errorf("the agent's cache filesystem is mounted %d times after a restart; want once", n)
+	}
+}
+
+// rewrites is a script that writes n MiB into path, then rewrites it n
+// times in place, from one 64 KiB block further each time (dd
+// conv=notrunc, with an fsync), and prints the file's size.
+func rewrites(path string, mb, n int) string {
+	blocks := mb * 16
+	return fmt.Sprintf(`set -e; dd if=/dev/zero of=%[1]s bs=1M count=%[2]d conv=fsync 2>/dev/null
+for k in $(seq 1 %[3]d); do dd if=/dev/zero of=%[1]s bs=64K seek=$k count=$((%[4]d-k)) conv=notrunc,fsync 2>/dev/null; done
+sync; stat -c %%s %[1]s`, path, mb, n, blocks)
+}
+
+// poolUsed is the bytes in use on the testbed's btrfs pool, once what
+// was written is committed.
+func poolUsed(t *testing.T, tb *testbed.Info) int64 {
+	t.Helper()
+	unix.Sync()
+	var st unix.Statfs_t
+	if err := unix.Statfs(tb.Btrfs.Mount, &st); err != nil {
+		t.Fatal(err)
+	}
+	return int64(st.Blocks-st.Bfree) * st.Bsize
+}
+
+// Review of finding 6's fix: the cache's ext4 image was a file of the
+// btrfs pool copied on write, and btrfs keeps an extent whole on disk
+// while any block of it is still the file's. A tenant rewriting a 24 MiB
+// file in its 32 MiB cache from one block further each time grew the
+// pool by 283 MiB in 60 rewrites (by 216 MiB here in 40), without bound:
+// the cache's size bounded its files, not its blocks on the pool. Now
+// the image is written in place (chattr +C): the same rewrites grow the
+// pool by the file's first write alone (24 MiB). The control: 4 of the
+// rewrites in the sandbox's own volume (copied on write, bounded by its
+// disk quota) grow it by 120 MiB.
+func TestHostileCacheImageHoldsItsSizeOnThePoolAgainstRewrites(t *testing.T) {
+	tb := install(t)
+	regularMember(t, rootAgent)
+	reconfigure(t, fmt.Sprintf("users = [%q]\n[limits]\ncache_quota = \"32MiB\"\n", rootAgent))
+	// No sandbox of the agent's: the cache is made anew.
+	okAs(t, rootAgent, "cache", "clear")
+	t.Cleanup(func() { ctlAs(t, rootAgent, "cache", "clear") })
+	id := agentSandbox(t)
+	const file = 24
+
+	// The control: in the sandbox's volume, 4 rewrites grow the pool.
+	before := poolUsed(t, tb)
+	if n := bytesOut(t, "the rewrites in the volume", agentShOK(t, id, true, rewrites(tb.Btrfs.Project+"/rw", file, 4))); n != file*mib {
+		t.Fatalf("the control: the rewritten file holds %d bytes; want %d", n, file*mib)
+	}
+	grown := poolUsed(t, tb) - before
+	t.Logf("the control: 4 rewrites of %d MiB in the sandbox's volume grew the pool by %.1f MiB", file, float64(grown)/mib)
+	if grown < 2*file*mib {
+		t.Fatalf("the control: 4 rewrites in the sandbox's volume grew the pool by %d bytes; want at least %d (copied on write)", grown, 2*file*mib)
+	}
+	agentShOK(t, id, true, "rm "+tb.Btrfs.Project+"/rw && sync")
+
+	// In the cache: 40 rewrites, and the pool holds no more than the
+	// image's size for it.
+	before = poolUsed(t, tb)
+	if n := bytesOut(t, "the rewrites in the cache", agentShOK(t, id, false, rewrites("/var/cache/sandbox/rw", file, 40))); n != file*mib {
+		t.Fatalf("the rewritten file in the cache holds %d bytes; want %d", n, file*mib)
+	}
+	grown = poolUsed(t, tb) - before
+	t.Logf("40 rewrites of %d MiB in a 32 MiB cache grew the pool by %.1f MiB", file, float64(grown)/mib)
+	if grown > 32*mib+8*mib {
+		t.Errorf("40 rewrites of a %d MiB file in a 32 MiB cache grew the pool by %d bytes; want at most the image's size", file, grown)
 	}
 }
