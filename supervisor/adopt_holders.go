@@ -148,16 +148,47 @@ func holders(paths ...string) ([]holder, error) {
 	return out, nil
 }
 
-// uses says whether process pid uses any of sc's places.
+// uses says whether process pid uses any of sc's places, through any of
+// its threads: a thread may have a working directory and root of its
+// own (unshare(CLONE_FS)) or a table of descriptors of its own, and once
+// the thread group's leader has exited (a bare exit(2) of the main
+// thread) /proc/PID/cwd, root, fd and maps show nothing, while its other
+// threads still work in the tree, hold its files and map them. So each
+// thread's (/proc/PID/task/TID) are read: its working directory and
+// root; its descriptors unless it shares the table of a thread already
+// read (kcmp); the maps, which all the threads share, from the first
+// thread that shows them.
 func (sc *holderScan) uses(pid int) bool {
 	dir := "/proc/" + strconv.Itoa(pid)
+	tasks, err := os.ReadDir(dir + "/task")
+	if err != nil {
+		return false // gone
+	}
+	var fdsRead []int // threads whose descriptor tables were read
+	mapsRead := false
+	for _, task := range tasks {
+		tid, err := strconv.Atoi(task.Name())
+		if err != nil {
+			continue
+		}
+		if sc.taskUses(pid, tid, &fdsRead, &mapsRead) {
+			return true
+		}
+	}
+	return false
+}
+
+// taskUses says whether thread tid of process pid uses any of sc's
+// places; fdsRead and mapsRead say what of the process was read already.
+func (sc *holderScan) taskUses(pid, tid int, fdsRead *[]int, mapsRead *bool) bool {
+	dir := "/proc/" + strconv.Itoa(pid) + "/task/" + strconv.Itoa(tid)
 	// Paths in /proc (readlink, maps) are as the daemon's root sees them,
 	// or, out of its reach (another mount namespace), from that
-	// namespace's root; the process's mountinfo is from its own root.
-	// Both are taken from the one the process's root link shows.
+	// namespace's root; the thread's mountinfo is from its own root.
+	// Both are taken from the one the thread's root link shows.
 	root, err := os.Readlink(dir + "/root")
 	if err != nil {
-		return false // gone, or a kernel thread
+		return false // gone, an exited leader, or a kernel thread
 	}
 	var table *mountTable
 	view := func() *mountTable {
@@ -168,9 +199,12 @@ func (sc *holderScan) uses(pid int) bool {
 		key := ns + "\x00" + root
 		t, ok := sc.tables[key]
 		if !ok {
-			t, _ = readMounts(dir + "/mountinfo")
-			if t == nil {
-				t = &mountTable{} // unreadable (gone): not read again
+			var err error
+			// Not kept when unread or cut short (the thread is gone):
+			// another thread of that view, read next, is not to be
+			// judged by an empty table.
+			if t, err = readMounts(dir + "/mountinfo"); err != nil {
+				return nil
 			}
 			sc.tables[key] = t
 		}
@@ -182,13 +216,33 @@ func (sc *holderScan) uses(pid int) bool {
 			return true
 		}
 	}
-	fds, _ := os.ReadDir(dir + "/fd")
-	for _, fd := range fds {
-		if sc.objectUses(dir+"/fd/"+fd.Name(), root, view) {
-			return true
+	if !slices.ContainsFunc(*fdsRead, func(other int) bool { return sameFiles(other, tid) }) {
+		*fdsRead = append(*fdsRead, tid)
+		fds, _ := os.ReadDir(dir + "/fd")
+		for _, fd := range fds {
+			if sc.objectUses(dir+"/fd/"+fd.Name(), root, view) {
+				return true
+			}
 		}
 	}
-	return sc.mapsUse(dir+"/maps", root, view)
+	if *mapsRead {
+		return false
+	}
+	data, err := os.ReadFile(dir + "/maps")
+	if err != nil || len(data) == 0 {
+		return false // an exited leader's: a live thread's shows them
+	}
+	*mapsRead = true
+	return sc.mapsUse(data, root, view)
+}
+
+// sameFiles says whether threads a and b share one table of descriptors
+// (kcmp KCMP_FILES: 0 when they do); when the kernel cannot say, they
+// are taken as not sharing it, and each table is read.
+func sameFiles(a, b int) bool {
+	const kcmpFiles = 2 // KCMP_FILES, <linux/kcmp.h>
+	r, _, errno := unix.Syscall6(unix.SYS_KCMP, uintptr(a), uintptr(b), kcmpFiles, 0, 0, 0)
+	return errno == 0 && r == 0
 }
 
 // objectUses says whether the file the magic link at link (a process's
@@ -246,12 +300,11 @@ func inRoot(target, root string) (string, bool) {
 	return "/" + strings.TrimPrefix(strings.TrimPrefix(target, root), "/"), true
 }
 
-// mapsUse says whether a file mapped by the process (its maps) is under
+// mapsUse says whether a file mapped by the process (data, its maps) is under
 // one of sc's places: of the place's device, at a path whose mount in the
 // process's view is of that filesystem (not an overlay's view of it).
-func (sc *holderScan) mapsUse(file, root string, view func() *mountTable) bool {
-	data, err := os.ReadFile(file)
-	if err != nil || !slices.ContainsFunc(sc.hexDevs, func(d string) bool { return strings.Contains(string(data), d) }) {
+func (sc *holderScan) mapsUse(data []byte, root string, view func() *mountTable) bool {
+	if !slices.ContainsFunc(sc.hexDevs, func(d string) bool { return strings.Contains(string(data), d) }) {
 		return false // (most processes map nothing of the tree's filesystem)
 	}
 	seen := map[string]bool{}
