@@ -23,9 +23,12 @@ import (
 
 // holder is a process that uses a directory: its pid and description
 // ("pid N (comm)"), and the unit systemd says it is of (servicesOf).
+// started is its start time (/proc/PID/stat), read before the walk read
+// what it uses: the same pid with another start time is another process.
 type holder struct {
-	pid  int
-	what string
+	pid     int
+	what    string
+	started string
 }
 
 // mountEntry is a line of a mountinfo: the filesystem's device
@@ -138,8 +141,14 @@ func holders(paths ...string) ([]holder, error) {
 		if err != nil || pid == self {
 			continue
 		}
+		started, err := startTime(pid)
+		if err != nil {
+			continue // gone
+		}
 		if sc.uses(pid) {
-			out = append(out, describeProcess(pid))
+			h := describeProcess(pid)
+			h.started = started
+			out = append(out, h)
 			if len(out) == 10 {
 				return append(out, holder{what: "maybe more"}), nil
 			}
@@ -364,4 +373,26 @@ func decimalDev(hex string) string {
 func describeProcess(pid int) holder {
 	comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
 	return holder{pid: pid, what: fmt.Sprintf("pid %d (%s)", pid, strings.TrimSpace(string(comm)))}
+}
+
+// startTime is process pid's start time, in clock ticks since boot
+// (field 22 of /proc/PID/stat, after the comm in parentheses, which may
+// hold spaces and parentheses itself).
+func startTime(pid int) (string, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return "", err
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	f := strings.Fields(string(b[i+1:]))
+	if i < 0 || len(f) < 20 {
+		return "", fmt.Errorf("reading the start time of pid %d: %q is no process's stat", pid, b)
+	}
+	return f[19], nil // state is field 3, the first after the comm
+}
+
+// sameProcess says whether h's pid is still the process the walk found.
+func (h holder) sameProcess() bool {
+	started, err := startTime(h.pid)
+	return err == nil && started == h.started
 }
