@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -56,6 +57,23 @@ func hideHolder(mode, tree, ready string) {
 		}
 		// Package init runs on the main thread, locked to it.
 		unix.RawSyscall(unix.SYS_EXIT, 0, 0, 0)
+	case "many-fds":
+		// Not a holder: tree is a file elsewhere, held manyFDs times.
+		f, err := os.Open(tree)
+		if err != nil {
+			fail(err)
+		}
+		for range manyFDs {
+			if _, err := unix.Dup(int(f.Fd())); err != nil {
+				fail(err)
+			}
+		}
+		if err := os.WriteFile(ready, nil, 0o644); err != nil {
+			fail(err)
+		}
+		for {
+			time.Sleep(time.Hour)
+		}
 	case "thread-cwd":
 		errs := make(chan error)
 		go func() {
@@ -79,6 +97,9 @@ func hideHolder(mode, tree, ready string) {
 	}
 	fail(fmt.Errorf("no mode %q", mode))
 }
+
+// manyFDs is how many descriptors a "many-fds" process holds.
+const manyFDs = 15000
 
 // startHiddenHolder runs this binary as a hidden holder of tree (mode as
 // hideHolder's) and returns its pid once it holds it; killed at the
@@ -143,5 +164,29 @@ func TestHoldersHiddenInThreads(t *testing.T) {
 				t.Errorf("pid %d (%s) works in %s through thread(s) %v, yet is not taken for a holder", pid, mode, tree, threadsIn(pid, tree))
 			}
 		})
+	}
+}
+
+// The walk is bounded (maxWalk): a process holding more descriptors than
+// it looks through makes it fail, saying so, rather than keep services
+// stopped or frozen, or a release waiting, for as long as a user chose.
+func TestHoldersWalkIsBounded(t *testing.T) {
+	base := t.TempDir()
+	tree := filepath.Join(base, "tree")
+	treeWithFile(t, tree)
+	treeWithFile(t, tree+"-other")
+	defer func(m int) { maxWalk = m }(maxWalk)
+	maxWalk = manyFDs / 2
+	// The control: the machine's own threads, descriptors and mounts are
+	// within the bound, which alone refuses below.
+	if _, err := holders(tree); err != nil {
+		t.Fatalf("a walk bounded at %d on this machine: %v; the check below would prove nothing", maxWalk, err)
+	}
+	startHiddenHolder(t, "many-fds", tree+"-other/f")
+	start := time.Now()
+	held, err := holders(tree)
+	t.Logf("a walk with a process of %d descriptors, bounded at %d: %v, %v in %v", manyFDs, maxWalk, held, err, time.Since(start))
+	if err == nil || !errors.Is(err, ErrProjectInUse) || !strings.Contains(err.Error(), "more than sandboxd looks through") {
+		t.Errorf("a walk past its bound (%d) gave %v, %v; want it refused, saying so", maxWalk, held, err)
 	}
 }
