@@ -15,6 +15,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/runtime/egress"
 	"github.com/sandboxd/sandboxd/supervisor/audit"
+	"github.com/sandboxd/sandboxd/supervisor/journal"
 	"github.com/sandboxd/sandboxd/supervisor/state"
 )
 
@@ -381,8 +382,10 @@ func (s *Supervisor) servePort(e *exposedPort, ln net.Listener, checkPeer bool) 
 func (s *Supervisor) refusePort(e *exposedPort, c net.Conn, reason string) {
 	c.Close()
 	if held, ok := e.refused.allow(); ok {
+		// Any local user may connect: these lines share one budget,
+		// apart from the daemon's own.
 		s.log.Warn("exposed port refused a connection", "SANDBOX_ID", e.key.id, "port", e.key.port,
-			"from", c.RemoteAddr().String(), "reason", reason, "refused_unlogged", held)
+			"from", c.RemoteAddr().String(), "reason", reason, "refused_unlogged", held, journal.BudgetKey, "exposed-port-refusals")
 	}
 }
 
