@@ -190,3 +190,49 @@ func TestHoldersWalkIsBounded(t *testing.T) {
 		t.Errorf("a walk past its bound (%d) gave %v, %v; want it refused, saying so", maxWalk, held, err)
 	}
 }
+
+// A file of the tree mapped, no descriptor kept, and a filesystem then
+// mounted over the tree's path in the process's own mount namespace: the
+// path in its maps leads, in its view, to that filesystem, yet what it
+// maps is the tree's file. The mapping's own link (map_files) says so.
+func TestHoldersMappingUnderAMountPutOverIt(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root: mounts in a mount namespace of its own")
+	}
+	for _, prog := range []string{"unshare", "python3"} {
+		if _, err := exec.LookPath(prog); err != nil {
+			t.Skipf("no %s", prog)
+		}
+	}
+	// The tree on a filesystem of its own: maps name a file's device as
+	// its inode has it, which for an overlay's (the testbed's root) is
+	// not the overlay's.
+	base := t.TempDir()
+	if err := unix.Mount("adopt-test", base, "tmpfs", 0, "size=1m"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Unmount(base, unix.MNT_DETACH) })
+	tree := filepath.Join(base, "tree")
+	treeWithFile(t, tree)
+	script := `mount --make-rprivate / && exec python3 -c '
+import ctypes, os, subprocess, sys, time
+tree, ready = sys.argv[1], sys.argv[2]
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+fd = os.open(tree + "/f", os.O_RDONLY)
+if libc.mmap(None, 4096, 1, 1, fd, 0) in (None, ctypes.c_void_p(-1).value):
+    sys.exit("mmap: errno %d" % ctypes.get_errno())
+os.close(fd)  # (mmap.mmap would keep a descriptor of its own)
+subprocess.run(["mount", "-t", "tmpfs", "cover", tree], check=True)
+open(ready, "w").close()
+time.sleep(300)' "$1" "$2"`
+	pid := start(t, tree, filepath.Join(base, "ready-covered"), script, "unshare", "-m")
+	maps, _ := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
+	if !strings.Contains(string(maps), tree+"/f") {
+		t.Fatalf("pid %d maps no %s/f: not the attack:\n%s", pid, tree, maps)
+	}
+	if !heldBy(t, tree, pid) {
+		t.Errorf("pid %d maps %s/f, its path since covered by a mount of its own, yet is not taken for a holder", pid, tree)
+	}
+}

@@ -262,7 +262,7 @@ func (sc *holderScan) taskUses(pid, tid int, fdsRead *[]int, mapsRead *bool) boo
 		return false // an exited leader's: a live thread's shows them
 	}
 	*mapsRead = true
-	return sc.mapsUse(data, root, view)
+	return sc.mapsUse("/proc/"+strconv.Itoa(pid), data, root, view)
 }
 
 // fdsUse says whether a descriptor of the thread at dir is of a file
@@ -354,10 +354,10 @@ func inRoot(target, root string) (string, bool) {
 	return "/" + strings.TrimPrefix(strings.TrimPrefix(target, root), "/"), true
 }
 
-// mapsUse says whether a file mapped by the process (data, its maps) is under
-// one of sc's places: of the place's device, at a path whose mount in the
-// process's view is of that filesystem (not an overlay's view of it).
-func (sc *holderScan) mapsUse(data []byte, root string, view func() *mountTable) bool {
+// mapsUse says whether a file mapped by process procDir's threads (data,
+// their maps) is under one of sc's places: of the place's device, reached
+// through a mount of that filesystem (not an overlay's view of it).
+func (sc *holderScan) mapsUse(procDir string, data []byte, root string, view func() *mountTable) bool {
 	if !slices.ContainsFunc(sc.hexDevs, func(d string) bool { return strings.Contains(string(data), d) }) {
 		return false // (most processes map nothing of the tree's filesystem)
 	}
@@ -378,6 +378,21 @@ func (sc *holderScan) mapsUse(data []byte, root string, view func() *mountTable)
 			continue
 		}
 		seen[target] = true
+		// Best, the mapping's own file (map_files, root's only): the
+		// mount it was reached through, as for a descriptor. A path
+		// tells less: the process may since have mounted something
+		// over the place it mapped the file from, in a mount namespace
+		// of its own, and the path's mount in its view is then that.
+		// (Of the process's directory: a thread's has none. An exited
+		// leader's shows none: the path, then.)
+		link := procDir + "/map_files/" + f[0]
+		var stx unix.Statx_t
+		if unix.Statx(unix.AT_FDCWD, link, 0, unix.STATX_MNT_ID, &stx) == nil {
+			if sc.objectUses(link, root, view) {
+				return true
+			}
+			continue
+		}
 		t := view()
 		if t == nil {
 			continue
