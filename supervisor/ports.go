@@ -101,8 +101,19 @@ type portTable struct {
 	total int            // open connections through all ports
 }
 
+// PortConnsFairShare: the last portConnsReserve (a quarter) of the
+// MaxPortConnsAll connections are kept for owners that hold fewer than
+// this many, so that owners at their cap (four of MaxPortConnsPerOwner
+// are MaxPortConnsAll) cannot leave another owner none; it takes three
+// at their cap and sixteen more to fill them.
+const (
+	PortConnsFairShare = 16
+	portConnsReserve   = MaxPortConnsAll / 4
+)
+
 // admit counts a connection through a port of owner's, or, past
-// MaxPortConnsPerOwner or MaxPortConnsAll, says why it is refused.
+// MaxPortConnsPerOwner, MaxPortConnsAll, or into the reserve with
+// PortConnsFairShare of its own, says why it is refused.
 // release uncounts it (once, however often it is called).
 func (t *portTable) admit(owner uint32) (release func(), refusal string) {
 	t.mu.Lock()
@@ -112,6 +123,10 @@ func (t *portTable) admit(owner uint32) (release func(), refusal string) {
 	}
 	if t.total >= MaxPortConnsAll {
 		return nil, fmt.Sprintf("too many connections: %d open through all exposed ports, the most the daemon holds", t.total)
+	}
+	if t.total >= MaxPortConnsAll-portConnsReserve && t.conns[owner] >= PortConnsFairShare {
+		return nil, fmt.Sprintf("too many connections: %d open through all exposed ports, %d through uid %d's: the last %d are kept for owners with fewer than %d",
+			t.total, t.conns[owner], owner, portConnsReserve, PortConnsFairShare)
 	}
 	if t.conns == nil {
 		t.conns = map[uint32]int{}

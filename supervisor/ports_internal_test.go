@@ -178,7 +178,8 @@ func TestListenOwnedUnixMakesTheOwnersSocketAndFollowsNoLink(t *testing.T) {
 
 // TestPortConnsCappedPerOwnerAndInAll: an owner's connections stop at
 // MaxPortConnsPerOwner over all its ports, and everyone's at
-// MaxPortConnsAll; each release gives its place back once.
+// MaxPortConnsAll, whose last quarter only owners with fewer than
+// PortConnsFairShare take; each release gives its place back once.
 func TestPortConnsCappedPerOwnerAndInAll(t *testing.T) {
 	var tab portTable
 	var releases []func()
@@ -200,11 +201,27 @@ func TestPortConnsCappedPerOwnerAndInAll(t *testing.T) {
 	if _, refusal := tab.admit(1000); refusal == "" {
 		t.Fatal("a second release gave a second place back")
 	}
-	for uid := uint32(1); tab.total < MaxPortConnsAll; uid++ {
-		for range min(MaxPortConnsPerOwner, MaxPortConnsAll-tab.total) {
+	// Up to the reserve, the last owner with its fair share only.
+	fill := func(uid uint32, n int) {
+		for range n {
 			if _, refusal := tab.admit(uid); refusal != "" {
 				t.Fatalf("uid %d with %d open in all: %s", uid, tab.total, refusal)
 			}
+		}
+	}
+	for uid := uint32(1); tab.total < MaxPortConnsAll-portConnsReserve-PortConnsFairShare; uid++ {
+		fill(uid, min(MaxPortConnsPerOwner, MaxPortConnsAll-portConnsReserve-PortConnsFairShare-tab.total))
+	}
+	fill(50, PortConnsFairShare)
+	// The reserve: an owner with its fair share is refused, one with
+	// fewer is not, until all are taken.
+	if _, refusal := tab.admit(50); refusal == "" || !strings.Contains(refusal, "kept for owners with fewer") {
+		t.Fatalf("uid 50 with %d, %d open in all: %q; want a refusal", PortConnsFairShare, tab.total, refusal)
+	}
+	for uid := uint32(100); tab.total < MaxPortConnsAll; uid++ {
+		fill(uid, min(PortConnsFairShare, MaxPortConnsAll-tab.total))
+		if _, refusal := tab.admit(uid); tab.total < MaxPortConnsAll && refusal == "" {
+			t.Fatalf("uid %d took more than its fair share (%d) of the reserve", uid, PortConnsFairShare)
 		}
 	}
 	if _, refusal := tab.admit(5); refusal == "" || !strings.Contains(refusal, "all exposed ports") {
