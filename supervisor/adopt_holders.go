@@ -23,9 +23,12 @@ import (
 
 // holder is a process that uses a directory: its pid and description
 // ("pid N (comm)"), and the unit systemd says it is of (servicesOf).
+// started is its start time (/proc/PID/stat), read before the walk read
+// what it uses: the same pid with another start time is another process.
 type holder struct {
-	pid  int
-	what string
+	pid     int
+	what    string
+	started string
 }
 
 // mountEntry is a line of a mountinfo: the filesystem's device
@@ -107,7 +110,19 @@ type holderScan struct {
 	// hexDevs are devs as maps writes them (" 08:01 ").
 	hexDevs []string
 	tables  map[string]*mountTable
+	// looked is the threads, descriptors and mounts looked at so far,
+	// at most maxWalk.
+	looked int
 }
+
+// maxWalk bounds one walk: the threads, descriptors and mount tables'
+// lines it looks at, over all processes. Each costs a few system calls (measured: 1,000
+// processes holding 1,000 descriptors each took 21 s on a loaded 2-core
+// machine), and any user may hold as many as its limits allow, so that
+// an unbounded walk would keep services stopped or frozen, and a release
+// waiting, for as long as a user chose. Past it the walk fails: such a
+// user could keep the directory from being adopted anyway, by using it.
+var maxWalk = 1 << 20
 
 // holders names the processes that use what is under any of paths: their
 // working directory or root there, or a file of it open or mapped. One
@@ -138,8 +153,19 @@ func holders(paths ...string) ([]holder, error) {
 		if err != nil || pid == self {
 			continue
 		}
-		if sc.uses(pid) {
-			out = append(out, describeProcess(pid))
+		started, err := startTime(pid)
+		if err != nil {
+			continue // gone
+		}
+		used := sc.uses(pid)
+		if sc.looked > maxWalk {
+			return nil, fmt.Errorf("finding the processes that use %s: the processes of this machine have more than %d threads, open descriptors and mounts, more than sandboxd looks through: find its users yourself (fuser -vm, lsof) and stop them, then adopt or release it with none left: %w",
+				strings.Join(paths, ", "), maxWalk, ErrProjectInUse)
+		}
+		if used {
+			h := describeProcess(pid)
+			h.started = started
+			out = append(out, h)
 			if len(out) == 10 {
 				return append(out, holder{what: "maybe more"}), nil
 			}
@@ -148,16 +174,50 @@ func holders(paths ...string) ([]holder, error) {
 	return out, nil
 }
 
-// uses says whether process pid uses any of sc's places.
+// uses says whether process pid uses any of sc's places, through any of
+// its threads: a thread may have a working directory and root of its
+// own (unshare(CLONE_FS)) or a table of descriptors of its own, and once
+// the thread group's leader has exited (a bare exit(2) of the main
+// thread) /proc/PID/cwd, root, fd and maps show nothing, while its other
+// threads still work in the tree, hold its files and map them. So each
+// thread's (/proc/PID/task/TID) are read: its working directory and
+// root; its descriptors unless it shares the table of a thread already
+// read (kcmp); the maps, which all the threads share, from the first
+// thread that shows them.
 func (sc *holderScan) uses(pid int) bool {
 	dir := "/proc/" + strconv.Itoa(pid)
+	tasks, err := os.ReadDir(dir + "/task")
+	if err != nil {
+		return false // gone
+	}
+	var fdsRead []int // threads whose descriptor tables were read
+	mapsRead := false
+	for _, task := range tasks {
+		tid, err := strconv.Atoi(task.Name())
+		if err != nil {
+			continue
+		}
+		if sc.looked++; sc.looked > maxWalk {
+			return false
+		}
+		if sc.taskUses(pid, tid, &fdsRead, &mapsRead) {
+			return true
+		}
+	}
+	return false
+}
+
+// taskUses says whether thread tid of process pid uses any of sc's
+// places; fdsRead and mapsRead say what of the process was read already.
+func (sc *holderScan) taskUses(pid, tid int, fdsRead *[]int, mapsRead *bool) bool {
+	dir := "/proc/" + strconv.Itoa(pid) + "/task/" + strconv.Itoa(tid)
 	// Paths in /proc (readlink, maps) are as the daemon's root sees them,
 	// or, out of its reach (another mount namespace), from that
-	// namespace's root; the process's mountinfo is from its own root.
-	// Both are taken from the one the process's root link shows.
+	// namespace's root; the thread's mountinfo is from its own root.
+	// Both are taken from the one the thread's root link shows.
 	root, err := os.Readlink(dir + "/root")
 	if err != nil {
-		return false // gone, or a kernel thread
+		return false // gone, an exited leader, or a kernel thread
 	}
 	var table *mountTable
 	view := func() *mountTable {
@@ -168,10 +228,16 @@ func (sc *holderScan) uses(pid int) bool {
 		key := ns + "\x00" + root
 		t, ok := sc.tables[key]
 		if !ok {
-			t, _ = readMounts(dir + "/mountinfo")
-			if t == nil {
-				t = &mountTable{} // unreadable (gone): not read again
+			var err error
+			// Not kept when unread or cut short (the thread is gone):
+			// another thread of that view, read next, is not to be
+			// judged by an empty table.
+			if t, err = readMounts(dir + "/mountinfo"); err != nil {
+				return nil
 			}
+			// A user may make mount namespaces of many mounts each:
+			// their tables, kept for the walk, count toward its bound.
+			sc.looked += len(t.order)
 			sc.tables[key] = t
 		}
 		table = t
@@ -182,13 +248,55 @@ func (sc *holderScan) uses(pid int) bool {
 			return true
 		}
 	}
-	fds, _ := os.ReadDir(dir + "/fd")
-	for _, fd := range fds {
-		if sc.objectUses(dir+"/fd/"+fd.Name(), root, view) {
+	if !slices.ContainsFunc(*fdsRead, func(other int) bool { return sameFiles(other, tid) }) {
+		*fdsRead = append(*fdsRead, tid)
+		if sc.fdsUse(dir, root, view) {
 			return true
 		}
 	}
-	return sc.mapsUse(dir+"/maps", root, view)
+	if *mapsRead {
+		return false
+	}
+	data, err := os.ReadFile(dir + "/maps")
+	if err != nil || len(data) == 0 {
+		return false // an exited leader's: a live thread's shows them
+	}
+	*mapsRead = true
+	return sc.mapsUse("/proc/"+strconv.Itoa(pid), data, root, view)
+}
+
+// fdsUse says whether a descriptor of the thread at dir is of a file
+// under one of sc's places; read a batch at a time, so that a table of a
+// million costs no more memory than one of a thousand.
+func (sc *holderScan) fdsUse(dir, root string, view func() *mountTable) bool {
+	d, err := os.Open(dir + "/fd")
+	if err != nil {
+		return false
+	}
+	defer d.Close()
+	for {
+		fds, err := d.ReadDir(1024)
+		if sc.looked += len(fds); sc.looked > maxWalk {
+			return false
+		}
+		for _, fd := range fds {
+			if sc.objectUses(dir+"/fd/"+fd.Name(), root, view) {
+				return true
+			}
+		}
+		if err != nil {
+			return false // io.EOF: all read
+		}
+	}
+}
+
+// sameFiles says whether threads a and b share one table of descriptors
+// (kcmp KCMP_FILES: 0 when they do); when the kernel cannot say, they
+// are taken as not sharing it, and each table is read.
+func sameFiles(a, b int) bool {
+	const kcmpFiles = 2 // KCMP_FILES, <linux/kcmp.h>
+	r, _, errno := unix.Syscall6(unix.SYS_KCMP, uintptr(a), uintptr(b), kcmpFiles, 0, 0, 0)
+	return errno == 0 && r == 0
 }
 
 // objectUses says whether the file the magic link at link (a process's
@@ -246,12 +354,11 @@ func inRoot(target, root string) (string, bool) {
 	return "/" + strings.TrimPrefix(strings.TrimPrefix(target, root), "/"), true
 }
 
-// mapsUse says whether a file mapped by the process (its maps) is under
-// one of sc's places: of the place's device, at a path whose mount in the
-// process's view is of that filesystem (not an overlay's view of it).
-func (sc *holderScan) mapsUse(file, root string, view func() *mountTable) bool {
-	data, err := os.ReadFile(file)
-	if err != nil || !slices.ContainsFunc(sc.hexDevs, func(d string) bool { return strings.Contains(string(data), d) }) {
+// mapsUse says whether a file mapped by process procDir's threads (data,
+// their maps) is under one of sc's places: of the place's device, reached
+// through a mount of that filesystem (not an overlay's view of it).
+func (sc *holderScan) mapsUse(procDir string, data []byte, root string, view func() *mountTable) bool {
+	if !slices.ContainsFunc(sc.hexDevs, func(d string) bool { return strings.Contains(string(data), d) }) {
 		return false // (most processes map nothing of the tree's filesystem)
 	}
 	seen := map[string]bool{}
@@ -271,6 +378,21 @@ func (sc *holderScan) mapsUse(file, root string, view func() *mountTable) bool {
 			continue
 		}
 		seen[target] = true
+		// Best, the mapping's own file (map_files, root's only): the
+		// mount it was reached through, as for a descriptor. A path
+		// tells less: the process may since have mounted something
+		// over the place it mapped the file from, in a mount namespace
+		// of its own, and the path's mount in its view is then that.
+		// (Of the process's directory: a thread's has none. An exited
+		// leader's shows none: the path, then.)
+		link := procDir + "/map_files/" + f[0]
+		var stx unix.Statx_t
+		if unix.Statx(unix.AT_FDCWD, link, 0, unix.STATX_MNT_ID, &stx) == nil {
+			if sc.objectUses(link, root, view) {
+				return true
+			}
+			continue
+		}
 		t := view()
 		if t == nil {
 			continue
@@ -311,4 +433,26 @@ func decimalDev(hex string) string {
 func describeProcess(pid int) holder {
 	comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
 	return holder{pid: pid, what: fmt.Sprintf("pid %d (%s)", pid, strings.TrimSpace(string(comm)))}
+}
+
+// startTime is process pid's start time, in clock ticks since boot
+// (field 22 of /proc/PID/stat, after the comm in parentheses, which may
+// hold spaces and parentheses itself).
+func startTime(pid int) (string, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return "", err
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	f := strings.Fields(string(b[i+1:]))
+	if i < 0 || len(f) < 20 {
+		return "", fmt.Errorf("reading the start time of pid %d: %q is no process's stat", pid, b)
+	}
+	return f[19], nil // state is field 3, the first after the comm
+}
+
+// sameProcess says whether h's pid is still the process the walk found.
+func (h holder) sameProcess() bool {
+	started, err := startTime(h.pid)
+	return err == nil && started == h.started
 }

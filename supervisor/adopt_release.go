@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"golang.org/x/sys/unix"
 
@@ -25,17 +26,21 @@ func (s *Supervisor) ReleaseProject(ctx context.Context, name string) (err error
 	what := fmt.Sprintf("releasing project %q", name)
 	path := ""
 	defer func() { s.auditProject(ctx, "project-release", name, path, err) }()
+	// The directory's users are looked for before the admission lock is
+	// taken: the walk looks at every process's threads and descriptors,
+	// which any user may make many of (maxWalk), and every create waits
+	// on that lock. The lock keeps no process from using the directory:
+	// nothing is lost by walking without it.
 	s.admission.Lock()
 	rec, err := s.adoptedRecord(name)
+	s.admission.Unlock()
 	if err != nil {
-		s.admission.Unlock()
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	ad := rec.Adoption
 	path = ad.Path
 	for _, p := range ad.Paths() {
 		if err := rootonly.Check(p); err != nil {
-			s.admission.Unlock()
 			return fmt.Errorf("%s: %v; root acts on it by name, so only root may be able to change it, up to /: %w", what, err, ErrInvalidProject)
 		}
 	}
@@ -44,9 +49,18 @@ func (s *Supervisor) ReleaseProject(ctx context.Context, name string) (err error
 		err = fmt.Errorf("%s is in use by %s; stop them first: %w", ad.Path, s.namesWithUnits(ctx, held), ErrProjectInUse)
 	}
 	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	s.admission.Lock()
+	again, err := s.adoptedRecord(name)
+	if err == nil && (again.Adoption.Phase != ad.Phase || !slices.Equal(again.Adoption.Paths(), ad.Paths())) {
+		err = fmt.Errorf("it changed while its users were looked for; try again: %w", ErrProjectInUse)
+	}
+	if err != nil {
 		s.admission.Unlock()
 		return fmt.Errorf("%s: %w", what, err)
 	}
+	rec, ad = again, again.Adoption
 	// Under the admission lock every create of it has recorded its
 	// intent, so none is missed, and none comes after.
 	if n, err := s.sandboxesOf(name); err != nil || n > 0 {

@@ -29,6 +29,12 @@ func (s *Supervisor) servicesOf(ctx context.Context, held []holder) ([]units.Pro
 		if err != nil {
 			return nil, fmt.Errorf("%s: systemd could not say which unit it is of: %w", h.what, err)
 		}
+		// systemd answers for the pid, not the process: one that ended
+		// since the walk may have left its pid to a process of another
+		// unit, which would then be stopped and started in its place.
+		if !h.sameProcess() {
+			return nil, fmt.Errorf("%s ended while systemd was asked which unit it is of (its pid may be another process's now); try again", h.what)
+		}
 		if err := restartable(u); err != nil {
 			return nil, fmt.Errorf("%s is of %s, %w", h.what, u.Name, err)
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/connbound"
 	"github.com/sandboxd/sandboxd/runtime/egress"
 	"github.com/sandboxd/sandboxd/supervisor/audit"
+	"github.com/sandboxd/sandboxd/supervisor/journal"
 	"github.com/sandboxd/sandboxd/supervisor/state"
 )
 
@@ -102,15 +103,19 @@ type portTable struct {
 }
 
 // admit counts a connection through a port of owner's, or, past
-// MaxPortConnsPerOwner or MaxPortConnsAll, says why it is refused.
-// release uncounts it (once, however often it is called).
+// MaxPortConnsPerOwner, MaxPortConnsAll, or into the last quarter of it
+// with connbound.FairShare of its own, says why it is refused. release
+// uncounts it (once, however often it is called).
 func (t *portTable) admit(owner uint32) (release func(), refusal string) {
-	release, n, byOwner := t.conns.Admit(owner, MaxPortConnsPerOwner, MaxPortConnsAll)
-	switch {
-	case release != nil:
+	release, n, own, why := t.conns.Admit(owner, MaxPortConnsPerOwner, MaxPortConnsAll)
+	switch why {
+	case connbound.Admitted:
 		return release, ""
-	case byOwner:
-		return nil, fmt.Sprintf("too many connections: %d open through the ports of uid %d's sandboxes, the most an owner may have", n, owner)
+	case connbound.OwnerFull:
+		return nil, fmt.Sprintf("too many connections: %d open through the ports of uid %d's sandboxes, the most an owner may have", own, owner)
+	case connbound.Reserved:
+		return nil, fmt.Sprintf("too many connections: %d open through all exposed ports, %d through uid %d's: the last %d are kept for owners with fewer than %d",
+			n, own, owner, MaxPortConnsAll/4, connbound.FairShare)
 	default:
 		return nil, fmt.Sprintf("too many connections: %d open through all exposed ports, the most the daemon holds", n)
 	}
@@ -370,8 +375,10 @@ func (s *Supervisor) servePort(e *exposedPort, ln net.Listener, checkPeer bool) 
 func (s *Supervisor) refusePort(e *exposedPort, c net.Conn, reason string) {
 	c.Close()
 	if held, ok := e.refused.allow(); ok {
+		// Any local user may connect: these lines share one budget,
+		// apart from the daemon's own.
 		s.log.Warn("exposed port refused a connection", "SANDBOX_ID", e.key.id, "port", e.key.port,
-			"from", c.RemoteAddr().String(), "reason", reason, "refused_unlogged", held)
+			"from", c.RemoteAddr().String(), "reason", reason, "refused_unlogged", held, journal.BudgetKey, "exposed-port-refusals")
 	}
 }
 

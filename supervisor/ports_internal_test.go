@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandboxd/internal/connbound"
 )
 
 // dialAs connects to addr from a socket made with fsuid uid (the uid the
@@ -178,7 +180,8 @@ func TestListenOwnedUnixMakesTheOwnersSocketAndFollowsNoLink(t *testing.T) {
 
 // TestPortConnsCappedPerOwnerAndInAll: an owner's connections stop at
 // MaxPortConnsPerOwner over all its ports, and everyone's at
-// MaxPortConnsAll; each release gives its place back once.
+// MaxPortConnsAll, whose last quarter only owners with fewer than
+// connbound.FairShare take; each release gives its place back once.
 func TestPortConnsCappedPerOwnerAndInAll(t *testing.T) {
 	var tab portTable
 	var releases []func()
@@ -200,11 +203,27 @@ func TestPortConnsCappedPerOwnerAndInAll(t *testing.T) {
 	if _, refusal := tab.admit(1000); refusal == "" {
 		t.Fatal("a second release gave a second place back")
 	}
-	for uid := uint32(1); tab.conns.Total() < MaxPortConnsAll; uid++ {
-		for range min(MaxPortConnsPerOwner, MaxPortConnsAll-tab.conns.Total()) {
+	// Up to the reserve, the last owner with its fair share only.
+	fill := func(uid uint32, n int) {
+		for range n {
 			if _, refusal := tab.admit(uid); refusal != "" {
 				t.Fatalf("uid %d with %d open in all: %s", uid, tab.conns.Total(), refusal)
 			}
+		}
+	}
+	for uid := uint32(1); tab.conns.Total() < MaxPortConnsAll-(MaxPortConnsAll/4)-connbound.FairShare; uid++ {
+		fill(uid, min(MaxPortConnsPerOwner, MaxPortConnsAll-(MaxPortConnsAll/4)-connbound.FairShare-tab.conns.Total()))
+	}
+	fill(50, connbound.FairShare)
+	// The reserve: an owner with its fair share is refused, one with
+	// fewer is not, until all are taken.
+	if _, refusal := tab.admit(50); refusal == "" || !strings.Contains(refusal, "kept for owners with fewer") {
+		t.Fatalf("uid 50 with %d, %d open in all: %q; want a refusal", connbound.FairShare, tab.conns.Total(), refusal)
+	}
+	for uid := uint32(100); tab.conns.Total() < MaxPortConnsAll; uid++ {
+		fill(uid, min(connbound.FairShare, MaxPortConnsAll-tab.conns.Total()))
+		if _, refusal := tab.admit(uid); tab.conns.Total() < MaxPortConnsAll && refusal == "" {
+			t.Fatalf("uid %d took more than its fair share (%d) of the reserve", uid, connbound.FairShare)
 		}
 	}
 	if _, refusal := tab.admit(5); refusal == "" || !strings.Contains(refusal, "all exposed ports") {

@@ -102,18 +102,40 @@ type Counter struct {
 	total int
 }
 
-// Admit counts a connection of owner's, unless owner has perOwner open
-// (byOwner true) or everyone total open (byOwner false): then release is
-// nil and open says how many are. release uncounts it, once however often
-// it is called.
-func (c *Counter) Admit(owner uint32, perOwner, total int) (release func(), open int, byOwner bool) {
+// FairShare: the last quarter of a Counter's connections in all are kept
+// for owners that hold fewer than this many, so that owners at their cap
+// (four owners at a cap of a quarter fill the total) cannot leave another
+// owner none: it takes three at their cap and sixteen more to fill them.
+const FairShare = 16
+
+// Refusal says why Admit refused a connection.
+type Refusal int
+
+const (
+	Admitted Refusal = iota
+	// OwnerFull: the owner has its perOwner open.
+	OwnerFull
+	// AllFull: everyone has total open.
+	AllFull
+	// Reserved: the last quarter of total is left, and it is kept for
+	// owners with fewer than FairShare open; this one has more.
+	Reserved
+)
+
+// Admit counts a connection of owner's, unless it is refused (release nil,
+// why says the rule; open and ownerOpen say how many are open in all and
+// by the owner). release uncounts it, once however often it is called.
+func (c *Counter) Admit(owner uint32, perOwner, total int) (release func(), open, ownerOpen int, why Refusal) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if n := c.conns[owner]; n >= perOwner {
-		return nil, n, true
-	}
-	if c.total >= total {
-		return nil, c.total, false
+	n := c.conns[owner]
+	switch {
+	case n >= perOwner:
+		return nil, c.total, n, OwnerFull
+	case c.total >= total:
+		return nil, c.total, n, AllFull
+	case c.total >= total-total/4 && n >= FairShare:
+		return nil, c.total, n, Reserved
 	}
 	if c.conns == nil {
 		c.conns = map[uint32]int{}
@@ -127,7 +149,7 @@ func (c *Counter) Admit(owner uint32, perOwner, total int) (release func(), open
 			delete(c.conns, owner)
 		}
 		c.total--
-	}), 0, false
+	}), 0, 0, Admitted
 }
 
 // Total is how many connections are counted, in all.

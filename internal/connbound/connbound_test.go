@@ -80,29 +80,65 @@ func TestCounter(t *testing.T) {
 	var c Counter
 	var releases []func()
 	for range 3 {
-		release, _, _ := c.Admit(1000, 3, 5)
+		release, _, _, _ := c.Admit(1000, 3, 5)
 		if release == nil {
 			t.Fatalf("connection %d of uid 1000 refused", len(releases)+1)
 		}
 		releases = append(releases, release)
 	}
-	if release, open, byOwner := c.Admit(1000, 3, 5); release != nil || open != 3 || !byOwner {
-		t.Fatalf("a 4th connection of uid 1000: %v, %d open, by owner %v; want refused by its owner's cap", release != nil, open, byOwner)
+	if release, _, own, why := c.Admit(1000, 3, 5); release != nil || own != 3 || why != OwnerFull {
+		t.Fatalf("a 4th connection of uid 1000: %v, %d open, %v; want refused by its owner's cap", release != nil, own, why)
 	}
 	releases[0]()
 	releases[0]() // once only
-	if release, _, _ := c.Admit(1000, 3, 5); release == nil {
+	if release, _, _, _ := c.Admit(1000, 3, 5); release == nil {
 		t.Fatal("refused after one release")
 	}
-	if release, _, _ := c.Admit(1000, 3, 5); release != nil {
+	if release, _, _, _ := c.Admit(1000, 3, 5); release != nil {
 		t.Fatal("a second release gave a second place back")
 	}
 	for range 2 {
-		if release, _, _ := c.Admit(1, 3, 5); release == nil {
+		if release, _, _, _ := c.Admit(1, 3, 5); release == nil {
 			t.Fatalf("uid 1 refused with %d open in all", c.Total())
 		}
 	}
-	if release, open, byOwner := c.Admit(2, 3, 5); release != nil || open != 5 || byOwner {
-		t.Fatalf("past 5 in all: %v, %d open, by owner %v; want refused by the cap in all", release != nil, open, byOwner)
+	if release, open, _, why := c.Admit(2, 3, 5); release != nil || open != 5 || why != AllFull {
+		t.Fatalf("past 5 in all: %v, %d open, %v; want refused by the cap in all", release != nil, open, why)
+	}
+}
+
+// TestCounterKeepsTheLastQuarterForSmallOwners: once three quarters of the
+// total are open, an owner with FairShare open is refused, one with fewer
+// is not, until the total.
+func TestCounterKeepsTheLastQuarterForSmallOwners(t *testing.T) {
+	var c Counter
+	const perOwner, total = 64, 128
+	for range perOwner {
+		if release, _, _, why := c.Admit(1, perOwner, total); release == nil {
+			t.Fatalf("uid 1 refused with %d open: %v", c.Total(), why)
+		}
+	}
+	for range total*3/4 - perOwner {
+		if release, _, _, why := c.Admit(2, perOwner, total); release == nil {
+			t.Fatalf("uid 2 refused with %d open: %v", c.Total(), why)
+		}
+	}
+	if release, _, own, why := c.Admit(2, perOwner, total); release != nil || why != Reserved || own != total*3/4-perOwner {
+		t.Fatalf("uid 2 with %d open, past three quarters: %v, %v; want refused: the rest is reserved", total*3/4-perOwner, release != nil, why)
+	}
+	for uid := uint32(3); c.Total() < total; uid++ {
+		for n := 0; n < FairShare && c.Total() < total; n++ {
+			if release, _, _, why := c.Admit(uid, perOwner, total); release == nil {
+				t.Fatalf("uid %d with %d of its own refused in the reserve: %v", uid, n, why)
+			}
+		}
+		if c.Total() < total {
+			if release, _, _, why := c.Admit(uid, perOwner, total); release != nil || why != Reserved {
+				t.Fatalf("uid %d took more than FairShare of the reserve: %v", uid, why)
+			}
+		}
+	}
+	if release, _, _, why := c.Admit(99, perOwner, total); release != nil || why != AllFull {
+		t.Fatalf("past the total: %v, %v; want AllFull", release != nil, why)
 	}
 }

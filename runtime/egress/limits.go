@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/sandboxd/sandboxd/internal/connbound"
 )
 
 // refuseBusy answers a connection past a cap 503 and closes it, without
@@ -31,13 +33,16 @@ func (p *Proxy) admit() (release func(), reason, body string) {
 	if p.Conns == nil {
 		return func() {}, "", ""
 	}
-	release, n, byOwner := p.Conns.Admit(p.Owner, MaxConnsPerOwner, MaxConnsAll)
-	switch {
-	case release != nil:
+	release, n, own, why := p.Conns.Admit(p.Owner, MaxConnsPerOwner, MaxConnsAll)
+	switch why {
+	case connbound.Admitted:
 		return release, "", ""
-	case byOwner:
-		return nil, fmt.Sprintf("too many connections: %d open through the egress proxies of uid %d's sandboxes, the most an owner may have", n, p.Owner),
-			fmt.Sprintf("too many connections: your sandboxes have %d open, the most an owner may have", n)
+	case connbound.OwnerFull:
+		return nil, fmt.Sprintf("too many connections: %d open through the egress proxies of uid %d's sandboxes, the most an owner may have", own, p.Owner),
+			fmt.Sprintf("too many connections: your sandboxes have %d open, the most an owner may have", own)
+	case connbound.Reserved:
+		return nil, fmt.Sprintf("too many connections: %d open through all egress proxies, %d through uid %d's: the last %d are kept for owners with fewer than %d", n, own, p.Owner, MaxConnsAll/4, connbound.FairShare),
+			fmt.Sprintf("too many connections: your sandboxes have %d open, and the daemon keeps the rest for owners with fewer than %d", own, connbound.FairShare)
 	default:
 		return nil, fmt.Sprintf("too many connections: %d open through all egress proxies, the most the daemon holds", n),
 			"too many connections: the daemon holds the most it may for all sandboxes"

@@ -3,6 +3,7 @@ package journal
 import (
 	"context"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 )
@@ -12,6 +13,19 @@ const CallerKey = "CALLER_UID"
 
 // LeftOutKey is the attribute that counts a caller's lines left out.
 const LeftOutKey = "left_out"
+
+// BudgetKey, on a line without a caller, names the budget it shares
+// with the other lines that an outsider may cause at will (a port's
+// refused connections: any local user may connect).
+const BudgetKey = "LOG_BUDGET"
+
+// senderKey is the attribute that names a D-Bus call's sender: a line
+// that has it and no caller is of a call whose caller could not be told
+// or that the guard refused, and shares the budget busBudget.
+const (
+	senderKey = "BUS_SENDER"
+	busBudget = "unidentified-callers"
+)
 
 // Refusal lines a caller may have logged per interval, as the egress
 // proxy's: 10 a minute, then a count.
@@ -30,10 +44,15 @@ const (
 // service (RateLimitBurst, per interval and unit) and silence the
 // daemon's other lines.
 //
-// Lines without a caller at Warn or above (a call whose caller could not
-// be told, one the guard refused) share one budget. Root's lines and
-// lines below Warn (a change made, at Info) are not budgeted: root may
-// write to the journal itself, and a change is worth its line.
+// Lines without a caller at Warn or above that an outsider causes share
+// a budget by kind: those of a call whose caller could not be told or
+// that the guard refused (they name its BUS_SENDER), and those that name
+// their budget (BudgetKey). The daemon's own lines (no caller, no bus
+// sender, no budget named: a promotion that failed, the audit log that
+// could not be written) are not budgeted, so that no one's flood of
+// refusals leaves them out. Nor are root's lines and lines below Warn
+// (a change made, at Info): root may write to the journal itself, and a
+// change is worth its line.
 func Budget(h slog.Handler, lines int, interval time.Duration) slog.Handler {
 	return &budgeted{h: h, s: &budgetState{root: h, lines: lines, interval: interval, windows: map[string]*window{}}}
 }
@@ -41,9 +60,13 @@ func Budget(h slog.Handler, lines int, interval time.Duration) slog.Handler {
 type budgeted struct {
 	h slog.Handler
 	s *budgetState
-	// caller is a CALLER_UID attached with WithAttrs, if any.
-	caller string
+	// caller is a CALLER_UID attached with WithAttrs, if any; shared a
+	// budget named there (BudgetKey, or a BUS_SENDER's).
+	caller, shared string
 }
+
+// sharedPrefix marks a shared budget's key among the callers' uids.
+const sharedPrefix = "\x00"
 
 type budgetState struct {
 	root     slog.Handler // where the counts go: no group, no attributes
@@ -67,8 +90,15 @@ func (b *budgeted) WithAttrs(attrs []slog.Attr) slog.Handler {
 	c := *b
 	c.h = b.h.WithAttrs(attrs)
 	for _, a := range attrs {
-		if a.Key == CallerKey {
+		switch a.Key {
+		case CallerKey:
 			c.caller = a.Value.Resolve().String()
+		case BudgetKey:
+			c.shared = a.Value.Resolve().String()
+		case senderKey:
+			if c.shared == "" {
+				c.shared = busBudget
+			}
 		}
 	}
 	return &c
@@ -84,16 +114,27 @@ func (b *budgeted) Handle(ctx context.Context, r slog.Record) error {
 	if r.Level < slog.LevelWarn {
 		return b.h.Handle(ctx, r)
 	}
-	caller := b.caller
+	caller, shared := b.caller, b.shared
 	r.Attrs(func(a slog.Attr) bool {
-		if a.Key == CallerKey {
+		switch a.Key {
+		case CallerKey:
 			caller = a.Value.Resolve().String()
-			return false
+		case BudgetKey:
+			shared = a.Value.Resolve().String()
+		case senderKey:
+			if shared == "" {
+				shared = busBudget
+			}
 		}
 		return true
 	})
-	if caller == "0" {
+	switch {
+	case caller == "0":
 		return b.h.Handle(ctx, r)
+	case caller == "" && shared == "":
+		return b.h.Handle(ctx, r) // the daemon's own
+	case caller == "":
+		caller = sharedPrefix + shared
 	}
 	held, ok := b.s.allow(caller, r.Time)
 	if !ok {
@@ -150,7 +191,9 @@ func (s *budgetState) flush(caller string, w *window) {
 		return
 	}
 	r := slog.NewRecord(time.Now(), slog.LevelWarn, "lines of a caller left out", 0)
-	if caller != "" {
+	if name, ok := strings.CutPrefix(caller, sharedPrefix); ok {
+		r.AddAttrs(slog.String(BudgetKey, name))
+	} else if caller != "" {
 		r.AddAttrs(slog.String(CallerKey, caller))
 	}
 	r.AddAttrs(slog.Int(LeftOutKey, held), slog.Duration("interval", s.interval))

@@ -91,3 +91,30 @@ func TestBudgetSaysHowManyWereLeftOut(t *testing.T) {
 		t.Fatalf("the later line: want left_out=3:\n%s", out)
 	}
 }
+
+// Lines without a caller that anyone may cause (a port's refused
+// connections, the guard's refusals) are budgeted apart from the
+// daemon's own, which a flood of them used to leave out: all the lines
+// without a caller shared one budget of 10 a minute.
+func TestBudgetKeepsTheDaemonsOwnLinesFromOutsidersFloods(t *testing.T) {
+	var buf syncBuffer
+	log := slog.New(Budget(NewHandler(&buf, slog.LevelInfo), BudgetLines, time.Hour))
+	for i := range 500 {
+		log.Warn("exposed port refused a connection", "port", 8080, "n", i, "LOG_BUDGET", "exposed-port-refusals")
+		log.Warn("refused a D-Bus call", "BUS_SENDER", fmt.Sprintf(":1.%d", i), "n", i)
+	}
+	log.Error("writing the audit log", "error", "no space left on device")
+	log.Warn("promotion failed", "promotion", "p1")
+	out := buf.String()
+	for _, want := range []string{"writing the audit log", "promotion failed"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the daemon's own line %q was left out after outsiders' floods", want)
+		}
+	}
+	if n := strings.Count(out, "exposed port refused a connection"); n != BudgetLines {
+		t.Errorf("%d lines of refused connections; want %d", n, BudgetLines)
+	}
+	if n := strings.Count(out, "refused a D-Bus call"); n != BudgetLines {
+		t.Errorf("%d lines of the guard's refusals; want %d", n, BudgetLines)
+	}
+}

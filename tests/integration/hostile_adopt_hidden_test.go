@@ -1,0 +1,183 @@
+package integration
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// A holder the adoption's walk did not see: it read each process's
+// /proc/PID/cwd, root, fd and maps, which are its main thread's. A
+// process whose main thread exited alone (exit(2), not exit_group) shows
+// nothing there while its other threads work in the directory and hold
+// its files; a thread with a working directory of its own (unshare
+// CLONE_FS) is not in /proc/PID/cwd. Neither takes any privilege: any
+// user who can read the directory could keep using it unseen while root
+// copied and switched it.
+
+// hiddenHolderEnv, set to MODE:DIR:READY, makes this test binary such a
+// holder (hideHolder), before TestMain.
+const hiddenHolderEnv = "SANDBOXD_TEST_HIDDEN_HOLDER"
+
+func init() {
+	if v := os.Getenv(hiddenHolderEnv); v != "" {
+		mode, rest, _ := strings.Cut(v, ":")
+		dir, ready, _ := strings.Cut(rest, ":")
+		hideHolder(mode, dir, ready)
+	}
+}
+
+// hideHolder holds dir unseen by /proc/PID and never returns:
+// "exited-leader" works in dir with dir/index.html open, then its main
+// thread exits; "thread-cwd" has one thread, with a working directory of
+// its own, work in dir.
+func hideHolder(mode, dir, ready string) {
+	fail := func(err error) { fmt.Fprintln(os.Stderr, "hidden holder:", err); os.Exit(2) }
+	switch mode {
+	case "exited-leader":
+		if err := os.Chdir(dir); err != nil {
+			fail(err)
+		}
+		f, err := os.Open("index.html")
+		if err != nil {
+			fail(err)
+		}
+		go func() {
+			for {
+				time.Sleep(time.Hour)
+				runtime.KeepAlive(f)
+			}
+		}()
+		if err := os.WriteFile(ready, nil, 0o644); err != nil {
+			fail(err)
+		}
+		// Package init runs on the main thread, locked to it.
+		unix.RawSyscall(unix.SYS_EXIT, 0, 0, 0)
+	case "thread-cwd":
+		errs := make(chan error)
+		go func() {
+			runtime.LockOSThread() // never unlocked: its fs is its own
+			if err := unix.Unshare(unix.CLONE_FS); err != nil {
+				errs <- err
+				return
+			}
+			errs <- unix.Chdir(dir)
+			select {}
+		}()
+		if err := <-errs; err != nil {
+			fail(err)
+		}
+		if err := os.WriteFile(ready, nil, 0o644); err != nil {
+			fail(err)
+		}
+		for {
+			time.Sleep(time.Hour)
+		}
+	}
+	fail(fmt.Errorf("no mode %q", mode))
+}
+
+// memberBinary is a copy of this test binary that member users may run.
+func memberBinary(t *testing.T) (bin, dir string) {
+	t.Helper()
+	dir, err := os.MkdirTemp("/var/tmp", "hidden-holder-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o1777); err != nil {
+		t.Fatal(err)
+	}
+	src, err := os.Open(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	bin = filepath.Join(dir, "holder")
+	dst, err := os.OpenFile(bin, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(dst, src); err != nil {
+		t.Fatal(err)
+	}
+	if err := dst.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return bin, dir
+}
+
+// threadCwds is the working directories of pid's threads, and pid's own.
+func threadCwds(pid int) (own string, threads []string) {
+	own, _ = os.Readlink(fmt.Sprintf("/proc/%d/cwd", pid))
+	tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	for _, task := range tasks {
+		cwd, _ := os.Readlink(fmt.Sprintf("/proc/%d/task/%s/cwd", pid, task.Name()))
+		threads = append(threads, cwd)
+	}
+	return own, threads
+}
+
+// TestHostileAdoptHolderHiddenInAThread: a member's process working in
+// the directory through a thread /proc/PID does not show keeps it from
+// being adopted, as any holder does.
+func TestHostileAdoptHolderHiddenInAThread(t *testing.T) {
+	install(t)
+	const member, dir = "hostile-hidden", "/srv/hostile-hidden"
+	groupMember(t, member)
+	os.RemoveAll(dir)
+	plainTree(t, dir)
+	t.Cleanup(func() { ctl(t, "", "project", "release", "hidden"); os.RemoveAll(dir) })
+	bin, binDir := memberBinary(t)
+	for _, mode := range []string{"exited-leader", "thread-cwd"} {
+		ready := filepath.Join(binDir, "ready-"+mode)
+		cmd := exec.Command("setpriv", "--reuid="+member, "--regid="+member, "--init-groups", bin, "-test.run=^$")
+		cmd.Env = append(os.Environ(), hiddenHolderEnv+"="+mode+":"+dir+":"+ready)
+		cmd.Dir = "/"
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		stop := func() { cmd.Process.Kill(); cmd.Wait() }
+		t.Cleanup(stop)
+		pid := cmd.Process.Pid // setpriv execs the holder: the same pid
+		// Ready once it says so, and once an exited leader's links are gone.
+		var own string
+		var threads []string
+		for end := time.Now().Add(60 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			own, threads = threadCwds(pid)
+			if exists(ready) && (mode != "exited-leader" || own == "") {
+				break
+			}
+			if time.Now().After(end) {
+				t.Fatalf("the hidden holder (%s) was not ready within 60 s: cwd %q, threads' %q", mode, own, threads)
+			}
+		}
+		// The attack: /proc/PID/cwd is not the directory; a thread's is.
+		if own == dir || !strings.Contains(strings.Join(threads, "\n")+"\n", dir+"\n") {
+			t.Fatalf("%s: pid %d works in %q, its threads in %q: not the attack", mode, pid, own, threads)
+		}
+		_, errOut, code := ctl(t, "", "project", "adopt", "hidden", dir)
+		switch {
+		case code == 0:
+			t.Errorf("%s: %s was adopted while pid %d of %s worked in it through a thread (%q)", mode, dir, pid, member, threads)
+			ctl(t, "", "project", "release", "hidden")
+		case code != 5 || !regexp.MustCompile(fmt.Sprintf(`in use by pid %d \(holder\)`, pid)).MatchString(errOut):
+			t.Errorf("%s: adopting %s: exit %d: %s; want exit 5, in use by pid %d (holder)", mode, dir, code, errOut, pid)
+		}
+		stop()
+	}
+	// Gone, they held it back no longer: what refused it was they.
+	if _, errOut, code := ctl(t, "", "project", "adopt", "hidden", dir); code != 0 {
+		t.Errorf("adopting %s once its hidden holders were gone: exit %d: %s", dir, code, errOut)
+	}
+}
