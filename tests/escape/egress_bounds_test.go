@@ -2,10 +2,10 @@ package escape
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,6 +15,7 @@ import (
 	"github.com/sandboxd/sandboxd/runtime/egress"
 	"github.com/sandboxd/sandboxd/runtime/nsinit"
 	"github.com/sandboxd/sandboxd/supervisor"
+	"github.com/sandboxd/sandboxd/tests/testbed"
 )
 
 // TestEgressTunnelsHoldBoundedMemory (issue 28, the egress proxy's side
@@ -239,39 +240,12 @@ while True:
 
 // socketMemory is what the kernel holds in the queues of pid's TCP
 // sockets, in this network namespace and in those at netns (the
-// sandboxes'): each socket's r+t+w+f of ss's skmem, which counts a send
-// queue's bytes twice while they are in flight (an upper bound).
+// sandboxes'): testbed.SocketQueues.
 func socketMemory(t *testing.T, pid int, netns []string) (bytes, sockets int) {
 	t.Helper()
-	skmem := regexp.MustCompile(`skmem:\(r(\d+),rb\d+,t(\d+),tb\d+,f(\d+),w(\d+)`)
-	mine := fmt.Sprintf("pid=%d,", pid)
-	argvs := [][]string{{"ss", "-tmpnH"}}
-	for _, ns := range netns {
-		argvs = append(argvs, []string{"nsenter", "--net=" + ns, "ss", "-tmpnH"})
-	}
-	for _, argv := range argvs {
-		out, err := exec.Command(argv[0], argv[1:]...).Output()
-		if err != nil {
-			t.Fatalf("%s: %v", strings.Join(argv, " "), err)
-		}
-		lines := strings.Split(string(out), "\n")
-		for i, l := range lines {
-			if !strings.Contains(l, mine) {
-				continue
-			}
-			m := skmem.FindStringSubmatch(l)
-			if m == nil && i+1 < len(lines) {
-				m = skmem.FindStringSubmatch(lines[i+1])
-			}
-			if m == nil {
-				continue
-			}
-			sockets++
-			for _, v := range m[1:] {
-				n, _ := strconv.Atoi(v)
-				bytes += n
-			}
-		}
+	bytes, sockets, err := testbed.SocketQueues(context.Background(), pid, false, netns)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return bytes, sockets
 }
@@ -279,16 +253,9 @@ func socketMemory(t *testing.T, pid int, netns []string) (bytes, sockets int) {
 // selfRSS is this process's, the daemon's, resident memory in bytes.
 func selfRSS(t *testing.T) int {
 	t.Helper()
-	data, err := os.ReadFile("/proc/self/status")
+	rss, err := testbed.VmRSS(os.Getpid())
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, l := range strings.Split(string(data), "\n") {
-		if f := strings.Fields(l); len(f) == 3 && f[0] == "VmRSS:" {
-			kb, _ := strconv.Atoi(f[1])
-			return kb << 10
-		}
-	}
-	t.Fatal("no VmRSS in /proc/self/status")
-	return 0
+	return rss
 }

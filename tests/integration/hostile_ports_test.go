@@ -2,12 +2,12 @@ package integration
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,41 +16,6 @@ import (
 	"github.com/sandboxd/sandboxd/supervisor"
 	"github.com/sandboxd/sandboxd/tests/testbed"
 )
-
-// portWriters, run in a sandbox with a marker and ports, listens on each
-// port of 127.0.0.1 and writes to every connection as fast as it is
-// taken. Its own send queues are kept small: they are the sandbox's, and
-// the test is about the daemon's.
-const portWriters = `import selectors, socket, sys
-sel = selectors.DefaultSelector()
-for p in sys.argv[2:]:
-    l = socket.socket()
-    l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    l.bind(('127.0.0.1', int(p)))
-    l.listen(512)
-    l.setblocking(False)
-    sel.register(l, selectors.EVENT_READ, None)
-open('/tmp/writers.ready', 'w').close()
-chunk = b'x' * 65536
-while True:
-    for key, _ in sel.select():
-        if key.data is None:
-            try:
-                c, _ = key.fileobj.accept()
-            except BlockingIOError:
-                continue
-            c.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 65536)
-            c.setblocking(False)
-            sel.register(c, selectors.EVENT_WRITE, 'w')
-            continue
-        try:
-            key.fileobj.send(chunk)
-        except BlockingIOError:
-            pass
-        except OSError:
-            sel.unregister(key.fileobj)
-            key.fileobj.close()
-`
 
 // portHolder, run as the owner with n and addresses (unix:PATH or
 // tcp:HOST:PORT), opens n connections to each and never reads: it only
@@ -141,40 +106,13 @@ func (h *holder) stop() {
 }
 
 // daemonSocketMemory is what the kernel holds in the queues of the
-// daemon's sockets (pid's): its unix sockets and TCP sockets in the
-// testbed's network namespace, and its TCP sockets in the namespace at
-// netns (a sandbox's); each socket's r+t+w+f of ss's skmem, which counts
-// a send queue's bytes twice while they are in flight (an upper bound).
+// daemon's (pid's) unix and TCP sockets here and its TCP sockets in the
+// namespace at netns (a sandbox's): testbed.SocketQueues.
 func daemonSocketMemory(t *testing.T, pid int, netns string) (bytes, sockets int) {
 	t.Helper()
-	skmem := regexp.MustCompile(`skmem:\(r(\d+),rb\d+,t(\d+),tb\d+,f(\d+),w(\d+)`)
-	mine := fmt.Sprintf("pid=%d,", pid)
-	for _, argv := range [][]string{
-		{"ss", "-xmpnH"}, {"ss", "-tmpnH"},
-		{"nsenter", "--net=" + netns, "ss", "-tmpnH"},
-	} {
-		out, err := exec.Command(argv[0], argv[1:]...).Output()
-		if err != nil {
-			t.Fatalf("%s: %v", strings.Join(argv, " "), err)
-		}
-		lines := strings.Split(string(out), "\n")
-		for i, l := range lines {
-			if !strings.Contains(l, mine) {
-				continue
-			}
-			m := skmem.FindStringSubmatch(l)
-			if m == nil && i+1 < len(lines) {
-				m = skmem.FindStringSubmatch(lines[i+1])
-			}
-			if m == nil {
-				continue
-			}
-			sockets++
-			for _, v := range m[1:] {
-				n, _ := strconv.Atoi(v)
-				bytes += n
-			}
-		}
+	bytes, sockets, err := testbed.SocketQueues(context.Background(), pid, true, []string{netns})
+	if err != nil {
+		t.Fatal(err)
 	}
 	return bytes, sockets
 }
@@ -182,18 +120,11 @@ func daemonSocketMemory(t *testing.T, pid int, netns string) (bytes, sockets int
 // vmRSS is pid's resident memory in bytes.
 func vmRSS(t *testing.T, pid int) int {
 	t.Helper()
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	rss, err := testbed.VmRSS(pid)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, l := range strings.Split(string(data), "\n") {
-		if f := strings.Fields(l); len(f) == 3 && f[0] == "VmRSS:" {
-			kb, _ := strconv.Atoi(f[1])
-			return kb << 10
-		}
-	}
-	t.Fatalf("no VmRSS in /proc/%d/status", pid)
-	return 0
+	return rss
 }
 
 // processWith is the host pid of a process whose command line has marker.
@@ -232,7 +163,7 @@ func TestHostilePortsHoldBoundedMemory(t *testing.T) {
 	uid, gid := groupMember(t, member)
 	reconfigure(t, "")
 	marker := fmt.Sprintf("writers-%d", time.Now().UnixNano())
-	path := memberProject(t, "hostile-ports", uid, gid, map[string]string{"writers.py": portWriters, "holder.py": portHolder})
+	path := memberProject(t, "hostile-ports", uid, gid, map[string]string{"writers.py": testbed.PortWriters, "holder.py": portHolder})
 	sb := strings.TrimSpace(okAs(t, member, "create", "--quiet", "hostile-ports"))
 	var nums []string
 	for p := range ports {
