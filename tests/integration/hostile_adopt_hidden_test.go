@@ -7,12 +7,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/sandboxd/sandboxd/tests/testbed"
 )
 
 // A holder the adoption's walk did not see: it read each process's
@@ -25,65 +24,15 @@ import (
 // copied and switched it.
 
 // hiddenHolderEnv, set to MODE:DIR:READY, makes this test binary such a
-// holder (hideHolder), before TestMain.
+// holder (testbed.HideHolder, holding DIR/index.html), before TestMain.
 const hiddenHolderEnv = "SANDBOXD_TEST_HIDDEN_HOLDER"
 
 func init() {
 	if v := os.Getenv(hiddenHolderEnv); v != "" {
 		mode, rest, _ := strings.Cut(v, ":")
 		dir, ready, _ := strings.Cut(rest, ":")
-		hideHolder(mode, dir, ready)
+		testbed.HideHolder(mode, dir, "index.html", ready)
 	}
-}
-
-// hideHolder holds dir unseen by /proc/PID and never returns:
-// "exited-leader" works in dir with dir/index.html open, then its main
-// thread exits; "thread-cwd" has one thread, with a working directory of
-// its own, work in dir.
-func hideHolder(mode, dir, ready string) {
-	fail := func(err error) { fmt.Fprintln(os.Stderr, "hidden holder:", err); os.Exit(2) }
-	switch mode {
-	case "exited-leader":
-		if err := os.Chdir(dir); err != nil {
-			fail(err)
-		}
-		f, err := os.Open("index.html")
-		if err != nil {
-			fail(err)
-		}
-		go func() {
-			for {
-				time.Sleep(time.Hour)
-				runtime.KeepAlive(f)
-			}
-		}()
-		if err := os.WriteFile(ready, nil, 0o644); err != nil {
-			fail(err)
-		}
-		// Package init runs on the main thread, locked to it.
-		unix.RawSyscall(unix.SYS_EXIT, 0, 0, 0)
-	case "thread-cwd":
-		errs := make(chan error)
-		go func() {
-			runtime.LockOSThread() // never unlocked: its fs is its own
-			if err := unix.Unshare(unix.CLONE_FS); err != nil {
-				errs <- err
-				return
-			}
-			errs <- unix.Chdir(dir)
-			select {}
-		}()
-		if err := <-errs; err != nil {
-			fail(err)
-		}
-		if err := os.WriteFile(ready, nil, 0o644); err != nil {
-			fail(err)
-		}
-		for {
-			time.Sleep(time.Hour)
-		}
-	}
-	fail(fmt.Errorf("no mode %q", mode))
 }
 
 // memberBinary is a copy of this test binary that member users may run.
