@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -186,24 +185,12 @@ func holdTunnels(t *testing.T, b *box, target string, n int) (held string, stop 
 	}
 }
 
-// streamOut serves addr:port in the network namespace name from a
-// process of its own (so that its sockets are not the daemon's): it
-// writes to every connection as fast as the connection takes it.
+// streamOut serves addr:port in the network namespace name: it writes
+// to every connection as fast as the connection takes it.
 func streamOut(t *testing.T, name, addr string, port int) {
 	t.Helper()
-	const code = `
-import resource, selectors, socket, sys
-soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-ls = socket.socket()
-ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-ls.bind((sys.argv[1], int(sys.argv[2])))
-ls.listen(4096)
-ls.setblocking(False)
-sel = selectors.DefaultSelector()
-sel.register(ls, selectors.EVENT_READ)
+	serveOnHost(t, "the test host's writer", name, `ls.setblocking(False)
 chunk = b"x" * 65536
-print("listening", flush=True)
 while True:
     for key, _ in sel.select():
         if key.fileobj is ls:
@@ -221,21 +208,7 @@ while True:
         except OSError:
             sel.unregister(key.fileobj)
             key.fileobj.close()
-`
-	cmd := exec.Command("ip", "netns", "exec", name, "/usr/bin/python3", "-c", code, addr, fmt.Sprint(port))
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting the test host's writer: %v", err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }) // the one this test started
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil || line != "listening\n" {
-		t.Fatalf("the test host's writer: %q %v", line, err)
-	}
+`, addr, port)
 }
 
 // socketMemory is what the kernel holds in the queues of pid's TCP
