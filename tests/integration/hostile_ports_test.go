@@ -17,14 +17,15 @@ import (
 	"github.com/sandboxd/sandboxd/tests/testbed"
 )
 
-// portHolder, run as the owner with n and addresses (unix:PATH or
-// tcp:HOST:PORT), opens n connections to each and never reads: it only
-// peeks, once each is readable, whether it is served (bytes) or refused
-// (closed), writes to the served ones as much as they take, says how
-// many of each, and holds them until its stdin ends.
+// portHolder, run as the owner with n, write or quiet, and addresses
+// (unix:PATH or tcp:HOST:PORT), opens n connections to each and never
+// reads: it only peeks, once each is readable, whether it is served
+// (bytes) or refused (closed), with write writes to the served ones as
+// much as they take, says how many of each, and holds them until its
+// stdin ends.
 const portHolder = `import select, socket, sys, time
-n, conns = int(sys.argv[1]), []
-for a in sys.argv[2:]:
+n, write, conns = int(sys.argv[1]), sys.argv[2] == 'write', []
+for a in sys.argv[3:]:
     kind, where = a.split(':', 1)
     for _ in range(n):
         if kind == 'unix':
@@ -48,6 +49,8 @@ for s in conns:
         got = b''
     if got:
         served += 1
+        if not write:
+            continue
         # Writes too, as much as is taken at once: the sandbox never
         # reads, so the other way's queues fill as well.
         s.setblocking(False)
@@ -70,10 +73,15 @@ type holder struct {
 }
 
 // holdPorts starts portHolder as member with n connections to each of
-// addrs and waits until it says what became of them.
-func holdPorts(t *testing.T, member, script string, n int, addrs []string) *holder {
+// addrs, writing to them with write, and waits until it says what became
+// of them.
+func holdPorts(t *testing.T, member, script string, n int, write bool, addrs []string) *holder {
 	t.Helper()
-	args := append([]string{"--reuid=" + member, "--regid=" + member, "--init-groups", "/usr/bin/python3", script, strconv.Itoa(n)}, addrs...)
+	mode := "quiet"
+	if write {
+		mode = "write"
+	}
+	args := append([]string{"--reuid=" + member, "--regid=" + member, "--init-groups", "/usr/bin/python3", script, strconv.Itoa(n), mode}, addrs...)
 	cmd := exec.Command("setpriv", args...)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -197,7 +205,7 @@ func TestHostilePortsHoldBoundedMemory(t *testing.T) {
 	fds0, rss0 := daemonFDs(t), vmRSS(t, pid)
 	mem0, _ := daemonSocketMemory(t, pid, netns)
 
-	h := holdPorts(t, member, filepath.Join(path, "holder.py"), perPort, addrs)
+	h := holdPorts(t, member, filepath.Join(path, "holder.py"), perPort, true, addrs)
 	// The queues fill as the writers write: wait until they hold at least
 	// 32 KiB a served connection (the control: the writers write, so a
 	// daemon that buffered more would show it) and then stop growing (no
@@ -247,7 +255,7 @@ func TestHostilePortsHoldBoundedMemory(t *testing.T) {
 			t.Fatalf("the daemon has %d descriptors open 60s after the connections closed, %d before them", daemonFDs(t), fds0)
 		}
 	}
-	if again := holdPorts(t, member, filepath.Join(path, "holder.py"), 1, addrs); again.served != len(addrs) {
+	if again := holdPorts(t, member, filepath.Join(path, "holder.py"), 1, true, addrs); again.served != len(addrs) {
 		t.Errorf("after the connections closed, %d of %d new ones served", again.served, len(addrs))
 	}
 }
