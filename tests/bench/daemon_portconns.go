@@ -127,26 +127,12 @@ func benchPortConns(ctx context.Context, d *daemon, t *table, n int) (err error)
 	}
 	// The queues fill as the writers write: read once what the daemon's
 	// sockets hold stops growing (no growth over 2 s of reads).
-	var queues, last int
-	deadline := time.Now().Add(2 * time.Minute)
-	for still := 0; still < 8; {
-		if queues, _, err = testbed.SocketQueues(ctx, pid, true, netns); err != nil {
-			return err
-		}
-		if queues > last+last/100 {
-			still = 0
-		} else {
-			still++
-		}
-		last = queues
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the daemon's socket queues still grow after 2 minutes: %d KiB", queues>>10)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(250 * time.Millisecond):
-		}
+	queues, err := testbed.SettledQueues(ctx, 0, 2*time.Minute, func() (int, error) {
+		queues, _, err := testbed.SocketQueues(ctx, pid, true, netns)
+		return queues, err
+	})
+	if err != nil {
+		return fmt.Errorf("the daemon's socket queues: %w", err)
 	}
 	_, held, err := d.memory(ctx)
 	if err != nil {

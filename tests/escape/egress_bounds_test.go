@@ -79,23 +79,18 @@ print("read", n >= 4 << 20)
 	// daemon that buffered more would show it) and then stop growing (no
 	// growth over 2 s of reads), keeping the most seen.
 	floor := served * 32 << 10
-	var most, sockets, fds, rss, last int
-	for deadline, still := time.Now().Add(2*time.Minute), 0; still < 8; time.Sleep(250 * time.Millisecond) {
+	var most, sockets, fds, rss int
+	last, err := testbed.SettledQueues(context.Background(), floor, 2*time.Minute, func() (int, error) {
 		mem, n := socketMemory(t, self, netns)
 		fds = max(fds, countFDs(t))
 		rss = max(rss, selfRSS(t))
 		if held := mem + rss - rss0; held > most {
 			most, sockets = held, n
 		}
-		if mem > last+last/100 || mem < floor {
-			still = 0
-		} else {
-			still++
-		}
-		last = mem
-		if time.Now().After(deadline) {
-			t.Fatalf("after 2 minutes the daemon's socket queues hold %d KiB for %d served tunnels, and still grow or hold less than %d KiB (is the test host writing?)", mem>>10, served, floor>>10)
-		}
+		return mem, nil
+	})
+	if err != nil {
+		t.Fatalf("the daemon's socket queues for %d served tunnels: %v (is the test host writing?)", served, err)
 	}
 	held := most - mem0
 	t.Logf("%d tunnels asked (2 sandboxes × %d): %d served, %d refused; the daemon: %d descriptors (%d before), VmRSS %d MiB (%d before), %d sockets holding %d KiB in their queues at the end; RSS growth and queues %d KiB, %d KiB a served tunnel",

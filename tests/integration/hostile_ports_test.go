@@ -211,25 +211,18 @@ func TestHostilePortsHoldBoundedMemory(t *testing.T) {
 	// daemon that buffered more would show it) and then stop growing (no
 	// growth over 2 s of reads), keeping the most seen.
 	floor := h.served * 32 << 10
-	var most, sockets, fds, rss, last int
-	for deadline, still := time.Now().Add(2*time.Minute), 0; still < 8; time.Sleep(250 * time.Millisecond) {
+	var most, sockets, fds, rss int
+	last, err := testbed.SettledQueues(context.Background(), floor, 2*time.Minute, func() (int, error) {
 		mem, n := daemonSocketMemory(t, pid, netns)
-		if f := daemonFDs(t); f > fds {
-			fds = f
-		}
+		fds = max(fds, daemonFDs(t))
 		rss = max(rss, vmRSS(t, pid))
 		if held := mem + rss - rss0; held > most {
 			most, sockets = held, n
 		}
-		if mem > last+last/100 || mem < floor {
-			still = 0
-		} else {
-			still++
-		}
-		last = mem
-		if time.Now().After(deadline) {
-			t.Fatalf("after 2 minutes the daemon's socket queues hold %d KiB for %d served connections, and still grow or hold less than %d KiB (are the writers writing?)", mem>>10, h.served, floor>>10)
-		}
+		return mem, nil
+	})
+	if err != nil {
+		t.Fatalf("the daemon's socket queues for %d served connections: %v (are the writers writing?)", h.served, err)
 	}
 	held := most - mem0
 	t.Logf("%d connections asked (%d ports × %d): %d served, %d refused; the daemon: %d descriptors (%d before), VmRSS %d MiB (%d before), %d sockets holding %d KiB in their queues at the end; RSS growth and queues %d KiB, %d KiB a served connection",

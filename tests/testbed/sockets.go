@@ -2,12 +2,14 @@ package testbed
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // PortWriters, run in a sandbox as `python3 -c PortWriters MARKER
@@ -105,4 +107,41 @@ func VmRSS(pid int) (int, error) {
 		}
 	}
 	return 0, fmt.Errorf("reading the memory of pid %d: no VmRSS in /proc/%d/status", pid, pid)
+}
+
+// ErrQueuesGrow is SettledQueues' error once its time is up.
+var ErrQueuesGrow = errors.New("the socket queues still grow or hold less than asked")
+
+// SettledQueues reads what socket queues hold (read, e.g. SocketQueues)
+// every 250 ms until they hold at least floor bytes and then stop
+// growing (by no more than 1% a reading over 8 readings, 2 s), and
+// returns the last reading; past timeout, that reading and
+// ErrQueuesGrow. Queues fill as fast as writers write, on a loaded
+// machine too: what they settle at is waited for, not a fixed time.
+func SettledQueues(ctx context.Context, floor int, timeout time.Duration, read func() (int, error)) (int, error) {
+	deadline := time.Now().Add(timeout)
+	last := 0
+	for still := 0; ; {
+		queues, err := read()
+		if err != nil {
+			return last, err
+		}
+		if queues > last+last/100 || queues < floor {
+			still = 0
+		} else {
+			still++
+		}
+		last = queues
+		if still >= 8 {
+			return last, nil
+		}
+		if time.Now().After(deadline) {
+			return last, fmt.Errorf("after %v, %d KiB (at least %d KiB asked): %w", timeout, last>>10, floor>>10, ErrQueuesGrow)
+		}
+		select {
+		case <-ctx.Done():
+			return last, ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
 }
