@@ -2,9 +2,7 @@ package integration
 
 import (
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -35,36 +33,6 @@ func init() {
 	}
 }
 
-// memberBinary is a copy of this test binary that member users may run.
-func memberBinary(t *testing.T) (bin, dir string) {
-	t.Helper()
-	dir, err := os.MkdirTemp("/var/tmp", "hidden-holder-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o1777); err != nil {
-		t.Fatal(err)
-	}
-	src, err := os.Open(os.Args[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer src.Close()
-	bin = filepath.Join(dir, "holder")
-	dst, err := os.OpenFile(bin, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o755)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := io.Copy(dst, src); err != nil {
-		t.Fatal(err)
-	}
-	if err := dst.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return bin, dir
-}
-
 // threadCwds is the working directories of pid's threads, and pid's own.
 func threadCwds(pid int) (own string, threads []string) {
 	own, _ = os.Readlink(fmt.Sprintf("/proc/%d/cwd", pid))
@@ -89,8 +57,7 @@ func TestHostileAdoptHolderHiddenInAThread(t *testing.T) {
 	bin, binDir := memberBinary(t)
 	for _, mode := range []string{"exited-leader", "thread-cwd"} {
 		ready := filepath.Join(binDir, "ready-"+mode)
-		cmd := exec.Command("setpriv", "--reuid="+member, "--regid="+member, "--init-groups", bin, "-test.run=^$")
-		cmd.Env = append(os.Environ(), hiddenHolderEnv+"="+mode+":"+dir+":"+ready)
+		cmd := memberReexec(bin, member, hiddenHolderEnv+"="+mode+":"+dir+":"+ready, "-test.run=^$")
 		cmd.Dir = "/"
 		cmd.Stderr = os.Stderr
 		if err := cmd.Start(); err != nil {

@@ -85,8 +85,7 @@ type evalFloodRun struct {
 
 func startFlood(t *testing.T, bin, member, object, session string, n, size int, mark string) *evalFloodRun {
 	t.Helper()
-	cmd := exec.Command("setpriv", "--reuid="+member, "--regid="+member, "--init-groups", bin)
-	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s %s %d %d %s", evalFloodEnv, object, session, n, size, mark))
+	cmd := memberReexec(bin, member, fmt.Sprintf("%s=%s %s %d %d %s", evalFloodEnv, object, session, n, size, mark))
 	cmd.Stderr = os.Stderr
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -205,7 +204,7 @@ func TestHostileEvalFloodIsRefusedNotBuffered(t *testing.T) {
 	}
 	conn := systemBus(t)
 	pid := mainPID(t)
-	bin := accListenerBinary(t) // a copy of this binary a member may run
+	bin, _ := memberBinary(t)
 
 	busAs := func(args ...string) *exec.Cmd {
 		return exec.Command("setpriv", append([]string{"--reuid=" + member, "--regid=" + member, "--init-groups",
