@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/sandboxd/sandboxd/supervisor"
 )
@@ -63,18 +62,7 @@ func TestHostilePortsOwnersAtTheirCapLeaveAnotherItsConnections(t *testing.T) {
 		for p := range ports {
 			nums = append(nums, strconv.Itoa(9100+p))
 		}
-		script := fmt.Sprintf("setsid python3 %s %s </dev/null >/tmp/greeters.log 2>&1 & i=0; while [ ! -e /tmp/greeters.ready ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done",
-			filepath.Join(path, "greeters.py"), strings.Join(nums, " "))
-		okAs(t, name, "exec", "--detach", sb, "--", "sh", "-c", script)
-		for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-			if _, _, code := ctlAs(t, name, "exec", sb, "--", "test", "-e", "/tmp/greeters.ready"); code == 0 {
-				break
-			}
-			if time.Now().After(deadline) {
-				log, _, _ := ctlAs(t, name, "exec", sb, "--", "cat", "/tmp/greeters.log")
-				t.Fatalf("the greeters in %s are not listening after 60s: %s", sb, log)
-			}
-		}
+		startServers(t, name, sb, "greeters", filepath.Join(path, "greeters.py"), nums...)
 		o := owner{name: name, holder: filepath.Join(path, "holder.py")}
 		for _, p := range nums {
 			o.addrs = append(o.addrs, "unix:"+strings.TrimSpace(okAs(t, name, "port", sb, p)))

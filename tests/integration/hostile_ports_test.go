@@ -135,6 +135,27 @@ func vmRSS(t *testing.T, pid int) int {
 	return rss
 }
 
+// startServers starts, as member in sandbox sb, python3 script with args,
+// the servers called name, which say they listen with /tmp/NAME.ready,
+// and waits until they do.
+func startServers(t *testing.T, member, sb, name, script string, args ...string) {
+	t.Helper()
+	// Out of the command's process group (setsid), which ends with it;
+	// the shell ends once the servers listen.
+	sh := fmt.Sprintf("setsid python3 %s %s </dev/null >/tmp/%s.log 2>&1 & i=0; while [ ! -e /tmp/%s.ready ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done",
+		script, strings.Join(args, " "), name, name)
+	okAs(t, member, "exec", "--detach", sb, "--", "sh", "-c", sh)
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if _, _, code := ctlAs(t, member, "exec", sb, "--", "test", "-e", "/tmp/"+name+".ready"); code == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			log, _, _ := ctlAs(t, member, "exec", sb, "--", "cat", "/tmp/"+name+".log")
+			t.Fatalf("the %s in %s are not listening after 60s: %s", name, sb, log)
+		}
+	}
+}
+
 // processWith is the host pid of a process whose command line has marker.
 func processWith(t *testing.T, marker string) int {
 	t.Helper()
@@ -177,20 +198,7 @@ func TestHostilePortsHoldBoundedMemory(t *testing.T) {
 	for p := range ports {
 		nums = append(nums, strconv.Itoa(9000+p))
 	}
-	// Out of the command's process group (setsid), which ends with it;
-	// the shell ends once the writers listen.
-	script := fmt.Sprintf("setsid python3 %s %s %s </dev/null >/tmp/writers.log 2>&1 & i=0; while [ ! -e /tmp/writers.ready ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done",
-		filepath.Join(path, "writers.py"), marker, strings.Join(nums, " "))
-	okAs(t, member, "exec", "--detach", sb, "--", "sh", "-c", script)
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if _, _, code := ctlAs(t, member, "exec", sb, "--", "test", "-e", "/tmp/writers.ready"); code == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			log, _, _ := ctlAs(t, member, "exec", sb, "--", "cat", "/tmp/writers.log")
-			t.Fatalf("the writers in %s are not listening after 30s: %s", sb, log)
-		}
-	}
+	startServers(t, member, sb, "writers", filepath.Join(path, "writers.py"), append([]string{marker}, nums...)...)
 	netns := fmt.Sprintf("/proc/%d/ns/net", processWith(t, marker))
 
 	var addrs []string
