@@ -286,7 +286,7 @@ func memberBinary(t *testing.T) (bin, dir string) {
 		t.Fatal(err)
 	}
 	defer src.Close()
-	bin = filepath.Join(dir, "helper")
+	bin = filepath.Join(dir, "holder") // the name the adoption test looks for in its refusal
 	dst, err := os.OpenFile(bin, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o755)
 	if err != nil {
 		t.Fatal(err)
