@@ -6,13 +6,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandboxd/tests/testbed"
 )
 
 // hiddenHolderEnv, set to MODE:TREE:READY, makes this test binary a
@@ -29,73 +30,28 @@ func init() {
 }
 
 // hideHolder holds tree as no process's /proc/PID shows, and never
-// returns. "exited-leader": the process works in tree and holds its file
-// f open, then its main thread exits alone (exit(2), not exit_group), so
-// /proc/PID/cwd, fd and maps show nothing while its other threads still
-// use them. "thread-cwd": one thread, its working directory its own
-// (unshare CLONE_FS), works in tree; /proc/PID/cwd is the main thread's.
-// Neither needs any privilege.
+// returns: testbed.HideHolder's modes, holding tree/f, and "many-fds".
 func hideHolder(mode, tree, ready string) {
+	if mode != "many-fds" {
+		testbed.HideHolder(mode, tree, "f", ready)
+	}
 	fail := func(err error) { fmt.Fprintln(os.Stderr, "hidden holder:", err); os.Exit(2) }
-	switch mode {
-	case "exited-leader":
-		if err := os.Chdir(tree); err != nil {
+	// Not a holder: tree is a file elsewhere, held manyFDs times.
+	f, err := os.Open(tree)
+	if err != nil {
+		fail(err)
+	}
+	for range manyFDs {
+		if _, err := unix.Dup(int(f.Fd())); err != nil {
 			fail(err)
-		}
-		f, err := os.Open("f")
-		if err != nil {
-			fail(err)
-		}
-		go func() {
-			for {
-				time.Sleep(time.Hour)
-				runtime.KeepAlive(f)
-			}
-		}()
-		if err := os.WriteFile(ready, nil, 0o644); err != nil {
-			fail(err)
-		}
-		// Package init runs on the main thread, locked to it.
-		unix.RawSyscall(unix.SYS_EXIT, 0, 0, 0)
-	case "many-fds":
-		// Not a holder: tree is a file elsewhere, held manyFDs times.
-		f, err := os.Open(tree)
-		if err != nil {
-			fail(err)
-		}
-		for range manyFDs {
-			if _, err := unix.Dup(int(f.Fd())); err != nil {
-				fail(err)
-			}
-		}
-		if err := os.WriteFile(ready, nil, 0o644); err != nil {
-			fail(err)
-		}
-		for {
-			time.Sleep(time.Hour)
-		}
-	case "thread-cwd":
-		errs := make(chan error)
-		go func() {
-			runtime.LockOSThread() // never unlocked: the thread dies with its goroutine
-			if err := unix.Unshare(unix.CLONE_FS); err != nil {
-				errs <- err
-				return
-			}
-			errs <- unix.Chdir(tree)
-			select {}
-		}()
-		if err := <-errs; err != nil {
-			fail(err)
-		}
-		if err := os.WriteFile(ready, nil, 0o644); err != nil {
-			fail(err)
-		}
-		for {
-			time.Sleep(time.Hour)
 		}
 	}
-	fail(fmt.Errorf("no mode %q", mode))
+	if err := os.WriteFile(ready, nil, 0o644); err != nil {
+		fail(err)
+	}
+	for {
+		time.Sleep(time.Hour)
+	}
 }
 
 // manyFDs is how many descriptors a "many-fds" process holds.

@@ -291,18 +291,11 @@ func (s *Supervisor) ClearCache(ctx context.Context, owner uint32) (err error) {
 	if s.cacheOnImage() {
 		return s.clearImageCache(ctx, owner)
 	}
-	v, err := s.cfg.Backend.Get(ctx, cacheName(owner))
-	if errors.Is(err, cowfs.ErrNotFound) {
-		return nil
+	v, found, inUse, err := s.cacheToClear(ctx, owner, cacheName(owner))
+	if err != nil || !found {
+		return err
 	}
-	if err != nil {
-		return fmt.Errorf("clearing the cache of uid %d: %w", owner, err)
-	}
-	recs, err := s.cfg.Store.List()
-	if err != nil {
-		return fmt.Errorf("clearing the cache of uid %d: %w", owner, err)
-	}
-	if !slices.ContainsFunc(recs, func(r state.Record) bool { return r.Owner == owner }) {
+	if !inUse {
 		derr := s.cfg.Backend.Delete(ctx, v)
 		if derr == nil {
 			if _, err := s.makeCache(ctx, owner); err != nil {
@@ -315,13 +308,40 @@ func (s *Supervisor) ClearCache(ctx context.Context, owner uint32) (err error) {
 		// Held by something no record tells of: empty it in place.
 		s.log.Warn("deleting a cache volume to clear it; emptying it instead", "CALLER_UID", owner, "error", derr)
 	}
-	if err := emptyDir(ctx, v.Path); err != nil {
-		return fmt.Errorf("clearing the cache of uid %d: %w", owner, err)
-	}
-	if err := ownCacheRoot(v.Path, owner); err != nil {
-		return fmt.Errorf("clearing the cache of uid %d: %w", owner, err)
+	if err := emptyCache(ctx, v.Path, owner); err != nil {
+		return err
 	}
 	s.log.Info("cleared a cache volume", "CALLER_UID", owner, "volume", v.Name, "how", "emptied")
+	return nil
+}
+
+// cacheToClear is, for ClearCache, owner's cache volume called name (not
+// found: none to clear) and whether any sandbox of the owner's is
+// recorded, in any state (in use: it may have the cache mounted).
+func (s *Supervisor) cacheToClear(ctx context.Context, owner uint32, name string) (v cowfs.Volume, found, inUse bool, err error) {
+	v, err = s.cfg.Backend.Get(ctx, name)
+	if errors.Is(err, cowfs.ErrNotFound) {
+		return v, false, false, nil
+	}
+	if err != nil {
+		return v, false, false, fmt.Errorf("clearing the cache of uid %d: %w", owner, err)
+	}
+	recs, err := s.cfg.Store.List()
+	if err != nil {
+		return v, false, false, fmt.Errorf("clearing the cache of uid %d: %w", owner, err)
+	}
+	return v, true, slices.ContainsFunc(recs, func(r state.Record) bool { return r.Owner == owner }), nil
+}
+
+// emptyCache empties, in place, the cache whose root is dir and gives
+// that root back to owner.
+func emptyCache(ctx context.Context, dir string, owner uint32) error {
+	if err := emptyDir(ctx, dir); err != nil {
+		return fmt.Errorf("clearing the cache of uid %d: %w", owner, err)
+	}
+	if err := ownCacheRoot(dir, owner); err != nil {
+		return fmt.Errorf("clearing the cache of uid %d: %w", owner, err)
+	}
 	return nil
 }
 

@@ -7,14 +7,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandboxd/cowfs"
-	"github.com/sandboxd/sandboxd/supervisor/state"
 )
 
 // Where a copy into a volume may share the source's blocks uncounted
@@ -274,23 +272,16 @@ func isMountPoint(dir, mnt string) (bool, error) {
 // made anew at the configured size; otherwise its contents are removed
 // in place.
 func (s *Supervisor) clearImageCache(ctx context.Context, owner uint32) error {
-	v, err := s.cfg.Backend.Get(ctx, cacheFSName(owner))
-	if errors.Is(err, cowfs.ErrNotFound) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("clearing the cache of uid %d: %w", owner, err)
-	}
-	recs, err := s.cfg.Store.List()
-	if err != nil {
-		return fmt.Errorf("clearing the cache of uid %d: %w", owner, err)
+	v, found, inUse, err := s.cacheToClear(ctx, owner, cacheFSName(owner))
+	if err != nil || !found {
+		return err
 	}
 	mnt := filepath.Join(v.Path, cacheMount)
 	mounted, err := isMountPoint(v.Path, mnt)
 	if err != nil {
 		return fmt.Errorf("clearing the cache of uid %d: %w", owner, err)
 	}
-	if !slices.ContainsFunc(recs, func(r state.Record) bool { return r.Owner == owner }) {
+	if !inUse {
 		err := error(nil)
 		if mounted {
 			err = unix.Unmount(mnt, 0)
@@ -324,11 +315,8 @@ func (s *Supervisor) clearImageCache(ctx context.Context, owner uint32) error {
 		}
 		return nil
 	}
-	if err := emptyDir(ctx, mnt); err != nil {
-		return fmt.Errorf("clearing the cache of uid %d: %w", owner, err)
-	}
-	if err := ownCacheRoot(mnt, owner); err != nil {
-		return fmt.Errorf("clearing the cache of uid %d: %w", owner, err)
+	if err := emptyCache(ctx, mnt, owner); err != nil {
+		return err
 	}
 	s.log.Info("cleared a cache filesystem", "CALLER_UID", owner, "volume", v.Name, "how", "emptied")
 	return nil

@@ -7,8 +7,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/exec"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -17,6 +15,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/sandboxd1"
 	"github.com/sandboxd/sandboxd/supervisor"
+	"github.com/sandboxd/sandboxd/tests/testbed"
 )
 
 // What the daemon holds for exposed ports that an owner holds open and
@@ -32,40 +31,6 @@ const (
 	portsEach     = 16
 	portBase      = 9000
 )
-
-// portWriter, run in a sandbox with its ports, writes to every
-// connection on them as fast as it is taken; it says it listens with
-// /tmp/port-writer.ready.
-const portWriter = `import selectors, socket, sys
-sel = selectors.DefaultSelector()
-for p in sys.argv[1:]:
-    l = socket.socket()
-    l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    l.bind(('127.0.0.1', int(p)))
-    l.listen(128)
-    l.setblocking(False)
-    sel.register(l, selectors.EVENT_READ, None)
-open('/tmp/port-writer.ready', 'w').close()
-chunk = b'x' * 65536
-while True:
-    for key, _ in sel.select():
-        if key.data is None:
-            try:
-                c, _ = key.fileobj.accept()
-            except BlockingIOError:
-                continue
-            c.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 65536)
-            c.setblocking(False)
-            sel.register(c, selectors.EVENT_WRITE, 'w')
-            continue
-        try:
-            key.fileobj.send(chunk)
-        except BlockingIOError:
-            pass
-        except OSError:
-            sel.unregister(key.fileobj)
-            key.fileobj.close()
-`
 
 // portsNote says, under the daemon's table, how the rows of held
 // connections were measured.
@@ -104,7 +69,7 @@ func benchPortConns(ctx context.Context, d *daemon, t *table, n int) (err error)
 			return err
 		}
 		ids = append(ids, id)
-		if _, err := d.spawn(ctx, id, append([]string{python, "-c", portWriter}, ports...)...); err != nil {
+		if _, err := d.spawn(ctx, id, append([]string{python, "-c", testbed.PortWriters, "port-writers"}, ports...)...); err != nil {
 			return fmt.Errorf("starting the writer in sandbox %s: %w", id, err)
 		}
 		for _, p := range ports {
@@ -117,7 +82,7 @@ func benchPortConns(ctx context.Context, d *daemon, t *table, n int) (err error)
 		}
 		// The writer listens before the bench connects: each connection
 		// is then served or refused, never ended for want of a server.
-		if _, err := d.runToEnd(ctx, id, "sh", "-c", "i=0; while [ ! -e /tmp/port-writer.ready ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; test -e /tmp/port-writer.ready"); err != nil {
+		if _, err := d.runToEnd(ctx, id, "sh", "-c", "i=0; while [ ! -e /tmp/writers.ready ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; test -e /tmp/writers.ready"); err != nil {
 			return fmt.Errorf("waiting for the writer in sandbox %s: %w", id, err)
 		}
 		ipid, err := d.initPID(ctx, id)
@@ -162,26 +127,12 @@ func benchPortConns(ctx context.Context, d *daemon, t *table, n int) (err error)
 	}
 	// The queues fill as the writers write: read once what the daemon's
 	// sockets hold stops growing (no growth over 2 s of reads).
-	var queues, last int
-	deadline := time.Now().Add(2 * time.Minute)
-	for still := 0; still < 8; {
-		if queues, err = socketQueues(ctx, pid, netns); err != nil {
-			return err
-		}
-		if queues > last+last/100 {
-			still = 0
-		} else {
-			still++
-		}
-		last = queues
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the daemon's socket queues still grow after 2 minutes: %d KiB", queues>>10)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(250 * time.Millisecond):
-		}
+	queues, err := testbed.SettledQueues(ctx, 0, 2*time.Minute, func() (int, error) {
+		queues, _, err := testbed.SocketQueues(ctx, pid, true, netns)
+		return queues, err
+	})
+	if err != nil {
+		return fmt.Errorf("the daemon's socket queues: %w", err)
 	}
 	_, held, err := d.memory(ctx)
 	if err != nil {
@@ -257,40 +208,4 @@ func openFDs(pid int) (int, error) {
 		return 0, fmt.Errorf("counting the descriptors of pid %d: %w", pid, err)
 	}
 	return len(ents), nil
-}
-
-var skmem = regexp.MustCompile(`skmem:\(r(\d+),rb\d+,t(\d+),tb\d+,f(\d+),w(\d+)`)
-
-// socketQueues is what the kernel holds in the queues of pid's sockets:
-// unix and TCP in the testbed's network namespace, TCP in each of netns
-// (the sandboxes'); each socket's r+t+w+f of ss's skmem, which counts a
-// send queue's bytes twice while in flight (an upper bound).
-func socketQueues(ctx context.Context, pid int, netns []string) (int, error) {
-	cmds := [][]string{{"ss", "-xmpnH"}, {"ss", "-tmpnH"}}
-	for _, ns := range netns {
-		cmds = append(cmds, []string{"nsenter", "--net=" + ns, "ss", "-tmpnH"})
-	}
-	mine := fmt.Sprintf("pid=%d,", pid)
-	total := 0
-	for _, argv := range cmds {
-		out, err := exec.CommandContext(ctx, argv[0], argv[1:]...).Output()
-		if err != nil {
-			return 0, fmt.Errorf("%s: %w", strings.Join(argv, " "), err)
-		}
-		lines := strings.Split(string(out), "\n")
-		for i, l := range lines {
-			if !strings.Contains(l, mine) {
-				continue
-			}
-			m := skmem.FindStringSubmatch(l)
-			if m == nil && i+1 < len(lines) {
-				m = skmem.FindStringSubmatch(lines[i+1])
-			}
-			for _, v := range m[min(len(m), 1):] {
-				n, _ := strconv.Atoi(v)
-				total += n
-			}
-		}
-	}
-	return total, nil
 }

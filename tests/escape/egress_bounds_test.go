@@ -2,10 +2,9 @@ package escape
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"os"
-	"os/exec"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,6 +14,7 @@ import (
 	"github.com/sandboxd/sandboxd/runtime/egress"
 	"github.com/sandboxd/sandboxd/runtime/nsinit"
 	"github.com/sandboxd/sandboxd/supervisor"
+	"github.com/sandboxd/sandboxd/tests/testbed"
 )
 
 // TestEgressTunnelsHoldBoundedMemory (issue 28, the egress proxy's side
@@ -79,23 +79,18 @@ print("read", n >= 4 << 20)
 	// daemon that buffered more would show it) and then stop growing (no
 	// growth over 2 s of reads), keeping the most seen.
 	floor := served * 32 << 10
-	var most, sockets, fds, rss, last int
-	for deadline, still := time.Now().Add(2*time.Minute), 0; still < 8; time.Sleep(250 * time.Millisecond) {
+	var most, sockets, fds, rss int
+	last, err := testbed.SettledQueues(context.Background(), floor, 2*time.Minute, func() (int, error) {
 		mem, n := socketMemory(t, self, netns)
 		fds = max(fds, countFDs(t))
 		rss = max(rss, selfRSS(t))
 		if held := mem + rss - rss0; held > most {
 			most, sockets = held, n
 		}
-		if mem > last+last/100 || mem < floor {
-			still = 0
-		} else {
-			still++
-		}
-		last = mem
-		if time.Now().After(deadline) {
-			t.Fatalf("after 2 minutes the daemon's socket queues hold %d KiB for %d served tunnels, and still grow or hold less than %d KiB (is the test host writing?)", mem>>10, served, floor>>10)
-		}
+		return mem, nil
+	})
+	if err != nil {
+		t.Fatalf("the daemon's socket queues for %d served tunnels: %v (is the test host writing?)", served, err)
 	}
 	held := most - mem0
 	t.Logf("%d tunnels asked (2 sandboxes × %d): %d served, %d refused; the daemon: %d descriptors (%d before), VmRSS %d MiB (%d before), %d sockets holding %d KiB in their queues at the end; RSS growth and queues %d KiB, %d KiB a served tunnel",
@@ -185,24 +180,12 @@ func holdTunnels(t *testing.T, b *box, target string, n int) (held string, stop 
 	}
 }
 
-// streamOut serves addr:port in the network namespace name from a
-// process of its own (so that its sockets are not the daemon's): it
-// writes to every connection as fast as the connection takes it.
+// streamOut serves addr:port in the network namespace name: it writes
+// to every connection as fast as the connection takes it.
 func streamOut(t *testing.T, name, addr string, port int) {
 	t.Helper()
-	const code = `
-import resource, selectors, socket, sys
-soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-ls = socket.socket()
-ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-ls.bind((sys.argv[1], int(sys.argv[2])))
-ls.listen(4096)
-ls.setblocking(False)
-sel = selectors.DefaultSelector()
-sel.register(ls, selectors.EVENT_READ)
+	serveOnHost(t, "the test host's writer", name, `ls.setblocking(False)
 chunk = b"x" * 65536
-print("listening", flush=True)
 while True:
     for key, _ in sel.select():
         if key.fileobj is ls:
@@ -220,58 +203,17 @@ while True:
         except OSError:
             sel.unregister(key.fileobj)
             key.fileobj.close()
-`
-	cmd := exec.Command("ip", "netns", "exec", name, "/usr/bin/python3", "-c", code, addr, fmt.Sprint(port))
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting the test host's writer: %v", err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }) // the one this test started
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil || line != "listening\n" {
-		t.Fatalf("the test host's writer: %q %v", line, err)
-	}
+`, addr, port)
 }
 
 // socketMemory is what the kernel holds in the queues of pid's TCP
 // sockets, in this network namespace and in those at netns (the
-// sandboxes'): each socket's r+t+w+f of ss's skmem, which counts a send
-// queue's bytes twice while they are in flight (an upper bound).
+// sandboxes'): testbed.SocketQueues.
 func socketMemory(t *testing.T, pid int, netns []string) (bytes, sockets int) {
 	t.Helper()
-	skmem := regexp.MustCompile(`skmem:\(r(\d+),rb\d+,t(\d+),tb\d+,f(\d+),w(\d+)`)
-	mine := fmt.Sprintf("pid=%d,", pid)
-	argvs := [][]string{{"ss", "-tmpnH"}}
-	for _, ns := range netns {
-		argvs = append(argvs, []string{"nsenter", "--net=" + ns, "ss", "-tmpnH"})
-	}
-	for _, argv := range argvs {
-		out, err := exec.Command(argv[0], argv[1:]...).Output()
-		if err != nil {
-			t.Fatalf("%s: %v", strings.Join(argv, " "), err)
-		}
-		lines := strings.Split(string(out), "\n")
-		for i, l := range lines {
-			if !strings.Contains(l, mine) {
-				continue
-			}
-			m := skmem.FindStringSubmatch(l)
-			if m == nil && i+1 < len(lines) {
-				m = skmem.FindStringSubmatch(lines[i+1])
-			}
-			if m == nil {
-				continue
-			}
-			sockets++
-			for _, v := range m[1:] {
-				n, _ := strconv.Atoi(v)
-				bytes += n
-			}
-		}
+	bytes, sockets, err := testbed.SocketQueues(context.Background(), pid, false, netns)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return bytes, sockets
 }
@@ -279,16 +221,9 @@ func socketMemory(t *testing.T, pid int, netns []string) (bytes, sockets int) {
 // selfRSS is this process's, the daemon's, resident memory in bytes.
 func selfRSS(t *testing.T) int {
 	t.Helper()
-	data, err := os.ReadFile("/proc/self/status")
+	rss, err := testbed.VmRSS(os.Getpid())
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, l := range strings.Split(string(data), "\n") {
-		if f := strings.Fields(l); len(f) == 3 && f[0] == "VmRSS:" {
-			kb, _ := strconv.Atoi(f[1])
-			return kb << 10
-		}
-	}
-	t.Fatal("no VmRSS in /proc/self/status")
-	return 0
+	return rss
 }

@@ -283,12 +283,10 @@ sys.stdin.read()
 	return strings.Join(quoteAll([]string{"/usr/bin/python3", "-c", code, mode, target, fmt.Sprint(n)}), " ")
 }
 
-// holdOpen serves addr:port in the network namespace name from a process
-// of its own (so that its descriptors are not the daemon's): it accepts
-// every connection and holds it until the other end closes it.
-func holdOpen(t *testing.T, name, addr string, port int) {
-	t.Helper()
-	const code = `
+// hostListen is the start of a test host's server, run as `python3 -c
+// CODE ADDR PORT`: with as many descriptors as it may have, it listens on
+// ADDR:PORT (the listener ls, in the selector sel) and says "listening".
+const hostListen = `
 import resource, selectors, socket, sys
 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
 resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
@@ -299,7 +297,35 @@ ls.listen(4096)
 sel = selectors.DefaultSelector()
 sel.register(ls, selectors.EVENT_READ)
 print("listening", flush=True)
-while True:
+`
+
+// serveOnHost runs hostListen and then serve, the server's loop, in the
+// network namespace name from a process of its own (so that its
+// descriptors are not the daemon's), once it listens on addr:port; what
+// names it in failures. It is killed when the test ends.
+func serveOnHost(t *testing.T, what, name, serve, addr string, port int) {
+	t.Helper()
+	cmd := exec.Command("ip", "netns", "exec", name, "/usr/bin/python3", "-c", hostListen+serve, addr, fmt.Sprint(port))
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting %s: %v", what, err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }) // the one this test started
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || line != "listening\n" {
+		t.Fatalf("%s: %q %v", what, line, err)
+	}
+}
+
+// holdOpen serves addr:port in the network namespace name: it accepts
+// every connection and holds it until the other end closes it.
+func holdOpen(t *testing.T, name, addr string, port int) {
+	t.Helper()
+	serveOnHost(t, "the test host's server", name, `while True:
     for key, _ in sel.select():
         if key.fileobj is ls:
             c, _ = ls.accept()
@@ -312,21 +338,7 @@ while True:
         if not data:
             sel.unregister(key.fileobj)
             key.fileobj.close()
-`
-	cmd := exec.Command("ip", "netns", "exec", name, "/usr/bin/python3", "-c", code, addr, fmt.Sprint(port))
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting the test host's server: %v", err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }) // the one this test started
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil || line != "listening\n" {
-		t.Fatalf("the test host's server: %q %v", line, err)
-	}
+`, addr, port)
 }
 
 // netHost makes the network namespace name with a veth pair to the

@@ -243,7 +243,7 @@ func TestHostileSignalsReachOnlyTheOwner(t *testing.T) {
 	own := accessProject(t, "acc-signals", accAlice+":"+accAlice, 0o755, nil)
 	reconfigure(t, fmt.Sprintf("[[project]]\nname = \"signals\"\npath = %q\n", own))
 	accDestroyAtEnd(t, "signals")
-	bin := accListenerBinary(t)
+	bin, _ := memberBinary(t)
 
 	owner := accListen(t, bin, accAlice)
 	other := accListen(t, bin, accBob)
@@ -268,30 +268,45 @@ func TestHostileSignalsReachOnlyTheOwner(t *testing.T) {
 	}
 }
 
-// listenerBinary copies this test binary where other users may run it.
-func accListenerBinary(t *testing.T) string {
+// memberBinary is a copy of this test binary that other users may run
+// (see memberReexec), in a directory of its own where they may also
+// write (sticky), e.g. a file that says they are ready.
+func memberBinary(t *testing.T) (bin, dir string) {
 	t.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	data, err := os.ReadFile(exe)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir, err := os.MkdirTemp("", "sbacc-listen")
+	dir, err := os.MkdirTemp("/var/tmp", "member-helper-")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
+	if err := os.Chmod(dir, 0o1777); err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(dir, "listen")
-	if err := os.WriteFile(bin, data, 0o755); err != nil {
+	src, err := os.Open(os.Args[0])
+	if err != nil {
 		t.Fatal(err)
 	}
-	return bin
+	defer src.Close()
+	bin = filepath.Join(dir, "holder") // the name the adoption test looks for in its refusal
+	dst, err := os.OpenFile(bin, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(dst, src); err != nil {
+		t.Fatal(err)
+	}
+	if err := dst.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return bin, dir
+}
+
+// memberReexec is the command that runs bin (memberBinary's) as member
+// with args and env (NAME=VALUE), which makes this test binary, in its
+// init, the helper that member runs.
+func memberReexec(bin, member, env string, args ...string) *exec.Cmd {
+	cmd := exec.Command("setpriv", append([]string{"--reuid=" + member, "--regid=" + member, "--init-groups", bin}, args...)...)
+	cmd.Env = append(os.Environ(), env)
+	return cmd
 }
 
 const accMarker = "org.sandboxd1test.Access"
@@ -303,8 +318,7 @@ type accListener struct {
 
 func accListen(t *testing.T, bin, who string) *accListener {
 	t.Helper()
-	cmd := exec.Command("setpriv", "--reuid="+who, "--regid="+who, "--init-groups", bin)
-	cmd.Env = append(os.Environ(), accListenEnv+"=1")
+	cmd := memberReexec(bin, who, accListenEnv+"=1")
 	cmd.Stderr = os.Stderr
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {

@@ -2,17 +2,14 @@ package integration
 
 import (
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/sandboxd/sandboxd/tests/testbed"
 )
 
 // A holder the adoption's walk did not see: it read each process's
@@ -25,95 +22,15 @@ import (
 // copied and switched it.
 
 // hiddenHolderEnv, set to MODE:DIR:READY, makes this test binary such a
-// holder (hideHolder), before TestMain.
+// holder (testbed.HideHolder, holding DIR/index.html), before TestMain.
 const hiddenHolderEnv = "SANDBOXD_TEST_HIDDEN_HOLDER"
 
 func init() {
 	if v := os.Getenv(hiddenHolderEnv); v != "" {
 		mode, rest, _ := strings.Cut(v, ":")
 		dir, ready, _ := strings.Cut(rest, ":")
-		hideHolder(mode, dir, ready)
+		testbed.HideHolder(mode, dir, "index.html", ready)
 	}
-}
-
-// hideHolder holds dir unseen by /proc/PID and never returns:
-// "exited-leader" works in dir with dir/index.html open, then its main
-// thread exits; "thread-cwd" has one thread, with a working directory of
-// its own, work in dir.
-func hideHolder(mode, dir, ready string) {
-	fail := func(err error) { fmt.Fprintln(os.Stderr, "hidden holder:", err); os.Exit(2) }
-	switch mode {
-	case "exited-leader":
-		if err := os.Chdir(dir); err != nil {
-			fail(err)
-		}
-		f, err := os.Open("index.html")
-		if err != nil {
-			fail(err)
-		}
-		go func() {
-			for {
-				time.Sleep(time.Hour)
-				runtime.KeepAlive(f)
-			}
-		}()
-		if err := os.WriteFile(ready, nil, 0o644); err != nil {
-			fail(err)
-		}
-		// Package init runs on the main thread, locked to it.
-		unix.RawSyscall(unix.SYS_EXIT, 0, 0, 0)
-	case "thread-cwd":
-		errs := make(chan error)
-		go func() {
-			runtime.LockOSThread() // never unlocked: its fs is its own
-			if err := unix.Unshare(unix.CLONE_FS); err != nil {
-				errs <- err
-				return
-			}
-			errs <- unix.Chdir(dir)
-			select {}
-		}()
-		if err := <-errs; err != nil {
-			fail(err)
-		}
-		if err := os.WriteFile(ready, nil, 0o644); err != nil {
-			fail(err)
-		}
-		for {
-			time.Sleep(time.Hour)
-		}
-	}
-	fail(fmt.Errorf("no mode %q", mode))
-}
-
-// memberBinary is a copy of this test binary that member users may run.
-func memberBinary(t *testing.T) (bin, dir string) {
-	t.Helper()
-	dir, err := os.MkdirTemp("/var/tmp", "hidden-holder-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o1777); err != nil {
-		t.Fatal(err)
-	}
-	src, err := os.Open(os.Args[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer src.Close()
-	bin = filepath.Join(dir, "holder")
-	dst, err := os.OpenFile(bin, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o755)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := io.Copy(dst, src); err != nil {
-		t.Fatal(err)
-	}
-	if err := dst.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return bin, dir
 }
 
 // threadCwds is the working directories of pid's threads, and pid's own.
@@ -140,8 +57,7 @@ func TestHostileAdoptHolderHiddenInAThread(t *testing.T) {
 	bin, binDir := memberBinary(t)
 	for _, mode := range []string{"exited-leader", "thread-cwd"} {
 		ready := filepath.Join(binDir, "ready-"+mode)
-		cmd := exec.Command("setpriv", "--reuid="+member, "--regid="+member, "--init-groups", bin, "-test.run=^$")
-		cmd.Env = append(os.Environ(), hiddenHolderEnv+"="+mode+":"+dir+":"+ready)
+		cmd := memberReexec(bin, member, hiddenHolderEnv+"="+mode+":"+dir+":"+ready, "-test.run=^$")
 		cmd.Dir = "/"
 		cmd.Stderr = os.Stderr
 		if err := cmd.Start(); err != nil {

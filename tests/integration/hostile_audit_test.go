@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -75,8 +74,8 @@ func asDBusError(err error, d *dbus.Error) bool {
 // the answers by error name.
 func floodAs(t *testing.T, member, object, path string, n int) map[string]int {
 	t.Helper()
-	cmd := exec.Command("setpriv", "--reuid="+member, "--regid="+member, "--init-groups", accListenerBinary(t))
-	cmd.Env = append(os.Environ(), floodEnv+"="+object+"\n"+path+"\n"+strconv.Itoa(n))
+	bin, _ := memberBinary(t)
+	cmd := memberReexec(bin, member, floodEnv+"="+object+"\n"+path+"\n"+strconv.Itoa(n))
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

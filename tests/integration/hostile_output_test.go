@@ -68,10 +68,10 @@ func safeOutput(t *testing.T, out string, args ...string) {
 	}
 }
 
-// onTerminal runs sandboxctl with its stdout on a terminal (output
-// processing off, so the bytes are sandboxctl's own) and returns what it
-// wrote there.
-func onTerminal(t *testing.T, args ...string) string {
+// onTerminal runs sandboxctl with stdin (nil: none) and its stdout on a
+// terminal (output processing off, so the bytes are sandboxctl's own)
+// and returns what it wrote there.
+func onTerminal(t *testing.T, stdin io.Reader, args ...string) string {
 	t.Helper()
 	m, s := openPTY(t)
 	defer m.Close()
@@ -85,7 +85,7 @@ func onTerminal(t *testing.T, args ...string) string {
 	}
 	cmd := exec.Command(ctlBin(), args...)
 	var errOut bytes.Buffer
-	cmd.Stdout, cmd.Stderr = s, &errOut
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, s, &errOut
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +158,7 @@ approval = "admin"
 		t.Errorf("diff --text to a pipe changed the file's bytes:\n%q", text)
 	}
 	safeOutput(t, strings.ReplaceAll(text, "+line\x1b[2J\rFAKE\n", ""), "diff", "--text", id)
-	tty := onTerminal(t, "diff", "--text", id)
+	tty := onTerminal(t, nil, "diff", "--text", id)
 	safeOutput(t, tty, "diff", "--text", id, "(on a terminal)")
 	if !strings.Contains(tty, `+line\x1b[2J\rFAKE`) {
 		t.Errorf("diff --text on a terminal does not show the file's line escaped:\n%q", tty)

@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/sandboxd/sandboxd/supervisor"
 )
@@ -34,33 +33,6 @@ while True:
         kept.append(c)
 `
 
-// quietHolder is portHolder without its writes: n connections to each
-// address, each peeked at once readable (served) or closed (refused).
-const quietHolder = `import select, socket, sys, time
-n, conns = int(sys.argv[1]), []
-for a in sys.argv[2:]:
-    for _ in range(n):
-        s = socket.socket(socket.AF_UNIX)
-        s.connect(a.split(':', 1)[1])
-        conns.append(s)
-served = refused = 0
-deadline = time.time() + 120
-for s in conns:
-    if not select.select([s], [], [], max(0, deadline - time.time()))[0]:
-        print('timeout: a connection neither served nor refused after 120s', flush=True)
-        sys.exit(1)
-    try:
-        got = s.recv(1, socket.MSG_PEEK)
-    except OSError:
-        got = b''
-    if got:
-        served += 1
-    else:
-        refused += 1
-print('served %d refused %d' % (served, refused), flush=True)
-sys.stdin.read()
-`
-
 // TestHostilePortsOwnersAtTheirCapLeaveAnotherItsConnections: the
 // connections through exposed ports were capped per owner (256) and in
 // all (1024), four owners' caps: four members holding theirs left a
@@ -84,24 +56,13 @@ func TestHostilePortsOwnersAtTheirCapLeaveAnotherItsConnections(t *testing.T) {
 	var owners []owner
 	for i := range members {
 		name, uid, gid := fmt.Sprintf("ports-fair-%d", i), uids[i], gids[i]
-		path := memberProject(t, name, uid, gid, map[string]string{"greeters.py": portGreeters, "holder.py": quietHolder})
+		path := memberProject(t, name, uid, gid, map[string]string{"greeters.py": portGreeters, "holder.py": portHolder})
 		sb := strings.TrimSpace(okAs(t, name, "create", "--quiet", name))
 		var nums []string
 		for p := range ports {
 			nums = append(nums, strconv.Itoa(9100+p))
 		}
-		script := fmt.Sprintf("setsid python3 %s %s </dev/null >/tmp/greeters.log 2>&1 & i=0; while [ ! -e /tmp/greeters.ready ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done",
-			filepath.Join(path, "greeters.py"), strings.Join(nums, " "))
-		okAs(t, name, "exec", "--detach", sb, "--", "sh", "-c", script)
-		for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-			if _, _, code := ctlAs(t, name, "exec", sb, "--", "test", "-e", "/tmp/greeters.ready"); code == 0 {
-				break
-			}
-			if time.Now().After(deadline) {
-				log, _, _ := ctlAs(t, name, "exec", sb, "--", "cat", "/tmp/greeters.log")
-				t.Fatalf("the greeters in %s are not listening after 60s: %s", sb, log)
-			}
-		}
+		startServers(t, name, sb, "greeters", filepath.Join(path, "greeters.py"), nums...)
 		o := owner{name: name, holder: filepath.Join(path, "holder.py")}
 		for _, p := range nums {
 			o.addrs = append(o.addrs, "unix:"+strings.TrimSpace(okAs(t, name, "port", sb, p)))
@@ -110,7 +71,7 @@ func TestHostilePortsOwnersAtTheirCapLeaveAnotherItsConnections(t *testing.T) {
 	}
 	last := owners[members-1]
 	// The control: the fifth member's ports serve it.
-	if h := holdPorts(t, last.name, last.holder, 1, last.addrs); h.served != ports {
+	if h := holdPorts(t, last.name, last.holder, 1, false, last.addrs); h.served != ports {
 		t.Fatalf("the fifth member's %d connections, alone: %d served; the check below would prove nothing", ports, h.served)
 	} else {
 		h.stop()
@@ -118,11 +79,11 @@ func TestHostilePortsOwnersAtTheirCapLeaveAnotherItsConnections(t *testing.T) {
 	// The first four hold their caps' worth, never closed until the end.
 	total := 0
 	for i, o := range owners[:members-1] {
-		h := holdPorts(t, o.name, o.holder, perPort, o.addrs)
+		h := holdPorts(t, o.name, o.holder, perPort, false, o.addrs)
 		t.Logf("member %d: %d connections asked, %d served, %d refused", i, perPort*ports, h.served, h.refused)
 		total += h.served
 	}
-	h := holdPorts(t, last.name, last.holder, 1, last.addrs)
+	h := holdPorts(t, last.name, last.holder, 1, false, last.addrs)
 	t.Logf("the fifth member, with %d open through the others' ports: %d of %d served", total, h.served, ports)
 	if h.served != ports {
 		t.Errorf("four members holding %d connections left a fifth %d of its %d", total, h.served, ports)

@@ -2,12 +2,12 @@ package integration
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -17,49 +17,15 @@ import (
 	"github.com/sandboxd/sandboxd/tests/testbed"
 )
 
-// portWriters, run in a sandbox with a marker and ports, listens on each
-// port of 127.0.0.1 and writes to every connection as fast as it is
-// taken. Its own send queues are kept small: they are the sandbox's, and
-// the test is about the daemon's.
-const portWriters = `import selectors, socket, sys
-sel = selectors.DefaultSelector()
-for p in sys.argv[2:]:
-    l = socket.socket()
-    l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    l.bind(('127.0.0.1', int(p)))
-    l.listen(512)
-    l.setblocking(False)
-    sel.register(l, selectors.EVENT_READ, None)
-open('/tmp/writers.ready', 'w').close()
-chunk = b'x' * 65536
-while True:
-    for key, _ in sel.select():
-        if key.data is None:
-            try:
-                c, _ = key.fileobj.accept()
-            except BlockingIOError:
-                continue
-            c.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 65536)
-            c.setblocking(False)
-            sel.register(c, selectors.EVENT_WRITE, 'w')
-            continue
-        try:
-            key.fileobj.send(chunk)
-        except BlockingIOError:
-            pass
-        except OSError:
-            sel.unregister(key.fileobj)
-            key.fileobj.close()
-`
-
-// portHolder, run as the owner with n and addresses (unix:PATH or
-// tcp:HOST:PORT), opens n connections to each and never reads: it only
-// peeks, once each is readable, whether it is served (bytes) or refused
-// (closed), writes to the served ones as much as they take, says how
-// many of each, and holds them until its stdin ends.
+// portHolder, run as the owner with n, write or quiet, and addresses
+// (unix:PATH or tcp:HOST:PORT), opens n connections to each and never
+// reads: it only peeks, once each is readable, whether it is served
+// (bytes) or refused (closed), with write writes to the served ones as
+// much as they take, says how many of each, and holds them until its
+// stdin ends.
 const portHolder = `import select, socket, sys, time
-n, conns = int(sys.argv[1]), []
-for a in sys.argv[2:]:
+n, write, conns = int(sys.argv[1]), sys.argv[2] == 'write', []
+for a in sys.argv[3:]:
     kind, where = a.split(':', 1)
     for _ in range(n):
         if kind == 'unix':
@@ -83,6 +49,8 @@ for s in conns:
         got = b''
     if got:
         served += 1
+        if not write:
+            continue
         # Writes too, as much as is taken at once: the sandbox never
         # reads, so the other way's queues fill as well.
         s.setblocking(False)
@@ -105,10 +73,15 @@ type holder struct {
 }
 
 // holdPorts starts portHolder as member with n connections to each of
-// addrs and waits until it says what became of them.
-func holdPorts(t *testing.T, member, script string, n int, addrs []string) *holder {
+// addrs, writing to them with write, and waits until it says what became
+// of them.
+func holdPorts(t *testing.T, member, script string, n int, write bool, addrs []string) *holder {
 	t.Helper()
-	args := append([]string{"--reuid=" + member, "--regid=" + member, "--init-groups", "/usr/bin/python3", script, strconv.Itoa(n)}, addrs...)
+	mode := "quiet"
+	if write {
+		mode = "write"
+	}
+	args := append([]string{"--reuid=" + member, "--regid=" + member, "--init-groups", "/usr/bin/python3", script, strconv.Itoa(n), mode}, addrs...)
 	cmd := exec.Command("setpriv", args...)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -141,40 +114,13 @@ func (h *holder) stop() {
 }
 
 // daemonSocketMemory is what the kernel holds in the queues of the
-// daemon's sockets (pid's): its unix sockets and TCP sockets in the
-// testbed's network namespace, and its TCP sockets in the namespace at
-// netns (a sandbox's); each socket's r+t+w+f of ss's skmem, which counts
-// a send queue's bytes twice while they are in flight (an upper bound).
+// daemon's (pid's) unix and TCP sockets here and its TCP sockets in the
+// namespace at netns (a sandbox's): testbed.SocketQueues.
 func daemonSocketMemory(t *testing.T, pid int, netns string) (bytes, sockets int) {
 	t.Helper()
-	skmem := regexp.MustCompile(`skmem:\(r(\d+),rb\d+,t(\d+),tb\d+,f(\d+),w(\d+)`)
-	mine := fmt.Sprintf("pid=%d,", pid)
-	for _, argv := range [][]string{
-		{"ss", "-xmpnH"}, {"ss", "-tmpnH"},
-		{"nsenter", "--net=" + netns, "ss", "-tmpnH"},
-	} {
-		out, err := exec.Command(argv[0], argv[1:]...).Output()
-		if err != nil {
-			t.Fatalf("%s: %v", strings.Join(argv, " "), err)
-		}
-		lines := strings.Split(string(out), "\n")
-		for i, l := range lines {
-			if !strings.Contains(l, mine) {
-				continue
-			}
-			m := skmem.FindStringSubmatch(l)
-			if m == nil && i+1 < len(lines) {
-				m = skmem.FindStringSubmatch(lines[i+1])
-			}
-			if m == nil {
-				continue
-			}
-			sockets++
-			for _, v := range m[1:] {
-				n, _ := strconv.Atoi(v)
-				bytes += n
-			}
-		}
+	bytes, sockets, err := testbed.SocketQueues(context.Background(), pid, true, []string{netns})
+	if err != nil {
+		t.Fatal(err)
 	}
 	return bytes, sockets
 }
@@ -182,18 +128,32 @@ func daemonSocketMemory(t *testing.T, pid int, netns string) (bytes, sockets int
 // vmRSS is pid's resident memory in bytes.
 func vmRSS(t *testing.T, pid int) int {
 	t.Helper()
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	rss, err := testbed.VmRSS(pid)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, l := range strings.Split(string(data), "\n") {
-		if f := strings.Fields(l); len(f) == 3 && f[0] == "VmRSS:" {
-			kb, _ := strconv.Atoi(f[1])
-			return kb << 10
+	return rss
+}
+
+// startServers starts, as member in sandbox sb, python3 script with args,
+// the servers called name, which say they listen with /tmp/NAME.ready,
+// and waits until they do.
+func startServers(t *testing.T, member, sb, name, script string, args ...string) {
+	t.Helper()
+	// Out of the command's process group (setsid), which ends with it;
+	// the shell ends once the servers listen.
+	sh := fmt.Sprintf("setsid python3 %s %s </dev/null >/tmp/%s.log 2>&1 & i=0; while [ ! -e /tmp/%s.ready ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done",
+		script, strings.Join(args, " "), name, name)
+	okAs(t, member, "exec", "--detach", sb, "--", "sh", "-c", sh)
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if _, _, code := ctlAs(t, member, "exec", sb, "--", "test", "-e", "/tmp/"+name+".ready"); code == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			log, _, _ := ctlAs(t, member, "exec", sb, "--", "cat", "/tmp/"+name+".log")
+			t.Fatalf("the %s in %s are not listening after 60s: %s", name, sb, log)
 		}
 	}
-	t.Fatalf("no VmRSS in /proc/%d/status", pid)
-	return 0
 }
 
 // processWith is the host pid of a process whose command line has marker.
@@ -232,26 +192,13 @@ func TestHostilePortsHoldBoundedMemory(t *testing.T) {
 	uid, gid := groupMember(t, member)
 	reconfigure(t, "")
 	marker := fmt.Sprintf("writers-%d", time.Now().UnixNano())
-	path := memberProject(t, "hostile-ports", uid, gid, map[string]string{"writers.py": portWriters, "holder.py": portHolder})
+	path := memberProject(t, "hostile-ports", uid, gid, map[string]string{"writers.py": testbed.PortWriters, "holder.py": portHolder})
 	sb := strings.TrimSpace(okAs(t, member, "create", "--quiet", "hostile-ports"))
 	var nums []string
 	for p := range ports {
 		nums = append(nums, strconv.Itoa(9000+p))
 	}
-	// Out of the command's process group (setsid), which ends with it;
-	// the shell ends once the writers listen.
-	script := fmt.Sprintf("setsid python3 %s %s %s </dev/null >/tmp/writers.log 2>&1 & i=0; while [ ! -e /tmp/writers.ready ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done",
-		filepath.Join(path, "writers.py"), marker, strings.Join(nums, " "))
-	okAs(t, member, "exec", "--detach", sb, "--", "sh", "-c", script)
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if _, _, code := ctlAs(t, member, "exec", sb, "--", "test", "-e", "/tmp/writers.ready"); code == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			log, _, _ := ctlAs(t, member, "exec", sb, "--", "cat", "/tmp/writers.log")
-			t.Fatalf("the writers in %s are not listening after 30s: %s", sb, log)
-		}
-	}
+	startServers(t, member, sb, "writers", filepath.Join(path, "writers.py"), append([]string{marker}, nums...)...)
 	netns := fmt.Sprintf("/proc/%d/ns/net", processWith(t, marker))
 
 	var addrs []string
@@ -266,31 +213,24 @@ func TestHostilePortsHoldBoundedMemory(t *testing.T) {
 	fds0, rss0 := daemonFDs(t), vmRSS(t, pid)
 	mem0, _ := daemonSocketMemory(t, pid, netns)
 
-	h := holdPorts(t, member, filepath.Join(path, "holder.py"), perPort, addrs)
+	h := holdPorts(t, member, filepath.Join(path, "holder.py"), perPort, true, addrs)
 	// The queues fill as the writers write: wait until they hold at least
 	// 32 KiB a served connection (the control: the writers write, so a
 	// daemon that buffered more would show it) and then stop growing (no
 	// growth over 2 s of reads), keeping the most seen.
 	floor := h.served * 32 << 10
-	var most, sockets, fds, rss, last int
-	for deadline, still := time.Now().Add(2*time.Minute), 0; still < 8; time.Sleep(250 * time.Millisecond) {
+	var most, sockets, fds, rss int
+	last, err := testbed.SettledQueues(context.Background(), floor, 2*time.Minute, func() (int, error) {
 		mem, n := daemonSocketMemory(t, pid, netns)
-		if f := daemonFDs(t); f > fds {
-			fds = f
-		}
+		fds = max(fds, daemonFDs(t))
 		rss = max(rss, vmRSS(t, pid))
 		if held := mem + rss - rss0; held > most {
 			most, sockets = held, n
 		}
-		if mem > last+last/100 || mem < floor {
-			still = 0
-		} else {
-			still++
-		}
-		last = mem
-		if time.Now().After(deadline) {
-			t.Fatalf("after 2 minutes the daemon's socket queues hold %d KiB for %d served connections, and still grow or hold less than %d KiB (are the writers writing?)", mem>>10, h.served, floor>>10)
-		}
+		return mem, nil
+	})
+	if err != nil {
+		t.Fatalf("the daemon's socket queues for %d served connections: %v (are the writers writing?)", h.served, err)
 	}
 	held := most - mem0
 	t.Logf("%d connections asked (%d ports × %d): %d served, %d refused; the daemon: %d descriptors (%d before), VmRSS %d MiB (%d before), %d sockets holding %d KiB in their queues at the end; RSS growth and queues %d KiB, %d KiB a served connection",
@@ -316,7 +256,7 @@ func TestHostilePortsHoldBoundedMemory(t *testing.T) {
 			t.Fatalf("the daemon has %d descriptors open 60s after the connections closed, %d before them", daemonFDs(t), fds0)
 		}
 	}
-	if again := holdPorts(t, member, filepath.Join(path, "holder.py"), 1, addrs); again.served != len(addrs) {
+	if again := holdPorts(t, member, filepath.Join(path, "holder.py"), 1, true, addrs); again.served != len(addrs) {
 		t.Errorf("after the connections closed, %d of %d new ones served", again.served, len(addrs))
 	}
 }

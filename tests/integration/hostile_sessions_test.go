@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -86,8 +85,7 @@ type evalFloodRun struct {
 
 func startFlood(t *testing.T, bin, member, object, session string, n, size int, mark string) *evalFloodRun {
 	t.Helper()
-	cmd := exec.Command("setpriv", "--reuid="+member, "--regid="+member, "--init-groups", bin)
-	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s %s %d %d %s", evalFloodEnv, object, session, n, size, mark))
+	cmd := memberReexec(bin, member, fmt.Sprintf("%s=%s %s %d %d %s", evalFloodEnv, object, session, n, size, mark))
 	cmd.Stderr = os.Stderr
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -206,7 +204,7 @@ func TestHostileEvalFloodIsRefusedNotBuffered(t *testing.T) {
 	}
 	conn := systemBus(t)
 	pid := mainPID(t)
-	bin := accListenerBinary(t) // a copy of this binary a member may run
+	bin, _ := memberBinary(t)
 
 	busAs := func(args ...string) *exec.Cmd {
 		return exec.Command("setpriv", append([]string{"--reuid=" + member, "--regid=" + member, "--init-groups",
@@ -326,35 +324,6 @@ func TestHostileEvalFloodIsRefusedNotBuffered(t *testing.T) {
 	t.Logf("the daemon's RSS after: %d MiB", daemonMemory(t, pid, "VmRSS")/mib)
 }
 
-// replOnTerminal runs sandboxctl with stdin from a pipe and its stdout on
-// a terminal (output processing off, so the bytes are sandboxctl's own)
-// and returns what it wrote there.
-func replOnTerminal(t *testing.T, stdin string, args ...string) string {
-	t.Helper()
-	m, s := openPTY(t)
-	defer m.Close()
-	tio, err := unix.IoctlGetTermios(int(s.Fd()), unix.TCGETS)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tio.Oflag &^= unix.OPOST
-	if err := unix.IoctlSetTermios(int(s.Fd()), unix.TCSETS, tio); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(ctlBin(), args...)
-	var errOut bytes.Buffer
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = strings.NewReader(stdin), s, &errOut
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	s.Close()
-	out, _ := io.ReadAll(m) // EIO once sandboxctl is gone
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("sandboxctl %s on a terminal: %v: %s", strings.Join(args, " "), err, errOut.String())
-	}
-	return string(out)
-}
-
 // TestHostileReplOutputReachesNoTerminalRaw is from issue 28's finding
 // 10: what the interpreter of `sandboxctl repl` prints (the sandbox's
 // own bytes: a clear-screen sequence, a carriage return, a C1 control, a
@@ -369,7 +338,7 @@ func TestHostileReplOutputReachesNoTerminalRaw(t *testing.T) {
 	if out, errOut, code := ctl(t, code, "repl", id, "python3"); code != 0 || out != raw {
 		t.Fatalf("repl to a pipe: exit %d: %q%s; want %q", code, out, errOut, raw)
 	}
-	tty := replOnTerminal(t, code, "repl", id, "python3")
+	tty := onTerminal(t, strings.NewReader(code), "repl", id, "python3")
 	safeOutput(t, tty, "repl", id, "python3", "(on a terminal)")
 	if want := `line\x1b[2J\rFAKE\u009b31m\u202etxt` + "\tTAB\n" + `\x1b]0;pwned\asecond` + "\n"; tty != want {
 		t.Errorf("repl on a terminal printed %q; want %q", tty, want)
