@@ -16,21 +16,15 @@ import (
 	"github.com/sandboxd/sandboxd/tests/testbed"
 )
 
-// hiddenHolderEnv, set to MODE:TREE:READY, makes this test binary a
-// holder that /proc/PID shows nothing of (hideHolder), before any test
-// or TestMain runs.
-const hiddenHolderEnv = "SANDBOXD_TEST_HIDDEN_HOLDER"
-
+// A test binary started with testbed.HiddenHolderEnv becomes a holder
+// that /proc/PID shows nothing of (hideHolder), before any test or
+// TestMain runs.
 func init() {
-	if v := os.Getenv(hiddenHolderEnv); v != "" {
-		mode, rest, _ := strings.Cut(v, ":")
-		tree, ready, _ := strings.Cut(rest, ":")
+	if mode, tree, ready, ok := testbed.HiddenHolderAsked(); ok {
 		hideHolder(mode, tree, ready)
 	}
 }
 
-// hideHolder holds tree as no process's /proc/PID shows, and never
-// returns: testbed.HideHolder's modes, holding tree/f, and "many-fds".
 func hideHolder(mode, tree, ready string) {
 	if mode != "many-fds" {
 		testbed.HideHolder(mode, tree, "f", ready)
@@ -64,7 +58,7 @@ func startHiddenHolder(t *testing.T, mode, tree string) int {
 	t.Helper()
 	ready := filepath.Join(t.TempDir(), "ready")
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), hiddenHolderEnv+"="+mode+":"+tree+":"+ready)
+	cmd.Env = append(os.Environ(), testbed.HiddenHolderEnv(mode, tree, ready))
 	cmd.Dir = "/"
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {

@@ -21,14 +21,10 @@ import (
 // user who can read the directory could keep using it unseen while root
 // copied and switched it.
 
-// hiddenHolderEnv, set to MODE:DIR:READY, makes this test binary such a
+// A test binary started with testbed.HiddenHolderEnv becomes such a
 // holder (testbed.HideHolder, holding DIR/index.html), before TestMain.
-const hiddenHolderEnv = "SANDBOXD_TEST_HIDDEN_HOLDER"
-
 func init() {
-	if v := os.Getenv(hiddenHolderEnv); v != "" {
-		mode, rest, _ := strings.Cut(v, ":")
-		dir, ready, _ := strings.Cut(rest, ":")
+	if mode, dir, ready, ok := testbed.HiddenHolderAsked(); ok {
 		testbed.HideHolder(mode, dir, "index.html", ready)
 	}
 }
@@ -57,7 +53,7 @@ func TestHostileAdoptHolderHiddenInAThread(t *testing.T) {
 	bin, binDir := memberBinary(t)
 	for _, mode := range []string{"exited-leader", "thread-cwd"} {
 		ready := filepath.Join(binDir, "ready-"+mode)
-		cmd := memberReexec(bin, member, hiddenHolderEnv+"="+mode+":"+dir+":"+ready, "-test.run=^$")
+		cmd := memberReexec(bin, member, testbed.HiddenHolderEnv(mode, dir, ready), "-test.run=^$")
 		cmd.Dir = "/"
 		cmd.Stderr = os.Stderr
 		if err := cmd.Start(); err != nil {

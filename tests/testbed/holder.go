@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -61,4 +62,27 @@ func HideHolder(mode, dir, file, ready string) {
 		}
 	}
 	fail(fmt.Errorf("no mode %q", mode))
+}
+
+// hiddenHolderEnv carries a hidden holder's MODE:DIR:READY into a test
+// binary re-executed as one (HiddenHolderEnv makes it; HiddenHolderAsked
+// reads it back in the binary's init).
+const hiddenHolderEnv = "SANDBOXD_TEST_HIDDEN_HOLDER"
+
+// HiddenHolderEnv is the environment entry that makes a re-executed test
+// binary a hidden holder of dir in mode, making ready once it holds it.
+func HiddenHolderEnv(mode, dir, ready string) string {
+	return hiddenHolderEnv + "=" + mode + ":" + dir + ":" + ready
+}
+
+// HiddenHolderAsked says whether this process was started as a hidden
+// holder (HiddenHolderEnv), and of what.
+func HiddenHolderAsked() (mode, dir, ready string, ok bool) {
+	v := os.Getenv(hiddenHolderEnv)
+	if v == "" {
+		return "", "", "", false
+	}
+	mode, rest, _ := strings.Cut(v, ":")
+	dir, ready, _ = strings.Cut(rest, ":")
+	return mode, dir, ready, true
 }
