@@ -129,7 +129,9 @@ func (c *pgClient) run() {
 		} else {
 			c.acked = append(c.acked, id)
 			c.reads++
-			if n, _ := strconv.Atoi(out); n < len(c.acked) {
+			// psql prints each statement's result: the count is last.
+			lines := strings.Split(out, "\n")
+			if n, _ := strconv.Atoi(lines[len(lines)-1]); n < len(c.acked) {
 				c.badCount = append(c.badCount, fmt.Sprintf("%d rows seen after %d inserts answered", n, len(c.acked)))
 			}
 		}
@@ -206,7 +208,10 @@ func TestAdoptPostgreSQLWhileItServesAndBootItsCopy(t *testing.T) {
 	id, took := bootSandbox(t, name)
 	t.Logf("create --boot of the project to a running systemd: %v", took)
 	start := time.Now()
-	rootSh(t, id, "systemctl start "+pgUnit)
+	if out, errOut, code := ctl(t, "", "exec", "--root", id, "--", "systemctl", "start", pgUnit); code != 0 {
+		log, _, _ := ctl(t, "", "exec", "--root", id, "--", "sh", "-c", "tail -n 20 /var/log/postgresql/postgresql-15-main.log")
+		t.Fatalf("systemctl start %s in the booted sandbox: exit %d: %s%s\nits log:\n%s", pgUnit, code, out, errOut, log)
+	}
 	waitUntil(t, "the sandbox's PostgreSQL answers", func() bool {
 		_, _, code := ctl(t, "", "exec", "--root", id, "--", "pg_isready", "-q")
 		return code == 0
@@ -240,8 +245,8 @@ func TestAdoptPostgreSQLWhileItServesAndBootItsCopy(t *testing.T) {
 	cfg, _ := bootSandbox(t, name)
 	rootSh(t, cfg, edit)
 	if got := strings.TrimSpace(rootSh(t, cfg, "runuser -u postgres -- /usr/lib/postgresql/15/bin/postgres -C work_mem "+
-		"-D /var/lib/postgresql/15/main -c config_file="+conf)); got != "7MB" {
-		t.Errorf("postgres -C work_mem on the sandbox's configuration: %q; want 7MB", got)
+		"-D /var/lib/postgresql/15/main -c config_file="+conf)); got != "7168" {
+		t.Errorf("postgres -C work_mem on the sandbox's configuration: %q; want 7168 (kB)", got)
 	}
 	if diff := ok(t, "diff", cfg); !strings.Contains(diff, "etc/postgresql/15/main/postgresql.conf") || strings.Contains(diff, "var/lib/postgresql") {
 		t.Errorf("the configuration sandbox's diff:\n%s\nwant postgresql.conf alone", diff)
