@@ -45,6 +45,15 @@ func ownSnakeoil(r *root, hidden []string, hostname string) error {
 	if _, ok, err := r.stat(snakeoilCert); err != nil || !ok {
 		return err
 	}
+	// Written by the init, whose powers are above the sandbox's root:
+	// only where the sandbox's own names lead nowhere else (a layer from
+	// an earlier life may have made /etc/ssl/certs a symlink to /dev or
+	// /proc).
+	for _, dir := range []string{"/etc/ssl/certs", sslPrivate} {
+		if got, err := r.resolve(dir); err != nil || got != dir {
+			return fmt.Errorf("the sandbox's own snakeoil pair: %s leads to %q (%v), not to itself", dir, got, err)
+		}
+	}
 	gid, err := groupID(r, "ssl-cert")
 	if err != nil {
 		return fmt.Errorf("the sandbox's own snakeoil key: %w", err)
