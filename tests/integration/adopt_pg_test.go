@@ -207,6 +207,10 @@ func TestAdoptPostgreSQLWhileItServesAndBootItsCopy(t *testing.T) {
 	// migrates it destructively.
 	id, took := bootSandbox(t, name)
 	t.Logf("create --boot of the project to a running systemd: %v", took)
+	journal := testbed.MustRun(t, "journalctl", "--no-pager", "-o", "cat", "-u", "sandboxd.service")
+	if !strings.Contains(journal, "froze the services that write the project") || !strings.Contains(journal, pgUnit) {
+		t.Errorf("the journal says nothing of %s frozen for the sandbox's snapshot", pgUnit)
+	}
 	start := time.Now()
 	if out, errOut, code := ctl(t, "", "exec", "--root", id, "--", "systemctl", "start", pgUnit); code != 0 {
 		log, _, _ := ctl(t, "", "exec", "--root", id, "--", "sh", "-c", "tail -n 20 /var/log/postgresql/postgresql-15-main.log")
