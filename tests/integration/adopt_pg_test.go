@@ -165,6 +165,16 @@ func TestAdoptPostgreSQLWhileItServesAndBootItsCopy(t *testing.T) {
 		}
 	})
 	waitUntil(t, "the client's first answers", func() bool { return client.answered() >= 5 })
+	// Frozen alone it would go on writing the directory its processes
+	// hold, under the project mounted back at its path: refused, naming
+	// the unit, nothing moved.
+	fails(t, 5, "in use by .*"+pgUnit+".*ask for their services to be restarted",
+		"project", "adopt", name, "/etc/postgresql", "/var/lib/postgresql", "--freeze", pgUnit)
+	for _, d := range []string{"/etc/postgresql", "/var/lib/postgresql"} {
+		if out, _ := exec.Command("findmnt", "-n", d).CombinedOutput(); len(out) > 0 {
+			t.Fatalf("%s is a mount point after a refused adoption: %s", d, out)
+		}
+	}
 	began := time.Now()
 	ok(t, "project", "adopt", "--restart-units", "--freeze", pgUnit, name, "/etc/postgresql", "/var/lib/postgresql")
 	adoptTook := time.Since(began)
