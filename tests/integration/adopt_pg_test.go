@@ -81,8 +81,8 @@ func hostCluster(t *testing.T) {
 
 // pgClient inserts a row and reads the table's rows, over and over, each
 // time on a new connection, as an application of the host would. A read
-// that fails is tried again (an application reconnects) for up to a
-// minute; one that still fails has failed for good.
+// that fails is tried again (an application reconnects) for up to two
+// minutes; one that still fails has failed for good.
 type pgClient struct {
 	mu       sync.Mutex
 	acked    []int         // ids of the rows whose insert was answered
@@ -116,7 +116,7 @@ func (c *pgClient) run() {
 			// transaction, answered or not.
 			out, err = psqlAs(fmt.Sprintf("insert into items values (%d, 'client %d') on conflict do nothing; "+
 				"select count(*) from items where id >= 1000", id, id))
-			if err == nil || time.Since(begin) > time.Minute {
+			if err == nil || time.Since(begin) > 2*time.Minute {
 				break
 			}
 			time.Sleep(20 * time.Millisecond)
