@@ -19,6 +19,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandboxd/internal/crashpoint"
 )
 
 // treeCopy copies one tree into another, both held by descriptor.
@@ -38,6 +40,9 @@ type treeCopy struct {
 	links   map[[2]uint64]madeLink
 	// top is how errors name the source's top (its path).
 	top string
+	// listed is the crash (and pause) point hit once the top's entries
+	// are listed, before any is copied; "" for none.
+	listed string
 }
 
 // madeLink is the first copy of a hard-linked inode.
@@ -53,8 +58,8 @@ var errForeign = errors.New("not the caller's")
 // descriptors; dst empty), keeping owners, modes, times, hard links,
 // extended attributes (ACLs among them) and special files. With owner,
 // every entry must be that uid's. src's own metadata is set on dst.
-func copyBeneath(ctx context.Context, src, dst int, top string, owner *uint32) error {
-	c := &treeCopy{owner: owner, dstRoot: dst, links: map[[2]uint64]madeLink{}, top: top}
+func copyBeneath(ctx context.Context, src, dst int, top string, owner *uint32, listed string) error {
+	c := &treeCopy{owner: owner, dstRoot: dst, links: map[[2]uint64]madeLink{}, top: top, listed: listed}
 	var st unix.Stat_t
 	if err := unix.Fstat(src, &st); err != nil {
 		return fmt.Errorf("reading %s: %w", top, err)
@@ -111,6 +116,9 @@ func (c *treeCopy) dir(ctx context.Context, src, dst int, rel string) error {
 	f.Close()
 	if err != nil {
 		return fmt.Errorf("reading %s: %w", c.name(rel), err)
+	}
+	if rel == "" && c.listed != "" {
+		crashpoint.Hit(c.listed)
 	}
 	for _, n := range names {
 		if err := ctx.Err(); err != nil {

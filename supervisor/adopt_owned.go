@@ -33,6 +33,10 @@ import (
 // such step): a hostile test pauses there.
 const ReleaseUnmounted = "release-unmounted"
 
+// AdoptCopying is the owned adoption's step in its copy: the top's
+// entries listed, none copied yet (not in crashpoint.Adoption either).
+const AdoptCopying = "adopt-copying"
+
 // openPath opens directory path (absolute, clean) from /, through no
 // symlink of any kind, and returns it with its stat. flags are
 // O_RDONLY (to read it) or O_PATH.
@@ -164,7 +168,7 @@ func copyOwned(ctx context.Context, p, to string, owner *uint32) (unix.Stat_t, e
 		return st, fmt.Errorf("opening the volume's %s: %w", to, err)
 	}
 	defer unix.Close(dst)
-	if err := copyBeneath(ctx, src, dst, p, owner); err != nil {
+	if err := copyBeneath(ctx, src, dst, p, owner, AdoptCopying); err != nil {
 		return st, fmt.Errorf("copying %s: %w", p, err)
 	}
 	return st, nil
@@ -237,7 +241,7 @@ func unmountOwned(ad *state.Adoption, location, p string) error {
 	for {
 		fd, st, err := openPath(p, unix.O_PATH)
 		if err != nil {
-			return err
+			return nil // nothing at p, or not a directory: no mount of ours
 		}
 		root, rerr := mountRoot(fd)
 		if st.Dev != volSt.Dev || st.Ino != volSt.Ino || rerr != nil || !root {
@@ -305,7 +309,7 @@ func copyBack(ctx context.Context, ad *state.Adoption, location, p string) error
 		return fmt.Errorf("opening the volume of %s: %w", p, err)
 	}
 	defer unix.Close(from)
-	if err := copyBeneath(ctx, from, at, ad.InVolume(location, p), nil); err != nil {
+	if err := copyBeneath(ctx, from, at, ad.InVolume(location, p), nil, ""); err != nil {
 		return fmt.Errorf("copying the project's files back into %s: %w", p, err)
 	}
 	return nil
