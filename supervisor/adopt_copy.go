@@ -393,47 +393,74 @@ func getXattr(fd int, name string) ([]byte, error) {
 	return nil, errors.New("an attribute over 1 MiB")
 }
 
-// copyData copies what in holds to out, by descriptor: copy_file_range
-// (which keeps a hole where the filesystem can), read and write where
-// it cannot.
+// copyData copies what in holds to out, by descriptor, its holes kept:
+// each run of data (SEEK_DATA, SEEK_HOLE) by copy_file_range where the
+// kernel can, by read and write where it cannot; out takes in's size.
 func copyData(out, in int) error {
-	for {
-		n, err := unix.CopyFileRange(in, nil, out, nil, 1<<30, 0)
-		if n > 0 {
+	var st unix.Stat_t
+	if err := unix.Fstat(in, &st); err != nil {
+		return err
+	}
+	for off := int64(0); off < st.Size; {
+		data, err := unix.Seek(in, off, unix.SEEK_DATA)
+		if errors.Is(err, unix.ENXIO) {
+			break // a hole to the end
+		}
+		if err != nil {
+			return err
+		}
+		hole, err := unix.Seek(in, data, unix.SEEK_HOLE)
+		if err != nil {
+			return err
+		}
+		if err := copyRange(out, in, data, hole-data); err != nil {
+			return err
+		}
+		off = hole
+	}
+	return unix.Ftruncate(out, st.Size)
+}
+
+// copyRange copies n bytes at off of in to the same offset of out.
+func copyRange(out, in int, off, n int64) error {
+	for n > 0 {
+		roff, woff := off, off
+		c, err := unix.CopyFileRange(in, &roff, out, &woff, int(min(n, 1<<30)), 0)
+		if err == nil && c > 0 {
+			off, n = off+int64(c), n-int64(c)
 			continue
 		}
-		if err == nil {
+		if err == nil { // the file shrank under us
 			return nil
 		}
 		if !errors.Is(err, unix.EXDEV) && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOSYS) && !errors.Is(err, unix.EOPNOTSUPP) {
 			return err
 		}
-		break
-	}
-	buf := make([]byte, 1<<20)
-	for {
-		n, err := unix.Read(in, buf)
-		if n > 0 {
-			if _, werr := writeAll(out, buf[:n]); werr != nil {
-				return werr
+		buf := make([]byte, min(n, 1<<20))
+		for n > 0 {
+			r, err := unix.Pread(in, buf[:min(int64(len(buf)), n)], off)
+			if err == unix.EINTR {
+				continue
 			}
-		}
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		if n == 0 {
-			return nil
+			if err != nil {
+				return err
+			}
+			if r == 0 {
+				return nil
+			}
+			if _, err := pwriteAll(out, buf[:r], off); err != nil {
+				return err
+			}
+			off, n = off+int64(r), n-int64(r)
 		}
 	}
+	return nil
 }
 
-func writeAll(fd int, b []byte) (int, error) {
+func pwriteAll(fd int, b []byte, off int64) (int, error) {
 	done := 0
 	for done < len(b) {
-		n, err := unix.Write(fd, b[done:])
+		n, err := unix.Pwrite(fd, b[done:], off+int64(done))
 		if err == unix.EINTR {
 			continue
 		}
