@@ -28,14 +28,6 @@ import (
 	"github.com/sandboxd/sandboxd/supervisor/state"
 )
 
-// ReleaseUnmounted is the owned release's step between its unmount and
-// the files' copy back (not in crashpoint.Release, whose ways have no
-// such step): a hostile test pauses there.
-const ReleaseUnmounted = "release-unmounted"
-
-// AdoptCopying is the owned adoption's step in its copy: the top's
-// entries listed, none copied yet (not in crashpoint.Adoption either).
-const AdoptCopying = "adopt-copying"
 
 // openPath opens directory path (absolute, clean) from /, through no
 // symlink of any kind, and returns it with its stat. flags are
@@ -168,7 +160,7 @@ func copyOwned(ctx context.Context, p, to string, owner *uint32) (unix.Stat_t, e
 		return st, fmt.Errorf("opening the volume's %s: %w", to, err)
 	}
 	defer unix.Close(dst)
-	if err := copyBeneath(ctx, src, dst, p, owner, AdoptCopying); err != nil {
+	if err := copyBeneath(ctx, src, dst, p, owner, crashpoint.AdoptCopying); err != nil {
 		return st, fmt.Errorf("copying %s: %w", p, err)
 	}
 	return st, nil
@@ -274,7 +266,7 @@ func (s *Supervisor) releaseOwned(ctx context.Context, pm cowfs.ProjectMaker, re
 				return err
 			}
 		}
-		crashpoint.Hit(ReleaseUnmounted)
+		crashpoint.Hit(crashpoint.ReleaseUnmounted)
 		if !volume {
 			continue
 		}

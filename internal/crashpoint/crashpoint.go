@@ -54,6 +54,13 @@ const (
 	AdoptBoundOne = "adopt-bound-one"
 )
 
+// Steps of an adoption by descriptor (a directory others than root can
+// change) alone, where a hostile test pauses (PauseEnv); in no list.
+const (
+	AdoptCopying     = "adopt-copying"     // its top's entries are listed; none copied yet
+	ReleaseUnmounted = "release-unmounted" // its volume is unmounted; the files not yet copied back
+)
+
 // Adoption lists the adoption's crash points, in order; AdoptionOfSeveral
 // those of an adoption of several directories.
 var (
