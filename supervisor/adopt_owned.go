@@ -28,7 +28,6 @@ import (
 	"github.com/sandboxd/sandboxd/supervisor/state"
 )
 
-
 // openPath opens directory path (absolute, clean) from /, through no
 // symlink of any kind, and returns it with its stat. flags are
 // O_RDONLY (to read it) or O_PATH.
