@@ -41,7 +41,7 @@ func openPath(path string, flags int) (int, unix.Stat_t, error) {
 		return -1, st, fmt.Errorf("%s: a symlink on the way or at its end (none is followed): %w", path, ErrInvalidProject)
 	}
 	if errors.Is(err, unix.ENOTDIR) {
-		return -1, st, fmt.Errorf("%s is not a directory: %w", path, ErrInvalidProject)
+		return -1, st, fmt.Errorf("%s is not a directory (a symlink, at its end or on the way, is not followed): %w", path, ErrInvalidProject)
 	}
 	if err != nil {
 		return -1, st, fmt.Errorf("opening %s: %w", path, err)
