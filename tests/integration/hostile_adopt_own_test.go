@@ -26,23 +26,28 @@ import (
 
 const hostileOwner = "adopt-hostile"
 
-// rootSecret makes a root-only file in /root and returns its path and
-// content.
+// rootSecret makes a root-only directory (mode 700, like /root, and
+// small) with a secret file, and returns the file's path and content.
 func rootSecret(t *testing.T) (string, string) {
 	t.Helper()
+	dir := filepath.Join("/var/tmp", "adopt-rootonly-"+suffix())
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
 	text := "ROOT SECRET " + suffix() + "\n"
-	p := filepath.Join("/root", "adopt-secret-"+suffix())
+	p := filepath.Join(dir, "secret")
 	if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.Remove(p) })
 	return p, text
 }
 
-// pausedAt runs sandboxctl args as the member while the daemon is armed
-// to pause at point; once it waits there, plant runs (as the member),
-// then the daemon goes on. It returns sandboxctl's stderr and status.
-func pausedAt(t *testing.T, point, plant string, args ...string) (string, int) {
+// pausedAt runs sandboxctl args as the member (as root with asRoot)
+// while the daemon is armed to pause at point; once it waits there,
+// plant runs (as the member), then the daemon goes on. It returns
+// sandboxctl's stderr and status.
+func pausedAt(t *testing.T, asRoot bool, point, plant string, args ...string) (string, int) {
 	t.Helper()
 	reconfigure(t, "", crashpoint.PauseEnv+"="+point)
 	paused := crashpoint.PausedIn("/run/sandboxd", point)
@@ -52,6 +57,11 @@ func pausedAt(t *testing.T, point, plant string, args ...string) (string, int) {
 	}
 	done := make(chan result, 1)
 	go func() {
+		if asRoot {
+			_, errOut, code := ctl(t, "", args...)
+			done <- result{errOut, code}
+			return
+		}
 		_, errOut, code := ctlAs(t, hostileOwner, args...)
 		done <- result{errOut, code}
 	}()
@@ -136,36 +146,43 @@ func unchanged(t *testing.T, dirs ...string) func() {
 
 // TestHostileAdoptOwnSymlinkSwapsGainNothing: at each step of its own
 // adoption the member swaps its directory (or a directory inside it) for
-// a symlink to /etc or /root. Control: the member can make each swap,
+// a symlink to /etc or to a root-only directory. Control: the member can make each swap,
 // and through it reaches the root-only place's names.
 func TestHostileAdoptOwnSymlinkSwapsGainNothing(t *testing.T) {
 	tb := install(t)
 	uid, gid := groupMember(t, hostileOwner)
 	reconfigure(t, "")
 	secret, text := rootSecret(t)
+	rootOnly := filepath.Dir(secret)
 	home := "/home/" + hostileOwner
 	calc := calcProject(t, hostileOwner, uid, gid, home)
 	// Control: the swaps work, outside any adoption.
-	if out := asMember(t, hostileOwner, fmt.Sprintf("cd %s && mkdir lib && mv lib lib.real && ln -s /root lib && ls -d lib/ && rm lib && mv lib.real lib && mv %s %s.real && ln -s /etc %s && ls %s/hostname && rm %s && mv %s.real %s && echo SWAPPED",
-		calc, calc, calc, calc, calc, calc, calc, calc)); !strings.Contains(out, "SWAPPED") || !strings.Contains(out, "/hostname") {
+	if out := asMember(t, hostileOwner, fmt.Sprintf("cd %s && mkdir lib && mv lib lib.real && ln -s %s lib && ls -d lib/ && rm lib && mv lib.real lib && mv %s %s.real && ln -s /etc %s && ls %s/hostname && rm %s && mv %s.real %s && echo SWAPPED",
+		calc, rootOnly, calc, calc, calc, calc, calc, calc, calc)); !strings.Contains(out, "SWAPPED") || !strings.Contains(out, "/hostname") {
 		t.Fatalf("the member cannot make the swaps outside an adoption: %s", out)
 	}
-	check := unchanged(t, "/etc", "/root")
+	check := unchanged(t, "/etc", "/root", rootOnly)
 	for _, c := range []struct {
 		point, plant string
+		root         bool // root adopts the user's directory (owners kept, none refused)
 	}{
 		// Mid-copy: a directory inside, its names listed, swapped.
-		{crashpoint.AdoptCopying, "cd " + calc + " && mv lib lib.real && ln -s /root lib"},
+		{crashpoint.AdoptCopying, "cd " + calc + " && mv lib lib.real && ln -s " + rootOnly + " lib", false},
+		{crashpoint.AdoptCopying, "cd " + calc + " && mv lib lib.real && ln -s " + rootOnly + " lib", true},
 		// Copied, not yet switched: the directory itself swapped.
-		{crashpoint.AdoptCopied, "mv " + calc + " " + calc + ".real && ln -s /etc " + calc},
+		{crashpoint.AdoptCopied, "mv " + calc + " " + calc + ".real && ln -s /etc " + calc, false},
 		// Recorded switching, about to mount: the same.
-		{crashpoint.AdoptSwitching, "mv " + calc + " " + calc + ".real && ln -s /etc " + calc},
+		{crashpoint.AdoptSwitching, "mv " + calc + " " + calc + ".real && ln -s /etc " + calc, false},
+		{crashpoint.AdoptSwitching, "mv " + calc + " " + calc + ".real && ln -s /etc " + calc, true},
 	} {
-		t.Run(c.point, func(t *testing.T) {
-			name := "hostile-" + c.point
+		name := "hostile-" + c.point
+		if c.root {
+			name += "-by-root"
+		}
+		t.Run(name, func(t *testing.T) {
 			t.Cleanup(func() { ctl(t, "", "project", "release", name) })
 			asMember(t, hostileOwner, fmt.Sprintf("cd %s && rm -rf calc.real && (test -L calc && rm calc || true) && test -d calc && mkdir -p calc/lib && echo lib > calc/lib/f", home))
-			errOut, code := pausedAt(t, c.point, c.plant, "project", "adopt", name, calc)
+			errOut, code := pausedAt(t, c.root, c.point, c.plant, "project", "adopt", name, calc)
 			t.Logf("adopt with %q at %s: exit %d: %s", c.plant, c.point, code, errOut)
 			vol := filepath.Join(tb.Btrfs.Mount, "sandboxd-adopted", name)
 			if code == 0 {
@@ -175,7 +192,7 @@ func TestHostileAdoptOwnSymlinkSwapsGainNothing(t *testing.T) {
 			} else if exists(vol) {
 				t.Errorf("a failed adoption left its volume %s", vol)
 			}
-			for _, p := range []string{"/etc", "/root", secret} {
+			for _, p := range []string{"/etc", "/root", rootOnly} {
 				if mounted(p) {
 					t.Errorf("%s is a mount point after the adoption", p)
 				}
@@ -202,7 +219,7 @@ func TestHostileReleaseOwnSymlinkSwapGainsNothing(t *testing.T) {
 	t.Cleanup(func() { ctl(t, "", "project", "release", name) })
 	okAs(t, hostileOwner, "project", "adopt", name, calc)
 	check := unchanged(t, "/etc")
-	errOut, code := pausedAt(t, crashpoint.ReleaseUnmounted, "mv "+calc+" "+calc+".real && ln -s /etc "+calc, "project", "release", name)
+	errOut, code := pausedAt(t, false, crashpoint.ReleaseUnmounted, "mv "+calc+" "+calc+".real && ln -s /etc "+calc, "project", "release", name)
 	if code == 0 {
 		t.Errorf("the release went on through a symlink to /etc: %s", errOut)
 	}
