@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -305,4 +306,43 @@ func TestHostileAdoptOwnRefusals(t *testing.T) {
 		t.Errorf("the other's adoption was undone by the member's refused release")
 	}
 	okAs(t, "adopt-other", "project", "release", theirs)
+}
+
+// TestHostileRemountAtStartFollowsNoSymlink: the daemon mounts an
+// owned adoption again when it starts (after a reboot: here, the mount
+// taken away by hand). Its owner, who may rename its directory then,
+// swaps it for a symlink to /etc: nothing is mounted over /etc. Back as
+// a directory, the next start mounts the project there again.
+func TestHostileRemountAtStartFollowsNoSymlink(t *testing.T) {
+	install(t)
+	uid, gid := groupMember(t, hostileOwner)
+	reconfigure(t, "")
+	home := "/home/" + hostileOwner
+	calc := calcProject(t, hostileOwner, uid, gid, home)
+	const name = "hostile-remount"
+	t.Cleanup(func() { ctl(t, "", "project", "release", name) })
+	okAs(t, hostileOwner, "project", "adopt", name, calc)
+	// Control: the mount is made again at start.
+	if out, err := exec.Command("umount", calc).CombinedOutput(); err != nil {
+		t.Fatalf("umount %s: %v %s", calc, err, out)
+	}
+	reconfigure(t, "")
+	if !mounted(calc) {
+		t.Fatalf("the daemon's start did not mount %s again", calc)
+	}
+	if out, err := exec.Command("umount", calc).CombinedOutput(); err != nil {
+		t.Fatalf("umount %s: %v %s", calc, err, out)
+	}
+	check := unchanged(t, "/etc")
+	asMember(t, hostileOwner, "mv "+calc+" "+calc+".real && ln -s /etc "+calc)
+	reconfigure(t, "")
+	check()
+	if mounted("/etc") {
+		t.Errorf("the daemon's start mounted the project over /etc")
+	}
+	asMember(t, hostileOwner, "rm "+calc+" && mv "+calc+".real "+calc)
+	reconfigure(t, "")
+	if !mounted(calc) || !exists(filepath.Join(calc, "calc.py")) {
+		t.Errorf("back as a directory, %s after the next start: mounted %v", calc, mounted(calc))
+	}
 }
