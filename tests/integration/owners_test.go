@@ -139,34 +139,37 @@ func TestOwnersKeptAPromoterGivesFilesToNoOneButItself(t *testing.T) {
 	t.Cleanup(func() { os.Remove(filepath.Join(tb.Btrfs.Project, newOther)) })
 	id := agentSandbox(t)
 
-	got := agentShOK(t, id, true, fmt.Sprintf("chown %d:%d %s && chown 0:0 %s && echo x > %s && chown 4321:4321 %s && stat -c %%u:%%g %s %s %s",
-		wwwData, wwwData, toWeb, toRoot, newOther, newOther, toWeb, toRoot, newOther))
-	if got != "33:33\n0:0\n4321:4321\n" {
-		t.Fatalf("the control: root inside giving files away: %q; want 33:33, 0:0, 4321:4321", got)
+	// Given to www-data and to another user (no root in it: the check of
+	// what is given to root alone let this through).
+	got := agentShOK(t, id, true, fmt.Sprintf("chown %d:%d %s && echo x > %s && chown 4321:4321 %s && stat -c %%u:%%g %s %s",
+		wwwData, wwwData, toWeb, newOther, newOther, toWeb, newOther))
+	if got != "33:33\n4321:4321\n" {
+		t.Fatalf("the control: root inside giving files away: %q; want 33:33, 4321:4321", got)
 	}
-	out, errOut, code := ctlAs(t, rootAgent, "promote", id)
-	if code != 4 {
-		t.Errorf("the agent's promotion of files given away: exit %d: %s%s; want 4", code, out, errOut)
-	}
-	for _, want := range []string{
-		toWeb + " (given to uid 33 (was uid " + fmt.Sprint(uid) + ")",
-		toRoot + " (given to root (was uid " + fmt.Sprint(uid) + ")",
-		newOther + " (new, owned by uid 4321",
-		"not the promoter's",
-		"--allow-privileged",
-	} {
-		if !strings.Contains(errOut, want) {
-			t.Errorf("the refusal does not say %q:\n%s", want, errOut)
+	refused := func(wants ...string) {
+		t.Helper()
+		out, errOut, code := ctlAs(t, rootAgent, "promote", id)
+		if code != 4 {
+			t.Errorf("the agent's promotion of files given away: exit %d: %s%s; want 4", code, out, errOut)
+		}
+		for _, want := range append(wants, "not the promoter's", "--allow-privileged") {
+			if !strings.Contains(errOut, want) {
+				t.Errorf("the refusal does not say %q:\n%s", want, errOut)
+			}
+		}
+		for _, p := range []string{webHost, rootHost} {
+			if u, g, _ := ownerOf(t, p); u != uid || g != gid {
+				t.Errorf("the host's %s after the refused promotion: %d:%d; want the agent's %d:%d", p, u, g, uid, gid)
+			}
+		}
+		if _, err := os.Lstat(filepath.Join(tb.Btrfs.Project, newOther)); !os.IsNotExist(err) {
+			t.Errorf("the host has %s after the refused promotion (%v)", newOther, err)
 		}
 	}
-	for _, p := range []string{webHost, rootHost} {
-		if u, g, _ := ownerOf(t, p); u != uid || g != gid {
-			t.Errorf("the host's %s after the refused promotion: %d:%d; want the agent's %d:%d", p, u, g, uid, gid)
-		}
-	}
-	if _, err := os.Lstat(filepath.Join(tb.Btrfs.Project, newOther)); !os.IsNotExist(err) {
-		t.Errorf("the host has %s after the refused promotion (%v)", newOther, err)
-	}
+	refused(toWeb+" (given to uid 33 (was uid "+fmt.Sprint(uid)+")", newOther+" (new, owned by uid 4321")
+	// And to root too: all three are named.
+	agentShOK(t, id, true, "chown 0:0 "+toRoot)
+	refused(toWeb+" (given to uid 33", newOther+" (new, owned by uid 4321", toRoot+" (given to root (was uid "+fmt.Sprint(uid)+")")
 
 	// Given back to the agent, the same change set promotes.
 	agentShOK(t, id, true, fmt.Sprintf("chown %d:%d %s %s && rm %s", uid, gid, toWeb, toRoot, newOther))
