@@ -226,3 +226,54 @@ func TestOwnersKeptTheHostRootStaysNarrow(t *testing.T) {
 		t.Errorf("the host root's file after the sandbox: %+v, %v", st.Uid, err)
 	}
 }
+
+// Every path of a project adopted as several keeps its owners: a
+// service's 0600 file in a 0700 directory of its own (uid 101, as
+// Debian's postgres), in the second path, is its own inside; the service
+// (setpriv from root inside) appends to it; promoted, it is still the
+// service's on the host, mode 600.
+func TestOwnersKeptInEveryPathOfAProjectOfSeveral(t *testing.T) {
+	install(t)
+	const svc = 101
+	name := "owners-multi-" + suffix()
+	app, data := "/srv/"+name+"-app", "/srv/"+name+"-data"
+	cluster := filepath.Join(data, "main")
+	for _, d := range []string{app, cluster} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() { ctl(t, "", "project", "release", name); os.RemoveAll(app); os.RemoveAll(data) })
+	if err := os.WriteFile(filepath.Join(app, "app.conf"), []byte("port = 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	table := filepath.Join(cluster, "table")
+	if err := os.WriteFile(table, []byte("row 1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{cluster, table} {
+		if err := os.Chown(p, svc, svc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chmod(cluster, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	ok(t, "project", "adopt", name, app, data)
+	id := strings.TrimSpace(ok(t, "create", "--quiet", name))
+	t.Cleanup(func() { ctl(t, "", "destroy", id) })
+
+	script := fmt.Sprintf("stat -c %%u:%%g:%%a %s %s && setpriv --reuid=%d --regid=%d --clear-groups sh -c 'echo row 2 >> %s' && cat %s",
+		cluster, table, svc, svc, table, table)
+	out, errOut, code := ctl(t, "", "exec", "--root", id, "--", "sh", "-c", script)
+	if want := "101:101:700\n101:101:600\nrow 1\nrow 2\n"; code != 0 || out != want {
+		t.Fatalf("the service's file inside: exit %d: %q %s; want %q", code, out, errOut, want)
+	}
+	ok(t, "promote", id)
+	if data, _ := os.ReadFile(table); string(data) != "row 1\nrow 2\n" {
+		t.Errorf("the host's %s after the promotion: %q", table, data)
+	}
+	if u, g, m := ownerOf(t, table); u != svc || g != svc || m != 0o600 {
+		t.Errorf("the host's %s after the promotion: %d:%d mode %o; want %d:%d 600", table, u, g, m, svc, svc)
+	}
+}
