@@ -335,7 +335,7 @@ func (s *Supervisor) withChanges(ctx context.Context, id, what string, fn func(b
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	defer func() { _ = s.cfg.Backend.Delete(context.WithoutCancel(ctx), now) }()
-	changes, err := s.cfg.Backend.Changes(ctx, base, now)
+	changes, err := s.sandboxChanges(ctx, base, now)
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}

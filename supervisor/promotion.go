@@ -167,7 +167,7 @@ func (s *Supervisor) Promote(ctx context.Context, id string, o PromoteOptions) (
 	if err != nil {
 		return fail(fmt.Errorf("%s: %w", what, err))
 	}
-	changes, err := s.cfg.Backend.Changes(ctx, base, source)
+	changes, err := s.sandboxChanges(ctx, base, source)
 	if err != nil {
 		return fail(fmt.Errorf("%s: listing its changes: %w", what, err))
 	}
