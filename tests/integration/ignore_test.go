@@ -70,6 +70,20 @@ func TestPythonBytecodeNeverLeavesTheSandbox(t *testing.T) {
 		t.Errorf("sandboxctl diff -u: exit %d\n%s\nstderr: %s", code, text, errOut)
 	}
 
+	// MCP's diff tool returns the count, in both forms.
+	cs, _, _ := mcpSession(t)
+	for _, text := range []bool{false, true} {
+		var diff struct {
+			Changes []struct{ Path string }
+			Text    string
+			Ignored int
+		}
+		toolOK(t, cs, "diff", map[string]any{"sandbox": id, "text": text}, &diff)
+		if diff.Ignored < 1 || (!text && (len(diff.Changes) != 1 || diff.Changes[0].Path != "calc.py")) || strings.Contains(diff.Text, "__pycache__") {
+			t.Errorf("MCP diff (text %v): %+v; want calc.py alone and the bytecode counted as left out", text, diff)
+		}
+	}
+
 	// try's diff column: one change, the bytecode left out.
 	tryOut := ok(t, "try", "pyign", "--keep", "none", "--name", "pyign", "--check", "/usr/bin/python3 test_calc.py",
 		"--variant", "sed -i 's/a - b/a + b/' calc.py")
@@ -172,5 +186,34 @@ func TestConfiguredIgnorePatternsLeavePathsOut(t *testing.T) {
 		if data, err := os.ReadFile(filepath.Join(path, file)); err != nil || string(data) != want {
 			t.Errorf("the host's %s: %q, %v; want %q", file, data, err, want)
 		}
+	}
+}
+
+// A promotion that waits for an admin carries, once approved, the change
+// set it was started with: the rules come from the sandbox's base, so a
+// change of the host's .sandboxignore meanwhile neither adds to it nor
+// breaks its digest.
+func TestAnApprovedPromotionLeavesOutWhatItDidWhenStarted(t *testing.T) {
+	path := addProject(t, "waitign", map[string]string{".sandboxignore": "*.log\n", "app.txt": "v1\n"})
+	reconfigure(t, "\n[[stage]]\nname = \"project\"\ntarget = \"project\"\napproval = \"admin\"\n")
+	id := strings.TrimSpace(ok(t, "create", "--quiet", "waitign"))
+	ok(t, "exec", id, "--", "sh", "-c", "echo v2 > app.txt && echo noise > run.log")
+	out := ok(t, "promote", id)
+	if leftOut(out) != 1 || !strings.Contains(out, "waiting") {
+		t.Fatalf("sandboxctl promote through an admin's stage: want it waiting, 1 path left out:\n%s", out)
+	}
+	pid := promotionIDRe.FindStringSubmatch(out)[1]
+	if err := os.WriteFile(filepath.Join(path, ".sandboxignore"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ok(t, "approve", pid)
+	if n := promotionIgnored(t, pid); n != 1 {
+		t.Errorf("the approved promotion's record: %d left out, want 1", n)
+	}
+	if data, err := os.ReadFile(filepath.Join(path, "app.txt")); err != nil || string(data) != "v2\n" {
+		t.Errorf("the host's app.txt after the approval: %q, %v", data, err)
+	}
+	if _, err := os.Lstat(filepath.Join(path, "run.log")); !os.IsNotExist(err) {
+		t.Errorf("run.log reached the host with the approval: %v", err)
 	}
 }
