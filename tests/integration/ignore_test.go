@@ -106,43 +106,6 @@ func TestPythonBytecodeNeverLeavesTheSandbox(t *testing.T) {
 	}
 }
 
-// A sandbox cannot hide its changes from whoever reviews and promotes
-// them by writing a .sandboxignore: the rules are the project's, as the
-// host has it. The project's own .sandboxignore leaves out *.log (the
-// control: the rules do hide what they name), the sandbox's says "*"
-// and would hide everything; its secret.txt, its change of the rules and
-// its run.log are what diff and promotion show, as the host's rules say.
-func TestASandboxIgnoreTheSandboxWroteHidesNothing(t *testing.T) {
-	path := addProject(t, "hideign", map[string]string{
-		".sandboxignore": "# the project's own\n*.log\n",
-		"app.txt":        "v1\n",
-	})
-	id := strings.TrimSpace(ok(t, "create", "--quiet", "hideign"))
-	ok(t, "exec", id, "--", "sh", "-c", "printf '*\\n!*.log\\n' > .sandboxignore && echo planted > secret.txt && echo v2 > app.txt && echo noise > run.log")
-
-	out := ok(t, "diff", id)
-	for _, want := range []string{"A secret.txt", "M .sandboxignore", "M app.txt"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("sandboxctl diff does not list %q: the sandbox's .sandboxignore hid it:\n%s", want, out)
-		}
-	}
-	if strings.Contains(out, "run.log") || leftOut(out) != 1 {
-		t.Errorf("sandboxctl diff: the project's *.log does not leave run.log out (1 path):\n%s", out)
-	}
-	out = ok(t, "promote", id)
-	if leftOut(out) != 1 {
-		t.Errorf("sandboxctl promote: want 1 path left out:\n%s", out)
-	}
-	for file, want := range map[string]string{"secret.txt": "planted\n", "app.txt": "v2\n", ".sandboxignore": "*\n!*.log\n"} {
-		if data, err := os.ReadFile(filepath.Join(path, file)); err != nil || string(data) != want {
-			t.Errorf("the host's %s after the promotion: %q, %v; want %q", file, data, err, want)
-		}
-	}
-	if _, err := os.Lstat(filepath.Join(path, "run.log")); !os.IsNotExist(err) {
-		t.Errorf("run.log, which the project's rules leave out, reached the host: %v", err)
-	}
-}
-
 // [[project]] ignore in sandboxd.toml: its patterns leave paths out of
 // the project's sandboxes' diff and promotion (no .gitignore here, so
 // no default applies: a __pycache__ goes as any directory).
