@@ -219,13 +219,13 @@ func checkSegment(s string) error {
 		switch s[i] {
 		case '\\':
 			if i+1 >= len(s) {
-				return errors.Join(ErrSyntax, errors.New("a trailing backslash escapes nothing"))
+				return fmt.Errorf("a trailing backslash escapes nothing: %w", ErrSyntax)
 			}
 			i++
 		case '[':
 			end, ok := classEnd(s, i)
 			if !ok {
-				return errors.Join(ErrSyntax, errors.New("a '[' without its ']'"))
+				return fmt.Errorf("a '[' without its ']' (or an unknown [:class:]): %w", ErrSyntax)
 			}
 			i = end
 		}
