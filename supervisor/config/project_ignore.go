@@ -21,7 +21,7 @@ func (v *validator) projectIgnore(i int, p Project) {
 	lines := v.w.itemLines(arr, i, toml.Key{"ignore"}, len(p.Ignore))
 	for j, pat := range p.Ignore {
 		if _, err := ignore.Patterns([]string{pat}); err != nil {
-			v.add(lines[j], key, err, "%s: %v; write it in gitignore syntax (close each '[', escape a last '\\\\' as '\\\\\\\\')", key, err)
+			v.add(lines[j], key, err, "%s: %v; write it in gitignore syntax (close each '[', write a last '\\' as '\\\\')", key, err)
 		}
 	}
 }
