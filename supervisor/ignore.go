@@ -177,5 +177,8 @@ func (s *Supervisor) filterChanges(ctx context.Context, project string, base cow
 		return nil, 0, fmt.Errorf("reading the project's ignore rules: %w", err)
 	}
 	kept, n := leaveOut(rules, changes)
+	if err := rules.Err(); err != nil {
+		return nil, 0, fmt.Errorf("the project's ignore rules (.sandboxignore, [[project]] ignore): %w", err)
+	}
 	return kept, n, nil
 }

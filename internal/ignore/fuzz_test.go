@@ -16,6 +16,7 @@ func FuzzMatch(f *testing.F) {
 		{"\\#x \\ \n!\\!y", "#x  "},
 		{"**/**/**", "a/b/c"},
 		{"x[", "x["},
+		{"a/**\n**/b\na/**/b\n/**/c/**", "a/c/b"},
 	} {
 		f.Add(s[0], s[1])
 	}
@@ -23,6 +24,16 @@ func FuzzMatch(f *testing.F) {
 		r, err := Parse(rules)
 		if err != nil {
 			return
+		}
+		// The one-"**" shortcut agrees with the general match.
+		if trimmed := strings.Trim(path, "/"); trimmed != "" {
+			comps := strings.Split(trimmed, "/")
+			for i := range r.rules {
+				ru := &r.rules[i]
+				if ru.anchored && ru.matches(comps, newWork()) != matchSegments(ru.segs, comps, newWork()) {
+					t.Fatalf("rule %q on %q: the shortcut says %v", ru.text, path, ru.matches(comps, newWork()))
+				}
+			}
 		}
 		p := NewProject(r, r)
 		dirs := strings.Count(path, "/")

@@ -11,10 +11,13 @@ import (
 
 // matchSegment says whether name matches the glob pat. It is the greedy
 // match that remembers the last `*` only: O(len(pat)·len(name)).
-func matchSegment(pat, name string) bool {
+func matchSegment(pat, name string, w *work) bool {
 	p, n := 0, 0
 	star, mark := -1, 0
 	for n < len(name) {
+		if !w.spend(1) {
+			return false // the caller sees ErrTooComplex
+		}
 		if p < len(pat) && pat[p] == '*' {
 			for p < len(pat) && pat[p] == '*' {
 				p++

@@ -2,10 +2,12 @@
 // project says never leaves a sandbox (its .sandboxignore, the config's
 // [[project]] ignore), and its .gitignore where the defaults ask it.
 //
-// It is pure logic, bounded: Parse takes at most MaxRulesBytes of text,
-// and matching is linear-times-linear in a path and a pattern (the
-// classic greedy wildcard match, per path segment and over segments for
-// `**`), never exponential, whatever a pattern holds.
+// It is pure logic, bounded: Parse takes at most MaxRulesBytes of text
+// and MaxRules patterns of MaxSegments segments; matching is the classic
+// greedy wildcard match (per segment, and over segments for `**`), never
+// exponential, and a Project stops at MaxWork steps for a whole change
+// list (ErrTooComplex) whatever its patterns and paths hold. A pattern
+// with one `**` (the usual "**/x", "a/**", "a/**/b") costs its length.
 //
 // The subset is git's documented one (gitignore(5)): blank lines and
 // `#` comments; `!` negation; a trailing `/` for directories only; a `/`
@@ -35,6 +37,34 @@ const MaxRulesBytes = 256 << 10
 // Linux's PATH_MAX, so no real path is past it.
 const MaxPathBytes = 4096
 
+// MaxSegments bounds a pattern's `/`-separated segments, and MaxRules
+// the patterns of one Rules: matching costs up to their product times a
+// path's depth.
+const (
+	MaxSegments = 64
+	MaxRules    = 4096
+)
+
+// MaxWork bounds the steps (a character or a segment tried) spent on one
+// change list (a Project) or one Rules.Match: an owner's rules full of
+// `*` and `**` against a sandbox's deepest paths could otherwise take
+// minutes of the root daemon's time. Past it, ErrTooComplex.
+const MaxWork = 20_000_000
+
+// ErrTooComplex is rules whose matching took more than MaxWork steps.
+var ErrTooComplex = errors.New("ignore rules too costly to match")
+
+// work is what is left of a MaxWork budget.
+type work struct{ left int64 }
+
+func newWork() *work { return &work{left: MaxWork} }
+
+// spend takes n steps; false once the budget is gone.
+func (w *work) spend(n int) bool {
+	w.left -= int64(n)
+	return w.left >= 0
+}
+
 // ErrSyntax is a pattern that cannot mean anything: an unterminated
 // `[...]` or a trailing backslash.
 var ErrSyntax = errors.New("invalid ignore pattern")
@@ -54,6 +84,8 @@ type rule struct {
 	dirOnly  bool
 	anchored bool     // a `/` at the start or in the middle: matched from the top
 	segs     []string // the pattern's segments; "**" is any number of them
+	stars    int      // how many of segs are "**"
+	star     int      // the index of the first
 }
 
 // Parse reads rules text, one pattern a line (gitignore(5)). A line that
@@ -73,6 +105,9 @@ func Parse(text string) (*Rules, error) {
 			r.rules = append(r.rules, ru)
 		}
 	}
+	if len(r.rules) > MaxRules {
+		return nil, fmt.Errorf("%d patterns, over the %d an ignore file may have: %w", len(r.rules), MaxRules, ErrTooLarge)
+	}
 	return r, nil
 }
 
@@ -88,6 +123,9 @@ func ParseLenient(text string) (*Rules, error) {
 		if ru, ok, err := parseLine(strings.TrimSuffix(line, "\r")); err == nil && ok {
 			r.rules = append(r.rules, ru)
 		}
+	}
+	if len(r.rules) > MaxRules {
+		return nil, fmt.Errorf("%d patterns, over the %d an ignore file may have: %w", len(r.rules), MaxRules, ErrTooLarge)
 	}
 	return r, nil
 }
@@ -176,6 +214,17 @@ func parseLine(line string) (rule, bool, error) {
 	if len(ru.segs) == 0 {
 		return rule{}, false, nil
 	}
+	if len(ru.segs) > MaxSegments {
+		return rule{}, false, fmt.Errorf("pattern %q has %d segments: at most %d: %w", text, len(ru.segs), MaxSegments, ErrSyntax)
+	}
+	ru.star = -1
+	for i, seg := range ru.segs {
+		if seg == "**" {
+			if ru.stars++; ru.star < 0 {
+				ru.star = i
+			}
+		}
+	}
 	return ru, true, nil
 }
 
@@ -237,12 +286,12 @@ func checkSegment(s string) error {
 // no leading slash) is ignored; dir says it is a directory. A path under
 // an ignored directory is ignored.
 func (r *Rules) Match(path string, dir bool) bool {
-	return r.match(path, dir, nil)
+	return r.match(path, dir, nil, newWork())
 }
 
 // match is Match, with the decisions on directories kept in memo (if not
 // nil): a change list names each directory of a deep tree many times.
-func (r *Rules) match(path string, dir bool, memo map[string]bool) bool {
+func (r *Rules) match(path string, dir bool, memo map[string]bool, w *work) bool {
 	if r == nil || len(r.rules) == 0 || len(path) > MaxPathBytes {
 		return false
 	}
@@ -257,7 +306,7 @@ func (r *Rules) match(path string, dir bool, memo map[string]bool) bool {
 		parent := path[:end-1]
 		ignored, seen := memo[parent]
 		if !seen {
-			ignored = r.decide(comps[:i], true)
+			ignored = r.decide(comps[:i], true, w)
 			if memo != nil {
 				memo[parent] = ignored
 			}
@@ -273,56 +322,82 @@ func (r *Rules) match(path string, dir bool, memo map[string]bool) bool {
 			return true
 		}
 	}
-	return r.decide(comps, dir)
+	return r.decide(comps, dir, w)
 }
 
 // decide applies the rules to one path, the last matching rule winning.
-func (r *Rules) decide(comps []string, dir bool) bool {
+func (r *Rules) decide(comps []string, dir bool, w *work) bool {
 	for i := len(r.rules) - 1; i >= 0; i-- {
 		ru := &r.rules[i]
 		if ru.dirOnly && !dir {
 			continue
 		}
-		if ru.matches(comps) {
+		if ru.matches(comps, w) {
 			return !ru.negate
 		}
 	}
 	return false
 }
 
-func (ru *rule) matches(comps []string) bool {
-	if !ru.anchored {
-		return matchSegment(ru.segs[0], comps[len(comps)-1])
+func (ru *rule) matches(comps []string, w *work) bool {
+	switch {
+	case !ru.anchored:
+		return matchSegment(ru.segs[0], comps[len(comps)-1], w)
+	case ru.stars == 0:
+		return len(comps) == len(ru.segs) && matchEach(ru.segs, comps, w)
+	case ru.stars == 1:
+		// One "**" (the common "**/x", "a/**", "a/**/b"): what is before
+		// it matches the first segments, what is after the last ones.
+		i := ru.star
+		before, after := ru.segs[:i], ru.segs[i+1:]
+		least := len(before) + len(after)
+		if i == len(ru.segs)-1 {
+			least++ // a trailing "**" is at least one segment
+		}
+		return len(comps) >= least && matchEach(before, comps[:len(before)], w) && matchEach(after, comps[len(comps)-len(after):], w)
 	}
-	return matchSegments(ru.segs, comps)
+	return matchSegments(ru.segs, comps, w)
+}
+
+// matchEach matches segments one to one.
+func matchEach(pat, comps []string, w *work) bool {
+	for i := range pat {
+		if !matchSegment(pat[i], comps[i], w) {
+			return false
+		}
+	}
+	return true
 }
 
 // matchSegments is the greedy wildcard match over segments: "**" is any
 // run of segments, a trailing one at least one (git's "abc/**" matches
 // what is inside abc, not abc), any other segment a glob of one name.
-func matchSegments(pat, comps []string) bool {
+func matchSegments(pat, comps []string, w *work) bool {
 	if n := len(pat); n > 0 && pat[n-1] == "**" {
 		// At least one segment for it: the rest, then any run, match
 		// all but the last segment.
 		if len(comps) == 0 {
 			return false
 		}
-		return greedySegments(pat, comps[:len(comps)-1])
+		return greedySegments(pat, comps[:len(comps)-1], w)
 	}
-	return greedySegments(pat, comps)
+	return greedySegments(pat, comps, w)
 }
 
 // greedySegments is the classic one-star-remembered wildcard match with
 // "**" as the star: linear in each times the other, never exponential.
-func greedySegments(pat, comps []string) bool {
+func greedySegments(pat, comps []string, w *work) bool {
 	p, c := 0, 0
 	star, mark := -1, 0
 	for c < len(comps) {
+		if !w.spend(1) {
+			return false // the caller sees ErrTooComplex
+		}
 		switch {
 		case p < len(pat) && pat[p] == "**":
 			star, mark = p, c
 			p++
-		case p < len(pat) && matchSegment(pat[p], comps[c]):
+		case p < len(pat) && matchSegment(pat[p], comps[c], w):
 			p++
 			c++
 		case star >= 0:
@@ -359,23 +434,33 @@ type Project struct {
 	own, git         *Rules
 	ownMemo, gitMemo map[string]bool
 	defMemo          map[string]bool
+	work             *work
 }
 
 // NewProject is the rules of a project: own (nil: none) and its
 // .gitignore's (nil: it has none, and no default applies).
 func NewProject(own, git *Rules) *Project {
-	return &Project{own: own, git: git, ownMemo: map[string]bool{}, gitMemo: map[string]bool{}, defMemo: map[string]bool{}}
+	return &Project{own: own, git: git, ownMemo: map[string]bool{}, gitMemo: map[string]bool{}, defMemo: map[string]bool{}, work: newWork()}
 }
 
 // Match says whether path is left out (see Rules.Match).
 func (p *Project) Match(path string, dir bool) bool {
-	if p.own.match(path, dir, p.ownMemo) {
+	if p.own.match(path, dir, p.ownMemo, p.work) {
 		return true
 	}
 	if p.git.Len() == 0 {
 		return false
 	}
-	return Defaults.match(path, dir, p.defMemo) && p.git.match(path, dir, p.gitMemo)
+	return Defaults.match(path, dir, p.defMemo, p.work) && p.git.match(path, dir, p.gitMemo, p.work)
+}
+
+// Err is ErrTooComplex once p's matching has spent MaxWork steps: its
+// answers since are not to be trusted, and the change list is refused.
+func (p *Project) Err() error {
+	if p.work.left < 0 {
+		return fmt.Errorf("they took over %d steps for one change list; use fewer patterns with more than one \"**\": %w", MaxWork, ErrTooComplex)
+	}
+	return nil
 }
 
 // Empty says p leaves nothing out, whatever the path.

@@ -2,6 +2,7 @@ package ignore
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -119,25 +120,43 @@ func TestProject(t *testing.T) {
 	}
 }
 
-// Matching stays fast on what a sandbox or an owner could write: a path
-// as deep as Linux allows against many patterns full of `*` and `**`.
+// Matching stays bounded whatever a sandbox or an owner writes: as many
+// patterns as a file may hold, each full of `*` and `**`, against paths
+// as deep as Linux allows, stop at MaxWork steps (ErrTooComplex) in well
+// under a second here; a real change list spends a small part of it.
 func TestMatchBounded(t *testing.T) {
 	var rules []string
-	for range 200 {
-		rules = append(rules, "**/a*a*a*a*a*b/**/a/**/a*a*a*c/**")
+	for range MaxRules {
+		rules = append(rules, "**/a*a*a*b/**/a/**/a*c/**")
 	}
-	r, err := Patterns(rules)
+	r, err := Parse(strings.Join(rules, "\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	deep := strings.Repeat("aaaaaaaaaaaaaaaaaa/", MaxPathBytes/19-1) + "x"
+	deep := strings.Repeat("a/", MaxPathBytes/2-1) + "x"
 	start := time.Now()
 	p := NewProject(r, nil)
-	for i := range 50 {
-		p.Match(deep[:len(deep)-19*i], false)
+	for i := range 200 {
+		p.Match(deep[:len(deep)-2*i], i%2 == 0)
 	}
-	if d := time.Since(start); d > 20*time.Second {
-		t.Fatalf("50 deep paths against 200 patterns took %v", d)
+	if d := time.Since(start); d > 20*time.Second || !errors.Is(p.Err(), ErrTooComplex) {
+		t.Fatalf("200 deep paths against %d costly patterns: %v, %v; want ErrTooComplex, soon", MaxRules, d, p.Err())
+	}
+	t.Logf("%d costly patterns against paths 2047 deep: ErrTooComplex after %v", MaxRules, time.Since(start))
+
+	git, _ := Parse("__pycache__/\n*.py[cod]\n**/.pytest_cache/**\ndocs/_build/\n/dist/\n*.egg-info/\n")
+	p = NewProject(nil, git)
+	for i := range 10000 {
+		p.Match(fmt.Sprintf("pkg%d/sub%d/mod/__pycache__/m%d.cpython-311.pyc", i%50, i%7, i), false)
+	}
+	if p.Err() != nil || MaxWork-p.work.left > MaxWork/100 {
+		t.Errorf("10,000 paths against a Python .gitignore: %d steps, %v", MaxWork-p.work.left, p.Err())
+	}
+	if _, err := Parse(strings.Repeat("x\n", MaxRules+1)); !errors.Is(err, ErrTooLarge) {
+		t.Errorf("%d patterns: %v, want ErrTooLarge", MaxRules+1, err)
+	}
+	if _, err := Patterns([]string{strings.Repeat("a/", MaxSegments) + "b"}); !errors.Is(err, ErrSyntax) {
+		t.Errorf("a pattern of %d segments: %v, want ErrSyntax", MaxSegments+1, err)
 	}
 	if r.Match(strings.Repeat("a", MaxPathBytes+1), false) {
 		t.Error("a path past MaxPathBytes matched")
