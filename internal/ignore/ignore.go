@@ -296,7 +296,7 @@ func (r *Rules) match(path string, dir bool, memo map[string]bool, w *work) bool
 		return false
 	}
 	path = strings.Trim(path, "/")
-	if path == "" {
+	if path == "" || path == "." {
 		return false // the project's top is never left out
 	}
 	comps := strings.Split(path, "/")

@@ -115,6 +115,9 @@ func TestProject(t *testing.T) {
 			t.Errorf("Match(%q) = %v, want %v", pr.path, got, pr.ignored)
 		}
 	}
+	if all, _ := Parse("*\n"); all.Match(".", true) || all.Match("", true) || !all.Match("x", false) {
+		t.Error(`"*" leaves out the project's top, or not what is in it`)
+	}
 	if p := NewProject(nil, nil); p.Match("__pycache__", true) || !p.Empty() {
 		t.Error("no .gitignore: no default applies")
 	}
