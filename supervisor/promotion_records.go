@@ -49,6 +49,9 @@ func (s *Supervisor) promotionChanges(ctx context.Context, p Promotion) ([]cowfs
 	if err != nil {
 		return nil, err
 	}
+	if changes, _, err = s.filterChanges(ctx, p.Project, base, changes); err != nil {
+		return nil, err
+	}
 	if d := digest(changes); d != p.Digest {
 		return nil, fmt.Errorf("the change set's digest is %s, recorded %s: %w", d, p.Digest, ErrWrongState)
 	}
