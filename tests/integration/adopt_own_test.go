@@ -27,6 +27,7 @@ func calcProject(t *testing.T, member string, uid, gid uint32, home string) stri
 	out := asMember(t, member, fmt.Sprintf(`set -e
 mkdir %[1]s && cd %[1]s
 printf 'def add(a, b):\n    return a - b\n' > calc.py
+printf '__pycache__/\n' > .gitignore
 printf 'import unittest\nfrom calc import add\n\nclass T(unittest.TestCase):\n    def test_add(self):\n        self.assertEqual(add(2, 3), 5)\n' > test_calc.py
 python3 -B -m unittest -q test_calc 2>&1 && echo PASSED || echo FAILED`, calc))
 	if !strings.Contains(out, "FAILED") {
@@ -102,6 +103,11 @@ func TestMemberAdoptsItsOwnProject(t *testing.T) {
 				if got := uidOf(t, f); got != uid {
 					t.Errorf("%s is uid %d's after the promotion; want the member's %d", f, got, uid)
 				}
+			}
+			// The sandbox's python3 wrote __pycache__ there; the project's
+			// .gitignore leaves it out of the promotion (fs-ignore).
+			if exists(filepath.Join(calc, "__pycache__")) {
+				t.Errorf("~/calc has a __pycache__ after the promotion")
 			}
 			if out := asMember(t, member, "cd "+calc+" && python3 -B -m unittest -q test_calc 2>&1 && echo PASSED"); !strings.Contains(out, "PASSED") {
 				t.Errorf("calc's test on the host after the promotion: %s", out)
