@@ -63,7 +63,7 @@ FUZZ_TARGETS := ./cowfs:FuzzValidateName ./cowfs:FuzzValidateDataset \
 	./promote:FuzzParseTarget ./promote:FuzzPlan ./promote:FuzzApplyPath \
 	./supervisor:FuzzValidateSandboxName \
 	./supervisor/api:FuzzParseOptions ./supervisor/api:FuzzMessage \
-	./internal/termsafe:FuzzLine
+	./internal/termsafe:FuzzLine ./internal/ignore:FuzzMatch
 #
 # Go's fuzz coordinator can fail a target at the -fuzztime deadline with a
 # bare "context deadline exceeded" and no failing input (golang/go#75804,

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"strings"
 	"time"
@@ -111,9 +112,16 @@ func diffCommand() *ucli.Command {
 				if err != nil {
 					return fromBus("diffing sandbox "+e.ID, err)
 				}
-				return written(writeDiffText(cmd.Root().Writer, text))
+				if err := written(writeDiffText(cmd.Root().Writer, text)); err != nil {
+					return err
+				}
+				// The text may go to git apply: the count goes to stderr.
+				if _, ignored, err := sb.DiffCounted(ctx); err == nil && ignored > 0 {
+					fmt.Fprintln(cmd.Root().ErrWriter, leftOutLine(ignored))
+				}
+				return nil
 			}
-			changes, err := sb.Diff(ctx)
+			changes, ignored, err := sb.DiffCounted(ctx)
 			if err != nil {
 				return fromBus("listing the changes of sandbox "+e.ID, err)
 			}
@@ -144,12 +152,29 @@ func diffCommand() *ucli.Command {
 					return err
 				}
 			}
-			if len(changes) == 0 && !out.quiet {
-				return out.line("no changes since the base")
+			if out.quiet {
+				return nil
+			}
+			if len(changes) == 0 {
+				if err := out.line("no changes since the base"); err != nil {
+					return err
+				}
+			}
+			if ignored > 0 {
+				return out.line("%s", leftOutLine(ignored))
 			}
 			return nil
 		}),
 	}
+}
+
+// leftOutLine says how many changed paths the ignore rules left out.
+func leftOutLine(n int) string {
+	paths := "paths"
+	if n == 1 {
+		paths = "path"
+	}
+	return fmt.Sprintf("%d %s left out by ignore rules (.sandboxignore)", n, paths)
 }
 
 // writeDiffText writes a unified diff. Its names come quoted from the

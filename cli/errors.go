@@ -93,6 +93,12 @@ func fromBus(what string, err error) *Error {
 				fix = "the file's owner and mode in the sandbox do not let you (sandboxctl exec SANDBOX -- ls -l PATH)"
 			case strings.Contains(msg, "may not use project"):
 				fix = "ask an administrator to list you in the project's users or groups (sandboxctl project add --user/--group, or [[project]] in /etc/sandboxd/sandboxd.toml)"
+			case strings.Contains(msg, "members of group sandboxd may, their own directories"):
+				fix = "ask an administrator to add you to group sandboxd (or to [access] in /etc/sandboxd/sandboxd.toml)"
+			case strings.Contains(msg, "may not add projects") || strings.Contains(msg, "may not remove projects"):
+				fix = "ask an administrator to add or remove it; a directory of your own you may adopt yourself (sandboxctl project adopt NAME PATH)"
+			case strings.Contains(msg, "are for root and admins") || strings.Contains(msg, "did not adopt it"):
+				fix = "ask an administrator (root or [access] admin_users, admin_groups) to do it"
 			case strings.Contains(msg, "privileged files"):
 				fix = "remove the set-id bits, capabilities or device nodes it names from the sandbox, or ask an administrator to promote with --allow-privileged"
 			}

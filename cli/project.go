@@ -43,7 +43,7 @@ func projectCommand() *ucli.Command {
 			},
 			{
 				Name:      "adopt",
-				Usage:     "make a directory a project where it lives (administrators)",
+				Usage:     "make a directory a project where it lives (yours; any owner's for administrators)",
 				ArgsUsage: "NAME PATH [PATH...]",
 				Description: `Makes the directory at PATH project NAME without moving it from the
 host's point of view: on the pool's btrfs a subvolume is made beside it,
@@ -54,6 +54,14 @@ sockets and holes are kept. Sandboxes show it at PATH. A directory a
 process uses is refused, naming the processes and their units: stop them
 first, or give --restart-units to have their services stopped for the
 adoption and started again after. sandboxctl project release undoes it.
+
+A member of group sandboxd adopts a directory of its own, wherever it
+lives (its home included), for itself: every entry in it must be its
+own, and --user, --group, --restart-units and --freeze are for root and
+administrators, who adopt any owner's directory, keeping its owners. A
+directory others than root can change is copied by descriptor into a
+volume of the pool and mounted back at PATH by the daemon (again at
+each start), never by a mount unit.
 
 More than one PATH (an app and its data: /srv/app /var/lib/postgresql)
 makes one project of them all, in one volume that holds each at its own
@@ -90,7 +98,7 @@ writes at one point.`,
 			},
 			{
 				Name:      "release",
-				Usage:     "undo an adoption: a plain directory again, with the project's files (administrators)",
+				Usage:     "undo an adoption: a plain directory again, with the project's files (yours; any for administrators)",
 				ArgsUsage: "NAME",
 				Action: func(ctx context.Context, cmd *ucli.Command) error {
 					a, err := args(cmd, 1, 1)

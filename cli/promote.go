@@ -98,6 +98,11 @@ func followPromotion(ctx context.Context, c *client, out output, pid string) err
 			if err := say(fmt.Sprintf("promotion %s: %d changes of sandbox %s (digest %s)", p.ID, p.Changes, labelOf(p), p.Digest)); err != nil {
 				return err
 			}
+			if p.Ignored > 0 {
+				if err := say(leftOutLine(p.Ignored)); err != nil {
+					return err
+				}
+			}
 			if len(p.Conflicts) > 0 {
 				if err := say("forced over conflicts: " + quotedPaths(p.Conflicts)); err != nil {
 					return err

@@ -65,6 +65,9 @@ func (t *trial) print(out output, verbose bool) error {
 			diff, disk, peak := "-", "-", "-"
 			if r.Changed != nil {
 				diff = fmt.Sprint(*r.Changed)
+				if r.Ignored > 0 {
+					diff += fmt.Sprintf(" (%d left out)", r.Ignored)
+				}
 			}
 			if r.DiskUsed != nil {
 				disk = bytesText(*r.DiskUsed)

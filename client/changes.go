@@ -20,6 +20,15 @@ func (s *Sandbox) Diff(ctx context.Context) ([]sandboxd1.ChangeEntry, error) {
 	return changes, err
 }
 
+// DiffCounted is Diff, and how many changed paths the project's ignore
+// rules (.sandboxignore, [[project]] ignore) left out of it.
+func (s *Sandbox) DiffCounted(ctx context.Context) ([]sandboxd1.ChangeEntry, int, error) {
+	var changes []sandboxd1.ChangeEntry
+	var ignored uint32
+	err := s.call(ctx, "listing the changes of", sandboxd1.MethodDiffCounted, nil, &changes, &ignored)
+	return changes, int(ignored), err
+}
+
 // UnifiedDiffOptions shape UnifiedDiff's text.
 type UnifiedDiffOptions struct {
 	// Context is the lines of context around each change; 0 is git's

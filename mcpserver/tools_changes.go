@@ -30,6 +30,7 @@ type changeEntry struct {
 type diffOut struct {
 	Changes []changeEntry `json:"changes,omitempty" jsonschema:"what changed since the sandbox was made, a path an entry"`
 	Text    string        `json:"text,omitempty" jsonschema:"the unified diff, with text"`
+	Ignored int           `json:"ignored,omitempty" jsonschema:"how many changed paths the project's ignore rules (.sandboxignore) left out: they never leave the sandbox"`
 	Notes   []string      `json:"notes,omitempty"`
 }
 
@@ -99,6 +100,9 @@ func (s *server) diff(ctx context.Context, in diffIn) (diffOut, error) {
 			return diffOut{}, err
 		}
 		out := diffOut{Text: text}
+		if _, out.Ignored, err = sb.DiffCounted(ctx); err != nil {
+			return diffOut{}, err
+		}
 		if text == "" {
 			out.Notes = append(out.Notes, "the sandbox changed nothing")
 		}
@@ -108,16 +112,19 @@ func (s *server) diff(ctx context.Context, in diffIn) (diffOut, error) {
 		}
 		return out, nil
 	}
-	changes, err := sb.Diff(ctx)
+	changes, ignored, err := sb.DiffCounted(ctx)
 	if err != nil {
 		return diffOut{}, err
 	}
-	out := diffOut{Changes: []changeEntry{}}
+	out := diffOut{Changes: []changeEntry{}, Ignored: ignored}
 	for _, c := range changes {
 		out.Changes = append(out.Changes, changeEntry(c))
 	}
 	if len(changes) == 0 {
 		out.Notes = append(out.Notes, "the sandbox changed nothing")
+	}
+	if ignored > 0 {
+		out.Notes = append(out.Notes, fmt.Sprintf("%d changed paths left out by the project's ignore rules (.sandboxignore): they are neither listed nor promoted", ignored))
 	}
 	return out, nil
 }

@@ -309,3 +309,68 @@ func TestPrivilegedNamesWhatTheChangesGiveToRoot(t *testing.T) {
 		t.Errorf("Privileged without a base: %v, %v; want nothing", found, err)
 	}
 }
+
+// TestPrivilegedForNamesWhatTheChangesGiveToOthers: for a promoter other
+// than root, a path the change set gives to any uid but the promoter's,
+// or to a group it is not in, is privileged (it could not do that on the
+// host); another's file that keeps its owner is not, nor a group a
+// set-gid directory passes on.
+func TestPrivilegedForNamesWhatTheChangesGiveToOthers(t *testing.T) {
+	base, src := t.TempDir(), t.TempDir()
+	file := func(dir, name string, uid, gid int) {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Lchown(p, uid, gid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const me, mine, web = 1000, 1000, 33
+	for _, n := range []string{"mine", "webs", "to-web", "to-group", "to-root"} {
+		file(base, n, me, mine)
+	}
+	file(base, "webs", web, web)
+	file(src, "mine", me, mine)     // edited, stays the promoter's
+	file(src, "webs", web, web)     // www-data's before: edited, stays www-data's
+	file(src, "to-web", web, mine)  // given to www-data
+	file(src, "to-group", me, web)  // given to group www-data
+	file(src, "to-root", 0, 0)      // given to root
+	file(src, "new-web", web, web)  // new, www-data's
+	file(src, "new-staff", me, 50)  // new, of a group of the promoter's
+	file(src, "new-mine", me, mine) // new, the promoter's
+	if err := os.Mkdir(filepath.Join(src, "shared"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(filepath.Join(src, "shared"), me, web); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Chmod(filepath.Join(src, "shared"), 0o2775); err != nil { // passes group www-data on
+		t.Fatal(err)
+	}
+	file(src, "shared/new", me, web)
+	var changes []cowfs.Change
+	for _, n := range []string{"mine", "webs", "to-web", "to-group", "to-root", "new-web", "new-staff", "new-mine", "shared/new"} {
+		changes = append(changes, cowfs.Change{Kind: cowfs.Modified, Type: cowfs.TypeFile, Path: n})
+	}
+	found, err := PrivilegedFor(context.Background(), changes, src, base, Promoter{UID: me, GIDs: []uint32{mine, 50}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, p := range found {
+		got = append(got, p.String())
+	}
+	want := []string{
+		"to-web (given to uid 33 (was uid 1000), not the promoter's (uid 1000))",
+		"to-group (given to group gid 33 (was gid 1000), not the promoter's (uid 1000))",
+		"to-root (given to root (was uid 1000), not the promoter's (uid 1000))",
+		"new-web (new, owned by uid 33, not the promoter's (uid 1000))",
+	}
+	if strings.Join(got, "; ") != strings.Join(want, "; ") {
+		t.Errorf("PrivilegedFor found %q; want %q", got, want)
+	}
+	if _, err := PrivilegedFor(context.Background(), changes, src, "", Promoter{UID: me}); err == nil {
+		t.Errorf("PrivilegedFor without a base: no error")
+	}
+}

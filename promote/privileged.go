@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path"
+	"slices"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -60,12 +61,39 @@ func (e *PrivilegedError) Unwrap() error { return ErrPrivileged }
 // give its files to root; a promoter other than root may not give them
 // to the host's (a root-owned tree is one root's tools trust).
 func Privileged(ctx context.Context, changes []cowfs.Change, src, base string) ([]PrivilegedPath, error) {
+	return privileged(ctx, changes, src, base, nil)
+}
+
+// Promoter is who promotes, where it is not root: its uid and groups
+// (primary and supplementary).
+type Promoter struct {
+	UID  uint32
+	GIDs []uint32
+}
+
+// PrivilegedFor is Privileged for a promoter other than root (by),
+// against base (which it needs): a path the change set gives to anyone
+// but by is privileged too, as by could not do it on the host. That is a
+// path owned in src by a uid other than by's, or by a group by is not in
+// (nor the group a set-gid parent directory passes on), and new or given
+// that owner. Root in a sandbox's user namespace may give its copy's
+// files to any id of its block (www-data, root, another user); an
+// unprivileged promoter must not have the daemon do it on the host for
+// it. A file that keeps its owner (another's, edited) is not named.
+func PrivilegedFor(ctx context.Context, changes []cowfs.Change, src, base string, by Promoter) ([]PrivilegedPath, error) {
+	if base == "" {
+		return nil, fmt.Errorf("looking for privileged files: a promoter other than root (uid %d) is checked against the base, and none was given", by.UID)
+	}
+	return privileged(ctx, changes, src, base, &by)
+}
+
+func privileged(ctx context.Context, changes []cowfs.Change, src, base string, by *Promoter) ([]PrivilegedPath, error) {
 	root, err := unix.Open(src, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("looking for privileged files: opening the source %s: %w", src, err)
 	}
 	defer unix.Close(root)
-	w := walker{base: -1}
+	w := walker{base: -1, by: by}
 	if base != "" {
 		if w.base, err = unix.Open(base, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
 			return nil, fmt.Errorf("looking for privileged files: opening the base %s: %w", base, err)
@@ -106,8 +134,12 @@ func Privileged(ctx context.Context, changes []cowfs.Change, src, base string) (
 }
 
 // walker holds what privilegedAt compares with: the base's root (-1:
-// none).
-type walker struct{ base int }
+// none), and the promoter other than root (nil: only what is given to
+// root is named).
+type walker struct {
+	base int
+	by   *Promoter
+}
 
 // privilegedAt adds name in dir (shown as shown) if it is privileged,
 // and with tree whatever below it is.
@@ -122,7 +154,11 @@ func (w walker) privilegedAt(dir int, name, shown string, tree bool, found []Pri
 	if why := privilegedMode(st.Mode); why != "" {
 		found = append(found, PrivilegedPath{Path: shown, Why: why})
 	}
-	if why := w.madeRoots(shown, st); why != "" {
+	why, err := w.givenAway(dir, shown, st)
+	if err != nil {
+		return found, err
+	}
+	if why != "" {
 		found = append(found, PrivilegedPath{Path: shown, Why: why})
 	}
 	switch st.Mode & unix.S_IFMT {
@@ -157,11 +193,32 @@ func (w walker) privilegedAt(dir int, name, shown string, tree bool, found []Pri
 	return found, nil
 }
 
-// madeRoots says how the change set made path (st in the source) root's,
-// "" if it did not: its uid or gid is 0 and was not in the base.
-func (w walker) madeRoots(path string, st unix.Stat_t) string {
-	if w.base < 0 || st.Uid != 0 && st.Gid != 0 {
-		return ""
+// givenAway says how the change set gave path (st in the source, in
+// directory dir) to an owner the promoter may not give files to, "" if
+// it did not: one other than the promoter (w.by; without one: root), new
+// with it or given it since the base.
+func (w walker) givenAway(dir int, path string, st unix.Stat_t) (string, error) {
+	if w.base < 0 {
+		return "", nil
+	}
+	uidOK := func(uid uint32) bool { return uid != 0 }
+	gidOK := func(gid uint32) bool { return gid != 0 }
+	if w.by != nil {
+		by := w.by
+		uidOK = func(uid uint32) bool { return uid == by.UID }
+		gidOK = func(gid uint32) bool { return slices.Contains(by.GIDs, gid) }
+		// A set-gid directory passes its group on to what is made in
+		// it, on the host as in the sandbox.
+		var parent unix.Stat_t
+		if err := unix.Fstat(dir, &parent); err != nil {
+			return "", err
+		}
+		if parent.Mode&unix.S_ISGID != 0 {
+			gidOK = func(gid uint32) bool { return gid == parent.Gid || slices.Contains(by.GIDs, gid) }
+		}
+	}
+	if uidOK(st.Uid) && gidOK(st.Gid) {
+		return "", nil
 	}
 	var was unix.Stat_t
 	fd, err := unix.Openat2(w.base, path, &unix.OpenHow{
@@ -172,17 +229,36 @@ func (w walker) madeRoots(path string, st unix.Stat_t) string {
 		err = unix.Fstat(fd, &was)
 		unix.Close(fd)
 	}
-	switch {
-	case err != nil && st.Uid == 0:
-		return "new, owned by root"
-	case err != nil:
-		return "new, of group root"
-	case st.Uid == 0 && was.Uid != 0:
-		return fmt.Sprintf("given to root (was uid %d)", was.Uid)
-	case st.Gid == 0 && was.Gid != 0:
-		return fmt.Sprintf("given to group root (was gid %d)", was.Gid)
+	isNew := err != nil
+	not := ""
+	if w.by != nil {
+		not = fmt.Sprintf(", not the promoter's (uid %d)", w.by.UID)
 	}
-	return ""
+	switch {
+	case !uidOK(st.Uid) && isNew:
+		return "new, owned by " + userName(st.Uid) + not, nil
+	case !gidOK(st.Gid) && isNew:
+		return "new, of group " + groupName(st.Gid) + not, nil
+	case !uidOK(st.Uid) && was.Uid != st.Uid:
+		return fmt.Sprintf("given to %s (was uid %d)%s", userName(st.Uid), was.Uid, not), nil
+	case !gidOK(st.Gid) && was.Gid != st.Gid:
+		return fmt.Sprintf("given to group %s (was gid %d)%s", groupName(st.Gid), was.Gid, not), nil
+	}
+	return "", nil
+}
+
+func userName(uid uint32) string {
+	if uid == 0 {
+		return "root"
+	}
+	return fmt.Sprintf("uid %d", uid)
+}
+
+func groupName(gid uint32) string {
+	if gid == 0 {
+		return "root"
+	}
+	return fmt.Sprintf("gid %d", gid)
 }
 
 // privilegedMode says why a file of mode is privileged ("" if it is not):

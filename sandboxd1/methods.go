@@ -42,9 +42,12 @@ const (
 	MethodRollback         = "Rollback"
 	MethodDiff             = "Diff"
 	MethodUnifiedDiff      = "UnifiedDiff"
-	MethodRebase           = "Rebase"
-	MethodProjectChanges   = "ProjectChanges"
-	MethodPromote          = "Promote"
+	// DiffCounted() → (a(ssss) changes, u ignored): Diff's list and how
+	// many changed paths the project's ignore rules left out of it.
+	MethodDiffCounted    = "DiffCounted"
+	MethodRebase         = "Rebase"
+	MethodProjectChanges = "ProjectChanges"
+	MethodPromote        = "Promote"
 	// Background processes (issue 21): Spawn(as argv, a{sv} options) →
 	// (s process), with Exec's options; ListProcesses() →
 	// a(sasuttsii) (ProcessEntry); ReadLog(s process, t offset, u max) →

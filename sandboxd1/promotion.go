@@ -20,7 +20,10 @@ type Promotion struct {
 	// Changes is how many paths the change set has; Digest a hash of it.
 	Changes int    `json:"changes"`
 	Digest  string `json:"digest,omitempty"`
-	Force   bool   `json:"force,omitempty"`
+	// Ignored is how many changed paths the project's ignore rules
+	// (.sandboxignore, [[project]] ignore) left out of the change set.
+	Ignored int  `json:"ignored,omitempty"`
+	Force   bool `json:"force,omitempty"`
 	// AllowPrivileged: an admin let set-id files and device nodes through.
 	AllowPrivileged bool `json:"allow_privileged,omitempty"`
 	// Conflicts are the paths both sides changed (refused unless Force).

@@ -87,6 +87,9 @@ type TryResult struct {
 	// Changed is the number of paths Diff lists; nil where the pool
 	// cannot tell.
 	Changed *int `json:"changed"`
+	// Ignored is how many changed paths the project's ignore rules left
+	// out of Changed.
+	Ignored int `json:"ignored,omitempty"`
 	// DiskUsed is Usage's DiskUsed, bytes; nil where it is not accounted.
 	DiskUsed *uint64 `json:"disk_used"`
 	// MemoryPeak is Usage's MemoryPeak, bytes, read once the check

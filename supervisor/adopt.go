@@ -42,6 +42,11 @@ type AdoptOptions struct {
 	// frozen while a sandbox's base is snapshotted (a few ms), so that
 	// what they wrote is at one point of theirs.
 	Freeze []string
+	// Caller, for a member of group sandboxd who is not an admin, is its
+	// uid: it adopts only a directory of its own, all of whose entries
+	// are its own, for itself (Access names no one else), and only it,
+	// root and admins may release it.
+	Caller *uint32
 }
 
 // AdoptProject makes the directory at path project name, in place: the
@@ -57,14 +62,22 @@ func (s *Supervisor) AdoptProject(ctx context.Context, name, path string, o Adop
 	if err := checkFreezeUnits(o.Freeze); err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
+	if o.Caller != nil {
+		if err := ownAccess(*o.Caller, o); err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+	}
 	pm, ok := s.cfg.Backend.(cowfs.ProjectMaker)
 	if !ok {
 		return fmt.Errorf("%s: the %s pool cannot make a project at a path (btrfs can): %w", what, s.cfg.Backend.Info().Backend, ErrInvalidProject)
 	}
+	owned := false
 	for i, p := range paths {
-		if err := s.adoptable(p); err != nil {
+		own, err := s.adoptable(p, o.Caller)
+		if err != nil {
 			return fmt.Errorf("%s: %w", what, err)
 		}
+		owned = owned || own
 		for _, q := range paths[:i] {
 			if within(p, q) || within(q, p) {
 				return fmt.Errorf("%s: %s and %s are one inside the other: %w", what, p, q, ErrInvalidProject)
@@ -109,9 +122,20 @@ func (s *Supervisor) AdoptProject(ctx context.Context, name, path string, o Adop
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
-	ad := &state.Adoption{Path: path, More: o.More, Phase: state.AdoptCopying}
+	ad := &state.Adoption{Path: path, More: o.More, Phase: state.AdoptCopying, Owner: o.Caller}
 	location := path
-	if onPool && len(o.More) == 0 {
+	if owned {
+		// In the pool's own directory, not beside a path its owner can
+		// rename: the volume is snapshotted by its path for each sandbox.
+		root := s.cfg.Backend.Info().Root
+		ad.How, ad.Temp = state.AdoptOwned, filepath.Join(filepath.Dir(root), filepath.Base(root)+"-adopted", name)
+		location = ad.Temp
+		for _, p := range paths {
+			if err := roomFor(p, filepath.Dir(root)); err != nil {
+				return fmt.Errorf("%s: %w", what, err)
+			}
+		}
+	} else if onPool && len(o.More) == 0 {
 		ad.How, ad.Temp = state.AdoptSwap, filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".sandboxd-adopt")
 	} else {
 		root := s.cfg.Backend.Info().Root
@@ -192,6 +216,9 @@ func (s *Supervisor) startServices(services []string) {
 // adopt takes rec's adoption from copying to done.
 func (s *Supervisor) adopt(ctx context.Context, pm cowfs.ProjectMaker, rec *state.Project) error {
 	ad := rec.Adoption
+	if ad.How == state.AdoptOwned {
+		return s.adoptOwned(ctx, pm, rec)
+	}
 	if ad.How == state.AdoptMount {
 		if err := os.MkdirAll(filepath.Dir(ad.Temp), 0o700); err != nil {
 			return err
@@ -267,9 +294,14 @@ func (s *Supervisor) finishAdoption(rec *state.Project) error {
 func (s *Supervisor) undoAdoption(ctx context.Context, pm cowfs.ProjectMaker, rec state.Project) error {
 	ad := rec.Adoption
 	var errs []error
-	if ad.How == state.AdoptMount {
+	switch ad.How {
+	case state.AdoptMount:
 		for _, p := range ad.Paths() {
 			errs = append(errs, s.cfg.Units.RemoveMount(ctx, p))
+		}
+	case state.AdoptOwned:
+		for _, p := range ad.Paths() {
+			errs = append(errs, unmountOwned(ad, ad.Temp, p))
 		}
 	}
 	if _, err := os.Lstat(ad.Temp); err == nil {
@@ -286,6 +318,14 @@ func (s *Supervisor) reconcileAdoptions(ctx context.Context, recs []state.Projec
 	var out []state.Project
 	for _, rec := range recs {
 		ad := rec.Adoption
+		if ad != nil && ad.How == state.AdoptOwned && ad.Phase == state.AdoptDone {
+			// Its mounts are the daemon's to make again (after a reboot).
+			for _, p := range ad.Paths() {
+				if err := mountOwned(&state.Adoption{Path: ad.Path, More: ad.More, Temp: rec.Location, Owner: ad.Owner}, p, nil); err != nil {
+					s.log.Error("mounting an adopted project at its path", "project", rec.Name, "path", p, "error", err)
+				}
+			}
+		}
 		if ad == nil || ad.Phase == state.AdoptDone {
 			out = append(out, rec)
 			continue
@@ -294,7 +334,7 @@ func (s *Supervisor) reconcileAdoptions(ctx context.Context, recs []state.Projec
 			s.log.Error("an adoption was left half way, and the pool cannot finish it", "project", rec.Name, "path", ad.Path)
 			continue
 		}
-		if err := rootonly.Check(ad.Path); err != nil {
+		if err := rootonly.Check(ad.Path); err != nil && ad.How != state.AdoptOwned {
 			// Someone else can rename what root would act on: neither
 			// finished nor undone by the daemon, but told.
 			s.log.Error("an adoption was left half way, at a path others can change; left for an administrator", "project", rec.Name, "path", ad.Path, "error", err)
@@ -307,9 +347,12 @@ func (s *Supervisor) reconcileAdoptions(ctx context.Context, recs []state.Projec
 		}
 		switched := false
 		if ad.Phase == state.AdoptSwitching {
-			if ad.How == state.AdoptSwap {
+			switch ad.How {
+			case state.AdoptSwap:
 				switched, _ = pm.IsVolume(ad.Path)
-			} else {
+			case state.AdoptOwned:
+				switched = slices.ContainsFunc(ad.Paths(), func(p string) bool { return ownedMounted(ad, ad.Temp, p) })
+			default:
 				switched = slices.ContainsFunc(ad.Paths(), mountedAt)
 			}
 		}
@@ -317,8 +360,13 @@ func (s *Supervisor) reconcileAdoptions(ctx context.Context, recs []state.Projec
 		if switched {
 			// Past the copy: each directory bound back (of several, some
 			// may not be yet), then done.
-			if ad.How == state.AdoptMount {
+			switch ad.How {
+			case state.AdoptMount:
 				err = s.bindAdopted(ctx, ad)
+			case state.AdoptOwned:
+				for _, p := range ad.Paths() {
+					err = errors.Join(err, mountOwned(ad, p, nil))
+				}
 			}
 			if err == nil {
 				err = s.finishAdoption(&rec)

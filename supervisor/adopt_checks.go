@@ -17,25 +17,47 @@ import (
 // adoptable says why path cannot be adopted, or nil: it must be a plain
 // directory (not /, not a mount point of another filesystem, not a
 // volume already), hold no project and be in none, and hold neither the
-// pool nor sandboxd's state.
-func (s *Supervisor) adoptable(path string) error {
+// pool nor sandboxd's state. owned says it is adopted by descriptor
+// (adopt_owned.go): a member's own (caller set: it must be the caller's,
+// all of it), or one that others than root could change while root
+// acts on it (a home's, a service's data); the rest, root's alone up to
+// / with no user's directory in it, by the ways of issue 18.
+func (s *Supervisor) adoptable(path string, caller *uint32) (owned bool, err error) {
 	if !filepath.IsAbs(path) || filepath.Clean(path) != path || strings.ContainsAny(path, "\n\r\x00\\") {
-		return fmt.Errorf("%q is not an absolute, clean path (without line breaks or backslashes): %w", path, ErrInvalidProject)
+		return false, fmt.Errorf("%q is not an absolute, clean path (without line breaks or backslashes): %w", path, ErrInvalidProject)
 	}
 	if path == "/" {
-		return fmt.Errorf("/ cannot be a project: %w", ErrInvalidProject)
+		return false, fmt.Errorf("/ cannot be a project: %w", ErrInvalidProject)
 	}
 	if strings.Contains(path, "%") {
-		return fmt.Errorf("%q: a %% would be a specifier in its mount unit: %w", path, ErrInvalidProject)
+		return false, fmt.Errorf("%q: a %% would be a specifier in its mount unit: %w", path, ErrInvalidProject)
 	}
-	// The daemon acts as root on path and on names beside it: no one but
-	// root may be able to rename them meanwhile.
-	if err := rootonly.Check(path); err != nil {
-		return fmt.Errorf("%v; only a directory that root alone can change, up to /, is adopted: %w", err, ErrInvalidProject)
+	owned = caller != nil || rootonly.Check(path) != nil
+	if err := s.adoptableDir(path); err != nil {
+		return false, err
 	}
+	if !owned && systemTree(path) != nil {
+		// A user's directory in root's tree: copied by descriptor.
+		owned = true
+	}
+	if owned {
+		fd, _, err := openOwned(path, caller)
+		if err != nil {
+			return false, err
+		}
+		unix.Close(fd)
+	}
+	return owned, nil
+}
+
+// adoptableDir is adoptable's checks of what path is and where.
+func (s *Supervisor) adoptableDir(path string) error {
 	st, err := os.Lstat(path)
 	if err != nil {
 		return fmt.Errorf("%s: %w: %w", path, err, ErrInvalidProject)
+	}
+	if st.Mode()&os.ModeSymlink != 0 {
+		return fmt.Errorf("%s is a symlink (none is followed): adopt the directory it points to by its own path: %w", path, ErrInvalidProject)
 	}
 	if !st.IsDir() {
 		return fmt.Errorf("%s is not a directory (a symlink is not followed): %w", path, ErrInvalidProject)
@@ -47,9 +69,6 @@ func (s *Supervisor) adoptable(path string) error {
 		if vol, _ := pm.IsVolume(path); vol {
 			return fmt.Errorf("%s is a subvolume already: add it with `sandboxctl project add`: %w", path, ErrInvalidProject)
 		}
-	}
-	if err := systemTree(path); err != nil {
-		return err
 	}
 	for _, p := range s.projects.list() {
 		for _, at := range p.places() {

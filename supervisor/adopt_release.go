@@ -22,7 +22,19 @@ import (
 // project is gone. It takes a project with no sandboxes. The project is
 // forgotten and the release recorded first: a daemon that starts after a
 // crash finishes it.
-func (s *Supervisor) ReleaseProject(ctx context.Context, name string) (err error) {
+func (s *Supervisor) ReleaseProject(ctx context.Context, name string) error {
+	return s.releaseProject(ctx, name, nil)
+}
+
+// ReleaseOwnProject is ReleaseProject for a member who is not an admin:
+// only a project it adopted itself (of its own directory) is released.
+func (s *Supervisor) ReleaseOwnProject(ctx context.Context, name string, uid uint32) error {
+	return s.releaseProject(ctx, name, &uid)
+}
+
+// releaseProject is ReleaseProject; with caller, only of a project that
+// caller adopted.
+func (s *Supervisor) releaseProject(ctx context.Context, name string, caller *uint32) (err error) {
 	what := fmt.Sprintf("releasing project %q", name)
 	path := ""
 	defer func() { s.auditProject(ctx, "project-release", name, path, err) }()
@@ -39,7 +51,13 @@ func (s *Supervisor) ReleaseProject(ctx context.Context, name string) (err error
 	}
 	ad := rec.Adoption
 	path = ad.Path
+	if err := mayRelease(ad, caller); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
 	for _, p := range ad.Paths() {
+		if ad.How == state.AdoptOwned {
+			break // acted on by descriptor (adopt_owned.go)
+		}
 		if err := rootonly.Check(p); err != nil {
 			return fmt.Errorf("%s: %v; root acts on it by name, so only root may be able to change it, up to /: %w", what, err, ErrInvalidProject)
 		}
@@ -57,6 +75,10 @@ func (s *Supervisor) ReleaseProject(ctx context.Context, name string) (err error
 		err = fmt.Errorf("it changed while its users were looked for; try again: %w", ErrProjectInUse)
 	}
 	if err != nil {
+		s.admission.Unlock()
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	if err := mayRelease(again.Adoption, caller); err != nil {
 		s.admission.Unlock()
 		return fmt.Errorf("%s: %w", what, err)
 	}
@@ -83,6 +105,15 @@ func (s *Supervisor) ReleaseProject(ctx context.Context, name string) (err error
 	}
 	s.log.Info("project released", "ACTION", "project-release", "CALLER_UID", uidField(ctx), "project", name, "path", ad.Path)
 	return nil
+}
+
+// mayRelease refuses caller (a member, not an admin) the release of an
+// adoption it did not make of its own directory.
+func mayRelease(ad *state.Adoption, caller *uint32) error {
+	if caller == nil || ad.Owner != nil && *ad.Owner == *caller {
+		return nil
+	}
+	return fmt.Errorf("uid %d did not adopt it (a member releases only its own adoptions; root and admins release any): %w", *caller, ErrAccessDenied)
 }
 
 // adoptedRecord is the record of adopted project name.
@@ -125,6 +156,9 @@ func (s *Supervisor) release(ctx context.Context, rec state.Project) error {
 	pm, ok := s.cfg.Backend.(cowfs.ProjectMaker)
 	if !ok {
 		return errors.New("the pool cannot remove a project volume at a path")
+	}
+	if ad.How == state.AdoptOwned {
+		return s.releaseOwned(ctx, pm, rec)
 	}
 	if ad.How == state.AdoptSwap {
 		plain := filepath.Join(filepath.Dir(ad.Path), "."+filepath.Base(ad.Path)+".sandboxd-release")

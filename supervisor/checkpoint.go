@@ -296,27 +296,36 @@ func rollbackOf(volume string) (id, name string, ok bool) {
 
 // Diff lists what sandbox id changed in its copy of the project since its
 // base, from the backend's change list (its cost follows the change, not
-// the project, where the backend has FastChanges).
-func (s *Supervisor) Diff(ctx context.Context, id string) (changes []cowfs.Change, err error) {
-	err = s.withChanges(ctx, id, "listing the changes of sandbox "+id, func(_, _ cowfs.Volume, c []cowfs.Change) error {
-		changes = c
-		return nil
-	})
+// the project, where the backend has FastChanges), less what the
+// project's ignore rules leave out (ignore.go).
+func (s *Supervisor) Diff(ctx context.Context, id string) ([]cowfs.Change, error) {
+	changes, _, err := s.DiffCounted(ctx, id)
 	return changes, err
 }
 
+// DiffCounted is Diff, and how many paths the ignore rules left out.
+func (s *Supervisor) DiffCounted(ctx context.Context, id string) (changes []cowfs.Change, ignored int, err error) {
+	err = s.withChanges(ctx, id, "listing the changes of sandbox "+id, func(_, _ cowfs.Volume, c []cowfs.Change, n int) error {
+		changes, ignored = c, n
+		return nil
+	})
+	return changes, ignored, err
+}
+
 // UnifiedDiff writes what sandbox id changed since its base as a unified
-// text diff (promote.Unified): the change list's files only.
+// text diff (promote.Unified): the change list's files only, less what
+// the ignore rules leave out.
 func (s *Supervisor) UnifiedDiff(ctx context.Context, id string, w io.Writer, o promote.UnifiedOptions) error {
-	return s.withChanges(ctx, id, "diffing sandbox "+id, func(base, now cowfs.Volume, changes []cowfs.Change) error {
+	return s.withChanges(ctx, id, "diffing sandbox "+id, func(base, now cowfs.Volume, changes []cowfs.Change, _ int) error {
 		return promote.Unified(ctx, w, changes, base.Path, now.Path, o)
 	})
 }
 
 // withChanges calls fn with sandbox id's base, a moment's read-only
 // snapshot of it (btrfs sends from read-only snapshots), and the change
-// list between the two; the snapshot goes after.
-func (s *Supervisor) withChanges(ctx context.Context, id, what string, fn func(base, now cowfs.Volume, changes []cowfs.Change) error) error {
+// list between the two less what the project's ignore rules leave out
+// (and how many that was); the snapshot goes after.
+func (s *Supervisor) withChanges(ctx context.Context, id, what string, fn func(base, now cowfs.Volume, changes []cowfs.Change, ignored int) error) error {
 	defer s.lock(id)()
 	rec, err := s.cfg.Store.Get(id)
 	if err != nil {
@@ -335,11 +344,15 @@ func (s *Supervisor) withChanges(ctx context.Context, id, what string, fn func(b
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	defer func() { _ = s.cfg.Backend.Delete(context.WithoutCancel(ctx), now) }()
-	changes, err := s.cfg.Backend.Changes(ctx, base, now)
+	changes, err := s.sandboxChanges(ctx, base, now)
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
-	if err := fn(base, now, changes); err != nil {
+	changes, ignored, err := s.filterChanges(ctx, rec.Project, base, changes)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	if err := fn(base, now, changes, ignored); err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	return nil

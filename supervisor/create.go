@@ -248,6 +248,9 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 		return sb, fmt.Errorf("creating sandbox %s: %w", id, err)
 	}
 	undo = append(undo, func(ctx context.Context) error { return s.cfg.Backend.Delete(ctx, vol) })
+	if err := s.ownTopDir(rec, vol); err != nil {
+		return sb, fmt.Errorf("creating sandbox %s: %w", id, err)
+	}
 	crashpoint.Hit(crashpoint.CreateVolume)
 	timing.mark("volume")
 	if !early {

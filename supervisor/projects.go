@@ -271,7 +271,7 @@ func checkNewProject(name string, access ProjectAccess) error {
 // projectOf is the project an added project's record makes.
 func projectOf(r state.Project) Project {
 	p := Project{Name: r.Name, Location: r.Location, Origin: OriginAdded, Freeze: r.Freeze}
-	if r.Adoption != nil && r.Adoption.How == state.AdoptMount {
+	if r.Adoption != nil && (r.Adoption.How == state.AdoptMount || r.Adoption.How == state.AdoptOwned) {
 		p.At = r.Adoption.Paths()
 	}
 	return p

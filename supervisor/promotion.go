@@ -167,11 +167,20 @@ func (s *Supervisor) Promote(ctx context.Context, id string, o PromoteOptions) (
 	if err != nil {
 		return fail(fmt.Errorf("%s: %w", what, err))
 	}
-	changes, err := s.cfg.Backend.Changes(ctx, base, source)
+	changes, err := s.sandboxChanges(ctx, base, source)
 	if err != nil {
 		return fail(fmt.Errorf("%s: listing its changes: %w", what, err))
 	}
+	// What the project's ignore rules leave out never leaves the sandbox
+	// (ignore.go); the rules are the base's, so a resumption finds the same.
+	changes, p.Ignored, err = s.filterChanges(ctx, rec.Project, base, changes)
+	if err != nil {
+		return fail(fmt.Errorf("%s: %w", what, err))
+	}
 	if len(changes) == 0 {
+		if p.Ignored > 0 {
+			return fail(fmt.Errorf("%s: it changed nothing since its base but %d paths the project's ignore rules leave out: %w", what, p.Ignored, ErrNothingToPromote))
+		}
 		return fail(fmt.Errorf("%s: it changed nothing since its base: %w", what, ErrNothingToPromote))
 	}
 	p.Changes, p.Digest = len(changes), digest(changes)

@@ -25,15 +25,17 @@ const (
 )
 
 // checkPrivileged refuses a change set that carries set-id files, device
-// nodes or file capabilities, or (from a promoter other than root) makes
-// a path root's that was not, naming each, unless allow (an admin's
+// nodes or file capabilities, or (from a promoter other than root) gives
+// a path to an owner other than the promoter (root, www-data, another
+// user), naming each, unless allow (an admin's
 // word), which is then logged and audited with the paths.
 func (s *Supervisor) checkPrivileged(ctx context.Context, p *Promotion, changes []cowfs.Change, source, base cowfs.Volume, allow bool) error {
-	from := base.Path
-	if p.Owner == 0 {
-		from = "" // root's own files are root's to give
+	found, err := promote.Privileged(ctx, changes, source.Path, "") // root's own files are root's to give
+	if p.Owner != 0 {
+		// Root in the sandbox may give its copy's files to anyone; its
+		// promoter may give the host's only to itself and its groups.
+		found, err = promote.PrivilegedFor(ctx, changes, source.Path, base.Path, promote.Promoter{UID: p.Owner, GIDs: ownerGroups(p.Owner)})
 	}
-	found, err := promote.Privileged(ctx, changes, source.Path, from)
 	if err != nil {
 		return err
 	}

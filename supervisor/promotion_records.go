@@ -45,8 +45,11 @@ func (s *Supervisor) promotionChanges(ctx context.Context, p Promotion) ([]cowfs
 	if err != nil {
 		return nil, fmt.Errorf("the promotion's source: %w", err)
 	}
-	changes, err := s.cfg.Backend.Changes(ctx, base, source)
+	changes, err := s.sandboxChanges(ctx, base, source)
 	if err != nil {
+		return nil, err
+	}
+	if changes, _, err = s.filterChanges(ctx, p.Project, base, changes); err != nil {
 		return nil, err
 	}
 	if d := digest(changes); d != p.Digest {

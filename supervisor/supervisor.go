@@ -79,6 +79,10 @@ type Config struct {
 	// a project it lacks has none. Units must do ServiceEnvironment for
 	// a project that names units.
 	ProjectEnv map[string]ProjectEnv
+	// ProjectIgnore is the configuration's [[project]] ignore patterns
+	// (by name, checked when it was read): paths that diff, try and
+	// promotion leave out (ignore.go).
+	ProjectIgnore map[string][]string
 	// InitCommand starts a sandbox's init (a program whose main runs
 	// nsinit.Main when nsinit.IsInit): it builds the sandbox's world,
 	// holds its scope for as long as the sandbox lives, and starts its

@@ -62,7 +62,10 @@ type TryResult struct {
 	// Changes is how many paths it changed (nil: the pool cannot tell);
 	// DiskUsed what it wrote (bytes, nil: not accounted); MemoryPeak its
 	// memory peak once the check ended (bytes, nil: not counted).
-	Changes              *int
+	Changes *int
+	// Ignored is how many changed paths the project's ignore rules left
+	// out of Changes.
+	Ignored              int
 	DiskUsed, MemoryPeak *uint64
 	Winner, Kept         bool
 	// CommandOutput and CheckOutput are the last 64 KiB of each step's

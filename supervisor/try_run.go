@@ -76,9 +76,9 @@ func (s *Supervisor) tryOne(ctx context.Context, opts *TryOptions, r *TryResult)
 		return fmt.Errorf("reading what %s changed: %w", r.Name, err)
 	}
 	defer busy()
-	if changes, err := s.Diff(ctx, sb.ID); err == nil {
+	if changes, ignored, err := s.DiffCounted(ctx, sb.ID); err == nil {
 		n := len(changes)
-		r.Changes = &n
+		r.Changes, r.Ignored = &n, ignored
 	} else if ctx.Err() != nil {
 		return context.Cause(ctx)
 	}

@@ -20,14 +20,17 @@ import (
 
 // Sandboxes in user namespaces: root in their own sandbox, nobody on the
 // host. Each holds a block of IDBlock host ids that no other live
-// sandbox and no host user has; inside it, root and the system accounts
-// (ids below 1000), nobody, and its owner (with the owner's groups) exist,
-// each at its own number. Idmapped mounts of the host root's layers, the
-// sandbox's layer and its project show files with their real owners, so
-// root's files are root's inside, the owner's are the owner's, and what
-// the sandbox's root writes lands on disk as uid 0. Other users' files
-// have no id inside: they show as nobody's, and the sandbox's root has
-// no power over them.
+// sandbox and no host user has; inside it, every id of the block exists
+// at its own number (an owner's id above it at the block's top). Two id
+// maps, two jobs: the sandbox's layer and its copy of the project are
+// idmapped through the whole map, so every file of the copy shows its
+// real owner (root's, www-data's, postgres's, another user's), root
+// inside may change any of them and a service inside runs on its own
+// files; the host root's layers are idmapped through a narrow one
+// (shownIDs: root, nobody, the owner), so a system account's or another
+// user's file there has no id inside, shows as nobody's, and the
+// sandbox's root has no power over it. What the sandbox's root writes
+// lands on disk as uid 0.
 
 // Values of UserNS.Mode.
 const (
@@ -43,10 +46,6 @@ const (
 
 // IDBlock is how many host ids one sandbox holds: a block aligned to it.
 const IDBlock = 1 << 16
-
-// systemIDs are the ids below which an id is a system account's, mapped
-// in every sandbox (Debian's SYS_UID_MAX is 999).
-const systemIDs = 1000
 
 // nobodyID is the overflow id, nobody and nogroup.
 const nobodyID = 65534
@@ -67,7 +66,7 @@ type UserNS struct {
 // the configuration says (one written before it existed, too): its root
 // owns the host root's files of uid 0, and these keep root's secrets or
 // root-owned state of services. A system account's or another user's
-// files are out of its reach anyway (shownIDs).
+// files of the host root are out of its reach anyway (shownIDs).
 var usernsHidden = []string{
 	"/var/log", "/var/mail", "/var/spool", "/var/cache/private", "/var/cache/debconf/passwords.dat",
 	"/var/lib/systemd", "/var/lib/private", "/var/lib/docker", "/var/lib/containerd", "/var/lib/libvirt",
@@ -241,10 +240,12 @@ func reservedIn(reserved []idSpan, base uint64) bool {
 }
 
 // mapIDs is the user namespace of a sandbox of owner (whose groups are
-// groups) in the block at base: root and the system accounts, nobody,
-// and the owner with its groups, each inside at its own number and at
-// base plus it on the host. An id too high for the block (65535 and
-// above) takes a free place at the block's top.
+// groups) in the block at base: every id of the block, inside X at base
+// plus X on the host, so that the project's copy, idmapped through it,
+// shows every file with its real owner (a service's, another user's).
+// An owner's id too high for the block (65536 and above) takes a place
+// at the block's top (65535, 65533, ...), which inside is then without
+// an id.
 func mapIDs(base, owner uint32, groups []uint32) *state.IDMap {
 	m := &state.IDMap{Base: base}
 	m.UIDs = extents(base, []uint32{owner})
@@ -252,34 +253,33 @@ func mapIDs(base, owner uint32, groups []uint32) *state.IDMap {
 	return m
 }
 
+// maxHighIDs bounds the owner's ids above the block that get a place in
+// it (the kernel takes 340 extents; a user is rarely in so many groups).
+const maxHighIDs = 256
+
 func extents(base uint32, extra []uint32) []state.IDExtent {
-	es := []state.IDExtent{{Inside: 0, Host: base, Count: systemIDs}, {Inside: nobodyID, Host: base + nobodyID, Count: 1}}
-	taken := map[uint32]bool{}
 	var high []uint32
 	for _, id := range extra {
-		switch {
-		case id < systemIDs || id == nobodyID || taken[id]:
-		case id < nobodyID:
-			taken[id] = true
-			es = append(es, state.IDExtent{Inside: id, Host: base + id, Count: 1})
-		default:
-			if !slices.Contains(high, id) {
-				high = append(high, id)
-			}
+		if id >= IDBlock-1 && !slices.Contains(high, id) && len(high) < maxHighIDs {
+			high = append(high, id)
 		}
 	}
-	// 65535 and above: from the block's top down, skipping what the
-	// lower ids took (offsets 65535, 65533, ...).
-	slot := uint32(IDBlock - 1)
+	slices.Sort(high) // 65535, if there, takes its own place
+	// The high ids from the block's top down (offsets 65535, 65533, ...:
+	// nobody's 65534 keeps its own); below the lowest place taken, and
+	// at nobody's, each id is its own.
+	var es []state.IDExtent
+	slot := uint32(IDBlock)
 	for _, id := range high {
-		for taken[slot] || slot == nobodyID {
+		slot--
+		if slot == nobodyID {
 			slot--
 		}
-		if slot < systemIDs || len(es) >= 300 {
-			break
-		}
-		taken[slot] = true
 		es = append(es, state.IDExtent{Inside: id, Host: base + slot, Count: 1})
+	}
+	es = append([]state.IDExtent{{Inside: 0, Host: base, Count: slot}}, es...)
+	if slot < nobodyID {
+		es = append(es, state.IDExtent{Inside: nobodyID, Host: base + nobodyID, Count: 1})
 	}
 	return es
 }
@@ -302,34 +302,41 @@ func ownerGroups(owner uint32) []uint32 {
 	return out
 }
 
-// shownIDs is the narrower map the host's files are shown through (the
-// root layers, the project) in sandbox rec: root (not the system
-// accounts), nobody, the owner and its groups. A system account's file of
-// the host (a service's state) or a file another user shares with a
-// system group is nobody's in the sandbox; its own processes may still be
-// system accounts.
+// shownIDs is the narrower map the host root's layers are shown through
+// in sandbox rec: root (not the system accounts), nobody, the owner and
+// its groups, each at its host id in the sandbox's block. A system
+// account's file of the host (a service's state) or one another user
+// shares with a system group is nobody's in the sandbox, out of its
+// root's reach; its own processes may still be system accounts. (The
+// project's copy is shown through the sandbox's whole map instead.)
 func shownIDs(rec state.Record) *nsinit.IDMap {
 	ns := nsIDs(rec.IDs)
 	if ns == nil {
 		return nil
 	}
 	narrow := func(es []nsinit.Extent, own []uint32) []nsinit.Extent {
-		out := []nsinit.Extent{{Inside: 0, Host: rec.IDs.Base, Count: 1}}
-		for _, e := range es {
-			if e.Inside >= systemIDs {
-				out = append(out, e)
+		var out []nsinit.Extent
+		for _, id := range append([]uint32{0, nobodyID}, own...) {
+			if len(out) >= maxHighIDs || slices.ContainsFunc(out, func(e nsinit.Extent) bool { return e.Inside == id }) {
+				continue
 			}
-		}
-		// The owner's own ids among the system accounts' (a system
-		// user's sandbox): the full map holds them in its first extent.
-		for _, id := range own {
-			if id != 0 && id < systemIDs && !slices.ContainsFunc(out, func(e nsinit.Extent) bool { return e.Inside == id }) {
-				out = append(out, nsinit.Extent{Inside: id, Host: rec.IDs.Base + id, Count: 1})
+			if host, ok := hostOf(es, id); ok {
+				out = append(out, nsinit.Extent{Inside: id, Host: host, Count: 1})
 			}
 		}
 		return out
 	}
 	return &nsinit.IDMap{UIDs: narrow(ns.UIDs, []uint32{rec.Owner}), GIDs: narrow(ns.GIDs, ownerGroups(rec.Owner))}
+}
+
+// hostOf is the host id of inside id in es.
+func hostOf(es []nsinit.Extent, id uint32) (uint32, bool) {
+	for _, e := range es {
+		if id >= e.Inside && id-e.Inside < e.Count {
+			return e.Host + id - e.Inside, true
+		}
+	}
+	return 0, false
 }
 
 // nsIDs is a record's map as its init takes it.
@@ -400,8 +407,8 @@ func execIdentity(rec state.Record, req *nsinit.Request) error {
 		return nil
 	}
 	if !m.HasUID(req.UID) {
-		return fmt.Errorf("uid %d has no id in sandbox %s, whose user namespace maps root, the system accounts, nobody and its owner (uid %d): %w",
-			req.UID, rec.ID, rec.Owner, ErrInvalid)
+		return fmt.Errorf("uid %d has no id in sandbox %s, whose user namespace maps the ids below %d and its owner's (uid %d): %w",
+			req.UID, rec.ID, IDBlock, rec.Owner, ErrInvalid)
 	}
 	if !m.HasGID(req.GID) {
 		req.GID = nobodyID

@@ -6,7 +6,7 @@ import (
 	"github.com/sandboxd/sandboxd/supervisor/state"
 )
 
-func TestMapIDsGivesRootSystemNobodyAndTheOwner(t *testing.T) {
+func TestMapIDsGivesTheWholeBlockAndTheOwnersHighIDs(t *testing.T) {
 	const base = 0x80000
 	m := mapIDs(base, 1001, []uint32{1001, 27, 5000, 70000, 1001})
 	ns := nsIDs(m)
@@ -18,8 +18,9 @@ func TestMapIDsGivesRootSystemNobodyAndTheOwner(t *testing.T) {
 		uid, gid bool
 	}{
 		{0, true, true}, {33, true, true}, {999, true, true}, {65534, true, true},
-		{1001, true, true}, {5000, false, true}, {70000, false, true},
-		{1000, false, false}, {1002, false, false}, {4321, false, false}, {65535, false, false},
+		{1001, true, true}, {5000, true, true}, {70000, false, true},
+		{1000, true, true}, {1002, true, true}, {4321, true, true}, {65533, true, true},
+		{65535, true, false}, {70001, false, false},
 	} {
 		if ns.HasUID(c.id) != c.uid || ns.HasGID(c.id) != c.gid {
 			t.Errorf("id %d inside: uid %v gid %v; want %v %v", c.id, ns.HasUID(c.id), ns.HasGID(c.id), c.uid, c.gid)
@@ -28,7 +29,8 @@ func TestMapIDsGivesRootSystemNobodyAndTheOwner(t *testing.T) {
 	if ns.RootUID() != base || ns.RootGID() != base {
 		t.Errorf("root inside is %d:%d on the host; want %d", ns.RootUID(), ns.RootGID(), base)
 	}
-	// An id at its own number in the block; one too high for it at the top.
+	// Every id at its own number in the block (a service's: the project's
+	// copy shows its files as its own); one too high for it at the top.
 	host := func(es []state.IDExtent, inside uint32) uint32 {
 		for _, e := range es {
 			if inside >= e.Inside && inside < e.Inside+e.Count {
@@ -37,8 +39,10 @@ func TestMapIDsGivesRootSystemNobodyAndTheOwner(t *testing.T) {
 		}
 		return 0
 	}
-	if got := host(m.UIDs, 1001); got != base+1001 {
-		t.Errorf("uid 1001 is %d on the host; want %d", got, base+1001)
+	for _, id := range []uint32{1001, 33, 4321, 65534} {
+		if got := host(m.UIDs, id); got != base+id {
+			t.Errorf("uid %d is %d on the host; want %d", id, got, base+id)
+		}
 	}
 	if got := host(m.GIDs, 70000); got != base+65535 {
 		t.Errorf("gid 70000 is %d on the host; want the block's top, %d", got, base+65535)
@@ -80,8 +84,31 @@ func TestAllocateIDsSkipsHeldAndReservedBlocks(t *testing.T) {
 	}
 }
 
+func TestMapIDsOfAnOwnerWithSeveralHighIDs(t *testing.T) {
+	const base = 0x80000
+	m := mapIDs(base, 70000, []uint32{80000, 65535, 70000})
+	ns := nsIDs(m)
+	if err := ns.Validate(); err != nil {
+		t.Fatalf("the map: %v", err)
+	}
+	// 65535 keeps its own place; 70000 and 80000 take the next ones
+	// down, past nobody's.
+	want := map[uint32]uint32{0: base, 65531: base + 65531, 65534: base + 65534, 65535: base + 65535, 70000: base + 65533, 80000: base + 65532}
+	for id, h := range want {
+		if got, ok := hostOf(ns.GIDs, id); !ok || got != h {
+			t.Errorf("gid %d is %d (%v) on the host; want %d", id, got, ok, h)
+		}
+	}
+	if ns.HasGID(65532) || ns.HasGID(65533) {
+		t.Errorf("gids 65532 and 65533 are mapped, though their places went to 70000 and 80000")
+	}
+	if got, ok := hostOf(ns.UIDs, 70000); !ok || got != base+65535 {
+		t.Errorf("uid 70000 is %d (%v) on the host; want %d", got, ok, base+65535)
+	}
+}
+
 func TestShownIDsAreRootNobodyAndTheOwner(t *testing.T) {
-	for _, owner := range []uint32{1001, 998} { // a user, and a system user
+	for _, owner := range []uint32{1001, 998, 70000} { // a user, a system user, a high one
 		rec := state.Record{Owner: owner, IDs: mapIDs(0x80000, owner, []uint32{owner})}
 		shown, full := shownIDs(rec), nsIDs(rec.IDs)
 		if err := shown.Validate(); err != nil {
@@ -90,12 +117,19 @@ func TestShownIDsAreRootNobodyAndTheOwner(t *testing.T) {
 		for _, c := range []struct {
 			id   uint32
 			want bool
-		}{{0, true}, {owner, true}, {65534, true}, {33, false}, {1, false}, {999 + 1000 - owner, false}} {
+		}{{0, true}, {owner, true}, {65534, true}, {33, false}, {1, false}, {999 + 1000 - owner%1000, false}, {4321, false}} {
 			if shown.HasUID(c.id) != c.want {
 				t.Errorf("owner %d: uid %d shown: %v; want %v", owner, c.id, shown.HasUID(c.id), c.want)
 			}
-			if c.want && !full.HasUID(c.id) {
-				t.Errorf("owner %d: uid %d is shown but not in the sandbox's map", owner, c.id)
+			if !full.HasUID(c.id) && c.id != owner {
+				t.Errorf("owner %d: uid %d is not in the sandbox's map", owner, c.id)
+			}
+			if c.want {
+				h1, _ := hostOf(shown.UIDs, c.id)
+				h2, ok := hostOf(full.UIDs, c.id)
+				if !ok || h1 != h2 {
+					t.Errorf("owner %d: uid %d is shown as host %d, the sandbox's map has %d (%v)", owner, c.id, h1, h2, ok)
+				}
 			}
 		}
 	}

@@ -53,10 +53,12 @@ func run(ctx context.Context, configPath string) error {
 	projects := map[string]string{}
 	projectAccess := map[string]supervisor.ProjectAccess{}
 	projectEnv := map[string]supervisor.ProjectEnv{}
+	projectIgnore := map[string][]string{}
 	for _, p := range cfg.Projects {
 		projects[p.Name] = p.Path + p.Dataset // exactly one is set
 		projectAccess[p.Name] = supervisor.ProjectAccess{Users: p.Users, Groups: p.Groups}
 		projectEnv[p.Name] = supervisor.ProjectEnv{Units: p.Units, Env: p.Env}
+		projectIgnore[p.Name] = p.Ignore
 	}
 	um, err := units.Connect(ctx)
 	if err != nil {
@@ -90,6 +92,7 @@ func run(ctx context.Context, configPath string) error {
 	host := readMachine()
 	sup := supervisor.New(supervisor.Config{
 		Backend: backend, Units: um, Store: store, Projects: projects, ProjectAccess: projectAccess, ProjectEnv: projectEnv,
+		ProjectIgnore: projectIgnore,
 		// The init is this binary, reached through /proc/self/exe: the
 		// same version as the daemon even while an upgrade replaces the
 		// file, and executable by an init that is root of its user

@@ -17,6 +17,7 @@ import (
 	"os"
 	"path/filepath"
 	"syscall"
+	"time"
 )
 
 // Env is the variable that arms a crash point.
@@ -51,6 +52,13 @@ const (
 	// AdoptBoundOne: of several directories, the first is bound back, the
 	// others not yet.
 	AdoptBoundOne = "adopt-bound-one"
+)
+
+// Steps of an adoption by descriptor (a directory others than root can
+// change) alone, where a hostile test pauses (PauseEnv); in no list.
+const (
+	AdoptCopying     = "adopt-copying"     // its top's entries are listed; none copied yet
+	ReleaseUnmounted = "release-unmounted" // its volume is unmounted; the files not yet copied back
 )
 
 // Adoption lists the adoption's crash points, in order; AdoptionOfSeveral
@@ -148,8 +156,52 @@ var All = map[string][]string{
 	"promote":    Promotion,
 }
 
-// Hit kills this process with SIGKILL if name is the armed crash point.
+// PauseEnv arms a pause point: the process stops at step NAME (when its
+// environment has SANDBOXD_PAUSEPOINT=NAME), makes the file Paused names,
+// and goes on once that file is gone (or after PauseMax): a hostile test
+// changes what the step acts on, deterministically, in between.
+const PauseEnv = "SANDBOXD_PAUSEPOINT"
+
+// PauseMax bounds a pause: a test that died leaves no daemon stuck.
+const PauseMax = 2 * time.Minute
+
+var pauseAt = os.Getenv(PauseEnv)
+
+// Paused is the file that says the process waits at point name; its
+// removal lets it go on.
+func Paused(name string) string {
+	return mark(name) + ".paused"
+}
+
+// PausedIn is Paused of a process whose runtime directory is dir (a
+// test's view of the daemon's, /run/sandboxd).
+func PausedIn(dir, name string) string {
+	return filepath.Join(dir, ".crashpoint-"+filepath.Base(name)+".paused")
+}
+
+// pause waits at name if it is the armed pause point.
+func pause(name string) {
+	if pauseAt == "" || pauseAt != name {
+		return
+	}
+	f, err := os.OpenFile(Paused(name), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	if err != nil {
+		return
+	}
+	f.Close()
+	fmt.Fprintf(os.Stderr, "crashpoint: paused at %s until %s is removed\n", name, Paused(name))
+	for end := time.Now().Add(PauseMax); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		if _, err := os.Stat(Paused(name)); err != nil {
+			return
+		}
+	}
+	_ = os.Remove(Paused(name))
+}
+
+// Hit kills this process with SIGKILL if name is the armed crash point
+// (and first waits there if it is the armed pause point).
 func Hit(name string) {
+	pause(name)
 	if armed == "" || armed != name {
 		return
 	}

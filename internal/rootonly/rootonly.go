@@ -17,6 +17,23 @@ import (
 // excepted: others cannot rename root's entries in it). path itself must
 // not be a symlink.
 func Check(path string) error {
+	return check(path, 0)
+}
+
+// CheckOwner is Check with uid allowed beside root: path and each
+// directory above it owned by root or by uid, writable by no other user
+// or group. It is what a directory of uid (its home's) must pass for the
+// daemon to act on it by descriptor: then only root and uid can change
+// what the path leads to, and uid gains nothing by changing it.
+func CheckOwner(path string, uid uint32) error {
+	return check(path, uid)
+}
+
+func check(path string, uid uint32) error {
+	who := "root"
+	if uid != 0 {
+		who = fmt.Sprintf("root or uid %d", uid)
+	}
 	if !filepath.IsAbs(path) || filepath.Clean(path) != path {
 		return fmt.Errorf("%q is not an absolute, clean path", path)
 	}
@@ -30,8 +47,8 @@ func Check(path string) error {
 		}
 		sticky := st.Mode&unix.S_ISVTX != 0 && i >= 2 // above the parent
 		switch {
-		case st.Uid != 0:
-			return fmt.Errorf("%s is owned by uid %d, not root: that user could change what root acts on", p, st.Uid)
+		case st.Uid != 0 && st.Uid != uid:
+			return fmt.Errorf("%s is owned by uid %d, not %s: that user could change what root acts on", p, st.Uid, who)
 		case st.Mode&0o020 != 0 && st.Gid != 0 && st.Mode&unix.S_IFMT == unix.S_IFDIR && !sticky:
 			return fmt.Errorf("%s is writable by group %d: its members could change what root acts on", p, st.Gid)
 		case st.Mode&0o002 != 0 && st.Mode&unix.S_IFMT == unix.S_IFDIR && !sticky:

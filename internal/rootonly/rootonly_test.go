@@ -72,3 +72,52 @@ func TestCheck(t *testing.T) {
 		t.Errorf("Check of a symlink: %v", err)
 	}
 }
+
+// A home's project: the owner beside root, and no one else, up to /.
+func TestCheckOwner(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("the test makes root-owned trees: run it as root (make test does)")
+	}
+	base, err := os.MkdirTemp("/var/tmp", "rootonly-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(base) })
+	if err := os.Chmod(base, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	home := filepath.Join(base, "home", "agent")
+	dir := filepath.Join(home, "calc")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{home, dir} {
+		if err := os.Chown(p, 1001, 1001); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := CheckOwner(dir, 1001); err != nil {
+		t.Errorf("CheckOwner of uid 1001's dir in its home: %v", err)
+	}
+	if err := Check(dir); err == nil || !strings.Contains(err.Error(), "owned by uid 1001, not root") {
+		t.Errorf("Check of uid 1001's dir: %v; want it refused", err)
+	}
+	if err := CheckOwner(dir, 1002); err == nil || !strings.Contains(err.Error(), "owned by uid 1001, not root or uid 1002") {
+		t.Errorf("CheckOwner of uid 1001's dir for uid 1002: %v; want it refused", err)
+	}
+	// Another user's directory on the way: it could rename the home.
+	if err := os.Chown(filepath.Dir(home), 1002, 1002); err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckOwner(dir, 1001); err == nil || !strings.Contains(err.Error(), "owned by uid 1002") {
+		t.Errorf("CheckOwner with another user's directory above: %v; want it refused", err)
+	}
+	_ = os.Chown(filepath.Dir(home), 0, 0)
+	// The owner's home writable by a group: its members could too.
+	if err := os.Chmod(home, 0o775); err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckOwner(dir, 1001); err == nil || !strings.Contains(err.Error(), "writable by group 1001") {
+		t.Errorf("CheckOwner with a group-writable home: %v; want it refused", err)
+	}
+}

@@ -17,10 +17,11 @@ import (
 // uid 0 on disk is uid 0 inside, which is the block's first id on the
 // host, and what the sandbox's root writes lands on disk as uid 0.
 //
-// Only the ids the map lists exist inside. Ids a file has on disk that
-// the map lacks (other users' files) show as nobody's, and the sandbox's
-// root has no power over them: capabilities in a user namespace reach
-// only inodes whose owner is mapped in it.
+// Only the ids the mount's map lists exist inside. Ids a file has on
+// disk that the map lacks (other users' files of the host root, shown
+// through a narrower map than the sandbox's own) show as nobody's, and
+// the sandbox's root has no power over them: capabilities in a user
+// namespace reach only inodes whose owner is mapped in it.
 
 // Extent maps Count ids from Inside (in the sandbox) to Host.
 type Extent struct {
@@ -158,17 +159,21 @@ func (m *Mounts) files() []*os.File {
 // project (read-only if projectRO), each without access times (reading
 // a file must not change it, or the sandbox's diff would show it).
 //
-// The layer, which holds only what the sandbox wrote, is idmapped to the
-// init's namespace. The host's files (lowers, project) are idmapped to
-// the narrower mapping of shown, another namespace that maps a subset of
-// the init's ids to the same host ids (root and the sandbox's owner,
+// Two maps, two jobs. The layer, which holds only what the sandbox
+// wrote, and the project, the sandbox's private copy of files its
+// caller was granted, are idmapped to the init's namespace: every file
+// of the copy shows its real owner (a service's, another user's), so
+// root inside may change any of them and a service inside runs as its
+// own account on its own files. The host root's layers are idmapped to
+// the narrower mapping of shown, another namespace that maps a subset
+// of the init's ids to the same host ids (root and the sandbox's owner,
 // say): a file whose owner or group it lacks shows as nobody's, and no
 // capability of the sandbox reaches it, though the sandbox's own
 // processes may be of that id (a system account, for a package it
 // installs) and own what they write.
 //
-// cache ("": none), the owner's cache volume, is idmapped like the
-// project, read-write, without set-id or device files. It is a
+// cache ("": none), the owner's cache volume, is idmapped like the host
+// root's layers, read-write, without set-id or device files. It is a
 // convenience: where it cannot be cloned, Mounts.CacheErr says why and
 // the rest stands.
 func (i *Init) IdmapMounts(argv []string, shown *IDMap, lowers []string, layer, project string, projectRO bool, cache string) (_ *Mounts, err error) {
@@ -202,7 +207,7 @@ func (i *Init) IdmapMounts(argv []string, shown *IDMap, lowers []string, layer, 
 	if projectRO {
 		attr |= unix.MOUNT_ATTR_RDONLY
 	}
-	if m.Project, err = IdmappedClone(project, int(narrow.Fd()), attr); err != nil {
+	if m.Project, err = IdmappedClone(project, int(userns.Fd()), attr); err != nil {
 		return nil, err
 	}
 	if cache != "" {

@@ -56,6 +56,7 @@ var actions = map[string]action{
 	sandboxd1.MethodRollback:         {mutating: true},
 	sandboxd1.MethodDiff:             {heavy: true},
 	sandboxd1.MethodUnifiedDiff:      {heavy: true},
+	sandboxd1.MethodDiffCounted:      {heavy: true},
 	sandboxd1.MethodRebase:           {mutating: true},
 	sandboxd1.MethodProjectChanges:   {heavy: true},
 	sandboxd1.MethodPromote:          {mutating: true, heavy: true},

@@ -80,7 +80,7 @@ func TestMutatingCallsAreJournaled(t *testing.T) {
 			t.Errorf("%s is not a heavy call", name)
 		}
 	}
-	if got, want := heavyNames(), "AdoptProject, Diff, EditFile, ListFiles, ProjectChanges, Promote, ReadFile, ReadFileTo, ReleaseProject, SystemStatus, Try, UnifiedDiff, WriteFile and WriteFileFrom"; got != want {
+	if got, want := heavyNames(), "AdoptProject, Diff, DiffCounted, EditFile, ListFiles, ProjectChanges, Promote, ReadFile, ReadFileTo, ReleaseProject, SystemStatus, Try, UnifiedDiff, WriteFile and WriteFileFrom"; got != want {
 		t.Errorf("heavyNames() = %q; want %q", got, want)
 	}
 }

@@ -92,6 +92,22 @@ func (o sandboxObject) Diff(sender dbus.Sender, msg dbus.Message) ([]sandboxd1.C
 	return out, derr
 }
 
+// DiffCounted() -> (a(ssss) changes, u ignored): Diff's list, and how
+// many changed paths the project's ignore rules left out of it (Diff's
+// signature is published: the count needs a method of its own).
+func (o sandboxObject) DiffCounted(sender dbus.Sender, msg dbus.Message) ([]sandboxd1.ChangeEntry, uint32, *dbus.Error) {
+	out, ignored := []sandboxd1.ChangeEntry{}, 0
+	derr := o.onSandbox(sender, msg, "DiffCounted", func(ctx context.Context, id string) error {
+		changes, n, err := o.s.sup.DiffCounted(ctx, id)
+		for _, c := range changes {
+			out = append(out, sandboxd1.ChangeEntry{Kind: string(c.Kind), Type: string(c.Type), Path: busString(c.Path), NewPath: busString(c.NewPath)})
+		}
+		ignored = n
+		return err
+	})
+	return out, uint32(ignored), derr
+}
+
 // maxUnifiedDiff bounds UnifiedDiff's answer, which is one D-Bus string.
 const maxUnifiedDiff = 32 << 20
 

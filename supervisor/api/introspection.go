@@ -147,6 +147,10 @@ const SandboxXML = xmlHeader + `<node>
    <arg type="a{sv}" name="options" direction="in"/>
    <arg type="s" name="diff" direction="out"/>
   </method>
+  <method name="DiffCounted">
+   <arg type="a(ssss)" name="changes" direction="out"/>
+   <arg type="u" name="ignored" direction="out"/>
+  </method>
   <method name="Rebase"/>
   <method name="ProjectChanges">
    <arg type="as" name="paths" direction="out"/>

@@ -207,10 +207,13 @@ func (m manager) addProject(sender dbus.Sender, action, name, location string, o
 }
 
 // AdoptProject(s name, s path, a{sv} options): makes the directory at
-// path project name where it lives; root and admins only.
+// path project name where it lives. Root and admins adopt any owner's
+// directory; a member who may create sandboxes adopts a directory of its
+// own, for itself (the supervisor checks the directory and what it
+// holds: AdoptOptions.Caller).
 func (m manager) AdoptProject(sender dbus.Sender, name, path string, opts map[string]dbus.Variant) *dbus.Error {
 	what := fmt.Sprintf("adopting %s as project %q", path, name)
-	return m.adminProject(sender, sandboxd1.MethodAdoptProject, name, what, "add", func(ctx context.Context) *dbus.Error {
+	return m.ownProject(sender, sandboxd1.MethodAdoptProject, name, what, "adopt", func(ctx context.Context, member *uint32) *dbus.Error {
 		var o supervisor.AdoptOptions
 		for name, to := range map[string]any{sandboxd1.OptRestartUnits: &o.RestartUnits,
 			sandboxd1.OptMorePaths: &o.More, sandboxd1.OptFreezeUnits: &o.Freeze} {
@@ -225,15 +228,43 @@ func (m manager) AdoptProject(sender dbus.Sender, name, path string, opts map[st
 		if o.Access, err = projectAccessOptions(opts); err != nil {
 			return dbusError(sandboxd1.ErrorInvalidArgs, "%s: %v", what, err)
 		}
+		o.Caller = member
 		return fromSupervisorOrNil(m.s.sup.AdoptProject(ctx, name, path, o))
 	})
 }
 
 // ReleaseProject(s name): undoes an adoption, leaving a plain directory
-// with the project's files where it was; root and admins only.
+// with the project's files where it was; root and admins release any, a
+// member the adoptions of its own directories.
 func (m manager) ReleaseProject(sender dbus.Sender, name string) *dbus.Error {
-	return m.adminProject(sender, sandboxd1.MethodReleaseProject, name, fmt.Sprintf("releasing project %q", name), "remove",
-		func(ctx context.Context) *dbus.Error { return fromSupervisorOrNil(m.s.sup.ReleaseProject(ctx, name)) })
+	return m.ownProject(sender, sandboxd1.MethodReleaseProject, name, fmt.Sprintf("releasing project %q", name), "release",
+		func(ctx context.Context, member *uint32) *dbus.Error {
+			if member != nil {
+				return fromSupervisorOrNil(m.s.sup.ReleaseOwnProject(ctx, name, *member))
+			}
+			return fromSupervisorOrNil(m.s.sup.ReleaseProject(ctx, name))
+		})
+}
+
+// ownProject runs do, a change of project name that root and admins may
+// make of any project, and a member who may create sandboxes of its own
+// (do gets its uid as member; nil for root and admins).
+func (m manager) ownProject(sender dbus.Sender, action, name, what, verb string, do func(context.Context, *uint32) *dbus.Error) *dbus.Error {
+	s := m.s
+	r, derr := s.begin(sender, action)
+	if derr != nil {
+		return derr
+	}
+	r.project = name
+	if r.who.admin {
+		return s.end(r, "", do(r.ctx, nil))
+	}
+	if !s.access.mayCreate(r.who) {
+		return s.end(r, "", dbusError(sandboxd1.ErrorAccessDenied,
+			"%s: uid %d may not %s projects (members of group sandboxd may, their own directories; root and admins any)", what, r.who.uid, verb))
+	}
+	uid := r.who.uid
+	return s.end(r, "", do(r.ctx, &uid))
 }
 
 // RemoveProject(s name): unregisters a project added with AddProject that

@@ -117,7 +117,7 @@ func tryReport(rep supervisor.TryReport) sandboxd1.TryReport {
 			Name: r.Name, ID: r.ID, Command: r.Variant, Input: r.Input, Passed: r.Passed, Result: "pass",
 			How: r.How, Status: int32(r.Status), Signal: int32(r.Signal),
 			Seconds: r.Duration.Seconds(), CommandSeconds: r.CommandDuration.Seconds(), CheckSeconds: r.CheckDuration.Seconds(),
-			Changed: r.Changes, DiskUsed: r.DiskUsed, MemoryPeak: r.MemoryPeak, Winner: r.Winner, Kept: r.Kept,
+			Changed: r.Changes, Ignored: r.Ignored, DiskUsed: r.DiskUsed, MemoryPeak: r.MemoryPeak, Winner: r.Winner, Kept: r.Kept,
 			CommandOutput: r.CommandOutput, CheckOutput: r.CheckOutput,
 		}
 		if r.FailedIn != "" {

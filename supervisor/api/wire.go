@@ -11,7 +11,7 @@ import (
 func wirePromotion(p supervisor.Promotion) sandboxd1.Promotion {
 	out := sandboxd1.Promotion{
 		ID: p.ID, Sandbox: p.Sandbox, SandboxName: p.SandboxName, Project: p.Project, Owner: p.Owner,
-		State: string(p.State), Source: p.Source, Base: p.Base, Changes: p.Changes, Digest: p.Digest, Force: p.Force, AllowPrivileged: p.AllowPrivileged,
+		State: string(p.State), Source: p.Source, Base: p.Base, Changes: p.Changes, Ignored: p.Ignored, Digest: p.Digest, Force: p.Force, AllowPrivileged: p.AllowPrivileged,
 		Conflicts: p.Conflicts, Stages: []sandboxd1.StageRun{}, Created: p.Created, Updated: p.Updated, Error: p.Error,
 	}
 	if p.Stages == nil {

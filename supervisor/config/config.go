@@ -243,6 +243,10 @@ type Project struct {
 	// made; Env are KEY=value entries over theirs (an entry wins).
 	Units []string `toml:"units"`
 	Env   []string `toml:"env"`
+	// Ignore are patterns in gitignore syntax of paths that never leave a
+	// sandbox: diff, try and promotion leave them out (with the
+	// project's .sandboxignore after them).
+	Ignore []string `toml:"ignore"`
 }
 
 // Default returns the configuration that applies with no file, and whose

@@ -50,7 +50,8 @@ func TestRepoConfigExamples(t *testing.T) {
 	want.Storage.Btrfs.Root = "/srv/sandboxd"
 	want.Storage.ZFS.Root = "tank/sandboxd"
 	want.Projects = []Project{{Name: "web", Path: "/srv/web", Users: []string{"alice", "1001"}, Groups: []string{"webdev"},
-		Units: []string{"nginx.service"}, Env: []string{"APP_ENV=staging", "LOG_LEVEL=debug"}}, {Name: "data", Dataset: "tank/data"}}
+		Units: []string{"nginx.service"}, Env: []string{"APP_ENV=staging", "LOG_LEVEL=debug"},
+		Ignore: []string{"*.log", "/tmp/"}}, {Name: "data", Dataset: "tank/data"}}
 	// The built-in profiles, written out as they are, and one more.
 	want.Profiles = builtinProfiles()
 	want.Profiles["build"] = Profile{

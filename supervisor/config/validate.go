@@ -185,6 +185,7 @@ func (c *Config) validate(file string, w *where) error {
 			}
 		}
 		v.projectEnv(i, p)
+		v.projectIgnore(i, p)
 	}
 
 	v.sandbox(c)

@@ -20,6 +20,10 @@ type Adoption struct {
 	// pool's volume (AdoptMount), while Phase is not AdoptDone.
 	Temp  string `json:"temp,omitempty"`
 	Phase string `json:"phase"`
+	// Owner is the uid of the member of group sandboxd who adopted its
+	// own directory (and may release it); nil for root's and admins'
+	// adoptions, and in records older than it.
+	Owner *uint32 `json:"owner,omitempty"`
 }
 
 // Paths are the directories adopted: Path, then More.
@@ -38,6 +42,12 @@ func (a *Adoption) InVolume(root, p string) string {
 const (
 	AdoptSwap  = "swap"
 	AdoptMount = "mount"
+	// AdoptOwned: a directory others than root can change (a home's, a
+	// service's data). Its files are copied by descriptor into a volume
+	// of the pool (Temp, then Location), which is mounted at each path
+	// by descriptor (open_tree, move_mount), never by a mount unit; the
+	// daemon makes the mounts again when it starts.
+	AdoptOwned = "owned"
 	// AdoptCopying: the volume is being filled; the directory is whole.
 	AdoptCopying = "copying"
 	// AdoptSwitching: the volume is full and about to take the

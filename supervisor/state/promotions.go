@@ -63,7 +63,10 @@ type Promotion struct {
 	// Changes is how many paths the change set has; Digest a hash of it.
 	Changes int    `json:"changes"`
 	Digest  string `json:"digest,omitempty"`
-	Force   bool   `json:"force,omitempty"`
+	// Ignored is how many changed paths the project's ignore rules left
+	// out of the change set.
+	Ignored int  `json:"ignored,omitempty"`
+	Force   bool `json:"force,omitempty"`
 	// AllowPrivileged: an admin let set-id files and device nodes through
 	// (the paths are in the audit log); kept across restarts, so that a
 	// stage that waits for approval carries them when approved.

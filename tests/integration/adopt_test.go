@@ -191,7 +191,8 @@ func TestAdoptRefusesWhatItMustNot(t *testing.T) {
 	if err := os.Chown(userParent, 0, 0); err != nil || os.Chown(filepath.Join(userParent, "web", "conf"), 1000, 1000) != nil {
 		t.Fatal(err)
 	}
-	fails(t, 2, "conf is owned by uid 1000, a user who could change it while root copies it", "project", "adopt", "usertree", filepath.Join(userParent, "web"))
+	// (A user's directory inside root's tree is adopted by descriptor
+	// since issue 29: TestRootAdoptsAnyOwnersDirectory.)
 	if err := os.Chmod(userParent, 0o777); err != nil {
 		t.Fatal(err)
 	}
@@ -223,6 +224,8 @@ func TestKill9AtEachStepOfAnAdoption(t *testing.T) {
 		{"crash-swap", []string{filepath.Join(tb.Btrfs.Mount, "srv-crash")}},
 		{"crash-mount", []string{"/srv/adopt-crash"}},
 		{"crash-two", []string{"/srv/adopt-crash-app", "/srv/adopt-crash-data"}},
+		// A user's, in its home: by descriptor (issue 29).
+		{"crash-owned", []string{"/home/adopt-crash/calc"}},
 	} {
 		points := crashpoint.Adoption
 		if len(c.dirs) > 1 {
@@ -234,6 +237,7 @@ func TestKill9AtEachStepOfAnAdoption(t *testing.T) {
 				for _, d := range c.dirs {
 					os.RemoveAll(d)
 					plainTree(t, d)
+					ownedByUser(t, d)
 					before[d] = describe(t, d)
 				}
 				t.Cleanup(func() {
@@ -341,12 +345,14 @@ func TestKill9AtEachStepOfARelease(t *testing.T) {
 		{"release-swap", []string{filepath.Join(tb.Btrfs.Mount, "srv-release")}},
 		{"release-mount", []string{"/srv/adopt-release"}},
 		{"release-two", []string{"/srv/adopt-release-app", "/srv/adopt-release-data"}},
+		{"release-owned", []string{"/home/adopt-release/calc"}},
 	} {
 		for _, point := range crashpoint.Release {
 			t.Run(c.name+"/"+point, func(t *testing.T) {
 				for _, d := range c.dirs {
 					os.RemoveAll(d)
 					plainTree(t, d)
+					ownedByUser(t, d)
 				}
 				t.Cleanup(func() {
 					ctl(t, "", "project", "release", c.name)
@@ -391,6 +397,20 @@ func TestKill9AtEachStepOfARelease(t *testing.T) {
 		}
 	}
 	reconfigure(t, "")
+}
+
+// ownedByUser gives d, under /home, and its parent to uid 1000: a
+// user's project in its home, which the daemon adopts by descriptor.
+func ownedByUser(t *testing.T, d string) {
+	t.Helper()
+	if !strings.HasPrefix(d, "/home/") {
+		return
+	}
+	for _, p := range []string{filepath.Dir(d), d} {
+		if err := os.Chown(p, 1000, 1000); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 func exists(p string) bool {

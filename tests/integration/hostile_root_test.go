@@ -13,9 +13,10 @@ import (
 // caller's plain command is uid 0 with no capability, so a file of
 // another user's that only CAP_DAC_OVERRIDE opens stays shut; with
 // --root the command has root's kept capabilities and opens it. That
-// root is the sandbox's (issue 17): its capabilities reach the host's
-// files of the ids the sandbox shows them with (root, nobody, the owner),
-// not those of a system account or another user, which show as nobody's.
+// root is the sandbox's (issue 17): its capabilities reach every file of
+// its copy of the project, each shown with its real owner (issue 29: a
+// system account's, another user's); the host root's files of those
+// owners stay nobody's (TestOwnersKeptTheHostRootStaysNarrow).
 func TestHostileRootIsAskedForNotImplied(t *testing.T) {
 	tb := install(t)
 	plant := func(name string, uid int) {
@@ -33,7 +34,7 @@ func TestHostileRootIsAskedForNotImplied(t *testing.T) {
 		}
 	}
 	plant("other-users-secret", 65534) // nobody's: shown as it is
-	plant("a-users-secret", 4321)      // a user's: shown as nobody's, and out of reach
+	plant("a-users-secret", 4321)      // a user's: shown as its own
 	plant("a-services-secret", 123)    // a system account's: likewise
 	id := sandbox(t)
 
@@ -57,14 +58,18 @@ func TestHostileRootIsAskedForNotImplied(t *testing.T) {
 	if strings.Contains(asked, "CapEff:\t0000000000000000") || !strings.Contains(asked, "not root's to read") {
 		t.Errorf("with --root: %q; want root's kept capabilities and the file read", asked)
 	}
-	// A user's file that the sandbox does not map is nobody's inside,
-	// and shut even to --root.
-	for _, f := range []string{"a-users-secret", "a-services-secret"} {
-		if out := ok(t, "exec", id, "--", "stat", "-c", "%u:%g", f); out != "65534:65534\n" {
-			t.Errorf("%s inside: owner %q; want 65534:65534 (nobody)", f, out)
+	// A user's or a system account's file of the project is its own
+	// inside: shut to root's plain command, open to --root (the copy is
+	// the sandbox's whole).
+	for f, owner := range map[string]string{"a-users-secret": "4321:4321\n", "a-services-secret": "123:123\n"} {
+		if out := ok(t, "exec", id, "--", "stat", "-c", "%u:%g", f); out != owner {
+			t.Errorf("%s inside: owner %q; want %q", f, out, owner)
 		}
-		if out, errOut, code := ctl(t, "", "exec", "--root", id, "--", "cat", f); code == 0 || strings.Contains(out, "not root's") || !strings.Contains(errOut, "Permission denied") {
-			t.Errorf("--root read %s (0600, not shown with its owner): exit %d, %q, %q", f, code, out, errOut)
+		if out, errOut, code := ctl(t, "", "exec", id, "--", "cat", f); code == 0 || strings.Contains(out, "not root's") || !strings.Contains(errOut, "Permission denied") {
+			t.Errorf("root's plain command read %s (0600): exit %d, %q, %q", f, code, out, errOut)
+		}
+		if out := ok(t, "exec", "--root", id, "--", "cat", f); out != "not root's to read\n" {
+			t.Errorf("--root reading %s of the project: %q", f, out)
 		}
 	}
 	// Root's own files are still root's to change without --root.

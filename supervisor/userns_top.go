@@ -1,0 +1,74 @@
+package supervisor
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandboxd/cowfs"
+	"github.com/sandboxd/sandboxd/supervisor/state"
+)
+
+// The sandbox's owner writes what it owns, its project's top directory
+// included: a project of root's used by an agent (`--user agent`) has a
+// top directory only root may write, so `touch`, `sed -i` (which renames
+// a new file over the old) and Python's __pycache__ fail there. The top
+// directory of the sandbox's own copy (never the host's) is the owner's;
+// that is no change of the sandbox's: its diff and its promotions leave
+// the top directory's own owner, mode and attributes out (the host's
+// keeps its own).
+
+// ownTopDir gives the top directory of sandbox rec's copy of its project
+// (vol, made by the daemon in the pool, which only root reaches) to the
+// sandbox's owner, with the owner's rwx bits set; group and the other
+// bits stay. Not for root's sandboxes, a read-only project, or a project
+// of several directories (whose volume's top is none of them).
+func (s *Supervisor) ownTopDir(rec state.Record, vol cowfs.Volume) error {
+	if rec.Owner == 0 || rec.ReadOnlyProject || !filepath.IsAbs(vol.Path) {
+		return nil
+	}
+	if p, ok := s.projects.get(rec.Project); ok && len(p.At) > 1 {
+		return nil
+	}
+	fd, err := unix.Open(vol.Path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("giving the top directory of its copy of the project to its owner: %w", err)
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return fmt.Errorf("giving the top directory of its copy of the project to its owner: %w", err)
+	}
+	if st.Uid == rec.Owner && st.Mode&0o700 == 0o700 {
+		return nil
+	}
+	if err := unix.Fchown(fd, int(rec.Owner), -1); err != nil {
+		return fmt.Errorf("giving the top directory of its copy of the project (%s) to its owner, uid %d: %w", vol.Path, rec.Owner, err)
+	}
+	if err := unix.Fchmod(fd, st.Mode&0o7777|0o700); err != nil {
+		return fmt.Errorf("making the top directory of its copy of the project (%s) its owner's to write: %w", vol.Path, err)
+	}
+	return nil
+}
+
+// sandboxChanges lists what a sandbox changed in its copy since base (now:
+// a read-only snapshot of it): the backend's list, without the top
+// directory's own metadata (ownTopDir's, or the sandbox's own chmod of
+// it), which is the host's and never promoted. A change inside the top
+// directory is listed as ever.
+func (s *Supervisor) sandboxChanges(ctx context.Context, base, now cowfs.Volume) ([]cowfs.Change, error) {
+	changes, err := s.cfg.Backend.Changes(ctx, base, now)
+	if err != nil {
+		return nil, err
+	}
+	out := changes[:0]
+	for _, c := range changes {
+		if c.Path == "." && c.Kind == cowfs.Metadata {
+			continue
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
