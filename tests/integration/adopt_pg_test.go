@@ -265,6 +265,9 @@ func TestAdoptPostgreSQLWhileItServesAndBootItsCopy(t *testing.T) {
 	if diff := ok(t, "diff", cfg); !strings.Contains(diff, "etc/postgresql/15/main/postgresql.conf") || strings.Contains(diff, "var/lib/postgresql") {
 		t.Errorf("the configuration sandbox's diff:\n%s\nwant postgresql.conf alone", diff)
 	}
+	if got := hostPsql(t, "show work_mem"); got == "7MB" {
+		t.Fatalf("the host's work_mem is 7MB before the promotion: the check below would prove nothing")
+	}
 	var before, after os.FileInfo
 	before, _ = os.Stat(conf)
 	ok(t, "promote", cfg)
