@@ -16,8 +16,10 @@ set -eu
 # library of the Python client (contrib/python), which its test drives;
 # nginx-light is the host's service a booted sandbox starts (disabled on
 # the host, as the testbed's systemd boots this machine's units);
-# bubblewrap is make bench's baseline of a command in fresh namespaces.
-pkgs="btrfs-progs e2fsprogs zfs-fuse rsync util-linux mount systemd dbus iproute2 curl bash man-db rpm passwd diffutils openssh-client openssh-server python3 nodejs libcap2-bin python3-dbus-next nginx-light bubblewrap"
+# bubblewrap is make bench's baseline of a command in fresh namespaces;
+# postgresql is the host's service whose data a project adopts (its test
+# makes its cluster in the testbed, none on this machine).
+pkgs="btrfs-progs e2fsprogs zfs-fuse rsync util-linux mount systemd dbus iproute2 curl bash man-db rpm passwd diffutils openssh-client openssh-server python3 nodejs libcap2-bin python3-dbus-next nginx-light bubblewrap postgresql"
 need=""
 for pkg in $pkgs; do
 	dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need="$need $pkg"
@@ -39,6 +41,17 @@ fi
 trap '[ -z "$made_policy" ] || rm -f /usr/sbin/policy-rc.d' EXIT
 echo "install-deps: apt-get install$need"
 apt-get update -qq
+case "$need" in
+*postgresql*)
+	# postgresql-15's postinst would make a cluster (15/main) on this
+	# machine: postgresql-common first, whose createcluster.conf then says
+	# not to (policy-rc.d keeps any cluster from starting anyway).
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql-common >/dev/null
+	if ! ls /etc/postgresql/*/*/postgresql.conf >/dev/null 2>&1; then
+		pg_conftool /etc/postgresql-common/createcluster.conf set create_main_cluster false
+	fi
+	;;
+esac
 DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $need >/dev/null
 # Neither may the testbed's private systemd, which boots this machine's own
 # units: a test starts the daemons it needs itself.
@@ -50,4 +63,7 @@ case "$need" in
 esac
 case "$need" in
 *nginx-light*) systemctl disable --quiet nginx.service 2>/dev/null || true ;;
+esac
+case "$need" in
+*postgresql*) systemctl disable --quiet postgresql.service 2>/dev/null || true ;;
 esac

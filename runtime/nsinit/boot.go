@@ -345,8 +345,9 @@ func makeLogDirs(r *root, dirs []Dir) error {
 
 // bootWorld is what build adds for a booted sandbox, before the pivot:
 // the console (a file on the layer's volume, systemd's early words),
-// /var/log's skeleton, and low ports for services, which are root of U2,
-// not of the user namespace that owns the network's.
+// /var/log's skeleton, a snakeoil pair of its own (snakeoil.go), and low
+// ports for services, which are root of U2, not of the user namespace
+// that owns the network's.
 func bootWorld(r *root, spec *Spec, layer string) (*os.File, error) {
 	if spec.Network == NetworkHost {
 		return nil, errors.New("a booted sandbox needs a network of its own")
@@ -374,6 +375,10 @@ func bootWorld(r *root, spec *Spec, layer string) (*os.File, error) {
 	}
 	if err := makeLogDirs(r, spec.LogDirs); err != nil {
 		return fail(err)
+	}
+	if err := ownSnakeoil(r, spec.Hidden, spec.Hostname); err != nil {
+		// Only the services that use it miss it: they say so at their start.
+		fmt.Fprintf(os.Stderr, "sandbox %s: booted without a snakeoil pair of its own: %v\n", spec.ID, err)
 	}
 	err = r.at("/proc/sys/net/ipv4/ip_unprivileged_port_start", func(p string) error {
 		return os.WriteFile(p, []byte("0"), 0)
