@@ -5,8 +5,9 @@
 # a rollback, the winner promoted to the project through its check, a
 # server in a sandbox reached from the host, a Python session, a memory
 # limit, and (in the testbed) the host's own nginx: its site adopted where
-# it lives, its config fixed in a booted sandbox and promoted; then it
-# cleans up after itself.
+# it lives, its config fixed in a booted sandbox and promoted; an agent
+# user's own project adopted from its home, a fix tried and promoted as
+# that user; then it cleans up after itself.
 #
 # `make demo` runs it inside a fresh testbed (bin/testbed run), where
 # nothing of this machine changes; on a machine whose PID 1 is systemd and
@@ -26,6 +27,10 @@ run() {
 	"$@"
 }
 
+# as_agent runs a command as the demo's agent user, with its groups (the
+# bus judges membership of group sandboxd by them).
+as_agent() { (cd / && setpriv --reuid="$agent" --regid="$agent" --init-groups env -i PATH=/usr/local/bin:/usr/bin:/bin HOME="/home/$agent" "$@"); }
+
 demo=/run/sandboxd-demo
 conf=$demo/sandboxd.toml
 pool=$demo/pool
@@ -41,9 +46,12 @@ cleanup() {
 		rm -rf "$site" /etc/nginx/conf.d/demo-site.conf
 		[ ! -e /etc/nginx/default.aside ] || mv /etc/nginx/default.aside /etc/nginx/sites-enabled/default
 	fi
+	[ -z "$agent_made" ] || as_agent sandboxctl project release calc >/dev/null 2>&1
 	systemctl stop sandboxd.service 2>/dev/null
+	[ -z "$agent_made" ] || userdel -r "$agent" >/dev/null 2>&1
+	[ -z "$group_made" ] || groupdel sandboxd >/dev/null 2>&1
 	btrfs subvolume delete "$proj" >/dev/null 2>&1
-	umount "$pool" 2>/dev/null
+	umount -R "$pool" 2>/dev/null
 	rm -rf "$demo" /run/systemd/system/sandboxd.service /usr/local/bin/sandboxctl
 	[ -z "$made_policy" ] || rm -f /etc/dbus-1/system.d/org.sandboxd1.conf
 	systemctl daemon-reload 2>/dev/null
@@ -55,6 +63,9 @@ if systemctl cat sandboxd.service >/dev/null 2>&1 && [ ! -e /run/systemd/system/
 	exit 1
 fi
 made_policy=""
+agent=sandboxd-demo-agent
+agent_made=""
+group_made=""
 site=/srv/demo-site
 site_made=""
 # Sandboxes in user namespaces over the root's layers: the testbed's root
@@ -87,6 +98,12 @@ made_policy=""
 if [ ! -e /etc/dbus-1/system.d/org.sandboxd1.conf ]; then
 	cp "$repo/packaging/dbus/org.sandboxd1.conf" /etc/dbus-1/system.d/
 	made_policy=1
+fi
+# The members' group (the package makes it): the bus and the daemon
+# read group names when they load their policy and configuration.
+if ! getent group sandboxd >/dev/null; then
+	groupadd --system sandboxd
+	group_made=1
 fi
 busctl call org.freedesktop.DBus /org/freedesktop/DBus org.freedesktop.DBus ReloadConfig >/dev/null
 sed "s|ExecStart=/usr/bin/sandboxd|ExecStart=$repo/bin/sandboxd --config $conf|" "$repo/packaging/systemd/sandboxd.service" > /run/systemd/system/sandboxd.service
@@ -150,6 +167,38 @@ printf 'price = 1000\nprint(price * 1.2)\n' | run sandboxctl repl fix-2 python3
 step "the limits hold: untrusted has 512 MiB"
 run sandboxctl create --name hog --profile untrusted shop
 run sandboxctl exec hog -- tail /dev/zero || echo "(exit $?)"
+
+step "an agent's own project: adopted from its home as that user"
+useradd --create-home --groups sandboxd "$agent"
+agent_made=1
+calc=/home/$agent/calc
+as_agent mkdir "$calc"
+as_agent sh -c "cat > $calc/calc.py" <<'PY'
+def average(xs):
+    return sum(xs) / (len(xs) + 1)
+PY
+as_agent sh -c "cat > $calc/test_calc.py" <<'PY'
+from calc import average
+assert average([2, 4, 6]) == 4, average([2, 4, 6])
+print("ok")
+PY
+as_agent sh -c "printf '__pycache__/\n' > $calc/.gitignore; printf 'python3 test_calc.py\n' > $calc/check.sh"
+echo "\$ id"; as_agent id
+run as_agent sandboxctl project adopt calc "$calc"
+run as_agent sandboxctl project list
+
+step "three fixes tried as the agent, the winner promoted to its home"
+run as_agent sandboxctl try calc --name avg --check 'python3 test_calc.py' \
+	--variant "sed -i 's/len(xs) + 1/len(xs) - 1/' calc.py" \
+	--variant "sed -i 's/len(xs) + 1/len(xs)/' calc.py" \
+	--variant "sed -i 's/sum(xs)/max(xs)/' calc.py"
+run as_agent sandboxctl diff avg-2
+run as_agent sandboxctl promote avg-2
+run ls -la "$calc"
+run cat "$calc/calc.py"
+run as_agent sandboxctl destroy avg-1 avg-2 avg-3
+run as_agent sandboxctl project release calc
+run ls -la "$calc"
 
 if [ -d /run/testbed/layers ] && command -v nginx >/dev/null; then
 step "the host's own nginx serves a site whose config has a bug"
