@@ -129,6 +129,7 @@ func (s *Supervisor) AdoptProject(ctx context.Context, name, path string, o Adop
 		// rename: the volume is snapshotted by its path for each sandbox.
 		root := s.cfg.Backend.Info().Root
 		ad.How, ad.Temp = state.AdoptOwned, filepath.Join(filepath.Dir(root), filepath.Base(root)+"-adopted", name)
+		ad.ByUnit = byUnit(paths)
 		location = ad.Temp
 		for _, p := range paths {
 			if err := roomFor(p, filepath.Dir(root)); err != nil {
@@ -301,7 +302,7 @@ func (s *Supervisor) undoAdoption(ctx context.Context, pm cowfs.ProjectMaker, re
 		}
 	case state.AdoptOwned:
 		for _, p := range ad.Paths() {
-			errs = append(errs, unmountOwned(ad, ad.Temp, p))
+			errs = append(errs, s.unmountOwned(ctx, ad, ad.Temp, p))
 		}
 	}
 	if _, err := os.Lstat(ad.Temp); err == nil {
@@ -319,9 +320,10 @@ func (s *Supervisor) reconcileAdoptions(ctx context.Context, recs []state.Projec
 	for _, rec := range recs {
 		ad := rec.Adoption
 		if ad != nil && ad.How == state.AdoptOwned && ad.Phase == state.AdoptDone {
-			// Its mounts are the daemon's to make again (after a reboot).
+			// Its mounts by descriptor are the daemon's to make again
+			// (after a reboot); its units' are checked.
 			for _, p := range ad.Paths() {
-				if err := mountOwned(&state.Adoption{Path: ad.Path, More: ad.More, Temp: rec.Location, Owner: ad.Owner}, p, nil); err != nil {
+				if err := s.mountOwned(ctx, ad, rec.Location, p, nil); err != nil {
 					s.log.Error("mounting an adopted project at its path", "project", rec.Name, "path", p, "error", err)
 				}
 			}
@@ -365,7 +367,7 @@ func (s *Supervisor) reconcileAdoptions(ctx context.Context, recs []state.Projec
 				err = s.bindAdopted(ctx, ad)
 			case state.AdoptOwned:
 				for _, p := range ad.Paths() {
-					err = errors.Join(err, mountOwned(ad, p, nil))
+					err = errors.Join(err, s.mountOwned(ctx, ad, ad.Temp, p, nil))
 				}
 			}
 			if err == nil {
