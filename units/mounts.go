@@ -68,10 +68,13 @@ func (m *Manager) BindMount(ctx context.Context, what, where string) (string, er
 		os.Remove(tmp)
 		return name, fmt.Errorf("%s: writing %s: %w", op, path, err)
 	}
-	if err := m.conn.ReloadContext(ctx); err != nil {
+	if _, _, err := m.conn.EnableUnitFilesContext(ctx, []string{name}, false, true); err != nil {
 		return name, wrap(op, name, err)
 	}
-	if _, _, err := m.conn.EnableUnitFilesContext(ctx, []string{name}, false, true); err != nil {
+	// After the enable, as systemctl enable does: the manager then knows
+	// local-fs.target wants it (systemctl show's WantedBy), not only the
+	// next boot.
+	if err := m.conn.ReloadContext(ctx); err != nil {
 		return name, wrap(op, name, err)
 	}
 	return name, m.job(ctx, op, name, m.conn.StartUnitContext)

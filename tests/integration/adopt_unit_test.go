@@ -1,0 +1,126 @@
+package integration
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/sandboxd/sandboxd/tests/testbed"
+)
+
+// mountUnitOf is the name systemd gives the mount unit of path p.
+func mountUnitOf(t *testing.T, p string) string {
+	t.Helper()
+	return strings.TrimSpace(testbed.MustRun(t, "systemd-escape", "--path", "--suffix=mount", p))
+}
+
+// unitFileOf is where sandboxd writes the mount unit of p.
+func unitFileOf(t *testing.T, p string) string {
+	return filepath.Join("/etc/systemd/system", mountUnitOf(t, p))
+}
+
+// unitProp is systemctl show's value of property prop of unit u.
+func unitProp(t *testing.T, u, prop string) string {
+	t.Helper()
+	return strings.TrimSpace(testbed.MustRun(t, "systemctl", "show", "-P", prop, u))
+}
+
+// Root adopts a service account's data under root-only parents
+// (/var/lib/SERVICE, as /var/lib/postgresql): the volume is bound back
+// by an enabled mount unit in local-fs.target, so after a reboot the
+// service, started before sandboxd, finds the project's files, not the
+// ones under the mount as they were when adopted. Shown without a
+// reboot: sandboxd stopped, the mount taken away, the unit started
+// alone. A member's home directory (its owner can rename it) is still
+// mounted by the daemon, with no unit; a release leaves no unit behind.
+// Before, the service's data was mounted by the daemon alone: no unit,
+// and the old files at its path until sandboxd started.
+func TestAdoptedServiceDataIsMountedAtBootBeforeSandboxd(t *testing.T) {
+	install(t)
+	const member, service = "adopt-own", "adopt-svc"
+	uid, gid := groupMember(t, member)
+	if _, err := exec.Command("id", service).CombinedOutput(); err != nil {
+		testbed.MustRun(t, "useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", service)
+	}
+	svcUID, _ := groupMemberIDs(t, service)
+	reconfigure(t, "")
+	data := "/var/lib/" + service + "-boot"
+	os.RemoveAll(data)
+	plainTree(t, data)
+	t.Cleanup(func() { os.RemoveAll(data) })
+	if err := os.Chown(data, int(svcUID), int(svcUID)); err != nil {
+		t.Fatal(err)
+	}
+	unit, unitFile := mountUnitOf(t, data), unitFileOf(t, data)
+	t.Cleanup(func() {
+		testbed.MustRun(t, "systemctl", "start", "sandboxd.service")
+		ctl(t, "", "project", "release", "boot-svc")
+	})
+	ok(t, "project", "adopt", "boot-svc", data)
+	if !mounted(data) {
+		t.Fatalf("%s is not a mount point after the adoption", data)
+	}
+	if !exists(unitFile) {
+		t.Fatalf("no mount unit %s for %s: the service's data would be mounted only once sandboxd starts", unitFile, data)
+	}
+	if st := strings.TrimSpace(string(must1(exec.Command("systemctl", "is-enabled", unit).Output()))); st != "enabled" {
+		t.Errorf("%s is %q; want enabled", unit, st)
+	}
+	wanted := unitProp(t, unit, "WantedBy") + " " + unitProp(t, unit, "RequiredBy")
+	if !strings.Contains(wanted, "local-fs.target") {
+		t.Errorf("%s is wanted by %q; want local-fs.target (mounted at boot, before services)", unit, wanted)
+	}
+	// A write in the project after the adoption: only its volume has it.
+	after := filepath.Join(data, "after-adoption.txt")
+	if err := os.WriteFile(after, []byte("written in the project\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	want := describe(t, data)
+
+	// As at boot: no sandboxd, no mount; the unit alone.
+	testbed.MustRun(t, "systemctl", "stop", "sandboxd.service")
+	if st := strings.TrimSpace(string(must1(exec.Command("systemctl", "is-active", "sandboxd.service").Output()))); st == "active" {
+		t.Fatalf("sandboxd is %s after its stop", st)
+	}
+	testbed.MustRun(t, "systemctl", "stop", unit)
+	if mounted(data) || exists(after) {
+		t.Fatalf("%s with its unit stopped: mounted %v, the project's write there %v; want the old directory", data, mounted(data), exists(after))
+	}
+	testbed.MustRun(t, "systemctl", "start", unit)
+	if !mounted(data) || !exists(after) {
+		t.Fatalf("%s once its unit alone started (sandboxd stopped): mounted %v, the project's write there %v; want the project's files", data, mounted(data), exists(after))
+	}
+	if got := describe(t, data); got != want {
+		t.Errorf("%s as its unit mounted it:\n%s\nwant:\n%s", data, got, want)
+	}
+	testbed.MustRun(t, "systemctl", "start", "sandboxd.service")
+
+	// A member's home: its owner can rename ~/calc, so no unit chases the
+	// path; the daemon mounts it by descriptor.
+	calc := calcProject(t, member, uid, gid, "/home/"+member)
+	t.Cleanup(func() { ctl(t, "", "project", "release", "boot-home") })
+	ok(t, "project", "adopt", "boot-home", calc)
+	if !mounted(calc) {
+		t.Fatalf("%s is not a mount point after the adoption", calc)
+	}
+	if exists(unitFileOf(t, calc)) {
+		t.Errorf("a mount unit for %s, a directory its owner can rename", calc)
+	}
+	ok(t, "project", "release", "boot-home")
+
+	ok(t, "project", "release", "boot-svc")
+	if exists(unitFile) {
+		t.Errorf("the release left %s", unitFile)
+	}
+	if st := unitProp(t, unit, "LoadState"); st != "not-found" {
+		t.Errorf("%s after the release: LoadState %s, want not-found", unit, st)
+	}
+	if mounted(data) {
+		t.Errorf("%s is still a mount point after the release", data)
+	}
+	if got := describe(t, data); got != want {
+		t.Errorf("%s after the release:\n%s\nwant:\n%s", data, got, want)
+	}
+}
