@@ -234,6 +234,10 @@ func TestKill9AtEachStepOfAnAdoption(t *testing.T) {
 		if len(c.dirs) > 1 {
 			points = crashpoint.AdoptionOfSeveral
 		}
+		if strings.HasPrefix(c.name, "crash-owned") {
+			// Copied by descriptor: a crash mid-copy too.
+			points = append([]string{crashpoint.AdoptCopying}, points...)
+		}
 		for _, point := range points {
 			t.Run(c.name+"/"+point, func(t *testing.T) {
 				before := map[string]string{}
@@ -354,7 +358,12 @@ func TestKill9AtEachStepOfARelease(t *testing.T) {
 		{"release-owned", []string{"/home/adopt-release/calc"}},
 		{"release-owned-unit", []string{"/var/lib/adopt-release-svc"}},
 	} {
-		for _, point := range crashpoint.Release {
+		points := crashpoint.Release
+		if strings.HasPrefix(c.name, "release-owned") {
+			// Unmounted (its unit removed) before the files go back.
+			points = append([]string{points[0], crashpoint.ReleaseUnmounted}, points[1:]...)
+		}
+		for _, point := range points {
 			t.Run(c.name+"/"+point, func(t *testing.T) {
 				for _, d := range c.dirs {
 					os.RemoveAll(d)
