@@ -265,6 +265,9 @@ func (s *Supervisor) adopt(ctx context.Context, pm cowfs.ProjectMaker, rec *stat
 // bindAdopted binds each of ad's directories in the volume back at its
 // path, by a mount unit; one bound already stays as it is.
 func (s *Supervisor) bindAdopted(ctx context.Context, ad *state.Adoption) error {
+	if err := s.poolAtBoot(ctx); err != nil {
+		return err
+	}
 	for i, p := range ad.Paths() {
 		if _, err := s.cfg.Units.BindMount(ctx, ad.InVolume(ad.Temp, p), p); err != nil {
 			return err
@@ -274,6 +277,20 @@ func (s *Supervisor) bindAdopted(ctx context.Context, ad *state.Adoption) error 
 		}
 	}
 	return nil
+}
+
+// poolAtBoot makes the embedded pool's mount a unit enabled for boot
+// (units.PoolMount): the units that bind adopted volumes back at boot,
+// before the services that use them, find their sources then. Another
+// pool is the administrator's, mounted at boot as the machine's disks
+// are (fstab); the daemon mounts only the embedded one, after
+// local-fs.target.
+func (s *Supervisor) poolAtBoot(ctx context.Context) error {
+	if s.cfg.PoolImage == "" {
+		return nil
+	}
+	_, err := s.cfg.Units.PoolMount(ctx, s.cfg.PoolImage, s.cfg.PoolMountpoint)
+	return err
 }
 
 // finishAdoption removes what the directory was (now beside it, after a
@@ -319,6 +336,12 @@ func (s *Supervisor) reconcileAdoptions(ctx context.Context, recs []state.Projec
 	var out []state.Project
 	for _, rec := range recs {
 		ad := rec.Adoption
+		if ad != nil && ad.Phase == state.AdoptDone && (ad.How == state.AdoptMount || len(ad.ByUnit) > 0) {
+			// Adopted before the pool was mounted at boot: from now on.
+			if err := s.poolAtBoot(ctx); err != nil {
+				s.log.Error("making the pool mounted at boot, for an adopted project's mount unit", "project", rec.Name, "error", err)
+			}
+		}
 		if ad != nil && ad.How == state.AdoptOwned && ad.Phase == state.AdoptDone {
 			// Its mounts by descriptor are the daemon's to make again
 			// (after a reboot); its units' are checked.

@@ -210,6 +210,9 @@ func (s *Supervisor) mountOwned(ctx context.Context, ad *state.Adoption, locatio
 	if ad.Unit(p) {
 		// Only root can change the directories above p: the unit's
 		// path leads to the directory just checked, at every boot.
+		if err := s.poolAtBoot(ctx); err != nil {
+			return err
+		}
 		if _, err := s.cfg.Units.BindMount(ctx, what, p); err != nil {
 			return fmt.Errorf("binding the volume at %s by a mount unit: %w", p, err)
 		}

@@ -1,6 +1,8 @@
 package integration
 
 import (
+	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -122,5 +124,84 @@ func TestAdoptedServiceDataIsMountedAtBootBeforeSandboxd(t *testing.T) {
 	}
 	if got := describe(t, data); got != want {
 		t.Errorf("%s after the release:\n%s\nwant:\n%s", data, got, want)
+	}
+}
+
+// With the embedded pool (the default), which the daemon loop-mounts
+// when it starts, after local-fs.target, the adopted volume's unit would
+// find no source at boot: the pool's mount is made a unit of its own,
+// enabled for boot, and the bind unit, started alone with the pool
+// unmounted and sandboxd stopped, mounts the pool first and shows the
+// project's files. Before, the bind unit failed there (its What= not
+// there), and the service saw the old files.
+func TestAdoptedDataOnTheEmbeddedPoolIsMountedAtBoot(t *testing.T) {
+	tb := install(t)
+	const service = "adopt-svc"
+	if _, err := exec.Command("id", service).CombinedOutput(); err != nil {
+		testbed.MustRun(t, "useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", service)
+	}
+	svcUID, _ := groupMemberIDs(t, service)
+	dir := "/var/lib/sandboxd-embedded-test"
+	image, mp := filepath.Join(dir, "pool.img"), filepath.Join(dir, "pool")
+	poolUnit := mountUnitOf(t, mp)
+	t.Cleanup(func() {
+		exec.Command("systemctl", "disable", "--now", poolUnit).Run()
+		os.Remove(filepath.Join("/etc/systemd/system", poolUnit))
+		exec.Command("systemctl", "daemon-reload").Run()
+		exec.Command("umount", mp).Run()
+		os.RemoveAll(dir)
+	})
+	reconfigure(t, "") // and the tests' pool again after
+	layers, _ := json.Marshal(tb.Layers)
+	conf := fmt.Sprintf("[storage]\nbackend = \"embedded\"\n[storage.embedded]\nimage = %q\nsize = \"1GiB\"\nmountpoint = %q\n"+
+		"[sandbox]\nuserns = \"require\"\nroot_layers = %s\n", image, mp, layers)
+	if err := os.WriteFile("/etc/sandboxd/sandboxd.toml", []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	testbed.MustRun(t, "systemctl", "restart", "sandboxd.service")
+	if !mounted(mp) {
+		t.Fatalf("the embedded pool is not mounted at %s", mp)
+	}
+	data := "/var/lib/" + service + "-emb"
+	os.RemoveAll(data)
+	plainTree(t, data)
+	t.Cleanup(func() { os.RemoveAll(data) })
+	if err := os.Chown(data, int(svcUID), int(svcUID)); err != nil {
+		t.Fatal(err)
+	}
+	unit := mountUnitOf(t, data)
+	t.Cleanup(func() {
+		testbed.MustRun(t, "systemctl", "start", "sandboxd.service")
+		ctl(t, "", "project", "release", "emb-svc")
+	})
+	ok(t, "project", "adopt", "emb-svc", data)
+	after := filepath.Join(data, "after-adoption.txt")
+	if err := os.WriteFile(after, []byte("written in the project\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if st := strings.TrimSpace(string(must1(exec.Command("systemctl", "is-enabled", poolUnit).Output()))); st != "enabled" {
+		t.Errorf("the pool's mount unit %s is %q; want enabled", poolUnit, st)
+	}
+
+	// As at boot: no sandboxd, no pool, no mount; the data's unit alone.
+	testbed.MustRun(t, "systemctl", "stop", "sandboxd.service")
+	testbed.MustRun(t, "systemctl", "stop", unit)
+	if out, err := exec.Command("umount", mp).CombinedOutput(); err != nil {
+		t.Fatalf("unmounting the pool, sandboxd stopped: %v %s", err, out)
+	}
+	if mounted(mp) || mounted(data) || exists(after) {
+		t.Fatalf("as at boot: the pool mounted %v, %s mounted %v; want neither", mounted(mp), data, mounted(data))
+	}
+	if out, err := exec.Command("systemctl", "start", unit).CombinedOutput(); err != nil {
+		journal, _ := exec.Command("journalctl", "--no-pager", "-n", "20", "-u", unit).CombinedOutput()
+		t.Fatalf("starting %s alone (sandboxd stopped, the pool unmounted): %v %s\n%s", unit, err, out, journal)
+	}
+	if !mounted(mp) || !exists(after) {
+		t.Fatalf("%s once its unit alone started: the pool mounted %v, the project's write there %v; want both", data, mounted(mp), exists(after))
+	}
+	testbed.MustRun(t, "systemctl", "start", "sandboxd.service")
+	ok(t, "project", "release", "emb-svc")
+	if exists(unitFileOf(t, data)) || mounted(data) || !exists(after) {
+		t.Errorf("after the release: unit file %v, mounted %v, the project's write there %v; want a plain directory with it", exists(unitFileOf(t, data)), mounted(data), exists(after))
 	}
 }
