@@ -60,7 +60,9 @@ func TestAdoptedServiceDataIsMountedAtBootBeforeSandboxd(t *testing.T) {
 		testbed.MustRun(t, "systemctl", "start", "sandboxd.service")
 		ctl(t, "", "project", "release", "boot-svc")
 	})
-	ok(t, "project", "adopt", "boot-svc", data)
+	if out := ok(t, "project", "adopt", "boot-svc", data); strings.Contains(out, "note:") {
+		t.Errorf("the adoption of %s, bound back at boot, says: %s", data, out)
+	}
 	if !mounted(data) {
 		t.Fatalf("%s is not a mount point after the adoption", data)
 	}
@@ -103,7 +105,9 @@ func TestAdoptedServiceDataIsMountedAtBootBeforeSandboxd(t *testing.T) {
 	// path; the daemon mounts it by descriptor.
 	calc := calcProject(t, member, uid, gid, "/home/"+member)
 	t.Cleanup(func() { ctl(t, "", "project", "release", "boot-home") })
-	ok(t, "project", "adopt", "boot-home", calc)
+	if out := ok(t, "project", "adopt", "boot-home", calc); !strings.Contains(out, "until sandboxd starts, "+calc+" shows its files as they were when adopted") {
+		t.Errorf("the adoption of %s, mounted by sandboxd at its start, does not say what the path shows before: %s", calc, out)
+	}
 	if !mounted(calc) {
 		t.Fatalf("%s is not a mount point after the adoption", calc)
 	}
