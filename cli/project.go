@@ -2,11 +2,13 @@ package cli
 
 import (
 	"context"
+	"path/filepath"
 	"strings"
 
 	ucli "github.com/urfave/cli/v3"
 
 	sbclient "github.com/sandboxd/sandboxd/client"
+	"github.com/sandboxd/sandboxd/internal/rootonly"
 	"github.com/sandboxd/sandboxd/sandboxd1"
 )
 
@@ -60,8 +62,12 @@ lives (its home included), for itself: every entry in it must be its
 own, and --user, --group, --restart-units and --freeze are for root and
 administrators, who adopt any owner's directory, keeping its owners. A
 directory others than root can change is copied by descriptor into a
-volume of the pool and mounted back at PATH by the daemon (again at
-each start), never by a mount unit.
+volume of the pool. Where every directory above it is root's alone (a
+service's /var/lib/postgresql) it is bound back at PATH by a mount unit,
+mounted at boot before services; elsewhere (a home's ~/calc, which its
+owner could rename) the daemon mounts it onto the directory itself,
+again each time it starts, never by a mount unit: after a reboot, until
+sandboxd starts, PATH shows its files as they were when adopted.
 
 More than one PATH (an app and its data: /srv/app /var/lib/postgresql)
 makes one project of them all, in one volume that holds each at its own
@@ -86,13 +92,22 @@ writes at one point.`,
 							return fromBus("adopting "+strings.Join(a[1:], ", ")+" as project "+a[0], err)
 						}
 						out := outputOf(cmd)
+						late := mountedAtStart(a[1:])
 						switch {
 						case out.json:
-							return out.JSON(map[string]any{"name": a[0], "paths": a[1:], "adopted": true})
+							return out.JSON(map[string]any{"name": a[0], "paths": a[1:], "adopted": true, "mounted_when_sandboxd_starts": late})
 						case out.quiet:
 							return nil
 						}
-						return out.line("adopted %s as project %s", strings.Join(a[1:], ", "), a[0])
+						if err := out.line("adopted %s as project %s", strings.Join(a[1:], ", "), a[0]); err != nil {
+							return err
+						}
+						for _, p := range late {
+							if err := out.line("note: a directory above %s is not root's alone, so sandboxd mounts the project there itself, again each time it starts: after a reboot, until sandboxd starts, %s shows its files as they were when adopted; a service that uses it must start after sandboxd (After=sandboxd.service)", p, p); err != nil {
+								return err
+							}
+						}
+						return nil
 					})
 				},
 			},
@@ -174,4 +189,18 @@ func projectAccessFlags() []ucli.Flag {
 
 func projectAccess(cmd *ucli.Command) sbclient.ProjectOptions {
 	return sbclient.ProjectOptions{Users: cmd.StringSlice("user"), Groups: cmd.StringSlice("group")}
+}
+
+// mountedAtStart are those of the adopted paths that the daemon mounts
+// itself, when it starts, rather than a mount unit at boot: those with a
+// directory above them that others than root can change (the daemon's
+// rule, adopt_owned.go's byUnit).
+func mountedAtStart(paths []string) []string {
+	late := []string{}
+	for _, p := range paths {
+		if abs, err := filepath.Abs(p); err == nil && rootonly.Check(filepath.Dir(abs)) != nil {
+			late = append(late, p)
+		}
+	}
+	return late
 }

@@ -129,6 +129,7 @@ func (s *Supervisor) AdoptProject(ctx context.Context, name, path string, o Adop
 		// rename: the volume is snapshotted by its path for each sandbox.
 		root := s.cfg.Backend.Info().Root
 		ad.How, ad.Temp = state.AdoptOwned, filepath.Join(filepath.Dir(root), filepath.Base(root)+"-adopted", name)
+		ad.ByUnit = byUnit(paths)
 		location = ad.Temp
 		for _, p := range paths {
 			if err := roomFor(p, filepath.Dir(root)); err != nil {
@@ -264,6 +265,9 @@ func (s *Supervisor) adopt(ctx context.Context, pm cowfs.ProjectMaker, rec *stat
 // bindAdopted binds each of ad's directories in the volume back at its
 // path, by a mount unit; one bound already stays as it is.
 func (s *Supervisor) bindAdopted(ctx context.Context, ad *state.Adoption) error {
+	if err := s.poolAtBoot(ctx); err != nil {
+		return err
+	}
 	for i, p := range ad.Paths() {
 		if _, err := s.cfg.Units.BindMount(ctx, ad.InVolume(ad.Temp, p), p); err != nil {
 			return err
@@ -273,6 +277,20 @@ func (s *Supervisor) bindAdopted(ctx context.Context, ad *state.Adoption) error 
 		}
 	}
 	return nil
+}
+
+// poolAtBoot makes the embedded pool's mount a unit enabled for boot
+// (units.PoolMount): the units that bind adopted volumes back at boot,
+// before the services that use them, find their sources then. Another
+// pool is the administrator's, mounted at boot as the machine's disks
+// are (fstab); the daemon mounts only the embedded one, after
+// local-fs.target.
+func (s *Supervisor) poolAtBoot(ctx context.Context) error {
+	if s.cfg.PoolImage == "" {
+		return nil
+	}
+	_, err := s.cfg.Units.PoolMount(ctx, s.cfg.PoolImage, s.cfg.PoolMountpoint)
+	return err
 }
 
 // finishAdoption removes what the directory was (now beside it, after a
@@ -301,7 +319,7 @@ func (s *Supervisor) undoAdoption(ctx context.Context, pm cowfs.ProjectMaker, re
 		}
 	case state.AdoptOwned:
 		for _, p := range ad.Paths() {
-			errs = append(errs, unmountOwned(ad, ad.Temp, p))
+			errs = append(errs, s.unmountOwned(ctx, ad, ad.Temp, p))
 		}
 	}
 	if _, err := os.Lstat(ad.Temp); err == nil {
@@ -318,10 +336,17 @@ func (s *Supervisor) reconcileAdoptions(ctx context.Context, recs []state.Projec
 	var out []state.Project
 	for _, rec := range recs {
 		ad := rec.Adoption
+		if ad != nil && ad.Phase == state.AdoptDone && (ad.How == state.AdoptMount || len(ad.ByUnit) > 0) {
+			// Adopted before the pool was mounted at boot: from now on.
+			if err := s.poolAtBoot(ctx); err != nil {
+				s.log.Error("making the pool mounted at boot, for an adopted project's mount unit", "project", rec.Name, "error", err)
+			}
+		}
 		if ad != nil && ad.How == state.AdoptOwned && ad.Phase == state.AdoptDone {
-			// Its mounts are the daemon's to make again (after a reboot).
+			// Its mounts by descriptor are the daemon's to make again
+			// (after a reboot); its units' are checked.
 			for _, p := range ad.Paths() {
-				if err := mountOwned(&state.Adoption{Path: ad.Path, More: ad.More, Temp: rec.Location, Owner: ad.Owner}, p, nil); err != nil {
+				if err := s.mountOwned(ctx, ad, rec.Location, p, nil); err != nil {
 					s.log.Error("mounting an adopted project at its path", "project", rec.Name, "path", p, "error", err)
 				}
 			}
@@ -365,7 +390,7 @@ func (s *Supervisor) reconcileAdoptions(ctx context.Context, recs []state.Projec
 				err = s.bindAdopted(ctx, ad)
 			case state.AdoptOwned:
 				for _, p := range ad.Paths() {
-					err = errors.Join(err, mountOwned(ad, p, nil))
+					err = errors.Join(err, s.mountOwned(ctx, ad, ad.Temp, p, nil))
 				}
 			}
 			if err == nil {

@@ -11,6 +11,15 @@ package supervisor
 // the owner plants can lead root's hand elsewhere. The volume itself
 // lives in the pool's directory of adopted volumes, which only root can
 // change: its snapshots are taken by a path no owner controls.
+//
+// A mount the daemon makes is gone after a reboot until the daemon
+// starts, and a service started before it (PostgreSQL on its cluster)
+// would open the files under it, as they were when adopted, then have
+// the volume mounted over them while it runs. So where every directory
+// above the path is root's alone, its owner can neither rename nor
+// replace it, and the volume is bound back by a mount unit, as
+// AdoptMount's, mounted at boot in local-fs.target; only a directory its
+// owner can move (a home's) is mounted by the daemon.
 
 import (
 	"context"
@@ -131,7 +140,7 @@ func (s *Supervisor) adoptOwned(ctx context.Context, pm cowfs.ProjectMaker, rec 
 	crashpoint.Hit(crashpoint.AdoptSwitching)
 	for i, p := range ad.Paths() {
 		want := copied[p]
-		if err := mountOwned(ad, p, &want); err != nil {
+		if err := s.mountOwned(ctx, ad, ad.Temp, p, &want); err != nil {
 			return err
 		}
 		if i == 0 && len(ad.More) > 0 {
@@ -165,15 +174,23 @@ func copyOwned(ctx context.Context, p, to string, owner *uint32) (unix.Stat_t, e
 	return st, nil
 }
 
-// mountOwned mounts the volume's copy of p at p, onto a descriptor of
-// the directory found there now (the one copied, where want says which;
-// any of its owner's otherwise, after a reboot). One mounted already is
-// left as it is.
-func mountOwned(ad *state.Adoption, p string, want *unix.Stat_t) error {
-	if ownedMounted(ad, ad.Temp, p) {
+// mountOwned mounts the volume's copy of p (the volume at location) at
+// p, onto the directory found there now (the one copied, where want
+// says which; any of its owner's otherwise, after a reboot): by its
+// mount unit where ad says so, else onto a descriptor of it. One
+// mounted already is left as it is.
+func (s *Supervisor) mountOwned(ctx context.Context, ad *state.Adoption, location, p string, want *unix.Stat_t) error {
+	what := ad.InVolume(location, p)
+	if ownedMounted(ad, location, p) {
+		if ad.Unit(p) {
+			// Mounted at boot, or before a crash: its unit enabled and
+			// active is left so (BindMount does nothing then).
+			_, err := s.cfg.Units.BindMount(ctx, what, p)
+			return err
+		}
 		return nil
 	}
-	vol, err := unix.Open(ad.InVolume(ad.Temp, p), unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	vol, err := unix.Open(what, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("opening the volume of %s: %w", p, err)
 	}
@@ -190,6 +207,17 @@ func mountOwned(ad *state.Adoption, p string, want *unix.Stat_t) error {
 	if want != nil && (st.Dev != want.Dev || st.Ino != want.Ino) {
 		return fmt.Errorf("%s was replaced by another directory while its files were copied; try again once it is left alone: %w", p, ErrProjectInUse)
 	}
+	if ad.Unit(p) {
+		// Only root can change the directories above p: the unit's
+		// path leads to the directory just checked, at every boot.
+		if err := s.poolAtBoot(ctx); err != nil {
+			return err
+		}
+		if _, err := s.cfg.Units.BindMount(ctx, what, p); err != nil {
+			return fmt.Errorf("binding the volume at %s by a mount unit: %w", p, err)
+		}
+		return nil
+	}
 	tree, err := unix.OpenTree(vol, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH)
 	if err != nil {
 		return fmt.Errorf("cloning the volume's %s to mount it: %w", p, err)
@@ -199,6 +227,19 @@ func mountOwned(ad *state.Adoption, p string, want *unix.Stat_t) error {
 		return fmt.Errorf("mounting the volume at %s: %w", p, err)
 	}
 	return nil
+}
+
+// byUnit are those of paths whose every directory above is root's
+// alone: their owner can change what is in them, not which directory
+// the path leads to, so a mount unit binds them back.
+func byUnit(paths []string) []string {
+	var out []string
+	for _, p := range paths {
+		if rootonly.Check(filepath.Dir(p)) == nil {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // ownedMounted says whether the volume's copy of p is what p shows (our
@@ -222,9 +263,18 @@ func statPath(path string) (unix.Stat_t, error) {
 	return st, nil
 }
 
-// unmountOwned unmounts the volume from p if, and only if, the mount at
-// p is ours: its root is the volume's own directory.
-func unmountOwned(ad *state.Adoption, location, p string) error {
+// unmountOwned removes p's mount unit, where ad has one, and unmounts
+// the volume (at location) from p if, and only if, the mount at p is
+// ours: its root is the volume's own directory.
+func (s *Supervisor) unmountOwned(ctx context.Context, ad *state.Adoption, location, p string) error {
+	if ad.Unit(p) {
+		if err := s.cfg.Units.RemoveMount(ctx, p); err != nil {
+			return err
+		}
+	}
+	if _, err := os.Lstat(location); errors.Is(err, os.ErrNotExist) {
+		return nil // the volume gone: no mount of it left
+	}
 	volSt, err := statPath(ad.InVolume(location, p))
 	if err != nil {
 		return fmt.Errorf("reading the volume of %s: %w", p, err)
@@ -260,10 +310,8 @@ func (s *Supervisor) releaseOwned(ctx context.Context, pm cowfs.ProjectMaker, re
 	}
 	volume := err == nil
 	for _, p := range ad.Paths() {
-		if volume {
-			if err := unmountOwned(ad, rec.Location, p); err != nil {
-				return err
-			}
+		if err := s.unmountOwned(ctx, ad, rec.Location, p); err != nil {
+			return err
 		}
 		crashpoint.Hit(crashpoint.ReleaseUnmounted)
 		if !volume {

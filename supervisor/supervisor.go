@@ -53,6 +53,9 @@ type Units interface {
 	// projects (adopt.go).
 	BindMount(ctx context.Context, what, where string) (string, error)
 	RemoveMount(ctx context.Context, where string) error
+	// PoolMount: the embedded pool mounted at boot, for those mounts'
+	// sources to be there then.
+	PoolMount(ctx context.Context, image, where string) (string, error)
 	// StopService and StartService: the services that hold a directory
 	// being adopted, when asked to restart them.
 	StopService(ctx context.Context, name string) error
@@ -124,6 +127,11 @@ type Config struct {
 	// together, in bytes (0: no bound).
 	Caches     bool
 	CacheQuota uint64
+
+	// PoolImage and PoolMountpoint are the embedded pool's image and
+	// where the daemon mounts it; empty for a pool the administrator
+	// mounts (adopt.go's poolAtBoot).
+	PoolImage, PoolMountpoint string
 }
 
 // Supervisor owns the sandboxes of this host: their volumes, scopes and

@@ -68,18 +68,82 @@ func (m *Manager) BindMount(ctx context.Context, what, where string) (string, er
 		os.Remove(tmp)
 		return name, fmt.Errorf("%s: writing %s: %w", op, path, err)
 	}
-	if err := m.conn.ReloadContext(ctx); err != nil {
+	if _, _, err := m.conn.EnableUnitFilesContext(ctx, []string{name}, false, true); err != nil {
 		return name, wrap(op, name, err)
 	}
-	if _, _, err := m.conn.EnableUnitFilesContext(ctx, []string{name}, false, true); err != nil {
+	// After the enable, as systemctl enable does: the manager then knows
+	// local-fs.target wants it (systemctl show's WantedBy), not only the
+	// next boot.
+	if err := m.conn.ReloadContext(ctx); err != nil {
 		return name, wrap(op, name, err)
 	}
 	return name, m.job(ctx, op, name, m.conn.StartUnitContext)
 }
 
-// mountDescription starts the Description of the units BindMount writes:
-// a unit without it is not sandboxd's to replace or remove.
-const mountDescription = "sandboxd project at "
+// PoolMount makes a mount unit that mounts the embedded pool's image
+// (btrfs, by a loop device) at where, enabled for every boot
+// (local-fs.target), and returns its name. The adopted volumes that
+// BindMount's units bind back live in that pool, which the daemon
+// mounts when it starts, after local-fs.target: without it their
+// sources are not there at boot. systemd orders a bind mount after the
+// mount unit of the path its What= is on, and pulls it in. The unit is
+// not started: the daemon has the pool mounted already, and systemd
+// counts a unit whose mount is there as active.
+func (m *Manager) PoolMount(ctx context.Context, image, where string) (string, error) {
+	name := MountUnitName(where)
+	const op = "mounting the pool at boot"
+	for _, p := range []string{image, where} {
+		if !filepath.IsAbs(p) || filepath.Clean(p) != p || strings.ContainsAny(p, "\n\r\x00\\") {
+			return name, fmt.Errorf("%s: %q is not a path a unit file can hold", op, p)
+		}
+	}
+	opts := []*unit.UnitOption{
+		unit.NewUnitOption("Unit", "Description", poolDescription+where),
+		unit.NewUnitOption("Unit", "Documentation", "man:sandboxctl(1)"),
+		unit.NewUnitOption("Mount", "What", image),
+		unit.NewUnitOption("Mount", "Where", where),
+		unit.NewUnitOption("Mount", "Type", "btrfs"),
+		unit.NewUnitOption("Mount", "Options", "loop"),
+		unit.NewUnitOption("Install", "WantedBy", "local-fs.target"),
+	}
+	data, err := io.ReadAll(unit.Serialize(opts))
+	if err != nil {
+		return name, err
+	}
+	path := filepath.Join(mountUnitDir, name)
+	if err := ours(path); err != nil {
+		return name, fmt.Errorf("%s: %w", op, err)
+	}
+	wants := filepath.Join(mountUnitDir, "local-fs.target.wants", name)
+	if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, data) {
+		if _, err := os.Lstat(wants); err == nil {
+			return name, nil // written and enabled before
+		}
+	}
+	tmp := path + ".sandboxd-tmp"
+	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+		return name, fmt.Errorf("%s: writing %s: %w", op, path, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return name, fmt.Errorf("%s: writing %s: %w", op, path, err)
+	}
+	if _, _, err := m.conn.EnableUnitFilesContext(ctx, []string{name}, false, true); err != nil {
+		return name, wrap(op, name, err)
+	}
+	if err := m.conn.ReloadContext(ctx); err != nil {
+		return name, wrap(op, name, err)
+	}
+	return name, nil
+}
+
+// mountDescription starts the Description of the units BindMount writes,
+// poolDescription PoolMount's: a unit without either is not sandboxd's
+// to replace or remove.
+const (
+	mountDescription = "sandboxd project at "
+	poolDescription  = "sandboxd pool at "
+)
 
 // ours refuses a unit file at path that BindMount did not write.
 func ours(path string) error {
@@ -90,7 +154,7 @@ func ours(path string) error {
 	if err != nil {
 		return err
 	}
-	if !strings.Contains(string(data), "Description="+mountDescription) {
+	if !strings.Contains(string(data), "Description="+mountDescription) && !strings.Contains(string(data), "Description="+poolDescription) {
 		return fmt.Errorf("%s exists and is not sandboxd's: it is left as it is", path)
 	}
 	return nil

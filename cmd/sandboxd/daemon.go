@@ -93,6 +93,9 @@ func run(ctx context.Context, configPath string) error {
 	sup := supervisor.New(supervisor.Config{
 		Backend: backend, Units: um, Store: store, Projects: projects, ProjectAccess: projectAccess, ProjectEnv: projectEnv,
 		ProjectIgnore: projectIgnore,
+		// The embedded pool, which only the daemon mounts: adopted
+		// volumes bound back at boot need it mounted then too.
+		PoolImage: poolImage(cfg), PoolMountpoint: poolMountpoint(cfg),
 		// The init is this binary, reached through /proc/self/exe: the
 		// same version as the daemon even while an upgrade replaces the
 		// file, and executable by an init that is root of its user
@@ -253,4 +256,21 @@ func stagesOf(cfg *config.Config) []supervisor.Stage {
 		})
 	}
 	return out
+}
+
+// poolImage is the embedded pool's image ("" for another backend).
+func poolImage(cfg *config.Config) string {
+	if p := cfg.Storage.Pool(); p.Backend == pool.Embedded || p.Backend == "" {
+		return p.Image
+	}
+	return ""
+}
+
+// poolMountpoint is where the embedded pool is mounted ("" for another
+// backend).
+func poolMountpoint(cfg *config.Config) string {
+	if poolImage(cfg) == "" {
+		return ""
+	}
+	return cfg.Storage.Pool().Mountpoint
 }

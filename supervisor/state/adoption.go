@@ -1,6 +1,9 @@
 package state
 
-import "path/filepath"
+import (
+	"path/filepath"
+	"slices"
+)
 
 // Adoption is how a project was adopted, and how far: what undoes it
 // after a crash, and what release undoes.
@@ -24,6 +27,18 @@ type Adoption struct {
 	// own directory (and may release it); nil for root's and admins'
 	// adoptions, and in records older than it.
 	Owner *uint32 `json:"owner,omitempty"`
+	// ByUnit are the paths of an AdoptOwned adoption whose volume a
+	// mount unit binds back (units.BindMount, at boot, before services),
+	// as AdoptMount's: those whose every directory above is root's alone,
+	// so that their owner cannot rename or replace them. The others (a
+	// home's) the daemon mounts by descriptor, again at each start. None
+	// in records older than it: all by the daemon, as then.
+	ByUnit []string `json:"by_unit,omitempty"`
+}
+
+// Unit says whether a mount unit binds adopted path p back.
+func (a *Adoption) Unit(p string) bool {
+	return a.How == AdoptMount || a.How == AdoptOwned && slices.Contains(a.ByUnit, p)
 }
 
 // Paths are the directories adopted: Path, then More.
@@ -44,9 +59,11 @@ const (
 	AdoptMount = "mount"
 	// AdoptOwned: a directory others than root can change (a home's, a
 	// service's data). Its files are copied by descriptor into a volume
-	// of the pool (Temp, then Location), which is mounted at each path
-	// by descriptor (open_tree, move_mount), never by a mount unit; the
-	// daemon makes the mounts again when it starts.
+	// of the pool (Temp, then Location), bound back at each path by a
+	// mount unit where only root can change the directories above it
+	// (ByUnit: mounted at boot, before the services that use it), else
+	// mounted by descriptor (open_tree, move_mount), which the daemon
+	// makes again when it starts.
 	AdoptOwned = "owned"
 	// AdoptCopying: the volume is being filled; the directory is whole.
 	AdoptCopying = "copying"

@@ -226,10 +226,17 @@ func TestKill9AtEachStepOfAnAdoption(t *testing.T) {
 		{"crash-two", []string{"/srv/adopt-crash-app", "/srv/adopt-crash-data"}},
 		// A user's, in its home: by descriptor (issue 29).
 		{"crash-owned", []string{"/home/adopt-crash/calc"}},
+		// A service account's data under root-only parents: copied by
+		// descriptor, bound back by a mount unit.
+		{"crash-owned-unit", []string{"/var/lib/adopt-crash-svc"}},
 	} {
 		points := crashpoint.Adoption
 		if len(c.dirs) > 1 {
 			points = crashpoint.AdoptionOfSeveral
+		}
+		if strings.HasPrefix(c.name, "crash-owned") {
+			// Copied by descriptor: a crash mid-copy too.
+			points = append([]string{crashpoint.AdoptCopying}, points...)
 		}
 		for _, point := range points {
 			t.Run(c.name+"/"+point, func(t *testing.T) {
@@ -274,6 +281,9 @@ func TestKill9AtEachStepOfAnAdoption(t *testing.T) {
 					}
 					if left, _ := filepath.Glob(filepath.Join(filepath.Dir(d), "."+filepath.Base(d)+".sandboxd-*")); len(left) > 0 {
 						t.Errorf("killed at %s: left %v", point, left)
+					}
+					if c.name == "crash-owned-unit" && exists(unitFileOf(t, d)) != adopted {
+						t.Errorf("killed at %s: a mount unit for %s: %v, want %v", point, d, exists(unitFileOf(t, d)), adopted)
 					}
 				}
 			})
@@ -346,8 +356,14 @@ func TestKill9AtEachStepOfARelease(t *testing.T) {
 		{"release-mount", []string{"/srv/adopt-release"}},
 		{"release-two", []string{"/srv/adopt-release-app", "/srv/adopt-release-data"}},
 		{"release-owned", []string{"/home/adopt-release/calc"}},
+		{"release-owned-unit", []string{"/var/lib/adopt-release-svc"}},
 	} {
-		for _, point := range crashpoint.Release {
+		points := crashpoint.Release
+		if strings.HasPrefix(c.name, "release-owned") {
+			// Unmounted (its unit removed) before the files go back.
+			points = append([]string{points[0], crashpoint.ReleaseUnmounted}, points[1:]...)
+		}
+		for _, point := range points {
 			t.Run(c.name+"/"+point, func(t *testing.T) {
 				for _, d := range c.dirs {
 					os.RemoveAll(d)
@@ -380,6 +396,9 @@ func TestKill9AtEachStepOfARelease(t *testing.T) {
 					if mounted, _ := exec.Command("findmnt", "-n", d).CombinedOutput(); len(mounted) > 0 {
 						t.Errorf("killed at %s: %s is still a mount point: %s", point, d, mounted)
 					}
+					if exists(unitFileOf(t, d)) {
+						t.Errorf("killed at %s: the mount unit of %s is left", point, d)
+					}
 				}
 				fails(t, 3, c.name, "create", c.name)
 				var left []string
@@ -400,9 +419,16 @@ func TestKill9AtEachStepOfARelease(t *testing.T) {
 }
 
 // ownedByUser gives d, under /home, and its parent to uid 1000: a
-// user's project in its home, which the daemon adopts by descriptor.
+// user's project in its home, which the daemon adopts by descriptor;
+// d under /var/lib alone (a service's data, its parent root's).
 func ownedByUser(t *testing.T, d string) {
 	t.Helper()
+	if strings.HasPrefix(d, "/var/lib/") {
+		if err := os.Chown(d, 1000, 1000); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
 	if !strings.HasPrefix(d, "/home/") {
 		return
 	}
