@@ -20,6 +20,13 @@ if [ "$1" = purge ]; then
 	if mountpoint -q /var/lib/sandboxd/pool 2>/dev/null; then
 		umount /var/lib/sandboxd/pool || umount -l /var/lib/sandboxd/pool || true
 	fi
+	# The pool's boot mount, written by the daemon once a mount unit
+	# binds an adopted directory's volume: removed if it is the daemon's.
+	unit=/etc/systemd/system/var-lib-sandboxd-pool.mount
+	if grep -q '^Description=sandboxd pool at ' "$unit" 2>/dev/null; then
+		rm -f "$unit" /etc/systemd/system/local-fs.target.wants/var-lib-sandboxd-pool.mount
+		[ ! -d /run/systemd/system ] || systemctl daemon-reload || true
+	fi
 	rm -rf /var/lib/sandboxd /var/log/sandboxd /etc/sandboxd /run/sandboxd
 fi
 exit 0
