@@ -196,7 +196,7 @@ run as_agent sandboxctl diff avg-2
 run as_agent sandboxctl promote avg-2
 run ls -la "$calc"
 run cat "$calc/calc.py"
-run as_agent sandboxctl destroy avg-1 avg-2 avg-3
+run as_agent sandboxctl destroy avg-2
 run as_agent sandboxctl project release calc
 run ls -la "$calc"
 
