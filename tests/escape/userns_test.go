@@ -25,8 +25,9 @@ import (
 )
 
 // TestRootInsideIsNobodyOutside: root inside sees itself mapped from the
-// sandbox's block of host ids, and on the host its init and its commands
-// run as the block's first id, not as 0.
+// sandbox's block of host ids (the whole block, one id inside for each of
+// it), and on the host its init and its commands run as the block's first
+// id, not as 0.
 func TestRootInsideIsNobodyOutside(t *testing.T) {
 	b := newBox(t, supervisor.CreateOptions{})
 	if b.sb.IDs == nil {
@@ -36,7 +37,7 @@ func TestRootInsideIsNobodyOutside(t *testing.T) {
 	for _, uid := range users {
 		out, res := b.run(t, uid, "head -1 /proc/self/uid_map; head -1 /proc/self/gid_map; id -u")
 		lines := strings.Split(strings.TrimSpace(out), "\n")
-		want := []string{"0 " + base + " 1000", "0 " + base + " 1000", fmt.Sprint(uid)}
+		want := []string{"0 " + base + " 65536", "0 " + base + " 65536", fmt.Sprint(uid)}
 		if res.Code != 0 || len(lines) != 3 {
 			t.Fatalf("reading the id maps in the sandbox (uid %d): %v %q", uid, res, out)
 		}
