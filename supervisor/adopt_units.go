@@ -26,14 +26,17 @@ func (s *Supervisor) servicesOf(ctx context.Context, held []holder) ([]units.Pro
 			return nil, fmt.Errorf("more than %d processes use it; sandboxd restarts the services of no more", len(held)-1)
 		}
 		u, err := s.cfg.Units.UnitOfPID(ctx, h.pid)
+		// systemd answers for the pid, not the process: one that ended
+		// since the walk (a server's short-lived worker) may have left its
+		// pid to a process of another unit, which would then be stopped
+		// and started in its place. An ended holder holds nothing: it is
+		// passed over, and the walk after the services stopped says
+		// whether the directory is free.
+		if !h.sameProcess() {
+			continue
+		}
 		if err != nil {
 			return nil, fmt.Errorf("%s: systemd could not say which unit it is of: %w", h.what, err)
-		}
-		// systemd answers for the pid, not the process: one that ended
-		// since the walk may have left its pid to a process of another
-		// unit, which would then be stopped and started in its place.
-		if !h.sameProcess() {
-			return nil, fmt.Errorf("%s ended while systemd was asked which unit it is of (its pid may be another process's now); try again", h.what)
 		}
 		if err := restartable(u); err != nil {
 			return nil, fmt.Errorf("%s is of %s, %w", h.what, u.Name, err)
