@@ -154,6 +154,10 @@ func (s *Supervisor) AdoptProject(ctx context.Context, name, path string, o Adop
 		s.admission.Unlock()
 		return fmt.Errorf("%s: %s: %w", what, takenBy(p), ErrExists)
 	}
+	if err := s.adoptionsLeft(o.Caller); err != nil {
+		s.admission.Unlock()
+		return fmt.Errorf("%s: %w", what, err)
+	}
 	for other := range s.adopting {
 		for _, p := range paths {
 			if within(p, other) || within(other, p) {

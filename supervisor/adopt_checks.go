@@ -197,3 +197,32 @@ func roomFor(dir, to string) error {
 	}
 	return nil
 }
+
+// adoptionsLeft refuses a member (caller; nil for root and admins) one
+// more adoption of its own beyond Policy.MaxAdoptionsPerOwner: each
+// holds a copy of its files in the pool, and one file hard-linked into
+// many of the member's directories is copied once for each, so that
+// without a bound a member fills the pool everyone's sandboxes write to
+// from a few bytes of its own. Counted from the records, which hold the
+// adoptions under way too; called under the admission lock, under which
+// a record is added.
+func (s *Supervisor) adoptionsLeft(caller *uint32) error {
+	limit := s.cfg.Policy.MaxAdoptionsPerOwner
+	if caller == nil || limit <= 0 {
+		return nil
+	}
+	recs, err := s.cfg.Store.Projects()
+	if err != nil {
+		return err
+	}
+	n := 0
+	for _, r := range recs {
+		if r.Adoption != nil && r.Adoption.Owner != nil && *r.Adoption.Owner == *caller {
+			n++
+		}
+	}
+	if n >= limit {
+		return fmt.Errorf("uid %d has adopted %d directories, the limit per user (limits.max_adoptions_per_user); release one first (sandboxctl project release NAME): %w", *caller, n, ErrLimitReached)
+	}
+	return nil
+}

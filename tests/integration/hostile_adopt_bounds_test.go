@@ -1,0 +1,120 @@
+package integration
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// What a member's own adoptions may take of the pool: each holds a copy
+// of the directory's files there, so a member who could adopt without
+// bound would fill the pool that every sandbox writes to.
+
+// TestHostileAdoptOwnCountBounded: a member hard-links one file of its
+// own into nine directories (its home holds the file once) and adopts
+// them all at once. Control: each adoption copies the whole file into
+// the pool (its volume's file is another inode, of the file's size), so
+// the pool takes the file once per directory. At most
+// limits.max_adoptions_per_user (8 by default) are adopted, those under
+// way counted: the ninth is refused, named, nothing mounted or left.
+// The bound is the member's: root adopts the ninth for it, and once the
+// member releases one it adopts again.
+func TestHostileAdoptOwnCountBounded(t *testing.T) {
+	tb := install(t)
+	const member = "adopt-bounds"
+	uid, gid := groupMember(t, member)
+	reconfigure(t, "")
+	home := "/home/" + member
+	os.RemoveAll(home)
+	if err := os.MkdirAll(home, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(home, int(uid), int(gid)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(home) })
+	const n, size = 9, 4 << 20
+	script := fmt.Sprintf("set -e\ncd %s\nhead -c %d /dev/urandom > big\n", home, size)
+	var dirs, names []string
+	for i := range n {
+		d := filepath.Join(home, fmt.Sprintf("d%d", i))
+		script += fmt.Sprintf("mkdir %s && ln big %s/big\n", d, d)
+		dirs, names = append(dirs, d), append(names, fmt.Sprintf("bounds-%d", i))
+	}
+	if out := asMember(t, member, script+"echo MADE"); !strings.Contains(out, "MADE") {
+		t.Fatalf("the member's directories: %s", out)
+	}
+	t.Cleanup(func() {
+		for _, name := range names {
+			ctl(t, "", "project", "release", name)
+		}
+		ctl(t, "", "project", "release", "bounds-by-root")
+	})
+
+	// All at once: a count of the adoptions done alone would let each in.
+	type result struct {
+		errOut string
+		code   int
+	}
+	results := make([]result, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errOut, code := ctlAs(t, member, "project", "adopt", names[i], dirs[i])
+			results[i] = result{errOut, code}
+		}()
+	}
+	wg.Wait()
+	var refused []int
+	for i, r := range results {
+		vol := filepath.Join(tb.Btrfs.Mount, "sandboxd-adopted", names[i])
+		if r.code == 0 {
+			// Control: the pool holds a copy of its own of the file.
+			var orig, copied unix.Stat_t
+			if err := unix.Stat(filepath.Join(home, "big"), &orig); err != nil {
+				t.Fatal(err)
+			}
+			if err := unix.Stat(filepath.Join(vol, "big"), &copied); err != nil {
+				t.Fatalf("adopted %s: its volume's copy of big: %v", dirs[i], err)
+			}
+			if copied.Ino == orig.Ino || copied.Size != size {
+				t.Errorf("adopted %s: the volume's big is inode %d of %d bytes; the member's, %d", dirs[i], copied.Ino, copied.Size, orig.Ino)
+			}
+			continue
+		}
+		refused = append(refused, i)
+		if !strings.Contains(r.errOut, "limits.max_adoptions_per_user") || !strings.Contains(r.errOut, fmt.Sprintf("uid %d", uid)) {
+			t.Errorf("adopting %s: exit %d: %s; want it refused naming the member and limits.max_adoptions_per_user", dirs[i], r.code, r.errOut)
+		}
+		if mounted(dirs[i]) {
+			t.Errorf("%s is mounted after a refused adoption", dirs[i])
+		}
+		if exists(vol) {
+			t.Errorf("a refused adoption left %s", vol)
+		}
+	}
+	if len(refused) != 1 {
+		t.Fatalf("%d of the member's %d adoptions refused, want 1 (limits.max_adoptions_per_user = 8)", len(refused), n)
+	}
+	last := refused[0]
+
+	// Root is not bound by the member's count.
+	if _, errOut, code := ctl(t, "", "project", "adopt", "bounds-by-root", dirs[last]); code != 0 {
+		t.Errorf("root adopting the member's %s: exit %d: %s", dirs[last], code, errOut)
+	}
+	ctl(t, "", "project", "release", "bounds-by-root")
+	// One released, the member adopts again.
+	other := (last + 1) % n
+	okAs(t, member, "project", "release", names[other])
+	okAs(t, member, "project", "adopt", names[last], dirs[last])
+	if !mounted(dirs[last]) {
+		t.Errorf("%s is not mounted after its adoption", dirs[last])
+	}
+}
