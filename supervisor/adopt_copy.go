@@ -40,10 +40,23 @@ type treeCopy struct {
 	links   map[[2]uint64]madeLink
 	// top is how errors name the source's top (its path).
 	top string
+	// depth is how many directories below the top the copy is.
+	depth int
 	// listed is the crash (and pause) point hit once the top's entries
 	// are listed, before any is copied; "" for none.
 	listed string
 }
+
+// maxCopyDepth bounds how deep a copied tree goes. The copy holds two
+// descriptors for each directory it is in (the source's and the copy's,
+// the owner's changes kept out by them), and its owner may move a chain
+// of directories of any depth (made by relative names, which no path
+// bounds) into the tree once it was measured: unbounded, one copy would
+// take every descriptor the daemon may have (LimitNOFILE, 32768) and
+// every other call of every user would fail meanwhile. No path of
+// PATH_MAX names even a quarter of this depth's second half: no real
+// project is refused by it.
+const maxCopyDepth = 512
 
 // madeLink is the first copy of a hard-linked inode.
 type madeLink struct {
@@ -174,6 +187,12 @@ func (c *treeCopy) entry(ctx context.Context, src, dst int, name, rel string) er
 		if st.Dev != c.dev || mnt != c.mnt {
 			return fmt.Errorf("%s is a mount point or a volume of its own inside the directory: it is not copied (unmount or move it first): %w", c.name(rel), ErrInvalidProject)
 		}
+		if c.depth >= maxCopyDepth {
+			return fmt.Errorf("%s holds directories more than %d deep (%s…): a tree that deep is not copied (move it out first): %w",
+				c.top, maxCopyDepth, strings.ToValidUTF8(rel[:min(len(rel), 120)], "?"), ErrInvalidProject)
+		}
+		c.depth++
+		defer func() { c.depth-- }()
 		if err := unix.Mkdirat(dst, name, 0o700); err != nil {
 			return fmt.Errorf("making %s in the copy: %w", rel, err)
 		}

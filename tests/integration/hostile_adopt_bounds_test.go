@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandboxd/internal/crashpoint"
 )
 
 // What a member's own adoptions may take of the pool: each holds a copy
@@ -116,5 +118,50 @@ func TestHostileAdoptOwnCountBounded(t *testing.T) {
 	okAs(t, member, "project", "adopt", names[last], dirs[last])
 	if !mounted(dirs[last]) {
 		t.Errorf("%s is not mounted after its adoption", dirs[last])
+	}
+}
+
+// TestHostileAdoptOwnDeepTreeBounded: once its directory is measured and
+// its top listed, the member moves into it a chain of directories deeper
+// than any path can name (made by relative names: no PATH_MAX bounds
+// it). The copy holds two descriptors for each level it is in: 17,000
+// levels take every descriptor the daemon may have (LimitNOFILE 32768),
+// and every other call fails meanwhile. Control: the member makes the
+// chain and moves it. The copy stops at 512 levels, named; nothing is
+// mounted or left.
+func TestHostileAdoptOwnDeepTreeBounded(t *testing.T) {
+	tb := install(t)
+	uid, gid := groupMember(t, hostileOwner)
+	reconfigure(t, "")
+	home := "/home/" + hostileOwner
+	calc := calcProject(t, hostileOwner, uid, gid, home)
+	const depth = 17000
+	made := asMember(t, hostileOwner, fmt.Sprintf(`set -e
+mkdir %[1]s/lib && echo lib > %[1]s/lib/f
+cd %[2]s && python3 -c '
+import os
+os.mkdir("deep"); os.chdir("deep")
+for i in range(%[3]d):
+    os.mkdir("d"); os.chdir("d")
+open("bottom", "w").write("bottom\n")
+print("DEEP")
+'`, calc, home, depth))
+	if !strings.Contains(made, "DEEP") {
+		t.Fatalf("control: the member cannot make its deep chain: %s", made)
+	}
+	const name = "hostile-deep"
+	t.Cleanup(func() { ctl(t, "", "project", "release", name) })
+	errOut, code := pausedAt(t, false, crashpoint.AdoptCopying, "mv "+home+"/deep "+calc+"/lib/deep && test -d "+calc+"/lib/deep/d/d", "project", "adopt", name, calc)
+	if code == 0 || strings.Contains(errOut, "too many open files") || !strings.Contains(errOut, "more than 512 deep") {
+		if len(errOut) > 600 { // each level named: 34,000 bytes of d/d/d
+			errOut = errOut[:300] + " … " + errOut[len(errOut)-300:]
+		}
+		t.Errorf("adopting %s with a chain %d deep moved in: exit %d: %s; want it refused, named, before the daemon's descriptors run out", calc, depth, code, errOut)
+	}
+	if mounted(calc) {
+		t.Errorf("%s is mounted after a refused adoption", calc)
+	}
+	if vol := filepath.Join(tb.Btrfs.Mount, "sandboxd-adopted", name); exists(vol) {
+		t.Errorf("a refused adoption left %s", vol)
 	}
 }
