@@ -3,10 +3,12 @@ package integration
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -19,9 +21,9 @@ import (
 
 // TestHostileAdoptOwnCountBounded: a member hard-links one file of its
 // own into nine directories (its home holds the file once) and adopts
-// them all at once. Control: each adoption copies the whole file into
-// the pool (its volume's file is another inode, of the file's size), so
-// the pool takes the file once per directory. At most
+// them, the last three at once. Control: each adoption copies the whole
+// file into the pool (its volume's file is another inode, of the file's
+// size), so the pool takes the file once per directory. At most
 // limits.max_adoptions_per_user (8 by default) are adopted, those under
 // way counted: the ninth is refused, named, nothing mounted or left.
 // The bound is the member's: root adopts the ninth for it, and once the
@@ -58,19 +60,27 @@ func TestHostileAdoptOwnCountBounded(t *testing.T) {
 		ctl(t, "", "project", "release", "bounds-by-root")
 	})
 
-	// All at once: a count of the adoptions done alone would let each in.
+	// Six one after the other, then three at once (within the four
+	// heavy calls a caller may run): a count of the adoptions done alone
+	// would let each of the three in.
 	type result struct {
 		errOut string
 		code   int
 	}
 	results := make([]result, n)
+	adopt := func(i int) {
+		_, errOut, code := ctlAs(t, member, "project", "adopt", names[i], dirs[i])
+		results[i] = result{errOut, code}
+	}
+	for i := range n - 3 {
+		adopt(i)
+	}
 	var wg sync.WaitGroup
-	for i := range n {
+	for i := n - 3; i < n; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, errOut, code := ctlAs(t, member, "project", "adopt", names[i], dirs[i])
-			results[i] = result{errOut, code}
+			adopt(i)
 		}()
 	}
 	wg.Wait()
@@ -118,6 +128,74 @@ func TestHostileAdoptOwnCountBounded(t *testing.T) {
 	okAs(t, member, "project", "adopt", names[last], dirs[last])
 	if !mounted(dirs[last]) {
 		t.Errorf("%s is not mounted after its adoption", dirs[last])
+	}
+}
+
+// TestHostileAdoptOwnProcRefused: a member's own process's directory in
+// /proc is the member's (its owner is the process's uid), not a mount
+// point, and root's up to /: an owned adoption of it would mount a
+// volume of the member's files over /proc/PID, where root and every
+// tool reads what the kernel says of the process (its Uid line, its
+// descriptors, which the daemon's own in-use check reads). Until now
+// only the root-owned entries of its net/ stopped the copy (a kernel
+// that gave them to the process's owner, as it gives net/ itself, would
+// not). Control: the directory is the member's, and the member cannot
+// write its status. The adoption is refused, naming the filesystem;
+// nothing is mounted, and /proc/PID/status still says the member's uid.
+func TestHostileAdoptOwnProcRefused(t *testing.T) {
+	tb := install(t)
+	const member = "adopt-bounds"
+	uid, _ := groupMember(t, member)
+	reconfigure(t, "")
+	sleeper := exec.Command("setpriv", "--reuid="+member, "--regid="+member, "--init-groups", "sleep", "600")
+	if err := sleeper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sleeper.Process.Kill(); sleeper.Wait() })
+	proc := fmt.Sprintf("/proc/%d", sleeper.Process.Pid)
+	const name = "adopt-proc"
+	t.Cleanup(func() { ctl(t, "", "project", "release", name) })
+	// Control: the process runs as the member once setpriv has exec'd
+	// sleep (its status says so), its directory is the member's, and
+	// the member cannot write what the kernel says of it.
+	uidLine := fmt.Sprintf("Uid:\t%d\t", uid)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		status, err := os.ReadFile(proc + "/status")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(status), uidLine) && strings.Contains(string(status), "Name:\tsleep") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the member's sleep did not start: %s", status)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := uidOf(t, proc); got != uid {
+		t.Fatalf("control: %s is uid %d's, not the member's (%d)", proc, got, uid)
+	}
+	if out := asMember(t, member, "printf 'Uid:\\t0\\t0\\t0\\t0\\n' > "+proc+"/status && echo FORGED"); strings.Contains(out, "FORGED") {
+		t.Fatalf("control: the member writes %s/status outside any adoption", proc)
+	}
+
+	_, errOut, code := ctlAs(t, member, "project", "adopt", name, proc)
+	if code == 0 {
+		out := asMember(t, member, "printf 'Name:\\tsleep\\nUid:\\t0\\t0\\t0\\t0\\n' > "+proc+"/status && echo FORGED")
+		status, _ := os.ReadFile(proc + "/status")
+		t.Errorf("the member adopted %s (mounted %v); writing its status: %s; root reads there: %q", proc, mounted(proc), out, status)
+	} else if !strings.Contains(errOut, "proc") || !strings.Contains(errOut, "holds no files") {
+		t.Errorf("adopting %s: exit %d: %s; want it refused naming its filesystem", proc, code, errOut)
+	}
+	if mounted(proc) {
+		t.Errorf("%s is a mount point after the adoption", proc)
+	}
+	if exists(filepath.Join(tb.Btrfs.Mount, "sandboxd-adopted", name)) {
+		t.Errorf("the adoption of %s left its volume", proc)
+	}
+	if status, _ := os.ReadFile(proc + "/status"); !strings.Contains(string(status), uidLine) {
+		t.Errorf("%s/status after the adoption: %q", proc, status)
 	}
 }
 
