@@ -47,17 +47,6 @@ type treeCopy struct {
 	listed string
 }
 
-// maxCopyDepth bounds how deep a copied tree goes. The copy holds two
-// descriptors for each directory it is in (the source's and the copy's,
-// the owner's changes kept out by them), and its owner may move a chain
-// of directories of any depth (made by relative names, which no path
-// bounds) into the tree once it was measured: unbounded, one copy would
-// take every descriptor the daemon may have (LimitNOFILE, 32768) and
-// every other call of every user would fail meanwhile. No path of
-// PATH_MAX names even a quarter of this depth's second half: no real
-// project is refused by it.
-const maxCopyDepth = 512
-
 // madeLink is the first copy of a hard-linked inode.
 type madeLink struct {
 	rel string
@@ -188,8 +177,7 @@ func (c *treeCopy) entry(ctx context.Context, src, dst int, name, rel string) er
 			return fmt.Errorf("%s is a mount point or a volume of its own inside the directory: it is not copied (unmount or move it first): %w", c.name(rel), ErrInvalidProject)
 		}
 		if c.depth >= maxCopyDepth {
-			return fmt.Errorf("%s holds directories more than %d deep (%s…): a tree that deep is not copied (move it out first): %w",
-				c.top, maxCopyDepth, strings.ToValidUTF8(rel[:min(len(rel), 120)], "?"), ErrInvalidProject)
+			return tooDeep(c.top, rel)
 		}
 		c.depth++
 		defer func() { c.depth-- }()

@@ -243,3 +243,50 @@ print("DEEP")
 		t.Errorf("a refused adoption left %s", vol)
 	}
 }
+
+// TestHostileReleaseOwnDeepTreeKeepsFiles: in its adopted project the
+// member makes a chain of directories deeper than a copy goes (600;
+// TestHostileAdoptOwnDeepTreeBounded) and releases it. Control: the
+// member makes the chain in its mounted project. The release is refused
+// while the project is still mounted, its files where they were; once
+// the member removes the chain, the release leaves a plain directory
+// with its files. (A copy refused half way through the release, with
+// the directory emptied and the project unmounted, left it stranded:
+// every start of the daemon tried it again, and failed again.)
+func TestHostileReleaseOwnDeepTreeKeepsFiles(t *testing.T) {
+	install(t)
+	uid, gid := groupMember(t, hostileOwner)
+	reconfigure(t, "")
+	home := "/home/" + hostileOwner
+	calc := calcProject(t, hostileOwner, uid, gid, home)
+	const name = "hostile-release-deep"
+	t.Cleanup(func() { ctl(t, "", "project", "release", name) })
+	okAs(t, hostileOwner, "project", "adopt", name, calc)
+	made := asMember(t, hostileOwner, fmt.Sprintf(`set -e
+cd %s && python3 -c '
+import os
+for i in range(600):
+    os.mkdir("deep"); os.chdir("deep")
+print("DEEP")
+'`, calc))
+	if !strings.Contains(made, "DEEP") || !mounted(calc) {
+		t.Fatalf("control: the member cannot make its chain in its mounted project (mounted %v): %s", mounted(calc), made)
+	}
+	_, errOut, code := ctlAs(t, hostileOwner, "project", "release", name)
+	if code == 0 || !strings.Contains(errOut, "more than 512 deep") {
+		if len(errOut) > 600 {
+			errOut = errOut[:300] + " … " + errOut[len(errOut)-300:]
+		}
+		t.Errorf("releasing %s with a chain 600 deep: exit %d: %s; want it refused, named", name, code, errOut)
+	}
+	if !mounted(calc) || !exists(filepath.Join(calc, "calc.py")) {
+		t.Fatalf("after the refused release: %s mounted %v, calc.py there %v", calc, mounted(calc), exists(filepath.Join(calc, "calc.py")))
+	}
+	if out := asMember(t, hostileOwner, "rm -rf "+calc+"/deep && echo REMOVED"); !strings.Contains(out, "REMOVED") {
+		t.Fatalf("the member removing its chain: %s", out)
+	}
+	okAs(t, hostileOwner, "project", "release", name)
+	if mounted(calc) || !exists(filepath.Join(calc, "calc.py")) {
+		t.Errorf("after the release: %s mounted %v, calc.py there %v", calc, mounted(calc), exists(filepath.Join(calc, "calc.py")))
+	}
+}
