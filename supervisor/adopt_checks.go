@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sandboxd/sandboxd/internal/crashpoint"
 	"github.com/sandboxd/sandboxd/internal/rootonly"
 )
 
@@ -221,9 +222,14 @@ func unescapeMount(s string) string {
 // roomFor checks that the filesystem of to has room for what dir holds.
 func roomFor(dir, to string) error {
 	var need int64
+	listed := false
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
+		}
+		if !listed && p != dir {
+			listed = true
+			crashpoint.Hit(crashpoint.AdoptMeasuring)
 		}
 		var st unix.Stat_t
 		if unix.Lstat(p, &st) == nil {
