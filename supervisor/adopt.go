@@ -131,7 +131,7 @@ func (s *Supervisor) AdoptProject(ctx context.Context, name, path string, o Adop
 		ad.How, ad.Temp = state.AdoptOwned, filepath.Join(filepath.Dir(root), filepath.Base(root)+"-adopted", name)
 		location = ad.Temp
 		for _, p := range paths {
-			if err := roomFor(p, filepath.Dir(root)); err != nil {
+			if err := roomForOwned(ctx, p, o.Caller, filepath.Dir(root)); err != nil {
 				return fmt.Errorf("%s: %w", what, err)
 			}
 		}

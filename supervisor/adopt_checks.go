@@ -11,7 +11,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/sandboxd/sandboxd/internal/crashpoint"
 	"github.com/sandboxd/sandboxd/internal/rootonly"
 )
 
@@ -222,14 +221,9 @@ func unescapeMount(s string) string {
 // roomFor checks that the filesystem of to has room for what dir holds.
 func roomFor(dir, to string) error {
 	var need int64
-	listed := false
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
-		}
-		if !listed && p != dir {
-			listed = true
-			crashpoint.Hit(crashpoint.AdoptMeasuring)
 		}
 		var st unix.Stat_t
 		if unix.Lstat(p, &st) == nil {
@@ -240,6 +234,11 @@ func roomFor(dir, to string) error {
 	if err != nil {
 		return fmt.Errorf("measuring %s: %w", dir, err)
 	}
+	return roomLeft(dir, need, to)
+}
+
+// roomLeft checks that the filesystem of to has need bytes free for dir.
+func roomLeft(dir string, need int64, to string) error {
 	var sfs unix.Statfs_t
 	if err := unix.Statfs(to, &sfs); err != nil {
 		return fmt.Errorf("reading the room of %s: %w", to, err)

@@ -1,7 +1,8 @@
 package supervisor
 
 // How deep a tree the copy of an owned adoption goes (adopt_copy.go),
-// checked again before a release empties the directory it fills.
+// checked again before a release empties the directory it fills; and
+// how much room its copy takes, measured by descriptor as it is copied.
 
 import (
 	"context"
@@ -13,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sandboxd/sandboxd/internal/crashpoint"
 	"github.com/sandboxd/sandboxd/supervisor/state"
 )
 
@@ -101,4 +103,86 @@ func copyableBack(ctx context.Context, rec state.Project) error {
 		}
 	}
 	return nil
+}
+
+// roomForOwned checks that the filesystem of to has room for what the
+// owned directory path holds, measured beneath a descriptor openOwned
+// gives (as caller, nil for root and admins): its owner may swap any
+// directory in it for a symlink meanwhile, and a walk by name would
+// follow it as root, into a root-only directory, and count its size.
+func roomForOwned(ctx context.Context, path string, caller *uint32, to string) error {
+	fd, _, err := openOwned(path, caller)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return fmt.Errorf("measuring %s: %w", path, err)
+	}
+	m := measure{top: path, dev: st.Dev, need: st.Blocks * 512}
+	if err := m.dir(ctx, fd, "", 0); err != nil {
+		return fmt.Errorf("measuring %s: %w", path, err)
+	}
+	return roomLeft(path, m.need, to)
+}
+
+// measure sums the blocks of a tree on one filesystem, by descriptor.
+type measure struct {
+	top  string
+	dev  uint64
+	need int64
+}
+
+// dir adds what directory fd (rel below the top, depth deep) holds.
+// An entry gone or changed meanwhile is left out: the copy reads each
+// again, and refuses what changed kind.
+func (m *measure) dir(ctx context.Context, fd int, rel string, depth int) error {
+	rd, err := unix.Openat(fd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	f := os.NewFile(uintptr(rd), m.top)
+	defer f.Close()
+	for first := true; ; first = false {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		names, err := f.Readdirnames(1024)
+		if first && rel == "" {
+			crashpoint.Hit(crashpoint.AdoptMeasuring)
+		}
+		for _, n := range names {
+			var st unix.Stat_t
+			if unix.Fstatat(fd, n, &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
+				continue
+			}
+			m.need += st.Blocks * 512
+			if st.Mode&unix.S_IFMT != unix.S_IFDIR || st.Dev != m.dev {
+				continue
+			}
+			r := n
+			if rel != "" {
+				r = rel + "/" + n
+			}
+			if depth >= maxCopyDepth {
+				return tooDeep(m.top, r)
+			}
+			sub, err := unix.Openat(fd, n, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+			if err != nil {
+				continue // swapped for a symlink, or gone
+			}
+			err = m.dir(ctx, sub, r, depth+1)
+			unix.Close(sub)
+			if err != nil {
+				return err
+			}
+		}
+		if errors.Is(err, io.EOF) || err == nil && len(names) == 0 {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
 }

@@ -290,3 +290,56 @@ print("DEEP")
 		t.Errorf("after the release: %s mounted %v, calc.py there %v", calc, mounted(calc), exists(filepath.Join(calc, "calc.py")))
 	}
 }
+
+// TestHostileAdoptOwnMeasureFollowsNoSymlink: while the daemon measures
+// the member's directory (its top listed), the member swaps a directory
+// in it for a symlink to a root-only directory. Control: the member can
+// make the swap, and the test sees the root-only directory opened when
+// it is. The measure opens nothing there (a walk by name listed it as
+// root, and took its size as the member's).
+func TestHostileAdoptOwnMeasureFollowsNoSymlink(t *testing.T) {
+	install(t)
+	uid, gid := groupMember(t, hostileOwner)
+	reconfigure(t, "")
+	secret, _ := rootSecret(t)
+	rootOnly := filepath.Dir(secret)
+	home := "/home/" + hostileOwner
+	calc := calcProject(t, hostileOwner, uid, gid, home)
+	asMember(t, hostileOwner, "mkdir "+calc+"/lib && echo lib > "+calc+"/lib/f")
+	if out := asMember(t, hostileOwner, fmt.Sprintf("cd %s && mv lib lib.real && ln -s %s lib && ls -d lib/ && rm lib && mv lib.real lib && echo SWAPPED", calc, rootOnly)); !strings.Contains(out, "SWAPPED") {
+		t.Fatalf("control: the member cannot make the swap: %s", out)
+	}
+	watch, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(watch)
+	if _, err := unix.InotifyAddWatch(watch, rootOnly, unix.IN_OPEN); err != nil {
+		t.Fatal(err)
+	}
+	opened := func() int {
+		buf := make([]byte, 64<<10)
+		n, err := unix.Read(watch, buf)
+		if err == unix.EAGAIN {
+			return 0
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n / unix.SizeofInotifyEvent
+	}
+	// Control: an open of the directory is seen.
+	if _, err := os.ReadDir(rootOnly); err != nil {
+		t.Fatal(err)
+	}
+	if opened() == 0 {
+		t.Fatalf("control: the watch on %s did not see it opened", rootOnly)
+	}
+	const name = "hostile-measure"
+	t.Cleanup(func() { ctl(t, "", "project", "release", name) })
+	errOut, code := pausedAt(t, false, crashpoint.AdoptMeasuring, "cd "+calc+" && mv lib lib.real && ln -s "+rootOnly+" lib", "project", "adopt", name, calc)
+	t.Logf("adopt with lib swapped for a symlink to %s while measured: exit %d: %s", rootOnly, code, errOut)
+	if n := opened(); n > 0 {
+		t.Errorf("%s (root-only) was opened %d times while the daemon measured the member's %s", rootOnly, n, calc)
+	}
+}
