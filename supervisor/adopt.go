@@ -132,7 +132,7 @@ func (s *Supervisor) AdoptProject(ctx context.Context, name, path string, o Adop
 		ad.ByUnit = byUnit(paths)
 		location = ad.Temp
 		for _, p := range paths {
-			if err := roomFor(p, filepath.Dir(root)); err != nil {
+			if err := roomForOwned(ctx, p, o.Caller, filepath.Dir(root)); err != nil {
 				return fmt.Errorf("%s: %w", what, err)
 			}
 		}
@@ -154,6 +154,10 @@ func (s *Supervisor) AdoptProject(ctx context.Context, name, path string, o Adop
 	if p, taken := s.projects.get(name); taken {
 		s.admission.Unlock()
 		return fmt.Errorf("%s: %s: %w", what, takenBy(p), ErrExists)
+	}
+	if err := s.adoptionsLeft(o.Caller); err != nil {
+		s.admission.Unlock()
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	for other := range s.adopting {
 		for _, p := range paths {

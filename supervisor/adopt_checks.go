@@ -45,9 +45,55 @@ func (s *Supervisor) adoptable(path string, caller *uint32) (owned bool, err err
 		if err != nil {
 			return false, err
 		}
+		err = filesHeld(fd, path, caller != nil)
 		unix.Close(fd)
+		if err != nil {
+			return false, err
+		}
+	} else if err := filesHeld(unix.AT_FDCWD, path, false); err != nil {
+		return false, err
 	}
 	return owned, nil
+}
+
+// madeUp are the filesystems whose entries the kernel makes up as they
+// are read: their owners are those of processes and cgroups (a member
+// owns /proc/PID of its own process), and a volume mounted over one
+// would show root and every tool what the member wrote in the kernel's
+// place (a Uid line of 0).
+var madeUp = map[int64]string{
+	unix.PROC_SUPER_MAGIC: "proc", unix.SYSFS_MAGIC: "sysfs", unix.CGROUP_SUPER_MAGIC: "cgroup",
+	unix.CGROUP2_SUPER_MAGIC: "cgroup2", unix.DEVPTS_SUPER_MAGIC: "devpts", unix.DEBUGFS_MAGIC: "debugfs",
+	unix.TRACEFS_MAGIC: "tracefs", unix.SECURITYFS_MAGIC: "securityfs", unix.BPF_FS_MAGIC: "bpf",
+	unix.PSTOREFS_MAGIC: "pstore", unix.EFIVARFS_MAGIC: "efivarfs",
+	unix.SELINUX_MAGIC: "selinuxfs", unix.SMACK_MAGIC: "smackfs", unix.BINFMTFS_MAGIC: "binfmt_misc",
+	unix.AUTOFS_SUPER_MAGIC: "autofs", unix.NSFS_MAGIC: "nsfs", unix.HUGETLBFS_MAGIC: "hugetlbfs",
+	0x19800202: "mqueue", 0x62656570: "configfs",
+}
+
+// filesHeld refuses a directory (fd, or path where fd is AT_FDCWD) on a
+// filesystem that holds no files of its own (madeUp); for a member
+// (member), on FUSE too: a user's server answers root's reads there (or
+// never answers, the copy's call waiting forever).
+func filesHeld(fd int, path string, member bool) error {
+	var sfs unix.Statfs_t
+	var err error
+	if fd == unix.AT_FDCWD {
+		err = unix.Statfs(path, &sfs)
+	} else {
+		err = unix.Fstatfs(fd, &sfs)
+	}
+	if err != nil {
+		return fmt.Errorf("reading the filesystem of %s: %w", path, err)
+	}
+	name, ok := madeUp[int64(sfs.Type)]
+	if member && sfs.Type == unix.FUSE_SUPER_MAGIC {
+		name, ok = "fuse", true
+	}
+	if ok {
+		return fmt.Errorf("%s is on %s, a filesystem that holds no files (the kernel, or a user's server, makes its entries up as they are read): only a directory on a disk's filesystem is adopted: %w", path, name, ErrInvalidProject)
+	}
+	return nil
 }
 
 // adoptableDir is adoptable's checks of what path is and where.
@@ -188,12 +234,46 @@ func roomFor(dir, to string) error {
 	if err != nil {
 		return fmt.Errorf("measuring %s: %w", dir, err)
 	}
+	return roomLeft(dir, need, to)
+}
+
+// roomLeft checks that the filesystem of to has need bytes free for dir.
+func roomLeft(dir string, need int64, to string) error {
 	var sfs unix.Statfs_t
 	if err := unix.Statfs(to, &sfs); err != nil {
 		return fmt.Errorf("reading the room of %s: %w", to, err)
 	}
 	if free := int64(sfs.Bavail) * sfs.Bsize; need > free {
 		return fmt.Errorf("%s holds %d bytes; the pool's filesystem has %d free: %w", dir, need, free, ErrLimitReached)
+	}
+	return nil
+}
+
+// adoptionsLeft refuses a member (caller; nil for root and admins) one
+// more adoption of its own beyond Policy.MaxAdoptionsPerOwner: each
+// holds a copy of its files in the pool, and one file hard-linked into
+// many of the member's directories is copied once for each, so that
+// without a bound a member fills the pool everyone's sandboxes write to
+// from a few bytes of its own. Counted from the records, which hold the
+// adoptions under way too; called under the admission lock, under which
+// a record is added.
+func (s *Supervisor) adoptionsLeft(caller *uint32) error {
+	limit := s.cfg.Policy.MaxAdoptionsPerOwner
+	if caller == nil || limit <= 0 {
+		return nil
+	}
+	recs, err := s.cfg.Store.Projects()
+	if err != nil {
+		return err
+	}
+	n := 0
+	for _, r := range recs {
+		if r.Adoption != nil && r.Adoption.Owner != nil && *r.Adoption.Owner == *caller {
+			n++
+		}
+	}
+	if n >= limit {
+		return fmt.Errorf("uid %d has adopted %d directories, the limit per user (limits.max_adoptions_per_user); release one first (sandboxctl project release NAME): %w", *caller, n, ErrLimitReached)
 	}
 	return nil
 }

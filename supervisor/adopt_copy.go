@@ -40,6 +40,8 @@ type treeCopy struct {
 	links   map[[2]uint64]madeLink
 	// top is how errors name the source's top (its path).
 	top string
+	// depth is how many directories below the top the copy is.
+	depth int
 	// listed is the crash (and pause) point hit once the top's entries
 	// are listed, before any is copied; "" for none.
 	listed string
@@ -174,6 +176,11 @@ func (c *treeCopy) entry(ctx context.Context, src, dst int, name, rel string) er
 		if st.Dev != c.dev || mnt != c.mnt {
 			return fmt.Errorf("%s is a mount point or a volume of its own inside the directory: it is not copied (unmount or move it first): %w", c.name(rel), ErrInvalidProject)
 		}
+		if c.depth >= maxCopyDepth {
+			return tooDeep(c.top, rel)
+		}
+		c.depth++
+		defer func() { c.depth-- }()
 		if err := unix.Mkdirat(dst, name, 0o700); err != nil {
 			return fmt.Errorf("making %s in the copy: %w", rel, err)
 		}

@@ -340,14 +340,18 @@ func copyBack(ctx context.Context, ad *state.Adoption, location, p string) error
 		return fmt.Errorf("giving %s its files back: %w", p, err)
 	}
 	defer unix.Close(at)
-	if err := emptyBeneath(ctx, at); err != nil {
-		return fmt.Errorf("emptying %s: %w", p, err)
-	}
 	from, _, err := openPath(ad.InVolume(location, p), unix.O_RDONLY)
 	if err != nil {
 		return fmt.Errorf("opening the volume of %s: %w", p, err)
 	}
 	defer unix.Close(from)
+	// Refused before p is emptied, not half way through filling it.
+	if err := withinDepth(ctx, from, p); err != nil {
+		return err
+	}
+	if err := emptyBeneath(ctx, at); err != nil {
+		return fmt.Errorf("emptying %s: %w", p, err)
+	}
 	if err := copyBeneath(ctx, from, at, ad.InVolume(location, p), nil, ""); err != nil {
 		return fmt.Errorf("copying the project's files back into %s: %w", p, err)
 	}

@@ -66,6 +66,9 @@ func (s *Supervisor) releaseProject(ctx context.Context, name string, caller *ui
 	if err == nil && len(held) > 0 {
 		err = fmt.Errorf("%s is in use by %s; stop them first: %w", ad.Path, s.namesWithUnits(ctx, held), ErrProjectInUse)
 	}
+	if err == nil && ad.How == state.AdoptOwned {
+		err = copyableBack(ctx, rec)
+	}
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}

@@ -23,6 +23,9 @@ type Policy struct {
 	// DestroyOldest: a create beyond MaxPerOwner destroys the owner's
 	// oldest sandbox first, instead of being refused.
 	DestroyOldest bool
+	// MaxAdoptionsPerOwner caps the directories a member (not an admin)
+	// has adopted as its own projects, under way or done.
+	MaxAdoptionsPerOwner int
 	// MaxMemory caps the sum of the live sandboxes' MemoryMax; with it, a
 	// sandbox needs a MemoryMax (its own, DefaultMemoryMax or the one
 	// derived from the host).

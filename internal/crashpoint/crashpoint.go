@@ -57,6 +57,7 @@ const (
 // Steps of an adoption by descriptor (a directory others than root can
 // change) alone, where a hostile test pauses (PauseEnv); in no list.
 const (
+	AdoptMeasuring   = "adopt-measuring"   // its size is being measured: its top's entries listed
 	AdoptCopying     = "adopt-copying"     // its top's entries are listed; none copied yet
 	ReleaseUnmounted = "release-unmounted" // its volume is unmounted; the files not yet copied back
 )

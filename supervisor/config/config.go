@@ -157,6 +157,10 @@ type Limits struct {
 	MaxSandboxes int `toml:"max_sandboxes"`
 	// MaxSandboxesPerUser caps one user's live sandboxes.
 	MaxSandboxesPerUser int `toml:"max_sandboxes_per_user"`
+	// MaxAdoptionsPerUser caps the directories one member of group
+	// sandboxd (not an admin) has adopted as its own projects, those
+	// under way included: each holds a copy of its files in the pool.
+	MaxAdoptionsPerUser int `toml:"max_adoptions_per_user"`
 	// OnUserLimit is what a create beyond MaxSandboxesPerUser does:
 	// "refuse" it, or "destroy-oldest" of that user's sandboxes first.
 	OnUserLimit string `toml:"on_user_limit"`
@@ -269,6 +273,7 @@ func Default() *Config {
 		Limits: Limits{
 			MaxSandboxes:        256,
 			MaxSandboxesPerUser: 32,
+			MaxAdoptionsPerUser: 8,
 			OnUserLimit:         OnUserLimitRefuse,
 			CacheQuota:          2 * GiB,
 			// The host keeps a quarter of its memory and tasks whatever

@@ -87,6 +87,7 @@ func (c *Config) validate(file string, w *where) error {
 		key string
 		val int
 	}{{"max_sandboxes", l.MaxSandboxes}, {"max_sandboxes_per_user", l.MaxSandboxesPerUser},
+		{"max_adoptions_per_user", l.MaxAdoptionsPerUser},
 		{"default_tasks_max", l.DefaultTasksMax}, {"max_checkpoints", l.MaxCheckpoints}} {
 		if n.val < 0 {
 			v.add(w.line("limits", n.key), "limits."+n.key, nil, "limits.%s = %d is negative: want 0 or more", n.key, n.val)
