@@ -349,7 +349,7 @@ func copyBack(ctx context.Context, ad *state.Adoption, location, p string) error
 	if err := withinDepth(ctx, from, p); err != nil {
 		return err
 	}
-	if err := emptyBeneath(ctx, at); err != nil {
+	if err := emptyBeneath(ctx, at, ad.Owner); err != nil {
 		return fmt.Errorf("emptying %s: %w", p, err)
 	}
 	if err := copyBeneath(ctx, from, at, ad.InVolume(location, p), nil, ""); err != nil {
@@ -358,8 +358,12 @@ func copyBack(ctx context.Context, ad *state.Adoption, location, p string) error
 	return nil
 }
 
-// emptyBeneath removes every entry of directory dir, by descriptor.
-func emptyBeneath(ctx context.Context, dir int) error {
+// emptyBeneath removes what directory dir holds, by descriptor, through
+// no symlink and into no mount. With owner (a member's own adoption,
+// every entry of which was its own), an entry of anyone else is refused,
+// not removed: the member may have moved in, once the mount was gone,
+// a directory of another's that it may rename but not empty.
+func emptyBeneath(ctx context.Context, dir int, owner *uint32) error {
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -378,25 +382,45 @@ func emptyBeneath(ctx context.Context, dir int) error {
 			return err
 		}
 		for _, n := range names {
-			if err := removeBeneath(dir, n); err != nil {
+			if err := removeBeneath(ctx, dir, n, owner); err != nil {
 				return fmt.Errorf("%s: %w", n, err)
 			}
 		}
 	}
 }
 
-// removeBeneath removes name in directory dir, recursively, opening
-// each directory below without following a link.
-func removeBeneath(dir int, name string) error {
-	err := unix.Unlinkat(dir, name, 0)
-	if err == nil || errors.Is(err, unix.ENOENT) {
-		return nil
+// removeBeneath removes name in dir and, a directory, what it holds
+// (emptyBeneath's rules).
+func removeBeneath(ctx context.Context, dir int, name string, owner *uint32) error {
+	var st unix.Stat_t
+	if err := unix.Fstatat(dir, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return nil
+		}
+		return err
 	}
-	if !errors.Is(err, unix.EISDIR) {
+	if owner != nil && st.Uid != *owner {
+		return fmt.Errorf("owned by uid %d, not by uid %d who adopted the directory: not removed; move it out and release again: %w", st.Uid, *owner, ErrInvalidProject)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		err := unix.Unlinkat(dir, name, 0)
+		if errors.Is(err, unix.ENOENT) {
+			return nil
+		}
 		return err
 	}
 	fd, err := unix.Openat(dir, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
+		return err
+	}
+	// The directory opened is the one whose owner was checked (a swap
+	// between the two is refused here).
+	var got unix.Stat_t
+	if err := unix.Fstat(fd, &got); err != nil || got.Dev != st.Dev || got.Ino != st.Ino {
+		unix.Close(fd)
+		if err == nil {
+			err = fmt.Errorf("%s changed while it was removed; release again", name)
+		}
 		return err
 	}
 	if root, err := mountRoot(fd); err != nil || root {
@@ -406,7 +430,7 @@ func removeBeneath(dir int, name string) error {
 		}
 		return err
 	}
-	err = emptyBeneath(context.Background(), fd)
+	err = emptyBeneath(ctx, fd, owner)
 	unix.Close(fd)
 	if err != nil {
 		return err

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -344,5 +345,60 @@ func TestHostileRemountAtStartFollowsNoSymlink(t *testing.T) {
 	reconfigure(t, "")
 	if !mounted(calc) || !exists(filepath.Join(calc, "calc.py")) {
 		t.Errorf("back as a directory, %s after the next start: mounted %v", calc, mounted(calc))
+	}
+}
+
+// TestHostileReleaseOwnEmptiesNothingOfAnothers: once its mount is gone,
+// a release empties the directory underneath. The member moves in a
+// directory of another user's that it may rename (writable to it) but
+// whose subdirectory it may not empty: root would have emptied it for
+// it. Control: the member cannot remove the other's file itself. The
+// release is refused, naming the entry; the other's file stays.
+func TestHostileReleaseOwnEmptiesNothingOfAnothers(t *testing.T) {
+	install(t)
+	uid, gid := groupMember(t, hostileOwner)
+	otherUID, otherGID := groupMember(t, "adopt-victim")
+	reconfigure(t, "")
+	calc := calcProject(t, hostileOwner, uid, gid, "/home/"+hostileOwner)
+	parent, err := os.MkdirTemp("/var/tmp", "release-victim-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(parent) })
+	victim := filepath.Join(parent, "shared")
+	keep := filepath.Join(victim, "keep")
+	for _, d := range []string{victim, keep} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(d, int(otherUID), int(otherGID)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	data := filepath.Join(keep, "data")
+	if err := os.WriteFile(data, []byte("the other's\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := errors.Join(os.Chown(data, int(otherUID), int(otherGID)), os.Chmod(parent, 0o777), os.Chmod(victim, 0o777)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := exec.Command("setpriv", "--reuid="+hostileOwner, "--regid="+hostileOwner, "--init-groups", "rm", "-f", data).CombinedOutput(); err == nil || !exists(data) {
+		t.Fatalf("control: the member removed the other's %s itself", data)
+	}
+	const name = "hostile-release-others"
+	t.Cleanup(func() { ctl(t, "", "project", "release", name) })
+	okAs(t, hostileOwner, "project", "adopt", name, calc)
+	errOut, code := pausedAt(t, false, crashpoint.ReleaseUnmounted, "mv "+victim+" "+calc+"/shared", "project", "release", name)
+	if code == 0 || !strings.Contains(errOut, fmt.Sprintf("owned by uid %d", otherUID)) {
+		t.Errorf("the release emptied another's directory the member moved in: exit %d: %s", code, errOut)
+	}
+	if moved := filepath.Join(calc, "shared", "keep", "data"); !exists(moved) {
+		t.Errorf("the other's %s was removed by the release", moved)
+	}
+	// Moved out again, the daemon's next start finishes the release.
+	asMember(t, hostileOwner, "mv "+calc+"/shared "+victim)
+	reconfigure(t, "")
+	if mounted(calc) || !exists(filepath.Join(calc, "calc.py")) {
+		t.Errorf("after the next start: %s mounted %v, calc.py there %v", calc, mounted(calc), exists(filepath.Join(calc, "calc.py")))
 	}
 }
