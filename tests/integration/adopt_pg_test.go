@@ -24,11 +24,17 @@ import (
 
 const pgUnit = "postgresql@15-main.service"
 
+// pgPsql is PostgreSQL's own psql: Debian's /usr/bin/psql is pg_wrapper,
+// which reads /etc/postgresql to pick a cluster, and so holds the
+// adopted directory for a moment at each call (an adoption meeting it
+// is refused as in use, rightly).
+const pgPsql = "/usr/lib/postgresql/15/bin/psql"
+
 // psqlAs runs sql through psql as postgres over the local socket, in "/"
 // (never in the cluster's directories, which the adoption checks for
 // holders), and returns its unaligned output.
 func psqlAs(sql string) (string, error) {
-	cmd := exec.Command("runuser", "-u", "postgres", "--", "psql", "-X", "-At", "-v", "ON_ERROR_STOP=1", "-c", sql)
+	cmd := exec.Command("runuser", "-u", "postgres", "--", pgPsql, "-h", "/var/run/postgresql", "-X", "-At", "-v", "ON_ERROR_STOP=1", "-c", sql)
 	cmd.Dir = "/"
 	out, err := cmd.CombinedOutput()
 	if err != nil {
