@@ -314,7 +314,8 @@ func TestPrivilegedNamesWhatTheChangesGiveToRoot(t *testing.T) {
 // than root, a path the change set gives to any uid but the promoter's,
 // or to a group it is not in, is privileged (it could not do that on the
 // host); another's file that keeps its owner is not, nor a group a
-// set-gid directory passes on.
+// set-gid directory of the host's passes on, but a directory made
+// set-gid of such a group is.
 func TestPrivilegedForNamesWhatTheChangesGiveToOthers(t *testing.T) {
 	base, src := t.TempDir(), t.TempDir()
 	file := func(dir, name string, uid, gid int) {
@@ -339,18 +340,32 @@ func TestPrivilegedForNamesWhatTheChangesGiveToOthers(t *testing.T) {
 	file(src, "new-web", web, web)  // new, www-data's
 	file(src, "new-staff", me, 50)  // new, of a group of the promoter's
 	file(src, "new-mine", me, mine) // new, the promoter's
-	if err := os.Mkdir(filepath.Join(src, "shared"), 0o755); err != nil {
-		t.Fatal(err)
+	dir := func(root, name string, mode uint32) {
+		p := filepath.Join(root, name)
+		if err := os.Mkdir(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(p, me, web); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if err := os.Chown(filepath.Join(src, "shared"), me, web); err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Chmod(filepath.Join(src, "shared"), 0o2775); err != nil { // passes group www-data on
-		t.Fatal(err)
-	}
+	// The host's shared is set-gid, of www-data: it passes that group on,
+	// to a new directory in it too. Its plain one is not: made set-gid
+	// in the sandbox, it passes nothing on, and is named.
+	dir(base, "shared", 0o2775)
+	dir(src, "shared", 0o2775)
+	dir(src, "shared/sub", 0o2775)
 	file(src, "shared/new", me, web)
+	file(src, "shared/sub/new", me, web)
+	dir(base, "plain", 0o775)
+	dir(src, "plain", 0o2775)
+	file(src, "plain/new", me, web)
 	var changes []cowfs.Change
-	for _, n := range []string{"mine", "webs", "to-web", "to-group", "to-root", "new-web", "new-staff", "new-mine", "shared/new"} {
+	for _, n := range []string{"mine", "webs", "to-web", "to-group", "to-root", "new-web", "new-staff", "new-mine",
+		"shared/new", "shared/sub", "shared/sub/new", "plain", "plain/new"} {
 		changes = append(changes, cowfs.Change{Kind: cowfs.Modified, Type: cowfs.TypeFile, Path: n})
 	}
 	found, err := PrivilegedFor(context.Background(), changes, src, base, Promoter{UID: me, GIDs: []uint32{mine, 50}})
@@ -366,6 +381,8 @@ func TestPrivilegedForNamesWhatTheChangesGiveToOthers(t *testing.T) {
 		"to-group (given to group gid 33 (was gid 1000), not the promoter's (uid 1000))",
 		"to-root (given to root (was uid 1000), not the promoter's (uid 1000))",
 		"new-web (new, owned by uid 33, not the promoter's (uid 1000))",
+		"plain (made set-gid, of group gid 33, not the promoter's (uid 1000))",
+		"plain/new (new, of group gid 33, not the promoter's (uid 1000))",
 	}
 	if strings.Join(got, "; ") != strings.Join(want, "; ") {
 		t.Errorf("PrivilegedFor found %q; want %q", got, want)
