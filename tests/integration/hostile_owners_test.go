@@ -126,3 +126,54 @@ func TestHostileOwnersAnApproverSeesEveryOwnerChange(t *testing.T) {
 		t.Errorf("the admin's text diff does not name the owner of the new %s:\n%s", made, text)
 	}
 }
+
+// A renamed directory carries nothing the ignore rules leave out.
+// Project web leaves out __pycache__/ and *.env. Root inside the agent's
+// sandbox writes a bytecode file (code Python runs in place of the
+// source it was compiled from) and a .env into root's pkg: the control,
+// the diff lists neither and counts them left out. Then the agent renames
+// pkg to lib, and an admin reviews the diff and promotes it. A promotion
+// copied a renamed directory's whole tree: the bytecode and the .env
+// reached the host with it, while the diff, its text too, left them out
+// (the admin was shown "renamed directory pkg/ to lib/" and nothing of
+// them). Now the rename of a tree that holds what the rules leave out is
+// carried as the removal of the old directory and the new one's kept
+// paths: the host has lib/mod.py and neither lib/__pycache__ nor
+// lib/local.env.
+func TestHostileIgnoreARenamedDirectoryCarriesNothingTheRulesLeaveOut(t *testing.T) {
+	tb := install(t)
+	regularMember(t, rootAgent)
+	reconfigure(t, fmt.Sprintf("users = [%q]\nignore = [\"__pycache__/\", \"*.env\"]\n", rootAgent))
+	pkg, lib := "ign-pkg-"+suffix(), "ign-lib-"+suffix()
+	hostPkg := filepath.Join(tb.Btrfs.Project, pkg)
+	if err := os.Mkdir(hostPkg, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(hostPkg); os.RemoveAll(filepath.Join(tb.Btrfs.Project, lib)) })
+	if err := os.WriteFile(filepath.Join(hostPkg, "mod.py"), []byte("X = 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	id := agentSandbox(t)
+	agentShOK(t, id, true, fmt.Sprintf("mkdir %s/__pycache__ && echo 'evil bytecode' > %s/__pycache__/mod.cpython-311.pyc && echo TOKEN=s3cret > %s/local.env", pkg, pkg, pkg))
+	out := ok(t, "diff", id)
+	if strings.Contains(out, "__pycache__") || strings.Contains(out, "local.env") || leftOut(out) != 3 {
+		t.Fatalf("the control: the diff lists what the rules leave out, or does not count it (3 paths):\n%s", out)
+	}
+
+	agentShOK(t, id, false, "mv "+pkg+" "+lib)
+	for _, args := range [][]string{{"diff", id}, {"diff", "--text", id}} {
+		out := ok(t, args...)
+		if strings.Contains(out, "__pycache__") || strings.Contains(out, "local.env") || !strings.Contains(out, lib) {
+			t.Errorf("sandboxctl %s after the rename: it lists what the rules leave out, or not %s:\n%s", strings.Join(args, " "), lib, out)
+		}
+	}
+	ok(t, "promote", id)
+	if data, err := os.ReadFile(filepath.Join(tb.Btrfs.Project, lib, "mod.py")); err != nil || string(data) != "X = 1\n" {
+		t.Errorf("the host's %s/mod.py after the promotion: %q, %v", lib, data, err)
+	}
+	for _, p := range []string{lib + "/__pycache__", lib + "/local.env", pkg} {
+		if _, err := os.Lstat(filepath.Join(tb.Btrfs.Project, p)); !os.IsNotExist(err) {
+			t.Errorf("the host has %s after the promotion (%v): the rules leave it out, or it was renamed", p, err)
+		}
+	}
+}
