@@ -315,7 +315,9 @@ func TestPrivilegedNamesWhatTheChangesGiveToRoot(t *testing.T) {
 // or to a group it is not in, is privileged (it could not do that on the
 // host); another's file that keeps its owner is not, nor a group a
 // set-gid directory of the host's passes on, but a directory made
-// set-gid of such a group is.
+// set-gid of such a group is; and another's file whose owner or mode
+// the change set changed, unless the promoter could replace it on the
+// host by its own.
 func TestPrivilegedForNamesWhatTheChangesGiveToOthers(t *testing.T) {
 	base, src := t.TempDir(), t.TempDir()
 	file := func(dir, name string, uid, gid int) {
@@ -363,9 +365,29 @@ func TestPrivilegedForNamesWhatTheChangesGiveToOthers(t *testing.T) {
 	dir(base, "plain", 0o775)
 	dir(src, "plain", 0o2775)
 	file(src, "plain/new", me, web)
+	// Root's files: one given to the promoter, one made writable to all;
+	// one in a directory of the promoter's, which it may replace on the
+	// host by a copy of its own.
+	file(base, "roots", 0, 0)
+	file(src, "roots", me, mine)
+	file(base, "widened", 0, 0)
+	file(src, "widened", 0, 0)
+	if err := os.Chmod(filepath.Join(src, "widened"), 0o666); err != nil {
+		t.Fatal(err)
+	}
+	for _, root := range []string{base, src} {
+		if err := os.Mkdir(filepath.Join(root, "mydir"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(filepath.Join(root, "mydir"), me, mine); err != nil {
+			t.Fatal(err)
+		}
+	}
+	file(base, "mydir/roots", 0, 0)
+	file(src, "mydir/roots", me, mine)
 	var changes []cowfs.Change
 	for _, n := range []string{"mine", "webs", "to-web", "to-group", "to-root", "new-web", "new-staff", "new-mine",
-		"shared/new", "shared/sub", "shared/sub/new", "plain", "plain/new"} {
+		"shared/new", "shared/sub", "shared/sub/new", "plain", "plain/new", "roots", "widened", "mydir/roots"} {
 		changes = append(changes, cowfs.Change{Kind: cowfs.Modified, Type: cowfs.TypeFile, Path: n})
 	}
 	found, err := PrivilegedFor(context.Background(), changes, src, base, Promoter{UID: me, GIDs: []uint32{mine, 50}})
@@ -383,6 +405,8 @@ func TestPrivilegedForNamesWhatTheChangesGiveToOthers(t *testing.T) {
 		"new-web (new, owned by uid 33, not the promoter's (uid 1000))",
 		"plain (made set-gid, of group gid 33, not the promoter's (uid 1000))",
 		"plain/new (new, of group gid 33, not the promoter's (uid 1000))",
+		"roots (taken from root (was 0:0, now 1000:1000), not the promoter's (uid 1000) to change)",
+		"widened (mode of root's changed from 0644 to 0666, not the promoter's (uid 1000) to change)",
 	}
 	if strings.Join(got, "; ") != strings.Join(want, "; ") {
 		t.Errorf("PrivilegedFor found %q; want %q", got, want)

@@ -236,19 +236,14 @@ func (w walker) givenAway(path string, st unix.Stat_t) (string, error) {
 			}
 		}
 	}
-	if uidOK(st.Uid) && gidOK(st.Gid) {
+	if uidOK(st.Uid) && gidOK(st.Gid) && w.by == nil {
 		return "", nil
 	}
-	var was unix.Stat_t
-	fd, err := unix.Openat2(w.base, path, &unix.OpenHow{
-		Flags:   unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC,
-		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
-	})
-	if err == nil {
-		err = unix.Fstat(fd, &was)
-		unix.Close(fd)
+	was, found, err := statBeneath(w.base, path)
+	if err != nil {
+		return "", err
 	}
-	isNew := err != nil
+	isNew := !found
 	not := ""
 	if w.by != nil {
 		not = fmt.Sprintf(", not the promoter's (uid %d)", w.by.UID)
@@ -262,8 +257,61 @@ func (w walker) givenAway(path string, st unix.Stat_t) (string, error) {
 		return fmt.Sprintf("given to %s (was uid %d)%s", userName(st.Uid), was.Uid, not), nil
 	case !gidOK(st.Gid) && was.Gid != st.Gid:
 		return fmt.Sprintf("given to group %s (was gid %d)%s", groupName(st.Gid), was.Gid, not), nil
+	case w.by != nil && !isNew && was.Uid != w.by.UID:
+		return w.changedAnothers(path, st, was, uidOK(st.Uid) && gidOK(st.Gid))
 	}
 	return "", nil
+}
+
+// changedAnothers says how the change set changed a path of another's
+// (was in the base, st in the source) as the promoter could not on the
+// host ("" if it did not): its owner or group, unless the promoter may
+// replace the entry there with its own (own: st is the promoter's, of
+// one of its groups, and the base's directory lets it); or its mode. A
+// sandbox's root may chown and chmod any file of its copy; promoted, a
+// file of root's made the promoter's, or made writable to it, would be
+// its to change on the host with no sandbox and no approval.
+func (w walker) changedAnothers(p string, st, was unix.Stat_t, own bool) (string, error) {
+	if st.Uid != was.Uid || st.Gid != was.Gid {
+		if own {
+			ok, err := w.mayReplace(pathDir(p))
+			if err != nil || ok {
+				return "", err
+			}
+		}
+		how := "taken from " + userName(was.Uid)
+		if st.Uid == was.Uid {
+			how = "its group changed, " + userName(was.Uid) + "'s"
+		}
+		return fmt.Sprintf("%s (was %d:%d, now %d:%d), not the promoter's (uid %d) to change", how, was.Uid, was.Gid, st.Uid, st.Gid, w.by.UID), nil
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFLNK && st.Mode&0o7777 != was.Mode&0o7777 {
+		return fmt.Sprintf("mode of %s's changed from %04o to %04o, not the promoter's (uid %d) to change", userName(was.Uid), was.Mode&0o7777, st.Mode&0o7777, w.by.UID), nil
+	}
+	return "", nil
+}
+
+// mayReplace says whether the promoter could replace an entry of
+// another's in directory dir (a change set's path) on the host by one of
+// its own, as sed -i does: the base's dir is one it may write and
+// search, and not sticky unless its own. (An ACL that grants more is not
+// read: such a replacement is then named, for an admin to allow.)
+func (w walker) mayReplace(dir string) (bool, error) {
+	st, found, err := statBeneath(w.base, dir)
+	if err != nil || !found || st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return false, err
+	}
+	bits := st.Mode & 0o7
+	switch {
+	case st.Uid == w.by.UID:
+		bits = st.Mode >> 6 & 0o7
+	case slices.Contains(w.by.GIDs, st.Gid):
+		bits = st.Mode >> 3 & 0o7
+	}
+	if bits&0o3 != 0o3 {
+		return false, nil
+	}
+	return st.Mode&unix.S_ISVTX == 0 || st.Uid == w.by.UID, nil
 }
 
 // passesGroup says whether directory dir of the source (a change set's
