@@ -177,3 +177,56 @@ func TestHostileIgnoreARenamedDirectoryCarriesNothingTheRulesLeaveOut(t *testing
 		}
 	}
 }
+
+// A promoter other than root takes no file of another's on the host.
+// Root inside the agent's sandbox gives root's deploy script, at the top
+// of web (root's directory on the host), to the agent, its uid alone
+// (the group stays root's). On the host the agent can neither write the
+// script nor chown it (the control); its promotion of that is refused,
+// naming the script, and the script stays root's. Before, a change that
+// gave a file to the promoter was no giving away: the promotion passed
+// and the agent owned root's script on the host, to change at will with
+// no sandbox and no approval. A root file in a directory of the agent's
+// is another matter: the agent could replace it with its own copy on the
+// host, so giving it to the agent and its group promotes.
+func TestHostileOwnersAPromoterTakesNoFileOfAnothers(t *testing.T) {
+	tb, uid, gid := rootInsideSetup(t)
+	script, own := "owners-deploy-"+suffix()+".sh", "owners-own-"+suffix()
+	hostScript := webFile(t, tb, script, []byte("#!/bin/sh\necho deploy\n"), 0, 0, 0o755)
+	hostOwn := filepath.Join(tb.Btrfs.Project, own)
+	if err := os.Mkdir(hostOwn, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(hostOwn) })
+	if err := os.WriteFile(filepath.Join(hostOwn, "rootf"), []byte("root's\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(hostOwn, int(uid), int(gid)); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"sh", "-c", "echo evil >> " + hostScript}, {"chown", fmt.Sprint(uid), hostScript}} {
+		cmd := exec.Command("setpriv", append([]string{fmt.Sprintf("--reuid=%d", uid), fmt.Sprintf("--regid=%d", gid), "--init-groups"}, args...)...)
+		if out, err := cmd.CombinedOutput(); err == nil {
+			t.Fatalf("the control: the agent on the host: %q succeeded: %s", args, out)
+		}
+	}
+	id := agentSandbox(t)
+
+	agentShOK(t, id, true, fmt.Sprintf("chown %d %s && chown %d:%d %s/rootf", uid, script, uid, gid, own))
+	out, errOut, code := ctlAs(t, rootAgent, "promote", id)
+	if code != 4 || !strings.Contains(errOut, script+" (taken from root") || strings.Contains(errOut, own+"/rootf") {
+		t.Errorf("the agent's promotion of root's script given to it: exit %d: %s%s; want 4, naming %s taken from root, not %s/rootf", code, out, errOut, script, own)
+	}
+	if u, g, m := ownerOf(t, hostScript); u != 0 || g != 0 || m != 0o755 {
+		t.Errorf("the host's %s after the refused promotion: %d:%d mode %o; want root's, 755", script, u, g, m)
+	}
+
+	agentShOK(t, id, true, "chown 0 "+script)
+	okAs(t, rootAgent, "promote", id)
+	if u, g, _ := ownerOf(t, filepath.Join(hostOwn, "rootf")); u != uid || g != gid {
+		t.Errorf("the host's %s/rootf after the promotion: %d:%d; want the agent's %d:%d", own, u, g, uid, gid)
+	}
+	if u, _, _ := ownerOf(t, hostScript); u != 0 {
+		t.Errorf("the host's %s after the promotion: uid %d; want root's", script, u)
+	}
+}
