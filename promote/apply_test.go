@@ -415,3 +415,40 @@ func TestPrivilegedForNamesWhatTheChangesGiveToOthers(t *testing.T) {
 		t.Errorf("PrivilegedFor without a base: no error")
 	}
 }
+
+// A renamed directory of another owner than the daemon's is applied: the
+// tree's copy gives it its owner, and its metadata step finds that owner
+// on the directory it made (not someone else's in its place).
+func TestApplyRenamedDirectoryOfAnotherOwner(t *testing.T) {
+	src, dst := t.TempDir(), t.TempDir()
+	for _, root := range []string{src, dst} {
+		if err := os.Chmod(root, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(dst, "pkg"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(src, "lib"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(src, "lib", "mod.py"), []byte("X = 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"lib/mod.py", "lib"} {
+		if err := os.Lchown(filepath.Join(src, p), 4321, 4321); err != nil {
+			t.Fatal(err)
+		}
+	}
+	changes := []cowfs.Change{{Path: "pkg", NewPath: "lib", Kind: cowfs.Renamed, Type: cowfs.TypeDir}}
+	if _, err := Apply(context.Background(), changes, src, dst); err != nil {
+		t.Fatalf("applying a rename of a directory of uid 4321: %v", err)
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(filepath.Join(dst, "lib"), &st); err != nil || st.Uid != 4321 {
+		t.Errorf("lib after the rename: uid %d, %v; want 4321", st.Uid, err)
+	}
+	if _, err := os.Lstat(filepath.Join(dst, "pkg")); !os.IsNotExist(err) {
+		t.Errorf("pkg after the rename: %v; want it gone", err)
+	}
+}
