@@ -230,3 +230,34 @@ func TestHostileOwnersAPromoterTakesNoFileOfAnothers(t *testing.T) {
 		t.Errorf("the host's %s after the promotion: uid %d; want root's", script, u)
 	}
 }
+
+// A member's renamed directory promotes with its owner. The member
+// renames pkg (its own, as the whole project) to lib in its sandbox and
+// promotes: the host has lib, the member's, with its file. Before, the
+// promotion copied the tree, gave it its owner, then refused to set the
+// directory's times because it was no longer root's ("not the one this
+// promotion made"), and rolled back: no directory of anyone but root's
+// could be renamed by a promotion.
+func TestOwnersKeptAMembersRenamedDirectoryPromotes(t *testing.T) {
+	const member = "hostile-ign"
+	uid, gid := groupMember(t, member)
+	reconfigure(t, "")
+	path := memberProject(t, "owners-ren", uid, gid, map[string]string{"pkg/mod.py": "X = 1\n"})
+	id := strings.TrimSpace(okAs(t, member, "create", "--quiet", "owners-ren"))
+	okAs(t, member, "exec", id, "--", "mv", "pkg", "lib")
+	if out := okAs(t, member, "diff", id); !strings.Contains(out, "R pkg/ -> lib\n") {
+		t.Fatalf("the control: the diff does not list the rename:\n%s", out)
+	}
+	if out, errOut, code := ctlAs(t, member, "promote", id); code != 0 {
+		t.Fatalf("the member's promotion of its renamed directory: exit %d: %s%s", code, out, errOut)
+	}
+	if data, err := os.ReadFile(filepath.Join(path, "lib", "mod.py")); err != nil || string(data) != "X = 1\n" {
+		t.Errorf("the host's lib/mod.py after the promotion: %q, %v", data, err)
+	}
+	if u, g, _ := ownerOf(t, filepath.Join(path, "lib")); u != uid || g != gid {
+		t.Errorf("the host's lib after the promotion: %d:%d; want the member's %d:%d", u, g, uid, gid)
+	}
+	if _, err := os.Lstat(filepath.Join(path, "pkg")); !os.IsNotExist(err) {
+		t.Errorf("the host has pkg after the promotion (%v)", err)
+	}
+}
