@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -16,8 +17,10 @@ import (
 // below its new name from the sandbox (promote's plan): what the ignore
 // rules leave out in that tree (a __pycache__ of bytecode, a .env) went
 // with it, though no change list named it, so no diff showed it and no
-// rule kept it in the sandbox. openRenames turns such a rename into what
-// it does, listed path by path, for leaveOut to filter as any other.
+// rule kept it in the sandbox; and a rename with one name left out moved
+// a file into an ignored path, or removed one from it, on the host.
+// openRenames turns such renames into what they do, listed path by path,
+// for leaveOut to filter as any other.
 
 // renamedEntry is a path below a renamed directory, in the sandbox.
 type renamedEntry struct {
@@ -29,22 +32,41 @@ type renamedEntry struct {
 // snapshot at now holds a path rules leave out by the removal of its old
 // name and its new name added with every path below it. The other
 // changes below the new name are dropped (the adds carry them); a rename
-// into it from elsewhere keeps only its removal. Other renames, whose
-// trees hold nothing left out, stay as they are.
+// into it from elsewhere keeps only its removal. A rename with one name
+// left out keeps the other's half: the removal of a kept old name (what
+// it moved into an ignored path, bytecode into __pycache__, stays in the
+// sandbox), or the new name added (a file of the host's that the rules
+// leave out is not removed). Other renames stay as they are.
 func openRenames(ctx context.Context, rules *ignore.Project, now string, changes []cowfs.Change) ([]cowfs.Change, error) {
 	if rules == nil || rules.Empty() {
 		return changes, nil
 	}
 	trees := map[string][]renamedEntry{} // by new name: the renames opened
 	from := map[string]string{}          // their old names
+	keepOld := map[string]bool{}         // opened renames whose old name is left out
+	half := map[int]cowfs.ChangeKind{}   // renames reduced to one half: Deleted or Added
 	var root = -1
 	defer func() {
 		if root >= 0 {
 			unix.Close(root)
 		}
 	}()
-	for _, c := range changes {
-		if c.Kind != cowfs.Renamed || c.Type != cowfs.TypeDir || rules.Match(c.Path, true) && rules.Match(c.NewPath, true) {
+	for i, c := range changes {
+		if c.Kind != cowfs.Renamed {
+			continue
+		}
+		dir := c.Type == cowfs.TypeDir
+		oldOut, newOut := rules.Match(c.Path, dir), rules.Match(c.NewPath, dir)
+		switch {
+		case oldOut && newOut:
+			continue // leaveOut leaves it out
+		case newOut:
+			half[i] = cowfs.Deleted
+			continue
+		case oldOut && !dir:
+			half[i] = cowfs.Added
+			continue
+		case !dir:
 			continue
 		}
 		if root < 0 {
@@ -57,18 +79,22 @@ func openRenames(ctx context.Context, rules *ignore.Project, now string, changes
 		if err != nil {
 			return nil, fmt.Errorf("listing %s, renamed from %s: %w", c.NewPath, c.Path, err)
 		}
-		for _, e := range entries {
-			if rules.Match(e.path, e.typ == cowfs.TypeDir) {
-				trees[c.NewPath], from[c.NewPath] = entries, c.Path
-				break
-			}
+		if oldOut || slices.ContainsFunc(entries, func(e renamedEntry) bool { return rules.Match(e.path, e.typ == cowfs.TypeDir) }) {
+			trees[c.NewPath], from[c.NewPath], keepOld[c.NewPath] = entries, c.Path, oldOut
 		}
 	}
-	if len(trees) == 0 {
+	if len(trees) == 0 && len(half) == 0 {
 		return changes, nil
 	}
 	out := make([]cowfs.Change, 0, len(changes))
-	for _, c := range changes {
+	for i, c := range changes {
+		switch half[i] {
+		case cowfs.Deleted:
+			out = append(out, cowfs.Change{Kind: cowfs.Deleted, Type: c.Type, Path: c.Path})
+			continue
+		case cowfs.Added:
+			c = cowfs.Change{Kind: cowfs.Added, Type: c.Type, Path: c.NewPath}
+		}
 		newSide := c.Path
 		if c.Kind == cowfs.Renamed {
 			newSide = c.NewPath
@@ -86,8 +112,10 @@ func openRenames(ctx context.Context, rules *ignore.Project, now string, changes
 			out = append(out, c)
 			continue
 		}
-		out = append(out, cowfs.Change{Kind: cowfs.Deleted, Type: cowfs.TypeDir, Path: c.Path},
-			cowfs.Change{Kind: cowfs.Added, Type: cowfs.TypeDir, Path: c.NewPath})
+		if !keepOld[newSide] {
+			out = append(out, cowfs.Change{Kind: cowfs.Deleted, Type: cowfs.TypeDir, Path: c.Path})
+		}
+		out = append(out, cowfs.Change{Kind: cowfs.Added, Type: cowfs.TypeDir, Path: c.NewPath})
 		for _, e := range entries {
 			out = append(out, cowfs.Change{Kind: cowfs.Added, Type: e.typ, Path: e.path})
 		}

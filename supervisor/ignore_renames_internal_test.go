@@ -15,11 +15,13 @@ import (
 // its old name removed, its new one added path by path, so leaveOut drops
 // the ignored ones as any other (a promotion would copy the whole tree).
 // A change below the new name is carried by the adds; a rename into the
-// tree from outside keeps its removal. A rename whose tree holds nothing
-// left out stays a rename.
+// tree from outside keeps its removal. A rename into an ignored name
+// keeps its removal alone, one out of an ignored name its add alone. A
+// rename whose tree holds nothing left out stays a rename.
 func TestOpenRenames(t *testing.T) {
 	now := t.TempDir()
-	for _, f := range []string{"lib/mod.py", "lib/__pycache__/mod.cpython-311.pyc", "lib/moved.txt", "docs2/a.md"} {
+	for _, f := range []string{"lib/mod.py", "lib/__pycache__/mod.cpython-311.pyc", "lib/moved.txt", "docs2/a.md",
+		"__pycache__/x.pyc", "config.txt", "kept/a"} {
 		if err := os.MkdirAll(filepath.Dir(filepath.Join(now, f)), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -31,13 +33,18 @@ func TestOpenRenames(t *testing.T) {
 		t.Fatal(err)
 	}
 	git, _ := ignore.Parse("__pycache__/\n")
-	rules := ignore.NewProject(nil, git)
+	own, _ := ignore.Patterns([]string{"*.env"})
+	rules := ignore.NewProject(own, git)
 	changes := []cowfs.Change{
 		{Path: "pkg", NewPath: "lib", Kind: cowfs.Renamed, Type: cowfs.TypeDir},
 		{Path: "lib/mod.py", Kind: cowfs.Modified, Type: cowfs.TypeFile},
 		{Path: "lib/__pycache__", Kind: cowfs.Added, Type: cowfs.TypeDir},
 		{Path: "top.txt", NewPath: "lib/moved.txt", Kind: cowfs.Renamed, Type: cowfs.TypeFile},
 		{Path: "docs", NewPath: "docs2", Kind: cowfs.Renamed, Type: cowfs.TypeDir},
+		// Into an ignored path: its removal alone; out of one: its add.
+		{Path: "blob.bin", NewPath: "__pycache__/x.pyc", Kind: cowfs.Renamed, Type: cowfs.TypeFile},
+		{Path: "host.env", NewPath: "config.txt", Kind: cowfs.Renamed, Type: cowfs.TypeFile},
+		{Path: "cache.env", NewPath: "kept", Kind: cowfs.Renamed, Type: cowfs.TypeDir},
 	}
 	opened, err := openRenames(context.Background(), rules, now, changes)
 	if err != nil {
@@ -50,8 +57,9 @@ func TestOpenRenames(t *testing.T) {
 	}
 	slices.Sort(got)
 	want := []string{
+		"added config.txt ", "added kept ", "added kept/a ",
 		"added lib ", "added lib/etc ", "added lib/mod.py ", "added lib/moved.txt ",
-		"deleted pkg ", "deleted top.txt ", "renamed docs docs2",
+		"deleted blob.bin ", "deleted pkg ", "deleted top.txt ", "renamed docs docs2",
 	}
 	if !slices.Equal(got, want) || n != 2 {
 		t.Errorf("kept %q, %d left out; want %q, 2", got, n, want)
