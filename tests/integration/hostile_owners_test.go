@@ -261,3 +261,44 @@ func TestOwnersKeptAMembersRenamedDirectoryPromotes(t *testing.T) {
 		t.Errorf("the host has pkg after the promotion (%v)", err)
 	}
 }
+
+// A rename with one name the ignore rules leave out carries only the
+// other. Project web leaves out __pycache__/ and *.env. Root inside the
+// agent's sandbox writes bytecode over a kept file of the project and
+// renames it into __pycache__, and renames the host's .env to a kept
+// name. A rename was left out only if both its names were: both were
+// promoted, so the bytecode reached the host's own __pycache__ (which
+// Python runs in place of the source) and the host's .env was removed
+// (where the host had no __pycache__, the promotion failed). Now the
+// first is the kept file's removal alone, the second the kept name's
+// add alone: the host has no __pycache__ and keeps its .env.
+func TestHostileIgnoreARenameCarriesOnlyItsKeptName(t *testing.T) {
+	tb := install(t)
+	regularMember(t, rootAgent)
+	reconfigure(t, fmt.Sprintf("users = [%q]\nignore = [\"__pycache__/\", \"*.env\"]\n", rootAgent))
+	sfx := suffix()
+	blob, env, leaked, pyc := "ign-blob-"+sfx+".bin", "ign-host-"+sfx+".env", "ign-leaked-"+sfx+".txt", "__pycache__/mod_"+sfx+".cpython-311.pyc"
+	webFile(t, tb, blob, []byte("assets\n"), 0, 0, 0o644)
+	hostEnv := webFile(t, tb, env, []byte("TOKEN=host\n"), 0, 0, 0o600)
+	top := tb.Btrfs.Project
+	t.Cleanup(func() { os.RemoveAll(filepath.Join(top, "__pycache__")); os.Remove(filepath.Join(top, leaked)) })
+	// The host ran the project: it has a __pycache__ of its own.
+	if err := os.Mkdir(filepath.Join(top, "__pycache__"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	id := agentSandbox(t)
+	agentShOK(t, id, true, fmt.Sprintf("printf 'evil bytecode' > %s && mv %s %s && mv %s %s", blob, blob, pyc, env, leaked))
+	ok(t, "promote", id)
+	if _, err := os.Lstat(filepath.Join(top, pyc)); !os.IsNotExist(err) {
+		t.Errorf("the host has %s after the promotion (%v): the rules leave it out", pyc, err)
+	}
+	if _, err := os.Lstat(filepath.Join(top, blob)); !os.IsNotExist(err) {
+		t.Errorf("the host has %s after the promotion (%v): its removal is kept", blob, err)
+	}
+	if data, err := os.ReadFile(hostEnv); err != nil || string(data) != "TOKEN=host\n" {
+		t.Errorf("the host's %s after the promotion: %q, %v; want it as it was", env, data, err)
+	}
+	if data, err := os.ReadFile(filepath.Join(top, leaked)); err != nil || string(data) != "TOKEN=host\n" {
+		t.Errorf("the host's %s after the promotion: %q, %v; want the kept name added", leaked, data, err)
+	}
+}
