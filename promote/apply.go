@@ -103,7 +103,7 @@ func ApplyWith(ctx context.Context, changes []cowfs.Change, src, dst string, o A
 // out of dst; "" for none).
 func newApplier(src, dst, own string, o ApplyOptions, a *Applied) (*applier, func(), error) {
 	ap := &applier{src: -1, dst: -1, own: -1, expected: -1, a: a, refusePrivileged: o.RefusePrivileged,
-		made: map[string]uint64{}, uid: uint32(os.Geteuid())}
+		made: map[string]uint64{}, madeOwner: map[string]uint32{}, uid: uint32(os.Geteuid())}
 	done := func() {
 		for _, fd := range []int{ap.src, ap.dst, ap.own, ap.expected} {
 			if fd >= 0 {
@@ -186,6 +186,9 @@ type applier struct {
 	refusePrivileged bool
 	made             map[string]uint64 // directories this Apply made: path → inode
 	uid              uint32            // the daemon's, owner of what it makes
+	// madeOwner: the owner a renamed tree's copy gave a directory it made
+	// (path → uid), which its metadata step then finds there.
+	madeOwner map[string]uint32
 }
 
 // allowed refuses a privileged file (set-id, a device) when asked to.
@@ -392,5 +395,11 @@ func (ap *applier) putDir(srcDir, dstDir int, p string, st *unix.Stat_t, tree bo
 	if err := unix.Fstat(sub, &cur); err != nil {
 		return err
 	}
-	return setMeta(dsub, &cur)
+	if err := setMeta(dsub, &cur); err != nil {
+		return err
+	}
+	if made {
+		ap.madeOwner[p] = cur.Uid
+	}
+	return nil
 }

@@ -314,7 +314,10 @@ func TestPrivilegedNamesWhatTheChangesGiveToRoot(t *testing.T) {
 // than root, a path the change set gives to any uid but the promoter's,
 // or to a group it is not in, is privileged (it could not do that on the
 // host); another's file that keeps its owner is not, nor a group a
-// set-gid directory passes on.
+// set-gid directory of the host's passes on, but a directory made
+// set-gid of such a group is; and another's file whose owner or mode
+// the change set changed, unless the promoter could replace it on the
+// host by its own.
 func TestPrivilegedForNamesWhatTheChangesGiveToOthers(t *testing.T) {
 	base, src := t.TempDir(), t.TempDir()
 	file := func(dir, name string, uid, gid int) {
@@ -339,18 +342,52 @@ func TestPrivilegedForNamesWhatTheChangesGiveToOthers(t *testing.T) {
 	file(src, "new-web", web, web)  // new, www-data's
 	file(src, "new-staff", me, 50)  // new, of a group of the promoter's
 	file(src, "new-mine", me, mine) // new, the promoter's
-	if err := os.Mkdir(filepath.Join(src, "shared"), 0o755); err != nil {
-		t.Fatal(err)
+	dir := func(root, name string, mode uint32) {
+		p := filepath.Join(root, name)
+		if err := os.Mkdir(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(p, me, web); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if err := os.Chown(filepath.Join(src, "shared"), me, web); err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Chmod(filepath.Join(src, "shared"), 0o2775); err != nil { // passes group www-data on
-		t.Fatal(err)
-	}
+	// The host's shared is set-gid, of www-data: it passes that group on,
+	// to a new directory in it too. Its plain one is not: made set-gid
+	// in the sandbox, it passes nothing on, and is named.
+	dir(base, "shared", 0o2775)
+	dir(src, "shared", 0o2775)
+	dir(src, "shared/sub", 0o2775)
 	file(src, "shared/new", me, web)
+	file(src, "shared/sub/new", me, web)
+	dir(base, "plain", 0o775)
+	dir(src, "plain", 0o2775)
+	file(src, "plain/new", me, web)
+	// Root's files: one given to the promoter, one made writable to all;
+	// one in a directory of the promoter's, which it may replace on the
+	// host by a copy of its own.
+	file(base, "roots", 0, 0)
+	file(src, "roots", me, mine)
+	file(base, "widened", 0, 0)
+	file(src, "widened", 0, 0)
+	if err := os.Chmod(filepath.Join(src, "widened"), 0o666); err != nil {
+		t.Fatal(err)
+	}
+	for _, root := range []string{base, src} {
+		if err := os.Mkdir(filepath.Join(root, "mydir"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(filepath.Join(root, "mydir"), me, mine); err != nil {
+			t.Fatal(err)
+		}
+	}
+	file(base, "mydir/roots", 0, 0)
+	file(src, "mydir/roots", me, mine)
 	var changes []cowfs.Change
-	for _, n := range []string{"mine", "webs", "to-web", "to-group", "to-root", "new-web", "new-staff", "new-mine", "shared/new"} {
+	for _, n := range []string{"mine", "webs", "to-web", "to-group", "to-root", "new-web", "new-staff", "new-mine",
+		"shared/new", "shared/sub", "shared/sub/new", "plain", "plain/new", "roots", "widened", "mydir/roots"} {
 		changes = append(changes, cowfs.Change{Kind: cowfs.Modified, Type: cowfs.TypeFile, Path: n})
 	}
 	found, err := PrivilegedFor(context.Background(), changes, src, base, Promoter{UID: me, GIDs: []uint32{mine, 50}})
@@ -366,11 +403,52 @@ func TestPrivilegedForNamesWhatTheChangesGiveToOthers(t *testing.T) {
 		"to-group (given to group gid 33 (was gid 1000), not the promoter's (uid 1000))",
 		"to-root (given to root (was uid 1000), not the promoter's (uid 1000))",
 		"new-web (new, owned by uid 33, not the promoter's (uid 1000))",
+		"plain (made set-gid, of group gid 33, not the promoter's (uid 1000))",
+		"plain/new (new, of group gid 33, not the promoter's (uid 1000))",
+		"roots (taken from root (was 0:0, now 1000:1000), not the promoter's (uid 1000) to change)",
+		"widened (mode of root's changed from 0644 to 0666, not the promoter's (uid 1000) to change)",
 	}
 	if strings.Join(got, "; ") != strings.Join(want, "; ") {
 		t.Errorf("PrivilegedFor found %q; want %q", got, want)
 	}
 	if _, err := PrivilegedFor(context.Background(), changes, src, "", Promoter{UID: me}); err == nil {
 		t.Errorf("PrivilegedFor without a base: no error")
+	}
+}
+
+// A renamed directory of another owner than the daemon's is applied: the
+// tree's copy gives it its owner, and its metadata step finds that owner
+// on the directory it made (not someone else's in its place).
+func TestApplyRenamedDirectoryOfAnotherOwner(t *testing.T) {
+	src, dst := t.TempDir(), t.TempDir()
+	for _, root := range []string{src, dst} {
+		if err := os.Chmod(root, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(dst, "pkg"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(src, "lib"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(src, "lib", "mod.py"), []byte("X = 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"lib/mod.py", "lib"} {
+		if err := os.Lchown(filepath.Join(src, p), 4321, 4321); err != nil {
+			t.Fatal(err)
+		}
+	}
+	changes := []cowfs.Change{{Path: "pkg", NewPath: "lib", Kind: cowfs.Renamed, Type: cowfs.TypeDir}}
+	if _, err := Apply(context.Background(), changes, src, dst); err != nil {
+		t.Fatalf("applying a rename of a directory of uid 4321: %v", err)
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(filepath.Join(dst, "lib"), &st); err != nil || st.Uid != 4321 {
+		t.Errorf("lib after the rename: uid %d, %v; want 4321", st.Uid, err)
+	}
+	if _, err := os.Lstat(filepath.Join(dst, "pkg")); !os.IsNotExist(err) {
+		t.Errorf("pkg after the rename: %v; want it gone", err)
 	}
 }

@@ -128,10 +128,12 @@ func (ap *applier) openExpectedDir(dir int, p string) (int, error) {
 }
 
 // expectedDir says whether cur, the directory at p in the target, is
-// one the promotion made or expects.
+// one the promotion made (owned by the daemon, or by whom a renamed
+// tree's copy gave it to) or expects.
 func (ap *applier) expectedDir(p string, cur *unix.Stat_t) error {
 	if ino, ok := ap.made[p]; ok {
-		if ino == cur.Ino && cur.Uid == ap.uid {
+		owner, given := ap.madeOwner[p]
+		if ino == cur.Ino && (cur.Uid == ap.uid || given && cur.Uid == owner) {
 			return nil
 		}
 		return fmt.Errorf("the directory %s is not the one this promotion made (inode %d, now %d owned by uid %d): %w",

@@ -75,8 +75,9 @@ type Promoter struct {
 // against base (which it needs): a path the change set gives to anyone
 // but by is privileged too, as by could not do it on the host. That is a
 // path owned in src by a uid other than by's, or by a group by is not in
-// (nor the group a set-gid parent directory passes on), and new or given
-// that owner. Root in a sandbox's user namespace may give its copy's
+// (nor the group a set-gid parent directory passes on as the host's
+// would: passesGroup), and new or given that owner; and a directory made
+// set-gid, of such a group, where the host's is not. Root in a sandbox's user namespace may give its copy's
 // files to any id of its block (www-data, root, another user); an
 // unprivileged promoter must not have the daemon do it on the host for
 // it. A file that keeps its owner (another's, edited) is not named.
@@ -93,7 +94,7 @@ func privileged(ctx context.Context, changes []cowfs.Change, src, base string, b
 		return nil, fmt.Errorf("looking for privileged files: opening the source %s: %w", src, err)
 	}
 	defer unix.Close(root)
-	w := walker{base: -1, by: by}
+	w := walker{src: root, base: -1, by: by, passes: map[passKey]bool{}}
 	if base != "" {
 		if w.base, err = unix.Open(base, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
 			return nil, fmt.Errorf("looking for privileged files: opening the base %s: %w", base, err)
@@ -133,12 +134,18 @@ func privileged(ctx context.Context, changes []cowfs.Change, src, base string, b
 	return found, nil
 }
 
-// walker holds what privilegedAt compares with: the base's root (-1:
-// none), and the promoter other than root (nil: only what is given to
-// root is named).
+// walker holds what privilegedAt compares with: the source's root, the
+// base's root (-1: none), and the promoter other than root (nil: only
+// what is given to root is named); passes keeps passesGroup's answers.
 type walker struct {
-	base int
-	by   *Promoter
+	src, base int
+	by        *Promoter
+	passes    map[passKey]bool
+}
+
+type passKey struct {
+	dir string
+	gid uint32
 }
 
 // privilegedAt adds name in dir (shown as shown) if it is privileged,
@@ -154,7 +161,7 @@ func (w walker) privilegedAt(dir int, name, shown string, tree bool, found []Pri
 	if why := privilegedMode(st.Mode); why != "" {
 		found = append(found, PrivilegedPath{Path: shown, Why: why})
 	}
-	why, err := w.givenAway(dir, shown, st)
+	why, err := w.givenAway(shown, st)
 	if err != nil {
 		return found, err
 	}
@@ -193,11 +200,11 @@ func (w walker) privilegedAt(dir int, name, shown string, tree bool, found []Pri
 	return found, nil
 }
 
-// givenAway says how the change set gave path (st in the source, in
-// directory dir) to an owner the promoter may not give files to, "" if
+// givenAway says how the change set gave path (st in the source) to an
+// owner the promoter may not give files to, "" if
 // it did not: one other than the promoter (w.by; without one: root), new
 // with it or given it since the base.
-func (w walker) givenAway(dir int, path string, st unix.Stat_t) (string, error) {
+func (w walker) givenAway(path string, st unix.Stat_t) (string, error) {
 	if w.base < 0 {
 		return "", nil
 	}
@@ -207,29 +214,36 @@ func (w walker) givenAway(dir int, path string, st unix.Stat_t) (string, error) 
 		by := w.by
 		uidOK = func(uid uint32) bool { return uid == by.UID }
 		gidOK = func(gid uint32) bool { return slices.Contains(by.GIDs, gid) }
-		// A set-gid directory passes its group on to what is made in
-		// it, on the host as in the sandbox.
-		var parent unix.Stat_t
-		if err := unix.Fstat(dir, &parent); err != nil {
-			return "", err
-		}
-		if parent.Mode&unix.S_ISGID != 0 {
-			gidOK = func(gid uint32) bool { return gid == parent.Gid || slices.Contains(by.GIDs, gid) }
+		if !gidOK(st.Gid) {
+			// A set-gid directory passes its group on to what is made in
+			// it, where the host's would.
+			passed, err := w.passesGroup(pathDir(path), st.Gid)
+			if err != nil {
+				return "", err
+			}
+			if passed {
+				gidOK = func(uint32) bool { return true }
+			} else if st.Mode&unix.S_IFMT == unix.S_IFDIR && st.Mode&unix.S_ISGID != 0 {
+				if passed, err = w.passesGroup(path, st.Gid); err != nil {
+					return "", err
+				}
+				if !passed {
+					// The kernel clears the bit when an owner outside
+					// the group sets it; promoted, the directory would
+					// pass that group on to what the promoter makes.
+					return fmt.Sprintf("made set-gid, of group %s, not the promoter's (uid %d)", groupName(st.Gid), by.UID), nil
+				}
+			}
 		}
 	}
-	if uidOK(st.Uid) && gidOK(st.Gid) {
+	if uidOK(st.Uid) && gidOK(st.Gid) && w.by == nil {
 		return "", nil
 	}
-	var was unix.Stat_t
-	fd, err := unix.Openat2(w.base, path, &unix.OpenHow{
-		Flags:   unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC,
-		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
-	})
-	if err == nil {
-		err = unix.Fstat(fd, &was)
-		unix.Close(fd)
+	was, found, err := statBeneath(w.base, path)
+	if err != nil {
+		return "", err
 	}
-	isNew := err != nil
+	isNew := !found
 	not := ""
 	if w.by != nil {
 		not = fmt.Sprintf(", not the promoter's (uid %d)", w.by.UID)
@@ -243,9 +257,124 @@ func (w walker) givenAway(dir int, path string, st unix.Stat_t) (string, error) 
 		return fmt.Sprintf("given to %s (was uid %d)%s", userName(st.Uid), was.Uid, not), nil
 	case !gidOK(st.Gid) && was.Gid != st.Gid:
 		return fmt.Sprintf("given to group %s (was gid %d)%s", groupName(st.Gid), was.Gid, not), nil
+	case w.by != nil && !isNew && was.Uid != w.by.UID:
+		return w.changedAnothers(path, st, was, uidOK(st.Uid) && gidOK(st.Gid))
 	}
 	return "", nil
 }
+
+// changedAnothers says how the change set changed a path of another's
+// (was in the base, st in the source) as the promoter could not on the
+// host ("" if it did not): its owner or group, unless the promoter may
+// replace the entry there with its own (own: st is the promoter's, of
+// one of its groups, and the base's directory lets it); or its mode. A
+// sandbox's root may chown and chmod any file of its copy; promoted, a
+// file of root's made the promoter's, or made writable to it, would be
+// its to change on the host with no sandbox and no approval.
+func (w walker) changedAnothers(p string, st, was unix.Stat_t, own bool) (string, error) {
+	if st.Uid != was.Uid || st.Gid != was.Gid {
+		if own {
+			ok, err := w.mayReplace(pathDir(p))
+			if err != nil || ok {
+				return "", err
+			}
+		}
+		how := "taken from " + userName(was.Uid)
+		if st.Uid == was.Uid {
+			how = "its group changed, " + userName(was.Uid) + "'s"
+		}
+		return fmt.Sprintf("%s (was %d:%d, now %d:%d), not the promoter's (uid %d) to change", how, was.Uid, was.Gid, st.Uid, st.Gid, w.by.UID), nil
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFLNK && st.Mode&0o7777 != was.Mode&0o7777 {
+		return fmt.Sprintf("mode of %s's changed from %04o to %04o, not the promoter's (uid %d) to change", userName(was.Uid), was.Mode&0o7777, st.Mode&0o7777, w.by.UID), nil
+	}
+	return "", nil
+}
+
+// mayReplace says whether the promoter could replace an entry of
+// another's in directory dir (a change set's path) on the host by one of
+// its own, as sed -i does: the base's dir is one it may write and
+// search, and not sticky unless its own. (An ACL that grants more is not
+// read: such a replacement is then named, for an admin to allow.)
+func (w walker) mayReplace(dir string) (bool, error) {
+	st, found, err := statBeneath(w.base, dir)
+	if err != nil || !found || st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return false, err
+	}
+	bits := st.Mode & 0o7
+	switch {
+	case st.Uid == w.by.UID:
+		bits = st.Mode >> 6 & 0o7
+	case slices.Contains(w.by.GIDs, st.Gid):
+		bits = st.Mode >> 3 & 0o7
+	}
+	if bits&0o3 != 0o3 {
+		return false, nil
+	}
+	return st.Mode&unix.S_ISVTX == 0 || st.Uid == w.by.UID, nil
+}
+
+// passesGroup says whether directory dir of the source (a change set's
+// path, "." its top) passes group gid on to what is made in it as the
+// host's would: set-gid, of that group, in the source and so in the base
+// too; or not in the base at all (new) and made in a directory that
+// passes it on, as mkdir in a set-gid directory makes one. Root in a
+// sandbox's user namespace may make any directory set-gid, of any group,
+// and the top directory's own metadata is never in a change set; on the
+// host the kernel clears the bit for an owner outside the group, so such
+// a directory passes on nothing for the promoter.
+func (w walker) passesGroup(dir string, gid uint32) (bool, error) {
+	key := passKey{dir, gid}
+	if ok, done := w.passes[key]; done {
+		return ok, nil
+	}
+	passes := func(st *unix.Stat_t) bool {
+		return st.Mode&unix.S_IFMT == unix.S_IFDIR && st.Mode&unix.S_ISGID != 0 && st.Gid == gid
+	}
+	src, found, err := statBeneath(w.src, dir)
+	if err != nil || !found || !passes(&src) {
+		return false, err
+	}
+	base, found, err := statBeneath(w.base, dir)
+	var ok bool
+	switch {
+	case err != nil:
+		return false, err
+	case found:
+		ok = passes(&base)
+	case dir != ".":
+		if ok, err = w.passesGroup(pathDir(dir), gid); err != nil {
+			return false, err
+		}
+	}
+	w.passes[key] = ok
+	return ok, nil
+}
+
+// statBeneath is the stat of p in the tree at root, resolved beneath it
+// through no symlink (found false where there is none, or a symlink or a
+// file is on its way).
+func statBeneath(root int, p string) (st unix.Stat_t, found bool, err error) {
+	fd, err := unix.Openat2(root, p, &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	switch {
+	case errors.Is(err, unix.ENOENT), errors.Is(err, unix.ENOTDIR), errors.Is(err, unix.ELOOP):
+		return st, false, nil
+	case err != nil:
+		return st, false, fmt.Errorf("opening %s: %w", p, err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Fstat(fd, &st); err != nil {
+		return st, false, fmt.Errorf("stat of %s: %w", p, err)
+	}
+	return st, true, nil
+}
+
+// pathDir is the directory of a change set's path, "." for the top's
+// entries.
+func pathDir(p string) string { return path.Dir(p) }
 
 func userName(uid uint32) string {
 	if uid == 0 {

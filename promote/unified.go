@@ -55,7 +55,16 @@ var diffProgram = "diff"
 //     of directory P/ changed from 0755 to 0700"); such files are never
 //     opened.
 //
-// A change whose content and mode turn out to be the same writes nothing.
+// Owners, which git does not show but a promotion carries, are named
+// where they change ("old owner 1001:1001"/"new owner 0:0" after a file's
+// mode lines, "owner of directory P/ changed from 1001:1001 to 0:0"), and
+// a new path's where it is not its directory's ("new file owner 0:0",
+// "owner of new directory P/ is 33:33"): what a sandbox's root gave away
+// is seen by whoever approves the promotion. git apply passes such lines
+// over.
+//
+// A change whose content, mode and owner turn out to be the same writes
+// nothing.
 // Paths with special characters are quoted as git quotes them.
 //
 // Old files are read under oldRoot and new ones under newRoot. Both are

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"path"
 	"strconv"
 	"strings"
 	"time"
@@ -30,6 +31,14 @@ func (u *unifier) content(ctx context.Context, kind cowfs.ChangeKind, old, new *
 		fmt.Fprintf(&h, "deleted file mode %06o\n", old.mode())
 	case old.mode() != new.mode():
 		fmt.Fprintf(&h, "old mode %06o\nnew mode %06o\n", old.mode(), new.mode())
+	}
+	switch {
+	case old == nil:
+		if owner := u.newOwner(new); owner != "" {
+			fmt.Fprintf(&h, "new file owner %s\n", owner)
+		}
+	case new != nil && old.owner() != new.owner():
+		fmt.Fprintf(&h, "old owner %s\nnew owner %s\n", old.owner(), new.owner())
 	}
 	if aName != bName {
 		fmt.Fprintf(&h, "rename from %s\nrename to %s\n", gitQuote(aName), gitQuote(bName))
@@ -117,7 +126,11 @@ func (u *unifier) note(old, new *diffEntry) error {
 	var err error
 	switch {
 	case old == nil:
-		_, err = fmt.Fprintf(u.out, "new %s %s\n", new.typeName(), new.shownName())
+		line := fmt.Sprintf("new %s %s\n", new.typeName(), new.shownName())
+		if owner := u.newOwner(new); owner != "" {
+			line += fmt.Sprintf("owner of new %s %s is %s\n", new.typeName(), new.shownName(), owner)
+		}
+		_, err = io.WriteString(u.out, line)
 	case new == nil:
 		_, err = fmt.Fprintf(u.out, "deleted %s %s\n", old.typeName(), old.shownName())
 	default:
@@ -129,6 +142,10 @@ func (u *unifier) note(old, new *diffEntry) error {
 			fmt.Fprintf(&b, "mode of %s %s changed from %04o to %04o\n",
 				new.typeName(), new.shownName(), old.mode()&0o7777, new.mode()&0o7777)
 		}
+		if old.owner() != new.owner() {
+			fmt.Fprintf(&b, "owner of %s %s changed from %s to %s\n",
+				new.typeName(), new.shownName(), old.owner(), new.owner())
+		}
 		if t := new.typ(); (t == unix.S_IFCHR || t == unix.S_IFBLK) && old.st.Rdev != new.st.Rdev {
 			fmt.Fprintf(&b, "%s %s changed from %d:%d to %d:%d\n", new.typeName(), new.shownName(),
 				unix.Major(old.st.Rdev), unix.Minor(old.st.Rdev), unix.Major(new.st.Rdev), unix.Minor(new.st.Rdev))
@@ -136,6 +153,22 @@ func (u *unifier) note(old, new *diffEntry) error {
 		_, err = io.WriteString(u.out, b.String())
 	}
 	return err
+}
+
+// newOwner is the owner of new, an added path, where an approver should
+// see it: not the one of its directory in the new tree ("" then). git
+// shows no owners, but a promotion carries them: a file a sandbox's root
+// made root's, or gave to another, is seen before it is approved.
+func (u *unifier) newOwner(new *diffEntry) string {
+	dir, err := u.new.lookup(path.Dir(new.name))
+	if err != nil {
+		return new.owner() // named when its directory's cannot be read
+	}
+	defer dir.close()
+	if dir.owner() == new.owner() {
+		return ""
+	}
+	return new.owner()
 }
 
 // diff runs diff with opts on the two files (nil: /dev/null), passed as

@@ -310,7 +310,7 @@ func TestUnifiedModeChange(t *testing.T) {
 	oldRoot, newRoot := diffTrees(t)
 	put(t, oldRoot, "build.sh", "make\n", 0o644)
 	put(t, newRoot, "build.sh", "make\n", 0o755)
-	// Owner or times only: git shows nothing.
+	// Times only: git shows nothing.
 	put(t, oldRoot, "touched", "x\n", 0o644)
 	put(t, newRoot, "touched", "x\n", 0o644)
 	// Mode and content.
@@ -331,6 +331,58 @@ new mode 100600
 @@ -1 +1 @@
 -a
 +b
+`)
+}
+
+// A promotion carries owners, which git does not show: a changed owner
+// is named ("old owner"/"new owner", "owner of directory P/ changed"),
+// and a new path's where it is not its directory's (a file a sandbox's
+// root made root's in its owner's directory).
+func TestUnifiedOwnerChange(t *testing.T) {
+	oldRoot, newRoot := diffTrees(t)
+	chown := func(root, name string, id int) {
+		if err := os.Lchown(filepath.Join(root, name), id, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, root := range []string{oldRoot, newRoot} {
+		mkdir(t, root, "d", 0o755)
+		put(t, root, "given", "x\n", 0o644)
+		chown(root, "given", 1000)
+		chown(root, "d", 1000)
+		chown(root, ".", 1000)
+	}
+	chown(newRoot, "given", 0)
+	chown(newRoot, "d", 33)
+	put(t, newRoot, "made", "root\n", 0o644) // root's, in a directory of uid 1000
+	put(t, newRoot, "mine", "mine\n", 0o644)
+	chown(newRoot, "mine", 1000)
+	mkdir(t, newRoot, "d/sub", 0o755)
+	wantDiff(t, []cowfs.Change{
+		{Path: "given", Kind: cowfs.Metadata, Type: cowfs.TypeFile},
+		{Path: "d", Kind: cowfs.Metadata, Type: cowfs.TypeDir},
+		{Path: "made", Kind: cowfs.Added, Type: cowfs.TypeFile},
+		{Path: "mine", Kind: cowfs.Added, Type: cowfs.TypeFile},
+		{Path: "d/sub", Kind: cowfs.Added, Type: cowfs.TypeDir},
+	}, oldRoot, newRoot, `diff --git a/given b/given
+old owner 1000:1000
+new owner 0:0
+owner of directory d/ changed from 1000:1000 to 33:33
+diff --git a/made b/made
+new file mode 100644
+new file owner 0:0
+--- /dev/null
++++ b/made
+@@ -0,0 +1 @@
++root
+diff --git a/mine b/mine
+new file mode 100644
+--- /dev/null
++++ b/mine
+@@ -0,0 +1 @@
++mine
+new directory d/sub/
+owner of new directory d/sub/ is 0:0
 `)
 }
 

@@ -79,6 +79,10 @@ func (e *diffEntry) mode() uint32 {
 
 func (e *diffEntry) typeName() string { return kindName(e.typ()) }
 
+// owner is its uid and gid as a diff shows them, "1001:1001": a change of
+// owner is a change a promotion carries.
+func (e *diffEntry) owner() string { return fmt.Sprintf("%d:%d", e.st.Uid, e.st.Gid) }
+
 // shownName is the name in a note: quoted as git would, a directory's
 // with a "/".
 func (e *diffEntry) shownName() string {

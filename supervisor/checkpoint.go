@@ -348,7 +348,7 @@ func (s *Supervisor) withChanges(ctx context.Context, id, what string, fn func(b
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
-	changes, ignored, err := s.filterChanges(ctx, rec.Project, base, changes)
+	changes, ignored, err := s.filterChanges(ctx, rec.Project, base, now, changes)
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}

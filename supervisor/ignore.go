@@ -167,14 +167,20 @@ func underAny(p string, dirs map[string]bool) bool {
 	}
 }
 
-// filterChanges reads project's rules from base and applies them.
-func (s *Supervisor) filterChanges(ctx context.Context, project string, base cowfs.Volume, changes []cowfs.Change) ([]cowfs.Change, int, error) {
+// filterChanges reads project's rules from base and applies them to the
+// changes from base to now (a read-only snapshot of the sandbox), a
+// renamed directory's tree included (openRenames).
+func (s *Supervisor) filterChanges(ctx context.Context, project string, base, now cowfs.Volume, changes []cowfs.Change) ([]cowfs.Change, int, error) {
 	if len(changes) == 0 {
 		return changes, 0, nil
 	}
 	rules, err := s.ignoreRules(ctx, project, base)
 	if err != nil {
 		return nil, 0, fmt.Errorf("reading the project's ignore rules: %w", err)
+	}
+	changes, err = openRenames(ctx, rules, now.Path, changes)
+	if err != nil {
+		return nil, 0, fmt.Errorf("reading a renamed directory for what the project's ignore rules leave out: %w", err)
 	}
 	kept, n := leaveOut(rules, changes)
 	if err := rules.Err(); err != nil {

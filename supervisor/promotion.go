@@ -173,7 +173,7 @@ func (s *Supervisor) Promote(ctx context.Context, id string, o PromoteOptions) (
 	}
 	// What the project's ignore rules leave out never leaves the sandbox
 	// (ignore.go); the rules are the base's, so a resumption finds the same.
-	changes, p.Ignored, err = s.filterChanges(ctx, rec.Project, base, changes)
+	changes, p.Ignored, err = s.filterChanges(ctx, rec.Project, base, source, changes)
 	if err != nil {
 		return fail(fmt.Errorf("%s: %w", what, err))
 	}

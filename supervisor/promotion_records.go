@@ -49,7 +49,7 @@ func (s *Supervisor) promotionChanges(ctx context.Context, p Promotion) ([]cowfs
 	if err != nil {
 		return nil, err
 	}
-	if changes, _, err = s.filterChanges(ctx, p.Project, base, changes); err != nil {
+	if changes, _, err = s.filterChanges(ctx, p.Project, base, source, changes); err != nil {
 		return nil, err
 	}
 	if d := digest(changes); d != p.Digest {
