@@ -9,6 +9,8 @@ import (
 	"os"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandboxd/internal/fsat"
 )
 
 // replace writes the source's entry name (not a directory) under a
@@ -79,7 +81,7 @@ func (ap *applier) writeTemp(srcDir, dstDir int, name, tmp string, st *unix.Stat
 	case unix.S_IFREG:
 		return ap.copyFile(srcDir, dstDir, name, tmp, st)
 	case unix.S_IFLNK:
-		target, err := readlinkAt(srcDir, name)
+		target, err := fsat.Readlink(srcDir, name)
 		if err != nil {
 			return unix.Stat_t{}, fmt.Errorf("reading the link in the source: %w", err)
 		}
@@ -133,17 +135,4 @@ func (ap *applier) copyFile(srcDir, dstDir int, name, tmp string, st *unix.Stat_
 	}
 	testHook("created", dstDir, tmp)
 	return made, setMeta(out, st)
-}
-
-func readlinkAt(dir int, name string) (string, error) {
-	for size := 256; ; size *= 2 {
-		buf := make([]byte, size)
-		n, err := unix.Readlinkat(dir, name, buf)
-		if err != nil {
-			return "", err
-		}
-		if n < size {
-			return string(buf[:n]), nil
-		}
-	}
 }

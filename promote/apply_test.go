@@ -254,25 +254,16 @@ func TestPrivilegedFindsSetIDDevicesAndCapabilities(t *testing.T) {
 // owner's, is not; without a base nothing of owners is.
 func TestPrivilegedNamesWhatTheChangesGiveToRoot(t *testing.T) {
 	base, src := t.TempDir(), t.TempDir()
-	file := func(dir, name string, uid, gid int) {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte("x"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Lchown(p, uid, gid); err != nil {
-			t.Fatal(err)
-		}
-	}
-	file(base, "roots", 0, 0)
-	file(base, "users", 1000, 1000)
-	file(base, "grouped", 1000, 1000)
-	file(base, "kept", 1000, 1000)
-	file(src, "roots", 0, 0)      // root's before: edited, stays root's
-	file(src, "users", 0, 0)      // given to root
-	file(src, "grouped", 1000, 0) // given to group root
-	file(src, "kept", 1000, 1000) // another owner's still
-	file(src, "new-root", 0, 0)   // new, root's
-	file(src, "new-user", 1000, 1000)
+	ownedFile(t, base, "roots", 0, 0)
+	ownedFile(t, base, "users", 1000, 1000)
+	ownedFile(t, base, "grouped", 1000, 1000)
+	ownedFile(t, base, "kept", 1000, 1000)
+	ownedFile(t, src, "roots", 0, 0)      // root's before: edited, stays root's
+	ownedFile(t, src, "users", 0, 0)      // given to root
+	ownedFile(t, src, "grouped", 1000, 0) // given to group root
+	ownedFile(t, src, "kept", 1000, 1000) // another owner's still
+	ownedFile(t, src, "new-root", 0, 0)   // new, root's
+	ownedFile(t, src, "new-user", 1000, 1000)
 	if err := os.Lchown(src, 1000, 1000); err != nil { // the tree's root, given away from root
 		t.Fatal(err)
 	}
@@ -320,19 +311,11 @@ func TestPrivilegedNamesWhatTheChangesGiveToRoot(t *testing.T) {
 // host by its own.
 func TestPrivilegedForNamesWhatTheChangesGiveToOthers(t *testing.T) {
 	base, src := t.TempDir(), t.TempDir()
-	file := func(dir, name string, uid, gid int) {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte("x"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Lchown(p, uid, gid); err != nil {
-			t.Fatal(err)
-		}
-	}
 	const me, mine, web = 1000, 1000, 33
 	for _, n := range []string{"mine", "webs", "to-web", "to-group", "to-root"} {
-		file(base, n, me, mine)
+		ownedFile(t, base, n, me, mine)
 	}
+<<<<<<< HEAD
 	file(base, "webs", web, web)
 	file(src, "mine", me, mine)     // edited, stays the promoter's
 	file(src, "webs", web, web)     // www-data's before: edited, stays www-data's
@@ -385,6 +368,27 @@ func TestPrivilegedForNamesWhatTheChangesGiveToOthers(t *testing.T) {
 	}
 	file(base, "mydir/roots", 0, 0)
 	file(src, "mydir/roots", me, mine)
+=======
+	ownedFile(t, base, "webs", web, web)
+	ownedFile(t, src, "mine", me, mine)     // edited, stays the promoter's
+	ownedFile(t, src, "webs", web, web)     // www-data's before: edited, stays www-data's
+	ownedFile(t, src, "to-web", web, mine)  // given to www-data
+	ownedFile(t, src, "to-group", me, web)  // given to group www-data
+	ownedFile(t, src, "to-root", 0, 0)      // given to root
+	ownedFile(t, src, "new-web", web, web)  // new, www-data's
+	ownedFile(t, src, "new-staff", me, 50)  // new, of a group of the promoter's
+	ownedFile(t, src, "new-mine", me, mine) // new, the promoter's
+	if err := os.Mkdir(filepath.Join(src, "shared"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(filepath.Join(src, "shared"), me, web); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Chmod(filepath.Join(src, "shared"), 0o2775); err != nil { // passes group www-data on
+		t.Fatal(err)
+	}
+	ownedFile(t, src, "shared/new", me, web)
+>>>>>>> fs-dedupe
 	var changes []cowfs.Change
 	for _, n := range []string{"mine", "webs", "to-web", "to-group", "to-root", "new-web", "new-staff", "new-mine",
 		"shared/new", "shared/sub", "shared/sub/new", "plain", "plain/new", "roots", "widened", "mydir/roots"} {
@@ -416,6 +420,7 @@ func TestPrivilegedForNamesWhatTheChangesGiveToOthers(t *testing.T) {
 	}
 }
 
+<<<<<<< HEAD
 // A renamed directory of another owner than the daemon's is applied: the
 // tree's copy gives it its owner, and its metadata step finds that owner
 // on the directory it made (not someone else's in its place).
@@ -451,4 +456,16 @@ func TestApplyRenamedDirectoryOfAnotherOwner(t *testing.T) {
 	if _, err := os.Lstat(filepath.Join(dst, "pkg")); !os.IsNotExist(err) {
 		t.Errorf("pkg after the rename: %v; want it gone", err)
 	}
+=======
+// ownedFile writes the file name in dir, owned by uid and gid.
+func ownedFile(t *testing.T, dir, name string, uid, gid int) {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Lchown(p, uid, gid); err != nil {
+		t.Fatal(err)
+	}
+>>>>>>> fs-dedupe
 }

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandboxd/cowfs"
+	"github.com/sandboxd/sandboxd/internal/fsat"
 )
 
 // Conflict is a path that a sandbox and its target both changed since the
@@ -139,11 +140,11 @@ func Same(a, b, path string) (bool, error) {
 	case unix.S_IFREG:
 		return sameContent(fa, fb)
 	case unix.S_IFLNK:
-		ta, err := readlinkAt(fa, "")
+		ta, err := fsat.Readlink(fa, "")
 		if err != nil {
 			return false, err
 		}
-		tb, err := readlinkAt(fb, "")
+		tb, err := fsat.Readlink(fb, "")
 		return err == nil && ta == tb, err
 	}
 	return true, nil

@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandboxd/internal/fsat"
 )
 
 // diffTree is a root that paths are resolved in.
@@ -97,7 +99,7 @@ func (e *diffEntry) shownName() string {
 // holds now), or a symlink's target in a memory file.
 func (e *diffEntry) contents() (*os.File, error) {
 	if e.typ() == unix.S_IFLNK {
-		target, err := readlinkFd(e.fd)
+		target, err := fsat.Readlink(e.fd, "")
 		if err != nil {
 			return nil, fmt.Errorf("reading symlink %s: %w", e.name, err)
 		}
@@ -117,21 +119,6 @@ func (e *diffEntry) contents() (*os.File, error) {
 		return nil, fmt.Errorf("opening %s: %w", e.name, err)
 	}
 	return f, nil
-}
-
-// readlinkFd reads the target of the symlink that fd (O_PATH, not
-// followed) is.
-func readlinkFd(fd int) (string, error) {
-	for size := 256; ; size *= 2 {
-		buf := make([]byte, size)
-		n, err := unix.Readlinkat(fd, "", buf)
-		if err != nil {
-			return "", err
-		}
-		if n < size {
-			return string(buf[:n]), nil
-		}
-	}
 }
 
 // hasNUL says whether f's first binaryProbe bytes hold a NUL byte.

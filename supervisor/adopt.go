@@ -241,6 +241,25 @@ func (s *Supervisor) adopt(ctx context.Context, pm cowfs.ProjectMaker, rec *stat
 			return err
 		}
 	}
+	if err := s.copied(ctx, rec); err != nil {
+		return err
+	}
+	if ad.How == state.AdoptSwap {
+		// One rename: the directory is either the old one or the new.
+		if err := unix.Renameat2(unix.AT_FDCWD, ad.Temp, unix.AT_FDCWD, ad.Path, unix.RENAME_EXCHANGE); err != nil {
+			return fmt.Errorf("swapping the volume in at %s: %w", ad.Path, err)
+		}
+	} else if err := s.bindAdopted(ctx, ad); err != nil {
+		return err
+	}
+	crashpoint.Hit(crashpoint.AdoptSwitched)
+	return s.finishAdoption(rec)
+}
+
+// copied moves rec's adoption, its files copied, to its switching
+// phase: refused if one of its directories came into use meanwhile.
+func (s *Supervisor) copied(ctx context.Context, rec *state.Project) error {
+	ad := rec.Adoption
 	crashpoint.Hit(crashpoint.AdoptCopied)
 	held, err := holders(ad.Paths()...)
 	if err == nil && len(held) > 0 {
@@ -254,16 +273,7 @@ func (s *Supervisor) adopt(ctx context.Context, pm cowfs.ProjectMaker, rec *stat
 		return err
 	}
 	crashpoint.Hit(crashpoint.AdoptSwitching)
-	if ad.How == state.AdoptSwap {
-		// One rename: the directory is either the old one or the new.
-		if err := unix.Renameat2(unix.AT_FDCWD, ad.Temp, unix.AT_FDCWD, ad.Path, unix.RENAME_EXCHANGE); err != nil {
-			return fmt.Errorf("swapping the volume in at %s: %w", ad.Path, err)
-		}
-	} else if err := s.bindAdopted(ctx, ad); err != nil {
-		return err
-	}
-	crashpoint.Hit(crashpoint.AdoptSwitched)
-	return s.finishAdoption(rec)
+	return nil
 }
 
 // bindAdopted binds each of ad's directories in the volume back at its

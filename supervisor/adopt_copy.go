@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandboxd/internal/crashpoint"
+	"github.com/sandboxd/sandboxd/internal/fsat"
 )
 
 // treeCopy copies one tree into another, both held by descriptor.
@@ -237,7 +238,7 @@ func (c *treeCopy) make(fd, dst int, name, rel string, st *unix.Stat_t) (int, er
 		}
 		return out, nil
 	case unix.S_IFLNK:
-		target, err := readlinkAt(fd, "")
+		target, err := fsat.Readlink(fd, "")
 		if err != nil {
 			return -1, fmt.Errorf("reading link %s: %w", c.name(rel), err)
 		}
@@ -477,21 +478,6 @@ func pwriteAll(fd int, b []byte, off int64) (int, error) {
 		done += n
 	}
 	return done, nil
-}
-
-// readlinkAt reads the link name in dir ("" for dir itself, an O_PATH
-// descriptor of the link).
-func readlinkAt(dir int, name string) (string, error) {
-	for size := 256; ; size *= 2 {
-		buf := make([]byte, size)
-		n, err := unix.Readlinkat(dir, name, buf)
-		if err != nil {
-			return "", err
-		}
-		if n < size {
-			return string(buf[:n]), nil
-		}
-	}
 }
 
 // kindWord names a mode's kind.

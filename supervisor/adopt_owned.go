@@ -125,19 +125,9 @@ func (s *Supervisor) adoptOwned(ctx context.Context, pm cowfs.ProjectMaker, rec 
 		}
 		copied[p] = st
 	}
-	crashpoint.Hit(crashpoint.AdoptCopied)
-	held, err := holders(ad.Paths()...)
-	if err == nil && len(held) > 0 {
-		err = fmt.Errorf("it came into use while its files were copied, by %s: %w", s.namesWithUnits(ctx, held), ErrProjectInUse)
-	}
-	if err != nil {
+	if err := s.copied(ctx, rec); err != nil {
 		return err
 	}
-	ad.Phase = state.AdoptSwitching
-	if err := s.cfg.Store.UpdateProject(*rec); err != nil {
-		return err
-	}
-	crashpoint.Hit(crashpoint.AdoptSwitching)
 	for i, p := range ad.Paths() {
 		want := copied[p]
 		if err := s.mountOwned(ctx, ad, ad.Temp, p, &want); err != nil {
@@ -321,14 +311,7 @@ func (s *Supervisor) releaseOwned(ctx context.Context, pm cowfs.ProjectMaker, re
 			return err
 		}
 	}
-	if volume {
-		crashpoint.Hit(crashpoint.ReleaseCopied)
-		crashpoint.Hit(crashpoint.ReleaseSwitched)
-		if err := pm.RemoveProject(ctx, rec.Location); err != nil {
-			return err
-		}
-	}
-	return s.cfg.Store.DeleteProject(rec.Name)
+	return s.released(ctx, pm, rec, volume)
 }
 
 // copyBack empties directory p (the one under the mount, holding the

@@ -209,6 +209,12 @@ func (s *Supervisor) release(ctx context.Context, rec state.Project) error {
 			return err
 		}
 	}
+	return s.released(ctx, pm, rec, volume)
+}
+
+// released ends a release whose directories have their files back: the
+// volume at rec's location goes, if there is one, then the record.
+func (s *Supervisor) released(ctx context.Context, pm cowfs.ProjectMaker, rec state.Project, volume bool) error {
 	if volume {
 		crashpoint.Hit(crashpoint.ReleaseCopied)
 		crashpoint.Hit(crashpoint.ReleaseSwitched)

@@ -26,31 +26,10 @@ func MountUnitName(where string) string { return unit.UnitNamePathEscape(where) 
 // every boot (local-fs.target), starts it, and returns its name. The unit
 // file is written whole or not at all.
 func (m *Manager) BindMount(ctx context.Context, what, where string) (string, error) {
-	name := MountUnitName(where)
 	const op = "binding a volume"
-	for _, p := range []string{what, where} {
-		if !filepath.IsAbs(p) || filepath.Clean(p) != p || strings.ContainsAny(p, "\n\r\x00\\") {
-			return name, fmt.Errorf("%s: %q is not a path a unit file can hold", op, p)
-		}
-	}
-	// The unit's options one per line, as go-systemd's serializer
-	// writes them.
-	opts := []*unit.UnitOption{
-		unit.NewUnitOption("Unit", "Description", mountDescription+where),
-		unit.NewUnitOption("Unit", "Documentation", "man:sandboxctl(1)"),
-		unit.NewUnitOption("Mount", "What", what),
-		unit.NewUnitOption("Mount", "Where", where),
-		unit.NewUnitOption("Mount", "Type", "none"),
-		unit.NewUnitOption("Mount", "Options", "bind"),
-		unit.NewUnitOption("Install", "WantedBy", "local-fs.target"),
-	}
-	data, err := io.ReadAll(unit.Serialize(opts))
+	name, path, data, err := mountUnit(op, mountDescription, what, where, "none", "bind")
 	if err != nil {
 		return name, err
-	}
-	path := filepath.Join(mountUnitDir, name)
-	if err := ours(path); err != nil {
-		return name, fmt.Errorf("%s: %w", op, err)
 	}
 	// Bound as asked already (a caller finishing what a crash cut): left
 	// as it is. A start job for a mount unit that is active does not end.
@@ -60,22 +39,8 @@ func (m *Manager) BindMount(ctx context.Context, what, where string) (string, er
 			return name, nil
 		}
 	}
-	tmp := path + ".sandboxd-tmp"
-	if err := os.WriteFile(tmp, data, 0o644); err != nil {
-		return name, fmt.Errorf("%s: writing %s: %w", op, path, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		os.Remove(tmp)
-		return name, fmt.Errorf("%s: writing %s: %w", op, path, err)
-	}
-	if _, _, err := m.conn.EnableUnitFilesContext(ctx, []string{name}, false, true); err != nil {
-		return name, wrap(op, name, err)
-	}
-	// After the enable, as systemctl enable does: the manager then knows
-	// local-fs.target wants it (systemctl show's WantedBy), not only the
-	// next boot.
-	if err := m.conn.ReloadContext(ctx); err != nil {
-		return name, wrap(op, name, err)
+	if err := m.writeEnabled(ctx, op, name, path, data); err != nil {
+		return name, err
 	}
 	return name, m.job(ctx, op, name, m.conn.StartUnitContext)
 }
@@ -90,29 +55,10 @@ func (m *Manager) BindMount(ctx context.Context, what, where string) (string, er
 // not started: the daemon has the pool mounted already, and systemd
 // counts a unit whose mount is there as active.
 func (m *Manager) PoolMount(ctx context.Context, image, where string) (string, error) {
-	name := MountUnitName(where)
 	const op = "mounting the pool at boot"
-	for _, p := range []string{image, where} {
-		if !filepath.IsAbs(p) || filepath.Clean(p) != p || strings.ContainsAny(p, "\n\r\x00\\") {
-			return name, fmt.Errorf("%s: %q is not a path a unit file can hold", op, p)
-		}
-	}
-	opts := []*unit.UnitOption{
-		unit.NewUnitOption("Unit", "Description", poolDescription+where),
-		unit.NewUnitOption("Unit", "Documentation", "man:sandboxctl(1)"),
-		unit.NewUnitOption("Mount", "What", image),
-		unit.NewUnitOption("Mount", "Where", where),
-		unit.NewUnitOption("Mount", "Type", "btrfs"),
-		unit.NewUnitOption("Mount", "Options", "loop"),
-		unit.NewUnitOption("Install", "WantedBy", "local-fs.target"),
-	}
-	data, err := io.ReadAll(unit.Serialize(opts))
+	name, path, data, err := mountUnit(op, poolDescription, image, where, "btrfs", "loop")
 	if err != nil {
 		return name, err
-	}
-	path := filepath.Join(mountUnitDir, name)
-	if err := ours(path); err != nil {
-		return name, fmt.Errorf("%s: %w", op, err)
 	}
 	wants := filepath.Join(mountUnitDir, "local-fs.target.wants", name)
 	if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, data) {
@@ -120,21 +66,62 @@ func (m *Manager) PoolMount(ctx context.Context, image, where string) (string, e
 			return name, nil // written and enabled before
 		}
 	}
+	return name, m.writeEnabled(ctx, op, name, path, data)
+}
+
+// mountUnit checks what and where, serializes the mount unit that
+// mounts what (of type typ, with options) at where, enabled for every
+// boot, and returns its name, the path of its file and its content. A
+// file at that path that is not sandboxd's is refused.
+func mountUnit(op, desc, what, where, typ, options string) (name, path string, data []byte, err error) {
+	name = MountUnitName(where)
+	for _, p := range []string{what, where} {
+		if !filepath.IsAbs(p) || filepath.Clean(p) != p || strings.ContainsAny(p, "\n\r\x00\\") {
+			return name, "", nil, fmt.Errorf("%s: %q is not a path a unit file can hold", op, p)
+		}
+	}
+	// The unit's options one per line, as go-systemd's serializer
+	// writes them.
+	opts := []*unit.UnitOption{
+		unit.NewUnitOption("Unit", "Description", desc+where),
+		unit.NewUnitOption("Unit", "Documentation", "man:sandboxctl(1)"),
+		unit.NewUnitOption("Mount", "What", what),
+		unit.NewUnitOption("Mount", "Where", where),
+		unit.NewUnitOption("Mount", "Type", typ),
+		unit.NewUnitOption("Mount", "Options", options),
+		unit.NewUnitOption("Install", "WantedBy", "local-fs.target"),
+	}
+	data, err = io.ReadAll(unit.Serialize(opts))
+	if err != nil {
+		return name, "", nil, err
+	}
+	path = filepath.Join(mountUnitDir, name)
+	if err := ours(path); err != nil {
+		return name, "", nil, fmt.Errorf("%s: %w", op, err)
+	}
+	return name, path, data, nil
+}
+
+// writeEnabled writes data to the unit file at path whole or not at all
+// (a temporary file renamed), enables the unit name and reloads the
+// manager: as systemctl enable does, it then knows local-fs.target
+// wants it (systemctl show's WantedBy), not only the next boot.
+func (m *Manager) writeEnabled(ctx context.Context, op, name, path string, data []byte) error {
 	tmp := path + ".sandboxd-tmp"
 	if err := os.WriteFile(tmp, data, 0o644); err != nil {
-		return name, fmt.Errorf("%s: writing %s: %w", op, path, err)
+		return fmt.Errorf("%s: writing %s: %w", op, path, err)
 	}
 	if err := os.Rename(tmp, path); err != nil {
 		os.Remove(tmp)
-		return name, fmt.Errorf("%s: writing %s: %w", op, path, err)
+		return fmt.Errorf("%s: writing %s: %w", op, path, err)
 	}
 	if _, _, err := m.conn.EnableUnitFilesContext(ctx, []string{name}, false, true); err != nil {
-		return name, wrap(op, name, err)
+		return wrap(op, name, err)
 	}
 	if err := m.conn.ReloadContext(ctx); err != nil {
-		return name, wrap(op, name, err)
+		return wrap(op, name, err)
 	}
-	return name, nil
+	return nil
 }
 
 // mountDescription starts the Description of the units BindMount writes,

@@ -12,17 +12,7 @@ import (
 // makes its own tree (as root, where the tests run) under a root-owned
 // temporary directory.
 func TestCheck(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Fatal("the test makes root-owned trees: run it as root (make test does)")
-	}
-	base, err := os.MkdirTemp("/var/tmp", "rootonly-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(base) })
-	if err := os.Chmod(base, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	base := rootBase(t)
 	dir := filepath.Join(base, "srv", "web")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
@@ -75,17 +65,7 @@ func TestCheck(t *testing.T) {
 
 // A home's project: the owner beside root, and no one else, up to /.
 func TestCheckOwner(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Fatal("the test makes root-owned trees: run it as root (make test does)")
-	}
-	base, err := os.MkdirTemp("/var/tmp", "rootonly-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(base) })
-	if err := os.Chmod(base, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	base := rootBase(t)
 	home := filepath.Join(base, "home", "agent")
 	dir := filepath.Join(home, "calc")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -120,4 +100,22 @@ func TestCheckOwner(t *testing.T) {
 	if err := CheckOwner(dir, 1001); err == nil || !strings.Contains(err.Error(), "writable by group 1001") {
 		t.Errorf("CheckOwner with a group-writable home: %v; want it refused", err)
 	}
+}
+
+// rootBase makes a root-owned directory, mode 0755, under /var/tmp (whose
+// parents are root's alone), removed at the test's end.
+func rootBase(t *testing.T) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("the test makes root-owned trees: run it as root (make test does)")
+	}
+	base, err := os.MkdirTemp("/var/tmp", "rootonly-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(base) })
+	if err := os.Chmod(base, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return base
 }

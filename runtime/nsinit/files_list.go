@@ -8,6 +8,8 @@ import (
 	"path"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandboxd/internal/fsat"
 )
 
 // maxListAnswer bounds a list's JSON: MaxListed entries of names and
@@ -124,10 +126,9 @@ func entry(name string, st *unix.Stat_t) FileEntry {
 // readlinkAt reads the symlink name of dir ("": dir itself, an O_PATH
 // descriptor of the link); "" if it cannot.
 func readlinkAt(dir int, name string) string {
-	buf := make([]byte, unix.PathMax)
-	n, err := unix.Readlinkat(dir, name, buf)
+	target, err := fsat.Readlink(dir, name)
 	if err != nil {
 		return ""
 	}
-	return string(buf[:n])
+	return target
 }

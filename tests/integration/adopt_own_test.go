@@ -11,9 +11,9 @@ import (
 	"github.com/sandboxd/sandboxd/tests/testbed"
 )
 
-// calcProject makes home (the member's, uid:gid) and in it calc, a
-// Python project whose test fails, written by the member itself.
-func calcProject(t *testing.T, member string, uid, gid uint32, home string) string {
+// memberHome makes home afresh, empty, the member's (uid, gid); gone at
+// the test's end.
+func memberHome(t *testing.T, home string, uid, gid uint32) {
 	t.Helper()
 	os.RemoveAll(home)
 	if err := os.MkdirAll(home, 0o755); err != nil {
@@ -23,6 +23,37 @@ func calcProject(t *testing.T, member string, uid, gid uint32, home string) stri
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(home) })
+}
+
+// serviceAccount makes the system account service (no home, no login)
+// unless it is there, and returns its uid.
+func serviceAccount(t *testing.T, service string) uint32 {
+	t.Helper()
+	if _, err := exec.Command("id", service).CombinedOutput(); err != nil {
+		testbed.MustRun(t, "useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", service)
+	}
+	uid, _ := groupMemberIDs(t, service)
+	return uid
+}
+
+// ownCalcAdopted: hostileOwner, a member, adopts its own calc (in its
+// home, made afresh) as name, released at the test's end; it returns
+// calc's path.
+func ownCalcAdopted(t *testing.T, name string) string {
+	t.Helper()
+	uid, gid := groupMember(t, hostileOwner)
+	reconfigure(t, "")
+	calc := calcProject(t, hostileOwner, uid, gid, "/home/"+hostileOwner)
+	t.Cleanup(func() { ctl(t, "", "project", "release", name) })
+	okAs(t, hostileOwner, "project", "adopt", name, calc)
+	return calc
+}
+
+// calcProject makes home (the member's, uid:gid) and in it calc, a
+// Python project whose test fails, written by the member itself.
+func calcProject(t *testing.T, member string, uid, gid uint32, home string) string {
+	t.Helper()
+	memberHome(t, home, uid, gid)
 	calc := filepath.Join(home, "calc")
 	out := asMember(t, member, fmt.Sprintf(`set -e
 mkdir %[1]s && cd %[1]s
@@ -146,10 +177,7 @@ func TestRootAdoptsAnyOwnersDirectory(t *testing.T) {
 	install(t)
 	const member, service = "adopt-own", "adopt-svc"
 	uid, gid := groupMember(t, member)
-	if _, err := exec.Command("id", service).CombinedOutput(); err != nil {
-		testbed.MustRun(t, "useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", service)
-	}
-	svcUID, _ := groupMemberIDs(t, service)
+	svcUID := serviceAccount(t, service)
 	reconfigure(t, "")
 	calc := calcProject(t, member, uid, gid, "/home/"+member)
 	data := "/var/lib/" + service

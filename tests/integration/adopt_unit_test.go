@@ -43,10 +43,7 @@ func TestAdoptedServiceDataIsMountedAtBootBeforeSandboxd(t *testing.T) {
 	install(t)
 	const member, service = "adopt-own", "adopt-svc"
 	uid, gid := groupMember(t, member)
-	if _, err := exec.Command("id", service).CombinedOutput(); err != nil {
-		testbed.MustRun(t, "useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", service)
-	}
-	svcUID, _ := groupMemberIDs(t, service)
+	svcUID := serviceAccount(t, service)
 	reconfigure(t, "")
 	data := "/var/lib/" + service + "-boot"
 	os.RemoveAll(data)
@@ -141,10 +138,7 @@ func TestAdoptedServiceDataIsMountedAtBootBeforeSandboxd(t *testing.T) {
 func TestAdoptedDataOnTheEmbeddedPoolIsMountedAtBoot(t *testing.T) {
 	tb := install(t)
 	const service = "adopt-svc"
-	if _, err := exec.Command("id", service).CombinedOutput(); err != nil {
-		testbed.MustRun(t, "useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", service)
-	}
-	svcUID, _ := groupMemberIDs(t, service)
+	svcUID := serviceAccount(t, service)
 	dir := "/var/lib/sandboxd-embedded-test"
 	image, mp := filepath.Join(dir, "pool.img"), filepath.Join(dir, "pool")
 	poolUnit := mountUnitOf(t, mp)

@@ -34,14 +34,7 @@ func TestHostileAdoptOwnCountBounded(t *testing.T) {
 	uid, gid := groupMember(t, member)
 	reconfigure(t, "")
 	home := "/home/" + member
-	os.RemoveAll(home)
-	if err := os.MkdirAll(home, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chown(home, int(uid), int(gid)); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(home) })
+	memberHome(t, home, uid, gid)
 	const n, size = 9, 4 << 20
 	script := fmt.Sprintf("set -e\ncd %s\nhead -c %d /dev/urandom > big\n", home, size)
 	var dirs, names []string
@@ -255,13 +248,8 @@ print("DEEP")
 // every start of the daemon tried it again, and failed again.)
 func TestHostileReleaseOwnDeepTreeKeepsFiles(t *testing.T) {
 	install(t)
-	uid, gid := groupMember(t, hostileOwner)
-	reconfigure(t, "")
-	home := "/home/" + hostileOwner
-	calc := calcProject(t, hostileOwner, uid, gid, home)
 	const name = "hostile-release-deep"
-	t.Cleanup(func() { ctl(t, "", "project", "release", name) })
-	okAs(t, hostileOwner, "project", "adopt", name, calc)
+	calc := ownCalcAdopted(t, name)
 	made := asMember(t, hostileOwner, fmt.Sprintf(`set -e
 cd %s && python3 -c '
 import os

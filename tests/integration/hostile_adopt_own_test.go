@@ -213,13 +213,8 @@ func TestHostileAdoptOwnSymlinkSwapsGainNothing(t *testing.T) {
 // directory is back.
 func TestHostileReleaseOwnSymlinkSwapGainsNothing(t *testing.T) {
 	tb := install(t)
-	uid, gid := groupMember(t, hostileOwner)
-	reconfigure(t, "")
-	home := "/home/" + hostileOwner
-	calc := calcProject(t, hostileOwner, uid, gid, home)
 	const name = "hostile-release"
-	t.Cleanup(func() { ctl(t, "", "project", "release", name) })
-	okAs(t, hostileOwner, "project", "adopt", name, calc)
+	calc := ownCalcAdopted(t, name)
 	check := unchanged(t, "/etc")
 	errOut, code := pausedAt(t, false, crashpoint.ReleaseUnmounted, "mv "+calc+" "+calc+".real && ln -s /etc "+calc, "project", "release", name)
 	if code == 0 {
@@ -316,13 +311,8 @@ func TestHostileAdoptOwnRefusals(t *testing.T) {
 // a directory, the next start mounts the project there again.
 func TestHostileRemountAtStartFollowsNoSymlink(t *testing.T) {
 	install(t)
-	uid, gid := groupMember(t, hostileOwner)
-	reconfigure(t, "")
-	home := "/home/" + hostileOwner
-	calc := calcProject(t, hostileOwner, uid, gid, home)
 	const name = "hostile-remount"
-	t.Cleanup(func() { ctl(t, "", "project", "release", name) })
-	okAs(t, hostileOwner, "project", "adopt", name, calc)
+	calc := ownCalcAdopted(t, name)
 	// Control: the mount is made again at start.
 	if out, err := exec.Command("umount", calc).CombinedOutput(); err != nil {
 		t.Fatalf("umount %s: %v %s", calc, err, out)
