@@ -315,16 +315,15 @@ func TestPrivilegedForNamesWhatTheChangesGiveToOthers(t *testing.T) {
 	for _, n := range []string{"mine", "webs", "to-web", "to-group", "to-root"} {
 		ownedFile(t, base, n, me, mine)
 	}
-<<<<<<< HEAD
-	file(base, "webs", web, web)
-	file(src, "mine", me, mine)     // edited, stays the promoter's
-	file(src, "webs", web, web)     // www-data's before: edited, stays www-data's
-	file(src, "to-web", web, mine)  // given to www-data
-	file(src, "to-group", me, web)  // given to group www-data
-	file(src, "to-root", 0, 0)      // given to root
-	file(src, "new-web", web, web)  // new, www-data's
-	file(src, "new-staff", me, 50)  // new, of a group of the promoter's
-	file(src, "new-mine", me, mine) // new, the promoter's
+	ownedFile(t, base, "webs", web, web)
+	ownedFile(t, src, "mine", me, mine)     // edited, stays the promoter's
+	ownedFile(t, src, "webs", web, web)     // www-data's before: edited, stays www-data's
+	ownedFile(t, src, "to-web", web, mine)  // given to www-data
+	ownedFile(t, src, "to-group", me, web)  // given to group www-data
+	ownedFile(t, src, "to-root", 0, 0)      // given to root
+	ownedFile(t, src, "new-web", web, web)  // new, www-data's
+	ownedFile(t, src, "new-staff", me, 50)  // new, of a group of the promoter's
+	ownedFile(t, src, "new-mine", me, mine) // new, the promoter's
 	dir := func(root, name string, mode uint32) {
 		p := filepath.Join(root, name)
 		if err := os.Mkdir(p, 0o755); err != nil {
@@ -343,18 +342,18 @@ func TestPrivilegedForNamesWhatTheChangesGiveToOthers(t *testing.T) {
 	dir(base, "shared", 0o2775)
 	dir(src, "shared", 0o2775)
 	dir(src, "shared/sub", 0o2775)
-	file(src, "shared/new", me, web)
-	file(src, "shared/sub/new", me, web)
+	ownedFile(t, src, "shared/new", me, web)
+	ownedFile(t, src, "shared/sub/new", me, web)
 	dir(base, "plain", 0o775)
 	dir(src, "plain", 0o2775)
-	file(src, "plain/new", me, web)
+	ownedFile(t, src, "plain/new", me, web)
 	// Root's files: one given to the promoter, one made writable to all;
 	// one in a directory of the promoter's, which it may replace on the
 	// host by a copy of its own.
-	file(base, "roots", 0, 0)
-	file(src, "roots", me, mine)
-	file(base, "widened", 0, 0)
-	file(src, "widened", 0, 0)
+	ownedFile(t, base, "roots", 0, 0)
+	ownedFile(t, src, "roots", me, mine)
+	ownedFile(t, base, "widened", 0, 0)
+	ownedFile(t, src, "widened", 0, 0)
 	if err := os.Chmod(filepath.Join(src, "widened"), 0o666); err != nil {
 		t.Fatal(err)
 	}
@@ -366,29 +365,8 @@ func TestPrivilegedForNamesWhatTheChangesGiveToOthers(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	file(base, "mydir/roots", 0, 0)
-	file(src, "mydir/roots", me, mine)
-=======
-	ownedFile(t, base, "webs", web, web)
-	ownedFile(t, src, "mine", me, mine)     // edited, stays the promoter's
-	ownedFile(t, src, "webs", web, web)     // www-data's before: edited, stays www-data's
-	ownedFile(t, src, "to-web", web, mine)  // given to www-data
-	ownedFile(t, src, "to-group", me, web)  // given to group www-data
-	ownedFile(t, src, "to-root", 0, 0)      // given to root
-	ownedFile(t, src, "new-web", web, web)  // new, www-data's
-	ownedFile(t, src, "new-staff", me, 50)  // new, of a group of the promoter's
-	ownedFile(t, src, "new-mine", me, mine) // new, the promoter's
-	if err := os.Mkdir(filepath.Join(src, "shared"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chown(filepath.Join(src, "shared"), me, web); err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Chmod(filepath.Join(src, "shared"), 0o2775); err != nil { // passes group www-data on
-		t.Fatal(err)
-	}
-	ownedFile(t, src, "shared/new", me, web)
->>>>>>> fs-dedupe
+	ownedFile(t, base, "mydir/roots", 0, 0)
+	ownedFile(t, src, "mydir/roots", me, mine)
 	var changes []cowfs.Change
 	for _, n := range []string{"mine", "webs", "to-web", "to-group", "to-root", "new-web", "new-staff", "new-mine",
 		"shared/new", "shared/sub", "shared/sub/new", "plain", "plain/new", "roots", "widened", "mydir/roots"} {
@@ -420,7 +398,6 @@ func TestPrivilegedForNamesWhatTheChangesGiveToOthers(t *testing.T) {
 	}
 }
 
-<<<<<<< HEAD
 // A renamed directory of another owner than the daemon's is applied: the
 // tree's copy gives it its owner, and its metadata step finds that owner
 // on the directory it made (not someone else's in its place).
@@ -456,7 +433,8 @@ func TestApplyRenamedDirectoryOfAnotherOwner(t *testing.T) {
 	if _, err := os.Lstat(filepath.Join(dst, "pkg")); !os.IsNotExist(err) {
 		t.Errorf("pkg after the rename: %v; want it gone", err)
 	}
-=======
+}
+
 // ownedFile writes the file name in dir, owned by uid and gid.
 func ownedFile(t *testing.T, dir, name string, uid, gid int) {
 	t.Helper()
@@ -467,5 +445,4 @@ func ownedFile(t *testing.T, dir, name string, uid, gid int) {
 	if err := os.Lchown(p, uid, gid); err != nil {
 		t.Fatal(err)
 	}
->>>>>>> fs-dedupe
 }
