@@ -84,12 +84,11 @@ func (s *Supervisor) AdoptProject(ctx context.Context, name, path string, o Adop
 			}
 		}
 	}
-	held, err := holders(paths...)
-	if err != nil {
+	held, services, err := s.heldBy(ctx, paths)
+	if err != nil && !errors.Is(err, errHolderEnded) {
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	if len(held) > 0 {
-		services, err := s.servicesOf(ctx, held)
 		if !o.RestartUnits || err != nil {
 			why := "stop them first, or ask for their services to be restarted around it"
 			if err != nil {

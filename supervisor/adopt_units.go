@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -16,6 +17,31 @@ import (
 // scope and the payload/ its systemd divides) the cgroups are named by
 // the processes there, which may name one after any host service.
 
+// errHolderEnded: a holder ended while its unit was asked for. A
+// server's short-lived worker (a database's backend for one client) does
+// so often: the walk is made again.
+var errHolderEnded = errors.New("a process using it ended while it was looked at")
+
+// holderWalks is how many walks heldBy makes while holders end under it.
+const holderWalks = 8
+
+// heldBy walks for the processes that use paths and asks systemd for
+// their services, again while one of them ended meanwhile (its service
+// is still known by its other processes, or by a later walk's); after
+// holderWalks walks, the last error (errHolderEnded).
+func (s *Supervisor) heldBy(ctx context.Context, paths []string) ([]holder, []units.ProcessUnit, error) {
+	for walk := 1; ; walk++ {
+		held, err := holders(paths...)
+		if err != nil || len(held) == 0 {
+			return held, nil, err
+		}
+		services, err := s.servicesOf(ctx, held)
+		if !errors.Is(err, errHolderEnded) || walk == holderWalks {
+			return held, services, err
+		}
+	}
+}
+
 // servicesOf is the system services of the holders, once each, with the
 // state each was in, or says why one cannot be restarted: a process of no
 // service, of a delegated subtree, of a sandbox, of sandboxd or the bus.
@@ -27,13 +53,10 @@ func (s *Supervisor) servicesOf(ctx context.Context, held []holder) ([]units.Pro
 		}
 		u, err := s.cfg.Units.UnitOfPID(ctx, h.pid)
 		// systemd answers for the pid, not the process: one that ended
-		// since the walk (a server's short-lived worker) may have left its
-		// pid to a process of another unit, which would then be stopped
-		// and started in its place. An ended holder holds nothing: it is
-		// passed over, and the walk after the services stopped says
-		// whether the directory is free.
+		// since the walk may have left its pid to a process of another
+		// unit, which would then be stopped and started in its place.
 		if !h.sameProcess() {
-			continue
+			return nil, fmt.Errorf("%s ended while systemd was asked which unit it is of (its pid may be another process's now); try again: %w", h.what, errHolderEnded)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("%s: systemd could not say which unit it is of: %w", h.what, err)
