@@ -85,7 +85,7 @@ func (s *Supervisor) AdoptProject(ctx context.Context, name, path string, o Adop
 		}
 	}
 	held, services, err := s.heldBy(ctx, paths)
-	if err != nil && !errors.Is(err, errHolderEnded) {
+	if len(held) == 0 && err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	if len(held) > 0 {

@@ -28,7 +28,9 @@ const holderWalks = 8
 // heldBy walks for the processes that use paths and asks systemd for
 // their services, again while one of them ended meanwhile (its service
 // is still known by its other processes, or by a later walk's); after
-// holderWalks walks, the last error (errHolderEnded).
+// holderWalks walks, the last error (errHolderEnded). An error with no
+// holders is the walk's; with holders, why their services cannot be
+// restarted.
 func (s *Supervisor) heldBy(ctx context.Context, paths []string) ([]holder, []units.ProcessUnit, error) {
 	for walk := 1; ; walk++ {
 		held, err := holders(paths...)
