@@ -424,11 +424,12 @@ func TestFaultSlowDisk(t *testing.T) {
 	}
 	t.Logf("on a disk of 256 KiB/s: a create took %v", took)
 	// exec touches no disk; list and status read the pool (its volumes,
-	// their usage), which waits for the filesystem's commits: slow, and
-	// well within the 25s a D-Bus client waits by default.
+	// their usage), which waits for the filesystem's commits: slow (11 s
+	// seen on a loaded machine), but answered within the 25s a D-Bus
+	// client waits by default, which is what a user sees.
 	for i, args := range calls {
 		t.Logf("meanwhile, sandboxctl %s answered in %v at most", args[0], slowest[i])
-		limit := 10 * time.Second
+		limit := 20 * time.Second
 		if args[0] == "exec" {
 			limit = 2 * time.Second
 		}
