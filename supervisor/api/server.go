@@ -226,6 +226,7 @@ func (s *Server) Close() error {
 type request struct {
 	ctx    context.Context
 	who    caller
+	actor  supervisor.Actor // who, as the supervisor's checks take it
 	action string
 	// project a call about a project names, for the journal: not an id,
 	// it stays out of SANDBOX_ID.
@@ -257,9 +258,10 @@ func (s *Server) begin(sender dbus.Sender, action string) (*request, *dbus.Error
 		return nil, derr
 	}
 	// The supervisor writes the caller into its audit log.
-	ctx := supervisor.WithIdentity(s.ctx, who.identity())
+	actor := supervisor.Caller(who.identity())
+	ctx := supervisor.WithActor(s.ctx, actor)
 	done := func() { slot.release(); s.calls.Done() }
-	return &request{ctx: ctx, who: who, action: action, slot: slot, done: done}, nil
+	return &request{ctx: ctx, who: who, actor: actor, action: action, slot: slot, done: done}, nil
 }
 
 // end audits the call: who did what to which sandbox, and how it went.
