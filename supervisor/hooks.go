@@ -32,6 +32,10 @@ func (h *Hook[F]) each() []F {
 	return h.fns
 }
 
+// Funcs is the hook's funcs as they are now, for a fake Host to call
+// (supervisor/hosttest).
+func (h *Hook[F]) Funcs() []F { return h.each() }
+
 // Started says that a sandbox's init runs its world: made by a create, a
 // restart (Reconcile, a rollback, a rebase) or found again after a
 // daemon's restart (Adopted).
