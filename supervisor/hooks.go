@@ -96,6 +96,10 @@ type Hooks struct {
 	// Close runs as the daemon ends, before the sandboxes' inits are
 	// forgotten.
 	Close Hook[func()]
+	// Refusals are a room's sentinels that are the caller's fault (no
+	// such command, port, checkpoint): the audit log keeps them short
+	// and budgets them apart from the caller's actions.
+	Refusals Hook[error]
 }
 
 // Hooks are the points of the sandboxes' lives that rooms join.

@@ -48,7 +48,7 @@ func (s *Supervisor) auditEntry(ctx context.Context, e audit.Entry, rec state.Re
 	}
 	action := e.Action
 	if err != nil {
-		e.Result, e.Error, e.Refused = "error", err.Error(), refused(err)
+		e.Result, e.Error, e.Refused = "error", err.Error(), s.refused(err)
 	}
 	if aerr := s.cfg.Audit.Record(e); aerr != nil {
 		s.log.Error("writing the audit log", "error", aerr, "ACTION", action, "SANDBOX_ID", rec.ID)
@@ -65,8 +65,13 @@ var refusals = []error{
 	ErrNothingToPromote, ErrChecksOutsideSandbox,
 }
 
-func refused(err error) bool {
+func (s *Supervisor) refused(err error) bool {
 	for _, r := range refusals {
+		if errors.Is(err, r) {
+			return true
+		}
+	}
+	for _, r := range s.hooks.Refusals.each() {
 		if errors.Is(err, r) {
 			return true
 		}

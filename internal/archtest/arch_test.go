@@ -84,11 +84,20 @@ var rules = []rule{
 	{"supervisor's records, audit log and journal are leaves", in("supervisor/state", "supervisor/audit", "supervisor/journal"), in("internal")},
 	{"the supervisor core sits below its front door and its configuration",
 		is("supervisor"), not(in("cli", "cmd", "supervisor/api", "supervisor/config", "tests"))},
+	{"the supervisor core imports none of its rooms (they join it by its hooks)",
+		is("supervisor"), not(in(rooms...))},
+	{"a room imports the core, its leaves, the lower rooms and other rooms, never the front door or the configuration",
+		in(rooms...), not(in("cli", "cmd", "supervisor/api", "supervisor/config", "tests"))},
 	{"nothing but cmd/sandboxctl imports cli", not(is("cmd/sandboxctl")), not(in("cli"))},
 	{"nothing imports cmd", anyPkg, not(in("cmd"))},
 	{"client (the Go client) imports only the wire contract", in("client"), in("sandboxd1")},
 	{"mcpserver (the MCP server) imports only the client, the wire contract and internal/", in("mcpserver"), in("client", "sandboxd1", "internal")},
 }
+
+// rooms are the supervisor's capabilities, each over the core's Host
+// (docs/architecture.md, "The supervisor's rooms").
+var rooms = []string{"supervisor/ports", "supervisor/caches", "supervisor/commands", "supervisor/checkpoints",
+	"supervisor/promotion", "supervisor/adopt", "supervisor/try"}
 
 // cliRule waits for the wire contract (issue 16): the CLI imports only
 // sandboxd1, the Go client on it and the MCP server on that (issue 19)
