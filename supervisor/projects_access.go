@@ -11,7 +11,6 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
-
 )
 
 // ErrAccessDenied: the caller may not use the project (make a sandbox of

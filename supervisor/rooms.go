@@ -28,7 +28,9 @@ func (s *Supervisor) joinRooms() {
 		spec.Cache = path
 		return unlock
 	})
-	h.Started.Add(func(_ context.Context, st Started) { s.caches.setMounted(st.Record.ID, s.cacheMounted(st.Record.ID, st.PID)) })
+	h.Started.Add(func(_ context.Context, st Started) {
+		s.caches.setMounted(st.Record.ID, s.cacheMounted(st.Record.ID, st.PID))
+	})
 	h.Stopped.Add(func(id string) { s.caches.setMounted(id, false) })
 	h.CommandEnv.Add(func(rec state.Record) []string {
 		if s.caches.isMounted(rec.ID) {

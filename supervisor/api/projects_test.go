@@ -243,7 +243,7 @@ func TestAnAddedProjectOutlivesARestart(t *testing.T) {
 	if _, err := sup.Reconcile(ctx); err != nil {
 		t.Fatal(err)
 	}
-	srv, err := api.Serve(ctx, systemBus(t), sup, api.Access{}, testLog(t))
+	srv, err := api.Serve(ctx, systemBus(t), sup, api.Rooms{}, api.Access{}, testLog(t))
 	if err != nil {
 		t.Fatal(err)
 	}

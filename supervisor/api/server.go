@@ -26,6 +26,7 @@ import (
 type Server struct {
 	conn   *dbus.Conn
 	sup    *supervisor.Supervisor
+	rooms  Rooms
 	access Access
 	log    *slog.Logger
 
@@ -63,7 +64,7 @@ const closeGrace = 10 * time.Second
 // the setting up; the Server lives until Close. Call it after the
 // supervisor's Reconcile: the sandboxes that exist then are the ones
 // served, without signals (clients list them).
-func Serve(ctx context.Context, conn *dbus.Conn, sup *supervisor.Supervisor, access Access, log *slog.Logger) (*Server, error) {
+func Serve(ctx context.Context, conn *dbus.Conn, sup *supervisor.Supervisor, rooms Rooms, access Access, log *slog.Logger) (*Server, error) {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -72,7 +73,7 @@ func Serve(ctx context.Context, conn *dbus.Conn, sup *supervisor.Supervisor, acc
 	}
 	callCtx, cancel := context.WithCancel(context.Background())
 	s := &Server{
-		conn: conn, sup: sup, access: access, log: log,
+		conn: conn, sup: sup, rooms: rooms, access: access, log: log,
 		ctx: callCtx, cancel: cancel,
 		known: map[string]state.State{},
 		heavy: newHeavyCalls(),
