@@ -12,7 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/sandboxd/sandboxd/promote"
+	"github.com/sandboxd/sandboxd/promote/unidiff"
 )
 
 // ErrAccessDenied: the caller may not use the project (make a sandbox of
@@ -65,11 +65,11 @@ type identityKey struct{}
 // WithIdentity marks ctx as a call made by id: WithCaller's uid for the
 // audit log, the one whose right to use a project Create and Promote
 // check, and the one a unified diff shows only readable files to
-// (promote.WithReader). A context without it is the daemon's own: no
+// (unidiff.WithReader). A context without it is the daemon's own: no
 // check.
 func WithIdentity(ctx context.Context, id Identity) context.Context {
 	ctx = WithCaller(ctx, id.UID)
-	ctx = promote.WithReader(ctx, promote.Reader{UID: id.UID, GIDs: id.GIDs})
+	ctx = unidiff.WithReader(ctx, unidiff.Reader{UID: id.UID, GIDs: id.GIDs})
 	return context.WithValue(ctx, identityKey{}, id)
 }
 
