@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/sandboxd/sandboxd/promote"
+	"github.com/sandboxd/sandboxd/promote/unidiff"
 )
 
 // Identity is who makes a call, as the bus vouches for it.
@@ -63,10 +63,10 @@ type actorKey struct{}
 // WithActor marks ctx as a call made for a: the one whose right to use
 // a project Create and Promote check, the caller the audit log records,
 // and the one a unified diff shows only readable files to
-// (promote.WithReader).
+// (unidiff.WithReader).
 func WithActor(ctx context.Context, a Actor) context.Context {
 	if a.Daemon == "" {
-		ctx = promote.WithReader(ctx, promote.Reader{UID: a.UID, GIDs: a.GIDs})
+		ctx = unidiff.WithReader(ctx, unidiff.Reader{UID: a.UID, GIDs: a.GIDs})
 	}
 	return context.WithValue(ctx, actorKey{}, a)
 }

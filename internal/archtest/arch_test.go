@@ -80,7 +80,10 @@ var rules = []rule{
 	{"cowfs imports nothing of the daemon", in("cowfs"), in("cowfs", "internal")},
 	{"units imports nothing of the daemon", in("units"), in("internal")},
 	{"runtime imports only runtime and internal", in("runtime"), in("runtime", "internal")},
-	{"promote imports only cowfs and internal", in("promote"), in("cowfs", "internal")},
+	// in("promote") is the engine and its rooms below: the replica
+	// transport (promote/replica) and the diff renderer (promote/unidiff)
+	// import neither the engine nor each other.
+	{"promote and its rooms import only cowfs and internal", in("promote"), in("cowfs", "internal")},
 	{"supervisor's records, audit log and journal are leaves", in("supervisor/state", "supervisor/audit", "supervisor/journal"), in("internal")},
 	{"the supervisor core sits below its front door and its configuration",
 		is("supervisor"), not(in("cli", "cmd", "supervisor/api", "supervisor/config", "tests"))},
@@ -201,6 +204,17 @@ func TestRulesCatchBreaks(t *testing.T) {
 		if got := r.check(g); !slices.Equal(got, want) {
 			t.Errorf("%s: reported %q, want %q", r.name, got, want)
 		}
+	}
+	// The rooms below promote are held apart from the engine and each
+	// other by the same rule.
+	rooms := graph{"promote": newImports(), "promote/replica": newImports(), "promote/unidiff": newImports()}
+	rooms["promote/replica"].ours["cowfs/sendstream"] = true
+	rooms["promote/unidiff"].ours["internal/fsat"] = true
+	rooms["promote/replica"].ours["promote"] = true
+	rooms["promote/unidiff"].ours["promote/replica"] = true
+	want := []string{"promote/replica imports promote", "promote/unidiff imports promote/replica"}
+	if got := rules[5].check(rooms); !slices.Equal(got, want) {
+		t.Errorf("%s: reported %q, want %q", rules[5].name, got, want)
 	}
 	if !testOnly("tests/testbed") || testOnly("supervisor") || !daemonLibs("go.etcd.io/bbolt/errors") || daemonOnly("sandboxd1") {
 		t.Error("testOnly, daemonOnly or daemonLibs says the wrong thing of a package")

@@ -1,4 +1,4 @@
-package promote
+package unidiff
 
 import (
 	"bytes"
@@ -69,19 +69,19 @@ func mkdir(t *testing.T, root, name string, mode os.FileMode) {
 	}
 }
 
-func unified(t *testing.T, changes []cowfs.Change, oldRoot, newRoot string, o UnifiedOptions) (string, error) {
+func unified(t *testing.T, changes []cowfs.Change, oldRoot, newRoot string, o Options) (string, error) {
 	t.Helper()
 	var out bytes.Buffer
-	err := Unified(context.Background(), &out, changes, oldRoot, newRoot, o)
+	err := Write(context.Background(), &out, changes, oldRoot, newRoot, o)
 	return out.String(), err
 }
 
-// wantDiff runs Unified and compares its output with want.
+// wantDiff runs Write and compares its output with want.
 func wantDiff(t *testing.T, changes []cowfs.Change, oldRoot, newRoot, want string) {
 	t.Helper()
-	got, err := unified(t, changes, oldRoot, newRoot, UnifiedOptions{})
+	got, err := unified(t, changes, oldRoot, newRoot, Options{})
 	if err != nil {
-		t.Fatalf("Unified: %v", err)
+		t.Fatalf("Write: %v", err)
 	}
 	if got != want {
 		t.Errorf("diff:\n%s\nwant:\n%s", got, want)
@@ -115,7 +115,7 @@ func TestUnifiedContextLines(t *testing.T) {
 	oldRoot, newRoot := diffTrees(t)
 	put(t, oldRoot, "f", "1\n2\n3\n4\n5\n", 0o644)
 	put(t, newRoot, "f", "1\n2\nthree\n4\n5\n", 0o644)
-	got, err := unified(t, []cowfs.Change{{Path: "f", Kind: cowfs.Modified}}, oldRoot, newRoot, UnifiedOptions{Context: 1})
+	got, err := unified(t, []cowfs.Change{{Path: "f", Kind: cowfs.Modified}}, oldRoot, newRoot, Options{Context: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -495,9 +495,9 @@ func TestUnifiedMaxBytes(t *testing.T) {
 	}
 	// The header and the hunk's first lines are 56 bytes; the next line
 	// does not fit in 60.
-	got, err := unified(t, changes, oldRoot, newRoot, UnifiedOptions{MaxBytes: 60})
+	got, err := unified(t, changes, oldRoot, newRoot, Options{MaxBytes: 60})
 	if err != nil {
-		t.Fatalf("Unified: %v", err)
+		t.Fatalf("Write: %v", err)
 	}
 	want := "diff --git a/f b/f\n--- a/f\n+++ b/f\n@@ -1,3 +1,3 @@\n one\n" +
 		"... the diff is cut here: it is longer than 60 bytes\n"
@@ -505,9 +505,9 @@ func TestUnifiedMaxBytes(t *testing.T) {
 		t.Errorf("cut diff:\n%s\nwant:\n%s", got, want)
 	}
 	// A limit the diff fits in changes nothing.
-	got, err = unified(t, changes[:1], oldRoot, newRoot, UnifiedOptions{MaxBytes: 1000})
+	got, err = unified(t, changes[:1], oldRoot, newRoot, Options{MaxBytes: 1000})
 	if err != nil {
-		t.Fatalf("Unified: %v", err)
+		t.Fatalf("Write: %v", err)
 	}
 	if want := "diff --git a/f b/f\n--- a/f\n+++ b/f\n@@ -1,3 +1,3 @@\n one\n-two\n+TWO\n three\n"; got != want {
 		t.Errorf("diff under its limit:\n%s\nwant:\n%s", got, want)
@@ -529,7 +529,7 @@ func TestUnifiedRefusesUnsafePaths(t *testing.T) {
 	} {
 		// The safe change first: nothing is written when any is unsafe.
 		changes := []cowfs.Change{{Path: "ok", Kind: cowfs.Modified}, c}
-		got, err := unified(t, changes, oldRoot, newRoot, UnifiedOptions{})
+		got, err := unified(t, changes, oldRoot, newRoot, Options{})
 		if !errors.Is(err, ErrUnsafePath) {
 			t.Errorf("change %+v: err = %v, want ErrUnsafePath", c, err)
 			continue
@@ -545,7 +545,7 @@ func TestUnifiedRefusesUnsafePaths(t *testing.T) {
 			t.Errorf("change %+v: wrote %q before refusing", c, got)
 		}
 	}
-	_, err := unified(t, []cowfs.Change{{Path: "../x", Kind: cowfs.Added}}, oldRoot, newRoot, UnifiedOptions{})
+	_, err := unified(t, []cowfs.Change{{Path: "../x", Kind: cowfs.Added}}, oldRoot, newRoot, Options{})
 	if want := `path "../x" has a ".." component`; err == nil || !strings.Contains(err.Error(), want) {
 		t.Errorf("err = %v, want it to say %s", err, want)
 	}
@@ -571,7 +571,7 @@ func TestUnifiedSymlinkOutsideRoot(t *testing.T) {
 		symlink(t, newRoot, "a", "/etc")
 		symlink(t, newRoot, "b", "../../../../../../etc")
 		for _, p := range []string{"a/passwd", "b/passwd"} {
-			out, err := unified(t, []cowfs.Change{{Path: p, Kind: cowfs.Added, Type: cowfs.TypeFile}}, oldRoot, newRoot, UnifiedOptions{})
+			out, err := unified(t, []cowfs.Change{{Path: p, Kind: cowfs.Added, Type: cowfs.TypeFile}}, oldRoot, newRoot, Options{})
 			noHost(t, out)
 			if !errors.Is(err, unix.ENOENT) || !strings.Contains(err.Error(), p) {
 				t.Errorf("%s: err = %v, want no such file, naming %s", p, err, p)
@@ -583,7 +583,7 @@ func TestUnifiedSymlinkOutsideRoot(t *testing.T) {
 		oldRoot, newRoot := diffTrees(t)
 		symlink(t, newRoot, "a", "/etc")
 		put(t, newRoot, "etc/passwd", "the sandbox's own\n", 0o644)
-		out, err := unified(t, []cowfs.Change{{Path: "a/passwd", Kind: cowfs.Added, Type: cowfs.TypeFile}}, oldRoot, newRoot, UnifiedOptions{})
+		out, err := unified(t, []cowfs.Change{{Path: "a/passwd", Kind: cowfs.Added, Type: cowfs.TypeFile}}, oldRoot, newRoot, Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -600,7 +600,7 @@ func TestUnifiedSymlinkOutsideRoot(t *testing.T) {
 		symlink(t, newRoot, "passwd", "/etc/passwd")
 		out, err := unified(t, []cowfs.Change{
 			{Path: "passwd", Kind: cowfs.Modified, Type: cowfs.TypeFile},
-		}, oldRoot, newRoot, UnifiedOptions{})
+		}, oldRoot, newRoot, Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -616,7 +616,7 @@ func TestUnifiedSymlinkOutsideRoot(t *testing.T) {
 func TestUnifiedErrorNamesPath(t *testing.T) {
 	oldRoot, newRoot := diffTrees(t)
 	put(t, newRoot, "here", "x\n", 0o644)
-	_, err := unified(t, []cowfs.Change{{Path: "here", Kind: cowfs.Modified, Type: cowfs.TypeFile}}, oldRoot, newRoot, UnifiedOptions{})
+	_, err := unified(t, []cowfs.Change{{Path: "here", Kind: cowfs.Modified, Type: cowfs.TypeFile}}, oldRoot, newRoot, Options{})
 	if !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), "diffing here: opening here in "+oldRoot) {
 		t.Errorf("err = %v, want it to name here in the old tree", err)
 	}
@@ -630,7 +630,7 @@ func TestUnifiedContextCancels(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if err := Unified(ctx, &bytes.Buffer{}, changes, oldRoot, newRoot, UnifiedOptions{}); !errors.Is(err, context.Canceled) {
+	if err := Write(ctx, &bytes.Buffer{}, changes, oldRoot, newRoot, Options{}); !errors.Is(err, context.Canceled) {
 		t.Errorf("canceled before: err = %v, want context.Canceled", err)
 	}
 
@@ -644,12 +644,12 @@ func TestUnifiedContextCancels(t *testing.T) {
 	ctx, cancel = context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	err := Unified(ctx, &bytes.Buffer{}, changes, oldRoot, newRoot, UnifiedOptions{})
+	err := Write(ctx, &bytes.Buffer{}, changes, oldRoot, newRoot, Options{})
 	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "diffing f") {
 		t.Errorf("err = %v, want the deadline, naming f", err)
 	}
 	if d := time.Since(start); d > 10*time.Second {
-		t.Errorf("Unified took %v after its context ended", d)
+		t.Errorf("Write took %v after its context ended", d)
 	}
 }
 
@@ -686,7 +686,7 @@ func TestUnifiedAppliesWithGit(t *testing.T) {
 		{Path: "my notes", Kind: cowfs.Modified, Type: cowfs.TypeFile},
 		{Path: "current", Kind: cowfs.Modified, Type: cowfs.TypeSymlink},
 	}
-	patch, err := unified(t, changes, oldRoot, newRoot, UnifiedOptions{})
+	patch, err := unified(t, changes, oldRoot, newRoot, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -773,7 +773,7 @@ func TestUnifiedShowsOnlyWhatTheReaderCouldRead(t *testing.T) {
 		{Path: "shut/inner", Kind: cowfs.Modified},
 		{Path: "made", Kind: cowfs.Added},
 	}
-	asRoot, err := unified(t, changes, oldRoot, newRoot, UnifiedOptions{})
+	asRoot, err := unified(t, changes, oldRoot, newRoot, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -785,7 +785,7 @@ func TestUnifiedShowsOnlyWhatTheReaderCouldRead(t *testing.T) {
 
 	var out bytes.Buffer
 	ctx := WithReader(context.Background(), Reader{UID: uid, GIDs: []uint32{other, gid}})
-	if err := Unified(ctx, &out, changes, oldRoot, newRoot, UnifiedOptions{}); err != nil {
+	if err := Write(ctx, &out, changes, oldRoot, newRoot, Options{}); err != nil {
 		t.Fatal(err)
 	}
 	got := out.String()

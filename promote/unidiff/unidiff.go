@@ -1,4 +1,4 @@
-package promote
+package unidiff
 
 import (
 	"context"
@@ -12,8 +12,8 @@ import (
 	"github.com/sandboxd/sandboxd/cowfs"
 )
 
-// UnifiedOptions bound a unified diff.
-type UnifiedOptions struct {
+// Options bound a unified diff.
+type Options struct {
 	// Context is the number of lines of context around a hunk (0: 3, as
 	// git and diff show).
 	Context int
@@ -38,7 +38,7 @@ const (
 // diffProgram is GNU diff, which writes the hunks.
 var diffProgram = "diff"
 
-// Unified writes, for each change in the order given, what `git diff`
+// Write writes, for each change in the order given, what `git diff`
 // would show of it:
 //
 //   - a text file: a "diff --git" header and unified hunks made by
@@ -81,9 +81,9 @@ var diffProgram = "diff"
 //
 // Errors wrap what failed and name the change's path. When ctx ends, the
 // running diff is killed and ctx's error returned.
-func Unified(ctx context.Context, w io.Writer, changes []cowfs.Change, oldRoot, newRoot string, o UnifiedOptions) error {
+func Write(ctx context.Context, w io.Writer, changes []cowfs.Change, oldRoot, newRoot string, o Options) error {
 	for _, c := range changes {
-		if err := checkUnifiedChange(c); err != nil {
+		if err := checkChange(c); err != nil {
 			return err
 		}
 	}
@@ -145,23 +145,23 @@ func Unified(ctx context.Context, w io.Writer, changes []cowfs.Change, oldRoot, 
 	return nil
 }
 
-// checkUnifiedChange refuses a change Unified cannot show safely.
-func checkUnifiedChange(c cowfs.Change) error {
-	if err := checkUnifiedPath(c.Path); err != nil {
+// checkChange refuses a change Write cannot show safely.
+func checkChange(c cowfs.Change) error {
+	if err := checkPath(c.Path); err != nil {
 		return err
 	}
 	switch c.Kind {
 	case cowfs.Renamed:
-		return checkUnifiedPath(c.NewPath)
+		return checkPath(c.NewPath)
 	case cowfs.Added, cowfs.Modified, cowfs.Deleted, cowfs.Metadata:
 		return nil
 	}
 	return fmt.Errorf("change of %s: unknown kind %q", c.Path, c.Kind)
 }
 
-// checkUnifiedPath refuses a path that is not clean, relative and inside
+// checkPath refuses a path that is not clean, relative and inside
 // its tree. "." is the root itself.
-func checkUnifiedPath(p string) error {
+func checkPath(p string) error {
 	switch {
 	case p == ".":
 		return nil

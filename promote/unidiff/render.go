@@ -1,4 +1,4 @@
-package promote
+package unidiff
 
 import (
 	"bytes"
@@ -201,7 +201,7 @@ func (u *unifier) diff(ctx context.Context, stdout io.Writer, opts []string, fil
 	var exit *exec.ExitError
 	switch {
 	case u.out.cut || u.out.err != nil:
-		// The output stopped (Unified says why); diff was stopped with it.
+		// The output stopped (Write says why); diff was stopped with it.
 		return true, nil
 	case ctx.Err() != nil:
 		return false, fmt.Errorf("running diff: %w", ctx.Err())

@@ -1,4 +1,4 @@
-package promote
+package replica
 
 // The shell scripts a Replica runs on the replica's host, one per
 // operation, each after the prelude (its variables and the exit statuses)
@@ -59,11 +59,11 @@ var exitStatuses = []struct {
 	{"E_NOT_FOUND", exitNotFound, cowfs.ErrNotFound},
 	{"E_EXISTS", exitExists, cowfs.ErrExists},
 	{"E_NOT_BTRFS", exitNotBtrfs, cowfs.ErrUnsupportedFS},
-	{"E_BUSY", exitBusy, ErrReplicaBusy},
+	{"E_BUSY", exitBusy, ErrBusy},
 	{"E_NO_TOOL", exitNoTool, nil},
 	{"E_CORRUPT", exitCorrupt, cowfs.ErrCorruptStream},
 	{"E_NOT_VOLUME", exitNotVolume, cowfs.ErrNotVolume},
-	{"E_INTERRUPTED", exitInterrupted, ErrReplicaInterrupted},
+	{"E_INTERRUPTED", exitInterrupted, ErrInterrupted},
 	{"E_ABORTED", exitAborted, nil},
 }
 

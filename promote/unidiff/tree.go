@@ -1,4 +1,4 @@
-package promote
+package unidiff
 
 import (
 	"bytes"
@@ -79,7 +79,28 @@ func (e *diffEntry) mode() uint32 {
 	return e.st.Mode & (unix.S_IFMT | 0o7777)
 }
 
-func (e *diffEntry) typeName() string { return kindName(e.typ()) }
+// typeName is the word a note names its kind with ("new directory P/",
+// "deleted fifo P"): words of the diff's text, which readers and tests
+// hold it to, kept here rather than shared with promote's error messages.
+func (e *diffEntry) typeName() string {
+	switch e.typ() {
+	case unix.S_IFREG:
+		return "file"
+	case unix.S_IFDIR:
+		return "directory"
+	case unix.S_IFLNK:
+		return "symlink"
+	case unix.S_IFIFO:
+		return "fifo"
+	case unix.S_IFSOCK:
+		return "socket"
+	case unix.S_IFCHR:
+		return "character device"
+	case unix.S_IFBLK:
+		return "block device"
+	}
+	return "file of unknown kind"
+}
 
 // owner is its uid and gid as a diff shows them, "1001:1001": a change of
 // owner is a change a promotion carries.

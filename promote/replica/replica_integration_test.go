@@ -1,4 +1,4 @@
-package promote
+package replica
 
 import (
 	"bytes"
@@ -282,17 +282,17 @@ func TestReplicaOverSSH(t *testing.T) {
 	_, _, store := r.paths()
 	testbed.MustRun(t, "btrfs", "subvolume", "snapshot", store+"/recv-s2/s2", store+"/next-s2")
 	testbed.MustRun(t, "mv", "-T", app, store+"/prev-s2")
-	if _, err := r.Check(ctx, "true", nil); !errors.Is(err, ErrReplicaInterrupted) || !strings.Contains(err.Error(), "a switch to s2") {
-		t.Fatalf("Check with the target missing: %v; want ErrReplicaInterrupted naming the switch to s2", err)
+	if _, err := r.Check(ctx, "true", nil); !errors.Is(err, ErrInterrupted) || !strings.Contains(err.Error(), "a switch to s2") {
+		t.Fatalf("Check with the target missing: %v; want ErrInterrupted naming the switch to s2", err)
 	}
-	if err := r.Forget(ctx, "s2"); !errors.Is(err, ErrReplicaInterrupted) {
-		t.Fatalf("Forget(s2) with the target missing: %v; want ErrReplicaInterrupted", err)
+	if err := r.Forget(ctx, "s2"); !errors.Is(err, ErrInterrupted) {
+		t.Fatalf("Forget(s2) with the target missing: %v; want ErrInterrupted", err)
 	}
-	if _, err := r.Switch(ctx, "s1"); !errors.Is(err, ErrReplicaInterrupted) {
-		t.Fatalf("Switch(s1) with the target missing after Switch(s2) was interrupted: %v; want ErrReplicaInterrupted", err)
+	if _, err := r.Switch(ctx, "s1"); !errors.Is(err, ErrInterrupted) {
+		t.Fatalf("Switch(s1) with the target missing after Switch(s2) was interrupted: %v; want ErrInterrupted", err)
 	}
-	if err := r.Revert(ctx, "prev:s1"); !errors.Is(err, ErrReplicaInterrupted) {
-		t.Fatalf("Revert(prev:s1) with the target missing after Switch(s2) was interrupted: %v; want ErrReplicaInterrupted", err)
+	if err := r.Revert(ctx, "prev:s1"); !errors.Is(err, ErrInterrupted) {
+		t.Fatalf("Revert(prev:s1) with the target missing after Switch(s2) was interrupted: %v; want ErrInterrupted", err)
 	}
 	replicaTimed(t, "Switch(s2) after a crash between its renames", func() (err error) { prev2, err = r.Switch(ctx, "s2"); return err })
 	if prev2 != "prev:s2" {
@@ -442,8 +442,8 @@ func TestReplicaLocalPath(t *testing.T) {
 	}
 	replicaSameTree(t, "after Switch(s2) with the target removed", app, s2)
 	testbed.MustRun(t, "btrfs", "subvolume", "delete", app)
-	if _, err := r.Check(ctx, "true", nil); !errors.Is(err, ErrReplicaInterrupted) || !strings.Contains(err.Error(), "no interrupted switch or revert explains it") {
-		t.Fatalf("Check with the target removed: %v; want ErrReplicaInterrupted saying nothing explains it", err)
+	if _, err := r.Check(ctx, "true", nil); !errors.Is(err, ErrInterrupted) || !strings.Contains(err.Error(), "no interrupted switch or revert explains it") {
+		t.Fatalf("Check with the target removed: %v; want ErrInterrupted saying nothing explains it", err)
 	}
 	if err := r.Revert(ctx, "prev:s2"); err != nil {
 		t.Fatalf("Revert(prev:s2) with the target removed: %v", err)
@@ -513,12 +513,12 @@ func TestReplicaUnreachable(t *testing.T) {
 	start := time.Now()
 	_, err = r.Has(context.Background(), "s1")
 	t.Logf("Has on a closed port, in %v: %v", time.Since(start).Round(time.Millisecond), err)
-	if !errors.Is(err, ErrReplicaUnreachable) || !strings.Contains(err.Error(), target.String()) || !strings.Contains(err.Error(), "Connection refused") {
-		t.Fatalf("Has on a closed port: %v; want ErrReplicaUnreachable naming the target and why", err)
+	if !errors.Is(err, ErrUnreachable) || !strings.Contains(err.Error(), target.String()) || !strings.Contains(err.Error(), "Connection refused") {
+		t.Fatalf("Has on a closed port: %v; want ErrUnreachable naming the target and why", err)
 	}
 	_, err = r.Switch(context.Background(), "s1")
-	if !errors.Is(err, ErrReplicaUnreachable) || !strings.Contains(err.Error(), "switching the target to s1") {
-		t.Fatalf("Switch on a closed port: %v; want ErrReplicaUnreachable saying what failed", err)
+	if !errors.Is(err, ErrUnreachable) || !strings.Contains(err.Error(), "switching the target to s1") {
+		t.Fatalf("Switch on a closed port: %v; want ErrUnreachable saying what failed", err)
 	}
 }
 

@@ -1,4 +1,4 @@
-package promote
+package unidiff
 
 import (
 	"context"
@@ -23,8 +23,8 @@ type Reader struct {
 
 type readerKey struct{}
 
-// WithReader marks ctx as a call made for r: Unified, given no
-// UnifiedOptions.Reader, shows only what r could read.
+// WithReader marks ctx as a call made for r: Write, given no
+// Options.Reader, shows only what r could read.
 func WithReader(ctx context.Context, r Reader) context.Context {
 	return context.WithValue(ctx, readerKey{}, r)
 }

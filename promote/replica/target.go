@@ -1,4 +1,4 @@
-package promote
+package replica
 
 // A stage's target: the project, a path on this host, or a path on
 // another host reached by ssh. ParseTarget is the one reading of a target,

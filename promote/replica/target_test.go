@@ -1,9 +1,12 @@
-package promote
+package replica
 
 import (
 	"errors"
+	"path"
+	"slices"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 func TestReplicaParseTargetAccepts(t *testing.T) {
@@ -92,4 +95,78 @@ func TestReplicaParseTargetRejects(t *testing.T) {
 			t.Errorf("ParseTarget(%q): %v; want the error to quote the target", tc.in, err)
 		}
 	}
+}
+
+// maxInput bounds FuzzParseTarget's inputs: Go minimizes an interesting
+// input by trying it without each span of its bytes, which takes the
+// square of its length in runs, and a few long ones leave a 10 s run no
+// time to fuzz. Longer inputs are skipped; they are never interesting.
+// The fuzz target needs no testbed, but the package's TestMain boots one:
+// under -fuzz the coordinator and its workers run inside it.
+const maxInput = 256
+
+// FuzzParseTarget: a target that parses is valid (validate), its path is
+// absolute and clean with no ".." element and is not "/", its user and
+// host cannot be read as ssh options, and String writes it back as text
+// that parses to the same Target (and writes the same again). A refusal
+// wraps ErrInvalidTarget and is valid UTF-8.
+func FuzzParseTarget(f *testing.F) {
+	for _, s := range []string{
+		"project", "/srv/staging/app", "/srv//staging/./app/", "/srv/it's here",
+		"ssh://host/srv/app", "ssh://deploy@stage.example.com:2222/srv/app", "ssh://[::1]:2200/srv/app",
+		"SSH://host/srv/app", "ssh://host/srv/my%20app", "ssh://host/srv/a%2Fb", "ssh://h/a?b", "ssh://h/a#b",
+		"", "srv/app", "/", "/srv/../etc", "/srv/a\nb", "ssh://host", "ssh://-oProxyCommand=x/srv",
+		"ssh://u:pw@h/p", "ssh://@h/p", "ssh://h:0/p", "ssh://h:022/p", "ssh://h:/p", "ssh://h/../p",
+		"ssh://[fe80::1%25eth0]/p", "ssh://%2Dx@h/p", "http://h/p", "Project",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if len(s) > maxInput {
+			return
+		}
+		tg, err := ParseTarget(s)
+		if err != nil {
+			if !errors.Is(err, ErrInvalidTarget) {
+				t.Fatalf("ParseTarget(%q): %v does not wrap ErrInvalidTarget", s, err)
+			}
+			if !utf8.ValidString(err.Error()) {
+				t.Fatalf("ParseTarget(%q): the message %q is not valid UTF-8", s, err)
+			}
+			return
+		}
+		if err := tg.validate(); err != nil {
+			t.Fatalf("ParseTarget(%q) = %#v, which validate refuses: %v", s, tg, err)
+		}
+		switch tg.Kind {
+		case TargetProject:
+			if s != "project" {
+				t.Fatalf("ParseTarget(%q) = the project", s)
+			}
+		case TargetPath, TargetSSH:
+			p := tg.Path
+			if !path.IsAbs(p) || path.Clean(p) != p || p == "/" || slices.Contains(strings.Split(p, "/"), "..") {
+				t.Fatalf("ParseTarget(%q): path %q is not absolute, clean, below / and free of \"..\"", s, p)
+			}
+			if strings.ContainsFunc(p, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+				t.Fatalf("ParseTarget(%q): path %q holds a control character", s, p)
+			}
+			if tg.Kind == TargetSSH && (tg.Host == "" || strings.HasPrefix(tg.Host, "-") || strings.HasPrefix(tg.User, "-")) {
+				t.Fatalf("ParseTarget(%q): user %q or host %q is empty or could be read as an option", s, tg.User, tg.Host)
+			}
+		default:
+			t.Fatalf("ParseTarget(%q): kind %v", s, tg.Kind)
+		}
+		str := tg.String()
+		again, err := ParseTarget(str)
+		if err != nil {
+			t.Fatalf("ParseTarget(%q) = %#v, whose String %q does not parse: %v", s, tg, str, err)
+		}
+		if again != tg {
+			t.Fatalf("ParseTarget(%q) = %#v; its String %q parses to %#v", s, tg, str, again)
+		}
+		if again.String() != str {
+			t.Fatalf("ParseTarget(%q): String %q, then %q", s, str, again.String())
+		}
+	})
 }

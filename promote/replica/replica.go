@@ -1,4 +1,4 @@
-package promote
+package replica
 
 // A stage whose target is a path (on this host or, over ssh, on another)
 // is kept as a replica: sandboxd sends it btrfs send streams and switches
@@ -54,14 +54,14 @@ import (
 // ErrUnsupportedFS (the target's directory is not on btrfs),
 // ErrNotVolume, ErrCorruptStream and ErrNoSpace.
 var (
-	// ErrReplicaUnreachable: ssh could not reach or log in to the replica's
+	// ErrUnreachable: ssh could not reach or log in to the replica's
 	// host (ssh exited with status 255).
-	ErrReplicaUnreachable = errors.New("replica unreachable")
-	// ErrReplicaBusy: another operation held the replica's lock too long.
-	ErrReplicaBusy = errors.New("replica busy")
-	// ErrReplicaInterrupted: the target path is missing because a switch or
+	ErrUnreachable = errors.New("replica unreachable")
+	// ErrBusy: another operation held the replica's lock too long.
+	ErrBusy = errors.New("replica busy")
+	// ErrInterrupted: the target path is missing because a switch or
 	// revert was interrupted; running that operation again finishes it.
-	ErrReplicaInterrupted = errors.New("interrupted switch or revert")
+	ErrInterrupted = errors.New("interrupted switch or revert")
 )
 
 // Replica is a path or ssh target kept as a btrfs replica. The target's
@@ -469,7 +469,7 @@ func (r *Replica) failure(ctx context.Context, what string, res scriptResult) er
 		cause = ctx.Err()
 	case res.code == exitSSH && r.Target.Kind == TargetSSH:
 		detail = "cannot reach the host or log in: " + detail
-		cause = ErrReplicaUnreachable
+		cause = ErrUnreachable
 	case statusError(res.code) != nil:
 		cause = statusError(res.code)
 	case strings.Contains(res.stderr, "No space left on device"):
