@@ -16,6 +16,7 @@ import (
 	ucli "github.com/urfave/cli/v3"
 	"golang.org/x/sys/unix"
 
+	"github.com/sandboxd/sandboxd/cli/verb"
 	sbclient "github.com/sandboxd/sandboxd/client"
 	"github.com/sandboxd/sandboxd/sandboxd1"
 )
@@ -36,19 +37,19 @@ func execOptions(cmd *ucli.Command) (sbclient.ExecOptions, error) {
 	opts := sbclient.ExecOptions{Root: cmd.Bool("root"), Detach: cmd.Bool("detach"), Dir: cmd.String("workdir")}
 	for _, kv := range cmd.StringSlice("env") {
 		if k, _, ok := cutEnv(kv); !ok || k == "" {
-			return opts, usage("--env %s: want KEY=value", kv)
+			return opts, verb.Usage("--env %s: want KEY=value", kv)
 		}
 	}
 	opts.Env = cmd.StringSlice("env")
 	if cmd.IsSet("timeout") {
 		if opts.Timeout = cmd.Duration("timeout"); opts.Timeout <= 0 {
-			return opts, usage("--timeout %v: want a duration above 0, like 30s", opts.Timeout)
+			return opts, verb.Usage("--timeout %v: want a duration above 0, like 30s", opts.Timeout)
 		}
 	}
 	if cmd.Name == "exec" {
 		if v := cmd.String("output-limit"); v != "" {
 			if err := opts.OutputLimit.UnmarshalText([]byte(v)); err != nil || opts.OutputLimit == 0 {
-				return opts, usage("--output-limit %s: want a size above 0, like 10M", v)
+				return opts, verb.Usage("--output-limit %s: want a size above 0, like 10M", v)
 			}
 		}
 	}
@@ -68,19 +69,19 @@ func cutEnv(kv string) (string, string, bool) {
 func splitCommand(cmd *ucli.Command, needCommand bool) (string, []string, error) {
 	a := cmd.Args().Slice()
 	if len(a) == 0 {
-		return "", nil, usage("which sandbox? (usage: %s)", usageLine(cmd))
+		return "", nil, verb.Usage("which sandbox? (usage: %s)", verb.UsageLine(cmd))
 	}
 	rest := a[1:]
 	if i := slices.Index(rest, "--"); i > 0 && strings.HasPrefix(rest[0], "-") {
 		// Options are read up to the sandbox's name only: one after it
 		// would be taken for the command.
-		return "", nil, usage("%s comes after the sandbox; options go before it (usage: %s)", rest[0], usageLine(cmd))
+		return "", nil, verb.Usage("%s comes after the sandbox; options go before it (usage: %s)", rest[0], verb.UsageLine(cmd))
 	}
 	if len(rest) > 0 && rest[0] == "--" {
 		rest = rest[1:]
 	}
 	if needCommand && len(rest) == 0 {
-		return "", nil, usage("what command? (usage: %s)", usageLine(cmd))
+		return "", nil, verb.Usage("what command? (usage: %s)", verb.UsageLine(cmd))
 	}
 	return a[0], rest, nil
 }
@@ -118,8 +119,8 @@ sandbox stays.`,
 			if isTerminalFD(0) && isTerminalFD(1) && opts.OutputLimit == 0 {
 				return onTerminal(ctx, target, argv, opts)
 			}
-			return withClient(ctx, func(c *client) error {
-				e, err := c.resolveWatching(ctx, target)
+			return verb.WithClient(ctx, func(c *verb.Client) error {
+				e, err := c.ResolveWatching(ctx, target)
 				if err != nil {
 					return err
 				}
@@ -134,12 +135,12 @@ sandbox stays.`,
 				}
 				defer stdio.close()
 				var id string
-				if err := call(ctx, c.sandbox(e.ID), "running "+argv[0]+" in sandbox "+e.ID, sandboxd1.SandboxInterface+".Exec",
+				if err := verb.Call(ctx, c.Sandbox(e.ID), "running "+argv[0]+" in sandbox "+e.ID, sandboxd1.SandboxInterface+".Exec",
 					append([]any{argv, opts.WireOptions()}, stdio.fds()...), &id); err != nil {
 					return err
 				}
 				stdio.started()
-				err = c.finish(ctx, e.ID, id, interrupts)
+				err = finish(ctx, c, e.ID, id, interrupts)
 				stdio.drain()
 				return err
 			})
@@ -149,10 +150,10 @@ sandbox stays.`,
 
 // finish waits for command id in sandbox to end, passing the user's
 // signals on, and ends sandboxctl with its status.
-func (c *client) finish(ctx context.Context, sandbox, id string, interrupts <-chan os.Signal) error {
-	st, err := c.waitExit(ctx, id, interrupts, func(sig os.Signal) {
+func finish(ctx context.Context, c *verb.Client, sandbox, id string, interrupts <-chan os.Signal) error {
+	st, err := c.WaitExit(ctx, id, interrupts, func(sig os.Signal) {
 		if s, ok := sig.(syscall.Signal); ok {
-			_ = call(ctx, c.sandbox(sandbox), "signalling the command", sandboxd1.SandboxInterface+".Signal", []any{id, int32(s)})
+			_ = verb.Call(ctx, c.Sandbox(sandbox), "signalling the command", sandboxd1.SandboxInterface+".Signal", []any{id, int32(s)})
 		}
 	})
 	if err != nil {
@@ -163,20 +164,20 @@ func (c *client) finish(ctx context.Context, sandbox, id string, interrupts <-ch
 		if st.Status == 0 {
 			return nil
 		}
-		return exitWith(st.Status)
+		return verb.ExitWith(st.Status)
 	case "signaled":
-		return exitWith(st.Status)
+		return verb.ExitWith(st.Status)
 	case "oom-killed":
 		fmt.Fprintf(os.Stderr, "sandboxctl: the command was killed by sandbox %s's memory limit\n", sandbox)
-		return exitWith(st.Status)
+		return verb.ExitWith(st.Status)
 	case "timed-out":
 		fmt.Fprintln(os.Stderr, "sandboxctl: the command timed out")
-		return exitWith(124)
+		return verb.ExitWith(124)
 	case "output-limit":
 		fmt.Fprintln(os.Stderr, "sandboxctl: the command was stopped at its output limit")
-		return exitWith(st.Status)
+		return verb.ExitWith(st.Status)
 	}
-	return &Error{Code: ExitFailed, Msg: fmt.Sprintf("the command ended without a status (%s): sandbox %s ended under it", st.How, sandbox)}
+	return &verb.Error{Code: verb.ExitFailed, Msg: fmt.Sprintf("the command ended without a status (%s): sandbox %s ended under it", st.How, sandbox)}
 }
 
 func shellCommand() *ucli.Command {
@@ -206,7 +207,7 @@ it. Ctrl-C and the window size reach it; exit the shell to come back.`,
 				return err
 			}
 			if !isTerminalFD(0) {
-				return usage("shell needs a terminal on stdin; use `sandboxctl exec` from scripts")
+				return verb.Usage("shell needs a terminal on stdin; use `sandboxctl exec` from scripts")
 			}
 			return onTerminal(ctx, target, argv, opts)
 		},
@@ -220,20 +221,20 @@ it. Ctrl-C and the window size reach it; exit the shell to come back.`,
 func onTerminal(ctx context.Context, target string, argv []string, opts sbclient.ExecOptions) error {
 	saved, err := unix.IoctlGetTermios(0, unix.TCGETS)
 	if err != nil {
-		return usage("a terminal on stdin is needed here")
+		return verb.Usage("a terminal on stdin is needed here")
 	}
 	ws, err := unix.IoctlGetWinsize(0, unix.TIOCGWINSZ)
 	if err != nil {
 		ws = &unix.Winsize{Row: 24, Col: 80}
 	}
-	return withClient(ctx, func(c *client) error {
-		e, err := c.resolveWatching(ctx, target)
+	return verb.WithClient(ctx, func(c *verb.Client) error {
+		e, err := c.ResolveWatching(ctx, target)
 		if err != nil {
 			return err
 		}
 		var id string
 		var fd dbus.UnixFD
-		if err := call(ctx, c.sandbox(e.ID), "starting "+argv[0]+" on a terminal in sandbox "+e.ID, sandboxd1.SandboxInterface+".ExecTerminal",
+		if err := verb.Call(ctx, c.Sandbox(e.ID), "starting "+argv[0]+" on a terminal in sandbox "+e.ID, sandboxd1.SandboxInterface+".ExecTerminal",
 			[]any{argv, opts.WireOptions(), ws.Row, ws.Col}, &id, &fd); err != nil {
 			return err
 		}
@@ -249,7 +250,7 @@ func onTerminal(ctx context.Context, target string, argv []string, opts sbclient
 		raw := *saved
 		makeRaw(&raw)
 		if err := unix.IoctlSetTermios(0, unix.TCSETS, &raw); err != nil {
-			return &Error{Code: ExitFailed, Msg: "setting the terminal to raw mode: " + err.Error()}
+			return &verb.Error{Code: verb.ExitFailed, Msg: "setting the terminal to raw mode: " + err.Error()}
 		}
 		defer func() { _ = unix.IoctlSetTermios(0, unix.TCSETS, saved) }()
 		go func() { _, _ = io.Copy(master, os.Stdin) }()
@@ -265,7 +266,7 @@ func onTerminal(ctx context.Context, target string, argv []string, opts sbclient
 				}
 			}
 		}()
-		err = c.finish(ctx, e.ID, id, interrupts)
+		err = finish(ctx, c, e.ID, id, interrupts)
 		select { // the terminal's last output
 		case <-drained:
 		case <-time.After(500 * time.Millisecond):
@@ -301,7 +302,7 @@ func newStdio() (*stdio, error) {
 		r, w, err := os.Pipe()
 		if err != nil {
 			s.close()
-			return nil, &Error{Code: ExitFailed, Msg: "making a pipe for the terminal: " + err.Error()}
+			return nil, &verb.Error{Code: verb.ExitFailed, Msg: "making a pipe for the terminal: " + err.Error()}
 		}
 		if fd == 0 {
 			s.files[0], s.stdinW = r, w

@@ -8,6 +8,7 @@ import (
 
 	ucli "github.com/urfave/cli/v3"
 
+	"github.com/sandboxd/sandboxd/cli/verb"
 	"github.com/sandboxd/sandboxd/sandboxd1"
 )
 
@@ -21,24 +22,24 @@ onto a copy of it, unless the project changed any of the same paths (a
 conflict: refused, naming each; exit 5). Like a rollback, the sandbox's
 processes are stopped and it starts again, on the new copy; its system
 layer and checkpoints stay.`,
-		Action: onSandbox(1, func(ctx context.Context, cmd *ucli.Command, c *client, e sandboxd1.ListEntry, _ []string) error {
-			sb := c.handle(e)
+		Action: verb.OnSandbox(1, func(ctx context.Context, cmd *ucli.Command, c *verb.Client, e sandboxd1.ListEntry, _ []string) error {
+			sb := c.Handle(e)
 			moved, _, err := sb.ProjectChanges(ctx)
 			if err != nil {
-				return fromBus("reading how the project of sandbox "+e.ID+" moved", err)
+				return verb.FromBus("reading how the project of sandbox "+e.ID+" moved", err)
 			}
 			if err := sb.Rebase(ctx); err != nil {
-				return fromBus("rebasing sandbox "+sandboxLabel(e), err)
+				return verb.FromBus("rebasing sandbox "+verb.SandboxLabel(e), err)
 			}
-			out := outputOf(cmd)
+			out := verb.OutputOf(cmd)
 			switch {
-			case out.json:
+			case out.AsJSON:
 				return out.JSON(map[string]any{"sandbox": e.ID, "project_changes": len(moved)})
-			case out.quiet:
+			case out.Quiet:
 				return nil
 			}
-			return out.line("sandbox %s is on project %s as it is now (%d paths the project changed since the old base); its processes were stopped, it runs again",
-				sandboxLabel(e), e.Project, len(moved))
+			return out.Line("sandbox %s is on project %s as it is now (%d paths the project changed since the old base); its processes were stopped, it runs again",
+				verb.SandboxLabel(e), e.Project, len(moved))
 		}),
 	}
 }
@@ -58,5 +59,5 @@ func stalenessDetail(paths []string, base time.Time) string {
 		more = fmt.Sprintf(", and %d more", len(paths)-len(shown))
 	}
 	return fmt.Sprintf("stale: the project changed %d paths since the base was taken %s ago (%s%s); `sandboxctl rebase` brings the sandbox onto it",
-		len(paths), age(base), strings.Join(shown, ", "), more)
+		len(paths), verb.Age(base), strings.Join(shown, ", "), more)
 }
