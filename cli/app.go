@@ -8,6 +8,7 @@ import (
 
 	ucli "github.com/urfave/cli/v3"
 
+	"github.com/sandboxd/sandboxd/cli/sandboxes"
 	"github.com/sandboxd/sandboxd/cli/verb"
 )
 
@@ -64,13 +65,13 @@ that no other sandbox's id has will do.
 			return verb.Usage("%v (usage: %s)", err, verb.UsageLine(cmd))
 		},
 		Commands: []*ucli.Command{
-			createCommand(), listCommand(), statusCommand(), execCommand(), shellCommand(),
+			sandboxes.Create(), sandboxes.List(), sandboxes.Status(), execCommand(), shellCommand(),
 			checkpointCommand(), checkpointsCommand(), rollbackCommand(), diffCommand(), tryCommand(),
 			promoteCommand(), promotionsCommand(), approveCommand(), rejectCommand(), rebaseCommand(),
-			freezeCommand(), thawCommand(), destroyCommand(), gcCommand(), projectCommand(), manCommand(),
-			portCommand(), limitsCommand(),
+			sandboxes.Freeze(), sandboxes.Thaw(), sandboxes.Destroy(), sandboxes.GC(), projectCommand(), manCommand(),
+			sandboxes.Port(), sandboxes.Limits(),
 			runCommand(), psCommand(), logsCommand(), killCommand(), replCommand(),
-			cacheCommand(), catCommand(), cpCommand(),
+			sandboxes.Cache(), catCommand(), cpCommand(),
 			mcpCommand(),
 		},
 	}

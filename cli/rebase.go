@@ -2,9 +2,6 @@ package cli
 
 import (
 	"context"
-	"fmt"
-	"strings"
-	"time"
 
 	ucli "github.com/urfave/cli/v3"
 
@@ -42,22 +39,4 @@ layer and checkpoints stay.`,
 				verb.SandboxLabel(e), e.Project, len(moved))
 		}),
 	}
-}
-
-// stalenessDetail says how far the project moved, for status: how many
-// paths, the first few, since when.
-func stalenessDetail(paths []string, base time.Time) string {
-	if len(paths) == 0 {
-		return "current (the project has not changed since the base was taken)"
-	}
-	shown := paths
-	if len(shown) > 5 {
-		shown = shown[:5]
-	}
-	more := ""
-	if len(paths) > len(shown) {
-		more = fmt.Sprintf(", and %d more", len(paths)-len(shown))
-	}
-	return fmt.Sprintf("stale: the project changed %d paths since the base was taken %s ago (%s%s); `sandboxctl rebase` brings the sandbox onto it",
-		len(paths), verb.Age(base), strings.Join(shown, ", "), more)
 }

@@ -15,6 +15,7 @@ import (
 
 	ucli "github.com/urfave/cli/v3"
 
+	"github.com/sandboxd/sandboxd/cli/sandboxes"
 	"github.com/sandboxd/sandboxd/cli/verb"
 	sbclient "github.com/sandboxd/sandboxd/client"
 	"github.com/sandboxd/sandboxd/sandboxd1"
@@ -37,7 +38,7 @@ func tryCommand() *ucli.Command {
 	// create's limits, profile and network, for each sandbox (its --name
 	// is the prefix here); exec's environment, user, directory, timeout
 	// for each command and check.
-	for _, f := range createCommand().Flags {
+	for _, f := range sandboxes.Create().Flags {
 		if f.Names()[0] != "name" {
 			flags = append(flags, f)
 		}
@@ -263,7 +264,7 @@ func newTrial(cmd *ucli.Command) (*trial, error) {
 		_, _ = rand.Read(b)
 		t.prefix = "try-" + hex.EncodeToString(b)
 	}
-	create, err := createOptions(cmd)
+	create, err := sandboxes.CreateOptions(cmd)
 	if err != nil {
 		return nil, err
 	}

@@ -1,4 +1,4 @@
-package cli
+package sandboxes
 
 import (
 	"context"
@@ -17,7 +17,8 @@ import (
 	"github.com/sandboxd/sandboxd/sandboxd1"
 )
 
-func createCommand() *ucli.Command {
+// Create is `sandboxctl create`.
+func Create() *ucli.Command {
 	return &ucli.Command{
 		Name:      "create",
 		Usage:     "make a sandbox of a project",
@@ -45,7 +46,7 @@ then the host's defaults.`,
 			if err != nil {
 				return err
 			}
-			opts, err := createOptions(cmd)
+			opts, err := CreateOptions(cmd)
 			if err != nil {
 				return err
 			}
@@ -70,10 +71,10 @@ then the host's defaults.`,
 	}
 }
 
-// createOptions turns create's flags into the Go client's options,
+// CreateOptions turns create's flags into the Go client's options,
 // which make CreateSandbox's. A limit of 0 is refused here: to the Go
 // client it is "not set", which is not what whoever typed it meant.
-func createOptions(cmd *ucli.Command) (sbclient.CreateOptions, error) {
+func CreateOptions(cmd *ucli.Command) (sbclient.CreateOptions, error) {
 	opts := sbclient.CreateOptions{Name: cmd.String("name"), Profile: cmd.String("profile"), Network: cmd.String("network"),
 		Allow: cmd.StringSlice("allow"), ReadOnlyProject: cmd.Bool("read-only-project"), Boot: cmd.Bool("boot")}
 	for _, s := range []struct {
@@ -125,7 +126,8 @@ type sandboxJSON struct {
 	Created time.Time `json:"created"`
 }
 
-func listCommand() *ucli.Command {
+// List is `sandboxctl list`.
+func List() *ucli.Command {
 	return &ucli.Command{
 		Name:  "list",
 		Usage: "list the sandboxes you may see",
@@ -147,7 +149,8 @@ func listCommand() *ucli.Command {
 	}
 }
 
-func statusCommand() *ucli.Command {
+// Status is `sandboxctl status`.
+func Status() *ucli.Command {
 	return &ucli.Command{
 		Name:      "status",
 		Usage:     "show a sandbox: state, base, age, staleness, usage against its limits",
@@ -356,19 +359,23 @@ func stateCommand(name, usageText string, do func(*sbclient.Sandbox, context.Con
 	}
 }
 
-func freezeCommand() *ucli.Command {
+// Freeze is `sandboxctl freeze`.
+func Freeze() *ucli.Command {
 	return stateCommand("freeze", "stop every process of sandboxes until thaw", (*sbclient.Sandbox).Freeze, "froze")
 }
 
-func thawCommand() *ucli.Command {
+// Thaw is `sandboxctl thaw`.
+func Thaw() *ucli.Command {
 	return stateCommand("thaw", "let frozen sandboxes run again", (*sbclient.Sandbox).Thaw, "thawed")
 }
 
-func destroyCommand() *ucli.Command {
+// Destroy is `sandboxctl destroy`.
+func Destroy() *ucli.Command {
 	return stateCommand("destroy", "stop sandboxes' processes and delete their files", (*sbclient.Sandbox).Destroy, "destroyed")
 }
 
-func gcCommand() *ucli.Command {
+// GC is `sandboxctl gc`.
+func GC() *ucli.Command {
 	return &ucli.Command{
 		Name:  "gc",
 		Usage: "destroy your sandboxes that are past their time to live, stuck, or older than --older-than",
@@ -466,4 +473,22 @@ func dash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// stalenessDetail says how far the project moved, for status: how many
+// paths, the first few, since when.
+func stalenessDetail(paths []string, base time.Time) string {
+	if len(paths) == 0 {
+		return "current (the project has not changed since the base was taken)"
+	}
+	shown := paths
+	if len(shown) > 5 {
+		shown = shown[:5]
+	}
+	more := ""
+	if len(paths) > len(shown) {
+		more = fmt.Sprintf(", and %d more", len(paths)-len(shown))
+	}
+	return fmt.Sprintf("stale: the project changed %d paths since the base was taken %s ago (%s%s); `sandboxctl rebase` brings the sandbox onto it",
+		len(paths), verb.Age(base), strings.Join(shown, ", "), more)
 }

@@ -1,4 +1,4 @@
-package cli
+package sandboxes
 
 import (
 	"context"
@@ -11,7 +11,8 @@ import (
 	"github.com/sandboxd/sandboxd/sandboxd1"
 )
 
-func limitsCommand() *ucli.Command {
+// Limits is `sandboxctl limits`.
+func Limits() *ucli.Command {
 	return &ucli.Command{
 		Name:  "limits",
 		Usage: "show what you use of each bound on your sandboxes, and what all sandboxes use of theirs",

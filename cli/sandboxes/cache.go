@@ -1,4 +1,4 @@
-package cli
+package sandboxes
 
 import (
 	"context"
@@ -8,7 +8,8 @@ import (
 	"github.com/sandboxd/sandboxd/cli/verb"
 )
 
-func cacheCommand() *ucli.Command {
+// Cache is `sandboxctl cache`.
+func Cache() *ucli.Command {
 	return &ucli.Command{
 		Name:  "cache",
 		Usage: "your cache that your sandboxes share (pip, npm, Go, cargo)",

@@ -1,4 +1,4 @@
-package cli
+package sandboxes
 
 import (
 	"context"
@@ -11,7 +11,8 @@ import (
 	"github.com/sandboxd/sandboxd/sandboxd1"
 )
 
-func portCommand() *ucli.Command {
+// Port is `sandboxctl port`.
+func Port() *ucli.Command {
 	return &ucli.Command{
 		Name:      "port",
 		Usage:     "reach a port of a sandbox from the host (prints where), or close it",
