@@ -8,6 +8,7 @@ import (
 
 	ucli "github.com/urfave/cli/v3"
 
+	"github.com/sandboxd/sandboxd/cli/commands"
 	"github.com/sandboxd/sandboxd/cli/sandboxes"
 	"github.com/sandboxd/sandboxd/cli/verb"
 )
@@ -65,13 +66,13 @@ that no other sandbox's id has will do.
 			return verb.Usage("%v (usage: %s)", err, verb.UsageLine(cmd))
 		},
 		Commands: []*ucli.Command{
-			sandboxes.Create(), sandboxes.List(), sandboxes.Status(), execCommand(), shellCommand(),
+			sandboxes.Create(), sandboxes.List(), sandboxes.Status(), commands.Exec(), commands.Shell(),
 			checkpointCommand(), checkpointsCommand(), rollbackCommand(), diffCommand(), tryCommand(),
 			promoteCommand(), promotionsCommand(), approveCommand(), rejectCommand(), rebaseCommand(),
 			sandboxes.Freeze(), sandboxes.Thaw(), sandboxes.Destroy(), sandboxes.GC(), projectCommand(), manCommand(),
 			sandboxes.Port(), sandboxes.Limits(),
-			runCommand(), psCommand(), logsCommand(), killCommand(), replCommand(),
-			sandboxes.Cache(), catCommand(), cpCommand(),
+			commands.Run(), commands.PS(), commands.Logs(), commands.Kill(), commands.Repl(),
+			sandboxes.Cache(), commands.Cat(), commands.Cp(),
 			mcpCommand(),
 		},
 	}

@@ -15,6 +15,7 @@ import (
 
 	ucli "github.com/urfave/cli/v3"
 
+	"github.com/sandboxd/sandboxd/cli/commands"
 	"github.com/sandboxd/sandboxd/cli/sandboxes"
 	"github.com/sandboxd/sandboxd/cli/verb"
 	sbclient "github.com/sandboxd/sandboxd/client"
@@ -43,7 +44,7 @@ func tryCommand() *ucli.Command {
 			flags = append(flags, f)
 		}
 	}
-	for _, f := range execFlags() {
+	for _, f := range commands.ExecFlags() {
 		if d, ok := f.(*ucli.DurationFlag); ok && d.Name == "timeout" {
 			d.Usage = "end each command and each check after this long, like 10m (it fails: timed-out)"
 		}
@@ -268,7 +269,7 @@ func newTrial(cmd *ucli.Command) (*trial, error) {
 	if err != nil {
 		return nil, err
 	}
-	exec, err := execOptions(cmd)
+	exec, err := commands.ExecOptions(cmd)
 	if err != nil {
 		return nil, err
 	}

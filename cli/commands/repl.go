@@ -1,4 +1,4 @@
-package cli
+package commands
 
 import (
 	"bufio"
@@ -16,7 +16,8 @@ import (
 	"github.com/sandboxd/sandboxd/sandboxd1"
 )
 
-func replCommand() *ucli.Command {
+// Repl is `sandboxctl repl`.
+func Repl() *ucli.Command {
 	return &ucli.Command{
 		Name:      "repl",
 		Usage:     "talk to a long-lived interpreter (python3, node, sh) in a sandbox; its variables stay between inputs",

@@ -1,4 +1,4 @@
-package cli
+package commands
 
 import (
 	"context"
@@ -19,7 +19,8 @@ import (
 
 // The file verbs, on the daemon's file API: cat and cp.
 
-func catCommand() *ucli.Command {
+// Cat is `sandboxctl cat`.
+func Cat() *ucli.Command {
 	return &ucli.Command{
 		Name:      "cat",
 		Usage:     "print files of a sandbox, as you see them in it",
@@ -48,7 +49,8 @@ inside the sandbox, a file you may not read there is refused.`,
 	}
 }
 
-func cpCommand() *ucli.Command {
+// Cp is `sandboxctl cp`.
+func Cp() *ucli.Command {
 	return &ucli.Command{
 		Name:      "cp",
 		Usage:     "copy a file into or out of a sandbox",

@@ -1,4 +1,4 @@
-package cli
+package commands
 
 import (
 	"context"
@@ -21,7 +21,10 @@ import (
 	"github.com/sandboxd/sandboxd/sandboxd1"
 )
 
-func execFlags() []ucli.Flag {
+// ExecFlags are how a command is run (as root, its environment, directory,
+// timeout, detached): exec's, shell's and run's, and try's for each
+// variant and check.
+func ExecFlags() []ucli.Flag {
 	return []ucli.Flag{
 		&ucli.BoolFlag{Name: "root", Usage: "run as root in the sandbox (root of its user namespace, nobody on the host; in a sandbox without one only root may); without it root's command has no capability"},
 		&ucli.StringSliceFlag{Name: "env", Aliases: []string{"e"}, Usage: "KEY=value for the command's environment (repeat it)"},
@@ -31,9 +34,9 @@ func execFlags() []ucli.Flag {
 	}
 }
 
-// execOptions reads the exec flags (execFlags, and exec's --output-limit)
+// ExecOptions reads the exec flags (ExecFlags, and exec's --output-limit)
 // into the Go client's options, whose WireOptions are what goes on the bus.
-func execOptions(cmd *ucli.Command) (sbclient.ExecOptions, error) {
+func ExecOptions(cmd *ucli.Command) (sbclient.ExecOptions, error) {
 	opts := sbclient.ExecOptions{Root: cmd.Bool("root"), Detach: cmd.Bool("detach"), Dir: cmd.String("workdir")}
 	for _, kv := range cmd.StringSlice("env") {
 		if k, _, ok := cutEnv(kv); !ok || k == "" {
@@ -86,7 +89,8 @@ func splitCommand(cmd *ucli.Command, needCommand bool) (string, []string, error)
 	return a[0], rest, nil
 }
 
-func execCommand() *ucli.Command {
+// Exec is `sandboxctl exec`.
+func Exec() *ucli.Command {
 	one := 1
 	return &ucli.Command{
 		Name:      "exec",
@@ -103,14 +107,14 @@ the command's status: 128+N if signal N ended it, 124 if --timeout did.
 Ctrl-C (SIGINT), SIGTERM and SIGHUP are passed to the command; the
 sandbox stays.`,
 		StopOnNthArg: &one,
-		Flags: append(execFlags(),
+		Flags: append(ExecFlags(),
 			&ucli.StringFlag{Name: "output-limit", Usage: "end the command once it wrote this much to stdout and stderr, like 10M"}),
 		Action: func(ctx context.Context, cmd *ucli.Command) error {
 			target, argv, err := splitCommand(cmd, true)
 			if err != nil {
 				return err
 			}
-			opts, err := execOptions(cmd)
+			opts, err := ExecOptions(cmd)
 			if err != nil {
 				return err
 			}
@@ -180,7 +184,8 @@ func finish(ctx context.Context, c *verb.Client, sandbox, id string, interrupts 
 	return &verb.Error{Code: verb.ExitFailed, Msg: fmt.Sprintf("the command ended without a status (%s): sandbox %s ended under it", st.How, sandbox)}
 }
 
-func shellCommand() *ucli.Command {
+// Shell is `sandboxctl shell`.
+func Shell() *ucli.Command {
 	one := 1
 	return &ucli.Command{
 		Name:      "shell",
@@ -190,7 +195,7 @@ func shellCommand() *ucli.Command {
 on a new pseudo-terminal in the sandbox, and connects your terminal to
 it. Ctrl-C and the window size reach it; exit the shell to come back.`,
 		StopOnNthArg: &one,
-		Flags:        execFlags(),
+		Flags:        ExecFlags(),
 		Action: func(ctx context.Context, cmd *ucli.Command) error {
 			target, argv, err := splitCommand(cmd, false)
 			if err != nil {
@@ -202,7 +207,7 @@ it. Ctrl-C and the window size reach it; exit the shell to come back.`,
 					argv = []string{"/bin/bash", "-l"}
 				}
 			}
-			opts, err := execOptions(cmd)
+			opts, err := ExecOptions(cmd)
 			if err != nil {
 				return err
 			}

@@ -1,4 +1,4 @@
-package cli
+package commands
 
 import (
 	"context"
@@ -20,10 +20,11 @@ import (
 
 // Background processes: run --detach, ps, logs, kill.
 
-func runCommand() *ucli.Command {
+// Run is `sandboxctl run`.
+func Run() *ucli.Command {
 	one := 1
 	var flags []ucli.Flag
-	for _, f := range execFlags() {
+	for _, f := range ExecFlags() {
 		if f.Names()[0] != "detach" {
 			flags = append(flags, f)
 		}
@@ -49,7 +50,7 @@ signals one. When COMMAND ends, whatever it left running ends too.`,
 			if err != nil {
 				return err
 			}
-			opts, err := execOptions(cmd)
+			opts, err := ExecOptions(cmd)
 			if err != nil {
 				return err
 			}
@@ -68,7 +69,8 @@ signals one. When COMMAND ends, whatever it left running ends too.`,
 	}
 }
 
-func psCommand() *ucli.Command {
+// PS is `sandboxctl ps`.
+func PS() *ucli.Command {
 	return &ucli.Command{
 		Name:      "ps",
 		Usage:     "list a sandbox's background processes",
@@ -113,7 +115,8 @@ func processState(p sandboxd1.ProcessEntry) string {
 	return p.How
 }
 
-func logsCommand() *ucli.Command {
+// Logs is `sandboxctl logs`.
+func Logs() *ucli.Command {
 	return &ucli.Command{
 		Name:      "logs",
 		Usage:     "print a background process's output",
@@ -155,7 +158,8 @@ until it ends. To a terminal, control characters are shown escaped.`,
 	}
 }
 
-func killCommand() *ucli.Command {
+// Kill is `sandboxctl kill`.
+func Kill() *ucli.Command {
 	return &ucli.Command{
 		Name:      "kill",
 		Usage:     "signal a background process (and its process group); TERM by default",
