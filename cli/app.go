@@ -8,7 +8,9 @@ import (
 
 	ucli "github.com/urfave/cli/v3"
 
+	"github.com/sandboxd/sandboxd/cli/checkpoints"
 	"github.com/sandboxd/sandboxd/cli/commands"
+	"github.com/sandboxd/sandboxd/cli/promotion"
 	"github.com/sandboxd/sandboxd/cli/sandboxes"
 	"github.com/sandboxd/sandboxd/cli/verb"
 )
@@ -67,8 +69,8 @@ that no other sandbox's id has will do.
 		},
 		Commands: []*ucli.Command{
 			sandboxes.Create(), sandboxes.List(), sandboxes.Status(), commands.Exec(), commands.Shell(),
-			checkpointCommand(), checkpointsCommand(), rollbackCommand(), diffCommand(), tryCommand(),
-			promoteCommand(), promotionsCommand(), approveCommand(), rejectCommand(), rebaseCommand(),
+			checkpoints.Checkpoint(), checkpoints.Checkpoints(), checkpoints.Rollback(), checkpoints.Diff(), tryCommand(),
+			promotion.Promote(), promotion.Promotions(), promotion.Approve(), promotion.Reject(), checkpoints.Rebase(),
 			sandboxes.Freeze(), sandboxes.Thaw(), sandboxes.Destroy(), sandboxes.GC(), projectCommand(), manCommand(),
 			sandboxes.Port(), sandboxes.Limits(),
 			commands.Run(), commands.PS(), commands.Logs(), commands.Kill(), commands.Repl(),

@@ -1,4 +1,4 @@
-package cli
+package checkpoints
 
 import (
 	"context"
@@ -9,7 +9,8 @@ import (
 	"github.com/sandboxd/sandboxd/sandboxd1"
 )
 
-func rebaseCommand() *ucli.Command {
+// Rebase is `sandboxctl rebase`.
+func Rebase() *ucli.Command {
 	return &ucli.Command{
 		Name:      "rebase",
 		Usage:     "bring a sandbox onto its project as it is now, keeping the sandbox's changes",

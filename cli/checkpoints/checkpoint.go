@@ -1,4 +1,4 @@
-package cli
+package checkpoints
 
 import (
 	"context"
@@ -17,7 +17,8 @@ import (
 	"github.com/sandboxd/sandboxd/sandboxd1"
 )
 
-func checkpointCommand() *ucli.Command {
+// Checkpoint is `sandboxctl checkpoint`.
+func Checkpoint() *ucli.Command {
 	return &ucli.Command{
 		Name:      "checkpoint",
 		Usage:     "take a named checkpoint of a sandbox (its files and its system layer), or delete one",
@@ -55,7 +56,8 @@ sandbox is frozen for it). Roll back to it with ` + "`sandboxctl rollback`" + `.
 	}
 }
 
-func checkpointsCommand() *ucli.Command {
+// Checkpoints is `sandboxctl checkpoints`.
+func Checkpoints() *ucli.Command {
 	return &ucli.Command{
 		Name:      "checkpoints",
 		Usage:     "list a sandbox's checkpoints",
@@ -77,7 +79,8 @@ func checkpointsCommand() *ucli.Command {
 	}
 }
 
-func rollbackCommand() *ucli.Command {
+// Rollback is `sandboxctl rollback`.
+func Rollback() *ucli.Command {
 	return &ucli.Command{
 		Name:      "rollback",
 		Usage:     "bring a sandbox back to a checkpoint (its processes are stopped, it starts again)",
@@ -101,7 +104,8 @@ limits and time to live. Later checkpoints stay.`,
 	}
 }
 
-func diffCommand() *ucli.Command {
+// Diff is `sandboxctl diff`.
+func Diff() *ucli.Command {
 	return &ucli.Command{
 		Name:      "diff",
 		Usage:     "what a sandbox changed in its project since its base",

@@ -1,4 +1,4 @@
-package cli
+package promotion
 
 import (
 	"context"
@@ -13,7 +13,8 @@ import (
 	"github.com/sandboxd/sandboxd/sandboxd1"
 )
 
-func promoteCommand() *ucli.Command {
+// Promote is `sandboxctl promote`.
+func Promote() *ucli.Command {
 	return &ucli.Command{
 		Name:      "promote",
 		Usage:     "carry what a sandbox changed to its project and on through the stages",
@@ -185,7 +186,8 @@ func stageLines(p sandboxd1.Promotion, st sandboxd1.StageRun) []string {
 	return lines
 }
 
-func promotionsCommand() *ucli.Command {
+// Promotions is `sandboxctl promotions`.
+func Promotions() *ucli.Command {
 	return &ucli.Command{
 		Name:      "promotions",
 		Usage:     "list promotions, or show one's stages, checks and approvals",
@@ -238,7 +240,8 @@ func promotionsCommand() *ucli.Command {
 	}
 }
 
-func approveCommand() *ucli.Command {
+// Approve is `sandboxctl approve`.
+func Approve() *ucli.Command {
 	return &ucli.Command{
 		Name:      "approve",
 		Usage:     "let a promotion that waits go on to its next stage (admins)",
@@ -256,7 +259,8 @@ func approveCommand() *ucli.Command {
 	}
 }
 
-func rejectCommand() *ucli.Command {
+// Reject is `sandboxctl reject`.
+func Reject() *ucli.Command {
 	return &ucli.Command{
 		Name:      "reject",
 		Usage:     "end a promotion that waits for an approval (admins)",
