@@ -10,8 +10,10 @@ import (
 
 	"github.com/sandboxd/sandboxd/cli/checkpoints"
 	"github.com/sandboxd/sandboxd/cli/commands"
+	"github.com/sandboxd/sandboxd/cli/projects"
 	"github.com/sandboxd/sandboxd/cli/promotion"
 	"github.com/sandboxd/sandboxd/cli/sandboxes"
+	"github.com/sandboxd/sandboxd/cli/try"
 	"github.com/sandboxd/sandboxd/cli/verb"
 )
 
@@ -69,9 +71,9 @@ that no other sandbox's id has will do.
 		},
 		Commands: []*ucli.Command{
 			sandboxes.Create(), sandboxes.List(), sandboxes.Status(), commands.Exec(), commands.Shell(),
-			checkpoints.Checkpoint(), checkpoints.Checkpoints(), checkpoints.Rollback(), checkpoints.Diff(), tryCommand(),
+			checkpoints.Checkpoint(), checkpoints.Checkpoints(), checkpoints.Rollback(), checkpoints.Diff(), try.Command(),
 			promotion.Promote(), promotion.Promotions(), promotion.Approve(), promotion.Reject(), checkpoints.Rebase(),
-			sandboxes.Freeze(), sandboxes.Thaw(), sandboxes.Destroy(), sandboxes.GC(), projectCommand(), manCommand(),
+			sandboxes.Freeze(), sandboxes.Thaw(), sandboxes.Destroy(), sandboxes.GC(), projects.Command(), manCommand(),
 			sandboxes.Port(), sandboxes.Limits(),
 			commands.Run(), commands.PS(), commands.Logs(), commands.Kill(), commands.Repl(),
 			sandboxes.Cache(), commands.Cat(), commands.Cp(),

@@ -1,4 +1,4 @@
-package cli
+package projects
 
 import (
 	"context"
@@ -13,7 +13,9 @@ import (
 	"github.com/sandboxd/sandboxd/sandboxd1"
 )
 
-func projectCommand() *ucli.Command {
+// Command is `sandboxctl project` and its verbs: add, adopt, release, list
+// and remove.
+func Command() *ucli.Command {
 	return &ucli.Command{
 		Name:  "project",
 		Usage: "the projects sandboxes are made from",

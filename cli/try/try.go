@@ -1,4 +1,4 @@
-package cli
+package try
 
 import (
 	"context"
@@ -26,7 +26,8 @@ import (
 // destroy the sandboxes it made.
 const tryGoneWait = 12 * time.Second
 
-func tryCommand() *ucli.Command {
+// Command is `sandboxctl try`.
+func Command() *ucli.Command {
 	flags := []ucli.Flag{
 		&ucli.StringFlag{Name: "check", Usage: "the command that says whether a variant worked (exit 0), run in each sandbox after the variant's"},
 		&ucli.StringSliceFlag{Name: "variant", Usage: "a command to try, in a sandbox of its own (repeat it); with --input, the one command every input is given to"},
