@@ -69,6 +69,7 @@ that no other sandbox's id has will do.
 		OnUsageError: func(_ context.Context, cmd *ucli.Command, err error, _ bool) error {
 			return verb.Usage("%v (usage: %s)", err, verb.UsageLine(cmd))
 		},
+		// In the order help and the man page list them.
 		Commands: []*ucli.Command{
 			sandboxes.Create(), sandboxes.List(), sandboxes.Status(), commands.Exec(), commands.Shell(),
 			checkpoints.Checkpoint(), checkpoints.Checkpoints(), checkpoints.Rollback(), checkpoints.Diff(), try.Command(),
