@@ -1,4 +1,4 @@
-package cli
+package projects
 
 import (
 	"context"
@@ -7,12 +7,15 @@ import (
 
 	ucli "github.com/urfave/cli/v3"
 
+	"github.com/sandboxd/sandboxd/cli/verb"
 	sbclient "github.com/sandboxd/sandboxd/client"
 	"github.com/sandboxd/sandboxd/internal/rootonly"
 	"github.com/sandboxd/sandboxd/sandboxd1"
 )
 
-func projectCommand() *ucli.Command {
+// Command is `sandboxctl project` and its verbs: add, adopt, release, list
+// and remove.
+func Command() *ucli.Command {
 	return &ucli.Command{
 		Name:  "project",
 		Usage: "the projects sandboxes are made from",
@@ -23,23 +26,23 @@ func projectCommand() *ucli.Command {
 				ArgsUsage: "NAME LOCATION",
 				Flags:     projectAccessFlags(),
 				Action: func(ctx context.Context, cmd *ucli.Command) error {
-					a, err := args(cmd, 2, 2)
+					a, err := verb.Args(cmd, 2, 2)
 					if err != nil {
 						return err
 					}
 					opts := projectAccess(cmd)
-					return withClient(ctx, func(c *client) error {
-						if err := c.api.AddProject(ctx, a[0], a[1], opts); err != nil {
-							return fromBus("adding project "+a[0], err)
+					return verb.WithClient(ctx, func(c *verb.Client) error {
+						if err := c.API.AddProject(ctx, a[0], a[1], opts); err != nil {
+							return verb.FromBus("adding project "+a[0], err)
 						}
-						out := outputOf(cmd)
+						out := verb.OutputOf(cmd)
 						switch {
-						case out.json:
+						case out.AsJSON:
 							return out.JSON(sandboxd1.ProjectEntry{Name: a[0], Location: a[1], Origin: "added"})
-						case out.quiet:
+						case out.Quiet:
 							return nil
 						}
-						return out.line("added project %s at %s", a[0], a[1])
+						return out.Line("added project %s at %s", a[0], a[1])
 					})
 				},
 			},
@@ -80,30 +83,30 @@ writes at one point.`,
 					Usage: "stop the services whose processes use the directory for the adoption, and start them again"},
 					&ucli.StringSliceFlag{Name: "freeze", Usage: "a host service that writes the project (repeat it), frozen while sandboxes' bases are snapshotted"}),
 				Action: func(ctx context.Context, cmd *ucli.Command) error {
-					a, err := args(cmd, 2, -1)
+					a, err := verb.Args(cmd, 2, -1)
 					if err != nil {
 						return err
 					}
 					opts := projectAccess(cmd)
 					opts.RestartUnits = cmd.Bool("restart-units")
 					opts.MorePaths, opts.FreezeUnits = a[2:], cmd.StringSlice("freeze")
-					return withClient(ctx, func(c *client) error {
-						if err := c.api.AdoptProject(ctx, a[0], a[1], opts); err != nil {
-							return fromBus("adopting "+strings.Join(a[1:], ", ")+" as project "+a[0], err)
+					return verb.WithClient(ctx, func(c *verb.Client) error {
+						if err := c.API.AdoptProject(ctx, a[0], a[1], opts); err != nil {
+							return verb.FromBus("adopting "+strings.Join(a[1:], ", ")+" as project "+a[0], err)
 						}
-						out := outputOf(cmd)
+						out := verb.OutputOf(cmd)
 						late := mountedAtStart(a[1:])
 						switch {
-						case out.json:
+						case out.AsJSON:
 							return out.JSON(map[string]any{"name": a[0], "paths": a[1:], "adopted": true, "mounted_when_sandboxd_starts": late})
-						case out.quiet:
+						case out.Quiet:
 							return nil
 						}
-						if err := out.line("adopted %s as project %s", strings.Join(a[1:], ", "), a[0]); err != nil {
+						if err := out.Line("adopted %s as project %s", strings.Join(a[1:], ", "), a[0]); err != nil {
 							return err
 						}
 						for _, p := range late {
-							if err := out.line("note: a directory above %s is not root's alone, so sandboxd mounts the project there itself, again each time it starts: after a reboot, until sandboxd starts, %s shows its files as they were when adopted; a service that uses it must start after sandboxd (After=sandboxd.service)", p, p); err != nil {
+							if err := out.Line("note: a directory above %s is not root's alone, so sandboxd mounts the project there itself, again each time it starts: after a reboot, until sandboxd starts, %s shows its files as they were when adopted; a service that uses it must start after sandboxd (After=sandboxd.service)", p, p); err != nil {
 								return err
 							}
 						}
@@ -116,15 +119,15 @@ writes at one point.`,
 				Usage:     "undo an adoption: a plain directory again, with the project's files (yours; any for administrators)",
 				ArgsUsage: "NAME",
 				Action: func(ctx context.Context, cmd *ucli.Command) error {
-					a, err := args(cmd, 1, 1)
+					a, err := verb.Args(cmd, 1, 1)
 					if err != nil {
 						return err
 					}
-					return withClient(ctx, func(c *client) error {
-						if err := c.api.ReleaseProject(ctx, a[0]); err != nil {
-							return fromBus("releasing project "+a[0], err)
+					return verb.WithClient(ctx, func(c *verb.Client) error {
+						if err := c.API.ReleaseProject(ctx, a[0]); err != nil {
+							return verb.FromBus("releasing project "+a[0], err)
 						}
-						return outputOf(cmd).line("released project %s", a[0])
+						return verb.OutputOf(cmd).Line("released project %s", a[0])
 					})
 				},
 			},
@@ -132,15 +135,15 @@ writes at one point.`,
 				Name:  "list",
 				Usage: "list the projects you may use (all of them for root and administrators)",
 				Action: func(ctx context.Context, cmd *ucli.Command) error {
-					if _, err := args(cmd, 0, 0); err != nil {
+					if _, err := verb.Args(cmd, 0, 0); err != nil {
 						return err
 					}
-					return withClient(ctx, func(c *client) error {
-						list, err := c.api.Projects(ctx)
+					return verb.WithClient(ctx, func(c *verb.Client) error {
+						list, err := c.API.Projects(ctx)
 						if err != nil {
-							return fromBus("listing projects", err)
+							return verb.FromBus("listing projects", err)
 						}
-						return printList(outputOf(cmd), list, func(p sandboxd1.ProjectEntry) string { return p.Name },
+						return verb.PrintList(verb.OutputOf(cmd), list, func(p sandboxd1.ProjectEntry) string { return p.Name },
 							[]string{"NAME", "LOCATION", "FROM"}, func(p sandboxd1.ProjectEntry) []string {
 								origin := "sandboxd.toml"
 								if p.Origin != "config" {
@@ -156,22 +159,22 @@ writes at one point.`,
 				Usage:     "forget a project added with `project add` (its files stay) (administrators)",
 				ArgsUsage: "NAME",
 				Action: func(ctx context.Context, cmd *ucli.Command) error {
-					a, err := args(cmd, 1, 1)
+					a, err := verb.Args(cmd, 1, 1)
 					if err != nil {
 						return err
 					}
-					return withClient(ctx, func(c *client) error {
-						if err := c.api.RemoveProject(ctx, a[0]); err != nil {
-							return fromBus("removing project "+a[0], err)
+					return verb.WithClient(ctx, func(c *verb.Client) error {
+						if err := c.API.RemoveProject(ctx, a[0]); err != nil {
+							return verb.FromBus("removing project "+a[0], err)
 						}
-						out := outputOf(cmd)
+						out := verb.OutputOf(cmd)
 						switch {
-						case out.json:
+						case out.AsJSON:
 							return out.JSON(map[string]string{"removed": a[0]})
-						case out.quiet:
+						case out.Quiet:
 							return nil
 						}
-						return out.line("removed project %s (its files are untouched)", a[0])
+						return out.Line("removed project %s (its files are untouched)", a[0])
 					})
 				},
 			},

@@ -1,4 +1,4 @@
-package cli
+package commands
 
 import (
 	"bufio"
@@ -10,12 +10,14 @@ import (
 
 	ucli "github.com/urfave/cli/v3"
 
+	"github.com/sandboxd/sandboxd/cli/verb"
 	sbclient "github.com/sandboxd/sandboxd/client"
 	"github.com/sandboxd/sandboxd/internal/termsafe"
 	"github.com/sandboxd/sandboxd/sandboxd1"
 )
 
-func replCommand() *ucli.Command {
+// Repl is `sandboxctl repl`.
+func Repl() *ucli.Command {
 	return &ucli.Command{
 		Name:      "repl",
 		Usage:     "talk to a long-lived interpreter (python3, node, sh) in a sandbox; its variables stay between inputs",
@@ -30,11 +32,11 @@ shown escaped.`,
 		Flags: []ucli.Flag{
 			&ucli.BoolFlag{Name: "root", Usage: "run the interpreter as root in the sandbox (root of its user namespace)"},
 		},
-		Action: onSandbox(2, func(ctx context.Context, cmd *ucli.Command, c *client, e sandboxd1.ListEntry, rest []string) error {
-			sb := c.handle(e)
+		Action: verb.OnSandbox(2, func(ctx context.Context, cmd *ucli.Command, c *verb.Client, e sandboxd1.ListEntry, rest []string) error {
+			sb := c.Handle(e)
 			sess, err := sb.OpenSession(ctx, rest[0], sbclient.ExecOptions{Root: cmd.Bool("root")})
 			if err != nil {
-				return fromBus("opening a "+rest[0]+" session", err)
+				return verb.FromBus("opening a "+rest[0]+" session", err)
 			}
 			defer func() { _ = sb.CloseSession(context.WithoutCancel(ctx), sess) }()
 			w := cmd.Root().Writer
@@ -65,7 +67,7 @@ shown escaped.`,
 				}
 				var out string
 				if out, status, err = sb.Eval(ctx, sess, code); err != nil {
-					return fromBus("running the input", err)
+					return verb.FromBus("running the input", err)
 				}
 				if escape {
 					out = termsafe.Output(out)
@@ -75,7 +77,7 @@ shown escaped.`,
 				}
 			}
 			if status != 0 {
-				return exitWith(min(status, 255))
+				return verb.ExitWith(min(status, 255))
 			}
 			return nil
 		}),

@@ -1,4 +1,4 @@
-package cli
+package sandboxes
 
 import (
 	"context"
@@ -11,12 +11,14 @@ import (
 	"github.com/godbus/dbus/v5"
 	ucli "github.com/urfave/cli/v3"
 
+	"github.com/sandboxd/sandboxd/cli/verb"
 	sbclient "github.com/sandboxd/sandboxd/client"
 	"github.com/sandboxd/sandboxd/internal/termsafe"
 	"github.com/sandboxd/sandboxd/sandboxd1"
 )
 
-func createCommand() *ucli.Command {
+// Create is `sandboxctl create`.
+func Create() *ucli.Command {
 	return &ucli.Command{
 		Name:      "create",
 		Usage:     "make a sandbox of a project",
@@ -40,39 +42,39 @@ then the host's defaults.`,
 			&ucli.BoolFlag{Name: "boot", Usage: "run a systemd of its own: `sandboxctl exec S -- systemctl start nginx` starts the host's service on the sandbox's copies of its files"},
 		},
 		Action: func(ctx context.Context, cmd *ucli.Command) error {
-			a, err := args(cmd, 1, 1)
+			a, err := verb.Args(cmd, 1, 1)
 			if err != nil {
 				return err
 			}
-			opts, err := createOptions(cmd)
+			opts, err := CreateOptions(cmd)
 			if err != nil {
 				return err
 			}
-			return withClient(ctx, func(c *client) error {
-				sb, err := c.api.Create(ctx, a[0], opts)
+			return verb.WithClient(ctx, func(c *verb.Client) error {
+				sb, err := c.API.Create(ctx, a[0], opts)
 				if err != nil {
-					return fromBus("creating a sandbox of "+a[0], err)
+					return verb.FromBus("creating a sandbox of "+a[0], err)
 				}
 				id := sb.ID()
-				out := outputOf(cmd)
+				out := verb.OutputOf(cmd)
 				switch {
-				case out.json:
+				case out.AsJSON:
 					return out.JSON(map[string]any{"id": id, "name": cmd.String("name"), "project": a[0], "object": sandboxd1.SandboxPath(id)})
-				case out.quiet:
-					return out.line("%s", id)
+				case out.Quiet:
+					return out.Line("%s", id)
 				case cmd.String("name") != "":
-					return out.line("created sandbox %s (%s) of %s", id, cmd.String("name"), a[0])
+					return out.Line("created sandbox %s (%s) of %s", id, cmd.String("name"), a[0])
 				}
-				return out.line("created sandbox %s of %s", id, a[0])
+				return out.Line("created sandbox %s of %s", id, a[0])
 			})
 		},
 	}
 }
 
-// createOptions turns create's flags into the Go client's options,
+// CreateOptions turns create's flags into the Go client's options,
 // which make CreateSandbox's. A limit of 0 is refused here: to the Go
 // client it is "not set", which is not what whoever typed it meant.
-func createOptions(cmd *ucli.Command) (sbclient.CreateOptions, error) {
+func CreateOptions(cmd *ucli.Command) (sbclient.CreateOptions, error) {
 	opts := sbclient.CreateOptions{Name: cmd.String("name"), Profile: cmd.String("profile"), Network: cmd.String("network"),
 		Allow: cmd.StringSlice("allow"), ReadOnlyProject: cmd.Bool("read-only-project"), Boot: cmd.Bool("boot")}
 	for _, s := range []struct {
@@ -81,21 +83,21 @@ func createOptions(cmd *ucli.Command) (sbclient.CreateOptions, error) {
 	}{{"memory", &opts.MemoryMax}, {"disk", &opts.DiskQuota}} {
 		if v := cmd.String(s.flag); v != "" {
 			if err := s.to.UnmarshalText([]byte(v)); err != nil {
-				return opts, usage("--%s %s: %v", s.flag, v, err)
+				return opts, verb.Usage("--%s %s: %v", s.flag, v, err)
 			}
 			if *s.to == 0 {
-				return opts, usage("--%s %s: want a size above 0, like 512M (leave it out for the profile's)", s.flag, v)
+				return opts, verb.Usage("--%s %s: want a size above 0, like 512M (leave it out for the profile's)", s.flag, v)
 			}
 		}
 	}
 	if v := cmd.String("cpu"); v != "" {
 		if err := opts.CPUQuota.UnmarshalText([]byte(v)); err != nil {
-			return opts, usage("--cpu %s: %v", v, err)
+			return opts, verb.Usage("--cpu %s: %v", v, err)
 		}
 	}
 	if cmd.IsSet("tasks") {
 		if opts.TasksMax = uint64(cmd.Uint("tasks")); opts.TasksMax == 0 {
-			return opts, usage("--tasks 0: want 1 or more (leave it out for the profile's)")
+			return opts, verb.Usage("--tasks 0: want 1 or more (leave it out for the profile's)")
 		}
 	}
 	for _, s := range []struct {
@@ -104,7 +106,7 @@ func createOptions(cmd *ucli.Command) (sbclient.CreateOptions, error) {
 	}{{"ttl", &opts.TTL}, {"runtime-max", &opts.RuntimeMax}} {
 		if cmd.IsSet(s.flag) {
 			if *s.to = cmd.Duration(s.flag); *s.to <= 0 {
-				return opts, usage("--%s %v: want a duration above 0, like 2h", s.flag, *s.to)
+				return opts, verb.Usage("--%s %v: want a duration above 0, like 2h", s.flag, *s.to)
 			}
 		}
 	}
@@ -124,46 +126,48 @@ type sandboxJSON struct {
 	Created time.Time `json:"created"`
 }
 
-func listCommand() *ucli.Command {
+// List is `sandboxctl list`.
+func List() *ucli.Command {
 	return &ucli.Command{
 		Name:  "list",
 		Usage: "list the sandboxes you may see",
-		Action: onSandboxes(func(ctx context.Context, cmd *ucli.Command, c *client, entries []sandboxd1.ListEntry) error {
-			out := outputOf(cmd)
+		Action: verb.OnSandboxes(func(ctx context.Context, cmd *ucli.Command, c *verb.Client, entries []sandboxd1.ListEntry) error {
+			out := verb.OutputOf(cmd)
 			js := []sandboxJSON{}
 			for _, e := range entries {
-				js = append(js, sandboxJSON{e.ID, e.Name, e.Project, e.State, e.Owner, fromMicros(e.Created)})
+				js = append(js, sandboxJSON{e.ID, e.Name, e.Project, e.State, e.Owner, verb.FromMicros(e.Created)})
 			}
-			err := printList(out, js, func(e sandboxJSON) string { return e.ID },
+			err := verb.PrintList(out, js, func(e sandboxJSON) string { return e.ID },
 				[]string{"ID", "NAME", "PROJECT", "STATE", "OWNER", "AGE"}, func(e sandboxJSON) []string {
-					return []string{e.ID, dash(e.Name), e.Project, e.State, userName(e.Owner), age(e.Created)}
+					return []string{e.ID, dash(e.Name), e.Project, e.State, verb.UserName(e.Owner), verb.Age(e.Created)}
 				})
-			if err != nil || out.json || out.quiet {
+			if err != nil || out.AsJSON || out.Quiet {
 				return err
 			}
-			return out.line("\n%d sandboxes", len(entries))
+			return out.Line("\n%d sandboxes", len(entries))
 		}),
 	}
 }
 
-func statusCommand() *ucli.Command {
+// Status is `sandboxctl status`.
+func Status() *ucli.Command {
 	return &ucli.Command{
 		Name:      "status",
 		Usage:     "show a sandbox: state, base, age, staleness, usage against its limits",
 		ArgsUsage: "SANDBOX",
-		Action: onSandbox(1, func(ctx context.Context, cmd *ucli.Command, c *client, e sandboxd1.ListEntry, _ []string) error {
-			sb, out := c.handle(e), outputOf(cmd)
-			if out.json {
+		Action: verb.OnSandbox(1, func(ctx context.Context, cmd *ucli.Command, c *verb.Client, e sandboxd1.ListEntry, _ []string) error {
+			sb, out := c.Handle(e), verb.OutputOf(cmd)
+			if out.AsJSON {
 				// Every property by its D-Bus name, as the bus gives it.
 				props, err := sb.Properties(ctx)
 				if err != nil {
-					return fromBus("reading sandbox "+e.ID, err)
+					return verb.FromBus("reading sandbox "+e.ID, err)
 				}
 				return out.JSON(plainProperties(props))
 			}
 			st, err := sb.Status(ctx)
 			if err != nil {
-				return fromBus("reading sandbox "+e.ID, err)
+				return verb.FromBus("reading sandbox "+e.ID, err)
 			}
 			detail := staleness(st.Staleness)
 			if st.Staleness == "stale" {
@@ -176,13 +180,13 @@ func statusCommand() *ucli.Command {
 			if st.Boot {
 				system = systemText(sb.System(ctx))
 			}
-			if err := printStatus(out, st, detail, system...); err != nil || out.quiet || st.Owner != uint32(os.Getuid()) {
+			if err := printStatus(out, st, detail, system...); err != nil || out.Quiet || st.Owner != uint32(os.Getuid()) {
 				return err
 			}
 			// The caller's own bounds, which this sandbox shares with its
 			// others: a read of its own, so a failure is left out.
-			if l, err := c.api.Bounds(ctx); err == nil {
-				return out.line("%-10s %s", "Yours:", yoursText(l))
+			if l, err := c.API.Bounds(ctx); err == nil {
+				return out.Line("%-10s %s", "Yours:", yoursText(l))
 			}
 			return nil
 		}),
@@ -206,16 +210,16 @@ func plainProperties(props map[string]dbus.Variant) map[string]any {
 	return plain
 }
 
-func printStatus(out output, st sbclient.Status, stalenessText string, system ...string) error {
-	if out.quiet {
-		return out.line("%s", st.State)
+func printStatus(out verb.Output, st sbclient.Status, stalenessText string, system ...string) error {
+	if out.Quiet {
+		return out.Line("%s", st.State)
 	}
 	rows := [][]string{
 		{"Sandbox", st.ID + nameSuffix(st.Name)},
 		{"Project", st.Project},
 		{"State", stateText(st.State, st.FrozenIdle)},
-		{"Owner", userName(st.Owner)},
-		{"Created", fmt.Sprintf("%s (%s ago)", st.Created.Local().Format(time.DateTime), age(st.Created))},
+		{"Owner", verb.UserName(st.Owner)},
+		{"Created", fmt.Sprintf("%s (%s ago)", st.Created.Local().Format(time.DateTime), verb.Age(st.Created))},
 		{"Expires", expires(st.Expires)},
 		{"Base", st.Base},
 		{"Staleness", stalenessText},
@@ -246,7 +250,7 @@ func printStatus(out output, st sbclient.Status, stalenessText string, system ..
 	} {
 		f := func(v uint64) string {
 			if r.bytes {
-				return bytesText(v)
+				return verb.BytesText(v)
 			}
 			return fmt.Sprint(v)
 		}
@@ -280,7 +284,7 @@ func printStatus(out output, st sbclient.Status, stalenessText string, system ..
 	for _, r := range rows {
 		// Staleness names paths the project changed (a promotion of a
 		// sandbox's): nothing in a value may act on the terminal.
-		if err := out.line("%-10s %s", r[0]+":", termsafe.Text(r[1])); err != nil {
+		if err := out.Line("%-10s %s", r[0]+":", termsafe.Text(r[1])); err != nil {
 			return err
 		}
 	}
@@ -324,29 +328,29 @@ func stateCommand(name, usageText string, do func(*sbclient.Sandbox, context.Con
 		Usage:     usageText,
 		ArgsUsage: "SANDBOX...",
 		Action: func(ctx context.Context, cmd *ucli.Command) error {
-			a, err := args(cmd, 1, -1)
+			a, err := verb.Args(cmd, 1, -1)
 			if err != nil {
 				return err
 			}
-			return withClient(ctx, func(c *client) error {
-				out := outputOf(cmd)
+			return verb.WithClient(ctx, func(c *verb.Client) error {
+				out := verb.OutputOf(cmd)
 				var ids []string
 				for _, arg := range a {
-					e, err := c.resolve(ctx, arg)
+					e, err := c.Resolve(ctx, arg)
 					if err != nil {
 						return err
 					}
-					if err := do(c.handle(e), ctx); err != nil {
-						return fromBus(name+" of sandbox "+e.ID, err)
+					if err := do(c.Handle(e), ctx); err != nil {
+						return verb.FromBus(name+" of sandbox "+e.ID, err)
 					}
 					ids = append(ids, e.ID)
-					if !out.json && !out.quiet {
-						if err := out.line("%s sandbox %s", done, e.ID); err != nil {
+					if !out.AsJSON && !out.Quiet {
+						if err := out.Line("%s sandbox %s", done, e.ID); err != nil {
 							return err
 						}
 					}
 				}
-				if out.json {
+				if out.AsJSON {
 					return out.JSON(map[string]any{done: ids})
 				}
 				return nil
@@ -355,19 +359,23 @@ func stateCommand(name, usageText string, do func(*sbclient.Sandbox, context.Con
 	}
 }
 
-func freezeCommand() *ucli.Command {
+// Freeze is `sandboxctl freeze`.
+func Freeze() *ucli.Command {
 	return stateCommand("freeze", "stop every process of sandboxes until thaw", (*sbclient.Sandbox).Freeze, "froze")
 }
 
-func thawCommand() *ucli.Command {
+// Thaw is `sandboxctl thaw`.
+func Thaw() *ucli.Command {
 	return stateCommand("thaw", "let frozen sandboxes run again", (*sbclient.Sandbox).Thaw, "thawed")
 }
 
-func destroyCommand() *ucli.Command {
+// Destroy is `sandboxctl destroy`.
+func Destroy() *ucli.Command {
 	return stateCommand("destroy", "stop sandboxes' processes and delete their files", (*sbclient.Sandbox).Destroy, "destroyed")
 }
 
-func gcCommand() *ucli.Command {
+// GC is `sandboxctl gc`.
+func GC() *ucli.Command {
 	return &ucli.Command{
 		Name:  "gc",
 		Usage: "destroy your sandboxes that are past their time to live, stuck, or older than --older-than",
@@ -379,8 +387,8 @@ gets them out of (creating or destroying for over a minute), or, with
 			&ucli.DurationFlag{Name: "older-than", Usage: "also destroy sandboxes made longer ago than this, like 24h"},
 			&ucli.BoolFlag{Name: "dry-run", Usage: "say what would be destroyed, destroy nothing"},
 		},
-		Action: onSandboxes(func(ctx context.Context, cmd *ucli.Command, c *client, entries []sandboxd1.ListEntry) error {
-			out := outputOf(cmd)
+		Action: verb.OnSandboxes(func(ctx context.Context, cmd *ucli.Command, c *verb.Client, entries []sandboxd1.ListEntry) error {
+			out := verb.OutputOf(cmd)
 			now := time.Now()
 			var gone []string
 			for _, e := range entries {
@@ -389,26 +397,26 @@ gets them out of (creating or destroying for over a minute), or, with
 					continue
 				}
 				if !cmd.Bool("dry-run") {
-					if err := c.handle(e).Destroy(ctx); err != nil {
-						return fromBus("destroying sandbox "+e.ID, err)
+					if err := c.Handle(e).Destroy(ctx); err != nil {
+						return verb.FromBus("destroying sandbox "+e.ID, err)
 					}
 				}
 				gone = append(gone, e.ID)
-				if !out.json && !out.quiet {
+				if !out.AsJSON && !out.Quiet {
 					verb := "destroyed"
 					if cmd.Bool("dry-run") {
 						verb = "would destroy"
 					}
-					if err := out.line("%s sandbox %s: %s", verb, e.ID, why); err != nil {
+					if err := out.Line("%s sandbox %s: %s", verb, e.ID, why); err != nil {
 						return err
 					}
 				}
 			}
-			if out.json {
+			if out.AsJSON {
 				return out.JSON(map[string]any{"destroyed": slices.Clip(append([]string{}, gone...)), "dry_run": cmd.Bool("dry-run")})
 			}
-			if len(gone) == 0 && !out.quiet {
-				return out.line("nothing to collect")
+			if len(gone) == 0 && !out.Quiet {
+				return out.Line("nothing to collect")
 			}
 			return nil
 		}),
@@ -416,16 +424,16 @@ gets them out of (creating or destroying for over a minute), or, with
 }
 
 // gcReason says why gc takes sandbox e, or "".
-func gcReason(ctx context.Context, c *client, e sandboxd1.ListEntry, now time.Time, olderThan time.Duration) string {
-	created := fromMicros(e.Created)
+func gcReason(ctx context.Context, c *verb.Client, e sandboxd1.ListEntry, now time.Time, olderThan time.Duration) string {
+	created := verb.FromMicros(e.Created)
 	if (e.State == "creating" || e.State == "destroying") && now.Sub(created) > time.Minute {
 		return "stuck " + e.State
 	}
-	if exp, err := c.handle(e).Expires(ctx); err == nil && !exp.IsZero() && exp.Before(now) {
+	if exp, err := c.Handle(e).Expires(ctx); err == nil && !exp.IsZero() && exp.Before(now) {
 		return "past its time to live"
 	}
 	if olderThan > 0 && now.Sub(created) > olderThan {
-		return "made " + age(created) + " ago"
+		return "made " + verb.Age(created) + " ago"
 	}
 	return ""
 }
@@ -458,4 +466,29 @@ func systemText(state string, failed []string, err error) []string {
 		return []string{state + " (no failed units)"}
 	}
 	return []string{state + " (failed: " + strings.Join(failed, ", ") + ")"}
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// stalenessDetail says how far the project moved, for status: how many
+// paths, the first few, since when.
+func stalenessDetail(paths []string, base time.Time) string {
+	if len(paths) == 0 {
+		return "current (the project has not changed since the base was taken)"
+	}
+	shown := paths
+	if len(shown) > 5 {
+		shown = shown[:5]
+	}
+	more := ""
+	if len(paths) > len(shown) {
+		more = fmt.Sprintf(", and %d more", len(paths)-len(shown))
+	}
+	return fmt.Sprintf("stale: the project changed %d paths since the base was taken %s ago (%s%s); `sandboxctl rebase` brings the sandbox onto it",
+		len(paths), verb.Age(base), strings.Join(shown, ", "), more)
 }

@@ -1,4 +1,4 @@
-package cli
+package verb
 
 import (
 	"context"
@@ -11,88 +11,93 @@ import (
 	"github.com/sandboxd/sandboxd/sandboxd1"
 )
 
-// client is sandboxctl's connection to sandboxd on the system bus: the
-// Go client's (api), and the connection under it for what the Go client
+// Client is sandboxctl's connection to sandboxd on the system bus: the
+// Go client's (API), and the connection under it for what the Go client
 // does not wrap (a terminal, signals forwarded to a command).
-type client struct {
-	api     *sbclient.Client
+type Client struct {
+	API     *sbclient.Client
 	conn    *dbus.Conn
 	signals chan *dbus.Signal
 	// exits keeps CommandExited signals by command id: one can arrive
 	// before Exec's reply.
-	exits map[string]exitStatus
+	exits map[string]ExitStatus
 	// daemon is sandboxd's unique bus name: only its signals count.
 	daemon string
 }
 
-type exitStatus struct {
+// ExitStatus is how a command ended, as its CommandExited signal says.
+type ExitStatus struct {
 	How    string
 	Status int32
 	Signal int32
 }
 
-func connect(ctx context.Context) (*client, error) {
+// Connect connects to the system bus, where sandboxd is.
+func Connect(ctx context.Context) (*Client, error) {
 	conn, err := dbus.ConnectSystemBus(dbus.WithContext(ctx))
 	if err != nil {
 		return nil, &Error{Code: ExitUnavailable, Msg: "cannot reach the system bus: " + err.Error(),
 			Fix: "is dbus running? (`systemctl status dbus`)", Err: err}
 	}
-	return &client{api: sbclient.New(conn), conn: conn}, nil
+	return &Client{API: sbclient.New(conn), conn: conn}, nil
 }
 
-func (c *client) close() { c.api.Close() }
+// Close ends the connection.
+func (c *Client) Close() { c.API.Close() }
 
-func (c *client) sandbox(id string) dbus.BusObject {
+// Sandbox is sandbox id's object on the bus.
+func (c *Client) Sandbox(id string) dbus.BusObject {
 	return c.conn.Object(sandboxd1.BusName, sandboxd1.SandboxPath(id))
 }
 
-// call calls method on obj and stores its reply in out; what names the
+// Call calls method on obj and stores its reply in out; what names the
 // action for errors.
-func call(ctx context.Context, obj dbus.BusObject, what, method string, args []any, out ...any) error {
+func Call(ctx context.Context, obj dbus.BusObject, what, method string, args []any, out ...any) error {
 	c := obj.CallWithContext(ctx, method, 0, args...)
 	if c.Err != nil {
-		return fromBus(what, c.Err)
+		return FromBus(what, c.Err)
 	}
 	if len(out) > 0 {
 		if err := c.Store(out...); err != nil {
-			return fromBus(what, err)
+			return FromBus(what, err)
 		}
 	}
 	return nil
 }
 
-func (c *client) list(ctx context.Context) ([]sandboxd1.ListEntry, error) {
-	entries, err := c.api.List(ctx)
+// List lists the sandboxes the caller may see.
+func (c *Client) List(ctx context.Context) ([]sandboxd1.ListEntry, error) {
+	entries, err := c.API.List(ctx)
 	if err != nil {
-		return nil, fromBus("listing sandboxes", err)
+		return nil, FromBus("listing sandboxes", err)
 	}
 	return entries, nil
 }
 
-// resolve finds the sandbox arg names: its id, its name, or a prefix of
+// Resolve finds the sandbox arg names: its id, its name, or a prefix of
 // its id that only it has.
-func (c *client) resolve(ctx context.Context, arg string) (sandboxd1.ListEntry, error) {
-	sb, err := c.api.Sandbox(ctx, arg)
+func (c *Client) Resolve(ctx context.Context, arg string) (sandboxd1.ListEntry, error) {
+	sb, err := c.API.Sandbox(ctx, arg)
 	if err != nil {
-		return sandboxd1.ListEntry{}, fromBus("finding sandbox "+quote(arg), err)
+		return sandboxd1.ListEntry{}, FromBus("finding sandbox "+Quote(arg), err)
 	}
 	return sb.Entry(), nil
 }
 
-// handle is the Go client's handle on sandbox e.
-func (c *client) handle(e sandboxd1.ListEntry) *sbclient.Sandbox { return c.api.Handle(e) }
+// Handle is the Go client's handle on sandbox e.
+func (c *Client) Handle(e sandboxd1.ListEntry) *sbclient.Sandbox { return c.API.Handle(e) }
 
-// resolveWatching is resolve, with CommandExited watched from then on
+// ResolveWatching is Resolve, with CommandExited watched from then on
 // (startWatch), before any Exec: the calls of both go out at once.
-func (c *client) resolveWatching(ctx context.Context, arg string) (sandboxd1.ListEntry, error) {
+func (c *Client) ResolveWatching(ctx context.Context, arg string) (sandboxd1.ListEntry, error) {
 	watched := c.startWatch(ctx)
-	e, err := c.resolve(ctx, arg)
+	e, err := c.Resolve(ctx, arg)
 	werr := watched()
 	if err != nil {
 		return e, err
 	}
 	if werr != nil {
-		return e, fromBus("watching for the command's end", werr)
+		return e, FromBus("watching for the command's end", werr)
 	}
 	return e, nil
 }
@@ -102,11 +107,11 @@ func (c *client) resolveWatching(ctx context.Context, arg string) (sandboxd1.Lis
 // function it returns waits for their answers. Each round trip through
 // the bus is a fraction of a millisecond, and a command's start is made
 // of a few.
-func (c *client) startWatch(ctx context.Context) func() error {
+func (c *Client) startWatch(ctx context.Context) func() error {
 	if c.signals != nil {
 		return func() error { return nil }
 	}
-	c.signals, c.exits = make(chan *dbus.Signal, 16), map[string]exitStatus{}
+	c.signals, c.exits = make(chan *dbus.Signal, 16), map[string]ExitStatus{}
 	c.conn.Signal(c.signals)
 	bus := c.conn.BusObject()
 	// A daemon that restarts while a command runs will not tell its end:
@@ -129,9 +134,9 @@ func (c *client) startWatch(ctx context.Context) func() error {
 	}
 }
 
-// waitExit waits for command's CommandExited; onSignal is called with
+// WaitExit waits for command's CommandExited; onSignal is called with
 // each signal the user sends sandboxctl meanwhile.
-func (c *client) waitExit(ctx context.Context, command string, interrupts <-chan os.Signal, onSignal func(os.Signal)) (exitStatus, error) {
+func (c *Client) WaitExit(ctx context.Context, command string, interrupts <-chan os.Signal, onSignal func(os.Signal)) (ExitStatus, error) {
 	// NameOwnerChanged tells of a restart at once; the daemon's name is
 	// also checked now and then, for one that came before the match.
 	check := time.NewTicker(2 * time.Second)
@@ -145,10 +150,10 @@ func (c *client) waitExit(ctx context.Context, command string, interrupts <-chan
 		select {
 		case s, ok := <-c.signals:
 			if !ok {
-				return exitStatus{}, &Error{Code: ExitFailed, Msg: "the connection to sandboxd ended while the command ran"}
+				return ExitStatus{}, &Error{Code: ExitFailed, Msg: "the connection to sandboxd ended while the command ran"}
 			}
 			if s.Name == "org.freedesktop.DBus.NameOwnerChanged" && len(s.Body) == 3 && s.Body[0] == sandboxd1.BusName {
-				return exitStatus{}, restarted
+				return ExitStatus{}, restarted
 			}
 			if s.Name != sandboxd1.SandboxInterface+".CommandExited" || len(s.Body) != 4 || s.Sender != c.daemon {
 				continue
@@ -157,19 +162,20 @@ func (c *client) waitExit(ctx context.Context, command string, interrupts <-chan
 			how, _ := s.Body[1].(string)
 			status, _ := s.Body[2].(int32)
 			sig, _ := s.Body[3].(int32)
-			c.exits[id] = exitStatus{How: how, Status: status, Signal: sig}
+			c.exits[id] = ExitStatus{How: how, Status: status, Signal: sig}
 		case <-check.C:
 			var owner string
 			err := c.conn.BusObject().CallWithContext(ctx, "org.freedesktop.DBus.GetNameOwner", 0, sandboxd1.BusName).Store(&owner)
 			if err != nil || owner != c.daemon {
-				return exitStatus{}, restarted
+				return ExitStatus{}, restarted
 			}
 		case sig := <-interrupts:
 			onSignal(sig)
 		case <-ctx.Done():
-			return exitStatus{}, ctx.Err()
+			return ExitStatus{}, ctx.Err()
 		}
 	}
 }
 
-func quote(s string) string { return "\"" + s + "\"" }
+// Quote puts s in double quotes, for a message.
+func Quote(s string) string { return "\"" + s + "\"" }

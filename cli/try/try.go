@@ -1,4 +1,4 @@
-package cli
+package try
 
 import (
 	"context"
@@ -15,6 +15,9 @@ import (
 
 	ucli "github.com/urfave/cli/v3"
 
+	"github.com/sandboxd/sandboxd/cli/commands"
+	"github.com/sandboxd/sandboxd/cli/sandboxes"
+	"github.com/sandboxd/sandboxd/cli/verb"
 	sbclient "github.com/sandboxd/sandboxd/client"
 	"github.com/sandboxd/sandboxd/sandboxd1"
 )
@@ -23,7 +26,8 @@ import (
 // destroy the sandboxes it made.
 const tryGoneWait = 12 * time.Second
 
-func tryCommand() *ucli.Command {
+// Command is `sandboxctl try`.
+func Command() *ucli.Command {
 	flags := []ucli.Flag{
 		&ucli.StringFlag{Name: "check", Usage: "the command that says whether a variant worked (exit 0), run in each sandbox after the variant's"},
 		&ucli.StringSliceFlag{Name: "variant", Usage: "a command to try, in a sandbox of its own (repeat it); with --input, the one command every input is given to"},
@@ -36,12 +40,12 @@ func tryCommand() *ucli.Command {
 	// create's limits, profile and network, for each sandbox (its --name
 	// is the prefix here); exec's environment, user, directory, timeout
 	// for each command and check.
-	for _, f := range createCommand().Flags {
+	for _, f := range sandboxes.Create().Flags {
 		if f.Names()[0] != "name" {
 			flags = append(flags, f)
 		}
 	}
-	for _, f := range execFlags() {
+	for _, f := range commands.ExecFlags() {
 		if d, ok := f.(*ucli.DurationFlag); ok && d.Name == "timeout" {
 			d.Usage = "end each command and each check after this long, like 10m (it fails: timed-out)"
 		}
@@ -118,13 +122,13 @@ func tryAction(ctx context.Context, cmd *ucli.Command) error {
 	if err != nil {
 		return err
 	}
-	c, err := connect(ctx)
+	c, err := verb.Connect(ctx)
 	if err != nil {
 		return err
 	}
-	defer c.close()
+	defer c.Close()
 	// The sandboxes there before: not try's, whatever their names.
-	before, err := c.list(ctx)
+	before, err := c.List(ctx)
 	if err != nil {
 		return err
 	}
@@ -145,7 +149,7 @@ func tryAction(ctx context.Context, cmd *ucli.Command) error {
 	}
 	replied := make(chan reply, 1)
 	go func() {
-		report, err := c.api.Try(tryCtx, t.project, t.variants, t.check, t.keep, t.opts)
+		report, err := c.API.Try(tryCtx, t.project, t.variants, t.check, t.keep, t.opts)
 		replied <- reply{report, err}
 	}()
 	select {
@@ -155,16 +159,16 @@ func tryAction(ctx context.Context, cmd *ucli.Command) error {
 		what := t.stop(ctx, c, end, before)
 		fmt.Fprintf(cmd.Root().ErrWriter, "sandboxctl: interrupted; %s\n", what)
 		if s, ok := caught.(syscall.Signal); ok {
-			return exitWith(128 + int(s))
+			return verb.ExitWith(128 + int(s))
 		}
-		return exitWith(130)
+		return verb.ExitWith(130)
 	case r := <-replied:
 		if r.err != nil {
-			return fromBus("trying variants of "+t.project, r.err)
+			return verb.FromBus("trying variants of "+t.project, r.err)
 		}
 		t.report = *r.report
 	}
-	if err := t.print(outputOf(cmd), cmd.Bool("verbose")); err != nil {
+	if err := t.print(verb.OutputOf(cmd), cmd.Bool("verbose")); err != nil {
 		return err
 	}
 	if left := t.report.Left; len(left) > 0 {
@@ -172,7 +176,7 @@ func tryAction(ctx context.Context, cmd *ucli.Command) error {
 			strings.Join(left, ", "), strings.Join(left, " "))
 	}
 	if t.report.Winner < 0 {
-		return &Error{Code: ExitFailed, Msg: "no variant passed the check", Fix: "--verbose shows each command's and check's output"}
+		return &verb.Error{Code: verb.ExitFailed, Msg: "no variant passed the check", Fix: "--verbose shows each command's and check's output"}
 	}
 	return nil
 }
@@ -180,7 +184,7 @@ func tryAction(ctx context.Context, cmd *ucli.Command) error {
 // stop ends the call (end) after an interruption, then waits (on c)
 // until the daemon destroyed the sandboxes try made (unless --keep all),
 // and says what became of them.
-func (t *trial) stop(ctx context.Context, c *client, end func(), before []sandboxd1.ListEntry) string {
+func (t *trial) stop(ctx context.Context, c *verb.Client, end func(), before []sandboxd1.ListEntry) string {
 	ctx = context.WithoutCancel(ctx)
 	old := map[string]bool{}
 	for _, e := range before {
@@ -193,7 +197,7 @@ func (t *trial) stop(ctx context.Context, c *client, end func(), before []sandbo
 	// Made: those of its names there now that were not before (the call
 	// still runs, so none is destroyed yet).
 	made := map[string]string{} // id: name
-	list, _ := c.list(ctx)
+	list, _ := c.List(ctx)
 	for _, e := range list {
 		if mine[e.Name] && !old[e.ID] && e.Project == t.project {
 			made[e.ID] = e.Name
@@ -209,7 +213,7 @@ func (t *trial) stop(ctx context.Context, c *client, end func(), before []sandbo
 	}
 	var left []string
 	for deadline := time.Now().Add(tryGoneWait); ; time.Sleep(200 * time.Millisecond) {
-		list, err := c.list(ctx)
+		list, err := c.List(ctx)
 		left = left[:0]
 		for _, e := range list {
 			if _, ok := made[e.ID]; ok {
@@ -232,41 +236,41 @@ func (t *trial) stop(ctx context.Context, c *client, end func(), before []sandbo
 func newTrial(cmd *ucli.Command) (*trial, error) {
 	a := cmd.Args().Slice()
 	if len(a) != 1 {
-		return nil, usage("try takes one PROJECT, and each variant's command as --variant 'CMD' (usage: %s)", usageLine(cmd))
+		return nil, verb.Usage("try takes one PROJECT, and each variant's command as --variant 'CMD' (usage: %s)", verb.UsageLine(cmd))
 	}
 	t := &trial{project: a[0], check: cmd.String("check"), prefix: cmd.String("name"), keep: cmd.String("keep")}
 	if strings.TrimSpace(t.check) == "" {
-		return nil, usage("try needs --check 'CMD', the command that tells whether a variant worked (usage: %s)", usageLine(cmd))
+		return nil, verb.Usage("try needs --check 'CMD', the command that tells whether a variant worked (usage: %s)", verb.UsageLine(cmd))
 	}
 	t.variants, t.inputs = cmd.StringSlice("variant"), cmd.StringSlice("input")
 	switch {
 	case len(t.variants) == 0:
-		return nil, usage("try needs a --variant 'CMD' for each sandbox, or one --variant with an --input for each (usage: %s)", usageLine(cmd))
+		return nil, verb.Usage("try needs a --variant 'CMD' for each sandbox, or one --variant with an --input for each (usage: %s)", verb.UsageLine(cmd))
 	case len(t.inputs) > 0 && len(t.variants) != 1:
-		return nil, usage("--input gives one command different inputs: give one --variant with it, not %d", len(t.variants))
+		return nil, verb.Usage("--input gives one command different inputs: give one --variant with it, not %d", len(t.variants))
 	}
 	for _, v := range t.variants {
 		if strings.TrimSpace(v) == "" {
-			return nil, usage("a --variant is empty: give each a command")
+			return nil, verb.Usage("a --variant is empty: give each a command")
 		}
 	}
 	if t.keep != sandboxd1.KeepWinner && t.keep != sandboxd1.KeepAll && t.keep != sandboxd1.KeepNone {
-		return nil, usage("--keep %s: want winner, all or none", t.keep)
+		return nil, verb.Usage("--keep %s: want winner, all or none", t.keep)
 	}
 	parallel := cmd.Int("parallel")
 	if parallel < 1 {
-		return nil, usage("--parallel %d: want 1 or more", parallel)
+		return nil, verb.Usage("--parallel %d: want 1 or more", parallel)
 	}
 	if t.prefix == "" {
 		b := make([]byte, 2)
 		_, _ = rand.Read(b)
 		t.prefix = "try-" + hex.EncodeToString(b)
 	}
-	create, err := createOptions(cmd)
+	create, err := sandboxes.CreateOptions(cmd)
 	if err != nil {
 		return nil, err
 	}
-	exec, err := execOptions(cmd)
+	exec, err := commands.ExecOptions(cmd)
 	if err != nil {
 		return nil, err
 	}

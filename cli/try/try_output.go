@@ -1,10 +1,11 @@
-package cli
+package try
 
 import (
 	"fmt"
 	"strings"
 	"time"
 
+	"github.com/sandboxd/sandboxd/cli/verb"
 	"github.com/sandboxd/sandboxd/internal/termsafe"
 	"github.com/sandboxd/sandboxd/sandboxd1"
 )
@@ -12,15 +13,15 @@ import (
 // print shows the results: JSON, the winner's name (--quiet), or the
 // outputs (--verbose), the table, the winner and what became of the
 // others.
-func (t *trial) print(out output, verbose bool) error {
+func (t *trial) print(out verb.Output, verbose bool) error {
 	results, winner := t.report.Results, t.report.Winner
-	if out.quiet && !out.json {
+	if out.Quiet && !out.AsJSON {
 		if winner >= 0 {
-			return out.line("%s", results[winner].Name)
+			return out.Line("%s", results[winner].Name)
 		}
 		return nil
 	}
-	if verbose && !out.json {
+	if verbose && !out.AsJSON {
 		for _, r := range results {
 			text := []string{"== " + r.Name + ": " + r.Result}
 			for _, step := range []struct {
@@ -37,7 +38,7 @@ func (t *trial) print(out output, verbose bool) error {
 					text = append(append(text, "-- "+step.what+": "+termsafe.Line(step.line)), lines...)
 				}
 			}
-			if err := out.line("%s\n", strings.Join(text, "\n")); err != nil {
+			if err := out.Line("%s\n", strings.Join(text, "\n")); err != nil {
 				return err
 			}
 		}
@@ -52,7 +53,7 @@ func (t *trial) print(out output, verbose bool) error {
 	if len(t.inputs) > 0 {
 		what = "INPUT"
 	}
-	err := printList(out, results, func(r sandboxd1.TryResult) string { return r.Name },
+	err := verb.PrintList(out, results, func(r sandboxd1.TryResult) string { return r.Name },
 		[]string{"NAME", what, "RESULT", "TIME", "DIFF", "DISK", "PEAK"}, func(r sandboxd1.TryResult) []string {
 			variant := r.Command
 			if r.Input != nil {
@@ -70,14 +71,14 @@ func (t *trial) print(out output, verbose bool) error {
 				}
 			}
 			if r.DiskUsed != nil {
-				disk = bytesText(*r.DiskUsed)
+				disk = verb.BytesText(*r.DiskUsed)
 			}
 			if r.MemoryPeak != nil {
-				peak = bytesText(*r.MemoryPeak)
+				peak = verb.BytesText(*r.MemoryPeak)
 			}
 			return []string{r.Name, shorten(termsafe.Line(variant), 40), result, seconds(time.Duration(r.Seconds * float64(time.Second))), diff, disk, peak}
 		})
-	if err != nil || out.json {
+	if err != nil || out.AsJSON {
 		return err
 	}
 	lines := []string{""}
@@ -105,7 +106,7 @@ func (t *trial) print(out output, verbose bool) error {
 	default:
 		lines = append(lines, fmt.Sprintf("kept %s; destroyed the other %d", strings.Join(kept, ", "), destroyed))
 	}
-	return out.line("%s", strings.Join(lines, "\n"))
+	return out.Line("%s", strings.Join(lines, "\n"))
 }
 
 // shorten fits a command line on one line of at most n runes.

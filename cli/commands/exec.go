@@ -1,4 +1,4 @@
-package cli
+package commands
 
 import (
 	"context"
@@ -16,11 +16,15 @@ import (
 	ucli "github.com/urfave/cli/v3"
 	"golang.org/x/sys/unix"
 
+	"github.com/sandboxd/sandboxd/cli/verb"
 	sbclient "github.com/sandboxd/sandboxd/client"
 	"github.com/sandboxd/sandboxd/sandboxd1"
 )
 
-func execFlags() []ucli.Flag {
+// ExecFlags are how a command is run (as root, its environment, directory,
+// timeout, detached): exec's, shell's and run's, and try's for each
+// variant and check.
+func ExecFlags() []ucli.Flag {
 	return []ucli.Flag{
 		&ucli.BoolFlag{Name: "root", Usage: "run as root in the sandbox (root of its user namespace, nobody on the host; in a sandbox without one only root may); without it root's command has no capability"},
 		&ucli.StringSliceFlag{Name: "env", Aliases: []string{"e"}, Usage: "KEY=value for the command's environment (repeat it)"},
@@ -30,25 +34,25 @@ func execFlags() []ucli.Flag {
 	}
 }
 
-// execOptions reads the exec flags (execFlags, and exec's --output-limit)
+// ExecOptions reads the exec flags (ExecFlags, and exec's --output-limit)
 // into the Go client's options, whose WireOptions are what goes on the bus.
-func execOptions(cmd *ucli.Command) (sbclient.ExecOptions, error) {
+func ExecOptions(cmd *ucli.Command) (sbclient.ExecOptions, error) {
 	opts := sbclient.ExecOptions{Root: cmd.Bool("root"), Detach: cmd.Bool("detach"), Dir: cmd.String("workdir")}
 	for _, kv := range cmd.StringSlice("env") {
 		if k, _, ok := cutEnv(kv); !ok || k == "" {
-			return opts, usage("--env %s: want KEY=value", kv)
+			return opts, verb.Usage("--env %s: want KEY=value", kv)
 		}
 	}
 	opts.Env = cmd.StringSlice("env")
 	if cmd.IsSet("timeout") {
 		if opts.Timeout = cmd.Duration("timeout"); opts.Timeout <= 0 {
-			return opts, usage("--timeout %v: want a duration above 0, like 30s", opts.Timeout)
+			return opts, verb.Usage("--timeout %v: want a duration above 0, like 30s", opts.Timeout)
 		}
 	}
 	if cmd.Name == "exec" {
 		if v := cmd.String("output-limit"); v != "" {
 			if err := opts.OutputLimit.UnmarshalText([]byte(v)); err != nil || opts.OutputLimit == 0 {
-				return opts, usage("--output-limit %s: want a size above 0, like 10M", v)
+				return opts, verb.Usage("--output-limit %s: want a size above 0, like 10M", v)
 			}
 		}
 	}
@@ -68,24 +72,25 @@ func cutEnv(kv string) (string, string, bool) {
 func splitCommand(cmd *ucli.Command, needCommand bool) (string, []string, error) {
 	a := cmd.Args().Slice()
 	if len(a) == 0 {
-		return "", nil, usage("which sandbox? (usage: %s)", usageLine(cmd))
+		return "", nil, verb.Usage("which sandbox? (usage: %s)", verb.UsageLine(cmd))
 	}
 	rest := a[1:]
 	if i := slices.Index(rest, "--"); i > 0 && strings.HasPrefix(rest[0], "-") {
 		// Options are read up to the sandbox's name only: one after it
 		// would be taken for the command.
-		return "", nil, usage("%s comes after the sandbox; options go before it (usage: %s)", rest[0], usageLine(cmd))
+		return "", nil, verb.Usage("%s comes after the sandbox; options go before it (usage: %s)", rest[0], verb.UsageLine(cmd))
 	}
 	if len(rest) > 0 && rest[0] == "--" {
 		rest = rest[1:]
 	}
 	if needCommand && len(rest) == 0 {
-		return "", nil, usage("what command? (usage: %s)", usageLine(cmd))
+		return "", nil, verb.Usage("what command? (usage: %s)", verb.UsageLine(cmd))
 	}
 	return a[0], rest, nil
 }
 
-func execCommand() *ucli.Command {
+// Exec is `sandboxctl exec`.
+func Exec() *ucli.Command {
 	one := 1
 	return &ucli.Command{
 		Name:      "exec",
@@ -102,14 +107,14 @@ the command's status: 128+N if signal N ended it, 124 if --timeout did.
 Ctrl-C (SIGINT), SIGTERM and SIGHUP are passed to the command; the
 sandbox stays.`,
 		StopOnNthArg: &one,
-		Flags: append(execFlags(),
+		Flags: append(ExecFlags(),
 			&ucli.StringFlag{Name: "output-limit", Usage: "end the command once it wrote this much to stdout and stderr, like 10M"}),
 		Action: func(ctx context.Context, cmd *ucli.Command) error {
 			target, argv, err := splitCommand(cmd, true)
 			if err != nil {
 				return err
 			}
-			opts, err := execOptions(cmd)
+			opts, err := ExecOptions(cmd)
 			if err != nil {
 				return err
 			}
@@ -118,8 +123,8 @@ sandbox stays.`,
 			if isTerminalFD(0) && isTerminalFD(1) && opts.OutputLimit == 0 {
 				return onTerminal(ctx, target, argv, opts)
 			}
-			return withClient(ctx, func(c *client) error {
-				e, err := c.resolveWatching(ctx, target)
+			return verb.WithClient(ctx, func(c *verb.Client) error {
+				e, err := c.ResolveWatching(ctx, target)
 				if err != nil {
 					return err
 				}
@@ -134,12 +139,12 @@ sandbox stays.`,
 				}
 				defer stdio.close()
 				var id string
-				if err := call(ctx, c.sandbox(e.ID), "running "+argv[0]+" in sandbox "+e.ID, sandboxd1.SandboxInterface+".Exec",
+				if err := verb.Call(ctx, c.Sandbox(e.ID), "running "+argv[0]+" in sandbox "+e.ID, sandboxd1.SandboxInterface+".Exec",
 					append([]any{argv, opts.WireOptions()}, stdio.fds()...), &id); err != nil {
 					return err
 				}
 				stdio.started()
-				err = c.finish(ctx, e.ID, id, interrupts)
+				err = finish(ctx, c, e.ID, id, interrupts)
 				stdio.drain()
 				return err
 			})
@@ -149,10 +154,10 @@ sandbox stays.`,
 
 // finish waits for command id in sandbox to end, passing the user's
 // signals on, and ends sandboxctl with its status.
-func (c *client) finish(ctx context.Context, sandbox, id string, interrupts <-chan os.Signal) error {
-	st, err := c.waitExit(ctx, id, interrupts, func(sig os.Signal) {
+func finish(ctx context.Context, c *verb.Client, sandbox, id string, interrupts <-chan os.Signal) error {
+	st, err := c.WaitExit(ctx, id, interrupts, func(sig os.Signal) {
 		if s, ok := sig.(syscall.Signal); ok {
-			_ = call(ctx, c.sandbox(sandbox), "signalling the command", sandboxd1.SandboxInterface+".Signal", []any{id, int32(s)})
+			_ = verb.Call(ctx, c.Sandbox(sandbox), "signalling the command", sandboxd1.SandboxInterface+".Signal", []any{id, int32(s)})
 		}
 	})
 	if err != nil {
@@ -163,23 +168,24 @@ func (c *client) finish(ctx context.Context, sandbox, id string, interrupts <-ch
 		if st.Status == 0 {
 			return nil
 		}
-		return exitWith(st.Status)
+		return verb.ExitWith(st.Status)
 	case "signaled":
-		return exitWith(st.Status)
+		return verb.ExitWith(st.Status)
 	case "oom-killed":
 		fmt.Fprintf(os.Stderr, "sandboxctl: the command was killed by sandbox %s's memory limit\n", sandbox)
-		return exitWith(st.Status)
+		return verb.ExitWith(st.Status)
 	case "timed-out":
 		fmt.Fprintln(os.Stderr, "sandboxctl: the command timed out")
-		return exitWith(124)
+		return verb.ExitWith(124)
 	case "output-limit":
 		fmt.Fprintln(os.Stderr, "sandboxctl: the command was stopped at its output limit")
-		return exitWith(st.Status)
+		return verb.ExitWith(st.Status)
 	}
-	return &Error{Code: ExitFailed, Msg: fmt.Sprintf("the command ended without a status (%s): sandbox %s ended under it", st.How, sandbox)}
+	return &verb.Error{Code: verb.ExitFailed, Msg: fmt.Sprintf("the command ended without a status (%s): sandbox %s ended under it", st.How, sandbox)}
 }
 
-func shellCommand() *ucli.Command {
+// Shell is `sandboxctl shell`.
+func Shell() *ucli.Command {
 	one := 1
 	return &ucli.Command{
 		Name:      "shell",
@@ -189,7 +195,7 @@ func shellCommand() *ucli.Command {
 on a new pseudo-terminal in the sandbox, and connects your terminal to
 it. Ctrl-C and the window size reach it; exit the shell to come back.`,
 		StopOnNthArg: &one,
-		Flags:        execFlags(),
+		Flags:        ExecFlags(),
 		Action: func(ctx context.Context, cmd *ucli.Command) error {
 			target, argv, err := splitCommand(cmd, false)
 			if err != nil {
@@ -201,12 +207,12 @@ it. Ctrl-C and the window size reach it; exit the shell to come back.`,
 					argv = []string{"/bin/bash", "-l"}
 				}
 			}
-			opts, err := execOptions(cmd)
+			opts, err := ExecOptions(cmd)
 			if err != nil {
 				return err
 			}
 			if !isTerminalFD(0) {
-				return usage("shell needs a terminal on stdin; use `sandboxctl exec` from scripts")
+				return verb.Usage("shell needs a terminal on stdin; use `sandboxctl exec` from scripts")
 			}
 			return onTerminal(ctx, target, argv, opts)
 		},
@@ -220,20 +226,20 @@ it. Ctrl-C and the window size reach it; exit the shell to come back.`,
 func onTerminal(ctx context.Context, target string, argv []string, opts sbclient.ExecOptions) error {
 	saved, err := unix.IoctlGetTermios(0, unix.TCGETS)
 	if err != nil {
-		return usage("a terminal on stdin is needed here")
+		return verb.Usage("a terminal on stdin is needed here")
 	}
 	ws, err := unix.IoctlGetWinsize(0, unix.TIOCGWINSZ)
 	if err != nil {
 		ws = &unix.Winsize{Row: 24, Col: 80}
 	}
-	return withClient(ctx, func(c *client) error {
-		e, err := c.resolveWatching(ctx, target)
+	return verb.WithClient(ctx, func(c *verb.Client) error {
+		e, err := c.ResolveWatching(ctx, target)
 		if err != nil {
 			return err
 		}
 		var id string
 		var fd dbus.UnixFD
-		if err := call(ctx, c.sandbox(e.ID), "starting "+argv[0]+" on a terminal in sandbox "+e.ID, sandboxd1.SandboxInterface+".ExecTerminal",
+		if err := verb.Call(ctx, c.Sandbox(e.ID), "starting "+argv[0]+" on a terminal in sandbox "+e.ID, sandboxd1.SandboxInterface+".ExecTerminal",
 			[]any{argv, opts.WireOptions(), ws.Row, ws.Col}, &id, &fd); err != nil {
 			return err
 		}
@@ -249,7 +255,7 @@ func onTerminal(ctx context.Context, target string, argv []string, opts sbclient
 		raw := *saved
 		makeRaw(&raw)
 		if err := unix.IoctlSetTermios(0, unix.TCSETS, &raw); err != nil {
-			return &Error{Code: ExitFailed, Msg: "setting the terminal to raw mode: " + err.Error()}
+			return &verb.Error{Code: verb.ExitFailed, Msg: "setting the terminal to raw mode: " + err.Error()}
 		}
 		defer func() { _ = unix.IoctlSetTermios(0, unix.TCSETS, saved) }()
 		go func() { _, _ = io.Copy(master, os.Stdin) }()
@@ -265,7 +271,7 @@ func onTerminal(ctx context.Context, target string, argv []string, opts sbclient
 				}
 			}
 		}()
-		err = c.finish(ctx, e.ID, id, interrupts)
+		err = finish(ctx, c, e.ID, id, interrupts)
 		select { // the terminal's last output
 		case <-drained:
 		case <-time.After(500 * time.Millisecond):
@@ -301,7 +307,7 @@ func newStdio() (*stdio, error) {
 		r, w, err := os.Pipe()
 		if err != nil {
 			s.close()
-			return nil, &Error{Code: ExitFailed, Msg: "making a pipe for the terminal: " + err.Error()}
+			return nil, &verb.Error{Code: verb.ExitFailed, Msg: "making a pipe for the terminal: " + err.Error()}
 		}
 		if fd == 0 {
 			s.files[0], s.stdinW = r, w

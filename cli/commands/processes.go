@@ -1,4 +1,4 @@
-package cli
+package commands
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	ucli "github.com/urfave/cli/v3"
 	"golang.org/x/sys/unix"
 
+	"github.com/sandboxd/sandboxd/cli/verb"
 	sbclient "github.com/sandboxd/sandboxd/client"
 	"github.com/sandboxd/sandboxd/internal/termsafe"
 	"github.com/sandboxd/sandboxd/sandboxd1"
@@ -19,10 +20,11 @@ import (
 
 // Background processes: run --detach, ps, logs, kill.
 
-func runCommand() *ucli.Command {
+// Run is `sandboxctl run`.
+func Run() *ucli.Command {
 	one := 1
 	var flags []ucli.Flag
-	for _, f := range execFlags() {
+	for _, f := range ExecFlags() {
 		if f.Names()[0] != "detach" {
 			flags = append(flags, f)
 		}
@@ -42,48 +44,49 @@ signals one. When COMMAND ends, whatever it left running ends too.`,
 		Flags:        flags,
 		Action: func(ctx context.Context, cmd *ucli.Command) error {
 			if !cmd.Bool("detach") {
-				return usage("run starts a command in the background: give --detach (to wait for a command, use sandboxctl exec)")
+				return verb.Usage("run starts a command in the background: give --detach (to wait for a command, use sandboxctl exec)")
 			}
 			target, argv, err := splitCommand(cmd, true)
 			if err != nil {
 				return err
 			}
-			opts, err := execOptions(cmd)
+			opts, err := ExecOptions(cmd)
 			if err != nil {
 				return err
 			}
-			return withClient(ctx, func(c *client) error {
-				e, err := c.resolve(ctx, target)
+			return verb.WithClient(ctx, func(c *verb.Client) error {
+				e, err := c.Resolve(ctx, target)
 				if err != nil {
 					return err
 				}
-				proc, err := c.handle(e).Spawn(ctx, argv, opts)
+				proc, err := c.Handle(e).Spawn(ctx, argv, opts)
 				if err != nil {
-					return fromBus("starting "+argv[0]+" in the background", err)
+					return verb.FromBus("starting "+argv[0]+" in the background", err)
 				}
-				return outputOf(cmd).line("%s", proc)
+				return verb.OutputOf(cmd).Line("%s", proc)
 			})
 		},
 	}
 }
 
-func psCommand() *ucli.Command {
+// PS is `sandboxctl ps`.
+func PS() *ucli.Command {
 	return &ucli.Command{
 		Name:      "ps",
 		Usage:     "list a sandbox's background processes",
 		ArgsUsage: "SANDBOX",
-		Action: onSandbox(1, func(ctx context.Context, cmd *ucli.Command, c *client, e sandboxd1.ListEntry, _ []string) error {
-			ps, err := c.handle(e).Processes(ctx)
+		Action: verb.OnSandbox(1, func(ctx context.Context, cmd *ucli.Command, c *verb.Client, e sandboxd1.ListEntry, _ []string) error {
+			ps, err := c.Handle(e).Processes(ctx)
 			if err != nil {
-				return fromBus("listing the background processes", err)
+				return verb.FromBus("listing the background processes", err)
 			}
-			out := outputOf(cmd)
-			if out.json {
+			out := verb.OutputOf(cmd)
+			if out.AsJSON {
 				return out.JSON(ps)
 			}
-			if out.quiet {
+			if out.Quiet {
 				for _, p := range ps {
-					if err := out.line("%s", p.ID); err != nil {
+					if err := out.Line("%s", p.ID); err != nil {
 						return err
 					}
 				}
@@ -92,9 +95,9 @@ func psCommand() *ucli.Command {
 			rows := make([][]string, 0, len(ps))
 			for _, p := range ps {
 				rows = append(rows, []string{p.ID, strconv.FormatUint(uint64(p.PID), 10), processState(p),
-					age(fromMicros(p.Started)), termsafe.Line(strings.Join(p.Argv, " "))})
+					verb.Age(verb.FromMicros(p.Started)), termsafe.Line(strings.Join(p.Argv, " "))})
 			}
-			return out.table([]string{"PROCESS", "PID", "STATE", "AGE", "COMMAND"}, rows)
+			return out.Table([]string{"PROCESS", "PID", "STATE", "AGE", "COMMAND"}, rows)
 		}),
 	}
 }
@@ -112,7 +115,8 @@ func processState(p sandboxd1.ProcessEntry) string {
 	return p.How
 }
 
-func logsCommand() *ucli.Command {
+// Logs is `sandboxctl logs`.
+func Logs() *ucli.Command {
 	return &ucli.Command{
 		Name:      "logs",
 		Usage:     "print a background process's output",
@@ -123,14 +127,14 @@ until it ends. To a terminal, control characters are shown escaped.`,
 		Flags: []ucli.Flag{
 			&ucli.BoolFlag{Name: "follow", Aliases: []string{"f"}, Usage: "keep printing until the process ends"},
 		},
-		Action: onSandbox(2, func(ctx context.Context, cmd *ucli.Command, c *client, e sandboxd1.ListEntry, rest []string) error {
+		Action: verb.OnSandbox(2, func(ctx context.Context, cmd *ucli.Command, c *verb.Client, e sandboxd1.ListEntry, rest []string) error {
 			w := cmd.Root().Writer
 			escape := w == os.Stdout && isTerminalFD(1)
 			var offset uint64
 			for {
-				data, next, ended, err := c.handle(e).ReadLog(ctx, rest[0], offset, sbclient.MaxLogChunk)
+				data, next, ended, err := c.Handle(e).ReadLog(ctx, rest[0], offset, sbclient.MaxLogChunk)
 				if err != nil {
-					return fromBus("reading the log of "+rest[0], err)
+					return verb.FromBus("reading the log of "+rest[0], err)
 				}
 				if escape {
 					data = []byte(termsafe.Output(string(data)))
@@ -154,13 +158,14 @@ until it ends. To a terminal, control characters are shown escaped.`,
 	}
 }
 
-func killCommand() *ucli.Command {
+// Kill is `sandboxctl kill`.
+func Kill() *ucli.Command {
 	return &ucli.Command{
 		Name:      "kill",
 		Usage:     "signal a background process (and its process group); TERM by default",
 		ArgsUsage: "SANDBOX PROCESS [SIGNAL]",
 		Action: func(ctx context.Context, cmd *ucli.Command) error {
-			a, err := args(cmd, 2, 3)
+			a, err := verb.Args(cmd, 2, 3)
 			if err != nil {
 				return err
 			}
@@ -170,13 +175,13 @@ func killCommand() *ucli.Command {
 					return err
 				}
 			}
-			return withClient(ctx, func(c *client) error {
-				e, err := c.resolve(ctx, a[0])
+			return verb.WithClient(ctx, func(c *verb.Client) error {
+				e, err := c.Resolve(ctx, a[0])
 				if err != nil {
 					return err
 				}
-				if err := c.handle(e).SignalProcess(ctx, a[1], sig); err != nil {
-					return fromBus("signalling "+a[1], err)
+				if err := c.Handle(e).SignalProcess(ctx, a[1], sig); err != nil {
+					return verb.FromBus("signalling "+a[1], err)
 				}
 				return nil
 			})
@@ -192,5 +197,5 @@ func parseSignal(s string) (syscall.Signal, error) {
 	if n := unix.SignalNum("SIG" + strings.TrimPrefix(strings.ToUpper(s), "SIG")); n != 0 {
 		return n, nil
 	}
-	return 0, usage("signal %q: give a number (1-64) or a name like TERM, KILL, INT, HUP", s)
+	return 0, verb.Usage("signal %q: give a number (1-64) or a name like TERM, KILL, INT, HUP", s)
 }

@@ -1,4 +1,4 @@
-package cli
+package verb
 
 import (
 	"errors"
@@ -24,8 +24,8 @@ const (
 	ExitUnavailable = 6 // sandboxd is not running, or the system bus cannot be reached
 )
 
-// exitCodes documents the codes, for help and the man page.
-const exitCodes = `EXIT STATUS
+// ExitCodes documents the codes, for help and the man page.
+const ExitCodes = `EXIT STATUS
    0  ok
    1  the daemon could not do it, or another error
    2  usage mistake (the message shows the right form)
@@ -57,13 +57,14 @@ func (e *Error) Error() string {
 
 func (e *Error) Unwrap() error { return e.Err }
 
-func usage(format string, args ...any) *Error {
+// Usage is a usage mistake (exit 2); its message says the right form.
+func Usage(format string, args ...any) *Error {
 	return &Error{Code: ExitUsage, Msg: fmt.Sprintf(format, args...)}
 }
 
-// fromBus turns an error of a call to the daemon into an Error with the
+// FromBus turns an error of a call to the daemon into an Error with the
 // code a script branches on, keeping the daemon's words.
-func fromBus(what string, err error) *Error {
+func FromBus(what string, err error) *Error {
 	var already *Error
 	if errors.As(err, &already) {
 		return already
@@ -140,3 +141,8 @@ func notRunning(err error) *Error {
 	return &Error{Code: ExitUnavailable, Msg: "sandboxd is not running (nothing owns org.sandboxd1 on the system bus)",
 		Fix: "start it with `systemctl start sandboxd`; `journalctl -u sandboxd` says why it stopped", Err: err}
 }
+
+// ExitWith ends sandboxctl with a command's own status, saying nothing.
+type ExitWith int
+
+func (e ExitWith) Error() string { return fmt.Sprintf("exit status %d", int(e)) }

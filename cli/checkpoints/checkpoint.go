@@ -1,20 +1,24 @@
-package cli
+package checkpoints
 
 import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"time"
 
 	ucli "github.com/urfave/cli/v3"
+	"golang.org/x/sys/unix"
 
+	"github.com/sandboxd/sandboxd/cli/verb"
 	sbclient "github.com/sandboxd/sandboxd/client"
 	"github.com/sandboxd/sandboxd/internal/termsafe"
 	"github.com/sandboxd/sandboxd/sandboxd1"
 )
 
-func checkpointCommand() *ucli.Command {
+// Checkpoint is `sandboxctl checkpoint`.
+func Checkpoint() *ucli.Command {
 	return &ucli.Command{
 		Name:      "checkpoint",
 		Usage:     "take a named checkpoint of a sandbox (its files and its system layer), or delete one",
@@ -23,58 +27,60 @@ func checkpointCommand() *ucli.Command {
 its system layer (what it changed in /usr, /etc, ...), at one instant (the
 sandbox is frozen for it). Roll back to it with ` + "`sandboxctl rollback`" + `.`,
 		Flags: []ucli.Flag{&ucli.BoolFlag{Name: "delete", Usage: "delete checkpoint NAME instead"}},
-		Action: onSandbox(2, func(ctx context.Context, cmd *ucli.Command, c *client, e sandboxd1.ListEntry, rest []string) error {
-			sb, out := c.handle(e), outputOf(cmd)
+		Action: verb.OnSandbox(2, func(ctx context.Context, cmd *ucli.Command, c *verb.Client, e sandboxd1.ListEntry, rest []string) error {
+			sb, out := c.Handle(e), verb.OutputOf(cmd)
 			if cmd.Bool("delete") {
 				if err := sb.DeleteCheckpoint(ctx, rest[0]); err != nil {
-					return fromBus("deleting checkpoint "+rest[0]+" of sandbox "+e.ID, err)
+					return verb.FromBus("deleting checkpoint "+rest[0]+" of sandbox "+e.ID, err)
 				}
-				if out.json {
+				if out.AsJSON {
 					return out.JSON(map[string]string{"sandbox": e.ID, "deleted": rest[0]})
 				}
-				if out.quiet {
+				if out.Quiet {
 					return nil
 				}
-				return out.line("deleted checkpoint %s of sandbox %s", rest[0], e.ID)
+				return out.Line("deleted checkpoint %s of sandbox %s", rest[0], e.ID)
 			}
 			created, err := sb.Checkpoint(ctx, rest[0])
 			if err != nil {
-				return fromBus("taking checkpoint "+rest[0]+" of sandbox "+e.ID, err)
+				return verb.FromBus("taking checkpoint "+rest[0]+" of sandbox "+e.ID, err)
 			}
 			switch {
-			case out.json:
+			case out.AsJSON:
 				return out.JSON(map[string]any{"sandbox": e.ID, "checkpoint": rest[0], "created": created})
-			case out.quiet:
+			case out.Quiet:
 				return nil
 			}
-			return out.line("checkpoint %s of sandbox %s taken", rest[0], e.ID)
+			return out.Line("checkpoint %s of sandbox %s taken", rest[0], e.ID)
 		}),
 	}
 }
 
-func checkpointsCommand() *ucli.Command {
+// Checkpoints is `sandboxctl checkpoints`.
+func Checkpoints() *ucli.Command {
 	return &ucli.Command{
 		Name:      "checkpoints",
 		Usage:     "list a sandbox's checkpoints",
 		ArgsUsage: "SANDBOX",
-		Action: onSandbox(1, func(ctx context.Context, cmd *ucli.Command, c *client, e sandboxd1.ListEntry, _ []string) error {
-			list, err := c.handle(e).Checkpoints(ctx)
+		Action: verb.OnSandbox(1, func(ctx context.Context, cmd *ucli.Command, c *verb.Client, e sandboxd1.ListEntry, _ []string) error {
+			list, err := c.Handle(e).Checkpoints(ctx)
 			if err != nil {
-				return fromBus("listing the checkpoints of sandbox "+e.ID, err)
+				return verb.FromBus("listing the checkpoints of sandbox "+e.ID, err)
 			}
-			return printList(outputOf(cmd), list, func(ck sandboxd1.CheckpointEntry) string { return ck.Name },
+			return verb.PrintList(verb.OutputOf(cmd), list, func(ck sandboxd1.CheckpointEntry) string { return ck.Name },
 				[]string{"NAME", "TAKEN", "COVERS"}, func(ck sandboxd1.CheckpointEntry) []string {
 					covers := "files and system layer"
 					if !ck.Layer {
 						covers = "files (the system layer is in memory)"
 					}
-					return []string{ck.Name, fromMicros(ck.Created).Local().Format(time.DateTime), covers}
+					return []string{ck.Name, verb.FromMicros(ck.Created).Local().Format(time.DateTime), covers}
 				})
 		}),
 	}
 }
 
-func rollbackCommand() *ucli.Command {
+// Rollback is `sandboxctl rollback`.
+func Rollback() *ucli.Command {
 	return &ucli.Command{
 		Name:      "rollback",
 		Usage:     "bring a sandbox back to a checkpoint (its processes are stopped, it starts again)",
@@ -82,51 +88,52 @@ func rollbackCommand() *ucli.Command {
 		Description: `Stops every process of the sandbox, brings its files and its system
 layer back to checkpoint NAME, and starts it again: the same sandbox, id,
 limits and time to live. Later checkpoints stay.`,
-		Action: onSandbox(2, func(ctx context.Context, cmd *ucli.Command, c *client, e sandboxd1.ListEntry, rest []string) error {
-			if err := c.handle(e).Rollback(ctx, rest[0]); err != nil {
-				return fromBus("rolling sandbox "+e.ID+" back to "+rest[0], err)
+		Action: verb.OnSandbox(2, func(ctx context.Context, cmd *ucli.Command, c *verb.Client, e sandboxd1.ListEntry, rest []string) error {
+			if err := c.Handle(e).Rollback(ctx, rest[0]); err != nil {
+				return verb.FromBus("rolling sandbox "+e.ID+" back to "+rest[0], err)
 			}
-			out := outputOf(cmd)
+			out := verb.OutputOf(cmd)
 			switch {
-			case out.json:
+			case out.AsJSON:
 				return out.JSON(map[string]string{"sandbox": e.ID, "rolled_back_to": rest[0]})
-			case out.quiet:
+			case out.Quiet:
 				return nil
 			}
-			return out.line("sandbox %s is back at checkpoint %s (its processes were stopped; it runs again)", e.ID, rest[0])
+			return out.Line("sandbox %s is back at checkpoint %s (its processes were stopped; it runs again)", e.ID, rest[0])
 		}),
 	}
 }
 
-func diffCommand() *ucli.Command {
+// Diff is `sandboxctl diff`.
+func Diff() *ucli.Command {
 	return &ucli.Command{
 		Name:      "diff",
 		Usage:     "what a sandbox changed in its project since its base",
 		ArgsUsage: "SANDBOX",
 		Flags: []ucli.Flag{&ucli.BoolFlag{Name: "text", Aliases: []string{"u"},
 			Usage: "a unified text diff of the changed files, as git shows it (binary files named as such)"}},
-		Action: onSandbox(1, func(ctx context.Context, cmd *ucli.Command, c *client, e sandboxd1.ListEntry, _ []string) error {
-			sb := c.handle(e)
+		Action: verb.OnSandbox(1, func(ctx context.Context, cmd *ucli.Command, c *verb.Client, e sandboxd1.ListEntry, _ []string) error {
+			sb := c.Handle(e)
 			if cmd.Bool("text") {
 				text, err := sb.UnifiedDiff(ctx, sbclient.UnifiedDiffOptions{})
 				if err != nil {
-					return fromBus("diffing sandbox "+e.ID, err)
+					return verb.FromBus("diffing sandbox "+e.ID, err)
 				}
-				if err := written(writeDiffText(cmd.Root().Writer, text)); err != nil {
+				if err := verb.Written(writeDiffText(cmd.Root().Writer, text)); err != nil {
 					return err
 				}
 				// The text may go to git apply: the count goes to stderr.
 				if _, ignored, err := sb.DiffCounted(ctx); err == nil && ignored > 0 {
-					fmt.Fprintln(cmd.Root().ErrWriter, leftOutLine(ignored))
+					fmt.Fprintln(cmd.Root().ErrWriter, verb.LeftOutLine(ignored))
 				}
 				return nil
 			}
 			changes, ignored, err := sb.DiffCounted(ctx)
 			if err != nil {
-				return fromBus("listing the changes of sandbox "+e.ID, err)
+				return verb.FromBus("listing the changes of sandbox "+e.ID, err)
 			}
-			out := outputOf(cmd)
-			if out.json {
+			out := verb.OutputOf(cmd)
+			if out.AsJSON {
 				if changes == nil {
 					changes = []sandboxd1.ChangeEntry{}
 				}
@@ -143,38 +150,29 @@ func diffCommand() *ucli.Command {
 				if ch.NewPath != "" {
 					p += " -> " + termsafe.Path(ch.NewPath)
 				}
-				if out.quiet {
+				if out.Quiet {
 					p = termsafe.Path(ch.Path)
 				} else {
 					p = marks[ch.Kind] + " " + p
 				}
-				if err := out.line("%s", p); err != nil {
+				if err := out.Line("%s", p); err != nil {
 					return err
 				}
 			}
-			if out.quiet {
+			if out.Quiet {
 				return nil
 			}
 			if len(changes) == 0 {
-				if err := out.line("no changes since the base"); err != nil {
+				if err := out.Line("no changes since the base"); err != nil {
 					return err
 				}
 			}
 			if ignored > 0 {
-				return out.line("%s", leftOutLine(ignored))
+				return out.Line("%s", verb.LeftOutLine(ignored))
 			}
 			return nil
 		}),
 	}
-}
-
-// leftOutLine says how many changed paths the ignore rules left out.
-func leftOutLine(n int) string {
-	paths := "paths"
-	if n == 1 {
-		paths = "path"
-	}
-	return fmt.Sprintf("%d %s left out by ignore rules (.sandboxignore)", n, paths)
 }
 
 // writeDiffText writes a unified diff. Its names come quoted from the
@@ -198,4 +196,15 @@ func writeDiffText(w io.Writer, text string) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// isTerminal reports whether w is a terminal (where text a sandbox made
+// must not reach raw).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
 }

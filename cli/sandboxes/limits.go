@@ -1,4 +1,4 @@
-package cli
+package sandboxes
 
 import (
 	"context"
@@ -7,10 +7,12 @@ import (
 
 	ucli "github.com/urfave/cli/v3"
 
+	"github.com/sandboxd/sandboxd/cli/verb"
 	"github.com/sandboxd/sandboxd/sandboxd1"
 )
 
-func limitsCommand() *ucli.Command {
+// Limits is `sandboxctl limits`.
+func Limits() *ucli.Command {
 	return &ucli.Command{
 		Name:  "limits",
 		Usage: "show what you use of each bound on your sandboxes, and what all sandboxes use of theirs",
@@ -22,19 +24,19 @@ of the machine's), max_sandboxes, and max_memory for the MemoryMax promised
 to them. A fork or an allocation past your bound fails in your sandbox,
 however much its own limits allow; a create past a count is refused.`,
 		Action: func(ctx context.Context, cmd *ucli.Command) error {
-			if _, err := args(cmd, 0, 0); err != nil {
+			if _, err := verb.Args(cmd, 0, 0); err != nil {
 				return err
 			}
-			return withClient(ctx, func(c *client) error {
-				l, err := c.api.Bounds(ctx)
+			return verb.WithClient(ctx, func(c *verb.Client) error {
+				l, err := c.API.Bounds(ctx)
 				if err != nil {
-					return fromBus("reading your limits", err)
+					return verb.FromBus("reading your limits", err)
 				}
-				out := outputOf(cmd)
-				if out.json {
+				out := verb.OutputOf(cmd)
+				if out.AsJSON {
 					return out.JSON(limitsJSON(l))
 				}
-				return out.table([]string{"BOUND", "USED", "LIMIT", "USE", "SET BY"}, limitsRows(l))
+				return out.Table([]string{"BOUND", "USED", "LIMIT", "USE", "SET BY"}, limitsRows(l))
 			})
 		},
 	}
@@ -59,7 +61,7 @@ func limitsRows(l sandboxd1.Limits) [][]string {
 	} {
 		f := func(v uint64) string {
 			if r.bytes {
-				return bytesText(v)
+				return verb.BytesText(v)
 			}
 			return fmt.Sprint(v)
 		}

@@ -1,12 +1,15 @@
-package cli
+package sandboxes
 
 import (
 	"context"
 
 	ucli "github.com/urfave/cli/v3"
+
+	"github.com/sandboxd/sandboxd/cli/verb"
 )
 
-func cacheCommand() *ucli.Command {
+// Cache is `sandboxctl cache`.
+func Cache() *ucli.Command {
 	return &ucli.Command{
 		Name:  "cache",
 		Usage: "your cache that your sandboxes share (pip, npm, Go, cargo)",
@@ -21,21 +24,21 @@ for all of them together.`,
 				Name:  "clear",
 				Usage: "empty your cache",
 				Action: func(ctx context.Context, cmd *ucli.Command) error {
-					if _, err := args(cmd, 0, 0); err != nil {
+					if _, err := verb.Args(cmd, 0, 0); err != nil {
 						return err
 					}
-					return withClient(ctx, func(c *client) error {
-						if err := c.api.ClearCache(ctx); err != nil {
-							return fromBus("clearing your cache", err)
+					return verb.WithClient(ctx, func(c *verb.Client) error {
+						if err := c.API.ClearCache(ctx); err != nil {
+							return verb.FromBus("clearing your cache", err)
 						}
-						out := outputOf(cmd)
+						out := verb.OutputOf(cmd)
 						switch {
-						case out.json:
+						case out.AsJSON:
 							return out.JSON(map[string]any{"cleared": true})
-						case out.quiet:
+						case out.Quiet:
 							return nil
 						}
-						return out.line("cleared your cache")
+						return out.Line("cleared your cache")
 					})
 				},
 			},

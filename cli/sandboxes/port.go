@@ -1,4 +1,4 @@
-package cli
+package sandboxes
 
 import (
 	"context"
@@ -6,11 +6,13 @@ import (
 
 	ucli "github.com/urfave/cli/v3"
 
+	"github.com/sandboxd/sandboxd/cli/verb"
 	sbclient "github.com/sandboxd/sandboxd/client"
 	"github.com/sandboxd/sandboxd/sandboxd1"
 )
 
-func portCommand() *ucli.Command {
+// Port is `sandboxctl port`.
+func Port() *ucli.Command {
 	return &ucli.Command{
 		Name:      "port",
 		Usage:     "reach a port of a sandbox from the host (prints where), or close it",
@@ -31,33 +33,33 @@ path stays, a TCP port gets a new number.`,
 			&ucli.BoolFlag{Name: "tcp", Usage: "also listen on a loopback TCP port, and print its address"},
 			&ucli.BoolFlag{Name: "close", Usage: "stop exposing PORT"},
 		},
-		Action: onSandbox(2, func(ctx context.Context, cmd *ucli.Command, c *client, e sandboxd1.ListEntry, rest []string) error {
+		Action: verb.OnSandbox(2, func(ctx context.Context, cmd *ucli.Command, c *verb.Client, e sandboxd1.ListEntry, rest []string) error {
 			port, err := strconv.ParseUint(rest[0], 10, 16)
 			if err != nil {
-				return usage("%s is not a port (1 to 65535)", quote(rest[0]))
+				return verb.Usage("%s is not a port (1 to 65535)", verb.Quote(rest[0]))
 			}
-			out := outputOf(cmd)
-			what := "port " + rest[0] + " of sandbox " + sandboxLabel(e)
+			out := verb.OutputOf(cmd)
+			what := "port " + rest[0] + " of sandbox " + verb.SandboxLabel(e)
 			if cmd.Bool("close") {
-				if err := c.handle(e).ClosePort(ctx, uint16(port)); err != nil {
-					return fromBus("closing "+what, err)
+				if err := c.Handle(e).ClosePort(ctx, uint16(port)); err != nil {
+					return verb.FromBus("closing "+what, err)
 				}
 				switch {
-				case out.json:
+				case out.AsJSON:
 					return out.JSON(map[string]any{"sandbox": e.ID, "port": port, "closed": true})
-				case out.quiet:
+				case out.Quiet:
 					return nil
 				}
-				return out.line("closed %s", what)
+				return out.Line("closed %s", what)
 			}
-			addr, err := c.handle(e).ExposePort(ctx, uint16(port), sbclient.ExposeOptions{TCP: cmd.Bool("tcp")})
+			addr, err := c.Handle(e).ExposePort(ctx, uint16(port), sbclient.ExposeOptions{TCP: cmd.Bool("tcp")})
 			if err != nil {
-				return fromBus("exposing "+what, err)
+				return verb.FromBus("exposing "+what, err)
 			}
-			if out.json {
+			if out.AsJSON {
 				return out.JSON(map[string]any{"sandbox": e.ID, "port": port, "address": addr})
 			}
-			return out.line("%s", addr)
+			return out.Line("%s", addr)
 		}),
 	}
 }

@@ -1,4 +1,4 @@
-package cli
+package promotion
 
 import (
 	"context"
@@ -7,12 +7,14 @@ import (
 
 	ucli "github.com/urfave/cli/v3"
 
+	"github.com/sandboxd/sandboxd/cli/verb"
 	sbclient "github.com/sandboxd/sandboxd/client"
 	"github.com/sandboxd/sandboxd/internal/termsafe"
 	"github.com/sandboxd/sandboxd/sandboxd1"
 )
 
-func promoteCommand() *ucli.Command {
+// Promote is `sandboxctl promote`.
+func Promote() *ucli.Command {
 	return &ucli.Command{
 		Name:      "promote",
 		Usage:     "carry what a sandbox changed to its project and on through the stages",
@@ -37,45 +39,38 @@ files are refused; 5 on a conflict.`,
 			&ucli.StringFlag{Name: "to", Usage: "stop after stage `STAGE` (default: the last)"},
 			&ucli.BoolFlag{Name: "no-wait", Usage: "print the promotion's id and return while the stages run"},
 		},
-		Action: onSandbox(1, func(ctx context.Context, cmd *ucli.Command, c *client, e sandboxd1.ListEntry, _ []string) error {
+		Action: verb.OnSandbox(1, func(ctx context.Context, cmd *ucli.Command, c *verb.Client, e sandboxd1.ListEntry, _ []string) error {
 			opts := sbclient.PromoteOptions{Force: cmd.Bool("force"), To: cmd.String("to"), AllowPrivileged: cmd.Bool("allow-privileged")}
 			// A record and an error: it started, and its first reading
 			// failed (following it reads it again, and says so).
-			p, err := c.handle(e).Promote(ctx, opts)
+			p, err := c.Handle(e).Promote(ctx, opts)
 			if p == nil {
-				return fromBus("promoting sandbox "+sandboxLabel(e), err)
+				return verb.FromBus("promoting sandbox "+verb.SandboxLabel(e), err)
 			}
-			pid, out := p.ID, outputOf(cmd)
+			pid, out := p.ID, verb.OutputOf(cmd)
 			if cmd.Bool("no-wait") {
-				if out.json {
+				if out.AsJSON {
 					return out.JSON(map[string]string{"promotion": pid})
 				}
-				return out.line("%s", pid)
+				return out.Line("%s", pid)
 			}
 			return followPromotion(ctx, c, out, pid)
 		}),
 	}
 }
 
-func sandboxLabel(e sandboxd1.ListEntry) string {
-	if e.Name != "" {
-		return e.Name
-	}
-	return e.ID
-}
-
 // getPromotion reads promotion pid's record.
-func (c *client) getPromotion(ctx context.Context, pid string) (sandboxd1.Promotion, error) {
-	p, err := c.api.Promotion(ctx, pid)
+func getPromotion(ctx context.Context, c *verb.Client, pid string) (sandboxd1.Promotion, error) {
+	p, err := c.API.Promotion(ctx, pid)
 	if err != nil {
-		return sandboxd1.Promotion{}, fromBus("reading promotion "+pid, err)
+		return sandboxd1.Promotion{}, verb.FromBus("reading promotion "+pid, err)
 	}
 	return *p, nil
 }
 
 // followPromotion prints a promotion's progress until it ends or waits,
 // a line per step, and exits as its outcome says.
-func followPromotion(ctx context.Context, c *client, out output, pid string) error {
+func followPromotion(ctx context.Context, c *verb.Client, out verb.Output, pid string) error {
 	var seen []string // lines printed
 	say := func(line string) error {
 		for _, s := range seen {
@@ -84,13 +79,13 @@ func followPromotion(ctx context.Context, c *client, out output, pid string) err
 			}
 		}
 		seen = append(seen, line)
-		if out.json || out.quiet {
+		if out.AsJSON || out.Quiet {
 			return nil
 		}
-		return out.line("%s", line)
+		return out.Line("%s", line)
 	}
 	for {
-		p, err := c.getPromotion(ctx, pid)
+		p, err := getPromotion(ctx, c, pid)
 		if err != nil {
 			return err
 		}
@@ -99,12 +94,12 @@ func followPromotion(ctx context.Context, c *client, out output, pid string) err
 				return err
 			}
 			if p.Ignored > 0 {
-				if err := say(leftOutLine(p.Ignored)); err != nil {
+				if err := say(verb.LeftOutLine(p.Ignored)); err != nil {
 					return err
 				}
 			}
 			if len(p.Conflicts) > 0 {
-				if err := say("forced over conflicts: " + quotedPaths(p.Conflicts)); err != nil {
+				if err := say("forced over conflicts: " + verb.QuotedPaths(p.Conflicts)); err != nil {
 					return err
 				}
 			}
@@ -117,7 +112,7 @@ func followPromotion(ctx context.Context, c *client, out output, pid string) err
 			}
 		}
 		if p.State != sandboxd1.PromotionRunning {
-			if out.json {
+			if out.AsJSON {
 				if err := out.JSON(p); err != nil {
 					return err
 				}
@@ -126,7 +121,7 @@ func followPromotion(ctx context.Context, c *client, out output, pid string) err
 			case sandboxd1.PromotionDone, sandboxd1.PromotionWaiting:
 				return nil
 			default:
-				return &Error{Code: ExitFailed, Msg: fmt.Sprintf("promotion %s %s: %s", p.ID, p.State, p.Error)}
+				return &verb.Error{Code: verb.ExitFailed, Msg: fmt.Sprintf("promotion %s %s: %s", p.ID, p.State, p.Error)}
 			}
 		}
 		select {
@@ -155,7 +150,7 @@ func stageLines(p sandboxd1.Promotion, st sandboxd1.StageRun) []string {
 		return []string{prefix + "waiting for an admin's approval: sandboxctl approve " + p.ID + " (or reject)"}
 	}
 	if st.Approved && st.DecidedBy != nil {
-		lines = append(lines, fmt.Sprintf("%sapproved by %s", prefix, userName(*st.DecidedBy)))
+		lines = append(lines, fmt.Sprintf("%sapproved by %s", prefix, verb.UserName(*st.DecidedBy)))
 	}
 	lines = append(lines, prefix+"applying")
 	if st.State == sandboxd1.StageApplying {
@@ -184,110 +179,113 @@ func stageLines(p sandboxd1.Promotion, st sandboxd1.StageRun) []string {
 	case sandboxd1.StageRejected:
 		by := ""
 		if st.DecidedBy != nil {
-			by = " by " + userName(*st.DecidedBy)
+			by = " by " + verb.UserName(*st.DecidedBy)
 		}
 		lines = []string{prefix + "rejected" + by + ": " + termsafe.Line(st.Reason)}
 	}
 	return lines
 }
 
-func promotionsCommand() *ucli.Command {
+// Promotions is `sandboxctl promotions`.
+func Promotions() *ucli.Command {
 	return &ucli.Command{
 		Name:      "promotions",
 		Usage:     "list promotions, or show one's stages, checks and approvals",
 		ArgsUsage: "[PROMOTION]",
 		Action: func(ctx context.Context, cmd *ucli.Command) error {
-			a, err := args(cmd, 0, 1)
+			a, err := verb.Args(cmd, 0, 1)
 			if err != nil {
 				return err
 			}
-			out := outputOf(cmd)
-			return withClient(ctx, func(c *client) error {
+			out := verb.OutputOf(cmd)
+			return verb.WithClient(ctx, func(c *verb.Client) error {
 				if len(a) == 1 {
-					p, err := c.getPromotion(ctx, a[0])
+					p, err := getPromotion(ctx, c, a[0])
 					if err != nil {
 						return err
 					}
-					if out.json {
+					if out.AsJSON {
 						return out.JSON(p)
 					}
-					if err := out.line("promotion %s of sandbox %s (project %s): %s, %d changes, started %s",
+					if err := out.Line("promotion %s of sandbox %s (project %s): %s, %d changes, started %s",
 						p.ID, labelOf(p), p.Project, p.State, p.Changes, p.Created.Local().Format(time.DateTime)); err != nil {
 						return err
 					}
 					for _, st := range p.Stages {
 						for _, l := range stageLines(p, st) {
-							if err := out.line("%s", l); err != nil {
+							if err := out.Line("%s", l); err != nil {
 								return err
 							}
 						}
 					}
 					if p.Error != "" {
-						return out.line("error: %s", termsafe.Text(p.Error))
+						return out.Line("error: %s", termsafe.Text(p.Error))
 					}
 					return nil
 				}
-				list, err := c.api.Promotions(ctx)
+				list, err := c.API.Promotions(ctx)
 				if err != nil {
-					return fromBus("listing promotions", err)
+					return verb.FromBus("listing promotions", err)
 				}
-				return printList(out, list, func(p sandboxd1.PromotionEntry) string { return p.ID },
+				return verb.PrintList(out, list, func(p sandboxd1.PromotionEntry) string { return p.ID },
 					[]string{"ID", "SANDBOX", "PROJECT", "STATE", "STAGE", "CHANGES", "AGE"}, func(p sandboxd1.PromotionEntry) []string {
 						sb := p.SandboxName
 						if sb == "" {
 							sb = p.Sandbox
 						}
-						return []string{p.ID, sb, p.Project, p.State, p.Stage, fmt.Sprint(p.Changes), age(fromMicros(p.Created))}
+						return []string{p.ID, sb, p.Project, p.State, p.Stage, fmt.Sprint(p.Changes), verb.Age(verb.FromMicros(p.Created))}
 					})
 			})
 		},
 	}
 }
 
-func approveCommand() *ucli.Command {
+// Approve is `sandboxctl approve`.
+func Approve() *ucli.Command {
 	return &ucli.Command{
 		Name:      "approve",
 		Usage:     "let a promotion that waits go on to its next stage (admins)",
 		ArgsUsage: "PROMOTION",
 		Flags:     []ucli.Flag{&ucli.BoolFlag{Name: "no-wait", Usage: "return at once; do not follow the stage"}},
-		Action: onPromotion(func(ctx context.Context, cmd *ucli.Command, c *client, id string) error {
-			if err := c.api.ApprovePromotion(ctx, id); err != nil {
-				return fromBus("approving promotion "+id, err)
+		Action: onPromotion(func(ctx context.Context, cmd *ucli.Command, c *verb.Client, id string) error {
+			if err := c.API.ApprovePromotion(ctx, id); err != nil {
+				return verb.FromBus("approving promotion "+id, err)
 			}
 			if cmd.Bool("no-wait") {
 				return nil
 			}
-			return followPromotion(ctx, c, outputOf(cmd), id)
+			return followPromotion(ctx, c, verb.OutputOf(cmd), id)
 		}),
 	}
 }
 
-func rejectCommand() *ucli.Command {
+// Reject is `sandboxctl reject`.
+func Reject() *ucli.Command {
 	return &ucli.Command{
 		Name:      "reject",
 		Usage:     "end a promotion that waits for an approval (admins)",
 		ArgsUsage: "PROMOTION",
 		Flags:     []ucli.Flag{&ucli.StringFlag{Name: "reason", Usage: "why, for the record"}},
-		Action: onPromotion(func(ctx context.Context, cmd *ucli.Command, c *client, id string) error {
-			if err := c.api.RejectPromotion(ctx, id, cmd.String("reason")); err != nil {
-				return fromBus("rejecting promotion "+id, err)
+		Action: onPromotion(func(ctx context.Context, cmd *ucli.Command, c *verb.Client, id string) error {
+			if err := c.API.RejectPromotion(ctx, id, cmd.String("reason")); err != nil {
+				return verb.FromBus("rejecting promotion "+id, err)
 			}
-			out := outputOf(cmd)
-			if out.quiet || out.json {
+			out := verb.OutputOf(cmd)
+			if out.Quiet || out.AsJSON {
 				return nil
 			}
-			return out.line("promotion %s rejected", id)
+			return out.Line("promotion %s rejected", id)
 		}),
 	}
 }
 
 // onPromotion is the action of a verb about one promotion, by its id.
-func onPromotion(fn func(ctx context.Context, cmd *ucli.Command, c *client, id string) error) ucli.ActionFunc {
+func onPromotion(fn func(ctx context.Context, cmd *ucli.Command, c *verb.Client, id string) error) ucli.ActionFunc {
 	return func(ctx context.Context, cmd *ucli.Command) error {
-		a, err := args(cmd, 1, 1)
+		a, err := verb.Args(cmd, 1, 1)
 		if err != nil {
 			return err
 		}
-		return withClient(ctx, func(c *client) error { return fn(ctx, cmd, c, a[0]) })
+		return verb.WithClient(ctx, func(c *verb.Client) error { return fn(ctx, cmd, c, a[0]) })
 	}
 }
