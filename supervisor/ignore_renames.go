@@ -203,3 +203,8 @@ func fileType(mode uint32) cowfs.FileType {
 	}
 	return cowfs.TypeUnknown
 }
+
+// within says whether path is dir or below it.
+func within(path, dir string) bool {
+	return path == dir || strings.HasPrefix(path, strings.TrimSuffix(dir, "/")+"/")
+}

@@ -553,7 +553,7 @@ func roomsOf(se *supervisortest.Env) api.Rooms {
 
 	// (promotion)
 
-	// (adopt)
+	r.Adoptions = se.Adoptions
 
 	// (try)
 

@@ -1,5 +1,7 @@
 package api
 
+import "github.com/sandboxd/sandboxd/supervisor/adopt"
+
 // Rooms are the supervisor's capabilities the front door serves beside
 // its core, each made over the core's Host (cmd/sandboxd wires them).
 // A nil room is not served: its methods answer that it is not there.
@@ -20,7 +22,7 @@ type Rooms struct {
 	// (promotion)
 
 	// Adoption (AdoptProject, ReleaseProject).
-	// (adopt)
+	Adoptions *adopt.Adoptions
 
 	// Try.
 	// (try)

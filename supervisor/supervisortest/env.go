@@ -19,6 +19,7 @@ import (
 	"github.com/sandboxd/sandboxd/cowfs/btrfs"
 	"github.com/sandboxd/sandboxd/runtime/nsinit"
 	"github.com/sandboxd/sandboxd/supervisor"
+	"github.com/sandboxd/sandboxd/supervisor/adopt"
 	"github.com/sandboxd/sandboxd/supervisor/state"
 	"github.com/sandboxd/sandboxd/tests/testbed"
 	"github.com/sandboxd/sandboxd/units"
@@ -50,7 +51,7 @@ type Env struct {
 
 	// (promotion)
 
-	// (adopt)
+	Adoptions *adopt.Adoptions
 
 	// (try)
 
@@ -170,7 +171,7 @@ func (e *Env) makeRooms() {
 
 	// (promotion)
 
-	// (adopt)
+	e.Adoptions = adopt.New(e.Sup.Host().(adopt.Host), adopt.Config{})
 
 	// (try)
 }
