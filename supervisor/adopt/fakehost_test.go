@@ -82,3 +82,12 @@ func (f *fakeHost) FreezeUnits(_ context.Context, _ string, names []string) func
 
 func (f *fakeHost) Policy() supervisor.Policy { return f.policy }
 func (f *fakeHost) RuntimeRoot() string       { return f.runtime }
+
+// fakePool is a pool that only says where it is (its Info): no
+// volumes, and no project made at a path (not a cowfs.ProjectMaker).
+type fakePool struct {
+	cowfs.Backend
+	root string
+}
+
+func (p fakePool) Info() cowfs.Info { return cowfs.Info{Backend: "btrfs", Root: p.root} }
