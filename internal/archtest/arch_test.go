@@ -97,7 +97,7 @@ var cliRule = rule{"cli imports only the wire contract, the client, the MCP serv
 	in("sandboxd1", "client", "mcpserver", "internal")}
 
 // testOnly are the packages that exist for tests: no program may link them.
-var testOnly = in("tests", "supervisor/supervisortest", "cowfs/cowfstest", "internal/treetest")
+var testOnly = in("tests", "supervisor/supervisortest", "cowfs/cowfstest", "cowfs/cowfsfake", "internal/treetest")
 
 // daemonOnly and daemonLibs are what sandboxctl must not link (issue 16,
 // "Done when"): the daemon's rooms, and its store and storage libraries.
