@@ -78,7 +78,7 @@ var rules = []rule{
 	{"sandboxd1 (the wire contract) imports nothing of ours", in("sandboxd1"), in()},
 	{"internal/ imports only internal/", in("internal"), in("internal")},
 	{"cowfs imports nothing of the daemon", in("cowfs"), in("cowfs", "internal")},
-	{"units imports nothing of the daemon", in("units"), in("internal")},
+	{"units imports nothing of the daemon", in("units"), in("units", "internal")},
 	{"runtime imports only runtime and internal", in("runtime"), in("runtime", "internal")},
 	{"promote imports only cowfs and internal", in("promote"), in("cowfs", "internal")},
 	{"supervisor's records, audit log and journal are leaves", in("supervisor/state", "supervisor/audit", "supervisor/journal"), in("internal")},
@@ -97,7 +97,7 @@ var cliRule = rule{"cli imports only the wire contract, the client, the MCP serv
 	in("sandboxd1", "client", "mcpserver", "internal")}
 
 // testOnly are the packages that exist for tests: no program may link them.
-var testOnly = in("tests", "supervisor/supervisortest", "cowfs/cowfstest", "cowfs/cowfsfake", "internal/treetest")
+var testOnly = in("tests", "supervisor/supervisortest", "cowfs/cowfstest", "cowfs/cowfsfake", "units/unitsfake", "internal/treetest")
 
 // daemonOnly and daemonLibs are what sandboxctl must not link (issue 16,
 // "Done when"): the daemon's rooms, and its store and storage libraries.
@@ -190,7 +190,7 @@ func TestRulesCatchBreaks(t *testing.T) {
 			t.Errorf("%s: reported %q, want %q", r.name, got, want)
 		}
 	}
-	if !testOnly("tests/testbed") || testOnly("supervisor") || !daemonLibs("go.etcd.io/bbolt/errors") || daemonOnly("sandboxd1") {
+	if !testOnly("tests/testbed") || !testOnly("cowfs/cowfsfake") || !testOnly("units/unitsfake") || testOnly("supervisor") || !daemonLibs("go.etcd.io/bbolt/errors") || daemonOnly("sandboxd1") {
 		t.Error("testOnly, daemonOnly or daemonLibs says the wrong thing of a package")
 	}
 	ours, others := deps(g, "cmd/sandboxctl")
