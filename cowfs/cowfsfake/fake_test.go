@@ -138,6 +138,7 @@ func TestQuotaIsRecordedNotEnforced(t *testing.T) {
 		t.Fatal(err)
 	}
 	write(t, filepath.Join(sb.Path, "own"), "abcdef")
+	must[cowfs.Volume](t)(b.Snapshot(ctx, sb, "ck", true)) // what sb wrote stays its own
 	u := must[cowfs.Usage](t)(b.Usage(ctx, sb))
 	if u != (cowfs.Usage{Exclusive: 6, Referenced: 16, Quota: 4}) {
 		t.Fatalf("Usage = %+v; want 6 exclusive, 16 referenced, quota 4", u)

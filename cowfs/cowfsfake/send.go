@@ -280,8 +280,8 @@ func (b *Backend) receive(ctx context.Context, r io.Reader, staging string) (*re
 	if err != nil {
 		return nil, err
 	}
-	rec := &record{Kind: cowfs.KindReadOnly, Created: time.Now(), RootMode: hdr.RootMode, UUID: newUUID(), Received: hdr.UUID, Files: map[string]fileID{}}
-	b.identify(rec, tree, true)
+	rec := &record{Kind: cowfs.KindReadOnly, Created: time.Now(), RootMode: hdr.RootMode, UUID: newUUID(), Received: hdr.UUID}
+	b.fresh(rec, tree)
 	return rec, os.Chmod(staging, readOnlyMode)
 }
 

@@ -100,15 +100,16 @@ func fileType(mode uint32) cowfs.FileType {
 }
 
 // identify gives tree's entries their identities from rec. With assign,
-// an entry without one gets a new one, and rec keeps the identities of
-// tree's files only (a file gone takes its own along).
+// an entry without one gets a new one (marked as written since the
+// volume was made: Size -1), and rec keeps the identities of tree's
+// files only (a file gone takes its own along).
 func (b *Backend) identify(rec *record, tree map[string]*entry, assign bool) {
 	files := map[string]fileID{}
 	for _, p := range slices.Sorted(maps.Keys(tree)) {
 		e := tree[p]
 		f, ok := rec.Files[e.key]
 		if !ok && assign {
-			f = fileID{ID: b.state.NextID, Size: e.size, Mtime: e.mtime.Nano()}
+			f = fileID{ID: b.state.NextID, Size: -1}
 			b.state.NextID++
 		}
 		if ok || assign {
@@ -121,7 +122,20 @@ func (b *Backend) identify(rec *record, tree map[string]*entry, assign bool) {
 	}
 }
 
-// record makes the bookkeeping of a tree just copied from src: each file
+// fresh gives each file of tree, a volume just made, a new identity.
+func (b *Backend) fresh(rec *record, tree map[string]*entry) {
+	rec.Files = make(map[string]fileID, len(tree))
+	for _, p := range slices.Sorted(maps.Keys(tree)) {
+		e := tree[p]
+		if _, ok := rec.Files[e.key]; !ok { // a hard link's other name
+			rec.Files[e.key] = fileID{ID: b.state.NextID, Size: e.size, Mtime: e.mtime.Nano()}
+			b.state.NextID++
+		}
+		e.id = rec.Files[e.key].ID
+	}
+}
+
+// recordCopy makes the bookkeeping of a tree just copied from src: each file
 // keeps its source's identity.
 func recordCopy(rec *record, src, dst map[string]*entry) {
 	rec.Files = make(map[string]fileID, len(dst))

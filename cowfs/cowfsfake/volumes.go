@@ -88,6 +88,10 @@ func (b *Backend) Project(ctx context.Context, location string) (cowfs.Volume, e
 		return cowfs.Volume{}, err
 	}
 	defer b.mu.Unlock()
+	return b.project(location)
+}
+
+func (b *Backend) project(location string) (cowfs.Volume, error) {
 	if !filepath.IsAbs(location) {
 		return cowfs.Volume{}, fmt.Errorf("opening project %q: not an absolute path: %w", location, cowfs.ErrInvalidName)
 	}
@@ -230,12 +234,11 @@ func (b *Backend) MakeProject(ctx context.Context, path string) (cowfs.Volume, e
 	if err := b.enter(ctx, "MakeProject", path); err != nil {
 		return cowfs.Volume{}, err
 	}
+	defer b.mu.Unlock()
 	if err := b.projectPath(path); err != nil {
-		b.mu.Unlock()
 		return cowfs.Volume{}, fmt.Errorf("making project volume %s: %w", path, err)
 	}
 	if err := os.Mkdir(path, 0o755); err != nil {
-		b.mu.Unlock()
 		return cowfs.Volume{}, fmt.Errorf("making project volume %s: %w", path, existsOr(err))
 	}
 	e, err := stat(path)
@@ -247,11 +250,9 @@ func (b *Backend) MakeProject(ctx context.Context, path string) (cowfs.Volume, e
 	}
 	if err != nil {
 		_ = os.Remove(path)
-		b.mu.Unlock()
 		return cowfs.Volume{}, fmt.Errorf("making project volume %s: %w", path, err)
 	}
-	b.mu.Unlock()
-	return b.Project(ctx, path)
+	return b.project(path)
 }
 
 // RemoveProject removes the project volume at path, with what it holds.
