@@ -9,9 +9,11 @@ import (
 	"time"
 
 	"github.com/godbus/dbus/v5"
+	"github.com/godbus/dbus/v5/introspect"
 
 	"github.com/sandboxd/sandboxd/sandboxd1"
 	"github.com/sandboxd/sandboxd/supervisor"
+	"github.com/sandboxd/sandboxd/supervisor/api/introspection"
 	"github.com/sandboxd/sandboxd/supervisor/state"
 )
 
@@ -47,6 +49,9 @@ type Server struct {
 	// heavy bounds the calls that hold much memory or disk work at once.
 	heavy *heavyCalls
 }
+
+// managerIntrospectable serves the manager's XML as it is.
+var managerIntrospectable = introspect.Introspectable(introspection.ManagerXML)
 
 // serving holds the connections a Server uses: a second Server on the
 // same connection would replace the first one's handlers.
