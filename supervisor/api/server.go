@@ -13,6 +13,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/sandboxd1"
 	"github.com/sandboxd/sandboxd/supervisor"
+	"github.com/sandboxd/sandboxd/supervisor/api/calls"
 	"github.com/sandboxd/sandboxd/supervisor/api/introspection"
 	"github.com/sandboxd/sandboxd/supervisor/state"
 )
@@ -47,7 +48,7 @@ type Server struct {
 	aud audience
 
 	// heavy bounds the calls that hold much memory or disk work at once.
-	heavy *heavyCalls
+	heavy *calls.Limiter
 }
 
 // managerIntrospectable serves the manager's XML as it is.
@@ -80,7 +81,7 @@ func Serve(ctx context.Context, conn *dbus.Conn, sup *supervisor.Supervisor, acc
 		conn: conn, sup: sup, access: access, log: log,
 		ctx: callCtx, cancel: cancel,
 		known: map[string]state.State{},
-		heavy: newHeavyCalls(),
+		heavy: calls.NewLimiter(),
 	}
 	guardLog.Store(log)
 	guardSessions.Store(sup)
@@ -236,7 +237,7 @@ type request struct {
 	// it stays out of SANDBOX_ID.
 	project string
 	// slot is the call's heavy-call slot (nil: not a heavy call).
-	slot *heavySlot
+	slot *calls.Slot
 	done func()
 }
 
@@ -255,7 +256,7 @@ func (s *Server) begin(sender dbus.Sender, action string) (*request, *dbus.Error
 		s.log.Error("refused a call from an unidentified caller", "ACTION", action, "BUS_SENDER", string(sender), "error", err)
 		return nil, dbusError(sandboxd1.ErrorAccessDenied, "%s: cannot tell who is calling: %v", action, err)
 	}
-	slot, derr := s.heavy.acquire(s.ctx, action, who.uid)
+	slot, derr := s.heavy.Acquire(s.ctx, action, who.uid)
 	if derr != nil {
 		s.calls.Done()
 		s.log.Warn("D-Bus call", "ACTION", action, "CALLER_UID", who.uid, "BUS_SENDER", who.name, "result", derr.Name, "error", derr.Error())
@@ -263,7 +264,7 @@ func (s *Server) begin(sender dbus.Sender, action string) (*request, *dbus.Error
 	}
 	// The supervisor writes the caller into its audit log.
 	ctx := supervisor.WithIdentity(s.ctx, who.identity())
-	done := func() { slot.release(); s.calls.Done() }
+	done := func() { slot.Release(); s.calls.Done() }
 	return &request{ctx: ctx, who: who, action: action, slot: slot, done: done}, nil
 }
 
@@ -287,7 +288,7 @@ func (s *Server) end(r *request, id string, derr *dbus.Error) *dbus.Error {
 		attrs = append(attrs, "project", r.project)
 	}
 	switch {
-	case derr == nil && !mutating(r.action):
+	case derr == nil && !calls.Mutating(r.action):
 		// Reads are many (a client polls State): they are kept out of
 		// the journal unless debugging.
 		s.log.Debug("D-Bus call", append(attrs, "result", "ok")...)

@@ -48,8 +48,8 @@ func (m manager) Try(sender dbus.Sender, project string, variants []string, chec
 	to.Create.Project, to.Create.Owner = project, r.who.uid
 	to.Variants, to.Check, to.Keep = variants, check, keep
 	// Its slot is held for its creates and diffs, not while its
-	// variants and checks run (heavySlot.busy).
-	to.Busy = r.slot.busy
+	// variants and checks run (calls.Slot.Busy).
+	to.Busy = r.slot.Busy
 	ctx, stop := s.whileConnected(r.ctx, string(sender))
 	rep, err := s.sup.Try(ctx, to)
 	stop()

@@ -13,6 +13,7 @@ import (
 	"github.com/godbus/dbus/v5"
 
 	"github.com/sandboxd/sandboxd/supervisor/api"
+	"github.com/sandboxd/sandboxd/supervisor/api/calls"
 )
 
 // daemonFDs counts the daemon's open descriptors.
@@ -175,9 +176,9 @@ func TestHostileHugeArgvIsRefusedBeforeTheAuditLog(t *testing.T) {
 func TestHostileConcurrentHeavyCallsAreCapped(t *testing.T) {
 	install(t)
 	_, object := create(t)
-	hold := api.HeavyCallWait + 10*time.Second
+	hold := calls.HeavyCallWait + 10*time.Second
 	var wg sync.WaitGroup
-	tries := make([]string, api.MaxHeavyCallsPerCaller)
+	tries := make([]string, calls.MaxHeavyCallsPerCaller)
 	for i := range tries {
 		wg.Go(func() {
 			out, ok := busctl("--timeout=120", "/org/sandboxd1", "org.sandboxd1.Manager", "Try",
@@ -206,12 +207,12 @@ func TestHostileConcurrentHeavyCallsAreCapped(t *testing.T) {
 	waited := time.Since(start)
 	if ok || !strings.Contains(out, "too many concurrent calls") {
 		t.Errorf("a heavy call while the uid's %d slots are held: ok %v, %s; want refused as too many concurrent calls",
-			api.MaxHeavyCallsPerCaller, ok, out[:min(len(out), 300)])
+			calls.MaxHeavyCallsPerCaller, ok, out[:min(len(out), 300)])
 	}
-	if waited < api.HeavyCallWait-time.Second {
-		t.Errorf("the heavy call was refused after %v; want a wait of about %v for a slot first", waited, api.HeavyCallWait)
+	if waited < calls.HeavyCallWait-time.Second {
+		t.Errorf("the heavy call was refused after %v; want a wait of about %v for a slot first", waited, calls.HeavyCallWait)
 	}
-	t.Logf("with %d slots held: refused after %v: %s", api.MaxHeavyCallsPerCaller, waited.Round(time.Millisecond), strings.TrimSpace(out))
+	t.Logf("with %d slots held: refused after %v: %s", calls.MaxHeavyCallsPerCaller, waited.Round(time.Millisecond), strings.TrimSpace(out))
 	wg.Wait()
 	for i, e := range tries {
 		if e != "" {
@@ -219,7 +220,7 @@ func TestHostileConcurrentHeavyCallsAreCapped(t *testing.T) {
 		}
 	}
 	// A burst larger than the slots is served in turn, none refused.
-	n := 3 * api.MaxHeavyCallsPerCaller
+	n := 3 * calls.MaxHeavyCallsPerCaller
 	errs := make([]string, n)
 	for i := range n {
 		wg.Go(func() {
