@@ -16,6 +16,7 @@ import (
 	"github.com/sandboxd/sandboxd/cowfs/pool"
 	"github.com/sandboxd/sandboxd/supervisor"
 	"github.com/sandboxd/sandboxd/supervisor/api"
+	"github.com/sandboxd/sandboxd/supervisor/api/guard"
 	"github.com/sandboxd/sandboxd/supervisor/audit"
 	"github.com/sandboxd/sandboxd/supervisor/config"
 	"github.com/sandboxd/sandboxd/supervisor/journal"
@@ -158,7 +159,7 @@ func run(ctx context.Context, configPath string) error {
 		log.Error("reconcile left problems", "error", err)
 	}
 
-	conn, err := dbus.ConnectSystemBus(api.ConnOptions()...)
+	conn, err := dbus.ConnectSystemBus(guard.ConnOptions()...)
 	if err != nil {
 		return fmt.Errorf("connecting to the system bus: %w", err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/sandboxd/sandboxd/sandboxd1"
 	"github.com/sandboxd/sandboxd/supervisor"
 	"github.com/sandboxd/sandboxd/supervisor/api/calls"
+	"github.com/sandboxd/sandboxd/supervisor/api/guard"
 	"github.com/sandboxd/sandboxd/supervisor/api/introspection"
 	"github.com/sandboxd/sandboxd/supervisor/state"
 )
@@ -83,8 +84,7 @@ func Serve(ctx context.Context, conn *dbus.Conn, sup *supervisor.Supervisor, acc
 		known: map[string]state.State{},
 		heavy: calls.NewLimiter(),
 	}
-	guardLog.Store(log)
-	guardSessions.Store(sup)
+	guard.Attach(log, sup)
 	sup.OnProcessExited(s.processExited)
 	ok := false
 	defer func() {
@@ -132,8 +132,8 @@ func (s *Server) export() error {
 		{sandboxObject{s}, sandboxd1.SandboxPathPrefix, sandboxd1.SandboxInterface, true},
 		{sandboxProperties{s}, sandboxd1.SandboxPathPrefix, "org.freedesktop.DBus.Properties", true},
 		{sandboxIntrospectable{s}, sandboxd1.SandboxPathPrefix, "org.freedesktop.DBus.Introspectable", true},
-		// Where the guard sends the calls it refuses (see ConnOptions).
-		{refuser{}, refusePath, refuseInterface, false},
+		// Where the guard sends the calls it refuses (see guard.ConnOptions).
+		{guard.Refuser{}, guard.RefusePath, guard.RefuseInterface, false},
 	}
 	for _, e := range exports {
 		var err error
@@ -152,7 +152,7 @@ func (s *Server) export() error {
 func (s *Server) unexport() {
 	_ = s.conn.Export(nil, sandboxd1.ManagerPath, sandboxd1.ManagerInterface)
 	_ = s.conn.Export(nil, sandboxd1.ManagerPath, "org.freedesktop.DBus.Introspectable")
-	_ = s.conn.Export(nil, refusePath, refuseInterface)
+	_ = s.conn.Export(nil, guard.RefusePath, guard.RefuseInterface)
 	for _, iface := range []string{sandboxd1.SandboxInterface, "org.freedesktop.DBus.Properties", "org.freedesktop.DBus.Introspectable"} {
 		_ = s.conn.ExportSubtree(nil, sandboxd1.SandboxPathPrefix, iface)
 	}

@@ -4,11 +4,9 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"sync/atomic"
 
 	"github.com/godbus/dbus/v5"
 
-	"github.com/sandboxd/sandboxd/internal/termsafe"
 	"github.com/sandboxd/sandboxd/sandboxd1"
 	"github.com/sandboxd/sandboxd/supervisor"
 )
@@ -67,32 +65,6 @@ func (o sandboxObject) CloseSession(sender dbus.Sender, msg dbus.Message, sessio
 		return derr
 	}
 	return s.end(r, id, sessionError(s.sup.CloseSession(r.ctx, id, session, r.who.uid)))
-}
-
-// guardSessions is the supervisor whose sessions the guard asks about;
-// Serve sets it.
-var guardSessions atomic.Pointer[supervisor.Supervisor]
-
-// sessionFull says, on the guard's reading goroutine, why an Eval must be
-// refused at once because its session takes no more inputs now, or "".
-// Refused there, the call's code is dropped as soon as it was read: the
-// refusal waits for no bus round trip (who is calling) nor audit line,
-// and the daemon reads no further call meanwhile.
-func sessionFull(msg *dbus.Message, iface, member string) string {
-	if iface != sandboxd1.SandboxInterface || member != sandboxd1.MethodEval || len(msg.Body) == 0 {
-		return ""
-	}
-	sup := guardSessions.Load()
-	session, ok := msg.Body[0].(string)
-	path, _ := msg.Headers[dbus.FieldPath].Value().(dbus.ObjectPath)
-	id, found := strings.CutPrefix(string(path), string(sandboxd1.SandboxPathPrefix)+"/")
-	if sup == nil || !ok || !found {
-		return ""
-	}
-	if err := sup.SessionFull(id, session); err != nil {
-		return termsafe.Line(err.Error())
-	}
-	return ""
 }
 
 func sessionError(err error) *dbus.Error {

@@ -191,19 +191,3 @@ func (s *Server) whileConnected(ctx context.Context, sender string) (context.Con
 		cancel(nil)
 	}
 }
-
-// checkTryInputs bounds the Inputs option of a Try's options at body[i],
-// if there are any, as its variants are: a sandbox each.
-func checkTryInputs(body []any, i int) string {
-	if len(body) <= i {
-		return ""
-	}
-	opts, ok := body[i].(map[string]dbus.Variant)
-	if !ok {
-		return ""
-	}
-	if in, ok := opts[sandboxd1.OptInputs].Value().([]string); ok {
-		return checkArgv([]any{in}, 0, "option Inputs")
-	}
-	return ""
-}
