@@ -16,6 +16,7 @@ import (
 	"github.com/sandboxd/sandboxd/cowfs/pool"
 	"github.com/sandboxd/sandboxd/supervisor"
 	"github.com/sandboxd/sandboxd/supervisor/api"
+	"github.com/sandboxd/sandboxd/supervisor/api/access"
 	"github.com/sandboxd/sandboxd/supervisor/api/guard"
 	"github.com/sandboxd/sandboxd/supervisor/audit"
 	"github.com/sandboxd/sandboxd/supervisor/config"
@@ -164,11 +165,11 @@ func run(ctx context.Context, configPath string) error {
 		return fmt.Errorf("connecting to the system bus: %w", err)
 	}
 	defer conn.Close()
-	access, unresolved := api.ResolveAccess(cfg.Access.CreatorUsers, cfg.Access.CreatorGroups, cfg.Access.AdminUsers, cfg.Access.AdminGroups)
+	policy, unresolved := access.Resolve(cfg.Access.CreatorUsers, cfg.Access.CreatorGroups, cfg.Access.AdminUsers, cfg.Access.AdminGroups)
 	for _, err := range unresolved {
 		log.Warn("an [access] name does not resolve; left out", "error", err)
 	}
-	srv, err := api.Serve(ctx, conn, sup, access, log)
+	srv, err := api.Serve(ctx, conn, sup, policy, log)
 	if err != nil {
 		return err
 	}

@@ -241,7 +241,7 @@ func (i sandboxIntrospectable) Introspect(sender dbus.Sender, msg dbus.Message) 
 		}
 		var ids []string
 		for _, sb := range list {
-			if r.who.sees(sb.Owner) && sandboxd1.ValidID(sb.ID) {
+			if r.who.Sees(sb.Owner) && sandboxd1.ValidID(sb.ID) {
 				ids = append(ids, sb.ID)
 			}
 		}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/sandboxd1"
 	"github.com/sandboxd/sandboxd/supervisor"
+	"github.com/sandboxd/sandboxd/supervisor/api/access"
 	"github.com/sandboxd/sandboxd/supervisor/api/calls"
 	"github.com/sandboxd/sandboxd/supervisor/api/guard"
 	"github.com/sandboxd/sandboxd/supervisor/api/introspection"
@@ -30,7 +31,7 @@ import (
 type Server struct {
 	conn   *dbus.Conn
 	sup    *supervisor.Supervisor
-	access Access
+	access access.Policy
 	log    *slog.Logger
 
 	// ctx is the calls' context; Close cancels it once the grace ends.
@@ -46,7 +47,7 @@ type Server struct {
 	mu    sync.Mutex
 	known map[string]state.State // id -> the state last announced
 	// aud is who hears each sandbox's signals: its owner and admins.
-	aud audience
+	aud access.Audience
 
 	// heavy bounds the calls that hold much memory or disk work at once.
 	heavy *calls.Limiter
@@ -70,7 +71,7 @@ const closeGrace = 10 * time.Second
 // the setting up; the Server lives until Close. Call it after the
 // supervisor's Reconcile: the sandboxes that exist then are the ones
 // served, without signals (clients list them).
-func Serve(ctx context.Context, conn *dbus.Conn, sup *supervisor.Supervisor, access Access, log *slog.Logger) (*Server, error) {
+func Serve(ctx context.Context, conn *dbus.Conn, sup *supervisor.Supervisor, policy access.Policy, log *slog.Logger) (*Server, error) {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -79,7 +80,7 @@ func Serve(ctx context.Context, conn *dbus.Conn, sup *supervisor.Supervisor, acc
 	}
 	callCtx, cancel := context.WithCancel(context.Background())
 	s := &Server{
-		conn: conn, sup: sup, access: access, log: log,
+		conn: conn, sup: sup, access: policy, log: log,
 		ctx: callCtx, cancel: cancel,
 		known: map[string]state.State{},
 		heavy: calls.NewLimiter(),
@@ -106,7 +107,7 @@ func Serve(ctx context.Context, conn *dbus.Conn, sup *supervisor.Supervisor, acc
 			continue
 		}
 		s.known[sb.ID] = sb.State
-		s.aud.setOwner(sb.ID, sb.Owner)
+		s.aud.SetOwner(sb.ID, sb.Owner)
 	}
 	if err := s.export(); err != nil {
 		return nil, fmt.Errorf("serving %s: %w", sandboxd1.BusName, err)
@@ -231,7 +232,7 @@ func (s *Server) Close() error {
 // request is one method call being served.
 type request struct {
 	ctx    context.Context
-	who    caller
+	who    access.Caller
 	action string
 	// project a call about a project names, for the journal: not an id,
 	// it stays out of SANDBOX_ID.
@@ -250,29 +251,36 @@ func (s *Server) begin(sender dbus.Sender, action string) (*request, *dbus.Error
 	}
 	s.calls.Add(1)
 	s.life.Unlock()
-	who, err := s.identify(s.ctx, sender)
+	who, err := access.Identify(s.ctx, s.conn, s.access, sender)
 	if err != nil {
 		s.calls.Done()
 		s.log.Error("refused a call from an unidentified caller", "ACTION", action, "BUS_SENDER", string(sender), "error", err)
 		return nil, dbusError(sandboxd1.ErrorAccessDenied, "%s: cannot tell who is calling: %v", action, err)
 	}
-	slot, derr := s.heavy.Acquire(s.ctx, action, who.uid)
+	s.aud.Heard(who)
+	slot, derr := s.heavy.Acquire(s.ctx, action, who.UID)
 	if derr != nil {
 		s.calls.Done()
-		s.log.Warn("D-Bus call", "ACTION", action, "CALLER_UID", who.uid, "BUS_SENDER", who.name, "result", derr.Name, "error", derr.Error())
+		s.log.Warn("D-Bus call", "ACTION", action, "CALLER_UID", who.UID, "BUS_SENDER", who.Name, "result", derr.Name, "error", derr.Error())
 		return nil, derr
 	}
 	// The supervisor writes the caller into its audit log.
-	ctx := supervisor.WithIdentity(s.ctx, who.identity())
+	ctx := supervisor.WithIdentity(s.ctx, identity(who))
 	done := func() { slot.Release(); s.calls.Done() }
 	return &request{ctx: ctx, who: who, action: action, slot: slot, done: done}, nil
+}
+
+// identity is c as the supervisor knows callers: who uses a project, who
+// a diff is written for, who the audit log names.
+func identity(c access.Caller) supervisor.Identity {
+	return supervisor.Identity{UID: c.UID, GIDs: c.GIDs, Admin: c.Admin}
 }
 
 // end audits the call: who did what to which sandbox, and how it went.
 // Changes and refusals are logged; successful reads only at debug level.
 func (s *Server) end(r *request, id string, derr *dbus.Error) *dbus.Error {
 	r.done()
-	attrs := []any{"ACTION", r.action, "CALLER_UID", r.who.uid, "BUS_SENDER", r.who.name}
+	attrs := []any{"ACTION", r.action, "CALLER_UID", r.who.UID, "BUS_SENDER", r.who.Name}
 	switch {
 	case sandboxd1.ValidID(id):
 		attrs = append(attrs, "SANDBOX_ID", id)
@@ -354,7 +362,7 @@ func (s *Server) Sync(ctx context.Context) error {
 func (s *Server) announce(id string, owner uint32, st state.State) {
 	old, known := s.known[id]
 	s.known[id] = st
-	s.aud.setOwner(id, owner)
+	s.aud.SetOwner(id, owner)
 	switch {
 	case !known:
 		s.emit(owner, sandboxd1.ManagerPath, sandboxd1.ManagerInterface, "SandboxNew", id, sandboxd1.SandboxPath(id))
@@ -372,11 +380,11 @@ func (s *Server) announceGone(id string) {
 		return
 	}
 	delete(s.known, id)
-	owner, ok := s.aud.owner(id)
+	owner, ok := s.aud.Owner(id)
 	if !ok {
 		owner = 0 // unknown: admins alone hear it
 	}
-	s.aud.forget(id)
+	s.aud.Forget(id)
 	s.emit(owner, sandboxd1.ManagerPath, sandboxd1.ManagerInterface, "SandboxRemoved", id, sandboxd1.SandboxPath(id))
 }
 
@@ -384,7 +392,7 @@ func (s *Server) announceGone(id string) {
 // may see it (audience): never broadcast, since its body names the
 // sandbox.
 func (s *Server) emit(owner uint32, path dbus.ObjectPath, iface, member string, values ...any) {
-	for _, dest := range s.aud.of(owner) {
+	for _, dest := range s.aud.Of(owner) {
 		msg := &dbus.Message{
 			Type: dbus.TypeSignal,
 			Headers: map[dbus.HeaderField]dbus.Variant{

@@ -23,7 +23,7 @@ func (o sandboxObject) OpenSession(sender dbus.Sender, msg dbus.Message, languag
 	if derr != nil {
 		return "", derr
 	}
-	opts := supervisor.ExecOptions{UID: r.who.uid}
+	opts := supervisor.ExecOptions{UID: r.who.UID}
 	if err := execOptions(&opts, options); err != nil {
 		return "", s.end(r, id, dbusError(sandboxd1.ErrorInvalidArgs, "OpenSession: %v", err))
 	}
@@ -50,7 +50,7 @@ func (o sandboxObject) Eval(sender dbus.Sender, msg dbus.Message, session, code 
 	// An input that waits for the one before it stops waiting, and gives
 	// its place back, when its caller leaves the bus.
 	watch := func() (context.Context, func()) { return s.whileConnected(r.ctx, string(sender)) }
-	out, status, err := s.sup.Eval(r.ctx, id, session, r.who.uid, code, supervisor.EvalOptions{Watch: watch})
+	out, status, err := s.sup.Eval(r.ctx, id, session, r.who.UID, code, supervisor.EvalOptions{Watch: watch})
 	if err != nil {
 		return "", 0, s.end(r, id, sessionError(err))
 	}
@@ -64,7 +64,7 @@ func (o sandboxObject) CloseSession(sender dbus.Sender, msg dbus.Message, sessio
 	if derr != nil {
 		return derr
 	}
-	return s.end(r, id, sessionError(s.sup.CloseSession(r.ctx, id, session, r.who.uid)))
+	return s.end(r, id, sessionError(s.sup.CloseSession(r.ctx, id, session, r.who.UID)))
 }
 
 func sessionError(err error) *dbus.Error {

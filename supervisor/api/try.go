@@ -37,15 +37,15 @@ func (m manager) Try(sender dbus.Sender, project string, variants []string, chec
 		return "", derr
 	}
 	r.project = project
-	if !s.access.mayCreate(r.who) {
+	if !s.access.MayCreate(r.who) {
 		return "", s.end(r, "", dbusError(sandboxd1.ErrorAccessDenied,
-			"trying variants of %q: uid %d may not create sandboxes (not root, nor a creator by uid or group)", project, r.who.uid))
+			"trying variants of %q: uid %d may not create sandboxes (not root, nor a creator by uid or group)", project, r.who.UID))
 	}
 	to, err := tryOptions(opts)
 	if err != nil {
 		return "", s.end(r, "", dbusError(sandboxd1.ErrorInvalidArgs, "trying variants of %q: %v", project, err))
 	}
-	to.Create.Project, to.Create.Owner = project, r.who.uid
+	to.Create.Project, to.Create.Owner = project, r.who.UID
 	to.Variants, to.Check, to.Keep = variants, check, keep
 	// Its slot is held for its creates and diffs, not while its
 	// variants and checks run (calls.Slot.Busy).
