@@ -64,6 +64,11 @@ func in(rooms ...string) func(string) bool {
 	}
 }
 
+// below says whether a package is below room, not room itself.
+func below(room string) func(string) bool {
+	return func(pkg string) bool { return strings.HasPrefix(pkg, room+"/") }
+}
+
 func is(names ...string) func(string) bool {
 	return func(pkg string) bool { return slices.Contains(names, pkg) }
 }
@@ -88,6 +93,8 @@ var rules = []rule{
 	{"nothing imports cmd", anyPkg, not(in("cmd"))},
 	{"client (the Go client) imports only the wire contract", in("client"), in("sandboxd1")},
 	{"mcpserver (the MCP server) imports only the client, the wire contract and internal/", in("mcpserver"), in("client", "sandboxd1", "internal")},
+	{"the front door's parts (supervisor/api/...) import neither the front door nor one another; of the daemon only the supervisor",
+		below("supervisor/api"), func(imp string) bool { return in("sandboxd1", "internal")(imp) || imp == "supervisor" }},
 }
 
 // cliRule waits for the wire contract (issue 16): the CLI imports only
@@ -150,7 +157,7 @@ func TestCLIImportsOnlyTheWireContract(t *testing.T) {
 func TestRulesCatchBreaks(t *testing.T) {
 	pkgs := []string{"sandboxd1", "internal/termsafe", "internal/crashpoint", "cowfs", "cowfs/btrfs", "units", "runtime/nsinit",
 		"runtime/egress", "promote", "supervisor", "supervisor/state", "supervisor/api", "supervisor/config", "cli",
-		"cmd/sandboxctl", "cmd/sandboxd", "tests/testbed", "client", "mcpserver"}
+		"cmd/sandboxctl", "cmd/sandboxd", "tests/testbed", "client", "mcpserver", "supervisor/api/guard", "supervisor/api/access"}
 	breaks := map[string][2]string{
 		rules[0].name:  {"sandboxd1", "internal/termsafe"},
 		rules[1].name:  {"internal/termsafe", "cowfs"},
@@ -164,6 +171,7 @@ func TestRulesCatchBreaks(t *testing.T) {
 		rules[9].name:  {"tests/testbed", "cmd/sandboxd"},
 		rules[10].name: {"client", "internal/termsafe"},
 		rules[11].name: {"mcpserver", "units"},
+		rules[12].name: {"supervisor/api/guard", "supervisor/api/access"},
 		cliRule.name:   {"cli", "supervisor/config"},
 	}
 	g := graph{}
@@ -175,7 +183,9 @@ func TestRulesCatchBreaks(t *testing.T) {
 		{"cli", "client"}, {"client", "sandboxd1"}, {"cli", "mcpserver"}, {"mcpserver", "client"}, {"mcpserver", "sandboxd1"},
 		{"mcpserver", "internal/termsafe"},
 		{"supervisor", "promote"}, {"supervisor", "runtime/nsinit"}, {"promote", "cowfs"}, {"runtime/nsinit", "internal/crashpoint"},
-		{"supervisor/api", "supervisor"}, {"cowfs/btrfs", "cowfs"}} {
+		{"supervisor/api", "supervisor"}, {"cowfs/btrfs", "cowfs"},
+		{"supervisor/api", "supervisor/api/guard"}, {"supervisor/api/guard", "supervisor"}, {"supervisor/api/guard", "sandboxd1"},
+		{"supervisor/api/access", "internal/termsafe"}} {
 		g[e[0]].ours[e[1]] = true
 	}
 	g["runtime/nsinit"].others["runtime"] = true
