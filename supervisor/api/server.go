@@ -389,7 +389,7 @@ func (s *Server) announceGone(id string) {
 }
 
 // emit sends a signal about a sandbox of owner to each connection that
-// may see it (audience): never broadcast, since its body names the
+// may see it (access.Audience): never broadcast, since its body names the
 // sandbox.
 func (s *Server) emit(owner uint32, path dbus.ObjectPath, iface, member string, values ...any) {
 	for _, dest := range s.aud.Of(owner) {
