@@ -133,8 +133,9 @@ func overlaps(a, b []uint32) bool {
 	return false
 }
 
-// Identify asks the bus, on conn, who sender is, and a's view of it. The groups are the ones the bus
-// took from the connecting process (SO_PEERGROUPS): the very groups
+// Identify asks the bus, on conn, who sender is; a says whether it is an
+// admin. The groups are the ones the bus took from the connecting
+// process (SO_PEERGROUPS): the very groups
 // dbus-daemon (1.14 here) applies the bus policy with, so the daemon and
 // the policy judge a caller alike. A bus that does not report them leaves
 // the lookup of the uid's groups in NSS.
