@@ -60,7 +60,7 @@ FUZZTIME ?= 10s
 FUZZMINIMIZE ?= 2s
 FUZZ_TARGETS := ./cowfs:FuzzValidateName ./cowfs:FuzzValidateDataset \
 	./cowfs/sendstream:FuzzReader ./supervisor/config:FuzzParse \
-	./promote:FuzzParseTarget ./promote:FuzzPlan ./promote:FuzzApplyPath \
+	./promote/replica:FuzzParseTarget ./promote:FuzzPlan ./promote:FuzzApplyPath \
 	./supervisor:FuzzValidateSandboxName \
 	./supervisor/api:FuzzParseOptions ./supervisor/api:FuzzMessage \
 	./internal/termsafe:FuzzLine ./internal/ignore:FuzzMatch

@@ -2,16 +2,19 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"strings"
-	"text/tabwriter"
 
 	ucli "github.com/urfave/cli/v3"
 
-	"github.com/sandboxd/sandboxd/sandboxd1"
+	"github.com/sandboxd/sandboxd/cli/checkpoints"
+	"github.com/sandboxd/sandboxd/cli/commands"
+	"github.com/sandboxd/sandboxd/cli/projects"
+	"github.com/sandboxd/sandboxd/cli/promotion"
+	"github.com/sandboxd/sandboxd/cli/sandboxes"
+	"github.com/sandboxd/sandboxd/cli/try"
+	"github.com/sandboxd/sandboxd/cli/verb"
 )
 
 // Run runs sandboxctl with args (os.Args) and returns its exit status.
@@ -22,24 +25,19 @@ func Run(ctx context.Context, version string, args []string, stdout, stderr io.W
 	root := New(version, stdout, stderr)
 	err := root.Run(ctx, args)
 	if err == nil {
-		return ExitOK
+		return verb.ExitOK
 	}
-	var e *Error
+	var e *verb.Error
 	if !errors.As(err, &e) {
-		e = &Error{Code: ExitFailed, Msg: err.Error()}
+		e = &verb.Error{Code: verb.ExitFailed, Msg: err.Error()}
 	}
-	var exit exitWith
+	var exit verb.ExitWith
 	if errors.As(err, &exit) {
 		return int(exit) // the command's own status; it said what it had to
 	}
 	fmt.Fprintf(stderr, "sandboxctl: %s\n", e.Error())
 	return e.Code
 }
-
-// exitWith ends sandboxctl with a command's own status, saying nothing.
-type exitWith int
-
-func (e exitWith) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
 
 // New is sandboxctl's command tree: what --help, completion and the man
 // page read.
@@ -56,7 +54,7 @@ what worked.
 Wherever a sandbox is named, its id, its name, or the start of its id
 that no other sandbox's id has will do.
 
-` + exitCodes,
+` + verb.ExitCodes,
 		EnableShellCompletion: true,
 		Suggest:               true,
 		Writer:                stdout,
@@ -69,16 +67,17 @@ that no other sandbox's id has will do.
 		ExitErrHandler: func(context.Context, *ucli.Command, error) {},
 		Action:         rootAction,
 		OnUsageError: func(_ context.Context, cmd *ucli.Command, err error, _ bool) error {
-			return usage("%v (usage: %s)", err, usageLine(cmd))
+			return verb.Usage("%v (usage: %s)", err, verb.UsageLine(cmd))
 		},
+		// In the order help and the man page list them.
 		Commands: []*ucli.Command{
-			createCommand(), listCommand(), statusCommand(), execCommand(), shellCommand(),
-			checkpointCommand(), checkpointsCommand(), rollbackCommand(), diffCommand(), tryCommand(),
-			promoteCommand(), promotionsCommand(), approveCommand(), rejectCommand(), rebaseCommand(),
-			freezeCommand(), thawCommand(), destroyCommand(), gcCommand(), projectCommand(), manCommand(),
-			portCommand(), limitsCommand(),
-			runCommand(), psCommand(), logsCommand(), killCommand(), replCommand(),
-			cacheCommand(), catCommand(), cpCommand(),
+			sandboxes.Create(), sandboxes.List(), sandboxes.Status(), commands.Exec(), commands.Shell(),
+			checkpoints.Checkpoint(), checkpoints.Checkpoints(), checkpoints.Rollback(), checkpoints.Diff(), try.Command(),
+			promotion.Promote(), promotion.Promotions(), promotion.Approve(), promotion.Reject(), checkpoints.Rebase(),
+			sandboxes.Freeze(), sandboxes.Thaw(), sandboxes.Destroy(), sandboxes.GC(), projects.Command(), manCommand(),
+			sandboxes.Port(), sandboxes.Limits(),
+			commands.Run(), commands.PS(), commands.Logs(), commands.Kill(), commands.Repl(),
+			sandboxes.Cache(), commands.Cat(), commands.Cp(),
 			mcpCommand(),
 		},
 	}
@@ -95,87 +94,11 @@ that no other sandbox's id has will do.
 func setUsageError(c *ucli.Command) {
 	c.DisableSliceFlagSeparator = true
 	c.OnUsageError = func(_ context.Context, cmd *ucli.Command, err error, _ bool) error {
-		return usage("%v (usage: %s)", err, usageLine(cmd))
+		return verb.Usage("%v (usage: %s)", err, verb.UsageLine(cmd))
 	}
 	for _, sub := range c.Commands {
 		setUsageError(sub)
 	}
-}
-
-// usageLine is how cmd is called: "sandboxctl exec [options] SANDBOX -- COMMAND...".
-func usageLine(cmd *ucli.Command) string {
-	line := cmd.FullName()
-	if !strings.HasPrefix(line, "sandboxctl") {
-		line = "sandboxctl " + line
-	}
-	if len(cmd.VisibleFlags()) > 0 {
-		line += " [options]"
-	}
-	if cmd.ArgsUsage != "" {
-		line += " " + cmd.ArgsUsage
-	}
-	return line
-}
-
-// args checks that cmd got between min and max positional arguments
-// (max < 0: any number).
-func args(cmd *ucli.Command, min, max int) ([]string, error) {
-	a := cmd.Args().Slice()
-	if len(a) < min || (max >= 0 && len(a) > max) {
-		return nil, usage("%s takes %s (usage: %s)", cmd.Name, cmd.ArgsUsage, usageLine(cmd))
-	}
-	return a, nil
-}
-
-// output is how a verb prints: a table, JSON, or only ids.
-type output struct {
-	w     io.Writer
-	json  bool
-	quiet bool
-}
-
-func outputOf(cmd *ucli.Command) output {
-	return output{w: cmd.Root().Writer, json: cmd.Bool("json"), quiet: cmd.Bool("quiet")}
-}
-
-// JSON prints v as indented JSON.
-func (o output) JSON(v any) error {
-	enc := json.NewEncoder(o.w)
-	enc.SetIndent("", "  ")
-	return written(enc.Encode(v))
-}
-
-// table prints rows under a header, aligned.
-func (o output) table(header []string, rows [][]string) error {
-	tw := tabwriter.NewWriter(o.w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, strings.Join(header, "\t"))
-	for _, r := range rows {
-		fmt.Fprintln(tw, strings.Join(r, "\t"))
-	}
-	return written(tw.Flush())
-}
-
-func (o output) line(format string, a ...any) error {
-	_, err := fmt.Fprintf(o.w, format+"\n", a...)
-	return written(err)
-}
-
-// written reports a failed write of the output (a closed stdout).
-func written(err error) error {
-	if err != nil {
-		return &Error{Code: ExitFailed, Msg: "writing the output: " + err.Error(), Err: err}
-	}
-	return nil
-}
-
-// withClient runs fn with a connection to the daemon.
-func withClient(ctx context.Context, fn func(*client) error) error {
-	c, err := connect(ctx)
-	if err != nil {
-		return err
-	}
-	defer c.close()
-	return fn(c)
 }
 
 // rootAction answers `sandboxctl` alone with help, and an unknown verb
@@ -184,17 +107,17 @@ func rootAction(ctx context.Context, cmd *ucli.Command) error {
 	if cmd.Args().Len() == 0 {
 		return ucli.ShowRootCommandHelp(cmd)
 	}
-	verb := cmd.Args().First()
+	name := cmd.Args().First()
 	best, dist := "", 3
 	for _, c := range cmd.VisibleCommands() {
-		if d := editDistance(verb, c.Name); d < dist {
+		if d := editDistance(name, c.Name); d < dist {
 			best, dist = c.Name, d
 		}
 	}
 	if best != "" {
-		return usage("%q is not a sandboxctl command; did you mean %q? (see `sandboxctl --help`)", verb, best)
+		return verb.Usage("%q is not a sandboxctl command; did you mean %q? (see `sandboxctl --help`)", name, best)
 	}
-	return usage("%q is not a sandboxctl command (see `sandboxctl --help`)", verb)
+	return verb.Usage("%q is not a sandboxctl command (see `sandboxctl --help`)", name)
 }
 
 // editDistance is Levenshtein's distance between a and b.
@@ -216,64 +139,4 @@ func editDistance(a, b string) int {
 		prev = cur
 	}
 	return prev[len(b)]
-}
-
-// onSandbox is the Action of a verb about one sandbox: it takes nargs
-// arguments, the first naming the sandbox, connects, finds the sandbox,
-// and runs fn with it and the other arguments.
-func onSandbox(nargs int, fn func(ctx context.Context, cmd *ucli.Command, c *client, e sandboxd1.ListEntry, rest []string) error) ucli.ActionFunc {
-	return func(ctx context.Context, cmd *ucli.Command) error {
-		a, err := args(cmd, nargs, nargs)
-		if err != nil {
-			return err
-		}
-		return withClient(ctx, func(c *client) error {
-			e, err := c.resolve(ctx, a[0])
-			if err != nil {
-				return err
-			}
-			return fn(ctx, cmd, c, e, a[1:])
-		})
-	}
-}
-
-// onSandboxes is the Action of a verb about all the sandboxes the caller
-// may see: it takes no arguments, connects and lists them for fn.
-func onSandboxes(fn func(ctx context.Context, cmd *ucli.Command, c *client, entries []sandboxd1.ListEntry) error) ucli.ActionFunc {
-	return func(ctx context.Context, cmd *ucli.Command) error {
-		if _, err := args(cmd, 0, 0); err != nil {
-			return err
-		}
-		return withClient(ctx, func(c *client) error {
-			entries, err := c.list(ctx)
-			if err != nil {
-				return err
-			}
-			return fn(ctx, cmd, c, entries)
-		})
-	}
-}
-
-// printList prints items as JSON, as a name a line (--quiet), or as a
-// table under header.
-func printList[T any](out output, items []T, name func(T) string, header []string, row func(T) []string) error {
-	if out.json {
-		if items == nil {
-			items = []T{}
-		}
-		return out.JSON(items)
-	}
-	if out.quiet {
-		for _, it := range items {
-			if err := out.line("%s", name(it)); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	rows := [][]string{}
-	for _, it := range items {
-		rows = append(rows, row(it))
-	}
-	return out.table(header, rows)
 }

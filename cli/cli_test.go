@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/sandboxd/sandboxd/cli/verb"
 )
 
 // run runs sandboxctl in-process with args; the cases here stop before
@@ -36,7 +38,7 @@ func TestUsageMistakesShowTheRightForm(t *testing.T) {
 		{[]string{"project", "add", "x"}, "add takes NAME LOCATION"},
 	} {
 		_, errOut, code := run(c.args...)
-		if code != ExitUsage || !strings.Contains(errOut, c.want) {
+		if code != verb.ExitUsage || !strings.Contains(errOut, c.want) {
 			t.Errorf("sandboxctl %s: exit %d, %q; want exit 2 with %q", strings.Join(c.args, " "), code, errOut, c.want)
 		}
 	}
@@ -61,13 +63,5 @@ func TestTheManPageIsValidRoff(t *testing.T) {
 	rendered, err := cmd.CombinedOutput()
 	if err != nil || strings.Contains(string(rendered), "warning:") || !strings.Contains(string(rendered), "EXIT STATUS") {
 		t.Errorf("man -l: %v\n%s", err, rendered)
-	}
-}
-
-func TestSizesAndAgesReadWell(t *testing.T) {
-	for in, want := range map[uint64]string{0: "0 B", 1023: "1023 B", 1024: "1.0 KiB", 256 << 20: "256.0 MiB", 3 << 30: "3.0 GiB"} {
-		if got := bytesText(in); got != want {
-			t.Errorf("bytesText(%d) = %q; want %q", in, got, want)
-		}
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	ucli "github.com/urfave/cli/v3"
+
+	"github.com/sandboxd/sandboxd/cli/verb"
 )
 
 // urfave/cli v3 dropped v2's ToMan (it moved to a separate module), so
@@ -18,7 +20,7 @@ func manCommand() *ucli.Command {
 		Usage:  "print sandboxctl's man page (roff), for packaging: sandboxctl man > sandboxctl.1",
 		Hidden: true,
 		Action: func(_ context.Context, cmd *ucli.Command) error {
-			return written(WriteMan(cmd.Root().Writer, cmd.Root()))
+			return verb.Written(WriteMan(cmd.Root().Writer, cmd.Root()))
 		},
 	}
 }

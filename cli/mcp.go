@@ -14,6 +14,7 @@ import (
 
 	ucli "github.com/urfave/cli/v3"
 
+	"github.com/sandboxd/sandboxd/cli/verb"
 	sbclient "github.com/sandboxd/sandboxd/client"
 	"github.com/sandboxd/sandboxd/mcpserver"
 )
@@ -53,12 +54,12 @@ once. Where it listens is printed to stderr.`,
 			&ucli.DurationFlag{Name: "max-timeout", Usage: "the longest timeout exec may be asked for", Value: mcpserver.DefaultMaxExecTimeout},
 		},
 		Action: func(ctx context.Context, cmd *ucli.Command) error {
-			if _, err := args(cmd, 0, 0); err != nil {
+			if _, err := verb.Args(cmd, 0, 0); err != nil {
 				return err
 			}
 			addr := cmd.String("http")
 			if addr == "" && cmd.String("token-file") != "" {
-				return usage("--token-file is for --http (stdio needs no token)")
+				return verb.Usage("--token-file is for --http (stdio needs no token)")
 			}
 			ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 			defer stop()
@@ -77,7 +78,7 @@ once. Where it listens is printed to stderr.`,
 			}
 			l, where, err := mcpserver.Listen(addr)
 			if err != nil {
-				return usage("%v", err)
+				return verb.Usage("%v", err)
 			}
 			errOut := cmd.Root().ErrWriter
 			fmt.Fprintf(errOut, "sandboxctl mcp: serving MCP over HTTP on %s\n", where)
@@ -93,11 +94,11 @@ once. Where it listens is printed to stderr.`,
 func serveMCP(ctx context.Context, serve func(*sbclient.Client) error) error {
 	c, err := sbclient.Connect(ctx)
 	if err != nil {
-		return &Error{Code: ExitUnavailable, Msg: err.Error(), Fix: "is dbus running? (`systemctl status dbus`)", Err: err}
+		return &verb.Error{Code: verb.ExitUnavailable, Msg: err.Error(), Fix: "is dbus running? (`systemctl status dbus`)", Err: err}
 	}
 	defer c.Close()
 	if err := serve(c); err != nil {
-		return &Error{Code: ExitFailed, Msg: err.Error(), Err: err}
+		return &verb.Error{Code: verb.ExitFailed, Msg: err.Error(), Err: err}
 	}
 	return nil
 }
@@ -117,19 +118,19 @@ func mcpToken(cmd *ucli.Command) (bearerToken, error) {
 		}
 		t := strings.TrimSpace(string(b))
 		if t == "" || strings.ContainsAny(t, " \t\r\n") {
-			return bearerToken{}, usage("the token in %s is empty or holds white space", path)
+			return bearerToken{}, verb.Usage("the token in %s is empty or holds white space", path)
 		}
 		return bearerToken{value: t}, nil
 	}
 	if t := strings.TrimSpace(os.Getenv(tokenEnv)); t != "" {
 		if strings.ContainsAny(t, " \t\r\n") {
-			return bearerToken{}, usage("$%s holds white space: a bearer token cannot", tokenEnv)
+			return bearerToken{}, verb.Usage("$%s holds white space: a bearer token cannot", tokenEnv)
 		}
 		return bearerToken{value: t}, nil
 	}
 	b := make([]byte, 32)
 	if _, err := rand.Read(b); err != nil {
-		return bearerToken{}, &Error{Code: ExitFailed, Msg: "making an MCP token: " + err.Error(), Err: err}
+		return bearerToken{}, &verb.Error{Code: verb.ExitFailed, Msg: "making an MCP token: " + err.Error(), Err: err}
 	}
 	return bearerToken{value: hex.EncodeToString(b), made: true}, nil
 }
@@ -149,30 +150,30 @@ const maxTokenFile = 4 << 10
 func readTokenFile(path string) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, &Error{Code: ExitFailed, Msg: "reading the MCP token: " + err.Error(), Err: err}
+		return nil, &verb.Error{Code: verb.ExitFailed, Msg: "reading the MCP token: " + err.Error(), Err: err}
 	}
 	defer f.Close()
 	var st syscall.Stat_t
 	if err := syscall.Fstat(int(f.Fd()), &st); err != nil {
-		return nil, &Error{Code: ExitFailed, Msg: fmt.Sprintf("reading the MCP token: stat %s: %v", path, err), Err: err}
+		return nil, &verb.Error{Code: verb.ExitFailed, Msg: fmt.Sprintf("reading the MCP token: stat %s: %v", path, err), Err: err}
 	}
 	fix := fmt.Sprintf("chmod 600 %s (and make it yours: chown %d %s)", path, os.Getuid(), path)
 	switch {
 	case st.Mode&syscall.S_IFMT != syscall.S_IFREG:
-		return nil, &Error{Code: ExitUsage, Msg: fmt.Sprintf("the MCP token file %s is not a regular file", path), Err: errTokenFile}
+		return nil, &verb.Error{Code: verb.ExitUsage, Msg: fmt.Sprintf("the MCP token file %s is not a regular file", path), Err: errTokenFile}
 	case st.Uid != uint32(os.Getuid()):
-		return nil, &Error{Code: ExitDenied, Msg: fmt.Sprintf("the MCP token file %s is owned by uid %d, not by you (uid %d): its owner can change the token", path, st.Uid, os.Getuid()),
+		return nil, &verb.Error{Code: verb.ExitDenied, Msg: fmt.Sprintf("the MCP token file %s is owned by uid %d, not by you (uid %d): its owner can change the token", path, st.Uid, os.Getuid()),
 			Fix: fix, Err: errTokenFile}
 	case st.Mode&0o077 != 0:
-		return nil, &Error{Code: ExitDenied, Msg: fmt.Sprintf("the MCP token file %s has mode %04o: others than you can read or change it, and whoever reads it may use your sandboxes", path, st.Mode&0o7777),
+		return nil, &verb.Error{Code: verb.ExitDenied, Msg: fmt.Sprintf("the MCP token file %s has mode %04o: others than you can read or change it, and whoever reads it may use your sandboxes", path, st.Mode&0o7777),
 			Fix: fmt.Sprintf("chmod 600 %s", path), Err: errTokenFile}
 	}
 	b, err := io.ReadAll(io.LimitReader(f, maxTokenFile+1))
 	if err != nil {
-		return nil, &Error{Code: ExitFailed, Msg: "reading the MCP token: " + err.Error(), Err: err}
+		return nil, &verb.Error{Code: verb.ExitFailed, Msg: "reading the MCP token: " + err.Error(), Err: err}
 	}
 	if len(b) > maxTokenFile {
-		return nil, usage("the MCP token file %s holds more than %d bytes: a token is one line", path, maxTokenFile)
+		return nil, verb.Usage("the MCP token file %s holds more than %d bytes: a token is one line", path, maxTokenFile)
 	}
 	return b, nil
 }

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/sandboxd/sandboxd/cli/verb"
 )
 
 // --token-file is refused, as ssh refuses a key, when others than the
@@ -31,8 +33,8 @@ func TestMCPTokenFileMustBePrivate(t *testing.T) {
 	}{{"world-readable", 0o644}, {"group-readable", 0o640}, {"group-writable", 0o620}, {"others-writable", 0o602}} {
 		p := token(c.name, c.mode)
 		_, errOut, code := run("mcp", "--http", sock, "--token-file", p)
-		if code != ExitDenied || !strings.Contains(errOut, "chmod 600 "+p) {
-			t.Errorf("a token file of mode %04o: exit %d, %q; want exit %d saying chmod 600 %s", c.mode, code, errOut, ExitDenied, p)
+		if code != verb.ExitDenied || !strings.Contains(errOut, "chmod 600 "+p) {
+			t.Errorf("a token file of mode %04o: exit %d, %q; want exit %d saying chmod 600 %s", c.mode, code, errOut, verb.ExitDenied, p)
 		}
 	}
 	if os.Getuid() == 0 {
@@ -41,7 +43,7 @@ func TestMCPTokenFileMustBePrivate(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, errOut, code := run("mcp", "--http", sock, "--token-file", p)
-		if code != ExitDenied || !strings.Contains(errOut, "owned by uid 65534, not by you") {
+		if code != verb.ExitDenied || !strings.Contains(errOut, "owned by uid 65534, not by you") {
 			t.Errorf("a token file of another user's: exit %d, %q; want it refused", code, errOut)
 		}
 	}

@@ -1,4 +1,8 @@
-// Package promote carries what a sandbox changed back to its project and on
-// through the configured stages: diff against the base, conflict check,
-// checkpoint, apply, checks, approval, and rollback on failure.
+// Package promote is the engine that carries what a sandbox changed into
+// a tree without trusting the tree it comes from: it orders a change list
+// (plan), writes it (Apply), takes it back out (Restore), and finds
+// conflicts and privileged files on the way. The supervisor drives the
+// promotion's stages with it; a replica stage's transport is
+// promote/replica, and the git-style diff of a change list is
+// promote/unidiff.
 package promote

@@ -57,6 +57,28 @@ type caches struct {
 	// mount: cache filesystems are made and mounted one at a time
 	// (cache_image.go): an image mounted twice would be corrupted.
 	mount sync.Mutex
+	// mounted: the sandboxes whose init has the cache mounted, whose
+	// commands get the variables that send the tools there (cacheEnv).
+	mounted map[string]bool
+}
+
+func (c *caches) setMounted(id string, yes bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !yes {
+		delete(c.mounted, id)
+		return
+	}
+	if c.mounted == nil {
+		c.mounted = map[string]bool{}
+	}
+	c.mounted[id] = true
+}
+
+func (c *caches) isMounted(id string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.mounted[id]
 }
 
 type cacheLock struct {

@@ -11,7 +11,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/cowfs"
 	"github.com/sandboxd/sandboxd/internal/crashpoint"
-	"github.com/sandboxd/sandboxd/promote"
+	"github.com/sandboxd/sandboxd/promote/unidiff"
 	"github.com/sandboxd/sandboxd/supervisor/state"
 	"github.com/sandboxd/sandboxd/units"
 )
@@ -313,11 +313,11 @@ func (s *Supervisor) DiffCounted(ctx context.Context, id string) (changes []cowf
 }
 
 // UnifiedDiff writes what sandbox id changed since its base as a unified
-// text diff (promote.Unified): the change list's files only, less what
+// text diff (unidiff.Write): the change list's files only, less what
 // the ignore rules leave out.
-func (s *Supervisor) UnifiedDiff(ctx context.Context, id string, w io.Writer, o promote.UnifiedOptions) error {
+func (s *Supervisor) UnifiedDiff(ctx context.Context, id string, w io.Writer, o unidiff.Options) error {
 	return s.withChanges(ctx, id, "diffing sandbox "+id, func(base, now cowfs.Volume, changes []cowfs.Change, _ int) error {
-		return promote.Unified(ctx, w, changes, base.Path, now.Path, o)
+		return unidiff.Write(ctx, w, changes, base.Path, now.Path, o)
 	})
 }
 

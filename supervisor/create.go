@@ -10,6 +10,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/cowfs"
 	"github.com/sandboxd/sandboxd/internal/crashpoint"
+	"github.com/sandboxd/sandboxd/internal/revert"
 	"github.com/sandboxd/sandboxd/runtime/nsinit"
 	"github.com/sandboxd/sandboxd/supervisor/state"
 	"github.com/sandboxd/sandboxd/units"
@@ -73,7 +74,7 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 	if location == "" {
 		return sb, fmt.Errorf("creating a sandbox of %q: %w", opts.Project, ErrUnknownProject)
 	}
-	if err := s.MayUseProject(ctx, opts.Project); err != nil {
+	if err := s.mayUseProject(ctx, opts.Project); err != nil {
 		return sb, fmt.Errorf("creating a sandbox of %q: %w", opts.Project, err)
 	}
 	if opts.Name != "" {
@@ -132,8 +133,16 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 		s.admission.Unlock()
 		return sb, fmt.Errorf("creating a sandbox of %s: %w", opts.Project, err)
 	}
+	var evicted []func()
+	defer func() {
+		for _, gone := range evicted {
+			gone()
+		}
+	}()
 	for _, old := range evict {
-		if err := s.destroy(ctx, old.ID, "evict"); err != nil && !errors.Is(err, ErrNotFound) {
+		gone, err := s.destroy(ctx, old.ID, "evict")
+		evicted = append(evicted, gone)
+		if err != nil && !errors.Is(err, ErrNotFound) {
 			s.admission.Unlock()
 			return sb, fmt.Errorf("creating a sandbox of %s: making room by destroying %s: %w", opts.Project, old.ID, err)
 		}
@@ -165,17 +174,14 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 	}
 	timing.mark("admission")
 	crashpoint.Hit(crashpoint.CreateRecorded)
-	var undo []func(context.Context) error
+	undo := revert.New()
 	defer func() {
 		if err == nil {
 			return
 		}
-		cleanup := context.WithoutCancel(ctx)
-		for i := len(undo) - 1; i >= 0; i-- {
-			if uerr := undo[i](cleanup); uerr != nil {
-				s.log.Error("undoing a failed create", "SANDBOX_ID", id, "error", uerr)
-				return // keep the record: Reconcile finishes the job
-			}
+		if uerr := undo.Fail(ctx); uerr != nil {
+			s.log.Error("undoing a failed create", "SANDBOX_ID", id, "error", uerr)
+			return // keep the record: Reconcile finishes the job
 		}
 		_ = s.cfg.Store.Delete(id)
 	}()
@@ -183,27 +189,21 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 	// The init starts first, so that its start overlaps the snapshots,
 	// unless the sandbox's volume will be a mount of its own, which the
 	// init's mount namespace, a copy of the daemon's, must already have.
-	// startScope takes it over.
+	// startScope takes it over (handOff).
 	var init *nsinit.Init
-	handed := false
-	undo = append(undo, func(context.Context) error {
-		if init != nil && !handed {
-			init.Kill()
-		}
-		return nil
-	})
 	launch := func() (err error) {
 		init, err = s.launch(rec)
 		return err
 	}
 	// The owner's cache first: a volume mounted after the init's mount
 	// namespace was copied (ZFS) would not show in it.
-	if !opts.noCache {
-		s.prepareCache(ctx, opts.Owner)
-		timing.mark("cache")
+	for _, f := range s.hooks.BeforeLaunch.each() {
+		f(ctx, rec)
 	}
+	timing.mark("before-launch")
 	early := !s.cfg.Backend.Info().Capabilities.SeparateMounts
 	var job *scopeStart
+	var handOff []func()
 	if early {
 		if err := launch(); err != nil {
 			return sb, fmt.Errorf("creating sandbox %s: %w", id, err)
@@ -212,10 +212,7 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 		timing.mark("launch")
 		// Its scope starts beside the snapshots (see scopeStart).
 		job = s.beginScope(ctx, rec, opts.Limits, init)
-		undo = append(undo, func(ctx context.Context) error {
-			if handed {
-				return nil // startScope's to undo
-			}
+		handOff = append(handOff, undo.Add(func(ctx context.Context) error {
 			var err error
 			if job.wait() == nil {
 				err = s.stopScope(ctx, rec.Unit)
@@ -225,7 +222,7 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 			// running meanwhile.
 			init.Kill()
 			return err
-		})
+		}))
 	}
 	// While a promotion's stage is under way, its rollback point
 	// (projectGate); a promotion's checks get the project as applied.
@@ -241,13 +238,13 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 		return sb, fmt.Errorf("creating sandbox %s: %w", id, err)
 	}
 	timing.mark("base")
-	undo = append(undo, func(ctx context.Context) error { return s.cfg.Backend.Delete(ctx, base) })
+	undo.Add(func(ctx context.Context) error { return s.cfg.Backend.Delete(ctx, base) })
 	crashpoint.Hit(crashpoint.CreateBase)
 	vol, err := s.cfg.Backend.Snapshot(ctx, base, rec.Volume, false)
 	if err != nil {
 		return sb, fmt.Errorf("creating sandbox %s: %w", id, err)
 	}
-	undo = append(undo, func(ctx context.Context) error { return s.cfg.Backend.Delete(ctx, vol) })
+	undo.Add(func(ctx context.Context) error { return s.cfg.Backend.Delete(ctx, vol) })
 	if err := s.ownTopDir(rec, vol); err != nil {
 		return sb, fmt.Errorf("creating sandbox %s: %w", id, err)
 	}
@@ -258,10 +255,11 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 			return sb, fmt.Errorf("creating sandbox %s: %w", id, err)
 		}
 		crashpoint.Hit(crashpoint.CreateInitLaunched)
+		handOff = append(handOff, undo.AddFunc(init.Kill))
 	}
 	layer, made, err := s.makeLayer(ctx, &rec)
 	if made {
-		undo = append(undo, func(ctx context.Context) error { return s.cfg.Backend.Delete(ctx, layer) })
+		undo.Add(func(ctx context.Context) error { return s.cfg.Backend.Delete(ctx, layer) })
 	}
 	if err != nil {
 		return sb, fmt.Errorf("creating sandbox %s: its system layer: %w", id, err)
@@ -269,15 +267,18 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 	if err := s.boundDisk(ctx, rec, vol, layer); err != nil {
 		return sb, fmt.Errorf("creating sandbox %s: %w", id, err)
 	}
-	undo = append(undo, func(ctx context.Context) error { s.unboundDisk(ctx, rec); return nil })
+	undo.Add(func(ctx context.Context) error { s.unboundDisk(ctx, rec); return nil })
 	crashpoint.Hit(crashpoint.CreateLayer)
 	timing.mark("layer")
-	undo = append(undo, func(context.Context) error { return s.removeWorld(id) })
-	handed = true
+	undo.Add(func(context.Context) error { return s.removeWorld(id) })
+	// startScope kills the init and stops its scope if it fails.
+	for _, f := range handOff {
+		f()
+	}
 	if err := s.startScope(ctx, rec, opts.Limits, init, job); err != nil {
 		return sb, fmt.Errorf("creating sandbox %s: %w", id, err)
 	}
-	undo = append(undo, func(ctx context.Context) error { return s.stopScope(ctx, rec.Unit) })
+	undo.Add(func(ctx context.Context) error { return s.stopScope(ctx, rec.Unit) })
 	crashpoint.Hit(crashpoint.CreateScopeStarted)
 	timing.mark("started")
 	rec, err = s.cfg.Store.Update(id, func(r *state.Record) error { r.State = state.Ready; r.Layer = rec.Layer; return nil })
@@ -303,14 +304,11 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 // scope, not the daemon's service, holds it). On failure it is killed,
 // and its scope stopped.
 func (s *Supervisor) startScope(ctx context.Context, rec state.Record, limits units.Limits, init *nsinit.Init, job *scopeStart) error {
-	cache, unlockCache := "", func() {}
-	if !rec.NoCache {
-		cache, unlockCache = s.useCache(ctx, rec.Owner) // before a launch (see Create)
-	}
-	defer unlockCache()
 	timing := stepsOf(ctx)
-	timing.mark("use-cache")
 	if init == nil {
+		for _, f := range s.hooks.BeforeLaunch.each() {
+			f(ctx, rec)
+		}
 		var err error
 		if init, err = s.launch(rec); err != nil {
 			return err
@@ -321,8 +319,10 @@ func (s *Supervisor) startScope(ctx context.Context, rec state.Record, limits un
 		s.abandon(ctx, rec, init, job)
 		return err
 	}
+	for _, f := range s.hooks.Spec.each() {
+		defer f(ctx, rec, &spec)()
+	}
 	timing.mark("spec")
-	spec.Cache = cache
 	mounts, err := s.idmapMounts(init, rec, spec)
 	if err != nil {
 		s.abandon(ctx, rec, init, job)
@@ -344,16 +344,14 @@ func (s *Supervisor) startScope(ctx context.Context, rec state.Record, limits un
 		return err
 	}
 	timing.mark("build+scope")
-	w := &world{pid: init.PID, cache: s.cacheMounted(rec.ID, init.PID)}
+	w := &world{pid: init.PID}
 	if err := s.startProxy(rec, w); err != nil {
 		init.Kill()
 		_ = s.stopScope(context.WithoutCancel(ctx), rec.Unit)
 		return err
 	}
 	s.worlds.set(rec.ID, w)
-	// Ports it exposed, after the daemon's start (a rollback or rebase
-	// kept them open: each connection finds the new init).
-	s.restorePorts(rec)
+	s.started(ctx, Started{Record: rec, PID: init.PID})
 	return nil
 }
 

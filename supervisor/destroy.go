@@ -15,31 +15,29 @@ import (
 // volumes deleted, and its record removed last; Reconcile finishes a
 // destroy that a crash interrupted.
 func (s *Supervisor) Destroy(ctx context.Context, id string) error {
-	return s.destroy(ctx, id, "destroy")
+	gone, err := s.destroy(ctx, id, "destroy")
+	gone()
+	return err
 }
 
 // destroy is Destroy, named in the journal and audit log by action
-// (destroy, expire, evict).
-func (s *Supervisor) destroy(ctx context.Context, id, action string) (err error) {
+// (destroy, expire, evict). gone runs the Destroyed hooks, which an
+// eviction runs only once it left the admission lock.
+func (s *Supervisor) destroy(ctx context.Context, id, action string) (gone func(), err error) {
+	gone = func() {}
 	defer s.lock(id)()
 	rec, err := s.cfg.Store.Update(id, func(r *state.Record) error { r.State = state.Destroying; return nil })
 	if err != nil {
-		return fmt.Errorf("destroying sandbox %s: %w", id, err)
+		return gone, fmt.Errorf("destroying sandbox %s: %w", id, err)
 	}
 	defer func() { s.audit(ctx, action, rec, err) }()
 	crashpoint.Hit(crashpoint.DestroyRecorded)
 	if err := s.finishDestroy(ctx, rec); err != nil {
-		return fmt.Errorf("destroying sandbox %s: %w", id, err)
+		return gone, fmt.Errorf("destroying sandbox %s: %w", id, err)
 	}
 	crashpoint.Hit(crashpoint.DestroyRecordDeleted)
 	s.log.Info("sandbox destroyed", "SANDBOX_ID", id, "ACTION", action, "CALLER_UID", uidField(ctx))
-	// The source of its last promotion was kept for its next one.
-	if s.earlierSource(ctx, id) != nil {
-		if _, err := s.prunePromotions(ctx); err != nil {
-			s.log.Warn("deleting a destroyed sandbox's promotion source", "SANDBOX_ID", id, "error", err)
-		}
-	}
-	return nil
+	return s.destroyed(context.WithoutCancel(ctx), rec), nil
 }
 
 // uidField is the caller's uid for the journal, or "daemon".
@@ -56,7 +54,9 @@ func (s *Supervisor) finishDestroy(ctx context.Context, rec state.Record) error 
 		return err
 	}
 	crashpoint.Hit(crashpoint.DestroyScopeStopped)
-	s.closePorts(rec)
+	for _, f := range s.hooks.Destroying.each() {
+		f(ctx, rec)
+	}
 	if err := s.removeWorld(rec.ID); err != nil {
 		return err
 	}

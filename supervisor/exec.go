@@ -287,8 +287,8 @@ func (s *Supervisor) request(ctx context.Context, rec state.Record, o ExecOption
 		}
 		req.Env = append(req.Env, "no_proxy=localhost,127.0.0.1,::1", "NO_PROXY=localhost,127.0.0.1,::1")
 	}
-	if w := s.worlds.get(rec.ID); w != nil && w.cache {
-		req.Env = append(req.Env, cacheEnv...)
+	for _, f := range s.hooks.CommandEnv.each() {
+		req.Env = append(req.Env, f(rec)...)
 	}
 	// The project's environment, as read when the sandbox was made, over
 	// the base; the caller's own over both.

@@ -9,12 +9,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
-	"strings"
 	"sync"
 	"time"
 
-	"github.com/sandboxd/sandboxd/runtime/nsinit"
 	"github.com/sandboxd/sandboxd/supervisor/state"
 )
 
@@ -59,29 +56,12 @@ func (s *Supervisor) wake(ctx context.Context, id string) error {
 // busy reports whether sandbox id runs a command (sessions too), a
 // background process, a file call, or carries a port connection.
 func (s *Supervisor) busy(ctx context.Context, id string) bool {
-	if s.fileCalls.running(id) {
-		return true
-	}
-	s.commands.mu.Lock()
-	for k := range s.commands.m {
-		if strings.HasPrefix(k, id+"/") {
-			s.commands.mu.Unlock()
+	for _, f := range s.hooks.Busy.each() {
+		if f(ctx, id) {
 			return true
 		}
 	}
-	s.commands.mu.Unlock()
-	s.ports.mu.Lock()
-	for k, e := range s.ports.m {
-		if k.id == id && len(e.slots) > 0 {
-			s.ports.mu.Unlock()
-			return true
-		}
-	}
-	s.ports.mu.Unlock()
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	ps, err := nsinit.ListProcesses(ctx, nsinit.Control(s.runtimeDir(id)))
-	return err != nil || slices.ContainsFunc(ps, nsinit.Process.Running) // unknown: busy
+	return false
 }
 
 // FreezeIdle freezes the ready sandboxes that have been idle for

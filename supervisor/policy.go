@@ -35,27 +35,6 @@ type Policy struct {
 	MaxTTL           time.Duration
 }
 
-type callerKey struct{}
-
-// WithCaller marks ctx as a call made by uid (the D-Bus API does), for
-// the audit log.
-func WithCaller(ctx context.Context, uid uint32) context.Context {
-	return context.WithValue(ctx, callerKey{}, uid)
-}
-
-// CallerUID is the uid WithCaller marked ctx with.
-func CallerUID(ctx context.Context) (uint32, bool) {
-	uid, ok := ctx.Value(callerKey{}).(uint32)
-	return uid, ok
-}
-
-func callerOf(ctx context.Context) *uint32 {
-	if uid, ok := ctx.Value(callerKey{}).(uint32); ok {
-		return &uid
-	}
-	return nil
-}
-
 // audit records an action and how it ended.
 func (s *Supervisor) audit(ctx context.Context, action string, rec state.Record, err error) {
 	s.auditEntry(ctx, audit.Entry{Action: action, Network: rec.Network}, rec, err)
@@ -69,7 +48,7 @@ func (s *Supervisor) auditEntry(ctx context.Context, e audit.Entry, rec state.Re
 	}
 	action := e.Action
 	if err != nil {
-		e.Result, e.Error, e.Refused = "error", err.Error(), refused(err)
+		e.Result, e.Error, e.Refused = "error", err.Error(), s.refused(err)
 	}
 	if aerr := s.cfg.Audit.Record(e); aerr != nil {
 		s.log.Error("writing the audit log", "error", aerr, "ACTION", action, "SANDBOX_ID", rec.ID)
@@ -86,8 +65,13 @@ var refusals = []error{
 	ErrNothingToPromote, ErrChecksOutsideSandbox,
 }
 
-func refused(err error) bool {
+func (s *Supervisor) refused(err error) bool {
 	for _, r := range refusals {
+		if errors.Is(err, r) {
+			return true
+		}
+	}
+	for _, r := range s.hooks.Refusals.each() {
 		if errors.Is(err, r) {
 			return true
 		}
@@ -175,7 +159,8 @@ func (s *Supervisor) Expire(ctx context.Context, now time.Time) ([]string, error
 		if r.Expires.IsZero() || r.Expires.After(now) || r.State == state.Creating || r.State == state.Destroying {
 			continue
 		}
-		err := s.destroy(ctx, r.ID, "expire")
+		gone, err := s.destroy(ctx, r.ID, "expire")
+		gone()
 		if errors.Is(err, ErrNotFound) {
 			continue // destroyed meanwhile
 		}

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/runtime/nsinit"
 	"github.com/sandboxd/sandboxd/supervisor/audit"
+	"github.com/sandboxd/sandboxd/supervisor/state"
 )
 
 // ErrNoProcess: the sandbox has no background process of that id.
@@ -30,6 +32,56 @@ type processHooks struct {
 	// cgroups of the processes this daemon started, removed when each
 	// ends (after a restart, the scope's stop removes what is left).
 	cgroups map[string]*nsinit.CommandCgroup
+	// watches of the inits' processes, by sandbox: one per init, from
+	// its first process (a daemon that hears of none holds no
+	// connection to the init).
+	watches map[string]*procWatch
+}
+
+// procWatch is the watch of one init's background processes.
+type procWatch struct {
+	pid  int // the init's
+	once sync.Once
+	stop context.CancelFunc
+	done chan struct{}
+}
+
+// end stops the watch, if it started, and waits for it; none starts
+// after.
+func (w *procWatch) end() {
+	w.once.Do(func() {})
+	if w.stop != nil {
+		w.stop()
+		<-w.done
+	}
+}
+
+// stopWatch ends the watch of sandbox id's init (the Stopped hook).
+func (s *Supervisor) stopWatch(id string) {
+	s.procHooks.mu.Lock()
+	w := s.procHooks.watches[id]
+	delete(s.procHooks.watches, id)
+	s.procHooks.mu.Unlock()
+	if w != nil {
+		w.end()
+	}
+}
+
+// watchAdopted watches the processes of an init found again after the
+// daemon's restart that ran on while it was away. A frozen init cannot
+// answer: the watch starts at its first spawn. Only an init whose layer
+// holds logs has had any (a daemon that starts beside a thousand
+// sandboxes asks only those).
+func (s *Supervisor) watchAdopted(ctx context.Context, st Started) {
+	if !st.Adopted || st.Record.State == state.Frozen || !s.hadProcesses(ctx, st.Record) {
+		return
+	}
+	lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	ps, err := nsinit.ListProcesses(lctx, nsinit.Control(s.runtimeDir(st.Record.ID)))
+	cancel()
+	if err == nil && slices.ContainsFunc(ps, nsinit.Process.Running) {
+		s.watchProcesses(st.Record.ID, st.PID)
+	}
 }
 
 // OnProcessExited sets what is called when a background process ends.
@@ -64,7 +116,7 @@ func (s *Supervisor) Spawn(ctx context.Context, id string, o ExecOptions) (_ str
 	if w == nil {
 		return "", fmt.Errorf("starting a background process in sandbox %s: %w", id, nsinit.ErrNotRunning)
 	}
-	s.watchProcesses(id, w)
+	s.watchProcesses(id, w.pid)
 	cg, err := nsinit.NewCommandCgroup(w.pid, processCgroup(proc))
 	if err != nil {
 		return "", fmt.Errorf("starting a background process in sandbox %s: its cgroup: %w", id, err)
@@ -161,19 +213,33 @@ func (s *Supervisor) live(id string) error {
 }
 
 // watchProcesses hears of the ends of sandbox id's background processes
-// from its init, for as long as w is the sandbox's world.
-// It starts once per world; later calls do nothing.
-func (s *Supervisor) watchProcesses(id string, w *world) {
-	w.watchOnce.Do(func() { s.startWatch(id, w) })
+// from its init (pid), for as long as that init is the sandbox's. It
+// starts once per init; later calls do nothing.
+func (s *Supervisor) watchProcesses(id string, pid int) {
+	s.procHooks.mu.Lock()
+	if s.procHooks.watches == nil {
+		s.procHooks.watches = map[string]*procWatch{}
+	}
+	w := s.procHooks.watches[id]
+	var old *procWatch
+	if w == nil || w.pid != pid {
+		old, w = w, &procWatch{pid: pid}
+		s.procHooks.watches[id] = w
+	}
+	s.procHooks.mu.Unlock()
+	if old != nil {
+		old.end()
+	}
+	w.once.Do(func() { s.startWatch(id, w) })
 }
 
-func (s *Supervisor) startWatch(id string, w *world) {
+func (s *Supervisor) startWatch(id string, w *procWatch) {
 	ctx, cancel := context.WithCancel(context.Background())
-	w.stopWatch, w.watchDone = cancel, make(chan struct{})
+	w.stop, w.done = cancel, make(chan struct{})
 	ready := make(chan struct{})
 	var readyOnce sync.Once
 	go func() {
-		defer close(w.watchDone)
+		defer close(w.done)
 		defer readyOnce.Do(func() { close(ready) })
 		socket := nsinit.Control(s.runtimeDir(id))
 		for ctx.Err() == nil {

@@ -187,7 +187,10 @@ func (s *Supervisor) LoadProjects() (shadowed []Project, err error) {
 	}
 	s.admission.Lock()
 	defer s.admission.Unlock()
-	for _, p := range s.reconcileAdoptions(context.Background(), added) {
+	for _, f := range s.hooks.LoadProjects.each() {
+		added = f(context.Background(), added)
+	}
+	for _, p := range added {
 		if had, taken := s.projects.get(p.Name); taken {
 			if had.Origin == OriginConfig {
 				shadowed = append(shadowed, projectOf(p))

@@ -11,8 +11,6 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/sandboxd/sandboxd/promote"
 )
 
 // ErrAccessDenied: the caller may not use the project (make a sandbox of
@@ -53,35 +51,18 @@ func (a ProjectAccess) validate() error {
 	return nil
 }
 
-// Identity is who makes a call, as the bus vouches for it.
-type Identity struct {
-	UID   uint32
-	GIDs  []uint32 // primary and supplementary
-	Admin bool     // root, or an admin of [access]
-}
-
-type identityKey struct{}
-
-// WithIdentity marks ctx as a call made by id: WithCaller's uid for the
-// audit log, the one whose right to use a project Create and Promote
-// check, and the one a unified diff shows only readable files to
-// (promote.WithReader). A context without it is the daemon's own: no
-// check.
-func WithIdentity(ctx context.Context, id Identity) context.Context {
-	ctx = WithCaller(ctx, id.UID)
-	ctx = promote.WithReader(ctx, promote.Reader{UID: id.UID, GIDs: id.GIDs})
-	return context.WithValue(ctx, identityKey{}, id)
-}
-
-// MayUseProject says whether the caller of ctx may use project name:
-// nil, or an error wrapping ErrAccessDenied that names the project, the
-// caller and who may. An unknown project is nil here: the caller's own
-// lookup tells that.
-func (s *Supervisor) MayUseProject(ctx context.Context, name string) error {
-	id, ok := ctx.Value(identityKey{}).(Identity)
-	if !ok || id.UID == 0 || id.Admin {
+// MayUseProject says whether a may use project name: nil, or an error
+// wrapping ErrAccessDenied that names the project, the caller and who
+// may. An unknown project is nil here: the caller's own lookup tells
+// that.
+func (s *Supervisor) MayUseProject(ctx context.Context, a Actor, name string) error {
+	if !a.Named() {
+		return fmt.Errorf("checking who may use project %q: %w", name, ErrNoActor)
+	}
+	if a.Privileged() {
 		return nil
 	}
+	id := a.Identity
 	p, access, ok := s.projects.getAccess(name)
 	if !ok {
 		return nil
@@ -116,10 +97,9 @@ func (s *Supervisor) MayUseProject(ctx context.Context, name string) error {
 // busyWith says that promotion other of project is under way, naming it
 // only to its owner, root and admins: another user's promotion id is
 // theirs to show.
-func (s *Supervisor) busyWith(ctx context.Context, other, project string) string {
-	id, ok := ctx.Value(identityKey{}).(Identity)
-	if ok && id.UID != 0 && !id.Admin {
-		if p, err := s.cfg.Store.Promotion(other); err != nil || p.Owner != id.UID {
+func (s *Supervisor) busyWith(a Actor, other, project string) string {
+	if !a.Privileged() {
+		if p, err := s.cfg.Store.Promotion(other); err != nil || p.Owner != a.UID {
 			return fmt.Sprintf("another promotion of project %s is under way", project)
 		}
 	}

@@ -117,7 +117,7 @@ func (s *Supervisor) Promote(ctx context.Context, id string, o PromoteOptions) (
 	}
 	pid := newID()
 	if other, ok := s.gate.claim(rec.Project, pid); !ok {
-		return p, fmt.Errorf("%s: %s; wait for it (sandboxctl promotions): %w", what, s.busyWith(ctx, other, rec.Project), ErrBusy)
+		return p, fmt.Errorf("%s: %s; wait for it (sandboxctl promotions): %w", what, s.busyWith(actorOr(ctx), other, rec.Project), ErrBusy)
 	}
 	handed := false
 	defer func() {

@@ -47,7 +47,7 @@ func (s *Supervisor) decide(ctx context.Context, pid string, uid uint32, approve
 		return p, nil
 	}
 	if other, ok := s.gate.claim(p.Project, pid); !ok {
-		return p, fmt.Errorf("approving promotion %s: %s; approve again after it: %w", pid, s.busyWith(ctx, other, p.Project), ErrBusy)
+		return p, fmt.Errorf("approving promotion %s: %s; approve again after it: %w", pid, s.busyWith(actorOr(ctx), other, p.Project), ErrBusy)
 	}
 	// The change list again, from the recorded source and base.
 	changes, err := s.promotionChanges(ctx, p)

@@ -52,7 +52,9 @@ func (s *Supervisor) reconcilePromotion(ctx context.Context, p *Promotion) error
 	if recs, err := s.cfg.Store.List(); err == nil {
 		for _, r := range recs {
 			if r.Name == checkSandboxName(p.ID) {
-				if err := s.destroy(ctx, r.ID, "promote-interrupted"); err != nil && !errors.Is(err, ErrNotFound) {
+				gone, err := s.destroy(ctx, r.ID, "promote-interrupted")
+				gone()
+				if err != nil && !errors.Is(err, ErrNotFound) {
 					return fmt.Errorf("destroying its check sandbox %s: %w", r.ID, err)
 				}
 			}

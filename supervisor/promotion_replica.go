@@ -1,7 +1,7 @@
 package supervisor
 
 // Replica stages: a path or ssh target kept as a btrfs replica of the
-// promoted project (promote.Replica), sent, switched in, and reverted.
+// promoted project (replica.Replica), sent, switched in, and reverted.
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/cowfs"
 	"github.com/sandboxd/sandboxd/internal/crashpoint"
-	"github.com/sandboxd/sandboxd/promote"
+	"github.com/sandboxd/sandboxd/promote/replica"
 	"github.com/sandboxd/sandboxd/runtime/nsinit"
 	"github.com/sandboxd/sandboxd/supervisor/state"
 )
@@ -34,12 +34,12 @@ func (s *Supervisor) hasReplicas() bool {
 }
 
 // replica is stage i's target as a replica, for project.
-func (s *Supervisor) replica(cfg Stage, project string) (*promote.Replica, error) {
-	t, err := promote.ParseTarget(s.stageTarget(cfg, project))
+func (s *Supervisor) replica(cfg Stage, project string) (*replica.Replica, error) {
+	t, err := replica.ParseTarget(s.stageTarget(cfg, project))
 	if err != nil {
 		return nil, fmt.Errorf("stage %s: %w: %w", cfg.Name, ErrInvalid, err)
 	}
-	return &promote.Replica{Target: t, SSHOptions: cfg.SSHOptions, Backend: s.cfg.Backend.Info().Backend}, nil
+	return &replica.Replica{Target: t, SSHOptions: cfg.SSHOptions, Backend: s.cfg.Backend.Info().Backend}, nil
 }
 
 // runReplicaStage carries the project as the promotion left it (its
@@ -138,7 +138,7 @@ func (s *Supervisor) runReplicaStage(ctx context.Context, p *Promotion, i int, c
 // replicaParent is the newest promoted snapshot that stage i's replica
 // holds and this host still has: the parent of an incremental stream
 // (nil: send it whole).
-func (s *Supervisor) replicaParent(ctx context.Context, r *promote.Replica, p *Promotion, i int) (*cowfs.Volume, error) {
+func (s *Supervisor) replicaParent(ctx context.Context, r *replica.Replica, p *Promotion, i int) (*cowfs.Volume, error) {
 	ps, err := s.cfg.Store.Promotions()
 	if err != nil {
 		return nil, err
@@ -170,7 +170,7 @@ func (s *Supervisor) revertReplica(ctx context.Context, p *Promotion, i int) err
 	prev := p.Stages[i].RollbackPoint
 	name := strings.TrimPrefix(prev, "prev:")
 	err = r.Revert(ctx, prev)
-	if errors.Is(err, promote.ErrReplicaInterrupted) {
+	if errors.Is(err, replica.ErrInterrupted) {
 		if _, serr := r.Switch(ctx, name); serr != nil {
 			return fmt.Errorf("finishing an interrupted switch of %s: %w", r.Target, serr)
 		}

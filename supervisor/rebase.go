@@ -30,7 +30,7 @@ func (s *Supervisor) projectLocation(ctx context.Context, rec state.Record) (str
 	if location == "" {
 		return "", fmt.Errorf("its project %q is gone: %w", rec.Project, ErrUnknownProject)
 	}
-	if err := s.MayUseProject(ctx, rec.Project); err != nil {
+	if err := s.mayUseProject(ctx, rec.Project); err != nil {
 		return "", err
 	}
 	if rec.ProjectLocation != "" && rec.ProjectLocation != location {

@@ -57,8 +57,10 @@ func (s *Supervisor) Reconcile(ctx context.Context) (Report, error) {
 	}
 	known := map[string]bool{}
 	var errs []error
-	if err := s.finishRollbacks(ctx, recs, vols, active); err != nil {
-		errs = append(errs, err)
+	for _, f := range s.hooks.BeforeReconcile.each() {
+		if err := f(ctx, ReconcileView{Records: recs, Volumes: vols, Active: active}); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	for _, rec := range recs {
 		known[rec.ID] = true
@@ -85,8 +87,10 @@ func (s *Supervisor) Reconcile(ctx context.Context) (Report, error) {
 	}
 	// Promotions a crash interrupted, before the orphans: their rollback
 	// points are needed first.
-	if err := s.reconcilePromotions(ctx, &rep); err != nil {
-		errs = append(errs, err)
+	for _, f := range s.hooks.AfterReconcile.each() {
+		if err := f(ctx, &rep); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	vols, err = s.cfg.Backend.List(ctx)
 	if err != nil {

@@ -139,6 +139,7 @@ type Config struct {
 type Supervisor struct {
 	cfg   Config
 	log   *slog.Logger
+	hooks Hooks
 	locks idLocks // one operation at a time per sandbox
 	// admission serializes the caps check with the recording of a create's
 	// intent, so that concurrent creates cannot both take the last place
@@ -173,8 +174,10 @@ func New(cfg Config) *Supervisor {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Supervisor{cfg: cfg, log: log, projects: newProjectRegistry(cfg.Projects, cfg.ProjectAccess),
+	s := &Supervisor{cfg: cfg, log: log, projects: newProjectRegistry(cfg.Projects, cfg.ProjectAccess),
 		userns: usernsState{unavailable: errors.New("user namespaces were not probed (ProbeUserNS)")}}
+	s.joinRooms()
+	return s
 }
 
 // Sandbox is a sandbox as callers see it.

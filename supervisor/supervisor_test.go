@@ -21,7 +21,8 @@ import (
 
 func TestMain(m *testing.M) { supervisortest.Main(m) }
 
-var ctx = context.Background()
+// ctx is the daemon's own: the tests call the supervisor as it does.
+var ctx = supervisor.WithActor(context.Background(), supervisor.Daemon("test"))
 
 // env is one supervisor on a fresh btrfs root with one project, "web".
 type env struct {

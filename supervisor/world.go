@@ -37,14 +37,8 @@ type world struct {
 	pid int
 	// cache: its owner's cache is mounted, and its commands get the
 	// variables that send the tools there (cacheEnv).
-	cache       bool
 	stopProxy   context.CancelFunc
 	proxyClosed chan struct{}
-	// The watch of its background processes, from its first (a daemon
-	// that hears of none holds no connection to the init).
-	watchOnce sync.Once
-	stopWatch context.CancelFunc
-	watchDone chan struct{}
 }
 
 type worlds struct {
@@ -80,12 +74,14 @@ func (w *worlds) drop(id string) {
 		x.stopProxy()
 		<-x.proxyClosed
 	}
-	if x != nil {
-		x.watchOnce.Do(func() {}) // none starts after this
-		if x.stopWatch != nil {
-			x.stopWatch()
-			<-x.watchDone
-		}
+}
+
+// forget forgets sandbox id's init: its proxy stops, and the rooms hear
+// of it (Stopped).
+func (s *Supervisor) forget(id string) {
+	s.worlds.drop(id)
+	for _, f := range s.hooks.Stopped.each() {
+		f(id)
 	}
 }
 
@@ -246,31 +242,19 @@ func (s *Supervisor) adoptWorld(ctx context.Context, rec state.Record) error {
 			return fmt.Errorf("its files at %s are unreachable: %w", at, err)
 		}
 	}
-	w := &world{pid: pid, cache: s.cacheMounted(rec.ID, pid)}
+	w := &world{pid: pid}
 	if err := s.startProxy(rec, w); err != nil {
 		return err
 	}
 	s.worlds.set(rec.ID, w)
-	s.restorePorts(rec)
-	// Background processes that ran on while the daemon was away. A
-	// frozen init cannot answer: the watch starts at its first spawn.
-	// Only an init whose layer holds logs has had any (a daemon that
-	// starts beside a thousand sandboxes asks only those).
-	if rec.State != state.Frozen && s.hadProcesses(ctx, rec) {
-		lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		ps, err := nsinit.ListProcesses(lctx, nsinit.Control(s.runtimeDir(rec.ID)))
-		cancel()
-		if err == nil && slices.ContainsFunc(ps, nsinit.Process.Running) {
-			s.watchProcesses(rec.ID, w)
-		}
-	}
+	s.started(ctx, Started{Record: rec, PID: pid, Adopted: true})
 	return nil
 }
 
 // removeWorld forgets a stopped sandbox's init and removes its runtime
 // directory.
 func (s *Supervisor) removeWorld(id string) error {
-	s.worlds.drop(id)
+	s.forget(id)
 	dir := s.runtimeDir(id)
 	_ = os.Remove(nsinit.Control(dir))
 	if err := os.RemoveAll(dir); err != nil {
@@ -314,7 +298,9 @@ func (s *Supervisor) roomInPool() error {
 // serves and the ports it exposes (its next start exposes them again);
 // the sandboxes run on.
 func (s *Supervisor) Close() {
-	s.promos.close()
+	for _, f := range s.hooks.Close.each() {
+		f()
+	}
 	s.worlds.mu.Lock()
 	ids := make([]string, 0, len(s.worlds.m))
 	for id := range s.worlds.m {
@@ -322,9 +308,8 @@ func (s *Supervisor) Close() {
 	}
 	s.worlds.mu.Unlock()
 	for _, id := range ids {
-		s.worlds.drop(id)
+		s.forget(id)
 	}
-	s.closeAllPorts()
 }
 
 // ownerDialer dials for a sandbox's egress proxy with sockets of the

@@ -131,6 +131,23 @@ func run(ctx context.Context, configPath string) error {
 		},
 	})
 	defer sup.Close()
+	// The rooms join the core's hooks as they are made, before the
+	// projects load and the sandboxes are reconciled.
+	rooms := api.Rooms{}
+	// (ports)
+
+	// (caches)
+
+	// (commands)
+
+	// (checkpoints)
+
+	// (promotion)
+
+	// (adopt)
+
+	// (try)
+
 	if err := sup.ProbeUserNS(ctx); err != nil {
 		return errors.Join(exConfig, err)
 	}
@@ -169,7 +186,7 @@ func run(ctx context.Context, configPath string) error {
 	for _, err := range unresolved {
 		log.Warn("an [access] name does not resolve; left out", "error", err)
 	}
-	srv, err := api.Serve(ctx, conn, sup, policy, log)
+	srv, err := api.Serve(ctx, conn, sup, rooms, policy, log)
 	if err != nil {
 		return err
 	}

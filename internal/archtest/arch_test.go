@@ -75,6 +75,8 @@ func is(names ...string) func(string) bool {
 
 func not(f func(string) bool) func(string) bool { return func(s string) bool { return !f(s) } }
 
+func or(f, g func(string) bool) func(string) bool { return func(s string) bool { return f(s) || g(s) } }
+
 func anyPkg(string) bool { return true }
 
 // rules are the import rules that hold now (docs/architecture.md, "What
@@ -85,26 +87,39 @@ var rules = []rule{
 	{"cowfs imports nothing of the daemon", in("cowfs"), in("cowfs", "internal")},
 	{"units imports nothing of the daemon", in("units"), in("internal")},
 	{"runtime imports only runtime and internal", in("runtime"), in("runtime", "internal")},
-	{"promote imports only cowfs and internal", in("promote"), in("cowfs", "internal")},
+	// in("promote") is the engine and its rooms below: the replica
+	// transport (promote/replica) and the diff renderer (promote/unidiff)
+	// import neither the engine nor each other.
+	{"promote and its rooms import only cowfs and internal", in("promote"), in("cowfs", "internal")},
 	{"supervisor's records, audit log and journal are leaves", in("supervisor/state", "supervisor/audit", "supervisor/journal"), in("internal")},
 	{"the supervisor core sits below its front door and its configuration",
 		is("supervisor"), not(in("cli", "cmd", "supervisor/api", "supervisor/config", "tests"))},
-	{"nothing but cmd/sandboxctl imports cli", not(is("cmd/sandboxctl")), not(in("cli"))},
+	{"nothing but cmd/sandboxctl and cli's own packages imports cli", not(or(is("cmd/sandboxctl"), in("cli"))), not(in("cli"))},
 	{"nothing imports cmd", anyPkg, not(in("cmd"))},
 	{"client (the Go client) imports only the wire contract", in("client"), in("sandboxd1")},
 	{"mcpserver (the MCP server) imports only the client, the wire contract and internal/", in("mcpserver"), in("client", "sandboxd1", "internal")},
+	{"the supervisor core imports none of its rooms (they join it by its hooks)",
+		is("supervisor"), not(in(rooms...))},
+	{"a room imports the core, its leaves, the lower rooms and other rooms, never the front door or the configuration",
+		in(rooms...), not(in("cli", "cmd", "supervisor/api", "supervisor/config", "tests"))},
 	{"the front door's parts (supervisor/api/...) import neither the front door nor one another; of the daemon only the supervisor",
 		below("supervisor/api"), func(imp string) bool { return in("sandboxd1", "internal")(imp) || imp == "supervisor" }},
 }
 
-// cliRule waits for the wire contract (issue 16): the CLI imports only
-// sandboxd1, the Go client on it and the MCP server on that (issue 19)
-// and internal/ (termsafe), never the daemon's packages.
-var cliRule = rule{"cli imports only the wire contract, the client, the MCP server and internal/", in("cli"),
-	in("sandboxd1", "client", "mcpserver", "internal")}
+// rooms are the supervisor's capabilities, each over the core's Host
+// (docs/architecture.md, "The supervisor's rooms").
+var rooms = []string{"supervisor/ports", "supervisor/caches", "supervisor/commands", "supervisor/checkpoints",
+	"supervisor/promotion", "supervisor/adopt", "supervisor/try"}
+
+// cliRule waits for the wire contract (issue 16): the CLI (cli and its
+// verbs' packages below it) imports only sandboxd1, the Go client on it
+// and the MCP server on that (issue 19) and internal/ (termsafe), never
+// the daemon's packages.
+var cliRule = rule{"cli imports only cli/..., the wire contract, the client, the MCP server and internal/", in("cli"),
+	in("cli", "sandboxd1", "client", "mcpserver", "internal")}
 
 // testOnly are the packages that exist for tests: no program may link them.
-var testOnly = in("tests", "supervisor/supervisortest", "cowfs/cowfstest", "internal/treetest")
+var testOnly = in("tests", "supervisor/supervisortest", "supervisor/hosttest", "cowfs/cowfstest", "internal/treetest")
 
 // daemonOnly and daemonLibs are what sandboxctl must not link (issue 16,
 // "Done when"): the daemon's rooms, and its store and storage libraries.
@@ -157,7 +172,7 @@ func TestCLIImportsOnlyTheWireContract(t *testing.T) {
 func TestRulesCatchBreaks(t *testing.T) {
 	pkgs := []string{"sandboxd1", "internal/termsafe", "internal/crashpoint", "cowfs", "cowfs/btrfs", "units", "runtime/nsinit",
 		"runtime/egress", "promote", "supervisor", "supervisor/state", "supervisor/api", "supervisor/config", "cli",
-		"cmd/sandboxctl", "cmd/sandboxd", "tests/testbed", "client", "mcpserver", "supervisor/api/guard", "supervisor/api/access"}
+		"cli/verb", "cmd/sandboxctl", "cmd/sandboxd", "tests/testbed", "client", "mcpserver", "supervisor/ports", "supervisor/api/guard", "supervisor/api/access"}
 	breaks := map[string][2]string{
 		rules[0].name:  {"sandboxd1", "internal/termsafe"},
 		rules[1].name:  {"internal/termsafe", "cowfs"},
@@ -171,7 +186,9 @@ func TestRulesCatchBreaks(t *testing.T) {
 		rules[9].name:  {"tests/testbed", "cmd/sandboxd"},
 		rules[10].name: {"client", "internal/termsafe"},
 		rules[11].name: {"mcpserver", "units"},
-		rules[12].name: {"supervisor/api/guard", "supervisor/api/access"},
+		rules[12].name: {"supervisor", "supervisor/ports"},
+		rules[13].name: {"supervisor/ports", "supervisor/api"},
+		rules[14].name: {"supervisor/api/guard", "supervisor/api/access"},
 		cliRule.name:   {"cli", "supervisor/config"},
 	}
 	g := graph{}
@@ -180,10 +197,11 @@ func TestRulesCatchBreaks(t *testing.T) {
 	}
 	// Allowed edges, which must not be reported.
 	for _, e := range [][2]string{{"cmd/sandboxctl", "cli"}, {"cli", "sandboxd1"}, {"cli", "internal/termsafe"},
-		{"cli", "client"}, {"client", "sandboxd1"}, {"cli", "mcpserver"}, {"mcpserver", "client"}, {"mcpserver", "sandboxd1"},
+		{"cli", "client"}, {"cli", "cli/verb"}, {"cli/verb", "sandboxd1"}, {"cli/verb", "client"}, {"client", "sandboxd1"}, {"cli", "mcpserver"}, {"mcpserver", "client"}, {"mcpserver", "sandboxd1"},
 		{"mcpserver", "internal/termsafe"},
 		{"supervisor", "promote"}, {"supervisor", "runtime/nsinit"}, {"promote", "cowfs"}, {"runtime/nsinit", "internal/crashpoint"},
-		{"supervisor/api", "supervisor"}, {"cowfs/btrfs", "cowfs"},
+		{"supervisor/api", "supervisor"}, {"cowfs/btrfs", "cowfs"}, {"supervisor/ports", "supervisor"},
+		{"supervisor/api", "supervisor/ports"},
 		{"supervisor/api", "supervisor/api/guard"}, {"supervisor/api/guard", "supervisor"}, {"supervisor/api/guard", "sandboxd1"},
 		{"supervisor/api/access", "internal/termsafe"}} {
 		g[e[0]].ours[e[1]] = true
@@ -199,6 +217,17 @@ func TestRulesCatchBreaks(t *testing.T) {
 		if got := r.check(g); !slices.Equal(got, want) {
 			t.Errorf("%s: reported %q, want %q", r.name, got, want)
 		}
+	}
+	// The rooms below promote are held apart from the engine and each
+	// other by the same rule.
+	rooms := graph{"promote": newImports(), "promote/replica": newImports(), "promote/unidiff": newImports()}
+	rooms["promote/replica"].ours["cowfs/sendstream"] = true
+	rooms["promote/unidiff"].ours["internal/fsat"] = true
+	rooms["promote/replica"].ours["promote"] = true
+	rooms["promote/unidiff"].ours["promote/replica"] = true
+	want := []string{"promote/replica imports promote", "promote/unidiff imports promote/replica"}
+	if got := rules[5].check(rooms); !slices.Equal(got, want) {
+		t.Errorf("%s: reported %q, want %q", rules[5].name, got, want)
 	}
 	if !testOnly("tests/testbed") || testOnly("supervisor") || !daemonLibs("go.etcd.io/bbolt/errors") || daemonOnly("sandboxd1") {
 		t.Error("testOnly, daemonOnly or daemonLibs says the wrong thing of a package")

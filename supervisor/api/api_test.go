@@ -215,12 +215,12 @@ func TestBadInputGetsTheRightErrorName(t *testing.T) {
 func TestASecondServerIsRefusedWithAClearError(t *testing.T) {
 	e := newEnv(t, access.Policy{})
 	other := systemBus(t)
-	_, err := api.Serve(ctx, other, e.sup, access.Policy{}, testLog(t))
+	_, err := api.Serve(ctx, other, e.sup, e.rooms, access.Policy{}, testLog(t))
 	if !errors.Is(err, api.ErrNameTaken) || !strings.Contains(err.Error(), "another sandboxd owns org.sandboxd1") ||
 		!strings.Contains(err.Error(), "pid "+strconv.Itoa(os.Getpid())) {
 		t.Fatalf("a second Serve: %v; want ErrNameTaken naming the owner's pid %d", err, os.Getpid())
 	}
-	if _, err := api.Serve(ctx, e.srvConn, e.sup, access.Policy{}, testLog(t)); err == nil || !strings.Contains(err.Error(), "serves it already") {
+	if _, err := api.Serve(ctx, e.srvConn, e.sup, e.rooms, access.Policy{}, testLog(t)); err == nil || !strings.Contains(err.Error(), "serves it already") {
 		t.Fatalf("a second Serve on the serving connection: %v; want a refusal", err)
 	}
 	// The first still serves, its handlers untouched by the refused ones.
@@ -236,7 +236,7 @@ func TestASecondServerIsRefusedWithAClearError(t *testing.T) {
 	if _, err := c.list(); err == nil {
 		t.Fatalf("ListSandboxes after Close answered")
 	}
-	next, err := api.Serve(ctx, other, e.sup, access.Policy{}, testLog(t))
+	next, err := api.Serve(ctx, other, e.sup, e.rooms, access.Policy{}, testLog(t))
 	if err != nil {
 		t.Fatalf("Serve after the first closed: %v", err)
 	}

@@ -7,7 +7,7 @@ import (
 
 	"github.com/godbus/dbus/v5"
 
-	"github.com/sandboxd/sandboxd/promote"
+	"github.com/sandboxd/sandboxd/promote/unidiff"
 	"github.com/sandboxd/sandboxd/sandboxd1"
 	"github.com/sandboxd/sandboxd/supervisor"
 )
@@ -118,7 +118,7 @@ const maxUnifiedDiff = 32 << 20
 func (o sandboxObject) UnifiedDiff(sender dbus.Sender, msg dbus.Message, opts map[string]dbus.Variant) (string, *dbus.Error) {
 	var out strings.Builder
 	derr := o.onSandbox(sender, msg, "UnifiedDiff", func(ctx context.Context, id string) error {
-		uo := promote.UnifiedOptions{MaxBytes: maxUnifiedDiff}
+		uo := unidiff.Options{MaxBytes: maxUnifiedDiff}
 		for name, v := range opts {
 			switch x := v.Value().(type) {
 			case uint32:

@@ -162,6 +162,7 @@ func runErr(argv ...string) (string, error) {
 // served on the system bus.
 type env struct {
 	sup     *supervisor.Supervisor
+	rooms   api.Rooms
 	cfg     supervisor.Config // what sup was made with, to make another
 	fs      cowfs.Backend
 	store   *state.Store
@@ -176,10 +177,10 @@ func newEnv(t *testing.T, access access.Policy) *env {
 	t.Helper()
 	setupBus(t)
 	se := supervisortest.New(t, "api", testLog(t))
-	e := &env{sup: se.Sup, cfg: se.Config, fs: se.FS, store: se.Store, project: se.Project}
+	e := &env{sup: se.Sup, rooms: roomsOf(se), cfg: se.Config, fs: se.FS, store: se.Store, project: se.Project}
 	var err error
 	e.srvConn = systemBus(t)
-	e.srv, err = api.Serve(ctx, e.srvConn, e.sup, access, testLog(t))
+	e.srv, err = api.Serve(ctx, e.srvConn, e.sup, e.rooms, access, testLog(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +199,7 @@ func (e *env) reserve(t *testing.T, access access.Policy) {
 		t.Fatal(err)
 	}
 	e.srvConn = systemBus(t)
-	srv, err := api.Serve(ctx, e.srvConn, e.sup, access, testLog(t))
+	srv, err := api.Serve(ctx, e.srvConn, e.sup, e.rooms, access, testLog(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -538,4 +539,24 @@ func (l *listener) heard(t *testing.T, c *client) []string {
 		t.Fatalf("listener printed %q; want the marker last", data)
 	}
 	return lines[:len(lines)-1]
+}
+
+// roomsOf are the rooms of se, as the daemon serves them.
+func roomsOf(se *supervisortest.Env) api.Rooms {
+	r := api.Rooms{}
+	// (ports)
+
+	// (caches)
+
+	// (commands)
+
+	// (checkpoints)
+
+	// (promotion)
+
+	// (adopt)
+
+	// (try)
+
+	return r
 }

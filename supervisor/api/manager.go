@@ -172,7 +172,7 @@ func (m manager) ListProjects(sender dbus.Sender) ([]sandboxd1.ProjectEntry, *db
 	}
 	out := []sandboxd1.ProjectEntry{}
 	for _, p := range s.sup.Projects() {
-		if s.sup.MayUseProject(r.ctx, p.Name) != nil {
+		if s.sup.MayUseProject(r.ctx, r.actor, p.Name) != nil {
 			continue
 		}
 		out = append(out, sandboxd1.ProjectEntry{Name: p.Name, Location: p.Location, Origin: p.Origin})

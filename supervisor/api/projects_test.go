@@ -244,7 +244,7 @@ func TestAnAddedProjectOutlivesARestart(t *testing.T) {
 	if _, err := sup.Reconcile(ctx); err != nil {
 		t.Fatal(err)
 	}
-	srv, err := api.Serve(ctx, systemBus(t), sup, access.Policy{}, testLog(t))
+	srv, err := api.Serve(ctx, systemBus(t), sup, api.Rooms{}, access.Policy{}, testLog(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,6 +31,7 @@ import (
 type Server struct {
 	conn   *dbus.Conn
 	sup    *supervisor.Supervisor
+	rooms  Rooms
 	access access.Policy
 	log    *slog.Logger
 
@@ -71,7 +72,7 @@ const closeGrace = 10 * time.Second
 // the setting up; the Server lives until Close. Call it after the
 // supervisor's Reconcile: the sandboxes that exist then are the ones
 // served, without signals (clients list them).
-func Serve(ctx context.Context, conn *dbus.Conn, sup *supervisor.Supervisor, policy access.Policy, log *slog.Logger) (*Server, error) {
+func Serve(ctx context.Context, conn *dbus.Conn, sup *supervisor.Supervisor, rooms Rooms, policy access.Policy, log *slog.Logger) (*Server, error) {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -80,7 +81,7 @@ func Serve(ctx context.Context, conn *dbus.Conn, sup *supervisor.Supervisor, pol
 	}
 	callCtx, cancel := context.WithCancel(context.Background())
 	s := &Server{
-		conn: conn, sup: sup, access: policy, log: log,
+		conn: conn, sup: sup, rooms: rooms, access: policy, log: log,
 		ctx: callCtx, cancel: cancel,
 		known: map[string]state.State{},
 		heavy: calls.NewLimiter(),
@@ -233,6 +234,7 @@ func (s *Server) Close() error {
 type request struct {
 	ctx    context.Context
 	who    access.Caller
+	actor  supervisor.Actor // who, as the supervisor's checks take it
 	action string
 	// project a call about a project names, for the journal: not an id,
 	// it stays out of SANDBOX_ID.
@@ -265,9 +267,10 @@ func (s *Server) begin(sender dbus.Sender, action string) (*request, *dbus.Error
 		return nil, derr
 	}
 	// The supervisor writes the caller into its audit log.
-	ctx := supervisor.WithIdentity(s.ctx, identity(who))
+	actor := supervisor.Caller(identity(who))
+	ctx := supervisor.WithActor(s.ctx, actor)
 	done := func() { slot.Release(); s.calls.Done() }
-	return &request{ctx: ctx, who: who, action: action, slot: slot, done: done}, nil
+	return &request{ctx: ctx, who: who, actor: actor, action: action, slot: slot, done: done}, nil
 }
 
 // identity is c as the supervisor knows callers: who uses a project, who

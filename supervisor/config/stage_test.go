@@ -5,11 +5,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sandboxd/sandboxd/promote"
+	"github.com/sandboxd/sandboxd/promote/replica"
 )
 
 // A stage target is read at load as the promotion reads it
-// (promote.ParseTarget): one the promotion would refuse is refused at
+// (replica.ParseTarget): one the promotion would refuse is refused at
 // load, with ParseTarget's own error, and never starts the daemon to fail
 // at promotion.
 func TestStageTargetsAreReadAsThePromotionReadsThem(t *testing.T) {
@@ -27,7 +27,7 @@ func TestStageTargetsAreReadAsThePromotionReadsThem(t *testing.T) {
 		"/srv/a\x01b",                      // a control character
 		"SSH2://host/srv/app",              // another scheme
 	} {
-		_, perr := promote.ParseTarget(target)
+		_, perr := replica.ParseTarget(target)
 		if perr == nil {
 			t.Fatalf("the test's target %q: ParseTarget takes it", target)
 		}
@@ -37,7 +37,7 @@ func TestStageTargetsAreReadAsThePromotionReadsThem(t *testing.T) {
 			t.Errorf("target %q: the config loads; ParseTarget refuses it: %v", target, perr)
 			continue
 		}
-		if !errors.Is(err, promote.ErrInvalidTarget) || !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), perr.Error()) ||
+		if !errors.Is(err, replica.ErrInvalidTarget) || !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), perr.Error()) ||
 			!strings.HasPrefix(err.Error(), "x.toml:6: stage[1].target: ") {
 			t.Errorf("target %q: the config's error is %q; want at x.toml:6, stage[1].target, wrapping ErrInvalid and ParseTarget's %q", target, err, perr)
 		}

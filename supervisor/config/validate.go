@@ -13,7 +13,7 @@ import (
 	"github.com/BurntSushi/toml"
 	"github.com/sandboxd/sandboxd/cowfs"
 	"github.com/sandboxd/sandboxd/cowfs/pool"
-	"github.com/sandboxd/sandboxd/promote"
+	"github.com/sandboxd/sandboxd/promote/replica"
 	"github.com/sandboxd/sandboxd/sandboxd1"
 )
 
@@ -374,20 +374,20 @@ func (v *validator) stages(c *Config) {
 }
 
 // stageTarget checks a stage's target as the promotion will read it
-// (promote.ParseTarget), with {project} standing for a project's name, so
+// (replica.ParseTarget), with {project} standing for a project's name, so
 // that a config that loads never fails at promotion for its target. A
 // path is to be written clean, as every path in the file.
 func (v *validator) stageTarget(line int, key, target string) {
 	named := strings.ReplaceAll(target, ProjectPlaceholder, "x")
-	t, err := promote.ParseTarget(named)
+	t, err := replica.ParseTarget(named)
 	if err != nil {
 		v.add(line, key, err, "%s: %v", key, err)
 		return
 	}
 	switch t.Kind {
-	case promote.TargetPath:
+	case replica.TargetPath:
 		v.path(line, key, named)
-	case promote.TargetSSH:
+	case replica.TargetSSH:
 		if u, err := url.Parse(named); err == nil && path.Clean(u.Path) != u.Path {
 			v.add(line, key, nil, "%s = %q: its path is not clean (%q is)", key, target, path.Clean(u.Path))
 		}

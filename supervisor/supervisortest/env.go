@@ -38,7 +38,22 @@ func Main(m *testing.M) {
 
 // Env is one supervisor and its parts.
 type Env struct {
-	Sup     *supervisor.Supervisor
+	Sup *supervisor.Supervisor
+	// The rooms, made over Sup's Host.
+	// (ports)
+
+	// (caches)
+
+	// (commands)
+
+	// (checkpoints)
+
+	// (promotion)
+
+	// (adopt)
+
+	// (try)
+
 	Config  supervisor.Config // what Sup was made with, to make another
 	FS      cowfs.Backend
 	Units   *units.Manager
@@ -69,6 +84,7 @@ func NewUserNS(t *testing.T, prefix string, log *slog.Logger) *Env {
 func (e *Env) Remake(t *testing.T) {
 	t.Helper()
 	e.Sup = supervisor.New(e.Config)
+	e.makeRooms()
 	if e.Config.UserNS.Mode != "" {
 		if err := e.Sup.ProbeUserNS(context.Background()); err != nil {
 			t.Fatal(err)
@@ -140,4 +156,21 @@ func newEnv(t *testing.T, prefix string, log *slog.Logger, userns bool) *Env {
 	})
 	e.Remake(t)
 	return e
+}
+
+// makeRooms makes e's rooms over e.Sup's Host, as the daemon does.
+func (e *Env) makeRooms() {
+	// (ports)
+
+	// (caches)
+
+	// (commands)
+
+	// (checkpoints)
+
+	// (promotion)
+
+	// (adopt)
+
+	// (try)
 }

@@ -1,5 +1,5 @@
 // Command bench measures what sandboxes cost on real copy-on-write
-// filesystems, so the README can show it and the issue's targets can be
+// filesystems, so docs/numbers.md can show it and the issue's targets can be
 // checked by eye: cowfs snapshots (a writable snapshot of a read-only base,
 // which is what making a sandbox costs) and deletes of projects of 1k, 10k
 // and 100k small files, on btrfs and on ZFS, beside `cp -a` and

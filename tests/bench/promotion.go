@@ -153,7 +153,7 @@ func benchPromotion(ctx context.Context, cfg config, d *daemon, fs *btrfsFS, n i
 //
 // rsync comes last because it reads the sandbox's tree from outside,
 // where reading a directory or a file sets its access time, and the
-// change list would then hold those too (see the README). A warm-up run
+// change list would then hold those too (see tests/bench/README.md). A warm-up run
 // (warm) leaves rsync out, and so does a clustered change, whose rsync
 // costs what the same change spread over the tree does.
 func promoteOnce(ctx context.Context, d *daemon, fs *btrfsFS, n int, dir string, changed int, clustered, warm bool, used touched) (s promoSample, mix changeMix, err error) {

@@ -29,7 +29,8 @@ import (
 
 func TestMain(m *testing.M) { supervisortest.Main(m) }
 
-var ctx = context.Background()
+// ctx is the daemon's own: the tests call the supervisor as it does.
+var ctx = supervisor.WithActor(context.Background(), supervisor.Daemon("test"))
 
 // nobody is the unprivileged user commands run as, unless a test asks
 // for root.

@@ -459,7 +459,7 @@ const zfsFuseUnit = "testbed-zfs-fuse.service"
 func supRun(t *testing.T, sup *supervisor.Supervisor, id, script string) (string, nsinit.Result, error) {
 	t.Helper()
 	null, w, collect := testbed.Capture(t)
-	cmd, err := sup.Exec(context.Background(), id, supervisor.ExecOptions{
+	cmd, err := sup.Exec(supervisor.WithActor(context.Background(), supervisor.Daemon("test")), id, supervisor.ExecOptions{
 		Argv: []string{"/bin/sh", "-c", script}, AsRoot: true, Stdio: []*os.File{null, w, w}, Timeout: 30 * time.Second,
 	})
 	out := collect()
@@ -506,7 +506,7 @@ func startZFSFuse(t *testing.T) {
 // mount, is started again by the daemon's next start.
 func TestFaultZFSFuseGoesAway(t *testing.T) {
 	tb := testbed.Require(t)
-	ctx := context.Background()
+	ctx := supervisor.WithActor(context.Background(), supervisor.Daemon("test"))
 	root, project := tb.ZFS.Pool+"/fault-zfs", tb.ZFS.Pool+"/fault-web"
 	testbed.MustRun(t, "zfs", "create", project)
 	t.Cleanup(func() {

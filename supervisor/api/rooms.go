@@ -1,0 +1,27 @@
+package api
+
+// Rooms are the supervisor's capabilities the front door serves beside
+// its core, each made over the core's Host (cmd/sandboxd wires them).
+// A nil room is not served: its methods answer that it is not there.
+type Rooms struct {
+	// The exposed ports (ExposePort, ClosePort).
+	// (ports)
+
+	// The owners' caches (ClearCache).
+	// (caches)
+
+	// Commands, background processes, sessions and files.
+	// (commands)
+
+	// Checkpoints, rollback, rebase and diff.
+	// (checkpoints)
+
+	// Promotions (Promote, Approve, Reject, the records).
+	// (promotion)
+
+	// Adoption (AdoptProject, ReleaseProject).
+	// (adopt)
+
+	// Try.
+	// (try)
+}

@@ -1,0 +1,122 @@
+package supervisor
+
+import (
+	"context"
+	"sync"
+
+	"github.com/sandboxd/sandboxd/cowfs"
+	"github.com/sandboxd/sandboxd/runtime/nsinit"
+	"github.com/sandboxd/sandboxd/supervisor/state"
+)
+
+// Hook is one point of a sandbox's life where rooms add what they do
+// (tailscale's ipnext hooks): the core calls each added func, in the
+// order they were added, and knows nothing of what they are.
+type Hook[F any] struct {
+	mu  sync.RWMutex
+	fns []F
+}
+
+// Add adds f to the hook. Rooms add theirs as they are made, before the
+// daemon reconciles and serves.
+func (h *Hook[F]) Add(f F) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.fns = append(h.fns, f)
+}
+
+// each is the hook's funcs as they are now.
+func (h *Hook[F]) each() []F {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return h.fns
+}
+
+// Funcs is the hook's funcs as they are now, for a fake Host to call
+// (supervisor/hosttest).
+func (h *Hook[F]) Funcs() []F { return h.each() }
+
+// Started says that a sandbox's init runs its world: made by a create, a
+// restart (Reconcile, a rollback, a rebase) or found again after a
+// daemon's restart (Adopted).
+type Started struct {
+	Record state.Record
+	PID    int // the init's, in the host's pid namespace
+	// Adopted: the init outlived a restart of the daemon, which found it.
+	Adopted bool
+}
+
+// ReconcileView is what Reconcile read of the pool and of systemd before
+// it reconciled the sandboxes, for the rooms' reconcile hooks.
+type ReconcileView struct {
+	Records []state.Record
+	Volumes []cowfs.Volume
+	// Active: the sandboxes' scopes by unit name, true if active.
+	Active map[string]bool
+}
+
+// Hooks are the points of a sandbox's life that rooms join. Each is
+// called with no lock of the core held unless it says so.
+type Hooks struct {
+	// BeforeLaunch runs before a sandbox's init is launched (its mount
+	// namespace is a copy of the daemon's: what must show in it is
+	// mounted here: the owner's cache).
+	BeforeLaunch Hook[func(ctx context.Context, rec state.Record)]
+	// Spec lets a room add to the spec the init builds its world from;
+	// release runs once the init built it (or failed to).
+	Spec Hook[func(ctx context.Context, rec state.Record, spec *nsinit.Spec) (release func())]
+	// Started runs once a sandbox's init runs its world.
+	Started Hook[func(ctx context.Context, st Started)]
+	// Stopped runs when the daemon forgets a sandbox's init: it was
+	// stopped (a destroy, a rollback, a restart) or the daemon closes.
+	Stopped Hook[func(id string)]
+	// Destroying runs as a sandbox is destroyed, its scope stopped,
+	// before its volumes go, with its lock held.
+	Destroying Hook[func(ctx context.Context, rec state.Record)]
+	// Destroyed runs after a sandbox's record is gone, with no lock held
+	// (the admission lock neither: an eviction runs them after it).
+	Destroyed Hook[func(ctx context.Context, rec state.Record)]
+	// CommandEnv adds to the environment of each command run in a
+	// sandbox (before the project's and the caller's own).
+	CommandEnv Hook[func(rec state.Record) []string]
+	// Busy reports whether a room is doing something in sandbox id now
+	// (an idle sandbox is frozen; a busy one is not).
+	Busy Hook[func(ctx context.Context, id string) bool]
+	// BeforeReconcile runs as the daemon starts, before the sandboxes are
+	// reconciled (their scopes started again): what a crash left half
+	// done that a sandbox's start would see.
+	BeforeReconcile Hook[func(ctx context.Context, v ReconcileView) error]
+	// AfterReconcile runs once the sandboxes are reconciled, before
+	// orphan volumes are removed; it adds what it did to the report.
+	AfterReconcile Hook[func(ctx context.Context, rep *Report) error]
+	// LoadProjects runs as LoadProjects reads the recorded projects,
+	// under the admission lock: it finishes what a crash left of them
+	// (an adoption) and returns those to load.
+	LoadProjects Hook[func(ctx context.Context, recs []state.Project) []state.Project]
+	// Close runs as the daemon ends, before the sandboxes' inits are
+	// forgotten.
+	Close Hook[func()]
+	// Refusals are a room's sentinels that are the caller's fault (no
+	// such command, port, checkpoint): the audit log keeps them short
+	// and budgets them apart from the caller's actions.
+	Refusals Hook[error]
+}
+
+// Hooks are the points of the sandboxes' lives that rooms join.
+func (s *Supervisor) Hooks() *Hooks { return &s.hooks }
+
+// started runs the Started hooks.
+func (s *Supervisor) started(ctx context.Context, st Started) {
+	for _, f := range s.hooks.Started.each() {
+		f(ctx, st)
+	}
+}
+
+// destroyed returns what runs the Destroyed hooks for rec.
+func (s *Supervisor) destroyed(ctx context.Context, rec state.Record) func() {
+	return func() {
+		for _, f := range s.hooks.Destroyed.each() {
+			f(ctx, rec)
+		}
+	}
+}

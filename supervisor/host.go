@@ -1,0 +1,89 @@
+package supervisor
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/sandboxd/sandboxd/cowfs"
+	"github.com/sandboxd/sandboxd/supervisor/audit"
+	"github.com/sandboxd/sandboxd/supervisor/state"
+)
+
+// Host is the core as a room sees it (tailscale's ipnext.Host): the
+// sandboxes' records, locks and parts, the projects, the seams below, and
+// the hooks a room joins. Rooms (ports, caches, commands, checkpoints,
+// promotion, adoption, try) are made over a Host and keep their own
+// state; the core imports none of them. Tests of a room use a fake Host
+// (supervisor/hosttest).
+type Host interface {
+	// Hooks are the points of a sandbox's life a room joins.
+	Hooks() *Hooks
+	// The seams below: the pool, systemd, the store.
+	Backend() cowfs.Backend
+	Units() Units
+	Store() *state.Store
+	Log() *slog.Logger
+
+	// Lock takes sandbox id's lock: one operation at a time per sandbox.
+	Lock(id string) (unlock func())
+	// Sandbox is sandbox id as it is now (its state current, its path).
+	Sandbox(ctx context.Context, id string) (Sandbox, error)
+	// InitPID is the pid of sandbox id's init, if it runs.
+	InitPID(id string) (int, bool)
+	// RuntimeDir is sandbox id's runtime directory (its init's socket).
+	RuntimeDir(id string) string
+	// Wake thaws sandbox id if it was frozen for being idle, and records
+	// activity; Touch records activity only.
+	Wake(ctx context.Context, id string) error
+	Touch(id string)
+
+	// Project is the project called name, and whether there is one.
+	Project(name string) (Project, bool)
+	// MayUseProject says whether a may use project name (nil: yes).
+	MayUseProject(ctx context.Context, a Actor, name string) error
+
+	// Audit records an action on rec and how it ended, with the caller
+	// of ctx; AuditEntry records e so.
+	Audit(ctx context.Context, action string, rec state.Record, err error)
+	AuditEntry(ctx context.Context, e audit.Entry, rec state.Record, err error)
+}
+
+// host is the Supervisor as its rooms see it.
+type host struct{ s *Supervisor }
+
+// Host is s as its rooms see it.
+func (s *Supervisor) Host() Host { return host{s} }
+
+func (h host) Hooks() *Hooks               { return &h.s.hooks }
+func (h host) Backend() cowfs.Backend      { return h.s.cfg.Backend }
+func (h host) Units() Units                { return h.s.cfg.Units }
+func (h host) Store() *state.Store         { return h.s.cfg.Store }
+func (h host) Log() *slog.Logger           { return h.s.log }
+func (h host) Lock(id string) func()       { return h.s.lock(id) }
+func (h host) RuntimeDir(id string) string { return h.s.runtimeDir(id) }
+func (h host) Touch(id string)             { h.s.touch(id) }
+
+func (h host) Sandbox(ctx context.Context, id string) (Sandbox, error) { return h.s.Get(ctx, id) }
+
+func (h host) InitPID(id string) (int, bool) {
+	if w := h.s.worlds.get(id); w != nil {
+		return w.pid, true
+	}
+	return 0, false
+}
+
+func (h host) Wake(ctx context.Context, id string) error { return h.s.wake(ctx, id) }
+
+func (h host) Project(name string) (Project, bool) { return h.s.projects.get(name) }
+
+func (h host) MayUseProject(ctx context.Context, a Actor, name string) error {
+	return h.s.MayUseProject(ctx, a, name)
+}
+
+func (h host) Audit(ctx context.Context, action string, rec state.Record, err error) {
+	h.s.audit(ctx, action, rec, err)
+}
+
+func (h host) AuditEntry(ctx context.Context, e audit.Entry, rec state.Record, err error) {
+	h.s.auditEntry(ctx, e, rec, err)
+}

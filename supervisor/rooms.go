@@ -1,0 +1,97 @@
+package supervisor
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/sandboxd/sandboxd/runtime/nsinit"
+	"github.com/sandboxd/sandboxd/supervisor/state"
+)
+
+// joinRooms adds the hooks of the capabilities that still live in this
+// package; each moves to a room of its own, which adds them itself.
+func (s *Supervisor) joinRooms() {
+	h := &s.hooks
+	// The owner's cache.
+	h.BeforeLaunch.Add(func(ctx context.Context, rec state.Record) {
+		if !rec.NoCache {
+			s.prepareCache(ctx, rec.Owner)
+		}
+	})
+	h.Spec.Add(func(ctx context.Context, rec state.Record, spec *nsinit.Spec) func() {
+		if rec.NoCache {
+			return func() {}
+		}
+		path, unlock := s.useCache(ctx, rec.Owner)
+		spec.Cache = path
+		return unlock
+	})
+	h.Started.Add(func(_ context.Context, st Started) {
+		s.caches.setMounted(st.Record.ID, s.cacheMounted(st.Record.ID, st.PID))
+	})
+	h.Stopped.Add(func(id string) { s.caches.setMounted(id, false) })
+	h.CommandEnv.Add(func(rec state.Record) []string {
+		if s.caches.isMounted(rec.ID) {
+			return cacheEnv
+		}
+		return nil
+	})
+	// Ports: exposed again once the sandbox runs (after the daemon's
+	// start; a rollback or rebase kept them open: each connection finds
+	// the new init), closed as it is destroyed, all closed at the end.
+	h.Started.Add(func(_ context.Context, st Started) { s.restorePorts(st.Record) })
+	h.Destroying.Add(func(_ context.Context, rec state.Record) { s.closePorts(rec) })
+	h.Close.Add(s.closeAllPorts)
+	h.Busy.Add(func(_ context.Context, id string) bool {
+		s.ports.mu.Lock()
+		defer s.ports.mu.Unlock()
+		for k, e := range s.ports.m {
+			if k.id == id && len(e.slots) > 0 {
+				return true
+			}
+		}
+		return false
+	})
+	// Commands, files and background processes.
+	h.Busy.Add(func(ctx context.Context, id string) bool {
+		if s.fileCalls.running(id) {
+			return true
+		}
+		s.commands.mu.Lock()
+		for k := range s.commands.m {
+			if strings.HasPrefix(k, id+"/") {
+				s.commands.mu.Unlock()
+				return true
+			}
+		}
+		s.commands.mu.Unlock()
+		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		ps, err := nsinit.ListProcesses(ctx, nsinit.Control(s.runtimeDir(id)))
+		return err != nil || slices.ContainsFunc(ps, nsinit.Process.Running) // unknown: busy
+	})
+	h.Started.Add(s.watchAdopted)
+	h.Stopped.Add(s.stopWatch)
+	// Checkpoints: rollbacks a crash interrupted are finished before the
+	// sandboxes start again.
+	h.BeforeReconcile.Add(func(ctx context.Context, v ReconcileView) error {
+		return s.finishRollbacks(ctx, v.Records, v.Volumes, v.Active)
+	})
+	// Promotions: those a crash interrupted are finished or undone; the
+	// source a destroyed sandbox's last promotion kept is deleted; those
+	// running are waited for at the end.
+	h.AfterReconcile.Add(s.reconcilePromotions)
+	h.Destroyed.Add(func(ctx context.Context, rec state.Record) {
+		if s.earlierSource(ctx, rec.ID) != nil {
+			if _, err := s.prunePromotions(ctx); err != nil {
+				s.log.Warn("deleting a destroyed sandbox's promotion source", "SANDBOX_ID", rec.ID, "error", err)
+			}
+		}
+	})
+	h.Close.Add(s.promos.close)
+	// Adoption: recorded adoptions are finished or undone, and mounted
+	// again, before their projects load.
+	h.LoadProjects.Add(s.reconcileAdoptions)
+}
