@@ -137,7 +137,7 @@ func (s *Supervisor) System(ctx context.Context, id string, uid uint32) (SystemS
 	if err != nil {
 		return st, fmt.Errorf("the system of sandbox %s: %w", id, err)
 	}
-	lines := strings.Split(strings.TrimSpace(c.output), "\n")
+	lines := strings.Split(strings.TrimSpace(c.Output), "\n")
 	st.State = clean(lines[0])
 	if st.State == "" {
 		st.State = "offline"

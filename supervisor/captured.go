@@ -9,24 +9,15 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sandboxd/sandboxd/runtime/nsinit"
 )
-
-// captured is how a command run for its output ended: a promotion's
-// check, a step of Try.
-type captured struct {
-	nsinit.Result
-	output string // the end of what it wrote to stdout and stderr
-	took   time.Duration
-}
 
 // runCaptured runs o in sandbox id with /dev/null for stdin and one pipe
 // for stdout and stderr (o.Stdio is set here), and returns how it ended,
 // the last max bytes of its output and how long it took. A command still
 // running when ctx ends is left to the sandbox's destruction, which ends
 // it.
-func (s *Supervisor) runCaptured(ctx context.Context, id string, o ExecOptions, max int) (captured, error) {
-	var c captured
+func (s *Supervisor) runCaptured(ctx context.Context, id string, o ExecOptions, max int) (Captured, error) {
+	var c Captured
 	devNull, err := os.Open(os.DevNull)
 	if err != nil {
 		return c, err
@@ -52,7 +43,7 @@ func (s *Supervisor) runCaptured(ctx context.Context, id string, o ExecOptions, 
 	case <-ctx.Done():
 		return c, context.Cause(ctx)
 	}
-	c.took = time.Since(begin)
+	c.Took = time.Since(begin)
 	// What it left running (a daemon it started) may hold the pipe.
 	select {
 	case <-drained:
@@ -60,7 +51,7 @@ func (s *Supervisor) runCaptured(ctx context.Context, id string, o ExecOptions, 
 		pr.Close()
 		<-drained
 	}
-	c.Result, c.output = cmd.Result(), out.String()
+	c.Result, c.Output = cmd.Result(), out.String()
 	return c, nil
 }
 

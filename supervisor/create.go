@@ -45,14 +45,16 @@ type CreateOptions struct {
 	// user namespace and a network of its own.
 	Boot bool
 
-	hidden, readOnly []string // the host's and the profile's
-	// applied: the base is the project as a promotion's stage applied
+	// Applied: the base is the project as a promotion's stage applied
 	// it (its checks), not that stage's rollback point, which other
-	// creates get meanwhile (projectGate).
-	applied bool
-	// noCache: no owner's cache (a promotion's checks: what the owner's
+	// creates get meanwhile (projectGate). Not a caller's option: the
+	// front door never sets it.
+	Applied bool
+	// NoCache: no owner's cache (a promotion's checks: what the owner's
 	// other sandboxes put there must not change what a check does).
-	noCache bool
+	NoCache bool
+
+	hidden, readOnly []string // the host's and the profile's
 }
 
 // Create makes a sandbox: its intent is recorded first, then a read-only
@@ -160,7 +162,7 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 		Base: baseName(id), Volume: volumeName(id), Unit: unitName(id),
 		Profile: opts.Profile, Created: now, Limits: limits, DiskQuota: opts.DiskQuota,
 		Network: opts.Network, Allow: opts.Allow, ReadOnlyProject: *opts.ReadOnlyProject,
-		Hidden: opts.hidden, ReadOnly: opts.readOnly, IDs: ids, NoCache: opts.noCache, Env: env,
+		Hidden: opts.hidden, ReadOnly: opts.readOnly, IDs: ids, NoCache: opts.NoCache, Env: env,
 		Boot: opts.Boot,
 	}
 	if opts.TTL > 0 {
@@ -227,7 +229,7 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 	// While a promotion's stage is under way, its rollback point
 	// (projectGate); a promotion's checks get the project as applied.
 	var base cowfs.Volume
-	if opts.applied {
+	if opts.Applied {
 		thaw := s.freezeWriters(ctx, opts.Project)
 		base, err = s.cfg.Backend.Snapshot(ctx, project, rec.Base, true)
 		thaw()

@@ -42,6 +42,25 @@ type Host interface {
 	// MayUseProject says whether a may use project name (nil: yes).
 	MayUseProject(ctx context.Context, a Actor, name string) error
 
+	// Create and Destroy make and end sandboxes as any caller does (a
+	// promotion's checks, try), with the actor of ctx.
+	Create(ctx context.Context, opts CreateOptions) (Sandbox, error)
+	Destroy(ctx context.Context, id string) error
+
+	// SandboxChanges lists what a sandbox changed since base (now: a
+	// read-only snapshot of it); FilterChanges leaves out what project's
+	// ignore rules (read from base) say never leaves a sandbox, and
+	// counts it. WithChanges runs fn on sandbox id's changes now, under
+	// its lock, from a read-only snapshot deleted after; what names the
+	// work in errors.
+	SandboxChanges(ctx context.Context, base, now cowfs.Volume) ([]cowfs.Change, error)
+	FilterChanges(ctx context.Context, project string, base, now cowfs.Volume, changes []cowfs.Change) ([]cowfs.Change, int, error)
+	WithChanges(ctx context.Context, id, what string, fn func(base, now cowfs.Volume, changes []cowfs.Change, ignored int) error) error
+	// FrozenSnapshot is a read-only snapshot named name of vol, a volume
+	// of sandbox rec, taken with the sandbox frozen if it runs, so that
+	// what it holds is consistent.
+	FrozenSnapshot(ctx context.Context, rec state.Record, vol cowfs.Volume, name string) (cowfs.Volume, error)
+
 	// Audit records an action on rec and how it ended, with the caller
 	// of ctx; AuditEntry records e so.
 	Audit(ctx context.Context, action string, rec state.Record, err error)
@@ -86,4 +105,26 @@ func (h host) Audit(ctx context.Context, action string, rec state.Record, err er
 
 func (h host) AuditEntry(ctx context.Context, e audit.Entry, rec state.Record, err error) {
 	h.s.auditEntry(ctx, e, rec, err)
+}
+
+func (h host) Create(ctx context.Context, opts CreateOptions) (Sandbox, error) {
+	return h.s.Create(ctx, opts)
+}
+
+func (h host) Destroy(ctx context.Context, id string) error { return h.s.Destroy(ctx, id) }
+
+func (h host) SandboxChanges(ctx context.Context, base, now cowfs.Volume) ([]cowfs.Change, error) {
+	return h.s.sandboxChanges(ctx, base, now)
+}
+
+func (h host) FilterChanges(ctx context.Context, project string, base, now cowfs.Volume, changes []cowfs.Change) ([]cowfs.Change, int, error) {
+	return h.s.filterChanges(ctx, project, base, now, changes)
+}
+
+func (h host) WithChanges(ctx context.Context, id, what string, fn func(base, now cowfs.Volume, changes []cowfs.Change, ignored int) error) error {
+	return h.s.withChanges(ctx, id, what, fn)
+}
+
+func (h host) FrozenSnapshot(ctx context.Context, rec state.Record, vol cowfs.Volume, name string) (cowfs.Volume, error) {
+	return h.s.frozenSnapshot(ctx, rec, vol, name)
 }

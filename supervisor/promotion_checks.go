@@ -80,7 +80,7 @@ func (s *Supervisor) checkInSandbox(ctx context.Context, p *Promotion, st Stage)
 	}
 	sb, err := s.Create(ctx, CreateOptions{
 		Project: p.Project, Name: checkSandboxName(p.ID), Owner: p.Owner,
-		TTL: time.Duration(len(st.Checks)+1) * timeout, applied: true, noCache: true,
+		TTL: time.Duration(len(st.Checks)+1) * timeout, Applied: true, NoCache: true,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("making a sandbox for the checks: %w", err)
@@ -113,7 +113,7 @@ func (s *Supervisor) runCheck(ctx context.Context, id string, uid uint32, comman
 	if err != nil {
 		return r, fmt.Errorf("running check %q: %w", command, err)
 	}
-	r.Duration, r.How, r.Output = c.took, string(c.How), c.output
+	r.Duration, r.How, r.Output = c.Took, string(c.How), c.Output
 	r.Status = c.Code
 	if c.Signal != 0 {
 		r.Status = 128 + c.Signal

@@ -49,11 +49,11 @@ func (s *Supervisor) tryOne(ctx context.Context, opts *TryOptions, r *TryResult)
 			r.Failed = step.what + ": " + err.Error()
 			return fmt.Errorf("running the %s in %s: %w", step.what, r.Name, err)
 		}
-		r.Duration += res.took
+		r.Duration += res.Took
 		if step.what == "variant" {
-			r.CommandDuration, r.CommandOutput = res.took, &res.output
+			r.CommandDuration, r.CommandOutput = res.Took, &res.Output
 		} else {
-			r.CheckDuration, r.CheckOutput = res.took, &res.output
+			r.CheckDuration, r.CheckOutput = res.Took, &res.Output
 		}
 		if res.How != nsinit.Exited || res.Code != 0 {
 			r.FailedIn, r.How, r.Signal = step.what, string(res.How), res.Signal
@@ -98,7 +98,7 @@ func (s *Supervisor) tryOne(ctx context.Context, opts *TryOptions, r *TryResult)
 // tryStep runs the shell line in sandbox id as the caller, and returns
 // how it ended, the last tryOutputMax bytes of its output and how long it
 // took.
-func (s *Supervisor) tryStep(ctx context.Context, opts *TryOptions, id, line string, env []string) (captured, error) {
+func (s *Supervisor) tryStep(ctx context.Context, opts *TryOptions, id, line string, env []string) (Captured, error) {
 	timeout := opts.Timeout
 	if timeout < 0 {
 		timeout = 0 // none

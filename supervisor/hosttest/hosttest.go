@@ -41,6 +41,12 @@ type Host struct {
 	May     func(a supervisor.Actor, project string) error
 	touched map[string]int
 	audited []Audited
+	// CreateFn makes a sandbox for Create (nil: a record alone, ready,
+	// with a new id and opts' project, name and owner).
+	CreateFn func(ctx context.Context, opts supervisor.CreateOptions) (supervisor.Sandbox, error)
+	// Ignore leaves a change out in FilterChanges (nil: none).
+	Ignore func(c cowfs.Change) bool
+	ids    int
 }
 
 // Audited is one action the room audited.
@@ -232,4 +238,88 @@ func (h *Host) AuditEntry(_ context.Context, e audit.Entry, rec state.Record, er
 	defer h.mu.Unlock()
 	e.Sandbox, e.Project = rec.ID, rec.Project
 	h.audited = append(h.audited, Audited{Entry: e, Record: rec, Err: err})
+}
+
+func (h *Host) Create(ctx context.Context, opts supervisor.CreateOptions) (supervisor.Sandbox, error) {
+	if _, err := supervisor.ActorOf(ctx); err != nil {
+		return supervisor.Sandbox{}, err
+	}
+	if h.CreateFn != nil {
+		return h.CreateFn(ctx, opts)
+	}
+	h.mu.Lock()
+	h.ids++
+	id := fmt.Sprintf("%012x", h.ids)
+	h.mu.Unlock()
+	rec := state.Record{ID: id, Name: opts.Name, Project: opts.Project, Owner: opts.Owner, State: state.Ready,
+		Base: "base-" + id, Volume: "sb-" + id, Unit: "sandbox-" + id + ".scope", Created: time.Now().UTC()}
+	if err := h.S.Create(rec); err != nil {
+		return supervisor.Sandbox{}, err
+	}
+	return supervisor.Sandbox{Record: rec}, nil
+}
+
+func (h *Host) SandboxChanges(ctx context.Context, base, now cowfs.Volume) ([]cowfs.Change, error) {
+	changes, err := h.B.Changes(ctx, base, now)
+	if err != nil {
+		return nil, err
+	}
+	out := changes[:0]
+	for _, c := range changes {
+		if c.Path == "." && c.Kind == cowfs.Metadata {
+			continue
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+func (h *Host) FilterChanges(_ context.Context, _ string, _, _ cowfs.Volume, changes []cowfs.Change) ([]cowfs.Change, int, error) {
+	if h.Ignore == nil {
+		return changes, 0, nil
+	}
+	var out []cowfs.Change
+	for _, c := range changes {
+		if !h.Ignore(c) {
+			out = append(out, c)
+		}
+	}
+	return out, len(changes) - len(out), nil
+}
+
+func (h *Host) WithChanges(ctx context.Context, id, what string, fn func(base, now cowfs.Volume, changes []cowfs.Change, ignored int) error) error {
+	defer h.Lock(id)()
+	rec, err := h.S.Get(id)
+	if err != nil {
+		return err
+	}
+	base, err := h.B.Get(ctx, rec.Base)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	vol, err := h.B.Get(ctx, rec.Volume)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	now, err := h.B.Snapshot(ctx, vol, "diff-"+id, true)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	defer func() { _ = h.B.Delete(context.WithoutCancel(ctx), now) }()
+	changes, err := h.SandboxChanges(ctx, base, now)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	changes, ignored, err := h.FilterChanges(ctx, rec.Project, base, now, changes)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	if err := fn(base, now, changes, ignored); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return nil
+}
+
+func (h *Host) FrozenSnapshot(ctx context.Context, _ state.Record, vol cowfs.Volume, name string) (cowfs.Volume, error) {
+	return h.B.Snapshot(ctx, vol, name, true)
 }
