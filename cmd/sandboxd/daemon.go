@@ -16,6 +16,8 @@ import (
 	"github.com/sandboxd/sandboxd/cowfs/pool"
 	"github.com/sandboxd/sandboxd/supervisor"
 	"github.com/sandboxd/sandboxd/supervisor/api"
+	"github.com/sandboxd/sandboxd/supervisor/api/access"
+	"github.com/sandboxd/sandboxd/supervisor/api/guard"
 	"github.com/sandboxd/sandboxd/supervisor/audit"
 	"github.com/sandboxd/sandboxd/supervisor/config"
 	"github.com/sandboxd/sandboxd/supervisor/journal"
@@ -175,16 +177,16 @@ func run(ctx context.Context, configPath string) error {
 		log.Error("reconcile left problems", "error", err)
 	}
 
-	conn, err := dbus.ConnectSystemBus(api.ConnOptions()...)
+	conn, err := dbus.ConnectSystemBus(guard.ConnOptions()...)
 	if err != nil {
 		return fmt.Errorf("connecting to the system bus: %w", err)
 	}
 	defer conn.Close()
-	access, unresolved := api.ResolveAccess(cfg.Access.CreatorUsers, cfg.Access.CreatorGroups, cfg.Access.AdminUsers, cfg.Access.AdminGroups)
+	policy, unresolved := access.Resolve(cfg.Access.CreatorUsers, cfg.Access.CreatorGroups, cfg.Access.AdminUsers, cfg.Access.AdminGroups)
 	for _, err := range unresolved {
 		log.Warn("an [access] name does not resolve; left out", "error", err)
 	}
-	srv, err := api.Serve(ctx, conn, sup, rooms, access, log)
+	srv, err := api.Serve(ctx, conn, sup, rooms, policy, log)
 	if err != nil {
 		return err
 	}
