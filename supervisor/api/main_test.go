@@ -41,7 +41,8 @@ func TestMain(m *testing.M) {
 	supervisortest.Main(m)
 }
 
-var ctx = context.Background()
+// ctx is the daemon's own: the tests call the supervisor as it does.
+var ctx = supervisor.WithActor(context.Background(), supervisor.Daemon("test"))
 
 // Users and groups made in the testbed (its /etc is a throw-away layer).
 const (
