@@ -199,7 +199,7 @@ func run(ctx context.Context, configPath string) error {
 	if interval, err := sddaemon.SdWatchdogEnabled(false); err == nil && interval > 0 {
 		go watchdog(ctx, interval/2)
 	}
-	go expire(ctx, sup, srv, log, time.Duration(lim.IdleFreeze))
+	go expire(ctx, sup, log, time.Duration(lim.IdleFreeze))
 	select {
 	case <-ctx.Done():
 	case <-conn.Context().Done():
@@ -217,8 +217,8 @@ func run(ctx context.Context, configPath string) error {
 func status(s string) { _, _ = sddaemon.SdNotify(false, "STATUS="+s) }
 
 // expire destroys sandboxes past their time to live, every few seconds,
-// and tells the bus they are gone.
-func expire(ctx context.Context, sup *supervisor.Supervisor, srv *api.Server, log *slog.Logger, idle time.Duration) {
+// and freezes idle ones; the change event tells the bus.
+func expire(ctx context.Context, sup *supervisor.Supervisor, log *slog.Logger, idle time.Duration) {
 	every := 10 * time.Second
 	if idle > 0 && idle/2 < every {
 		every = max(idle/2, time.Second) // an idle sandbox freezes within half its time again
@@ -238,10 +238,8 @@ func expire(ctx context.Context, sup *supervisor.Supervisor, srv *api.Server, lo
 		if len(gone) > 0 {
 			log.Info("sandboxes expired", "ids", strings.Join(gone, ","), "ACTION", "expire")
 		}
-		if len(gone)+len(frozen) > 0 {
-			if err := srv.Sync(ctx); err != nil {
-				log.Error("announcing expired or idle sandboxes", "error", err)
-			}
+		if len(frozen) > 0 {
+			log.Debug("sandboxes frozen for being idle", "ids", strings.Join(frozen, ","))
 		}
 		select {
 		case <-ctx.Done():

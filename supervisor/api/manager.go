@@ -39,10 +39,7 @@ func (m manager) CreateSandbox(sender dbus.Sender, project string, opts map[stri
 	sb, err := s.sup.Create(r.ctx, co)
 	if err != nil {
 		// A create that could not undo itself leaves a record (creating)
-		// for Reconcile: announce whatever now exists.
-		if serr := s.Sync(r.ctx); serr != nil {
-			s.log.Error("announcing after a failed create", "error", serr)
-		}
+		// for Reconcile: the change event announces it.
 		return "", "", s.end(r, "", fromSupervisor(err))
 	}
 	if !sandboxd1.ValidID(sb.ID) {

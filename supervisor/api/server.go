@@ -50,6 +50,10 @@ type Server struct {
 	// aud is who hears each sandbox's signals: its owner and admins.
 	aud access.Audience
 
+	// changes: the supervisor's change events, which follow announces.
+	changes  *supervisor.Subscription
+	followed chan struct{}
+
 	// heavy bounds the calls that hold much memory or disk work at once.
 	heavy *calls.Limiter
 }
@@ -89,8 +93,11 @@ func Serve(ctx context.Context, conn *dbus.Conn, sup *supervisor.Supervisor, roo
 	guard.Attach(log, sup)
 	sup.OnProcessExited(s.processExited)
 	ok := false
+	// Subscribed before the listing: a change made meanwhile is heard.
+	s.changes, s.followed = sup.Subscribe(), make(chan struct{})
 	defer func() {
 		if !ok {
+			sup.Unsubscribe(s.changes)
 			s.unexport()
 			cancel()
 			serving.Delete(conn)
@@ -117,6 +124,7 @@ func Serve(ctx context.Context, conn *dbus.Conn, sup *supervisor.Supervisor, roo
 		return nil, err
 	}
 	ok = true
+	go s.follow(s.changes, s.followed)
 	log.Info("serving the D-Bus API", "name", sandboxd1.BusName, "sandboxes", len(s.known))
 	return s, nil
 }
@@ -225,6 +233,8 @@ func (s *Server) Close() error {
 	}
 	s.cancel()
 	<-done
+	s.sup.Unsubscribe(s.changes)
+	<-s.followed
 	serving.Delete(s.conn)
 	s.log.Info("stopped serving the D-Bus API", "name", sandboxd1.BusName)
 	return err
@@ -336,28 +346,23 @@ func (s *Server) SandboxChanged(ctx context.Context, id string) error {
 	return nil
 }
 
-// Sync compares every sandbox with what was announced and announces the
-// differences, as SandboxChanged does for one.
-func (s *Server) Sync(ctx context.Context) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	list, err := s.sup.List(ctx)
-	if err != nil {
-		return fmt.Errorf("announcing changes of sandboxes: %w", err)
-	}
-	seen := map[string]bool{}
-	for _, sb := range list {
-		if sandboxd1.ValidID(sb.ID) {
-			seen[sb.ID] = true
-			s.announce(sb.ID, sb.Owner, sb.State)
+// follow announces the sandboxes the supervisor says changed (made
+// ready, frozen, thawed, destroyed, expired, a create undone), as
+// SandboxChanged does for one, until the server closes.
+func (s *Server) follow(sub *supervisor.Subscription, done chan struct{}) {
+	defer close(done)
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-sub.Ready():
+		}
+		for _, id := range sub.Take() {
+			if err := s.SandboxChanged(s.ctx, id); err != nil && s.ctx.Err() == nil {
+				s.log.Error("announcing a change", "SANDBOX_ID", id, "error", err)
+			}
 		}
 	}
-	for id := range s.known {
-		if !seen[id] {
-			s.announceGone(id)
-		}
-	}
-	return nil
 }
 
 // announce tells the owner's and the admins' connections that sandbox

@@ -53,9 +53,6 @@ func (m manager) Try(sender dbus.Sender, project string, variants []string, chec
 	ctx, stop := s.whileConnected(r.ctx, string(sender))
 	rep, err := s.sup.Try(ctx, to)
 	stop()
-	if syncErr := s.Sync(r.ctx); syncErr != nil {
-		s.log.Error("announcing after Try", "error", syncErr)
-	}
 	if err != nil {
 		return "", s.end(r, "", fromSupervisor(err))
 	}
