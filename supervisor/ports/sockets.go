@@ -1,4 +1,4 @@
-package supervisor
+package ports
 
 import (
 	"errors"
@@ -29,7 +29,7 @@ func splice(a, b net.Conn, idle time.Duration) {
 	var last atomic.Int64
 	last.Store(time.Now().UnixNano())
 	one := func(dst, src net.Conn) {
-		buf := make([]byte, portCopyBuffer)
+		buf := make([]byte, copyBuffer)
 		for {
 			src.SetReadDeadline(time.Now().Add(idle))
 			n, err := src.Read(buf)
