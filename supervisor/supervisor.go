@@ -156,7 +156,6 @@ type Supervisor struct {
 	userns    usernsState
 	stateDirs stateDirCache
 	frozen    freezeCounts
-	ports     portTable // exposed on the host (ports.go)
 	procHooks processHooks
 	sessions  sessions
 	caches    caches // owners' cache volumes (cache.go)

@@ -21,6 +21,7 @@ import (
 	"github.com/sandboxd/sandboxd/supervisor/audit"
 	"github.com/sandboxd/sandboxd/supervisor/config"
 	"github.com/sandboxd/sandboxd/supervisor/journal"
+	"github.com/sandboxd/sandboxd/supervisor/ports"
 	"github.com/sandboxd/sandboxd/supervisor/state"
 	"github.com/sandboxd/sandboxd/units"
 )
@@ -134,7 +135,7 @@ func run(ctx context.Context, configPath string) error {
 	// The rooms join the core's hooks as they are made, before the
 	// projects load and the sandboxes are reconciled.
 	rooms := api.Rooms{}
-	// (ports)
+	rooms.Ports = ports.New(sup.Host(), ports.Config{RuntimeDir: runtimeDir})
 
 	// (caches)
 

@@ -545,7 +545,7 @@ func (l *listener) heard(t *testing.T, c *client) []string {
 // roomsOf are the rooms of se, as the daemon serves them.
 func roomsOf(se *supervisortest.Env) api.Rooms {
 	r := api.Rooms{}
-	// (ports)
+	r.Ports = se.Ports
 
 	// (caches)
 
