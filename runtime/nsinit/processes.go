@@ -105,33 +105,6 @@ func newProcesses(dir *os.File) *processes {
 	return &processes{dir: dir, watchers: map[*net.UnixConn]bool{}}
 }
 
-// openLogs makes and opens the logs' directory in the system layer's
-// volume at layer (before the pivot hides it).
-func openLogs(layer string) (*os.File, error) {
-	dir := layer + "/processes"
-	if err := os.Mkdir(dir, 0o700); err != nil && !os.IsExist(err) {
-		return nil, fmt.Errorf("making the processes' log directory: %w", err)
-	}
-	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, fmt.Errorf("opening the processes' log directory: %w", err)
-	}
-	f := os.NewFile(uintptr(fd), dir)
-	// An init started again (after a reboot, a rollback) knows none of
-	// the processes of the one before: their logs go, or they would sit
-	// in the quota with no one to read or remove them.
-	if names, err := f.Readdirnames(-1); err == nil {
-		for _, n := range names {
-			_ = unix.Unlinkat(fd, n, 0)
-		}
-	}
-	if _, err := f.Seek(0, 0); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("opening the processes' log directory: %w", err)
-	}
-	return f, nil
-}
-
 // add makes room for and registers a process about to start, with a new
 // log; it returns the log's write end, for the command's stdout and
 // stderr.
