@@ -411,7 +411,7 @@ func (s *server) spawn(conn *net.UnixConn, req *Request, files []*os.File) {
 	p, w, err := s.procs.add(req.Spawn, req.Argv)
 	if err != nil {
 		if cg != nil {
-			cg.close()
+			cg.Close()
 		}
 		_ = writeMessage(conn, errorMessage(err), nil)
 		return
@@ -421,7 +421,7 @@ func (s *server) spawn(conn *net.UnixConn, req *Request, files []*os.File) {
 		w.Close()
 		s.procs.forget(p)
 		if cg != nil {
-			cg.close()
+			cg.Close()
 		}
 		_ = writeMessage(conn, errorMessage(err), nil)
 		return

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandboxd/runtime/nsinit/boot"
+	"github.com/sandboxd/sandboxd/runtime/nsinit/cgroup"
 	"github.com/sandboxd/sandboxd/runtime/nsinit/creds"
 )
 
@@ -167,7 +168,7 @@ type command struct {
 	timer   *time.Timer
 	// cg is the command's own cgroup (nil: none, as the caller asked to
 	// detach, or as the host has no cgroup v2).
-	cg *initCgroup
+	cg *cgroup.Received
 }
 
 func (c *command) kill(sig syscall.Signal) {
@@ -195,8 +196,8 @@ func (c *command) wait() Result {
 	// Without a cgroup (detached), daemons it started stay.
 	c.kill(syscall.SIGKILL)
 	if c.cg != nil {
-		c.cg.kill()
-		c.cg.close()
+		c.cg.Kill()
+		c.cg.Close()
 	}
 	copied := make(chan struct{})
 	go func() { c.copies.Wait(); close(copied) }()
@@ -218,22 +219,21 @@ func (c *command) wait() Result {
 
 // splitFiles takes a request's descriptors apart: stdio, then the
 // cgroups the request says it carries.
-func splitFiles(req *Request, files []*os.File) ([]*os.File, *initCgroup, error) {
+func splitFiles(req *Request, files []*os.File) ([]*os.File, *cgroup.Received, error) {
 	if !req.Cgroup {
 		return files, nil, nil
 	}
-	if len(files) < cgroupFiles {
+	if len(files) < cgroup.Files {
 		return nil, nil, errors.New("the request's cgroups are missing")
 	}
-	n := len(files) - cgroupFiles
-	cg := files[n:]
-	return files[:n], &initCgroup{dir: cg[0], procs: cg[1], killer: cg[2], parentProcs: cg[3]}, nil
+	n := len(files) - cgroup.Files
+	return files[:n], cgroup.FromFiles(files[n:]), nil
 }
 
-func (s *server) start(req *Request, stdio []*os.File, cg *initCgroup) (_ *command, err error) {
+func (s *server) start(req *Request, stdio []*os.File, cg *cgroup.Received) (_ *command, err error) {
 	defer func() {
 		if err != nil && cg != nil {
-			cg.close()
+			cg.Close()
 		}
 	}()
 	if len(req.Argv) == 0 || req.Argv[0] == "" {
@@ -294,9 +294,9 @@ func (s *server) start(req *Request, stdio []*os.File, cg *initCgroup) (_ *comma
 	}
 	s.mu.Lock()
 	if cg != nil {
-		if cerr := cg.enter(); cerr != nil {
+		if cerr := cg.Enter(); cerr != nil {
 			fmt.Fprintf(os.Stderr, "sandbox init: %v; %s runs without a cgroup of its own\n", cerr, path)
-			cg.close()
+			cg.Close()
 			cg = nil
 		}
 	}
@@ -309,8 +309,8 @@ func (s *server) start(req *Request, stdio []*os.File, cg *initCgroup) (_ *comma
 	}
 	r := s.forkFor(f, asCaller, req.identity())
 	if cg != nil {
-		if cerr := cg.leave(); cerr != nil {
-			// Ended by pid then, sparing the init (see initCgroup.kill).
+		if cerr := cg.Leave(); cerr != nil {
+			// Ended by pid then, sparing the init (see cgroup.Received.Kill).
 			fmt.Fprintf(os.Stderr, "sandbox init: %v\n", cerr)
 		}
 	}
