@@ -88,6 +88,13 @@ var rules = []rule{
 	{"nothing imports cmd", anyPkg, not(in("cmd"))},
 	{"client (the Go client) imports only the wire contract", in("client"), in("sandboxd1")},
 	{"mcpserver (the MCP server) imports only the client, the wire contract and internal/", in("mcpserver"), in("client", "sandboxd1", "internal")},
+	{"the init's rooms (runtime/nsinit/*) import only one another, runtime/seccomp and internal/, never nsinit", below("runtime/nsinit"),
+		func(imp string) bool { return below("runtime/nsinit")(imp) || in("runtime/seccomp", "internal")(imp) }},
+}
+
+// below says whether a package is below room (not room itself).
+func below(room string) func(string) bool {
+	return func(pkg string) bool { return strings.HasPrefix(pkg, room+"/") }
 }
 
 // cliRule waits for the wire contract (issue 16): the CLI imports only
@@ -149,7 +156,7 @@ func TestCLIImportsOnlyTheWireContract(t *testing.T) {
 // of each rule gets exactly that break reported by it.
 func TestRulesCatchBreaks(t *testing.T) {
 	pkgs := []string{"sandboxd1", "internal/termsafe", "internal/crashpoint", "cowfs", "cowfs/btrfs", "units", "runtime/nsinit",
-		"runtime/egress", "promote", "supervisor", "supervisor/state", "supervisor/api", "supervisor/config", "cli",
+		"runtime/nsinit/world", "runtime/nsinit/boot", "runtime/egress", "promote", "supervisor", "supervisor/state", "supervisor/api", "supervisor/config", "cli",
 		"cmd/sandboxctl", "cmd/sandboxd", "tests/testbed", "client", "mcpserver"}
 	breaks := map[string][2]string{
 		rules[0].name:  {"sandboxd1", "internal/termsafe"},
@@ -164,6 +171,7 @@ func TestRulesCatchBreaks(t *testing.T) {
 		rules[9].name:  {"tests/testbed", "cmd/sandboxd"},
 		rules[10].name: {"client", "internal/termsafe"},
 		rules[11].name: {"mcpserver", "units"},
+		rules[12].name: {"runtime/nsinit/world", "runtime/nsinit"},
 		cliRule.name:   {"cli", "supervisor/config"},
 	}
 	g := graph{}
@@ -175,7 +183,8 @@ func TestRulesCatchBreaks(t *testing.T) {
 		{"cli", "client"}, {"client", "sandboxd1"}, {"cli", "mcpserver"}, {"mcpserver", "client"}, {"mcpserver", "sandboxd1"},
 		{"mcpserver", "internal/termsafe"},
 		{"supervisor", "promote"}, {"supervisor", "runtime/nsinit"}, {"promote", "cowfs"}, {"runtime/nsinit", "internal/crashpoint"},
-		{"supervisor/api", "supervisor"}, {"cowfs/btrfs", "cowfs"}} {
+		{"supervisor/api", "supervisor"}, {"cowfs/btrfs", "cowfs"}, {"runtime/nsinit", "runtime/nsinit/boot"},
+		{"runtime/nsinit/boot", "runtime/nsinit/world"}} {
 		g[e[0]].ours[e[1]] = true
 	}
 	g["runtime/nsinit"].others["runtime"] = true
