@@ -106,8 +106,8 @@ func forkerThread(setup func() error, forks <-chan fork) error {
 // forkersAsCaller are the threads that fork the commands of uid 0 with no
 // capability, one a distinct identity (root's gid and groups), each made
 // once and kept: a plain command of uid 0 must start with no capability,
-// which the forker thread, root with creds.KeptCaps, cannot give, and a thread
-// made for each command costs milliseconds.
+// which the forker thread, root with a root command's capabilities,
+// cannot give, and a thread made for each command costs milliseconds.
 type forkersAsCaller struct {
 	mu sync.Mutex
 	by map[string]chan fork

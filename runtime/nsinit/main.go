@@ -206,10 +206,11 @@ func readSpec(setup *os.File) (Spec, *os.File, *Mounts, error) {
 }
 
 // lockdown bounds what the init's children can ever hold: the capability
-// bounding set shrinks to creds.KeptCaps, no new privileges (setuid binaries and
-// file capabilities grant nothing), and the seccomp filter. Capabilities
-// are per thread: the caller is the locked thread that forks every command
-// (the seccomp filter and no_new_privs reach all threads).
+// bounding set shrinks to what a root command keeps (creds), no new
+// privileges (setuid binaries and file capabilities grant nothing), and
+// the seccomp filter. Capabilities are per thread: the caller is the
+// locked thread that forks every command (the seccomp filter and
+// no_new_privs reach all threads).
 func lockdown() error {
 	if err := creds.DropCapabilities(); err != nil {
 		return err

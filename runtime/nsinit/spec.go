@@ -183,7 +183,7 @@ type message struct {
 	Log       *LogChunk     `json:"log,omitempty"`
 	Exited    *Process      `json:"exited,omitempty"`
 	// FileRequest asks for a file read, written, listed or edited as the
-	// caller (files.go), with its data pipe; File answers it.
+	// caller (runtime/nsinit/fileserve), with its data pipe; File answers it.
 	FileRequest *FileRequest `json:"file_request,omitempty"`
 	File        *FileResult  `json:"file,omitempty"`
 }

@@ -28,7 +28,7 @@ type Identity struct {
 
 // BecomeOnThisThread gives the calling OS thread alone id's credentials:
 // its uid, gid and groups, and the capabilities a command of id has
-// (none; root's command keeps KeptCaps). The init is root with every
+// (none; root's command keeps keptCaps). The init is root with every
 // capability; what it does for a caller (find the program in PATH, write
 // the caller's output to the caller's files) must be done with the
 // caller's rights, or the caller borrows the init's (a write to
@@ -45,7 +45,8 @@ func BecomeOnThisThread(id Identity) error {
 	if id.UID == 0 && id.NoCaps {
 		// uid 0 gets every capability back at exec unless NOROOT is
 		// set, and locked so that the command cannot unset it; the
-		// bounding set goes too (this thread's was not lockdown's).
+		// bounding set goes too (this thread's was not the init's
+		// lockdown's).
 		if err := unix.Prctl(unix.PR_SET_SECUREBITS, secbitsNoRoot, 0, 0, 0); err != nil {
 			return fmt.Errorf("setting uid 0's secure bits (no capabilities at exec): %w", err)
 		}
@@ -59,7 +60,7 @@ func BecomeOnThisThread(id Identity) error {
 	// keeps them, and gets what a root command gets.
 	var keep []uintptr
 	if id.UID == 0 && !id.NoCaps {
-		keep = KeptCaps
+		keep = keptCaps
 	}
 	return SetThreadCaps(keep)
 }
@@ -133,22 +134,22 @@ var lastCap = sync.OnceValue(func() int {
 	return unix.CAP_LAST_CAP
 })
 
-// KeptCaps are what a command started as root keeps: enough to manage
+// keptCaps are what a command started as root keeps: enough to manage
 // files and processes inside the sandbox, nothing that reaches the kernel
 // or the host (no CAP_SYS_ADMIN, _MODULE, _RAWIO, _PTRACE, _NET_ADMIN,
 // _MKNOD, _DAC_READ_SEARCH).
-var KeptCaps = []uintptr{
+var keptCaps = []uintptr{
 	unix.CAP_CHOWN, unix.CAP_DAC_OVERRIDE, unix.CAP_FOWNER, unix.CAP_FSETID, unix.CAP_KILL,
 	unix.CAP_SETGID, unix.CAP_SETUID, unix.CAP_NET_BIND_SERVICE, unix.CAP_SYS_CHROOT,
 }
 
-// DropCapabilities shrinks the calling thread's bounding set to KeptCaps
+// DropCapabilities shrinks the calling thread's bounding set to keptCaps
 // and clears its ambient set: the first half of the init's lockdown (the
 // seccomp filter is the other).
 func DropCapabilities() error {
 	last := lastCap()
 	keep := map[uintptr]bool{}
-	for _, c := range KeptCaps {
+	for _, c := range keptCaps {
 		keep[c] = true
 	}
 	for c := uintptr(0); c <= uintptr(last); c++ {

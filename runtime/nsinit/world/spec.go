@@ -61,10 +61,11 @@ type Spec struct {
 	// CacheFD says is there.
 	Cache   string `json:"cache,omitempty"`
 	CacheFD bool   `json:"cache_fd,omitempty"`
-	// Boot: the sandbox runs a systemd of its own (boot.go), in payload/
-	// of its scope's cgroup, whose cgroup.procs Payload is (opened by the
-	// daemon for writing; it travels as the last descriptor). Only in a
-	// user namespace. LogDirs are made in its (hidden) /var/log.
+	// Boot: the sandbox runs a systemd of its own (runtime/nsinit/boot;
+	// booted.go here), in payload/ of its scope's cgroup, whose
+	// cgroup.procs Payload is (opened by the daemon for writing; it
+	// travels as the last descriptor). Only in a user namespace. LogDirs
+	// are made in its (hidden) /var/log.
 	Boot    bool     `json:"boot,omitempty"`
 	LogDirs []Dir    `json:"log_dirs,omitempty"`
 	Payload *os.File `json:"-"`
@@ -99,8 +100,8 @@ type Mounts struct {
 	CacheErr error
 }
 
-// Close closes the descriptors (the init has its own copies once Build
-// has sent them).
+// Close closes the descriptors (the init has its own copies once the
+// daemon's nsinit.Init.Build has sent them).
 func (m *Mounts) Close() {
 	if m == nil {
 		return
