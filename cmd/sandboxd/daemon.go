@@ -17,6 +17,7 @@ import (
 	"github.com/sandboxd/sandboxd/supervisor"
 	"github.com/sandboxd/sandboxd/supervisor/api"
 	"github.com/sandboxd/sandboxd/supervisor/audit"
+	"github.com/sandboxd/sandboxd/supervisor/caches"
 	"github.com/sandboxd/sandboxd/supervisor/config"
 	"github.com/sandboxd/sandboxd/supervisor/journal"
 	"github.com/sandboxd/sandboxd/supervisor/state"
@@ -118,8 +119,6 @@ func run(ctx context.Context, configPath string) error {
 		UserLimits:     host.bounds(lim.UserMemoryMax, lim.UserTasksMax),
 		SliceLimits:    host.bounds(lim.SliceMemoryMax, lim.SliceTasksMax),
 		IdleFreeze:     time.Duration(lim.IdleFreeze),
-		Caches:         true,
-		CacheQuota:     uint64(lim.CacheQuota),
 		Audit:          auditLog,
 		Log:            log,
 		Stages:         stagesOf(cfg),
@@ -134,7 +133,7 @@ func run(ctx context.Context, configPath string) error {
 	rooms := api.Rooms{}
 	// (ports)
 
-	// (caches)
+	rooms.Caches = caches.New(sup.Host(), caches.Config{Enabled: true, Quota: uint64(lim.CacheQuota)})
 
 	// (commands)
 

@@ -545,7 +545,7 @@ func roomsOf(se *supervisortest.Env) api.Rooms {
 	r := api.Rooms{}
 	// (ports)
 
-	// (caches)
+	r.Caches = se.Caches
 
 	// (commands)
 

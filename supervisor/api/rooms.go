@@ -1,5 +1,7 @@
 package api
 
+import "github.com/sandboxd/sandboxd/supervisor/caches"
+
 // Rooms are the supervisor's capabilities the front door serves beside
 // its core, each made over the core's Host (cmd/sandboxd wires them).
 // A nil room is not served: its methods answer that it is not there.
@@ -8,7 +10,7 @@ type Rooms struct {
 	// (ports)
 
 	// The owners' caches (ClearCache).
-	// (caches)
+	Caches *caches.Caches
 
 	// Commands, background processes, sessions and files.
 	// (commands)

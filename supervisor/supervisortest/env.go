@@ -19,6 +19,7 @@ import (
 	"github.com/sandboxd/sandboxd/cowfs/btrfs"
 	"github.com/sandboxd/sandboxd/runtime/nsinit"
 	"github.com/sandboxd/sandboxd/supervisor"
+	"github.com/sandboxd/sandboxd/supervisor/caches"
 	"github.com/sandboxd/sandboxd/supervisor/state"
 	"github.com/sandboxd/sandboxd/tests/testbed"
 	"github.com/sandboxd/sandboxd/units"
@@ -42,7 +43,7 @@ type Env struct {
 	// The rooms, made over Sup's Host.
 	// (ports)
 
-	// (caches)
+	Caches *caches.Caches
 
 	// (commands)
 
@@ -162,7 +163,7 @@ func newEnv(t *testing.T, prefix string, log *slog.Logger, userns bool) *Env {
 func (e *Env) makeRooms() {
 	// (ports)
 
-	// (caches)
+	e.Caches = caches.New(e.Sup.Host(), caches.Config{}) // no caches, as before
 
 	// (commands)
 
