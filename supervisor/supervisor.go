@@ -134,7 +134,9 @@ type Supervisor struct {
 	cfg   Config
 	log   *slog.Logger
 	hooks Hooks
-	locks idLocks // one operation at a time per sandbox
+	// events: who hears of the sandboxes' changes (Subscribe).
+	events events
+	locks  idLocks // one operation at a time per sandbox
 	// admission serializes the caps check with the recording of a create's
 	// intent, so that concurrent creates cannot both take the last place
 	// (or the same name), and the changes of the projects with both.
@@ -148,7 +150,6 @@ type Supervisor struct {
 	userns    usernsState
 	stateDirs stateDirCache
 	frozen    freezeCounts
-	ports     portTable // exposed on the host (ports.go)
 	procHooks processHooks
 	sessions  sessions
 	activity  activity
