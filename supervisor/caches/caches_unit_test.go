@@ -1,7 +1,7 @@
 package caches
 
 // The room's logic without root: over a fake Host (hosttest) and a pool
-// of plain directories (fakePool), as any user. What needs root (the
+// of plain directories (cowfsfake), as any user. What needs root (the
 // mount into a sandbox, a cache filesystem's image) is the testbed's:
 // tests/integration TestCache*, TestHostileCache*.
 
@@ -9,7 +9,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -20,88 +19,68 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/cowfs"
+	"github.com/sandboxd/sandboxd/cowfs/cowfsfake"
 	"github.com/sandboxd/sandboxd/runtime/nsinit"
 	"github.com/sandboxd/sandboxd/supervisor"
 	"github.com/sandboxd/sandboxd/supervisor/hosttest"
 	"github.com/sandboxd/sandboxd/supervisor/state"
 )
 
-// fakePool is a cowfs.Backend of plain directories, with what the room
-// calls (Info, Create, Get, Delete, Usage, SetQuota) and counts of them.
-type fakePool struct {
-	cowfs.Backend // what the room never calls: nil
-	root          string
-	caps          cowfs.Capabilities
+// pool is a fake pool of directories (cowfsfake) whose calls are
+// counted by method. It claims quotas where quota says so: the fake
+// records them (Usage reports them) and enforces none, which is all the
+// room's logic needs; their hold is the testbed's to prove.
+type pool struct {
+	*cowfsfake.Backend
+	root  string
+	quota bool
 
-	mu        sync.Mutex
-	quotas    map[string]uint64
-	creates   int
-	deletes   int
-	setQuotas []uint64
+	mu    sync.Mutex
+	calls map[string]int
 }
 
-func newPool(t *testing.T) *fakePool {
-	return &fakePool{root: t.TempDir(), caps: cowfs.Capabilities{Quota: true}, quotas: map[string]uint64{}}
-}
-
-func (p *fakePool) Info() cowfs.Info {
-	return cowfs.Info{Backend: "fake", Root: p.root, Capabilities: p.caps}
-}
-
-func (p *fakePool) vol(name string) cowfs.Volume {
-	path := filepath.Join(p.root, name)
-	return cowfs.Volume{Name: name, ID: path, Path: path, Kind: cowfs.KindWritable, Ours: true}
-}
-
-func (p *fakePool) Create(_ context.Context, name string) (cowfs.Volume, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.creates++
-	v := p.vol(name)
-	if err := os.Mkdir(v.Path, 0o755); errors.Is(err, os.ErrExist) {
-		return v, fmt.Errorf("creating %s: %w", name, cowfs.ErrExists)
-	} else if err != nil {
-		return v, err
+func newPool(t *testing.T) *pool {
+	root := filepath.Join(t.TempDir(), "sandboxd")
+	b, err := cowfsfake.Open(context.Background(), root)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return v, nil
+	p := &pool{Backend: b, root: root, quota: true, calls: map[string]int{}}
+	b.SetHook(func(method, _ string) error {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		p.calls[method]++
+		return nil
+	})
+	return p
 }
 
-func (p *fakePool) Get(_ context.Context, name string) (cowfs.Volume, error) {
-	v := p.vol(name)
-	if _, err := os.Lstat(v.Path); errors.Is(err, os.ErrNotExist) {
-		return cowfs.Volume{}, fmt.Errorf("%s: %w", name, cowfs.ErrNotFound)
-	} else if err != nil {
-		return cowfs.Volume{}, err
+func (p *pool) Info() cowfs.Info {
+	i := p.Backend.Info()
+	i.Capabilities.Quota = p.quota
+	return i
+}
+
+// count is how many times method was called.
+func (p *pool) count(method string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.calls[method]
+}
+
+// quotaOf is the quota recorded on owner's cache volume.
+func (p *pool) quotaOf(t *testing.T) uint64 {
+	t.Helper()
+	ctx := context.Background()
+	v, err := p.Get(ctx, cacheName(owner))
+	if err != nil {
+		t.Fatal(err)
 	}
-	return v, nil
-}
-
-func (p *fakePool) Delete(_ context.Context, v cowfs.Volume) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.deletes++
-	delete(p.quotas, v.Name)
-	return os.RemoveAll(v.Path)
-}
-
-func (p *fakePool) Usage(_ context.Context, v cowfs.Volume) (cowfs.Usage, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return cowfs.Usage{Quota: p.quotas[v.Name]}, nil
-}
-
-func (p *fakePool) SetQuota(_ context.Context, v cowfs.Volume, bytes uint64) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.quotas[v.Name] = bytes
-	p.setQuotas = append(p.setQuotas, bytes)
-	return nil
-}
-
-func (p *fakePool) counts() (creates, deletes int, quotas []uint64) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.creates, p.deletes, slices.Clone(p.setQuotas)
+	u, err := p.Usage(ctx, v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u.Quota
 }
 
 // owner is the test's own uid: the cache's root is given to it, which
@@ -216,7 +195,7 @@ func TestUnitClearRemakesTheVolumeWithNoSandboxOfTheOwners(t *testing.T) {
 	if err := c.Clear(context.Background(), owner); err != nil {
 		t.Fatal(err)
 	}
-	if creates, deletes, _ := pool.counts(); creates != 2 || deletes != 1 {
+	if creates, deletes := pool.count("Create"), pool.count("Delete"); creates != 2 || deletes != 1 {
 		t.Errorf("Clear with no sandbox: %d creates and %d deletes in all; want the volume made, deleted and made again (2, 1)", creates, deletes)
 	}
 	if _, err := os.Lstat(filepath.Join(dir, "marker")); !errors.Is(err, os.ErrNotExist) {
@@ -255,7 +234,7 @@ func TestUnitClearEmptiesInPlaceWhileASandboxOfTheOwnersIsRecorded(t *testing.T)
 	if err := c.Clear(context.Background(), owner); err != nil {
 		t.Fatal(err)
 	}
-	if _, deletes, _ := pool.counts(); deletes != 0 {
+	if deletes := pool.count("Delete"); deletes != 0 {
 		t.Errorf("Clear with a sandbox of the owner's deleted %d volumes; want it emptied in place", deletes)
 	}
 	if names, err := os.ReadDir(dir); err != nil || len(names) != 0 {
@@ -274,7 +253,7 @@ func TestUnitClearWithNothingToClear(t *testing.T) {
 	if err := New(h, Config{Enabled: true}).Clear(context.Background(), owner); err != nil {
 		t.Errorf("Clear of no cache: %v; want nothing to do", err)
 	}
-	if creates, _, _ := pool.counts(); creates != 0 {
+	if creates := pool.count("Create"); creates != 0 {
 		t.Errorf("Clear of no cache made %d volumes; want none", creates)
 	}
 	h = hosttest.New(t, pool, nil)
@@ -305,31 +284,31 @@ func TestUnitQuotaSetOnceADaemonStart(t *testing.T) {
 		_, release := build(h, record(id))
 		release()
 	}
-	if _, _, q := pool.counts(); !slices.Equal(q, []uint64{quota}) {
-		t.Errorf("quotas set %v; want %d once", q, quota)
+	if n, q := pool.count("SetQuota"), pool.quotaOf(t); n != 1 || q != quota {
+		t.Errorf("quota set %d times, now %d; want %d set once", n, q, quota)
 	}
 	// A restart: the room anew, over the same pool.
 	h = hosttest.New(t, pool, nil)
 	New(h, Config{Enabled: true, Quota: quota})
 	launch(h, record("aaaaaaaaaaaa"))
 	launch(h, record("aaaaaaaaaaaa"))
-	if _, _, q := pool.counts(); !slices.Equal(q, []uint64{quota, quota}) {
-		t.Errorf("quotas set %v; want %d once more after a restart", q, quota)
+	if n := pool.count("SetQuota"); n != 2 {
+		t.Errorf("quota set %d times in all; want once more after a restart", n)
 	}
 	// A restart with no quota configured: the old one is lifted, once.
 	h = hosttest.New(t, pool, nil)
 	New(h, Config{Enabled: true})
 	launch(h, record("aaaaaaaaaaaa"))
 	launch(h, record("aaaaaaaaaaaa"))
-	if _, _, q := pool.counts(); !slices.Equal(q, []uint64{quota, quota, 0}) {
-		t.Errorf("quotas set %v; want the quota lifted once", q)
+	if n, q := pool.count("SetQuota"), pool.quotaOf(t); n != 3 || q != 0 {
+		t.Errorf("quota set %d times in all, now %d; want it lifted, once", n, q)
 	}
 	// And again: none was, none is set.
 	h = hosttest.New(t, pool, nil)
 	New(h, Config{Enabled: true})
 	launch(h, record("aaaaaaaaaaaa"))
-	if _, _, q := pool.counts(); len(q) != 3 {
-		t.Errorf("quotas set %v; want none set where none was", q)
+	if n := pool.count("SetQuota"); n != 3 {
+		t.Errorf("quota set %d times in all; want none set where none was", n)
 	}
 }
 
@@ -337,7 +316,7 @@ func TestUnitQuotaSetOnceADaemonStart(t *testing.T) {
 // are made without, and that is logged once.
 func TestUnitNoCacheWhereThePoolCannotHoldItsQuota(t *testing.T) {
 	pool := newPool(t)
-	pool.caps.Quota = false
+	pool.quota = false
 	h := hosttest.New(t, pool, nil)
 	var logged bytes.Buffer
 	h.L = slog.New(slog.NewTextHandler(&logged, nil))
@@ -350,7 +329,7 @@ func TestUnitNoCacheWhereThePoolCannotHoldItsQuota(t *testing.T) {
 			t.Errorf("the spec has cache %q; want none", spec.Cache)
 		}
 	}
-	if creates, _, _ := pool.counts(); creates != 0 {
+	if creates := pool.count("Create"); creates != 0 {
 		t.Errorf("%d volumes made; want none", creates)
 	}
 	if n := strings.Count(logged.String(), "sandboxes are made without their owner's cache"); n != 1 {
@@ -372,7 +351,7 @@ func TestUnitNoCacheSandboxHasNone(t *testing.T) {
 	if spec.Cache != "" {
 		t.Errorf("a NoCache sandbox's spec has cache %q; want none", spec.Cache)
 	}
-	if creates, _, _ := pool.counts(); creates != 0 {
+	if creates := pool.count("Create"); creates != 0 {
 		t.Errorf("%d volumes made for a NoCache sandbox; want none", creates)
 	}
 	cleared := make(chan struct{})
