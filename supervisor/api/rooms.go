@@ -1,6 +1,9 @@
 package api
 
-import "github.com/sandboxd/sandboxd/supervisor/ports"
+import (
+	"github.com/sandboxd/sandboxd/supervisor/caches"
+	"github.com/sandboxd/sandboxd/supervisor/ports"
+)
 
 // Rooms are the supervisor's capabilities the front door serves beside
 // its core, each made over the core's Host (cmd/sandboxd wires them).
@@ -10,7 +13,7 @@ type Rooms struct {
 	Ports *ports.Ports
 
 	// The owners' caches (ClearCache).
-	// (caches)
+	Caches *caches.Caches
 
 	// Commands, background processes, sessions and files.
 	// (commands)
