@@ -122,11 +122,6 @@ type Config struct {
 	// UserNS says whether sandboxes get user namespaces of their own
 	// (see ProbeUserNS).
 	UserNS UserNS
-	// Caches: each owner's sandboxes share a cache volume (cache.go);
-	// CacheQuota bounds it, what all of the owner's sandboxes put there
-	// together, in bytes (0: no bound).
-	Caches     bool
-	CacheQuota uint64
 }
 
 // Supervisor owns the sandboxes of this host: their volumes, scopes and
@@ -135,7 +130,9 @@ type Supervisor struct {
 	cfg   Config
 	log   *slog.Logger
 	hooks Hooks
-	locks idLocks // one operation at a time per sandbox
+	// events: who hears of the sandboxes' changes (Subscribe).
+	events events
+	locks  idLocks // one operation at a time per sandbox
 	// admission serializes the caps check with the recording of a create's
 	// intent, so that concurrent creates cannot both take the last place
 	// (or the same name), and the changes of the projects with both.
@@ -149,10 +146,8 @@ type Supervisor struct {
 	userns    usernsState
 	stateDirs stateDirCache
 	frozen    freezeCounts
-	ports     portTable // exposed on the host (ports.go)
 	procHooks processHooks
 	sessions  sessions
-	caches    caches // owners' cache volumes (cache.go)
 	activity  activity
 	fileCalls fileCalls // under way, by sandbox (files.go)
 	// usage: systemd's answers for GetLimits (userlimits.go).

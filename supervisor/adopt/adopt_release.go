@@ -205,7 +205,7 @@ func (s *Adoptions) releaseFiles(ctx context.Context, rec state.Project) error {
 		}
 		// The directory under the mount holds the files as they were
 		// when adopted: it takes the project's as they are now.
-		if err := emptyDir(ctx, p); err != nil {
+		if err := supervisor.EmptyDir(ctx, p); err != nil {
 			return err
 		}
 		if err := copyTree(ctx, ad.InVolume(rec.Location, p), p, false); err != nil {

@@ -2,10 +2,7 @@ package adopt
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
-	"os"
 
 	"github.com/sandboxd/sandboxd/supervisor"
 	"github.com/sandboxd/sandboxd/supervisor/audit"
@@ -80,43 +77,3 @@ func places(p supervisor.Project) []string { return append([]string{p.Location},
 
 // listed says whether a names users or groups.
 func listed(a supervisor.ProjectAccess) bool { return len(a.Users)+len(a.Groups) > 0 }
-
-// emptyDir removes everything in the directory at path but the directory
-// itself, by descriptors under it (os.Root): a symlink there is removed,
-// never followed. A batch of names at a time, again from the start,
-// until none is left, for a bounded number of rounds. (The caches' room
-// empties a cache so; adoption a directory under its mount unit.)
-func emptyDir(ctx context.Context, path string) error {
-	root, err := os.OpenRoot(path)
-	if err != nil {
-		return fmt.Errorf("opening %s: %w", path, err)
-	}
-	defer root.Close()
-	for range 1024 {
-		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("emptying %s: %w", path, err)
-		}
-		dir, err := root.Open(".")
-		if err != nil {
-			return fmt.Errorf("opening %s: %w", path, err)
-		}
-		names, err := dir.Readdirnames(1024)
-		dir.Close()
-		if errors.Is(err, io.EOF) || err == nil && len(names) == 0 {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("reading %s: %w", path, err)
-		}
-		var errs []error
-		for _, name := range names {
-			if err := root.RemoveAll(name); err != nil {
-				errs = append(errs, fmt.Errorf("removing %s from %s: %w", name, path, err))
-			}
-		}
-		if len(errs) > 0 {
-			return errors.Join(errs...)
-		}
-	}
-	return fmt.Errorf("emptying %s: it keeps filling (a sandbox writes there): %w", path, supervisor.ErrBusy)
-}
