@@ -51,7 +51,4 @@ func (s *Supervisor) joinRooms() {
 		}
 	})
 	h.Close.Add(s.promos.close)
-	// Adoption: recorded adoptions are finished or undone, and mounted
-	// again, before their projects load.
-	h.LoadProjects.Add(s.reconcileAdoptions)
 }

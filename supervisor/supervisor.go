@@ -50,7 +50,7 @@ type Units interface {
 	SetSliceLimits(ctx context.Context, name string, l units.Limits) error
 	SliceUsage(ctx context.Context, name string) (units.SliceUsage, error)
 	// BindMount and RemoveMount: the persistent mounts of adopted
-	// projects (adopt.go).
+	// projects (supervisor/adopt).
 	BindMount(ctx context.Context, what, where string) (string, error)
 	RemoveMount(ctx context.Context, where string) error
 	// PoolMount: the embedded pool mounted at boot, for those mounts'
@@ -122,10 +122,6 @@ type Config struct {
 	// UserNS says whether sandboxes get user namespaces of their own
 	// (see ProbeUserNS).
 	UserNS UserNS
-	// PoolImage and PoolMountpoint are the embedded pool's image and
-	// where the daemon mounts it; empty for a pool the administrator
-	// mounts (adopt.go's poolAtBoot).
-	PoolImage, PoolMountpoint string
 }
 
 // Supervisor owns the sandboxes of this host: their volumes, scopes and
@@ -154,9 +150,6 @@ type Supervisor struct {
 	sessions  sessions
 	activity  activity
 	fileCalls fileCalls // under way, by sandbox (files.go)
-	// adopting holds the paths of the adoptions under way (adopt.go),
-	// under the admission lock.
-	adopting map[string]bool
 	// usage: systemd's answers for GetLimits (userlimits.go).
 	usage sliceUsageCache
 }

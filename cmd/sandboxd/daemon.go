@@ -15,6 +15,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/cowfs/pool"
 	"github.com/sandboxd/sandboxd/supervisor"
+	"github.com/sandboxd/sandboxd/supervisor/adopt"
 	"github.com/sandboxd/sandboxd/supervisor/api"
 	"github.com/sandboxd/sandboxd/supervisor/api/access"
 	"github.com/sandboxd/sandboxd/supervisor/api/guard"
@@ -97,9 +98,6 @@ func run(ctx context.Context, configPath string) error {
 	sup := supervisor.New(supervisor.Config{
 		Backend: backend, Units: um, Store: store, Projects: projects, ProjectAccess: projectAccess, ProjectEnv: projectEnv,
 		ProjectIgnore: projectIgnore,
-		// The embedded pool, which only the daemon mounts: adopted
-		// volumes bound back at boot need it mounted then too.
-		PoolImage: poolImage(cfg), PoolMountpoint: poolMountpoint(cfg),
 		// The init is this binary, reached through /proc/self/exe: the
 		// same version as the daemon even while an upgrade replaces the
 		// file, and executable by an init that is root of its user
@@ -144,7 +142,11 @@ func run(ctx context.Context, configPath string) error {
 
 	// (promotion)
 
-	// (adopt)
+	rooms.Adoptions = adopt.New(sup.Host().(adopt.Host), adopt.Config{
+		// The embedded pool, which only the daemon mounts: adopted
+		// volumes bound back at boot need it mounted then too.
+		PoolImage: poolImage(cfg), PoolMountpoint: poolMountpoint(cfg),
+	})
 
 	// (try)
 

@@ -555,7 +555,7 @@ func roomsOf(se *supervisortest.Env) api.Rooms {
 
 	// (promotion)
 
-	// (adopt)
+	r.Adoptions = se.Adoptions
 
 	// (try)
 

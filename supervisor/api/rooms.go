@@ -1,6 +1,7 @@
 package api
 
 import (
+	"github.com/sandboxd/sandboxd/supervisor/adopt"
 	"github.com/sandboxd/sandboxd/supervisor/caches"
 	"github.com/sandboxd/sandboxd/supervisor/ports"
 )
@@ -25,7 +26,7 @@ type Rooms struct {
 	// (promotion)
 
 	// Adoption (AdoptProject, ReleaseProject).
-	// (adopt)
+	Adoptions *adopt.Adoptions
 
 	// Try.
 	// (try)

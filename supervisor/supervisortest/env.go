@@ -19,6 +19,7 @@ import (
 	"github.com/sandboxd/sandboxd/cowfs/btrfs"
 	"github.com/sandboxd/sandboxd/runtime/nsinit"
 	"github.com/sandboxd/sandboxd/supervisor"
+	"github.com/sandboxd/sandboxd/supervisor/adopt"
 	"github.com/sandboxd/sandboxd/supervisor/caches"
 	"github.com/sandboxd/sandboxd/supervisor/ports"
 	"github.com/sandboxd/sandboxd/supervisor/state"
@@ -52,7 +53,7 @@ type Env struct {
 
 	// (promotion)
 
-	// (adopt)
+	Adoptions *adopt.Adoptions
 
 	// (try)
 
@@ -172,7 +173,7 @@ func (e *Env) makeRooms() {
 
 	// (promotion)
 
-	// (adopt)
+	e.Adoptions = adopt.New(e.Sup.Host().(adopt.Host), adopt.Config{})
 
 	// (try)
 }
