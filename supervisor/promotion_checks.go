@@ -74,6 +74,11 @@ func failedCheck(results []state.CheckResult) error {
 // change it; the sandbox goes after.
 func (s *Supervisor) checkInSandbox(ctx context.Context, p *Promotion, st Stage) (results []state.CheckResult, err error) {
 	crashpoint.Hit(crashpoint.PromoteChecking)
+	// A stage run in the background (resumed by an approval, or after a
+	// restart) is the daemon's own work: its check sandbox says so.
+	if _, err := ActorOf(ctx); err != nil {
+		ctx = WithActor(ctx, Daemon("promotion checks"))
+	}
 	timeout := st.CheckTimeout
 	if timeout == 0 {
 		timeout = defaultCheckTimeout
