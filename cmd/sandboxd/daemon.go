@@ -17,6 +17,7 @@ import (
 	"github.com/sandboxd/sandboxd/supervisor"
 	"github.com/sandboxd/sandboxd/supervisor/api"
 	"github.com/sandboxd/sandboxd/supervisor/audit"
+	"github.com/sandboxd/sandboxd/supervisor/commands"
 	"github.com/sandboxd/sandboxd/supervisor/config"
 	"github.com/sandboxd/sandboxd/supervisor/journal"
 	"github.com/sandboxd/sandboxd/supervisor/state"
@@ -136,7 +137,7 @@ func run(ctx context.Context, configPath string) error {
 
 	// (caches)
 
-	// (commands)
+	rooms.Commands = commands.New(sup.Host().(commands.Host))
 
 	// (checkpoints)
 

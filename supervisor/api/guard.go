@@ -12,7 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandboxd/sandboxd1"
-	"github.com/sandboxd/sandboxd/supervisor"
+	"github.com/sandboxd/sandboxd/supervisor/commands"
 )
 
 // Limits on what one call may carry, checked as the message is read,
@@ -121,7 +121,7 @@ func checkCall(msg *dbus.Message, iface, member string, sent uint32, named int) 
 		return cmp.Or(checkString(msg.Body, 0, "language", maxOptionName), checkExecOptions(msg.Body, 1))
 	case iface == sandboxd1.SandboxInterface && member == sandboxd1.MethodEval:
 		// The session's own bound, checked before anything is logged.
-		return checkString(msg.Body, 1, "code", supervisor.MaxEvalInput)
+		return checkString(msg.Body, 1, "code", commands.MaxEvalInput)
 	case iface == sandboxd1.SandboxInterface && (member == sandboxd1.MethodReadFile || member == sandboxd1.MethodListFiles ||
 		member == sandboxd1.MethodWriteFile || member == sandboxd1.MethodReadFileTo || member == sandboxd1.MethodWriteFileFrom):
 		return checkString(msg.Body, 0, "path", maxFilePath)

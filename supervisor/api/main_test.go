@@ -547,7 +547,7 @@ func roomsOf(se *supervisortest.Env) api.Rooms {
 
 	// (caches)
 
-	// (commands)
+	r.Commands = se.Commands
 
 	// (checkpoints)
 

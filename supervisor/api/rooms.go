@@ -1,5 +1,7 @@
 package api
 
+import "github.com/sandboxd/sandboxd/supervisor/commands"
+
 // Rooms are the supervisor's capabilities the front door serves beside
 // its core, each made over the core's Host (cmd/sandboxd wires them).
 // A nil room is not served: its methods answer that it is not there.
@@ -11,7 +13,7 @@ type Rooms struct {
 	// (caches)
 
 	// Commands, background processes, sessions and files.
-	// (commands)
+	Commands *commands.Commands
 
 	// Checkpoints, rollback, rebase and diff.
 	// (checkpoints)

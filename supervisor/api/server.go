@@ -79,8 +79,10 @@ func Serve(ctx context.Context, conn *dbus.Conn, sup *supervisor.Supervisor, roo
 		heavy: newHeavyCalls(),
 	}
 	guardLog.Store(log)
-	guardSessions.Store(sup)
-	sup.OnProcessExited(s.processExited)
+	guardSessions.Store(rooms.Commands)
+	if rooms.Commands != nil {
+		rooms.Commands.OnProcessExited(s.processExited)
+	}
 	ok := false
 	defer func() {
 		if !ok {

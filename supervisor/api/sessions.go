@@ -11,6 +11,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/termsafe"
 	"github.com/sandboxd/sandboxd/sandboxd1"
 	"github.com/sandboxd/sandboxd/supervisor"
+	"github.com/sandboxd/sandboxd/supervisor/commands"
 )
 
 // Sessions: OpenSession, Eval, CloseSession.
@@ -29,7 +30,11 @@ func (o sandboxObject) OpenSession(sender dbus.Sender, msg dbus.Message, languag
 	if err := execOptions(&opts, options); err != nil {
 		return "", s.end(r, id, dbusError(sandboxd1.ErrorInvalidArgs, "OpenSession: %v", err))
 	}
-	sess, err := s.sup.OpenSession(r.ctx, id, language, opts)
+	c, derr := s.commandsOf(r, id)
+	if derr != nil {
+		return "", derr
+	}
+	sess, err := c.OpenSession(r.ctx, id, language, opts)
 	if err != nil {
 		return "", s.end(r, id, fromSupervisor(err))
 	}
@@ -52,7 +57,11 @@ func (o sandboxObject) Eval(sender dbus.Sender, msg dbus.Message, session, code 
 	// An input that waits for the one before it stops waiting, and gives
 	// its place back, when its caller leaves the bus.
 	watch := func() (context.Context, func()) { return s.whileConnected(r.ctx, string(sender)) }
-	out, status, err := s.sup.Eval(r.ctx, id, session, r.who.uid, code, supervisor.EvalOptions{Watch: watch})
+	c, derr := s.commandsOf(r, id)
+	if derr != nil {
+		return "", 0, derr
+	}
+	out, status, err := c.Eval(r.ctx, id, session, r.who.uid, code, commands.EvalOptions{Watch: watch})
 	if err != nil {
 		return "", 0, s.end(r, id, sessionError(err))
 	}
@@ -66,12 +75,16 @@ func (o sandboxObject) CloseSession(sender dbus.Sender, msg dbus.Message, sessio
 	if derr != nil {
 		return derr
 	}
-	return s.end(r, id, sessionError(s.sup.CloseSession(r.ctx, id, session, r.who.uid)))
+	c, derr := s.commandsOf(r, id)
+	if derr != nil {
+		return derr
+	}
+	return s.end(r, id, sessionError(c.CloseSession(r.ctx, id, session, r.who.uid)))
 }
 
-// guardSessions is the supervisor whose sessions the guard asks about;
-// Serve sets it.
-var guardSessions atomic.Pointer[supervisor.Supervisor]
+// guardSessions is the commands room whose sessions the guard asks
+// about; Serve sets it.
+var guardSessions atomic.Pointer[commands.Commands]
 
 // sessionFull says, on the guard's reading goroutine, why an Eval must be
 // refused at once because its session takes no more inputs now, or "".
@@ -82,14 +95,14 @@ func sessionFull(msg *dbus.Message, iface, member string) string {
 	if iface != sandboxd1.SandboxInterface || member != sandboxd1.MethodEval || len(msg.Body) == 0 {
 		return ""
 	}
-	sup := guardSessions.Load()
+	cmds := guardSessions.Load()
 	session, ok := msg.Body[0].(string)
 	path, _ := msg.Headers[dbus.FieldPath].Value().(dbus.ObjectPath)
 	id, found := strings.CutPrefix(string(path), string(sandboxd1.SandboxPathPrefix)+"/")
-	if sup == nil || !ok || !found {
+	if cmds == nil || !ok || !found {
 		return ""
 	}
-	if err := sup.SessionFull(id, session); err != nil {
+	if err := cmds.SessionFull(id, session); err != nil {
 		return termsafe.Line(err.Error())
 	}
 	return ""
@@ -99,10 +112,10 @@ func sessionError(err error) *dbus.Error {
 	if err == nil {
 		return nil
 	}
-	if errors.Is(err, supervisor.ErrNoSession) {
+	if errors.Is(err, commands.ErrNoSession) {
 		return dbusError(sandboxd1.ErrorNoSuchCommand, "%v", err)
 	}
-	if errors.Is(err, supervisor.ErrSessionBusy) {
+	if errors.Is(err, commands.ErrSessionBusy) {
 		return dbusError(sandboxd1.ErrorBusy, "%v", err)
 	}
 	return fromSupervisor(err)

@@ -19,6 +19,7 @@ import (
 	"github.com/sandboxd/sandboxd/cowfs/btrfs"
 	"github.com/sandboxd/sandboxd/runtime/nsinit"
 	"github.com/sandboxd/sandboxd/supervisor"
+	"github.com/sandboxd/sandboxd/supervisor/commands"
 	"github.com/sandboxd/sandboxd/supervisor/state"
 	"github.com/sandboxd/sandboxd/tests/testbed"
 	"github.com/sandboxd/sandboxd/units"
@@ -44,7 +45,7 @@ type Env struct {
 
 	// (caches)
 
-	// (commands)
+	Commands *commands.Commands
 
 	// (checkpoints)
 
@@ -164,7 +165,7 @@ func (e *Env) makeRooms() {
 
 	// (caches)
 
-	// (commands)
+	e.Commands = commands.New(e.Sup.Host().(commands.Host))
 
 	// (checkpoints)
 
