@@ -140,16 +140,15 @@ type Supervisor struct {
 	projects  *projectRegistry
 	reaper    reaper
 	worlds    worlds
-	commands  commands
 	gate      projectGate
 	promos    promotionRuns // running in the background; Close waits for them
 	userns    usernsState
 	stateDirs stateDirCache
 	frozen    freezeCounts
-	procHooks processHooks
-	sessions  sessions
 	activity  activity
-	fileCalls fileCalls // under way, by sandbox (files.go)
+	// runner runs the core's own commands (promotion's checks, try): the
+	// commands room, which sets itself (host_commands.go).
+	runner Runner
 	// usage: systemd's answers for GetLimits (userlimits.go).
 	usage sliceUsageCache
 }
@@ -182,6 +181,14 @@ func unitName(id string) string   { return prefixUnit + id + ".scope" }
 
 func newID() string {
 	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// newCommandID is a short random id, for the names of the core's
+// snapshots and prefixes.
+func newCommandID() string {
+	var b [4]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
 }

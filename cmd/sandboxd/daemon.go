@@ -21,6 +21,7 @@ import (
 	"github.com/sandboxd/sandboxd/supervisor/api/guard"
 	"github.com/sandboxd/sandboxd/supervisor/audit"
 	"github.com/sandboxd/sandboxd/supervisor/caches"
+	"github.com/sandboxd/sandboxd/supervisor/commands"
 	"github.com/sandboxd/sandboxd/supervisor/config"
 	"github.com/sandboxd/sandboxd/supervisor/journal"
 	"github.com/sandboxd/sandboxd/supervisor/ports"
@@ -136,7 +137,7 @@ func run(ctx context.Context, configPath string) error {
 
 	rooms.Caches = caches.New(sup.Host(), caches.Config{Enabled: true, Quota: uint64(lim.CacheQuota)})
 
-	// (commands)
+	rooms.Commands = commands.New(sup.Host().(commands.Host))
 
 	// (checkpoints)
 

@@ -549,7 +549,7 @@ func roomsOf(se *supervisortest.Env) api.Rooms {
 
 	r.Caches = se.Caches
 
-	// (commands)
+	r.Commands = se.Commands
 
 	// (checkpoints)
 

@@ -3,6 +3,7 @@ package api
 import (
 	"github.com/sandboxd/sandboxd/supervisor/adopt"
 	"github.com/sandboxd/sandboxd/supervisor/caches"
+	"github.com/sandboxd/sandboxd/supervisor/commands"
 	"github.com/sandboxd/sandboxd/supervisor/ports"
 )
 
@@ -17,7 +18,7 @@ type Rooms struct {
 	Caches *caches.Caches
 
 	// Commands, background processes, sessions and files.
-	// (commands)
+	Commands *commands.Commands
 
 	// Checkpoints, rollback, rebase and diff.
 	// (checkpoints)

@@ -21,6 +21,7 @@ import (
 	"github.com/sandboxd/sandboxd/supervisor"
 	"github.com/sandboxd/sandboxd/supervisor/adopt"
 	"github.com/sandboxd/sandboxd/supervisor/caches"
+	"github.com/sandboxd/sandboxd/supervisor/commands"
 	"github.com/sandboxd/sandboxd/supervisor/ports"
 	"github.com/sandboxd/sandboxd/supervisor/state"
 	"github.com/sandboxd/sandboxd/tests/testbed"
@@ -47,7 +48,7 @@ type Env struct {
 
 	Caches *caches.Caches
 
-	// (commands)
+	Commands *commands.Commands
 
 	// (checkpoints)
 
@@ -167,7 +168,7 @@ func (e *Env) makeRooms() {
 
 	e.Caches = caches.New(e.Sup.Host(), caches.Config{}) // no caches, as before
 
-	// (commands)
+	e.Commands = commands.New(e.Sup.Host().(commands.Host))
 
 	// (checkpoints)
 
