@@ -20,6 +20,7 @@ import (
 	"github.com/sandboxd/sandboxd/supervisor/config"
 	"github.com/sandboxd/sandboxd/supervisor/journal"
 	"github.com/sandboxd/sandboxd/supervisor/state"
+	"github.com/sandboxd/sandboxd/supervisor/try"
 	"github.com/sandboxd/sandboxd/units"
 )
 
@@ -144,7 +145,7 @@ func run(ctx context.Context, configPath string) error {
 
 	// (adopt)
 
-	// (try)
+	rooms.Try = try.New(sup.Host().(try.Host), try.Config{Runner: sup.Host().(supervisor.Runner)})
 
 	if err := sup.ProbeUserNS(ctx); err != nil {
 		return errors.Join(exConfig, err)

@@ -555,7 +555,7 @@ func roomsOf(se *supervisortest.Env) api.Rooms {
 
 	// (adopt)
 
-	// (try)
+	r.Try = se.Try
 
 	return r
 }

@@ -1,5 +1,7 @@
 package api
 
+import "github.com/sandboxd/sandboxd/supervisor/try"
+
 // Rooms are the supervisor's capabilities the front door serves beside
 // its core, each made over the core's Host (cmd/sandboxd wires them).
 // A nil room is not served: its methods answer that it is not there.
@@ -23,5 +25,5 @@ type Rooms struct {
 	// (adopt)
 
 	// Try.
-	// (try)
+	Try *try.Try
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/sandboxd/sandboxd/runtime/nsinit"
 	"github.com/sandboxd/sandboxd/supervisor"
 	"github.com/sandboxd/sandboxd/supervisor/state"
+	"github.com/sandboxd/sandboxd/supervisor/try"
 	"github.com/sandboxd/sandboxd/tests/testbed"
 	"github.com/sandboxd/sandboxd/units"
 )
@@ -52,7 +53,7 @@ type Env struct {
 
 	// (adopt)
 
-	// (try)
+	Try *try.Try
 
 	Config  supervisor.Config // what Sup was made with, to make another
 	FS      cowfs.Backend
@@ -172,5 +173,5 @@ func (e *Env) makeRooms() {
 
 	// (adopt)
 
-	// (try)
+	e.Try = try.New(e.Sup.Host().(try.Host), try.Config{Runner: e.Sup.Host().(supervisor.Runner)})
 }
