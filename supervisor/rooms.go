@@ -14,46 +14,6 @@ import (
 // package; each moves to a room of its own, which adds them itself.
 func (s *Supervisor) joinRooms() {
 	h := &s.hooks
-	// The owner's cache.
-	h.BeforeLaunch.Add(func(ctx context.Context, rec state.Record) {
-		if !rec.NoCache {
-			s.prepareCache(ctx, rec.Owner)
-		}
-	})
-	h.Spec.Add(func(ctx context.Context, rec state.Record, spec *nsinit.Spec) func() {
-		if rec.NoCache {
-			return func() {}
-		}
-		path, unlock := s.useCache(ctx, rec.Owner)
-		spec.Cache = path
-		return unlock
-	})
-	h.Started.Add(func(_ context.Context, st Started) {
-		s.caches.setMounted(st.Record.ID, s.cacheMounted(st.Record.ID, st.PID))
-	})
-	h.Stopped.Add(func(id string) { s.caches.setMounted(id, false) })
-	h.CommandEnv.Add(func(rec state.Record) []string {
-		if s.caches.isMounted(rec.ID) {
-			return cacheEnv
-		}
-		return nil
-	})
-	// Ports: exposed again once the sandbox runs (after the daemon's
-	// start; a rollback or rebase kept them open: each connection finds
-	// the new init), closed as it is destroyed, all closed at the end.
-	h.Started.Add(func(_ context.Context, st Started) { s.restorePorts(st.Record) })
-	h.Destroying.Add(func(_ context.Context, rec state.Record) { s.closePorts(rec) })
-	h.Close.Add(s.closeAllPorts)
-	h.Busy.Add(func(_ context.Context, id string) bool {
-		s.ports.mu.Lock()
-		defer s.ports.mu.Unlock()
-		for k, e := range s.ports.m {
-			if k.id == id && len(e.slots) > 0 {
-				return true
-			}
-		}
-		return false
-	})
 	// Commands, files and background processes.
 	h.Busy.Add(func(ctx context.Context, id string) bool {
 		if s.fileCalls.running(id) {

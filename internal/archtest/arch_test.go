@@ -64,6 +64,11 @@ func in(rooms ...string) func(string) bool {
 	}
 }
 
+// below says whether a package is below room, not room itself.
+func below(room string) func(string) bool {
+	return func(pkg string) bool { return strings.HasPrefix(pkg, room+"/") }
+}
+
 func is(names ...string) func(string) bool {
 	return func(pkg string) bool { return slices.Contains(names, pkg) }
 }
@@ -99,6 +104,10 @@ var rules = []rule{
 		in(rooms...), not(in("cli", "cmd", "supervisor/api", "supervisor/config", "tests"))},
 	{"the supervisor's lower parts (changeset) import only cowfs and internal/",
 		in("supervisor/changeset"), in("cowfs", "internal")},
+	{"the front door's parts (supervisor/api/...) import neither the front door nor one another; of the daemon only the supervisor",
+		below("supervisor/api"), func(imp string) bool { return in("sandboxd1", "internal")(imp) || imp == "supervisor" }},
+	{"the init's rooms (runtime/nsinit/*) import only one another, runtime/seccomp and internal/, never nsinit", below("runtime/nsinit"),
+		func(imp string) bool { return below("runtime/nsinit")(imp) || in("runtime/seccomp", "internal")(imp) }},
 }
 
 // rooms are the supervisor's capabilities, each over the core's Host
@@ -166,8 +175,9 @@ func TestCLIImportsOnlyTheWireContract(t *testing.T) {
 // of each rule gets exactly that break reported by it.
 func TestRulesCatchBreaks(t *testing.T) {
 	pkgs := []string{"sandboxd1", "internal/termsafe", "internal/crashpoint", "cowfs", "cowfs/btrfs", "units", "runtime/nsinit",
-		"runtime/egress", "promote", "supervisor", "supervisor/state", "supervisor/api", "supervisor/config", "cli",
-		"cli/verb", "cmd/sandboxctl", "cmd/sandboxd", "tests/testbed", "client", "mcpserver", "supervisor/ports", "supervisor/changeset"}
+		"runtime/nsinit/world", "runtime/nsinit/boot", "runtime/egress", "promote", "supervisor", "supervisor/state", "supervisor/api", "supervisor/config", "cli",
+		"cli/verb", "cmd/sandboxctl", "cmd/sandboxd", "tests/testbed", "client", "mcpserver", "supervisor/ports", "supervisor/changeset",
+		"supervisor/api/guard", "supervisor/api/access"}
 	breaks := map[string][2]string{
 		rules[0].name:  {"sandboxd1", "internal/termsafe"},
 		rules[1].name:  {"internal/termsafe", "cowfs"},
@@ -184,6 +194,8 @@ func TestRulesCatchBreaks(t *testing.T) {
 		rules[12].name: {"supervisor", "supervisor/ports"},
 		rules[13].name: {"supervisor/ports", "supervisor/api"},
 		rules[14].name: {"supervisor/changeset", "supervisor"},
+		rules[15].name: {"supervisor/api/guard", "supervisor/api/access"},
+		rules[16].name: {"runtime/nsinit/world", "runtime/nsinit"},
 		cliRule.name:   {"cli", "supervisor/config"},
 	}
 	g := graph{}
@@ -196,7 +208,10 @@ func TestRulesCatchBreaks(t *testing.T) {
 		{"mcpserver", "internal/termsafe"},
 		{"supervisor", "promote"}, {"supervisor", "runtime/nsinit"}, {"promote", "cowfs"}, {"runtime/nsinit", "internal/crashpoint"},
 		{"supervisor/api", "supervisor"}, {"cowfs/btrfs", "cowfs"}, {"supervisor/ports", "supervisor"},
-		{"supervisor/api", "supervisor/ports"}, {"supervisor", "supervisor/changeset"}, {"supervisor/changeset", "cowfs"}} {
+		{"supervisor/api", "supervisor/ports"}, {"supervisor", "supervisor/changeset"}, {"supervisor/changeset", "cowfs"},
+		{"supervisor/api", "supervisor/api/guard"}, {"supervisor/api/guard", "supervisor"}, {"supervisor/api/guard", "sandboxd1"},
+		{"supervisor/api/access", "internal/termsafe"},
+		{"runtime/nsinit", "runtime/nsinit/boot"}, {"runtime/nsinit/boot", "runtime/nsinit/world"}} {
 		g[e[0]].ours[e[1]] = true
 	}
 	g["runtime/nsinit"].others["runtime"] = true

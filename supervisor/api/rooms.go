@@ -1,16 +1,20 @@
 package api
 
-import "github.com/sandboxd/sandboxd/supervisor/try"
+import (
+	"github.com/sandboxd/sandboxd/supervisor/caches"
+	"github.com/sandboxd/sandboxd/supervisor/ports"
+	"github.com/sandboxd/sandboxd/supervisor/try"
+)
 
 // Rooms are the supervisor's capabilities the front door serves beside
 // its core, each made over the core's Host (cmd/sandboxd wires them).
 // A nil room is not served: its methods answer that it is not there.
 type Rooms struct {
 	// The exposed ports (ExposePort, ClosePort).
-	// (ports)
+	Ports *ports.Ports
 
 	// The owners' caches (ClearCache).
-	// (caches)
+	Caches *caches.Caches
 
 	// Commands, background processes, sessions and files.
 	// (commands)

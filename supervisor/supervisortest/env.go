@@ -19,6 +19,8 @@ import (
 	"github.com/sandboxd/sandboxd/cowfs/btrfs"
 	"github.com/sandboxd/sandboxd/runtime/nsinit"
 	"github.com/sandboxd/sandboxd/supervisor"
+	"github.com/sandboxd/sandboxd/supervisor/caches"
+	"github.com/sandboxd/sandboxd/supervisor/ports"
 	"github.com/sandboxd/sandboxd/supervisor/state"
 	"github.com/sandboxd/sandboxd/supervisor/try"
 	"github.com/sandboxd/sandboxd/tests/testbed"
@@ -41,9 +43,9 @@ func Main(m *testing.M) {
 type Env struct {
 	Sup *supervisor.Supervisor
 	// The rooms, made over Sup's Host.
-	// (ports)
+	Ports *ports.Ports
 
-	// (caches)
+	Caches *caches.Caches
 
 	// (commands)
 
@@ -161,9 +163,9 @@ func newEnv(t *testing.T, prefix string, log *slog.Logger, userns bool) *Env {
 
 // makeRooms makes e's rooms over e.Sup's Host, as the daemon does.
 func (e *Env) makeRooms() {
-	// (ports)
+	e.Ports = ports.New(e.Sup.Host(), ports.Config{RuntimeDir: e.Config.RuntimeDir})
 
-	// (caches)
+	e.Caches = caches.New(e.Sup.Host(), caches.Config{}) // no caches, as before
 
 	// (commands)
 
