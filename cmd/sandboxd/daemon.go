@@ -26,6 +26,7 @@ import (
 	"github.com/sandboxd/sandboxd/supervisor/journal"
 	"github.com/sandboxd/sandboxd/supervisor/ports"
 	"github.com/sandboxd/sandboxd/supervisor/state"
+	"github.com/sandboxd/sandboxd/supervisor/try"
 	"github.com/sandboxd/sandboxd/units"
 )
 
@@ -149,7 +150,7 @@ func run(ctx context.Context, configPath string) error {
 		PoolImage: poolImage(cfg), PoolMountpoint: poolMountpoint(cfg),
 	})
 
-	// (try)
+	rooms.Try = try.New(sup.Host().(try.Host), try.Config{Runner: sup.Host().(supervisor.Runner)})
 
 	if err := sup.ProbeUserNS(ctx); err != nil {
 		return errors.Join(exConfig, err)

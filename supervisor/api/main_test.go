@@ -557,7 +557,7 @@ func roomsOf(se *supervisortest.Env) api.Rooms {
 
 	r.Adoptions = se.Adoptions
 
-	// (try)
+	r.Try = se.Try
 
 	return r
 }

@@ -5,6 +5,7 @@ import (
 	"github.com/sandboxd/sandboxd/supervisor/caches"
 	"github.com/sandboxd/sandboxd/supervisor/commands"
 	"github.com/sandboxd/sandboxd/supervisor/ports"
+	"github.com/sandboxd/sandboxd/supervisor/try"
 )
 
 // Rooms are the supervisor's capabilities the front door serves beside
@@ -30,5 +31,5 @@ type Rooms struct {
 	Adoptions *adopt.Adoptions
 
 	// Try.
-	// (try)
+	Try *try.Try
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/sandboxd/sandboxd/supervisor/commands"
 	"github.com/sandboxd/sandboxd/supervisor/ports"
 	"github.com/sandboxd/sandboxd/supervisor/state"
+	"github.com/sandboxd/sandboxd/supervisor/try"
 	"github.com/sandboxd/sandboxd/tests/testbed"
 	"github.com/sandboxd/sandboxd/units"
 )
@@ -56,7 +57,7 @@ type Env struct {
 
 	Adoptions *adopt.Adoptions
 
-	// (try)
+	Try *try.Try
 
 	Config  supervisor.Config // what Sup was made with, to make another
 	FS      cowfs.Backend
@@ -176,5 +177,5 @@ func (e *Env) makeRooms() {
 
 	e.Adoptions = adopt.New(e.Sup.Host().(adopt.Host), adopt.Config{})
 
-	// (try)
+	e.Try = try.New(e.Sup.Host().(try.Host), try.Config{Runner: e.Sup.Host().(supervisor.Runner)})
 }
