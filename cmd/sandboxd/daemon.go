@@ -150,7 +150,7 @@ func run(ctx context.Context, configPath string) error {
 		PoolImage: poolImage(cfg), PoolMountpoint: poolMountpoint(cfg),
 	})
 
-	rooms.Try = try.New(sup.Host().(try.Host), try.Config{Runner: sup.Host().(supervisor.Runner)})
+	rooms.Try = try.New(sup.Host().(try.Host), try.Config{Runner: rooms.Commands})
 
 	if err := sup.ProbeUserNS(ctx); err != nil {
 		return errors.Join(exConfig, err)

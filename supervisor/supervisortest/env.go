@@ -177,5 +177,5 @@ func (e *Env) makeRooms() {
 
 	e.Adoptions = adopt.New(e.Sup.Host().(adopt.Host), adopt.Config{})
 
-	e.Try = try.New(e.Sup.Host().(try.Host), try.Config{Runner: e.Sup.Host().(supervisor.Runner)})
+	e.Try = try.New(e.Sup.Host().(try.Host), try.Config{Runner: e.Commands})
 }
