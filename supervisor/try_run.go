@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/sandboxd/sandboxd/cowfs"
 	"github.com/sandboxd/sandboxd/runtime/nsinit"
 )
 
@@ -76,8 +77,11 @@ func (s *Supervisor) tryOne(ctx context.Context, opts *TryOptions, r *TryResult)
 		return fmt.Errorf("reading what %s changed: %w", r.Name, err)
 	}
 	defer busy()
-	if changes, ignored, err := s.DiffCounted(ctx, sb.ID); err == nil {
-		n := len(changes)
+	var n, ignored int
+	if err := s.withChanges(ctx, sb.ID, "listing the changes of sandbox "+sb.ID, func(_, _ cowfs.Volume, c []cowfs.Change, i int) error {
+		n, ignored = len(c), i
+		return nil
+	}); err == nil {
 		r.Changes, r.Ignored = &n, ignored
 	} else if ctx.Err() != nil {
 		return context.Cause(ctx)

@@ -17,6 +17,7 @@ import (
 	"github.com/sandboxd/sandboxd/supervisor"
 	"github.com/sandboxd/sandboxd/supervisor/api"
 	"github.com/sandboxd/sandboxd/supervisor/audit"
+	"github.com/sandboxd/sandboxd/supervisor/checkpoints"
 	"github.com/sandboxd/sandboxd/supervisor/config"
 	"github.com/sandboxd/sandboxd/supervisor/journal"
 	"github.com/sandboxd/sandboxd/supervisor/state"
@@ -114,15 +115,14 @@ func run(ctx context.Context, configPath string) error {
 			DefaultTTL:           time.Duration(lim.DefaultTTL),
 			MaxTTL:               time.Duration(lim.MaxTTL),
 		},
-		MaxCheckpoints: lim.MaxCheckpoints,
-		UserLimits:     host.bounds(lim.UserMemoryMax, lim.UserTasksMax),
-		SliceLimits:    host.bounds(lim.SliceMemoryMax, lim.SliceTasksMax),
-		IdleFreeze:     time.Duration(lim.IdleFreeze),
-		Caches:         true,
-		CacheQuota:     uint64(lim.CacheQuota),
-		Audit:          auditLog,
-		Log:            log,
-		Stages:         stagesOf(cfg),
+		UserLimits:  host.bounds(lim.UserMemoryMax, lim.UserTasksMax),
+		SliceLimits: host.bounds(lim.SliceMemoryMax, lim.SliceTasksMax),
+		IdleFreeze:  time.Duration(lim.IdleFreeze),
+		Caches:      true,
+		CacheQuota:  uint64(lim.CacheQuota),
+		Audit:       auditLog,
+		Log:         log,
+		Stages:      stagesOf(cfg),
 		UserNS: supervisor.UserNS{
 			Mode: cfg.Sandbox.UserNS, RootLayers: cfg.Sandbox.RootLayers,
 			First: cfg.Sandbox.UserNSFirstID, Count: cfg.Sandbox.UserNSIDCount,
@@ -138,7 +138,7 @@ func run(ctx context.Context, configPath string) error {
 
 	// (commands)
 
-	// (checkpoints)
+	rooms.Checkpoints = checkpoints.New(sup.Host().(checkpoints.Host), checkpoints.Config{MaxCheckpoints: lim.MaxCheckpoints})
 
 	// (promotion)
 

@@ -549,7 +549,7 @@ func roomsOf(se *supervisortest.Env) api.Rooms {
 
 	// (commands)
 
-	// (checkpoints)
+	r.Checkpoints = se.Checkpoints
 
 	// (promotion)
 

@@ -1,5 +1,7 @@
 package api
 
+import "github.com/sandboxd/sandboxd/supervisor/checkpoints"
+
 // Rooms are the supervisor's capabilities the front door serves beside
 // its core, each made over the core's Host (cmd/sandboxd wires them).
 // A nil room is not served: its methods answer that it is not there.
@@ -14,7 +16,7 @@ type Rooms struct {
 	// (commands)
 
 	// Checkpoints, rollback, rebase and diff.
-	// (checkpoints)
+	Checkpoints *checkpoints.Checkpoints
 
 	// Promotions (Promote, Approve, Reject, the records).
 	// (promotion)

@@ -19,6 +19,7 @@ import (
 	"github.com/sandboxd/sandboxd/cowfs/btrfs"
 	"github.com/sandboxd/sandboxd/runtime/nsinit"
 	"github.com/sandboxd/sandboxd/supervisor"
+	"github.com/sandboxd/sandboxd/supervisor/checkpoints"
 	"github.com/sandboxd/sandboxd/supervisor/state"
 	"github.com/sandboxd/sandboxd/tests/testbed"
 	"github.com/sandboxd/sandboxd/units"
@@ -46,7 +47,7 @@ type Env struct {
 
 	// (commands)
 
-	// (checkpoints)
+	Checkpoints *checkpoints.Checkpoints
 
 	// (promotion)
 
@@ -166,7 +167,7 @@ func (e *Env) makeRooms() {
 
 	// (commands)
 
-	// (checkpoints)
+	e.Checkpoints = checkpoints.New(e.Sup.Host().(checkpoints.Host), checkpoints.Config{})
 
 	// (promotion)
 
