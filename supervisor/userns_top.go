@@ -3,6 +3,7 @@ package supervisor
 import (
 	"context"
 	"fmt"
+	"github.com/sandboxd/sandboxd/supervisor/changeset"
 	"path/filepath"
 
 	"golang.org/x/sys/unix"
@@ -53,22 +54,13 @@ func (s *Supervisor) ownTopDir(rec state.Record, vol cowfs.Volume) error {
 	return nil
 }
 
-// sandboxChanges lists what a sandbox changed in its copy since base (now:
-// a read-only snapshot of it): the backend's list, without the top
-// directory's own metadata (ownTopDir's, or the sandbox's own chmod of
-// it), which is the host's and never promoted. A change inside the top
-// directory is listed as ever.
+// sandboxChanges lists what a sandbox changed in its copy since base
+// (changeset.Of: less ownTopDir's metadata of the top directory).
 func (s *Supervisor) sandboxChanges(ctx context.Context, base, now cowfs.Volume) ([]cowfs.Change, error) {
-	changes, err := s.cfg.Backend.Changes(ctx, base, now)
-	if err != nil {
-		return nil, err
-	}
-	out := changes[:0]
-	for _, c := range changes {
-		if c.Path == "." && c.Kind == cowfs.Metadata {
-			continue
-		}
-		out = append(out, c)
-	}
-	return out, nil
+	return changeset.Of(ctx, s.cfg.Backend, base, now)
+}
+
+// filterChanges is changeset.Filter with project's configured patterns.
+func (s *Supervisor) filterChanges(ctx context.Context, project string, base, now cowfs.Volume, changes []cowfs.Change) ([]cowfs.Change, int, error) {
+	return changeset.Filter(ctx, s.log, s.cfg.ProjectIgnore[project], project, base, now, changes)
 }

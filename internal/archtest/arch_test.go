@@ -97,6 +97,8 @@ var rules = []rule{
 		is("supervisor"), not(in(rooms...))},
 	{"a room imports the core, its leaves, the lower rooms and other rooms, never the front door or the configuration",
 		in(rooms...), not(in("cli", "cmd", "supervisor/api", "supervisor/config", "tests"))},
+	{"the supervisor's lower parts (changeset) import only cowfs and internal/",
+		in("supervisor/changeset"), in("cowfs", "internal")},
 }
 
 // rooms are the supervisor's capabilities, each over the core's Host
@@ -165,7 +167,7 @@ func TestCLIImportsOnlyTheWireContract(t *testing.T) {
 func TestRulesCatchBreaks(t *testing.T) {
 	pkgs := []string{"sandboxd1", "internal/termsafe", "internal/crashpoint", "cowfs", "cowfs/btrfs", "units", "runtime/nsinit",
 		"runtime/egress", "promote", "supervisor", "supervisor/state", "supervisor/api", "supervisor/config", "cli",
-		"cli/verb", "cmd/sandboxctl", "cmd/sandboxd", "tests/testbed", "client", "mcpserver", "supervisor/ports"}
+		"cli/verb", "cmd/sandboxctl", "cmd/sandboxd", "tests/testbed", "client", "mcpserver", "supervisor/ports", "supervisor/changeset"}
 	breaks := map[string][2]string{
 		rules[0].name:  {"sandboxd1", "internal/termsafe"},
 		rules[1].name:  {"internal/termsafe", "cowfs"},
@@ -181,6 +183,7 @@ func TestRulesCatchBreaks(t *testing.T) {
 		rules[11].name: {"mcpserver", "units"},
 		rules[12].name: {"supervisor", "supervisor/ports"},
 		rules[13].name: {"supervisor/ports", "supervisor/api"},
+		rules[14].name: {"supervisor/changeset", "supervisor"},
 		cliRule.name:   {"cli", "supervisor/config"},
 	}
 	g := graph{}
@@ -193,7 +196,7 @@ func TestRulesCatchBreaks(t *testing.T) {
 		{"mcpserver", "internal/termsafe"},
 		{"supervisor", "promote"}, {"supervisor", "runtime/nsinit"}, {"promote", "cowfs"}, {"runtime/nsinit", "internal/crashpoint"},
 		{"supervisor/api", "supervisor"}, {"cowfs/btrfs", "cowfs"}, {"supervisor/ports", "supervisor"},
-		{"supervisor/api", "supervisor/ports"}} {
+		{"supervisor/api", "supervisor/ports"}, {"supervisor", "supervisor/changeset"}, {"supervisor/changeset", "cowfs"}} {
 		g[e[0]].ours[e[1]] = true
 	}
 	g["runtime/nsinit"].others["runtime"] = true

@@ -1,4 +1,7 @@
-package supervisor
+// Package changeset says what of a sandbox's changes leave it: the
+// backend's change list less the top directory's own metadata, and less
+// what the project's ignore rules leave out.
+package changeset
 
 // What never leaves a sandbox: the project's ignore rules (the config's
 // [[project]] ignore, its .sandboxignore, and the defaults where its
@@ -19,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"strings"
 
@@ -38,8 +42,8 @@ const (
 // snapshot of it): its configured patterns, then its .sandboxignore (a
 // bad pattern in either is an error naming it), and its .gitignore for
 // the defaults (read as git reads it: a bad line matches nothing).
-func (s *Supervisor) ignoreRules(ctx context.Context, project string, base cowfs.Volume) (*ignore.Project, error) {
-	conf, err := ignore.Patterns(s.cfg.ProjectIgnore[project])
+func projectRules(ctx context.Context, log *slog.Logger, patterns []string, project string, base cowfs.Volume) (*ignore.Project, error) {
+	conf, err := ignore.Patterns(patterns)
 	if err != nil {
 		return nil, fmt.Errorf("project %s's ignore in the configuration: %w", project, err)
 	}
@@ -61,7 +65,7 @@ func (s *Supervisor) ignoreRules(ctx context.Context, project string, base cowfs
 	case err != nil:
 		// Not a plain file (a symlink, which git does not follow for
 		// .gitignore either, a FIFO, a hard link): no defaults, as if none.
-		s.log.Warn("the project's .gitignore is not read", "project", project, "error", err)
+		log.Warn("the project's .gitignore is not read", "project", project, "error", err)
 	case found:
 		if gitRules, err = ignore.ParseLenient(git); err != nil {
 			return nil, fmt.Errorf("the project's %s: %w", gitIgnoreFile, err)
@@ -167,14 +171,16 @@ func underAny(p string, dirs map[string]bool) bool {
 	}
 }
 
-// filterChanges reads project's rules from base and applies them to the
-// changes from base to now (a read-only snapshot of the sandbox), a
-// renamed directory's tree included (openRenames).
-func (s *Supervisor) filterChanges(ctx context.Context, project string, base, now cowfs.Volume, changes []cowfs.Change) ([]cowfs.Change, int, error) {
+// Filter reads project's rules (patterns: its [[project]] ignore in the
+// configuration, checked when it was read) from base and applies them to
+// the changes from base to now (a read-only snapshot of the sandbox), a
+// renamed directory's tree included (openRenames); it returns what is
+// kept and how many were left out.
+func Filter(ctx context.Context, log *slog.Logger, patterns []string, project string, base, now cowfs.Volume, changes []cowfs.Change) ([]cowfs.Change, int, error) {
 	if len(changes) == 0 {
 		return changes, 0, nil
 	}
-	rules, err := s.ignoreRules(ctx, project, base)
+	rules, err := projectRules(ctx, log, patterns, project, base)
 	if err != nil {
 		return nil, 0, fmt.Errorf("reading the project's ignore rules: %w", err)
 	}
@@ -187,4 +193,24 @@ func (s *Supervisor) filterChanges(ctx context.Context, project string, base, no
 		return nil, 0, fmt.Errorf("the project's ignore rules (.sandboxignore, [[project]] ignore): %w", err)
 	}
 	return kept, n, nil
+}
+
+// Of lists what a sandbox changed in its copy since base (now: a
+// read-only snapshot of it): the backend's list, without the top
+// directory's own metadata (set by the daemon as the sandbox is made, or
+// the sandbox's own chmod of it), which is the host's and never
+// promoted. A change inside the top directory is listed as ever.
+func Of(ctx context.Context, b cowfs.Backend, base, now cowfs.Volume) ([]cowfs.Change, error) {
+	changes, err := b.Changes(ctx, base, now)
+	if err != nil {
+		return nil, err
+	}
+	out := changes[:0]
+	for _, c := range changes {
+		if c.Path == "." && c.Kind == cowfs.Metadata {
+			continue
+		}
+		out = append(out, c)
+	}
+	return out, nil
 }

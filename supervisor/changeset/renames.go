@@ -1,4 +1,4 @@
-package supervisor
+package changeset
 
 import (
 	"context"
@@ -202,4 +202,9 @@ func fileType(mode uint32) cowfs.FileType {
 		return cowfs.TypeDevice
 	}
 	return cowfs.TypeUnknown
+}
+
+// within says whether path is dir or below it.
+func within(path, dir string) bool {
+	return path == dir || strings.HasPrefix(path, strings.TrimSuffix(dir, "/")+"/")
 }
