@@ -8,7 +8,6 @@ import (
 	"os"
 	"sync"
 	"time"
-
 )
 
 // runCaptured runs o in sandbox id with /dev/null for stdin and one pipe

@@ -181,6 +181,7 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 		if err == nil {
 			return
 		}
+		defer s.changed(id)
 		if uerr := undo.Fail(ctx); uerr != nil {
 			s.log.Error("undoing a failed create", "SANDBOX_ID", id, "error", uerr)
 			return // keep the record: Reconcile finishes the job
@@ -288,6 +289,7 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 		return sb, fmt.Errorf("creating sandbox %s: %w", id, err)
 	}
 	crashpoint.Hit(crashpoint.CreateReady)
+	s.changed(id)
 	timing.mark("ready")
 	attrs := []any{"SANDBOX_ID", id, "CALLER_UID", opts.Owner, "ACTION", "create", "project", opts.Project,
 		"took_ms", float64(timing.took().Microseconds()) / 1000, "steps", timing.String()}

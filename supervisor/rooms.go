@@ -38,22 +38,6 @@ func (s *Supervisor) joinRooms() {
 		}
 		return nil
 	})
-	// Ports: exposed again once the sandbox runs (after the daemon's
-	// start; a rollback or rebase kept them open: each connection finds
-	// the new init), closed as it is destroyed, all closed at the end.
-	h.Started.Add(func(_ context.Context, st Started) { s.restorePorts(st.Record) })
-	h.Destroying.Add(func(_ context.Context, rec state.Record) { s.closePorts(rec) })
-	h.Close.Add(s.closeAllPorts)
-	h.Busy.Add(func(_ context.Context, id string) bool {
-		s.ports.mu.Lock()
-		defer s.ports.mu.Unlock()
-		for k, e := range s.ports.m {
-			if k.id == id && len(e.slots) > 0 {
-				return true
-			}
-		}
-		return false
-	})
 	// Commands, files and background processes.
 	h.Busy.Add(func(ctx context.Context, id string) bool {
 		if s.fileCalls.running(id) {

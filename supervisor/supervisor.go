@@ -137,6 +137,8 @@ type Supervisor struct {
 	cfg   Config
 	log   *slog.Logger
 	hooks Hooks
+	// events: who hears of the sandboxes' changes (Subscribe).
+	events events
 	locks idLocks // one operation at a time per sandbox
 	// admission serializes the caps check with the recording of a create's
 	// intent, so that concurrent creates cannot both take the last place
@@ -151,7 +153,6 @@ type Supervisor struct {
 	userns    usernsState
 	stateDirs stateDirCache
 	frozen    freezeCounts
-	ports     portTable // exposed on the host (ports.go)
 	procHooks processHooks
 	sessions  sessions
 	caches    caches // owners' cache volumes (cache.go)

@@ -38,6 +38,11 @@ func checkName(name, suffix string) error {
 // "sandbox-1f3a.scope". The error wraps ErrInvalidName.
 func CheckScopeName(name string) error { return checkName(name, ".scope") }
 
+// CheckSliceName says whether name is a slice's name this package will
+// start or read: a plain systemd unit name that ends in ".slice". The
+// error wraps ErrInvalidName.
+func CheckSliceName(name string) error { return checkName(name, ".slice") }
+
 // OwnerSlice is the slice a scope of user uid's goes in:
 // "sandboxd-u<uid>.slice", which systemd places under sandboxd.slice (a
 // "-" in a slice's name is a level of the tree), so that each user's

@@ -52,13 +52,14 @@ type Device struct {
 // DevicePolicy=closed allows: terminals and pseudo-terminals.
 var SandboxDevices = []Device{{"/dev/tty", "rw"}, {"/dev/ptmx", "rw"}, {"char-pts", "rw"}}
 
-// check refuses a spec systemd would refuse or that makes no sense.
-func (s Scope) check() error {
+// Check refuses a spec systemd would refuse or that makes no sense:
+// what StartScope refuses before asking systemd anything.
+func (s Scope) Check() error {
 	if err := CheckScopeName(s.Name); err != nil {
 		return err
 	}
 	if s.Slice != "" {
-		if err := checkName(s.Slice, ".slice"); err != nil {
+		if err := CheckSliceName(s.Slice); err != nil {
 			return fmt.Errorf("slice: %w", err)
 		}
 	}
@@ -136,7 +137,7 @@ func (m *Manager) StartScope(ctx context.Context, s Scope) error {
 // job to fail.
 func (m *Manager) startScope(ctx context.Context, s Scope, extra ...sdbus.Property) error {
 	const op = "starting scope"
-	if err := s.check(); err != nil {
+	if err := s.Check(); err != nil {
 		return fmt.Errorf("%s %s: %w", op, s.Name, err)
 	}
 	done := jobResult()

@@ -17,7 +17,7 @@ import (
 // nothing set ask nothing of systemd.
 func (m *Manager) SetSliceLimits(ctx context.Context, name string, l Limits) error {
 	const op = "limiting slice"
-	if err := checkName(name, ".slice"); err != nil {
+	if err := CheckSliceName(name); err != nil {
 		return fmt.Errorf("%s %s: %w", op, name, err)
 	}
 	props := l.properties()

@@ -25,7 +25,7 @@ type SliceUsage struct {
 // not know is not an error: it holds nothing.
 func (m *Manager) SliceUsage(ctx context.Context, name string) (SliceUsage, error) {
 	const op = "reading usage of slice"
-	if err := checkName(name, ".slice"); err != nil {
+	if err := CheckSliceName(name); err != nil {
 		return SliceUsage{}, fmt.Errorf("%s %s: %w", op, name, err)
 	}
 	// The Unit properties first, as Usage does: asking for a unit that

@@ -16,10 +16,13 @@ import (
 	"github.com/sandboxd/sandboxd/cowfs/pool"
 	"github.com/sandboxd/sandboxd/supervisor"
 	"github.com/sandboxd/sandboxd/supervisor/api"
+	"github.com/sandboxd/sandboxd/supervisor/api/access"
+	"github.com/sandboxd/sandboxd/supervisor/api/guard"
 	"github.com/sandboxd/sandboxd/supervisor/audit"
 	"github.com/sandboxd/sandboxd/supervisor/checkpoints"
 	"github.com/sandboxd/sandboxd/supervisor/config"
 	"github.com/sandboxd/sandboxd/supervisor/journal"
+	"github.com/sandboxd/sandboxd/supervisor/ports"
 	"github.com/sandboxd/sandboxd/supervisor/state"
 	"github.com/sandboxd/sandboxd/units"
 )
@@ -132,7 +135,7 @@ func run(ctx context.Context, configPath string) error {
 	// The rooms join the core's hooks as they are made, before the
 	// projects load and the sandboxes are reconciled.
 	rooms := api.Rooms{}
-	// (ports)
+	rooms.Ports = ports.New(sup.Host(), ports.Config{RuntimeDir: runtimeDir})
 
 	// (caches)
 
@@ -175,16 +178,16 @@ func run(ctx context.Context, configPath string) error {
 		log.Error("reconcile left problems", "error", err)
 	}
 
-	conn, err := dbus.ConnectSystemBus(api.ConnOptions()...)
+	conn, err := dbus.ConnectSystemBus(guard.ConnOptions()...)
 	if err != nil {
 		return fmt.Errorf("connecting to the system bus: %w", err)
 	}
 	defer conn.Close()
-	access, unresolved := api.ResolveAccess(cfg.Access.CreatorUsers, cfg.Access.CreatorGroups, cfg.Access.AdminUsers, cfg.Access.AdminGroups)
+	policy, unresolved := access.Resolve(cfg.Access.CreatorUsers, cfg.Access.CreatorGroups, cfg.Access.AdminUsers, cfg.Access.AdminGroups)
 	for _, err := range unresolved {
 		log.Warn("an [access] name does not resolve; left out", "error", err)
 	}
-	srv, err := api.Serve(ctx, conn, sup, rooms, access, log)
+	srv, err := api.Serve(ctx, conn, sup, rooms, policy, log)
 	if err != nil {
 		return err
 	}
@@ -197,7 +200,7 @@ func run(ctx context.Context, configPath string) error {
 	if interval, err := sddaemon.SdWatchdogEnabled(false); err == nil && interval > 0 {
 		go watchdog(ctx, interval/2)
 	}
-	go expire(ctx, sup, srv, log, time.Duration(lim.IdleFreeze))
+	go expire(ctx, sup, log, time.Duration(lim.IdleFreeze))
 	select {
 	case <-ctx.Done():
 	case <-conn.Context().Done():
@@ -215,8 +218,8 @@ func run(ctx context.Context, configPath string) error {
 func status(s string) { _, _ = sddaemon.SdNotify(false, "STATUS="+s) }
 
 // expire destroys sandboxes past their time to live, every few seconds,
-// and tells the bus they are gone.
-func expire(ctx context.Context, sup *supervisor.Supervisor, srv *api.Server, log *slog.Logger, idle time.Duration) {
+// and freezes idle ones; the change event tells the bus.
+func expire(ctx context.Context, sup *supervisor.Supervisor, log *slog.Logger, idle time.Duration) {
 	every := 10 * time.Second
 	if idle > 0 && idle/2 < every {
 		every = max(idle/2, time.Second) // an idle sandbox freezes within half its time again
@@ -236,10 +239,8 @@ func expire(ctx context.Context, sup *supervisor.Supervisor, srv *api.Server, lo
 		if len(gone) > 0 {
 			log.Info("sandboxes expired", "ids", strings.Join(gone, ","), "ACTION", "expire")
 		}
-		if len(gone)+len(frozen) > 0 {
-			if err := srv.Sync(ctx); err != nil {
-				log.Error("announcing expired or idle sandboxes", "error", err)
-			}
+		if len(frozen) > 0 {
+			log.Debug("sandboxes frozen for being idle", "ids", strings.Join(frozen, ","))
 		}
 		select {
 		case <-ctx.Done():

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/sandboxd/sandboxd/sandboxd1"
-	"github.com/sandboxd/sandboxd/supervisor/api"
+	"github.com/sandboxd/sandboxd/supervisor/api/access"
 	"github.com/sandboxd/sandboxd/tests/testbed"
 )
 
@@ -19,7 +19,7 @@ import (
 // doing).
 func TestTheBusPolicyShutsOutNonMembers(t *testing.T) {
 	setupBus(t)
-	newEnv(t, api.Access{AdminUIDs: []uint32{accounts[memberUser].uid}})
+	newEnv(t, access.Policy{AdminUIDs: []uint32{accounts[memberUser].uid}})
 	c := newClient(t)
 
 	res := callAs(t, nobody, "create", "web")
@@ -52,7 +52,7 @@ func TestTheBusPolicyShutsOutNonMembers(t *testing.T) {
 func TestSignalsReachOnlyTheOwnerAndAdmins(t *testing.T) {
 	setupBus(t)
 	creators := gidOf(t, creatorsGroup)
-	e := newEnv(t, api.Access{CreatorGIDs: []uint32{creators}})
+	e := newEnv(t, access.Policy{CreatorGIDs: []uint32{creators}})
 	openToGroup(t, e.project, creators)
 	c := newClient(t)
 	creator, member := accounts[creatorUser], accounts[memberUser]
@@ -103,7 +103,7 @@ func openToGroup(t *testing.T, dir string, gid uint32) {
 // creators create: the refusal names the caller's uid.
 func TestTheDaemonRefusesAMemberWhoMayNotCreate(t *testing.T) {
 	setupBus(t)
-	e := newEnv(t, api.Access{CreatorGIDs: []uint32{gidOf(t, creatorsGroup)}})
+	e := newEnv(t, access.Policy{CreatorGIDs: []uint32{gidOf(t, creatorsGroup)}})
 	member := accounts[memberUser]
 
 	res := callAs(t, member, "create", "web")
@@ -114,7 +114,7 @@ func TestTheDaemonRefusesAMemberWhoMayNotCreate(t *testing.T) {
 	// The same member, let in by uid, may create, but not of a project
 	// whose directory is root's: the refusal names the project and the
 	// caller.
-	e.reserve(t, api.Access{CreatorUIDs: []uint32{member.uid}})
+	e.reserve(t, access.Policy{CreatorUIDs: []uint32{member.uid}})
 	res = callAs(t, member, "create", "web")
 	want = fmt.Sprintf(`uid %d may not use project "web"`, member.uid)
 	if res.ErrorName != sandboxd1.ErrorAccessDenied || !strings.Contains(res.Error, want) {
@@ -139,7 +139,7 @@ func TestTheDaemonRefusesAMemberWhoMayNotCreate(t *testing.T) {
 func TestOwnersSeeOnlyTheirOwnSandboxes(t *testing.T) {
 	setupBus(t)
 	creators := gidOf(t, creatorsGroup)
-	e := newEnv(t, api.Access{CreatorGIDs: []uint32{creators}})
+	e := newEnv(t, access.Policy{CreatorGIDs: []uint32{creators}})
 	openToGroup(t, e.project, creators)
 	c := newClient(t)
 	creator := accounts[creatorUser]
@@ -183,7 +183,7 @@ func TestOwnersSeeOnlyTheirOwnSandboxes(t *testing.T) {
 		t.Fatalf("ListSandboxes as root: %+v, %v; want both", list, err)
 	}
 	// So does an admin by group.
-	e.reserve(t, api.Access{CreatorGIDs: []uint32{creators}, AdminGIDs: []uint32{creators}})
+	e.reserve(t, access.Policy{CreatorGIDs: []uint32{creators}, AdminGIDs: []uint32{creators}})
 	if res := callAs(t, creator, "list"); res.ErrorName != "" || len(res.Result) != 2 {
 		t.Fatalf("ListSandboxes as %s, an admin by group: %+v; want both", creator.name, res)
 	}
@@ -202,7 +202,7 @@ func TestOwnersSeeOnlyTheirOwnSandboxes(t *testing.T) {
 
 func TestResolveAccessTakesNamesAndIDs(t *testing.T) {
 	testbed.Require(t)
-	a, errs := api.ResolveAccess([]string{"root", "1234"}, []string{"root", "no-such-group-xyz"}, []string{"nobody"}, nil)
+	a, errs := access.Resolve([]string{"root", "1234"}, []string{"root", "no-such-group-xyz"}, []string{"nobody"}, nil)
 	if fmt.Sprint(a.CreatorUIDs) != "[0 1234]" || fmt.Sprint(a.CreatorGIDs) != "[0]" || fmt.Sprint(a.AdminUIDs) != "[65534]" {
 		t.Fatalf("ResolveAccess = %+v", a)
 	}

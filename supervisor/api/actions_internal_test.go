@@ -7,6 +7,7 @@ import (
 	"github.com/godbus/dbus/v5"
 
 	"github.com/sandboxd/sandboxd/sandboxd1"
+	"github.com/sandboxd/sandboxd/supervisor/api/calls"
 )
 
 // servedActions are the actions the objects' methods are called as: every
@@ -40,11 +41,11 @@ func servedActions(t *testing.T) map[string]bool {
 func TestEveryServedMethodIsInTheActionTable(t *testing.T) {
 	served := servedActions(t)
 	for name := range served {
-		if _, ok := actions[name]; !ok {
-			t.Errorf("method %s is served but not in actions (actions.go): say whether it is mutating and heavy", name)
+		if !calls.Known(name) {
+			t.Errorf("method %s is served but not in actions (calls/actions.go): say whether it is mutating and heavy", name)
 		}
 	}
-	for name := range actions {
+	for _, name := range calls.Names() {
 		if !served[name] {
 			t.Errorf("actions names %s, which no object serves", name)
 		}
@@ -63,24 +64,24 @@ func TestMutatingCallsAreJournaled(t *testing.T) {
 		sandboxd1.MethodPromote, sandboxd1.MethodApprovePromotion, sandboxd1.MethodRejectPromotion,
 		sandboxd1.MethodRebase, sandboxd1.MethodTry,
 	} {
-		if !mutating(name) {
+		if !calls.Mutating(name) {
 			t.Errorf("%s is not journaled when it succeeds", name)
 		}
 	}
 	for _, name := range []string{sandboxd1.MethodListSandboxes, sandboxd1.MethodGetPromotion, sandboxd1.MethodDiff, "Properties.Get", "Introspect"} {
-		if mutating(name) {
+		if calls.Mutating(name) {
 			t.Errorf("%s, a read, is journaled at info level", name)
 		}
 	}
-	if !mutating("SomethingNew") {
+	if !calls.Mutating("SomethingNew") {
 		t.Error("a call the table does not know is not journaled")
 	}
 	for _, name := range []string{"UnifiedDiff", "Diff", "Try", "Promote", "ProjectChanges"} {
-		if !heavy(name) {
+		if !calls.Heavy(name) {
 			t.Errorf("%s is not a heavy call", name)
 		}
 	}
-	if got, want := heavyNames(), "AdoptProject, Diff, DiffCounted, EditFile, ListFiles, ProjectChanges, Promote, ReadFile, ReadFileTo, ReleaseProject, SystemStatus, Try, UnifiedDiff, WriteFile and WriteFileFrom"; got != want {
-		t.Errorf("heavyNames() = %q; want %q", got, want)
+	if got, want := calls.HeavyNames(), "AdoptProject, Diff, DiffCounted, EditFile, ListFiles, ProjectChanges, Promote, ReadFile, ReadFileTo, ReleaseProject, SystemStatus, Try, UnifiedDiff, WriteFile and WriteFileFrom"; got != want {
+		t.Errorf("calls.HeavyNames() = %q; want %q", got, want)
 	}
 }

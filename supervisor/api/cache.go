@@ -14,11 +14,11 @@ func (m manager) ClearCache(sender dbus.Sender) *dbus.Error {
 	if derr != nil {
 		return derr
 	}
-	if !s.access.mayCreate(r.who) {
+	if !s.access.MayCreate(r.who) {
 		return s.end(r, "", dbusError(sandboxd1.ErrorAccessDenied,
-			"clearing the cache of uid %d: it may not create sandboxes, and has no cache", r.who.uid))
+			"clearing the cache of uid %d: it may not create sandboxes, and has no cache", r.who.UID))
 	}
-	if err := s.sup.ClearCache(r.ctx, r.who.uid); err != nil {
+	if err := s.sup.ClearCache(r.ctx, r.who.UID); err != nil {
 		return s.end(r, "", fromSupervisor(err))
 	}
 	return s.end(r, "", nil)

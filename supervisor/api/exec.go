@@ -84,7 +84,7 @@ func (o sandboxObject) exec(sender dbus.Sender, msg dbus.Message, action string,
 	if _, derr := s.lookup(r, id); derr != nil {
 		return nil, s.end(r, id, derr)
 	}
-	opts := supervisor.ExecOptions{Argv: argv, UID: r.who.uid}
+	opts := supervisor.ExecOptions{Argv: argv, UID: r.who.UID}
 	if err := execOptions(&opts, options); err != nil {
 		return nil, s.end(r, id, dbusError(sandboxd1.ErrorInvalidArgs, "%s: %v", action, err))
 	}

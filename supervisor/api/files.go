@@ -30,7 +30,7 @@ func (o sandboxObject) ReadFile(sender dbus.Sender, msg dbus.Message, path strin
 		return nil, s.end(r, id, dbusError(sandboxd1.ErrorInvalidArgs,
 			"reading %s: %d bytes at once, over %d: read it in parts, or whole with ReadFileTo", path, max, sandboxd1.MaxFileChunk))
 	}
-	data, err := s.sup.ReadFile(r.ctx, id, supervisor.FileAccess{UID: r.who.uid}, path, offset, max)
+	data, err := s.sup.ReadFile(r.ctx, id, supervisor.FileAccess{UID: r.who.UID}, path, offset, max)
 	if err != nil {
 		return nil, s.end(r, id, fromSupervisor(err))
 	}
@@ -54,7 +54,7 @@ func (o sandboxObject) WriteFile(sender dbus.Sender, msg dbus.Message, path stri
 		return s.end(r, id, dbusError(sandboxd1.ErrorInvalidArgs,
 			"writing %s: %d bytes at once, over %d: write it in parts, or whole with WriteFileFrom", path, len(data), sandboxd1.MaxFileChunk))
 	}
-	who, wo, err := writeOptions(r.who.uid, options)
+	who, wo, err := writeOptions(r.who.UID, options)
 	if err != nil {
 		return s.end(r, id, dbusError(sandboxd1.ErrorInvalidArgs, "WriteFile: %v", err))
 	}
@@ -98,7 +98,7 @@ func writeOptions(uid uint32, options map[string]dbus.Variant) (supervisor.FileA
 // reads meanwhile; Root reads as root of the sandbox's user namespace.
 func (o sandboxObject) ReadFileTo(sender dbus.Sender, msg dbus.Message, path string, pipe dbus.UnixFD, options map[string]dbus.Variant) (uint64, *dbus.Error) {
 	return o.stream(sender, msg, sandboxd1.MethodReadFileTo, pipe, func(r *request, id string, f *os.File) (uint64, error) {
-		who := supervisor.FileAccess{UID: r.who.uid}
+		who := supervisor.FileAccess{UID: r.who.UID}
 		for name, v := range options {
 			if name != sandboxd1.OptRoot {
 				return 0, optionError{fmt.Errorf("unknown option %q (known: %s)", name, sandboxd1.OptRoot)}
@@ -116,7 +116,7 @@ func (o sandboxObject) ReadFileTo(sender dbus.Sender, msg dbus.Message, path str
 // file, with WriteFile's options.
 func (o sandboxObject) WriteFileFrom(sender dbus.Sender, msg dbus.Message, path string, pipe dbus.UnixFD, options map[string]dbus.Variant) (uint64, *dbus.Error) {
 	return o.stream(sender, msg, sandboxd1.MethodWriteFileFrom, pipe, func(r *request, id string, f *os.File) (uint64, error) {
-		who, wo, err := writeOptions(r.who.uid, options)
+		who, wo, err := writeOptions(r.who.UID, options)
 		if err != nil {
 			return 0, optionError{err}
 		}
@@ -161,7 +161,7 @@ func (o sandboxObject) ListFiles(sender dbus.Sender, msg dbus.Message, path stri
 	if derr != nil {
 		return nil, derr
 	}
-	who := supervisor.FileAccess{UID: r.who.uid}
+	who := supervisor.FileAccess{UID: r.who.UID}
 	var recursive bool
 	var most uint32
 	for name, v := range options {
@@ -203,7 +203,7 @@ func (o sandboxObject) EditFile(sender dbus.Sender, msg dbus.Message, path, old,
 	if derr != nil {
 		return 0, derr
 	}
-	n, err := s.sup.EditFile(r.ctx, id, supervisor.FileAccess{UID: r.who.uid}, path, old, new)
+	n, err := s.sup.EditFile(r.ctx, id, supervisor.FileAccess{UID: r.who.UID}, path, old, new)
 	if err != nil {
 		return 0, s.end(r, id, fromSupervisor(err))
 	}

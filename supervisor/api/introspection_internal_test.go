@@ -12,6 +12,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/sandboxd1"
 	"github.com/sandboxd/sandboxd/supervisor"
+	"github.com/sandboxd/sandboxd/supervisor/api/introspection"
 	"github.com/sandboxd/sandboxd/supervisor/state"
 )
 
@@ -81,8 +82,8 @@ func sameList(t *testing.T, what string, got, want []string) {
 }
 
 func TestTheXMLDescribesTheCode(t *testing.T) {
-	mgr := parseNode(t, ManagerXML)
-	sb := parseNode(t, SandboxXML)
+	mgr := parseNode(t, introspection.ManagerXML)
+	sb := parseNode(t, introspection.SandboxXML)
 
 	sameList(t, "org.sandboxd1.Manager methods", methodsOf(mgr[sandboxd1.ManagerInterface].Methods), methodsOf(introspect.Methods(manager{})))
 	sameList(t, "org.sandboxd1.Sandbox methods", methodsOf(sb[sandboxd1.SandboxInterface].Methods), methodsOf(introspect.Methods(sandboxObject{})))

@@ -24,6 +24,7 @@ import (
 	"github.com/sandboxd/sandboxd/sandboxd1"
 	"github.com/sandboxd/sandboxd/supervisor"
 	"github.com/sandboxd/sandboxd/supervisor/api"
+	"github.com/sandboxd/sandboxd/supervisor/api/access"
 	"github.com/sandboxd/sandboxd/supervisor/state"
 	"github.com/sandboxd/sandboxd/supervisor/supervisortest"
 	"github.com/sandboxd/sandboxd/tests/testbed"
@@ -40,7 +41,8 @@ func TestMain(m *testing.M) {
 	supervisortest.Main(m)
 }
 
-var ctx = context.Background()
+// ctx is the daemon's own: the tests call the supervisor as it does.
+var ctx = supervisor.WithActor(context.Background(), supervisor.Daemon("test"))
 
 // Users and groups made in the testbed (its /etc is a throw-away layer).
 const (
@@ -83,10 +85,10 @@ func setupBus(t *testing.T) {
 	}
 	// The policy names group sandboxd: the bus resolves it when it loads
 	// the policy, so the group comes first.
-	testbed.MustRun(t, "groupadd", "--force", api.DefaultGroup)
+	testbed.MustRun(t, "groupadd", "--force", access.DefaultGroup)
 	testbed.MustRun(t, "groupadd", "--force", creatorsGroup)
-	testbed.MustRun(t, "useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", "--groups", api.DefaultGroup, memberUser)
-	testbed.MustRun(t, "useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", "--groups", api.DefaultGroup+","+creatorsGroup, creatorUser)
+	testbed.MustRun(t, "useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", "--groups", access.DefaultGroup, memberUser)
+	testbed.MustRun(t, "useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", "--groups", access.DefaultGroup+","+creatorsGroup, creatorUser)
 	testbed.MustRun(t, "busctl", "call", "org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus", "ReloadConfig")
 	for _, name := range []string{memberUser, creatorUser} {
 		accounts[name] = lookupAccount(t, name)
@@ -144,7 +146,7 @@ func atou(t *testing.T, s string) uint32 {
 
 func gidOf(t *testing.T, group string) uint32 {
 	t.Helper()
-	gid, err := api.GroupID(group)
+	gid, err := access.GroupID(group)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,7 +174,7 @@ type env struct {
 
 // newEnv serves a new supervisor with access; everything it makes is
 // destroyed when the test ends.
-func newEnv(t *testing.T, access api.Access) *env {
+func newEnv(t *testing.T, access access.Policy) *env {
 	t.Helper()
 	setupBus(t)
 	se := supervisortest.New(t, "api", testLog(t))
@@ -192,7 +194,7 @@ func newEnv(t *testing.T, access api.Access) *env {
 }
 
 // reserve serves the same supervisor again with other access rules.
-func (e *env) reserve(t *testing.T, access api.Access) {
+func (e *env) reserve(t *testing.T, access access.Policy) {
 	t.Helper()
 	if err := e.srv.Close(); err != nil {
 		t.Fatal(err)
@@ -543,7 +545,7 @@ func (l *listener) heard(t *testing.T, c *client) []string {
 // roomsOf are the rooms of se, as the daemon serves them.
 func roomsOf(se *supervisortest.Env) api.Rooms {
 	r := api.Rooms{}
-	// (ports)
+	r.Ports = se.Ports
 
 	// (caches)
 

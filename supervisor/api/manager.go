@@ -26,23 +26,20 @@ func (m manager) CreateSandbox(sender dbus.Sender, project string, opts map[stri
 	if derr != nil {
 		return "", "", derr
 	}
-	if !s.access.mayCreate(r.who) {
+	if !s.access.MayCreate(r.who) {
 		return "", "", s.end(r, "", dbusError(sandboxd1.ErrorAccessDenied,
-			"creating a sandbox of %q: uid %d may not create sandboxes (not root, nor a creator by uid or group)", project, r.who.uid))
+			"creating a sandbox of %q: uid %d may not create sandboxes (not root, nor a creator by uid or group)", project, r.who.UID))
 	}
 	co, err := parseOptions(opts)
 	if err != nil {
 		return "", "", s.end(r, "", dbusError(sandboxd1.ErrorInvalidArgs, "creating a sandbox of %q: %v", project, err))
 	}
 	co.Project = project
-	co.Owner = r.who.uid
+	co.Owner = r.who.UID
 	sb, err := s.sup.Create(r.ctx, co)
 	if err != nil {
 		// A create that could not undo itself leaves a record (creating)
-		// for Reconcile: announce whatever now exists.
-		if serr := s.Sync(r.ctx); serr != nil {
-			s.log.Error("announcing after a failed create", "error", serr)
-		}
+		// for Reconcile: the change event announces it.
 		return "", "", s.end(r, "", fromSupervisor(err))
 	}
 	if !sandboxd1.ValidID(sb.ID) {
@@ -64,7 +61,7 @@ func (m manager) ListSandboxes(sender dbus.Sender) ([]sandboxd1.ListEntry, *dbus
 	}
 	out := []sandboxd1.ListEntry{} // never nil: godbus sends an empty array either way, but be plain
 	for _, e := range s.sup.Entries() {
-		if r.who.sees(e.Owner) && sandboxd1.ValidID(e.ID) {
+		if r.who.Sees(e.Owner) && sandboxd1.ValidID(e.ID) {
 			out = append(out, listEntry(s.sup.Current(e)))
 		}
 	}
@@ -98,9 +95,9 @@ func (m manager) FindSandbox(sender dbus.Sender, sandbox string) (sandboxd1.List
 		if !sandboxd1.ValidID(e.ID) {
 			continue
 		}
-		if !r.who.sees(e.Owner) {
+		if !r.who.Sees(e.Owner) {
 			if e.ID == sandbox {
-				s.log.Warn("a caller asked for another user's sandbox", "ACTION", r.action, "CALLER_UID", r.who.uid, "SANDBOX_ID", e.ID, "owner", e.Owner)
+				s.log.Warn("a caller asked for another user's sandbox", "ACTION", r.action, "CALLER_UID", r.who.UID, "SANDBOX_ID", e.ID, "owner", e.Owner)
 			}
 			continue
 		}
@@ -256,14 +253,14 @@ func (m manager) ownProject(sender dbus.Sender, action, name, what, verb string,
 		return derr
 	}
 	r.project = name
-	if r.who.admin {
+	if r.who.Admin {
 		return s.end(r, "", do(r.ctx, nil))
 	}
-	if !s.access.mayCreate(r.who) {
+	if !s.access.MayCreate(r.who) {
 		return s.end(r, "", dbusError(sandboxd1.ErrorAccessDenied,
-			"%s: uid %d may not %s projects (members of group sandboxd may, their own directories; root and admins any)", what, r.who.uid, verb))
+			"%s: uid %d may not %s projects (members of group sandboxd may, their own directories; root and admins any)", what, r.who.UID, verb))
 	}
-	uid := r.who.uid
+	uid := r.who.UID
 	return s.end(r, "", do(r.ctx, &uid))
 }
 
@@ -284,9 +281,9 @@ func (m manager) adminProject(sender dbus.Sender, action, name, what, verb strin
 		return derr
 	}
 	r.project = name
-	if !r.who.admin {
+	if !r.who.Admin {
 		return s.end(r, "", dbusError(sandboxd1.ErrorAccessDenied,
-			"%s: uid %d may not %s projects (only root and admins may: [access] admin_users, admin_groups)", what, r.who.uid, verb))
+			"%s: uid %d may not %s projects (only root and admins may: [access] admin_users, admin_groups)", what, r.who.UID, verb))
 	}
 	return s.end(r, "", do(r.ctx))
 }
@@ -311,8 +308,8 @@ func (s *Server) lookup(r *request, id string) (supervisor.Sandbox, *dbus.Error)
 	if err != nil {
 		return sb, fromSupervisor(fmt.Errorf("looking up sandbox %s: %w", id, err))
 	}
-	if !r.who.sees(sb.Owner) {
-		s.log.Warn("a caller asked for another user's sandbox", "ACTION", r.action, "CALLER_UID", r.who.uid, "SANDBOX_ID", id, "owner", sb.Owner)
+	if !r.who.Sees(sb.Owner) {
+		s.log.Warn("a caller asked for another user's sandbox", "ACTION", r.action, "CALLER_UID", r.who.UID, "SANDBOX_ID", id, "owner", sb.Owner)
 		return sb, noSuchSandbox(id)
 	}
 	return sb, nil

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/godbus/dbus/v5"
@@ -9,6 +10,9 @@ import (
 	"github.com/sandboxd/sandboxd/sandboxd1"
 	"github.com/sandboxd/sandboxd/supervisor"
 )
+
+// errNoPorts answers a port's call where the daemon serves no ports.
+var errNoPorts = errors.New("this daemon exposes no ports")
 
 // ExposePort(q port, a{sv} options) -> (s address) exposes a port of the
 // sandbox's loopback on the host: a unix socket only the owner and root
@@ -25,8 +29,11 @@ func (o sandboxObject) ExposePort(sender dbus.Sender, msg dbus.Message, port uin
 			}
 			tcp = b
 		}
+		if o.s.rooms.Ports == nil {
+			return errNoPorts
+		}
 		var err error
-		addr, err = o.s.sup.ExposePort(ctx, id, port, tcp)
+		addr, err = o.s.rooms.Ports.Expose(ctx, id, port, tcp)
 		return err
 	})
 	return addr, derr
@@ -36,6 +43,9 @@ func (o sandboxObject) ExposePort(sender dbus.Sender, msg dbus.Message, port uin
 // connections through them.
 func (o sandboxObject) ClosePort(sender dbus.Sender, msg dbus.Message, port uint16) *dbus.Error {
 	return o.onSandbox(sender, msg, sandboxd1.MethodClosePort, func(ctx context.Context, id string) error {
-		return o.s.sup.ClosePort(ctx, id, port)
+		if o.s.rooms.Ports == nil {
+			return errNoPorts
+		}
+		return o.s.rooms.Ports.Close(ctx, id, port)
 	})
 }

@@ -26,7 +26,7 @@ func (o sandboxObject) Spawn(sender dbus.Sender, msg dbus.Message, argv []string
 	if derr != nil {
 		return "", derr
 	}
-	opts := supervisor.ExecOptions{Argv: argv, UID: r.who.uid}
+	opts := supervisor.ExecOptions{Argv: argv, UID: r.who.UID}
 	if err := execOptions(&opts, options); err != nil {
 		return "", s.end(r, id, dbusError(sandboxd1.ErrorInvalidArgs, "Spawn: %v", err))
 	}
@@ -137,7 +137,7 @@ func processEntry(p nsinit.Process) sandboxd1.ProcessEntry {
 func (s *Server) processExited(sandbox string, p nsinit.Process) {
 	e := processEntry(p)
 	s.mu.Lock()
-	owner, ok := s.aud.owner(sandbox)
+	owner, ok := s.aud.Owner(sandbox)
 	s.mu.Unlock()
 	if !ok {
 		owner = 0 // unknown: admins alone hear it

@@ -15,6 +15,7 @@ import (
 	"github.com/sandboxd/sandboxd/sandboxd1"
 	"github.com/sandboxd/sandboxd/supervisor"
 	"github.com/sandboxd/sandboxd/supervisor/api"
+	"github.com/sandboxd/sandboxd/supervisor/api/access"
 	"github.com/sandboxd/sandboxd/tests/testbed"
 )
 
@@ -57,7 +58,7 @@ func named(name string) map[string]dbus.Variant {
 }
 
 func TestAnAddedProjectTakesCreatesAndIsRemovedOnceEmpty(t *testing.T) {
-	e := newEnv(t, api.Access{})
+	e := newEnv(t, access.Policy{})
 	c := newClient(t)
 	extra := subvolume(t, "<h1>extra</h1>\n")
 
@@ -121,7 +122,7 @@ func TestAnAddedProjectTakesCreatesAndIsRemovedOnceEmpty(t *testing.T) {
 
 func TestProjectChangesThatCannotBeDoneAreRefusedAndChangeNothing(t *testing.T) {
 	tb := testbed.Require(t)
-	e := newEnv(t, api.Access{})
+	e := newEnv(t, access.Policy{})
 	c := newClient(t)
 	plain, err := os.MkdirTemp(tb.Btrfs.Mount, "api-plain-")
 	if err != nil {
@@ -171,7 +172,7 @@ func TestProjectChangesThatCannotBeDoneAreRefusedAndChangeNothing(t *testing.T) 
 func TestOnlyRootAndAdminsChangeTheProjects(t *testing.T) {
 	setupBus(t)
 	creators := gidOf(t, creatorsGroup)
-	e := newEnv(t, api.Access{CreatorGIDs: []uint32{creators}})
+	e := newEnv(t, access.Policy{CreatorGIDs: []uint32{creators}})
 	c := newClient(t)
 	creator, member := accounts[creatorUser], accounts[memberUser]
 	mine := subvolume(t, "mine\n")
@@ -205,7 +206,7 @@ func TestOnlyRootAndAdminsChangeTheProjects(t *testing.T) {
 	}
 
 	// An admin by group may.
-	e.reserve(t, api.Access{CreatorGIDs: []uint32{creators}, AdminGIDs: []uint32{creators}})
+	e.reserve(t, access.Policy{CreatorGIDs: []uint32{creators}, AdminGIDs: []uint32{creators}})
 	if res := callAs(t, creator, "addproject", "mine", mine); res.ErrorName != "" {
 		t.Fatalf("AddProject as %s, an admin by group: %+v", creator.name, res)
 	}
@@ -225,7 +226,7 @@ func TestOnlyRootAndAdminsChangeTheProjects(t *testing.T) {
 // state (the daemon restarted) have it. A project of the configuration
 // with the same name wins over it.
 func TestAnAddedProjectOutlivesARestart(t *testing.T) {
-	e := newEnv(t, api.Access{})
+	e := newEnv(t, access.Policy{})
 	c := newClient(t)
 	kept := subvolume(t, "<h1>kept</h1>\n")
 	if err := c.addProject("kept", kept); err != nil {
@@ -243,7 +244,7 @@ func TestAnAddedProjectOutlivesARestart(t *testing.T) {
 	if _, err := sup.Reconcile(ctx); err != nil {
 		t.Fatal(err)
 	}
-	srv, err := api.Serve(ctx, systemBus(t), sup, api.Rooms{}, api.Access{}, testLog(t))
+	srv, err := api.Serve(ctx, systemBus(t), sup, api.Rooms{}, access.Policy{}, testLog(t))
 	if err != nil {
 		t.Fatal(err)
 	}

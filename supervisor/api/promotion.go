@@ -11,6 +11,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/sandboxd1"
 	"github.com/sandboxd/sandboxd/supervisor"
+	"github.com/sandboxd/sandboxd/supervisor/api/access"
 )
 
 // Promote(a{sv} options) -> (s promotion) starts promoting the sandbox's
@@ -33,7 +34,7 @@ func (o sandboxObject) Promote(sender dbus.Sender, msg dbus.Message, opts map[st
 	if _, derr := s.lookup(r, id); derr != nil {
 		return "", s.end(r, id, derr)
 	}
-	po := supervisor.PromoteOptions{Owner: r.who.uid}
+	po := supervisor.PromoteOptions{Owner: r.who.UID}
 	for name, v := range opts {
 		var err error
 		switch name {
@@ -54,9 +55,9 @@ func (o sandboxObject) Promote(sender dbus.Sender, msg dbus.Message, opts map[st
 			return "", s.end(r, id, fromSupervisor(err))
 		}
 	}
-	if po.AllowPrivileged && !r.who.admin {
+	if po.AllowPrivileged && !r.who.Admin {
 		return "", s.end(r, id, dbusError(sandboxd1.ErrorAccessDenied,
-			"promoting sandbox %s: only an admin may allow set-id files, device nodes and file capabilities into a project; uid %d is not one", id, r.who.uid))
+			"promoting sandbox %s: only an admin may allow set-id files, device nodes and file capabilities into a project; uid %d is not one", id, r.who.UID))
 	}
 	p, err := s.sup.Promote(r.ctx, id, po)
 	if errors.Is(err, supervisor.ErrPrivileged) {
@@ -79,8 +80,8 @@ func boolOption(name string, v dbus.Variant, b *bool) error {
 
 // visiblePromotion says whether the caller may see promotion p: its own,
 // or any for an admin.
-func visiblePromotion(who caller, p supervisor.Promotion) bool {
-	return who.admin || p.Owner == who.uid
+func visiblePromotion(who access.Caller, p supervisor.Promotion) bool {
+	return who.Admin || p.Owner == who.UID
 }
 
 // ListPromotions() -> a(ssssssut): the promotions the caller may see,
@@ -180,12 +181,12 @@ func (m manager) decide(sender dbus.Sender, action, id string, fn func(ctx conte
 	if derr != nil {
 		return s.end(r, "", derr)
 	}
-	if !r.who.admin {
+	if !r.who.Admin {
 		return s.end(r, p.Sandbox, dbusError(sandboxd1.ErrorAccessDenied,
 			"%s %s: uid %d may not decide on promotions (only root and admins may: [access] admin_users, admin_groups)",
-			strings.ToLower(strings.TrimSuffix(action, "Promotion")), id, r.who.uid))
+			strings.ToLower(strings.TrimSuffix(action, "Promotion")), id, r.who.UID))
 	}
-	if err := fn(r.ctx, r.who.uid); err != nil {
+	if err := fn(r.ctx, r.who.UID); err != nil {
 		return s.end(r, p.Sandbox, fromSupervisor(err))
 	}
 	return s.end(r, p.Sandbox, nil)

@@ -1,13 +1,16 @@
 package api
 
-import "github.com/sandboxd/sandboxd/supervisor/checkpoints"
+import (
+	"github.com/sandboxd/sandboxd/supervisor/checkpoints"
+	"github.com/sandboxd/sandboxd/supervisor/ports"
+)
 
 // Rooms are the supervisor's capabilities the front door serves beside
 // its core, each made over the core's Host (cmd/sandboxd wires them).
 // A nil room is not served: its methods answer that it is not there.
 type Rooms struct {
 	// The exposed ports (ExposePort, ClosePort).
-	// (ports)
+	Ports *ports.Ports
 
 	// The owners' caches (ClearCache).
 	// (caches)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/sandboxd1"
 	"github.com/sandboxd/sandboxd/supervisor"
+	"github.com/sandboxd/sandboxd/supervisor/api/introspection"
 	"github.com/sandboxd/sandboxd/supervisor/state"
 	"github.com/sandboxd/sandboxd/units"
 )
@@ -240,12 +241,12 @@ func (i sandboxIntrospectable) Introspect(sender dbus.Sender, msg dbus.Message) 
 		}
 		var ids []string
 		for _, sb := range list {
-			if r.who.sees(sb.Owner) && sandboxd1.ValidID(sb.ID) {
+			if r.who.Sees(sb.Owner) && sandboxd1.ValidID(sb.ID) {
 				ids = append(ids, sb.ID)
 			}
 		}
 		slices.Sort(ids)
-		return sandboxesXML(ids), s.end(r, "", nil)
+		return introspection.Sandboxes(ids), s.end(r, "", nil)
 	}
 	id, derr := objectID(msg)
 	if derr != nil {
@@ -254,7 +255,7 @@ func (i sandboxIntrospectable) Introspect(sender dbus.Sender, msg dbus.Message) 
 	if _, derr := s.lookup(r, id); derr != nil {
 		return "", s.end(r, id, derr)
 	}
-	return SandboxXML, s.end(r, id, nil)
+	return introspection.SandboxXML, s.end(r, id, nil)
 }
 
 // objectID is the id of the sandbox msg is sent to.

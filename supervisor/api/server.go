@@ -9,9 +9,14 @@ import (
 	"time"
 
 	"github.com/godbus/dbus/v5"
+	"github.com/godbus/dbus/v5/introspect"
 
 	"github.com/sandboxd/sandboxd/sandboxd1"
 	"github.com/sandboxd/sandboxd/supervisor"
+	"github.com/sandboxd/sandboxd/supervisor/api/access"
+	"github.com/sandboxd/sandboxd/supervisor/api/calls"
+	"github.com/sandboxd/sandboxd/supervisor/api/guard"
+	"github.com/sandboxd/sandboxd/supervisor/api/introspection"
 	"github.com/sandboxd/sandboxd/supervisor/state"
 )
 
@@ -27,7 +32,7 @@ type Server struct {
 	conn   *dbus.Conn
 	sup    *supervisor.Supervisor
 	rooms  Rooms
-	access Access
+	access access.Policy
 	log    *slog.Logger
 
 	// ctx is the calls' context; Close cancels it once the grace ends.
@@ -43,11 +48,18 @@ type Server struct {
 	mu    sync.Mutex
 	known map[string]state.State // id -> the state last announced
 	// aud is who hears each sandbox's signals: its owner and admins.
-	aud audience
+	aud access.Audience
+
+	// changes: the supervisor's change events, which follow announces.
+	changes  *supervisor.Subscription
+	followed chan struct{}
 
 	// heavy bounds the calls that hold much memory or disk work at once.
-	heavy *heavyCalls
+	heavy *calls.Limiter
 }
+
+// managerIntrospectable serves the manager's XML as it is.
+var managerIntrospectable = introspect.Introspectable(introspection.ManagerXML)
 
 // serving holds the connections a Server uses: a second Server on the
 // same connection would replace the first one's handlers.
@@ -64,7 +76,7 @@ const closeGrace = 10 * time.Second
 // the setting up; the Server lives until Close. Call it after the
 // supervisor's Reconcile: the sandboxes that exist then are the ones
 // served, without signals (clients list them).
-func Serve(ctx context.Context, conn *dbus.Conn, sup *supervisor.Supervisor, rooms Rooms, access Access, log *slog.Logger) (*Server, error) {
+func Serve(ctx context.Context, conn *dbus.Conn, sup *supervisor.Supervisor, rooms Rooms, policy access.Policy, log *slog.Logger) (*Server, error) {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -73,17 +85,19 @@ func Serve(ctx context.Context, conn *dbus.Conn, sup *supervisor.Supervisor, roo
 	}
 	callCtx, cancel := context.WithCancel(context.Background())
 	s := &Server{
-		conn: conn, sup: sup, rooms: rooms, access: access, log: log,
+		conn: conn, sup: sup, rooms: rooms, access: policy, log: log,
 		ctx: callCtx, cancel: cancel,
 		known: map[string]state.State{},
-		heavy: newHeavyCalls(),
+		heavy: calls.NewLimiter(),
 	}
-	guardLog.Store(log)
-	guardSessions.Store(sup)
+	guard.Attach(log, sup)
 	sup.OnProcessExited(s.processExited)
 	ok := false
+	// Subscribed before the listing: a change made meanwhile is heard.
+	s.changes, s.followed = sup.Subscribe(), make(chan struct{})
 	defer func() {
 		if !ok {
+			sup.Unsubscribe(s.changes)
 			s.unexport()
 			cancel()
 			serving.Delete(conn)
@@ -101,7 +115,7 @@ func Serve(ctx context.Context, conn *dbus.Conn, sup *supervisor.Supervisor, roo
 			continue
 		}
 		s.known[sb.ID] = sb.State
-		s.aud.setOwner(sb.ID, sb.Owner)
+		s.aud.SetOwner(sb.ID, sb.Owner)
 	}
 	if err := s.export(); err != nil {
 		return nil, fmt.Errorf("serving %s: %w", sandboxd1.BusName, err)
@@ -110,6 +124,7 @@ func Serve(ctx context.Context, conn *dbus.Conn, sup *supervisor.Supervisor, roo
 		return nil, err
 	}
 	ok = true
+	go s.follow(s.changes, s.followed)
 	log.Info("serving the D-Bus API", "name", sandboxd1.BusName, "sandboxes", len(s.known))
 	return s, nil
 }
@@ -127,8 +142,8 @@ func (s *Server) export() error {
 		{sandboxObject{s}, sandboxd1.SandboxPathPrefix, sandboxd1.SandboxInterface, true},
 		{sandboxProperties{s}, sandboxd1.SandboxPathPrefix, "org.freedesktop.DBus.Properties", true},
 		{sandboxIntrospectable{s}, sandboxd1.SandboxPathPrefix, "org.freedesktop.DBus.Introspectable", true},
-		// Where the guard sends the calls it refuses (see ConnOptions).
-		{refuser{}, refusePath, refuseInterface, false},
+		// Where the guard sends the calls it refuses (see guard.ConnOptions).
+		{guard.Refuser{}, guard.RefusePath, guard.RefuseInterface, false},
 	}
 	for _, e := range exports {
 		var err error
@@ -147,7 +162,7 @@ func (s *Server) export() error {
 func (s *Server) unexport() {
 	_ = s.conn.Export(nil, sandboxd1.ManagerPath, sandboxd1.ManagerInterface)
 	_ = s.conn.Export(nil, sandboxd1.ManagerPath, "org.freedesktop.DBus.Introspectable")
-	_ = s.conn.Export(nil, refusePath, refuseInterface)
+	_ = s.conn.Export(nil, guard.RefusePath, guard.RefuseInterface)
 	for _, iface := range []string{sandboxd1.SandboxInterface, "org.freedesktop.DBus.Properties", "org.freedesktop.DBus.Introspectable"} {
 		_ = s.conn.ExportSubtree(nil, sandboxd1.SandboxPathPrefix, iface)
 	}
@@ -218,6 +233,8 @@ func (s *Server) Close() error {
 	}
 	s.cancel()
 	<-done
+	s.sup.Unsubscribe(s.changes)
+	<-s.followed
 	serving.Delete(s.conn)
 	s.log.Info("stopped serving the D-Bus API", "name", sandboxd1.BusName)
 	return err
@@ -226,14 +243,14 @@ func (s *Server) Close() error {
 // request is one method call being served.
 type request struct {
 	ctx    context.Context
-	who    caller
+	who    access.Caller
 	actor  supervisor.Actor // who, as the supervisor's checks take it
 	action string
 	// project a call about a project names, for the journal: not an id,
 	// it stays out of SANDBOX_ID.
 	project string
 	// slot is the call's heavy-call slot (nil: not a heavy call).
-	slot *heavySlot
+	slot *calls.Slot
 	done func()
 }
 
@@ -246,30 +263,37 @@ func (s *Server) begin(sender dbus.Sender, action string) (*request, *dbus.Error
 	}
 	s.calls.Add(1)
 	s.life.Unlock()
-	who, err := s.identify(s.ctx, sender)
+	who, err := access.Identify(s.ctx, s.conn, s.access, sender)
 	if err != nil {
 		s.calls.Done()
 		s.log.Error("refused a call from an unidentified caller", "ACTION", action, "BUS_SENDER", string(sender), "error", err)
 		return nil, dbusError(sandboxd1.ErrorAccessDenied, "%s: cannot tell who is calling: %v", action, err)
 	}
-	slot, derr := s.heavy.acquire(s.ctx, action, who.uid)
+	s.aud.Heard(who)
+	slot, derr := s.heavy.Acquire(s.ctx, action, who.UID)
 	if derr != nil {
 		s.calls.Done()
-		s.log.Warn("D-Bus call", "ACTION", action, "CALLER_UID", who.uid, "BUS_SENDER", who.name, "result", derr.Name, "error", derr.Error())
+		s.log.Warn("D-Bus call", "ACTION", action, "CALLER_UID", who.UID, "BUS_SENDER", who.Name, "result", derr.Name, "error", derr.Error())
 		return nil, derr
 	}
 	// The supervisor writes the caller into its audit log.
-	actor := supervisor.Caller(who.identity())
+	actor := supervisor.Caller(identity(who))
 	ctx := supervisor.WithActor(s.ctx, actor)
-	done := func() { slot.release(); s.calls.Done() }
+	done := func() { slot.Release(); s.calls.Done() }
 	return &request{ctx: ctx, who: who, actor: actor, action: action, slot: slot, done: done}, nil
+}
+
+// identity is c as the supervisor knows callers: who uses a project, who
+// a diff is written for, who the audit log names.
+func identity(c access.Caller) supervisor.Identity {
+	return supervisor.Identity{UID: c.UID, GIDs: c.GIDs, Admin: c.Admin}
 }
 
 // end audits the call: who did what to which sandbox, and how it went.
 // Changes and refusals are logged; successful reads only at debug level.
 func (s *Server) end(r *request, id string, derr *dbus.Error) *dbus.Error {
 	r.done()
-	attrs := []any{"ACTION", r.action, "CALLER_UID", r.who.uid, "BUS_SENDER", r.who.name}
+	attrs := []any{"ACTION", r.action, "CALLER_UID", r.who.UID, "BUS_SENDER", r.who.Name}
 	switch {
 	case sandboxd1.ValidID(id):
 		attrs = append(attrs, "SANDBOX_ID", id)
@@ -285,7 +309,7 @@ func (s *Server) end(r *request, id string, derr *dbus.Error) *dbus.Error {
 		attrs = append(attrs, "project", r.project)
 	}
 	switch {
-	case derr == nil && !mutating(r.action):
+	case derr == nil && !calls.Mutating(r.action):
 		// Reads are many (a client polls State): they are kept out of
 		// the journal unless debugging.
 		s.log.Debug("D-Bus call", append(attrs, "result", "ok")...)
@@ -322,28 +346,23 @@ func (s *Server) SandboxChanged(ctx context.Context, id string) error {
 	return nil
 }
 
-// Sync compares every sandbox with what was announced and announces the
-// differences, as SandboxChanged does for one.
-func (s *Server) Sync(ctx context.Context) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	list, err := s.sup.List(ctx)
-	if err != nil {
-		return fmt.Errorf("announcing changes of sandboxes: %w", err)
-	}
-	seen := map[string]bool{}
-	for _, sb := range list {
-		if sandboxd1.ValidID(sb.ID) {
-			seen[sb.ID] = true
-			s.announce(sb.ID, sb.Owner, sb.State)
+// follow announces the sandboxes the supervisor says changed (made
+// ready, frozen, thawed, destroyed, expired, a create undone), as
+// SandboxChanged does for one, until the server closes.
+func (s *Server) follow(sub *supervisor.Subscription, done chan struct{}) {
+	defer close(done)
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-sub.Ready():
+		}
+		for _, id := range sub.Take() {
+			if err := s.SandboxChanged(s.ctx, id); err != nil && s.ctx.Err() == nil {
+				s.log.Error("announcing a change", "SANDBOX_ID", id, "error", err)
+			}
 		}
 	}
-	for id := range s.known {
-		if !seen[id] {
-			s.announceGone(id)
-		}
-	}
-	return nil
 }
 
 // announce tells the owner's and the admins' connections that sandbox
@@ -351,7 +370,7 @@ func (s *Server) Sync(ctx context.Context) error {
 func (s *Server) announce(id string, owner uint32, st state.State) {
 	old, known := s.known[id]
 	s.known[id] = st
-	s.aud.setOwner(id, owner)
+	s.aud.SetOwner(id, owner)
 	switch {
 	case !known:
 		s.emit(owner, sandboxd1.ManagerPath, sandboxd1.ManagerInterface, "SandboxNew", id, sandboxd1.SandboxPath(id))
@@ -369,19 +388,19 @@ func (s *Server) announceGone(id string) {
 		return
 	}
 	delete(s.known, id)
-	owner, ok := s.aud.owner(id)
+	owner, ok := s.aud.Owner(id)
 	if !ok {
 		owner = 0 // unknown: admins alone hear it
 	}
-	s.aud.forget(id)
+	s.aud.Forget(id)
 	s.emit(owner, sandboxd1.ManagerPath, sandboxd1.ManagerInterface, "SandboxRemoved", id, sandboxd1.SandboxPath(id))
 }
 
 // emit sends a signal about a sandbox of owner to each connection that
-// may see it (audience): never broadcast, since its body names the
+// may see it (access.Audience): never broadcast, since its body names the
 // sandbox.
 func (s *Server) emit(owner uint32, path dbus.ObjectPath, iface, member string, values ...any) {
-	for _, dest := range s.aud.of(owner) {
+	for _, dest := range s.aud.Of(owner) {
 		msg := &dbus.Message{
 			Type: dbus.TypeSignal,
 			Headers: map[dbus.HeaderField]dbus.Variant{

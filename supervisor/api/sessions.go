@@ -4,11 +4,9 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"sync/atomic"
 
 	"github.com/godbus/dbus/v5"
 
-	"github.com/sandboxd/sandboxd/internal/termsafe"
 	"github.com/sandboxd/sandboxd/sandboxd1"
 	"github.com/sandboxd/sandboxd/supervisor"
 )
@@ -25,7 +23,7 @@ func (o sandboxObject) OpenSession(sender dbus.Sender, msg dbus.Message, languag
 	if derr != nil {
 		return "", derr
 	}
-	opts := supervisor.ExecOptions{UID: r.who.uid}
+	opts := supervisor.ExecOptions{UID: r.who.UID}
 	if err := execOptions(&opts, options); err != nil {
 		return "", s.end(r, id, dbusError(sandboxd1.ErrorInvalidArgs, "OpenSession: %v", err))
 	}
@@ -52,7 +50,7 @@ func (o sandboxObject) Eval(sender dbus.Sender, msg dbus.Message, session, code 
 	// An input that waits for the one before it stops waiting, and gives
 	// its place back, when its caller leaves the bus.
 	watch := func() (context.Context, func()) { return s.whileConnected(r.ctx, string(sender)) }
-	out, status, err := s.sup.Eval(r.ctx, id, session, r.who.uid, code, supervisor.EvalOptions{Watch: watch})
+	out, status, err := s.sup.Eval(r.ctx, id, session, r.who.UID, code, supervisor.EvalOptions{Watch: watch})
 	if err != nil {
 		return "", 0, s.end(r, id, sessionError(err))
 	}
@@ -66,33 +64,7 @@ func (o sandboxObject) CloseSession(sender dbus.Sender, msg dbus.Message, sessio
 	if derr != nil {
 		return derr
 	}
-	return s.end(r, id, sessionError(s.sup.CloseSession(r.ctx, id, session, r.who.uid)))
-}
-
-// guardSessions is the supervisor whose sessions the guard asks about;
-// Serve sets it.
-var guardSessions atomic.Pointer[supervisor.Supervisor]
-
-// sessionFull says, on the guard's reading goroutine, why an Eval must be
-// refused at once because its session takes no more inputs now, or "".
-// Refused there, the call's code is dropped as soon as it was read: the
-// refusal waits for no bus round trip (who is calling) nor audit line,
-// and the daemon reads no further call meanwhile.
-func sessionFull(msg *dbus.Message, iface, member string) string {
-	if iface != sandboxd1.SandboxInterface || member != sandboxd1.MethodEval || len(msg.Body) == 0 {
-		return ""
-	}
-	sup := guardSessions.Load()
-	session, ok := msg.Body[0].(string)
-	path, _ := msg.Headers[dbus.FieldPath].Value().(dbus.ObjectPath)
-	id, found := strings.CutPrefix(string(path), string(sandboxd1.SandboxPathPrefix)+"/")
-	if sup == nil || !ok || !found {
-		return ""
-	}
-	if err := sup.SessionFull(id, session); err != nil {
-		return termsafe.Line(err.Error())
-	}
-	return ""
+	return s.end(r, id, sessionError(s.sup.CloseSession(r.ctx, id, session, r.who.UID)))
 }
 
 func sessionError(err error) *dbus.Error {

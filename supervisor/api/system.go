@@ -14,7 +14,7 @@ func (o sandboxObject) SystemStatus(sender dbus.Sender, msg dbus.Message) (strin
 	if derr != nil {
 		return "", nil, derr
 	}
-	st, err := s.sup.System(r.ctx, id, r.who.uid)
+	st, err := s.sup.System(r.ctx, id, r.who.UID)
 	if err != nil {
 		return "", nil, s.end(r, id, fromSupervisor(err))
 	}

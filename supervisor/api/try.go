@@ -37,25 +37,22 @@ func (m manager) Try(sender dbus.Sender, project string, variants []string, chec
 		return "", derr
 	}
 	r.project = project
-	if !s.access.mayCreate(r.who) {
+	if !s.access.MayCreate(r.who) {
 		return "", s.end(r, "", dbusError(sandboxd1.ErrorAccessDenied,
-			"trying variants of %q: uid %d may not create sandboxes (not root, nor a creator by uid or group)", project, r.who.uid))
+			"trying variants of %q: uid %d may not create sandboxes (not root, nor a creator by uid or group)", project, r.who.UID))
 	}
 	to, err := tryOptions(opts)
 	if err != nil {
 		return "", s.end(r, "", dbusError(sandboxd1.ErrorInvalidArgs, "trying variants of %q: %v", project, err))
 	}
-	to.Create.Project, to.Create.Owner = project, r.who.uid
+	to.Create.Project, to.Create.Owner = project, r.who.UID
 	to.Variants, to.Check, to.Keep = variants, check, keep
 	// Its slot is held for its creates and diffs, not while its
-	// variants and checks run (heavySlot.busy).
-	to.Busy = r.slot.busy
+	// variants and checks run (calls.Slot.Busy).
+	to.Busy = r.slot.Busy
 	ctx, stop := s.whileConnected(r.ctx, string(sender))
 	rep, err := s.sup.Try(ctx, to)
 	stop()
-	if syncErr := s.Sync(r.ctx); syncErr != nil {
-		s.log.Error("announcing after Try", "error", syncErr)
-	}
 	if err != nil {
 		return "", s.end(r, "", fromSupervisor(err))
 	}
@@ -190,20 +187,4 @@ func (s *Server) whileConnected(ctx context.Context, sender string) (context.Con
 		_ = s.conn.RemoveMatchSignal(match...)
 		cancel(nil)
 	}
-}
-
-// checkTryInputs bounds the Inputs option of a Try's options at body[i],
-// if there are any, as its variants are: a sandbox each.
-func checkTryInputs(body []any, i int) string {
-	if len(body) <= i {
-		return ""
-	}
-	opts, ok := body[i].(map[string]dbus.Variant)
-	if !ok {
-		return ""
-	}
-	if in, ok := opts[sandboxd1.OptInputs].Value().([]string); ok {
-		return checkArgv([]any{in}, 0, "option Inputs")
-	}
-	return ""
 }

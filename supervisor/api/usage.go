@@ -17,7 +17,7 @@ func (m manager) GetLimits(sender dbus.Sender) (sandboxd1.Limits, *dbus.Error) {
 	if derr != nil {
 		return sandboxd1.Limits{}, derr
 	}
-	u, err := s.sup.Usage(r.ctx, r.who.uid)
+	u, err := s.sup.Usage(r.ctx, r.who.UID)
 	if err != nil {
 		return sandboxd1.Limits{}, s.end(r, "", fromSupervisor(err))
 	}

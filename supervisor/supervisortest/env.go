@@ -20,6 +20,7 @@ import (
 	"github.com/sandboxd/sandboxd/runtime/nsinit"
 	"github.com/sandboxd/sandboxd/supervisor"
 	"github.com/sandboxd/sandboxd/supervisor/checkpoints"
+	"github.com/sandboxd/sandboxd/supervisor/ports"
 	"github.com/sandboxd/sandboxd/supervisor/state"
 	"github.com/sandboxd/sandboxd/tests/testbed"
 	"github.com/sandboxd/sandboxd/units"
@@ -41,7 +42,7 @@ func Main(m *testing.M) {
 type Env struct {
 	Sup *supervisor.Supervisor
 	// The rooms, made over Sup's Host.
-	// (ports)
+	Ports *ports.Ports
 
 	// (caches)
 
@@ -161,7 +162,7 @@ func newEnv(t *testing.T, prefix string, log *slog.Logger, userns bool) *Env {
 
 // makeRooms makes e's rooms over e.Sup's Host, as the daemon does.
 func (e *Env) makeRooms() {
-	// (ports)
+	e.Ports = ports.New(e.Sup.Host(), ports.Config{RuntimeDir: e.Config.RuntimeDir})
 
 	// (caches)
 

@@ -14,7 +14,7 @@ import (
 	"github.com/godbus/dbus/v5"
 
 	"github.com/sandboxd/sandboxd/sandboxd1"
-	"github.com/sandboxd/sandboxd/supervisor"
+	portroom "github.com/sandboxd/sandboxd/supervisor/ports"
 	"github.com/sandboxd/sandboxd/tests/testbed"
 )
 
@@ -152,8 +152,8 @@ func benchPortConns(ctx context.Context, d *daemon, t *table, n int) (err error)
 		op: fmt.Sprintf("the owner connected once to each of the %d ports, reading nothing, the writers writing: %d served, %d refused; VmRSS %s (%s), the daemon's socket queues %s, %d descriptors (%+d)",
 			len(addrs), served, refused, mib(held.rss), plusMiB(held.rss, exposed.rss), mib(uint64(queues)), fds2, fds2-fds1),
 		verdict: fmt.Sprintf("an owner's cap: %d connections; bound: %d KiB a connection, %s for the %d served; held %d KiB a connection",
-			supervisor.MaxPortConnsPerOwner,
-			supervisor.PortConnMemory>>10, mib(uint64(served*supervisor.PortConnMemory)), served, (int(held.rss)-int(exposed.rss)+queues)/max(served, 1)>>10)})
+			portroom.MaxConnsPerOwner,
+			portroom.ConnMemory>>10, mib(uint64(served*portroom.ConnMemory)), served, (int(held.rss)-int(exposed.rss)+queues)/max(served, 1)>>10)})
 	return nil
 }
 

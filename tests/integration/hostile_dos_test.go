@@ -12,7 +12,8 @@ import (
 
 	"github.com/godbus/dbus/v5"
 
-	"github.com/sandboxd/sandboxd/supervisor/api"
+	"github.com/sandboxd/sandboxd/supervisor/api/calls"
+	"github.com/sandboxd/sandboxd/supervisor/api/guard"
 )
 
 // daemonFDs counts the daemon's open descriptors.
@@ -148,11 +149,11 @@ func TestHostileHugeArgvIsRefusedBeforeTheAuditLog(t *testing.T) {
 	}
 	big := strings.Repeat("A", 100_000)
 	before := size()
-	if msg := exec([]string{"echo", big, big}); !strings.Contains(msg, "more than the "+strconv.Itoa(api.MaxArgvBytes)+" allowed") {
+	if msg := exec([]string{"echo", big, big}); !strings.Contains(msg, "more than the "+strconv.Itoa(guard.MaxArgvBytes)+" allowed") {
 		t.Fatalf("Exec with a 200 kB argv: %q; want a refusal naming the limit", msg)
 	}
-	if msg := exec(strings.Fields(strings.Repeat("x ", api.MaxArgs+1))); !strings.Contains(msg, "more than the "+strconv.Itoa(api.MaxArgs)+" allowed") {
-		t.Fatalf("Exec with %d arguments: %q; want a refusal naming the limit", api.MaxArgs+1, msg)
+	if msg := exec(strings.Fields(strings.Repeat("x ", guard.MaxArgs+1))); !strings.Contains(msg, "more than the "+strconv.Itoa(guard.MaxArgs)+" allowed") {
+		t.Fatalf("Exec with %d arguments: %q; want a refusal naming the limit", guard.MaxArgs+1, msg)
 	}
 	if after := size(); after != before {
 		t.Fatalf("refused calls wrote %d bytes to the audit log", after-before)
@@ -175,9 +176,9 @@ func TestHostileHugeArgvIsRefusedBeforeTheAuditLog(t *testing.T) {
 func TestHostileConcurrentHeavyCallsAreCapped(t *testing.T) {
 	install(t)
 	_, object := create(t)
-	hold := api.HeavyCallWait + 10*time.Second
+	hold := calls.HeavyCallWait + 10*time.Second
 	var wg sync.WaitGroup
-	tries := make([]string, api.MaxHeavyCallsPerCaller)
+	tries := make([]string, calls.MaxHeavyCallsPerCaller)
 	for i := range tries {
 		wg.Go(func() {
 			out, ok := busctl("--timeout=120", "/org/sandboxd1", "org.sandboxd1.Manager", "Try",
@@ -206,12 +207,12 @@ func TestHostileConcurrentHeavyCallsAreCapped(t *testing.T) {
 	waited := time.Since(start)
 	if ok || !strings.Contains(out, "too many concurrent calls") {
 		t.Errorf("a heavy call while the uid's %d slots are held: ok %v, %s; want refused as too many concurrent calls",
-			api.MaxHeavyCallsPerCaller, ok, out[:min(len(out), 300)])
+			calls.MaxHeavyCallsPerCaller, ok, out[:min(len(out), 300)])
 	}
-	if waited < api.HeavyCallWait-time.Second {
-		t.Errorf("the heavy call was refused after %v; want a wait of about %v for a slot first", waited, api.HeavyCallWait)
+	if waited < calls.HeavyCallWait-time.Second {
+		t.Errorf("the heavy call was refused after %v; want a wait of about %v for a slot first", waited, calls.HeavyCallWait)
 	}
-	t.Logf("with %d slots held: refused after %v: %s", api.MaxHeavyCallsPerCaller, waited.Round(time.Millisecond), strings.TrimSpace(out))
+	t.Logf("with %d slots held: refused after %v: %s", calls.MaxHeavyCallsPerCaller, waited.Round(time.Millisecond), strings.TrimSpace(out))
 	wg.Wait()
 	for i, e := range tries {
 		if e != "" {
@@ -219,7 +220,7 @@ func TestHostileConcurrentHeavyCallsAreCapped(t *testing.T) {
 		}
 	}
 	// A burst larger than the slots is served in turn, none refused.
-	n := 3 * api.MaxHeavyCallsPerCaller
+	n := 3 * calls.MaxHeavyCallsPerCaller
 	errs := make([]string, n)
 	for i := range n {
 		wg.Go(func() {
@@ -254,20 +255,20 @@ func TestHostileHugeCheckAndEnvironmentAreRefusedBeforeTheAuditLog(t *testing.T)
 	exec := func(opts map[string]dbus.Variant) string {
 		return call(t, conn, object, "org.sandboxd1.Sandbox.Exec", append([]any{[]string{"true"}, opts}, fds(t, 3)...)...)
 	}
-	env := make([]string, api.MaxEnvEntries+1)
+	env := make([]string, guard.MaxEnvEntries+1)
 	for i := range env {
 		env[i] = "V" + strconv.Itoa(i) + "=x"
 	}
 	before := size()
 	refusals := []struct{ what, msg, want string }{
 		{"Try with a 100 kB check", try("true "+strings.Repeat("C", 100_000), "none"),
-			"check holds 100005 bytes, more than the " + strconv.Itoa(api.MaxCheckBytes) + " allowed"},
+			"check holds 100005 bytes, more than the " + strconv.Itoa(guard.MaxCheckBytes) + " allowed"},
 		{"Exec with 1025 variables", exec(map[string]dbus.Variant{"Environment": dbus.MakeVariant(env)}),
-			"option Environment has 1025 entries, more than the " + strconv.Itoa(api.MaxEnvEntries) + " allowed"},
+			"option Environment has 1025 entries, more than the " + strconv.Itoa(guard.MaxEnvEntries) + " allowed"},
 		{"Exec with a 200 kB variable", exec(map[string]dbus.Variant{"Environment": dbus.MakeVariant([]string{"V=" + strings.Repeat("E", 200_000)})}),
-			"option Environment holds 200003 bytes, more than the " + strconv.Itoa(api.MaxEnvBytes) + " allowed"},
+			"option Environment holds 200003 bytes, more than the " + strconv.Itoa(guard.MaxEnvBytes) + " allowed"},
 		{"Exec in a 5000-byte directory", exec(map[string]dbus.Variant{"WorkingDirectory": dbus.MakeVariant("/" + strings.Repeat("d", 4999))}),
-			"option WorkingDirectory holds 5000 bytes, more than the " + strconv.Itoa(api.MaxWorkingDirBytes) + " allowed"},
+			"option WorkingDirectory holds 5000 bytes, more than the " + strconv.Itoa(guard.MaxWorkingDirBytes) + " allowed"},
 	}
 	for _, r := range refusals {
 		if !strings.Contains(r.msg, r.want) {

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandboxd/sandboxd/supervisor/api"
+	"github.com/sandboxd/sandboxd/supervisor/api/calls"
 	"github.com/sandboxd/sandboxd/tests/testbed"
 )
 
@@ -55,7 +55,7 @@ func TestHostileTriesWithNoTimeoutDoNotStarveOtherMembers(t *testing.T) {
 		}
 	})
 	for _, m := range members {
-		for i := range api.MaxHeavyCallsPerCaller {
+		for i := range calls.MaxHeavyCallsPerCaller {
 			c := exec.Command("setpriv", "--reuid="+m, "--regid="+m, "--init-groups",
 				"busctl", "--system", "--timeout=3600", "call", "org.sandboxd1", "/org/sandboxd1", "org.sandboxd1.Manager", "Try",
 				"sasssa{sv}", project, "1", "true", "sleep infinity", "none", "2", "Name", "s", fmt.Sprintf("%s-%d", m, i), "TimeoutUSec", "t", "0")
@@ -105,7 +105,7 @@ func TestHostileTriesWithNoTimeoutDoNotStarveOtherMembers(t *testing.T) {
 	}
 	if _, errOut, code := ctlAs(t, members[0], "diff", firstOfA); code == 0 || !strings.Contains(errOut, "too many concurrent calls") {
 		t.Errorf("%s's fifth heavy call while its %d Trys run: exit %d: %s; want refused as too many concurrent calls",
-			members[0], api.MaxHeavyCallsPerCaller, code, errOut)
+			members[0], calls.MaxHeavyCallsPerCaller, code, errOut)
 	}
 
 	// No timeout, but the wait ends: the callers leave, the Trys end and

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sandboxd/sandboxd/supervisor"
+	portroom "github.com/sandboxd/sandboxd/supervisor/ports"
 )
 
 // portGreeters, run in a sandbox with ports, listens on each port of
@@ -42,7 +42,7 @@ while True:
 // that many, and the fifth its connections.
 func TestHostilePortsOwnersAtTheirCapLeaveAnotherItsConnections(t *testing.T) {
 	const members, ports = 5, 4
-	perPort := supervisor.MaxPortConnsPerOwner / ports // each of the first four asks its cap
+	perPort := portroom.MaxConnsPerOwner / ports // each of the first four asks its cap
 	type owner struct {
 		name, holder string
 		addrs        []string
@@ -88,7 +88,7 @@ func TestHostilePortsOwnersAtTheirCapLeaveAnotherItsConnections(t *testing.T) {
 	if h.served != ports {
 		t.Errorf("four members holding %d connections left a fifth %d of its %d", total, h.served, ports)
 	}
-	if total > supervisor.MaxPortConnsAll {
-		t.Errorf("%d connections served in all; want at most %d", total, supervisor.MaxPortConnsAll)
+	if total > portroom.MaxConnsAll {
+		t.Errorf("%d connections served in all; want at most %d", total, portroom.MaxConnsAll)
 	}
 }

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandboxd/sandboxd/supervisor"
+	portroom "github.com/sandboxd/sandboxd/supervisor/ports"
 	"github.com/sandboxd/sandboxd/tests/testbed"
 )
 
@@ -184,11 +184,11 @@ func processWith(t *testing.T, marker string) int {
 // 813 MiB of RSS and queues, 2.1 MiB a connection), with no cap per
 // owner. Now the owner's 257th connection is refused at once (and the
 // journal says so), and what the daemon holds, its RSS's growth and its
-// sockets' queues, stays within supervisor.PortConnMemory a connection
+// sockets' queues, stays within portroom.ConnMemory a connection
 // (measured: 512 descriptors more, 65 MiB, 255 KiB a connection); the
 // held connections closed, the owner's connections are served again.
 func TestHostilePortsHoldBoundedMemory(t *testing.T) {
-	const member, ports, perPort = "hostile-ports", 6, supervisor.MaxPortConns
+	const member, ports, perPort = "hostile-ports", 6, portroom.MaxConns
 	uid, gid := groupMember(t, member)
 	reconfigure(t, "")
 	marker := fmt.Sprintf("writers-%d", time.Now().UnixNano())
@@ -236,14 +236,14 @@ func TestHostilePortsHoldBoundedMemory(t *testing.T) {
 	t.Logf("%d connections asked (%d ports × %d): %d served, %d refused; the daemon: %d descriptors (%d before), VmRSS %d MiB (%d before), %d sockets holding %d KiB in their queues at the end; RSS growth and queues %d KiB, %d KiB a served connection",
 		ports*perPort, ports, perPort, h.served, h.refused, fds, fds0, rss>>20, rss0>>20, sockets, last>>10, held>>10, held/max(h.served, 1)>>10)
 
-	if h.served != supervisor.MaxPortConnsPerOwner || h.refused != ports*perPort-supervisor.MaxPortConnsPerOwner {
-		t.Errorf("%d connections served and %d refused; want the owner's cap, %d, served and the rest refused", h.served, h.refused, supervisor.MaxPortConnsPerOwner)
+	if h.served != portroom.MaxConnsPerOwner || h.refused != ports*perPort-portroom.MaxConnsPerOwner {
+		t.Errorf("%d connections served and %d refused; want the owner's cap, %d, served and the rest refused", h.served, h.refused, portroom.MaxConnsPerOwner)
 	}
-	if bound := supervisor.MaxPortConnsPerOwner*supervisor.PortConnMemory + 16<<20; held > bound {
-		t.Errorf("the daemon holds %d MiB more for the owner's connections (RSS and socket queues); want at most %d MiB (%d connections × %d KiB, and 16 MiB)", held>>20, bound>>20, supervisor.MaxPortConnsPerOwner, supervisor.PortConnMemory>>10)
+	if bound := portroom.MaxConnsPerOwner*portroom.ConnMemory + 16<<20; held > bound {
+		t.Errorf("the daemon holds %d MiB more for the owner's connections (RSS and socket queues); want at most %d MiB (%d connections × %d KiB, and 16 MiB)", held>>20, bound>>20, portroom.MaxConnsPerOwner, portroom.ConnMemory>>10)
 	}
-	if fds > fds0+2*supervisor.MaxPortConnsPerOwner+16 {
-		t.Errorf("the daemon has %d descriptors open, %d before; want at most 2 a connection of the owner's cap (%d) more", fds, fds0, supervisor.MaxPortConnsPerOwner)
+	if fds > fds0+2*portroom.MaxConnsPerOwner+16 {
+		t.Errorf("the daemon has %d descriptors open, %d before; want at most 2 a connection of the owner's cap (%d) more", fds, fds0, portroom.MaxConnsPerOwner)
 	}
 	if journal := testbed.MustRun(t, "journalctl", "--no-pager", "-o", "cat", "-u", "sandboxd.service", "SANDBOX_ID="+sb); !strings.Contains(journal, "the most an owner may have") {
 		t.Errorf("the journal has no line of a connection refused past the owner's cap:\n%s", journal)

@@ -1,4 +1,4 @@
-package api
+package calls
 
 import (
 	"context"
@@ -35,8 +35,8 @@ const HeavyCallWait = 10 * time.Second
 // it waits, the steps' output, is then bounded by MaxHeavyCalls).
 const MaxParkedCalls = 64
 
-// heavyCalls counts the heavy calls running, per caller and in all.
-type heavyCalls struct {
+// Limiter counts the heavy calls running, per caller and in all.
+type Limiter struct {
 	perCaller, total, maxParked int
 	wait                        time.Duration
 
@@ -47,28 +47,28 @@ type heavyCalls struct {
 	freed  chan struct{} // closed, and made anew, when a slot frees
 }
 
-func newHeavyCalls() *heavyCalls {
-	return &heavyCalls{perCaller: MaxHeavyCallsPerCaller, total: MaxHeavyCalls, maxParked: MaxParkedCalls, wait: HeavyCallWait,
+func NewLimiter() *Limiter {
+	return &Limiter{perCaller: MaxHeavyCallsPerCaller, total: MaxHeavyCalls, maxParked: MaxParkedCalls, wait: HeavyCallWait,
 		byUID: map[uint32]int{}, freed: make(chan struct{})}
 }
 
-// heavySlot is one heavy call's place among its caller's and among all
-// the heavy calls. A nil *heavySlot is a call that takes none.
-type heavySlot struct {
-	h   *heavyCalls
+// Slot is one heavy call's place among its caller's and among all
+// the heavy calls. A nil *Slot is a call that takes none.
+type Slot struct {
+	h   *Limiter
 	uid uint32
 
 	mu       sync.Mutex // held while its place among all is taken back
-	users    int        // busy sections under way (see busy)
+	users    int        // busy sections under way (see Busy)
 	parked   bool
 	released bool
 }
 
-// acquire admits a call of action by uid once a slot is free, or refuses
+// Acquire admits a call of action by uid once a slot is free, or refuses
 // it with LimitReached when none frees within h.wait (or ctx ends); the
-// slot's release ends what acquire admitted.
-func (h *heavyCalls) acquire(ctx context.Context, action string, uid uint32) (*heavySlot, *dbus.Error) {
-	if h == nil || !heavy(action) {
+// slot's Release ends what Acquire admitted.
+func (h *Limiter) Acquire(ctx context.Context, action string, uid uint32) (*Slot, *dbus.Error) {
+	if h == nil || !Heavy(action) {
 		return nil, nil
 	}
 	timer := time.NewTimer(h.wait)
@@ -82,32 +82,37 @@ func (h *heavyCalls) acquire(ctx context.Context, action string, uid uint32) (*h
 		case <-freed:
 		case <-timer.C:
 			if byUID >= h.perCaller {
-				return nil, dbusError(sandboxd1.ErrorLimitReached,
+				return nil, limitReached(
 					"%s: too many concurrent calls: uid %d already runs %d of %s (at most %d at once), and none ended within %v; retry when one ends",
-					action, uid, byUID, heavyNames(), h.perCaller, h.wait)
+					action, uid, byUID, HeavyNames(), h.perCaller, h.wait)
 			}
-			return nil, dbusError(sandboxd1.ErrorLimitReached,
+			return nil, limitReached(
 				"%s: too many concurrent calls: %d heavy calls run for all users (at most %d at once), and none ended within %v; retry when one ends",
 				action, all, h.total, h.wait)
 		case <-ctx.Done():
-			return nil, dbusError(sandboxd1.ErrorLimitReached, "%s: the daemon is stopping", action)
+			return nil, limitReached("%s: the daemon is stopping", action)
 		}
 		h.mu.Lock()
 	}
 	h.byUID[uid]++
 	h.all++
 	h.mu.Unlock()
-	return &heavySlot{h: h, uid: uid}, nil
+	return &Slot{h: h, uid: uid}, nil
+}
+
+// limitReached is the refusal of a heavy call that found no slot.
+func limitReached(format string, args ...any) *dbus.Error {
+	return dbus.NewError(sandboxd1.ErrorLimitReached, []any{fmt.Sprintf(format, args...)})
 }
 
 // freeLocked wakes the calls waiting for a slot; h.mu is held.
-func (h *heavyCalls) freeLocked() {
+func (h *Limiter) freeLocked() {
 	close(h.freed)
 	h.freed = make(chan struct{})
 }
 
-// release ends the call's hold. It may be called more than once.
-func (sl *heavySlot) release() {
+// Release ends the call's hold. It may be called more than once.
+func (sl *Slot) Release() {
 	if sl == nil {
 		return
 	}
@@ -134,7 +139,7 @@ func (sl *heavySlot) release() {
 // parkLocked gives the call's place among all the heavy calls back while
 // it only waits on sandboxes' processes, keeping its caller's; it stays
 // if MaxParkedCalls are parked already. sl.mu is held.
-func (sl *heavySlot) parkLocked() {
+func (sl *Slot) parkLocked() {
 	if sl.parked || sl.released || sl.users > 0 {
 		return
 	}
@@ -150,13 +155,13 @@ func (sl *heavySlot) parkLocked() {
 	h.freeLocked()
 }
 
-// busy takes the call's place among all the heavy calls back, if it was
+// Busy takes the call's place among all the heavy calls back, if it was
 // parked, for a piece of heavy work (a create, a diff), and returns what
 // ends that piece: the last piece to end parks the call again. A parked
 // call waits for its place without a time limit: every call that holds
 // one now holds it for such a piece only, so one frees; the wait ends
 // with ctx (the caller left, the daemon stops).
-func (sl *heavySlot) busy(ctx context.Context) (done func(), err error) {
+func (sl *Slot) Busy(ctx context.Context) (done func(), err error) {
 	if sl == nil {
 		return func() {}, nil
 	}

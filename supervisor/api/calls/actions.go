@@ -1,6 +1,7 @@
-package api
+package calls
 
 import (
+	"maps"
 	"slices"
 	"strings"
 
@@ -8,9 +9,10 @@ import (
 )
 
 // action is what the server must know of each call a caller can make,
-// named as begin is told (the method's name; "Properties.Get" and the
-// like for the standard interfaces). Every method served is in actions:
-// a test holds the table to the exported methods of the objects, so that
+// named as the server's begin is told (the method's name;
+// "Properties.Get" and the like for the standard interfaces). Every
+// method served is in actions: a test of supervisor/api holds the table
+// to the exported methods of its objects, so that
 // a new method cannot be left out of the journal or of the heavy-call
 // limit.
 type action struct {
@@ -92,20 +94,29 @@ var actions = map[string]action{
 // named in the journal.
 func propertiesAction(method string) string { return "Properties." + method }
 
-// mutating says whether a successful call of action is journaled. One
+// Mutating says whether a successful call of action is journaled. One
 // the table does not know is: better a line too many than a change
 // unseen.
-func mutating(name string) bool {
+func Mutating(name string) bool {
 	a, ok := actions[name]
 	return !ok || a.mutating
 }
 
-// heavy says whether a call of action counts against the heavy-call
+// Heavy says whether a call of action counts against the heavy-call
 // limits.
-func heavy(name string) bool { return actions[name].heavy }
+func Heavy(name string) bool { return actions[name].heavy }
 
-// heavyNames lists the heavy calls, for messages.
-func heavyNames() string {
+// Known says whether the table has a call named name.
+func Known(name string) bool {
+	_, ok := actions[name]
+	return ok
+}
+
+// Names lists the calls the table has, sorted.
+func Names() []string { return slices.Sorted(maps.Keys(actions)) }
+
+// HeavyNames lists the heavy calls, for messages.
+func HeavyNames() string {
 	var names []string
 	for name, a := range actions {
 		if a.heavy {

@@ -1,4 +1,4 @@
-package api
+package guard
 
 import (
 	"strings"
@@ -92,7 +92,7 @@ func TestGuardBoundsTryCheckAndExecOptions(t *testing.T) {
 			t.Errorf("%s: let through to %s; want a refusal saying %q", c.name, member, c.want)
 		case len(c.msg.Body) != 1 || !strings.Contains(c.msg.Body[0].(string), c.want):
 			t.Errorf("%s: refused saying %v; want %q", c.name, c.msg.Body, c.want)
-		case c.msg.Headers[dbus.FieldPath].Value() != refusePath:
+		case c.msg.Headers[dbus.FieldPath].Value() != RefusePath:
 			t.Errorf("%s: refused, but still on %v", c.name, c.msg.Headers[dbus.FieldPath].Value())
 		}
 	}

@@ -1,4 +1,4 @@
-package supervisor
+package ports
 
 import (
 	"net"
@@ -179,13 +179,13 @@ func TestListenOwnedUnixMakesTheOwnersSocketAndFollowsNoLink(t *testing.T) {
 }
 
 // TestPortConnsCappedPerOwnerAndInAll: an owner's connections stop at
-// MaxPortConnsPerOwner over all its ports, and everyone's at
-// MaxPortConnsAll, whose last quarter only owners with fewer than
+// MaxConnsPerOwner over all its ports, and everyone's at
+// MaxConnsAll, whose last quarter only owners with fewer than
 // connbound.FairShare take; each release gives its place back once.
 func TestPortConnsCappedPerOwnerAndInAll(t *testing.T) {
 	var tab portTable
 	var releases []func()
-	for range MaxPortConnsPerOwner {
+	for range MaxConnsPerOwner {
 		release, refusal := tab.admit(1000)
 		if refusal != "" {
 			t.Fatalf("connection %d of uid 1000 refused: %s", len(releases)+1, refusal)
@@ -193,7 +193,7 @@ func TestPortConnsCappedPerOwnerAndInAll(t *testing.T) {
 		releases = append(releases, release)
 	}
 	if _, refusal := tab.admit(1000); refusal == "" {
-		t.Fatalf("connection %d of uid 1000 admitted", MaxPortConnsPerOwner+1)
+		t.Fatalf("connection %d of uid 1000 admitted", MaxConnsPerOwner+1)
 	}
 	releases[0]()
 	releases[0]() // once only
@@ -211,8 +211,8 @@ func TestPortConnsCappedPerOwnerAndInAll(t *testing.T) {
 			}
 		}
 	}
-	for uid := uint32(1); tab.conns.Total() < MaxPortConnsAll-(MaxPortConnsAll/4)-connbound.FairShare; uid++ {
-		fill(uid, min(MaxPortConnsPerOwner, MaxPortConnsAll-(MaxPortConnsAll/4)-connbound.FairShare-tab.conns.Total()))
+	for uid := uint32(1); tab.conns.Total() < MaxConnsAll-(MaxConnsAll/4)-connbound.FairShare; uid++ {
+		fill(uid, min(MaxConnsPerOwner, MaxConnsAll-(MaxConnsAll/4)-connbound.FairShare-tab.conns.Total()))
 	}
 	fill(50, connbound.FairShare)
 	// The reserve: an owner with its fair share is refused, one with
@@ -220,13 +220,13 @@ func TestPortConnsCappedPerOwnerAndInAll(t *testing.T) {
 	if _, refusal := tab.admit(50); refusal == "" || !strings.Contains(refusal, "kept for owners with fewer") {
 		t.Fatalf("uid 50 with %d, %d open in all: %q; want a refusal", connbound.FairShare, tab.conns.Total(), refusal)
 	}
-	for uid := uint32(100); tab.conns.Total() < MaxPortConnsAll; uid++ {
-		fill(uid, min(connbound.FairShare, MaxPortConnsAll-tab.conns.Total()))
-		if _, refusal := tab.admit(uid); tab.conns.Total() < MaxPortConnsAll && refusal == "" {
+	for uid := uint32(100); tab.conns.Total() < MaxConnsAll; uid++ {
+		fill(uid, min(connbound.FairShare, MaxConnsAll-tab.conns.Total()))
+		if _, refusal := tab.admit(uid); tab.conns.Total() < MaxConnsAll && refusal == "" {
 			t.Fatalf("uid %d took more than its fair share (%d) of the reserve", uid, connbound.FairShare)
 		}
 	}
 	if _, refusal := tab.admit(5); refusal == "" || !strings.Contains(refusal, "all exposed ports") {
-		t.Fatalf("past %d in all: %q; want a refusal", MaxPortConnsAll, refusal)
+		t.Fatalf("past %d in all: %q; want a refusal", MaxConnsAll, refusal)
 	}
 }

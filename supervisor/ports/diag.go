@@ -1,4 +1,4 @@
-package supervisor
+package ports
 
 import (
 	"encoding/binary"

@@ -1,10 +1,6 @@
-package api
+package introspection
 
-import (
-	"strings"
-
-	"github.com/godbus/dbus/v5/introspect"
-)
+import "strings"
 
 // The introspection XML served for the manager and for each sandbox. The
 // same text is shipped as contrib/dbus/org.sandboxd1.Manager.xml and
@@ -356,10 +352,10 @@ const standardInterfacesXML = ` <interface name="org.freedesktop.DBus.Introspect
  </interface>
 `
 
-// sandboxesXML is what Introspect answers on /org/sandboxd1/sandbox: a
+// Sandboxes is what Introspect answers on /org/sandboxd1/sandbox: a
 // node whose children are the sandboxes the caller may see, so that
 // `busctl tree` finds them.
-func sandboxesXML(ids []string) string {
+func Sandboxes(ids []string) string {
 	var b strings.Builder
 	b.WriteString(xmlHeader + "<node>\n" + standardInterfacesXML)
 	for _, id := range ids {
@@ -368,6 +364,3 @@ func sandboxesXML(ids []string) string {
 	b.WriteString("</node>\n")
 	return b.String()
 }
-
-// managerIntrospectable serves ManagerXML as it is.
-var managerIntrospectable = introspect.Introspectable(ManagerXML)

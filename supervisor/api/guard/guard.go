@@ -1,4 +1,4 @@
-package api
+package guard
 
 import (
 	"cmp"
@@ -11,6 +11,7 @@ import (
 	"github.com/godbus/dbus/v5"
 	"golang.org/x/sys/unix"
 
+	"github.com/sandboxd/sandboxd/internal/termsafe"
 	"github.com/sandboxd/sandboxd/sandboxd1"
 	"github.com/sandboxd/sandboxd/supervisor"
 )
@@ -46,16 +47,25 @@ var fdMethods = map[string]struct {
 	sandboxd1.MethodWriteFileFrom: {"sha{sv}", 1},
 }
 
-// The refusal object: the guard turns a message it refuses into a call of
-// Refuse there, so that godbus dispatches nothing of the original call and
-// the caller gets a clear error in the ordinary way.
+// The refusal object, where the server exports a Refuser: the guard
+// turns a message it refuses into a call of Refuse there, so that godbus
+// dispatches nothing of the original call and the caller gets a clear
+// error in the ordinary way.
 const (
-	refusePath      = dbus.ObjectPath("/org/sandboxd1/refused")
-	refuseInterface = "org.sandboxd1.Refused"
+	RefusePath      = dbus.ObjectPath("/org/sandboxd1/refused")
+	RefuseInterface = "org.sandboxd1.Refused"
 )
 
-// guardLog is where the guard logs; Serve sets it.
+// guardLog is where the guard logs; Attach sets it.
 var guardLog atomic.Pointer[slog.Logger]
+
+// Attach gives the guard the server's log and the sessions it asks
+// whether an Eval's session takes more inputs. Until then it logs to
+// slog's default and refuses no Eval for a full session.
+func Attach(log *slog.Logger, sessions Sessions) {
+	guardLog.Store(log)
+	guardSessions.Store(&sessions)
+}
 
 // ConnOptions are the options the daemon's bus connection needs: give them
 // to dbus.ConnectSystemBus. godbus hands a method the descriptors of its
@@ -216,27 +226,27 @@ func refuse(msg *dbus.Message, reason string) { refuseAs(msg, "Refuse", reason) 
 
 // refuseAs rewrites msg into a call of member of the refusal object.
 func refuseAs(msg *dbus.Message, member, reason string) {
-	msg.Headers[dbus.FieldPath] = dbus.MakeVariant(refusePath)
-	msg.Headers[dbus.FieldInterface] = dbus.MakeVariant(refuseInterface)
+	msg.Headers[dbus.FieldPath] = dbus.MakeVariant(RefusePath)
+	msg.Headers[dbus.FieldInterface] = dbus.MakeVariant(RefuseInterface)
 	msg.Headers[dbus.FieldMember] = dbus.MakeVariant(member)
 	msg.Headers[dbus.FieldSignature] = dbus.MakeVariant(dbus.SignatureOf(reason))
 	delete(msg.Headers, dbus.FieldUnixFDs)
 	msg.Body = []any{reason}
 }
 
-// refuser answers the calls the guard refused.
-type refuser struct{}
+// Refuser answers the calls the guard refused.
+type Refuser struct{}
 
-func (refuser) Refuse(sender dbus.Sender, reason string) *dbus.Error {
+func (Refuser) Refuse(sender dbus.Sender, reason string) *dbus.Error {
 	logger().Warn("refused a D-Bus call", "BUS_SENDER", string(sender), "reason", reason)
-	return dbusError(sandboxd1.ErrorInvalidArgs, "%s", reason)
+	return dbus.NewError(sandboxd1.ErrorInvalidArgs, []any{reason})
 }
 
 // RefuseBusy answers an input for a session that takes no more now
 // (sessionFull). Not logged: it is backpressure the caller hears, and a
 // flood of them would use up journald's rate limit for the daemon.
-func (refuser) RefuseBusy(reason string) *dbus.Error {
-	return dbusError(sandboxd1.ErrorBusy, "%s", reason)
+func (Refuser) RefuseBusy(reason string) *dbus.Error {
+	return dbus.NewError(sandboxd1.ErrorBusy, []any{reason})
 }
 
 func logger() *slog.Logger {
@@ -302,4 +312,51 @@ func closeReceived(fds []int) {
 	for _, fd := range fds {
 		_ = unix.Close(fd)
 	}
+}
+
+// Sessions is what the guard asks of the interpreters' sessions: whether
+// one takes no more inputs now (why, as an error), or nil.
+type Sessions interface {
+	SessionFull(sandbox, session string) error
+}
+
+// guardSessions are the sessions the guard asks about; Attach sets them.
+var guardSessions atomic.Pointer[Sessions]
+
+// sessionFull says, on the guard's reading goroutine, why an Eval must be
+// refused at once because its session takes no more inputs now, or "".
+// Refused there, the call's code is dropped as soon as it was read: the
+// refusal waits for no bus round trip (who is calling) nor audit line,
+// and the daemon reads no further call meanwhile.
+func sessionFull(msg *dbus.Message, iface, member string) string {
+	if iface != sandboxd1.SandboxInterface || member != sandboxd1.MethodEval || len(msg.Body) == 0 {
+		return ""
+	}
+	sessions := guardSessions.Load()
+	session, ok := msg.Body[0].(string)
+	path, _ := msg.Headers[dbus.FieldPath].Value().(dbus.ObjectPath)
+	id, found := strings.CutPrefix(string(path), string(sandboxd1.SandboxPathPrefix)+"/")
+	if sessions == nil || !ok || !found {
+		return ""
+	}
+	if err := (*sessions).SessionFull(id, session); err != nil {
+		return termsafe.Line(err.Error())
+	}
+	return ""
+}
+
+// checkTryInputs bounds the Inputs option of a Try's options at body[i],
+// if there are any, as its variants are: a sandbox each.
+func checkTryInputs(body []any, i int) string {
+	if len(body) <= i {
+		return ""
+	}
+	opts, ok := body[i].(map[string]dbus.Variant)
+	if !ok {
+		return ""
+	}
+	if in, ok := opts[sandboxd1.OptInputs].Value().([]string); ok {
+		return checkArgv([]any{in}, 0, "option Inputs")
+	}
+	return ""
 }

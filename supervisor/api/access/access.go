@@ -1,4 +1,4 @@
-package api
+package access
 
 import (
 	"context"
@@ -9,23 +9,21 @@ import (
 	"sync"
 
 	"github.com/godbus/dbus/v5"
-
-	"github.com/sandboxd/sandboxd/supervisor"
 )
 
 // DefaultGroup is the group whose members may use sandboxd: the bus policy
 // (packaging/dbus/org.sandboxd1.conf) lets them send to org.sandboxd1, and
-// DefaultAccess lets them create sandboxes.
+// Default lets them create sandboxes.
 const DefaultGroup = "sandboxd"
 
-// Access says who may do what through the API. The bus policy decides who
-// may talk to sandboxd at all; Access decides, per call, who may create
+// Policy says who may do what through the API. The bus policy decides who
+// may talk to sandboxd at all; Policy decides, per call, who may create
 // sandboxes and who sees every sandbox rather than only their own.
 //
 // Root is always an admin, and an admin may always create. Everyone else
 // sees and acts on only the sandboxes they own (that their uid created), so
 // a caller who lost the right to create can still list and destroy its own.
-type Access struct {
+type Policy struct {
 	// CreatorUIDs and the members of CreatorGIDs may create sandboxes.
 	CreatorUIDs []uint32
 	CreatorGIDs []uint32
@@ -34,22 +32,22 @@ type Access struct {
 	AdminGIDs []uint32
 }
 
-// DefaultAccess lets the members of DefaultGroup create sandboxes; only
-// root is an admin. Without that group only root may create.
-func DefaultAccess() Access {
-	var a Access
+// Default lets the members of DefaultGroup create sandboxes; only root is
+// an admin. Without that group only root may create.
+func Default() Policy {
+	var a Policy
 	if gid, err := GroupID(DefaultGroup); err == nil {
 		a.CreatorGIDs = []uint32{gid}
 	}
 	return a
 }
 
-// ResolveAccess builds an Access from the configuration's names (or
+// Resolve builds a Policy from the configuration's names (or
 // numeric ids) of users and groups. A name that does not resolve is left
 // out and reported, not fatal: a group may be made after the daemon starts
 // (and then counts from its next start).
-func ResolveAccess(creatorUsers, creatorGroups, adminUsers, adminGroups []string) (Access, []error) {
-	var a Access
+func Resolve(creatorUsers, creatorGroups, adminUsers, adminGroups []string) (Policy, []error) {
+	var a Policy
 	var errs []error
 	users := func(names []string, into *[]uint32) {
 		for _, n := range names {
@@ -104,30 +102,27 @@ func GroupID(name string) (uint32, error) {
 	return uint32(gid), nil
 }
 
-// caller is who sent a method call, as the bus vouches for it.
-type caller struct {
-	name  string   // its unique bus name
-	uid   uint32   //
-	gids  []uint32 // primary and supplementary
-	admin bool
+// Caller is who sent a method call, as the bus vouches for it.
+type Caller struct {
+	Name  string   // its unique bus name
+	UID   uint32   //
+	GIDs  []uint32 // primary and supplementary
+	Admin bool
 }
 
-// identity is c as the supervisor knows callers: who uses a project, who
-// a diff is written for, who the audit log names.
-func (c caller) identity() supervisor.Identity {
-	return supervisor.Identity{UID: c.uid, GIDs: c.gids, Admin: c.admin}
-}
-
-func (a Access) isAdmin(uid uint32, gids []uint32) bool {
+// IsAdmin says whether uid, of groups gids, sees and acts on every
+// sandbox.
+func (a Policy) IsAdmin(uid uint32, gids []uint32) bool {
 	return uid == 0 || slices.Contains(a.AdminUIDs, uid) || overlaps(a.AdminGIDs, gids)
 }
 
-func (a Access) mayCreate(c caller) bool {
-	return c.admin || slices.Contains(a.CreatorUIDs, c.uid) || overlaps(a.CreatorGIDs, c.gids)
+// MayCreate says whether c may create sandboxes.
+func (a Policy) MayCreate(c Caller) bool {
+	return c.Admin || slices.Contains(a.CreatorUIDs, c.UID) || overlaps(a.CreatorGIDs, c.GIDs)
 }
 
-// sees says whether c may see and act on a sandbox that owner made.
-func (c caller) sees(owner uint32) bool { return c.admin || c.uid == owner }
+// Sees says whether c may see and act on a sandbox that owner made.
+func (c Caller) Sees(owner uint32) bool { return c.Admin || c.UID == owner }
 
 func overlaps(a, b []uint32) bool {
 	for _, x := range a {
@@ -138,8 +133,9 @@ func overlaps(a, b []uint32) bool {
 	return false
 }
 
-// identify asks the bus who sender is. The groups are the ones the bus
-// took from the connecting process (SO_PEERGROUPS): the very groups
+// Identify asks the bus, on conn, who sender is; a says whether it is an
+// admin. The groups are the ones the bus took from the connecting
+// process (SO_PEERGROUPS): the very groups
 // dbus-daemon (1.14 here) applies the bus policy with, so the daemon and
 // the policy judge a caller alike. A bus that does not report them leaves
 // the lookup of the uid's groups in NSS.
@@ -147,26 +143,24 @@ func overlaps(a, b []uint32) bool {
 // Nothing is cached: it is one round trip to the bus per call, small next
 // to what the calls do, and a cache keyed by unique names would have to
 // follow NameOwnerChanged to forget callers that went away. The caller's
-// name is remembered for one thing only: whom to send signals (audience).
-func (s *Server) identify(ctx context.Context, sender dbus.Sender) (caller, error) {
+// name is remembered for one thing only: whom to send signals (Audience).
+func Identify(ctx context.Context, conn *dbus.Conn, a Policy, sender dbus.Sender) (Caller, error) {
 	var creds map[string]dbus.Variant
-	err := s.conn.BusObject().CallWithContext(ctx, "org.freedesktop.DBus.GetConnectionCredentials", 0, string(sender)).Store(&creds)
+	err := conn.BusObject().CallWithContext(ctx, "org.freedesktop.DBus.GetConnectionCredentials", 0, string(sender)).Store(&creds)
 	if err != nil {
-		return caller{}, fmt.Errorf("asking the bus who %s is: %w", sender, err)
+		return Caller{}, fmt.Errorf("asking the bus who %s is: %w", sender, err)
 	}
 	uid, ok := creds["UnixUserID"].Value().(uint32)
 	if !ok {
-		return caller{}, fmt.Errorf("asking the bus who %s is: no UnixUserID in %v", sender, creds)
+		return Caller{}, fmt.Errorf("asking the bus who %s is: no UnixUserID in %v", sender, creds)
 	}
 	gids, ok := creds["UnixGroupIDs"].Value().([]uint32)
 	if !ok {
 		if gids, err = userGroups(uid); err != nil {
-			return caller{}, fmt.Errorf("finding the groups of uid %d (calling as %s): %w", uid, sender, err)
+			return Caller{}, fmt.Errorf("finding the groups of uid %d (calling as %s): %w", uid, sender, err)
 		}
 	}
-	c := caller{name: string(sender), uid: uid, gids: gids, admin: s.access.isAdmin(uid, gids)}
-	s.aud.heard(c)
-	return c, nil
+	return Caller{Name: string(sender), UID: uid, GIDs: gids, Admin: a.IsAdmin(uid, gids)}, nil
 }
 
 // userGroups are the groups NSS lists for uid, primary first.
@@ -188,26 +182,6 @@ func userGroups(uid uint32) ([]uint32, error) {
 	return gids, nil
 }
 
-// projectAccessOptions reads AddProjectWithOptions's options: Users and
-// Groups, each an array of names or numeric ids.
-func projectAccessOptions(opts map[string]dbus.Variant) (supervisor.ProjectAccess, error) {
-	var a supervisor.ProjectAccess
-	for name, v := range opts {
-		list, ok := v.Value().([]string)
-		switch {
-		case name != "Users" && name != "Groups":
-			return a, fmt.Errorf("option %s: unknown (known: Users as, Groups as)", name)
-		case !ok:
-			return a, fmt.Errorf("option %s has type %s; want as (names or numeric ids)", name, v.Signature())
-		case name == "Users":
-			a.Users = list
-		default:
-			a.Groups = list
-		}
-	}
-	return a, nil
-}
-
 // Bounds of what an audience remembers. Unique bus names are never reused,
 // so a name kept after its connection went away only costs its bytes; the
 // bounds keep those few. A client that has many connections at once gets
@@ -218,15 +192,16 @@ const (
 	maxAudienceIDs = 4096
 )
 
-// audience says who hears the signals about a sandbox (SandboxNew,
+// Audience says who hears the signals about a sandbox (SandboxNew,
 // StateChanged, PropertiesChanged, SandboxRemoved): the connections of
 // its owner and of admins, each sent its own copy (a signal with a
 // destination), so that no other member of the group learns another
 // user's sandbox ids. A connection is known once it made a call to the
 // daemon (any method: ListSandboxes is enough); a client that only
-// listens hears nothing. Its zero value is ready to use; the Server's mu
-// guards the owners, its own lock the names.
-type audience struct {
+// listens hears nothing. Its zero value is ready to use; its own lock
+// guards the names, the caller's (the server's, which orders the signals)
+// the owners.
+type Audience struct {
 	mu     sync.Mutex
 	byUID  map[uint32][]string // unique names, newest last
 	admins []string            // unique names of admins' connections, newest last
@@ -234,25 +209,25 @@ type audience struct {
 	owners map[string]uint32
 }
 
-// heard remembers c's connection, as its uid's and, for an admin, as an
+// Heard remembers c's connection, as its uid's and, for an admin, as an
 // admin's.
-func (a *audience) heard(c caller) {
+func (a *Audience) Heard(c Caller) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.byUID == nil {
 		a.byUID = map[uint32][]string{}
 	}
-	if c.admin {
-		a.admins = remember(a.admins, c.name, maxAdminNames)
+	if c.Admin {
+		a.admins = remember(a.admins, c.Name, maxAdminNames)
 		return
 	}
-	if _, ok := a.byUID[c.uid]; !ok && len(a.byUID) >= maxAudienceIDs {
+	if _, ok := a.byUID[c.UID]; !ok && len(a.byUID) >= maxAudienceIDs {
 		for uid := range a.byUID { // forget some uid: one that calls again comes back
 			delete(a.byUID, uid)
 			break
 		}
 	}
-	a.byUID[c.uid] = remember(a.byUID[c.uid], c.name, maxNamesPerUID)
+	a.byUID[c.UID] = remember(a.byUID[c.UID], c.Name, maxNamesPerUID)
 }
 
 // remember puts name last in names, once, keeping at most max.
@@ -270,9 +245,9 @@ func remember(names []string, name string, max int) []string {
 	return names
 }
 
-// of is who hears about a sandbox of owner: owner's connections and
+// Of is who hears about a sandbox of owner: owner's connections and
 // admins'.
-func (a *audience) of(owner uint32) []string {
+func (a *Audience) Of(owner uint32) []string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	out := slices.Clone(a.admins)
@@ -284,18 +259,19 @@ func (a *audience) of(owner uint32) []string {
 	return out
 }
 
-// setOwner and owner remember the owner of sandbox id until forget.
-// The Server's mu is held.
-func (a *audience) setOwner(id string, owner uint32) {
+// SetOwner and Owner remember the owner of sandbox id until Forget. The
+// caller serializes them (the server's lock).
+func (a *Audience) SetOwner(id string, owner uint32) {
 	if a.owners == nil {
 		a.owners = map[string]uint32{}
 	}
 	a.owners[id] = owner
 }
 
-func (a *audience) owner(id string) (uint32, bool) {
+func (a *Audience) Owner(id string) (uint32, bool) {
 	o, ok := a.owners[id]
 	return o, ok
 }
 
-func (a *audience) forget(id string) { delete(a.owners, id) }
+// Forget forgets the owner of sandbox id, which is gone.
+func (a *Audience) Forget(id string) { delete(a.owners, id) }

@@ -1,4 +1,4 @@
-package supervisor
+package ports
 
 import (
 	"errors"
@@ -29,7 +29,7 @@ func splice(a, b net.Conn, idle time.Duration) {
 	var last atomic.Int64
 	last.Store(time.Now().UnixNano())
 	one := func(dst, src net.Conn) {
-		buf := make([]byte, portCopyBuffer)
+		buf := make([]byte, copyBuffer)
 		for {
 			src.SetReadDeadline(time.Now().Add(idle))
 			n, err := src.Read(buf)
@@ -116,9 +116,11 @@ func listenOwnedUnix(runtimeDir, dir, name string, owner uint32) (_ net.Listener
 		}
 	}()
 	// Bound and not listening yet, the socket refuses every connect
-	// until its owner and mode are set.
+	// until its owner and mode are set. Its group stays the daemon's
+	// (root's, as before it was named: 0), which mode 0600 gives nothing;
+	// a test that is not root can give a socket to itself.
 	var st unix.Stat_t
-	if err := unix.Fchownat(dfd, name, int(owner), 0, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+	if err := unix.Fchownat(dfd, name, int(owner), -1, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return nil, 0, fmt.Errorf("giving the socket %s to uid %d: %w", path, owner, err)
 	}
 	if err := unix.Fchmodat(dfd, name, 0o600, 0); err != nil {
