@@ -119,12 +119,6 @@ type Config struct {
 	// UserNS says whether sandboxes get user namespaces of their own
 	// (see ProbeUserNS).
 	UserNS UserNS
-	// Caches: each owner's sandboxes share a cache volume (cache.go);
-	// CacheQuota bounds it, what all of the owner's sandboxes put there
-	// together, in bytes (0: no bound).
-	Caches     bool
-	CacheQuota uint64
-
 	// PoolImage and PoolMountpoint are the embedded pool's image and
 	// where the daemon mounts it; empty for a pool the administrator
 	// mounts (adopt.go's poolAtBoot).
@@ -139,7 +133,7 @@ type Supervisor struct {
 	hooks Hooks
 	// events: who hears of the sandboxes' changes (Subscribe).
 	events events
-	locks idLocks // one operation at a time per sandbox
+	locks  idLocks // one operation at a time per sandbox
 	// admission serializes the caps check with the recording of a create's
 	// intent, so that concurrent creates cannot both take the last place
 	// (or the same name), and the changes of the projects with both.
@@ -155,7 +149,6 @@ type Supervisor struct {
 	frozen    freezeCounts
 	procHooks processHooks
 	sessions  sessions
-	caches    caches // owners' cache volumes (cache.go)
 	activity  activity
 	fileCalls fileCalls // under way, by sandbox (files.go)
 	// adopting holds the paths of the adoptions under way (adopt.go),

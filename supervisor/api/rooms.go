@@ -1,6 +1,7 @@
 package api
 
 import (
+	"github.com/sandboxd/sandboxd/supervisor/caches"
 	"github.com/sandboxd/sandboxd/supervisor/checkpoints"
 	"github.com/sandboxd/sandboxd/supervisor/ports"
 )
@@ -13,7 +14,7 @@ type Rooms struct {
 	Ports *ports.Ports
 
 	// The owners' caches (ClearCache).
-	// (caches)
+	Caches *caches.Caches
 
 	// Commands, background processes, sessions and files.
 	// (commands)

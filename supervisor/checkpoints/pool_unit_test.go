@@ -143,7 +143,9 @@ func TestUnitDiffCountedOverAFakePool(t *testing.T) {
 		t.Fatal(err)
 	}
 	writeFile(t, dir, "node_modules/x.js", "x\n")
-	e.h.Ignore = func(c cowfs.Change) bool { return c.Path == "node_modules" || strings.HasPrefix(c.Path, "node_modules/") }
+	e.h.Ignore = func(c cowfs.Change) bool {
+		return c.Path == "node_modules" || strings.HasPrefix(c.Path, "node_modules/")
+	}
 	changes, ignored, err := e.ck.DiffCounted(ctx, e.rec.ID)
 	if err != nil {
 		t.Fatal(err)
