@@ -10,11 +10,6 @@ import (
 // package; each moves to a room of its own, which adds them itself.
 func (s *Supervisor) joinRooms() {
 	h := &s.hooks
-	// Checkpoints: rollbacks a crash interrupted are finished before the
-	// sandboxes start again.
-	h.BeforeReconcile.Add(func(ctx context.Context, v ReconcileView) error {
-		return s.finishRollbacks(ctx, v.Records, v.Volumes, v.Active)
-	})
 	// Promotions: those a crash interrupted are finished or undone; the
 	// source a destroyed sandbox's last promotion kept is deleted; those
 	// running are waited for at the end.

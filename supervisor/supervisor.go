@@ -106,9 +106,6 @@ type Config struct {
 	Log   *slog.Logger
 	// Stages are where promotions go, in order ("": the project alone).
 	Stages []Stage
-	// MaxCheckpoints caps one sandbox's checkpoints (0:
-	// DefaultMaxCheckpoints).
-	MaxCheckpoints int
 	// UserLimits bound all of one owner's sandboxes together, set on the
 	// owner's slice (units.OwnerSlice) before each of its scopes starts;
 	// nothing set: no bound but each sandbox's own.
