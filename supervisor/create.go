@@ -149,7 +149,7 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 			return sb, fmt.Errorf("creating a sandbox of %s: making room by destroying %s: %w", opts.Project, old.ID, err)
 		}
 	}
-	ids, err := s.allocateIDs(recs, opts.Owner)
+	ids, err := s.userns.allocateIDs(recs, opts.Owner)
 	if err != nil {
 		s.admission.Unlock()
 		return sb, fmt.Errorf("creating a sandbox of %s: %w", opts.Project, err)
@@ -181,7 +181,7 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 		if err == nil {
 			return
 		}
-		defer s.changed(id)
+		defer s.events.changed(id)
 		if uerr := undo.Fail(ctx); uerr != nil {
 			s.log.Error("undoing a failed create", "SANDBOX_ID", id, "error", uerr)
 			return // keep the record: Reconcile finishes the job
@@ -289,7 +289,7 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 		return sb, fmt.Errorf("creating sandbox %s: %w", id, err)
 	}
 	crashpoint.Hit(crashpoint.CreateReady)
-	s.changed(id)
+	s.events.changed(id)
 	timing.mark("ready")
 	attrs := []any{"SANDBOX_ID", id, "CALLER_UID", opts.Owner, "ACTION", "create", "project", opts.Project,
 		"took_ms", float64(timing.took().Microseconds()) / 1000, "steps", timing.String()}
@@ -355,7 +355,7 @@ func (s *Supervisor) startScope(ctx context.Context, rec state.Record, limits un
 		return err
 	}
 	s.worlds.set(rec.ID, w)
-	s.started(ctx, Started{Record: rec, PID: init.PID})
+	s.hooks.started(ctx, Started{Record: rec, PID: init.PID})
 	return nil
 }
 

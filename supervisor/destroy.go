@@ -36,9 +36,9 @@ func (s *Supervisor) destroy(ctx context.Context, id, action string) (gone func(
 		return gone, fmt.Errorf("destroying sandbox %s: %w", id, err)
 	}
 	crashpoint.Hit(crashpoint.DestroyRecordDeleted)
-	s.changed(id)
+	s.events.changed(id)
 	s.log.Info("sandbox destroyed", "SANDBOX_ID", id, "ACTION", action, "CALLER_UID", uidField(ctx))
-	return s.destroyed(context.WithoutCancel(ctx), rec), nil
+	return s.hooks.destroyed(context.WithoutCancel(ctx), rec), nil
 }
 
 // uidField is the caller's uid for the journal, or "daemon".

@@ -39,7 +39,7 @@ func (s *Supervisor) transition(ctx context.Context, id, action string, from []s
 	if err != nil {
 		return sb, fmt.Errorf("%s of sandbox %s: %w", action, id, err)
 	}
-	s.changed(id)
+	s.events.changed(id)
 	s.log.Info("sandbox "+string(to), "SANDBOX_ID", id, "ACTION", action, "CALLER_UID", uidField(ctx))
 	return s.sandbox(ctx, rec), nil
 }

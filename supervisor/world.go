@@ -245,7 +245,7 @@ func (s *Supervisor) adoptWorld(ctx context.Context, rec state.Record) error {
 		return err
 	}
 	s.worlds.set(rec.ID, w)
-	s.started(ctx, Started{Record: rec, PID: pid, Adopted: true})
+	s.hooks.started(ctx, Started{Record: rec, PID: pid, Adopted: true})
 	return nil
 }
 
