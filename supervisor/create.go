@@ -267,10 +267,10 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 	if err != nil {
 		return sb, fmt.Errorf("creating sandbox %s: its system layer: %w", id, err)
 	}
-	if err := s.boundDisk(ctx, rec, vol, layer); err != nil {
+	if err := boundDisk(ctx, s.cfg.Backend, rec, vol, layer); err != nil {
 		return sb, fmt.Errorf("creating sandbox %s: %w", id, err)
 	}
-	undo.Add(func(ctx context.Context) error { s.unboundDisk(ctx, rec); return nil })
+	undo.Add(func(ctx context.Context) error { unboundDisk(ctx, s.cfg.Backend, s.log, rec); return nil })
 	crashpoint.Hit(crashpoint.CreateLayer)
 	timing.mark("layer")
 	undo.Add(func(context.Context) error { return s.removeWorld(id) })

@@ -61,7 +61,7 @@ func (s *Supervisor) finishDestroy(ctx context.Context, rec state.Record) error 
 	if err := s.removeWorld(rec.ID); err != nil {
 		return err
 	}
-	s.unboundDisk(ctx, rec)
+	unboundDisk(ctx, s.cfg.Backend, s.log, rec)
 	// Checkpoints (snapshots of the sandbox) first; clones before their
 	// origins; the layer by its name, which a crash may have left out of
 	// the record.

@@ -38,7 +38,7 @@ func (h host) StopSandbox(ctx context.Context, rec state.Record, stopped func())
 
 // BoundDisk puts vols, volumes of sandbox rec, under its disk quota.
 func (h host) BoundDisk(ctx context.Context, rec state.Record, vols ...cowfs.Volume) error {
-	return h.s.boundDisk(ctx, rec, vols...)
+	return boundDisk(ctx, h.s.cfg.Backend, rec, vols...)
 }
 
 // OpenProject opens sandbox rec's project as it is now, for the caller

@@ -119,7 +119,7 @@ func (s *Supervisor) spec(ctx context.Context, rec state.Record) (nsinit.Spec, e
 		spec.Hidden = append(spec.Hidden, root)
 	}
 	if rec.IDs != nil {
-		spec.StateDirs = s.stateDirsOf(rec)
+		spec.StateDirs = s.stateDirs.of(rec)
 		for _, p := range usernsHidden {
 			if !slices.Contains(spec.Hidden, p) {
 				spec.Hidden = append(spec.Hidden, p)
