@@ -90,7 +90,7 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 	if err := opts.Limits.Validate(); err != nil {
 		return sb, fmt.Errorf("creating a sandbox of %s: %w: %w", opts.Project, ErrInvalid, err)
 	}
-	if err := s.canBoot(opts); err != nil {
+	if err := s.userns.canBoot(opts); err != nil {
 		return sb, fmt.Errorf("creating a sandbox of %s: %w", opts.Project, err)
 	}
 	project, err := s.cfg.Backend.Project(ctx, location)
@@ -214,11 +214,11 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 		crashpoint.Hit(crashpoint.CreateInitLaunched)
 		timing.mark("launch")
 		// Its scope starts beside the snapshots (see scopeStart).
-		job = s.beginScope(ctx, rec, opts.Limits, init)
+		job = s.scopes.begin(ctx, rec, opts.Limits, init)
 		handOff = append(handOff, undo.Add(func(ctx context.Context) error {
 			var err error
 			if job.wait() == nil {
-				err = s.stopScope(ctx, rec.Unit)
+				err = s.scopes.stop(ctx, rec.Unit)
 			}
 			// Also when the scope could not be stopped (the undo ends
 			// there, keeping the record for Reconcile): no init is left
@@ -281,7 +281,7 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 	if err := s.startScope(ctx, rec, opts.Limits, init, job); err != nil {
 		return sb, fmt.Errorf("creating sandbox %s: %w", id, err)
 	}
-	undo.Add(func(ctx context.Context) error { return s.stopScope(ctx, rec.Unit) })
+	undo.Add(func(ctx context.Context) error { return s.scopes.stop(ctx, rec.Unit) })
 	crashpoint.Hit(crashpoint.CreateScopeStarted)
 	timing.mark("started")
 	rec, err = s.cfg.Store.Update(id, func(r *state.Record) error { r.State = state.Ready; r.Layer = rec.Layer; return nil })
@@ -320,7 +320,7 @@ func (s *Supervisor) startScope(ctx context.Context, rec state.Record, limits un
 	}
 	spec, err := s.spec(ctx, rec)
 	if err != nil {
-		s.abandon(ctx, rec, init, job)
+		s.scopes.abandon(ctx, rec, init, job)
 		return err
 	}
 	for _, f := range s.hooks.Spec.each() {
@@ -329,7 +329,7 @@ func (s *Supervisor) startScope(ctx context.Context, rec state.Record, limits un
 	timing.mark("spec")
 	mounts, err := s.idmapMounts(init, rec, spec)
 	if err != nil {
-		s.abandon(ctx, rec, init, job)
+		s.scopes.abandon(ctx, rec, init, job)
 		return err
 	}
 	timing.mark("idmap")
@@ -337,12 +337,12 @@ func (s *Supervisor) startScope(ctx context.Context, rec state.Record, limits un
 		spec.ScratchSize = nsinit.ScratchSizeFor(*limits.MemoryMax)
 	}
 	if job == nil {
-		job = s.beginScope(ctx, rec, limits, init)
+		job = s.scopes.begin(ctx, rec, limits, init)
 	}
 	if rec.Boot {
-		err = s.bootInScope(ctx, rec, job, init, spec, mounts)
+		err = s.scopes.boot(ctx, rec, job, init, spec, mounts)
 	} else {
-		err = s.buildInScope(ctx, rec, job, init, spec, mounts)
+		err = s.scopes.build(ctx, rec, job, init, spec, mounts)
 	}
 	if err != nil {
 		return err
@@ -351,7 +351,7 @@ func (s *Supervisor) startScope(ctx context.Context, rec state.Record, limits un
 	w := &world{pid: init.PID}
 	if err := s.startProxy(rec, w); err != nil {
 		init.Kill()
-		_ = s.stopScope(context.WithoutCancel(ctx), rec.Unit)
+		_ = s.scopes.stop(context.WithoutCancel(ctx), rec.Unit)
 		return err
 	}
 	s.worlds.set(rec.ID, w)
@@ -362,7 +362,7 @@ func (s *Supervisor) startScope(ctx context.Context, rec state.Record, limits un
 // buildInScope has init build its world while its scope starts (job):
 // the two at once, as systemd's job and the init's mounts take about as
 // long. On failure the init is killed and the scope stopped.
-func (s *Supervisor) buildInScope(ctx context.Context, rec state.Record, job *scopeStart, init *nsinit.Init, spec nsinit.Spec, mounts *nsinit.Mounts) error {
+func (s *scopes) build(ctx context.Context, rec state.Record, job *scopeStart, init *nsinit.Init, spec nsinit.Spec, mounts *nsinit.Mounts) error {
 	built := make(chan error, 1)
 	timing := stepsOf(ctx)
 	go func() {
@@ -375,7 +375,7 @@ func (s *Supervisor) buildInScope(ctx context.Context, rec state.Record, job *sc
 	if err := <-built; err != nil || scopeErr != nil {
 		init.Kill()
 		if scopeErr == nil {
-			_ = s.stopScope(context.WithoutCancel(ctx), rec.Unit)
+			_ = s.stop(context.WithoutCancel(ctx), rec.Unit)
 		}
 		if err != nil {
 			return err // the init's account says more than the scope's
@@ -385,10 +385,10 @@ func (s *Supervisor) buildInScope(ctx context.Context, rec state.Record, job *sc
 	return nil
 }
 
-// stopScope stops a sandbox's scope; one that is already gone is fine.
-func (s *Supervisor) stopScope(ctx context.Context, unit string) error {
-	err := s.cfg.Units.Stop(ctx, unit)
-	_ = s.cfg.Units.ResetFailed(ctx, unit)
+// stop stops a sandbox's scope; one that is already gone is fine.
+func (s *scopes) stop(ctx context.Context, unit string) error {
+	err := s.units.Stop(ctx, unit)
+	_ = s.units.ResetFailed(ctx, unit)
 	if err != nil && !errors.Is(err, units.ErrNotFound) {
 		return fmt.Errorf("stopping %s: %w", unit, err)
 	}

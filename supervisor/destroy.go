@@ -51,7 +51,7 @@ func uidField(ctx context.Context) string {
 
 // finishDestroy removes what exists of a sandbox, then its record.
 func (s *Supervisor) finishDestroy(ctx context.Context, rec state.Record) error {
-	if err := s.stopScope(ctx, rec.Unit); err != nil {
+	if err := s.scopes.stop(ctx, rec.Unit); err != nil {
 		return err
 	}
 	crashpoint.Hit(crashpoint.DestroyScopeStopped)

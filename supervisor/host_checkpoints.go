@@ -26,7 +26,7 @@ func (h host) StopSandbox(ctx context.Context, rec state.Record, stopped func())
 	if err := unmarshalLimits(rec.Limits, &limits); err != nil {
 		return nil, err
 	}
-	if err := h.s.stopScope(ctx, rec.Unit); err != nil {
+	if err := h.s.scopes.stop(ctx, rec.Unit); err != nil {
 		return nil, err
 	}
 	start = func(ctx context.Context, rec state.Record) error {

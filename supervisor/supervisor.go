@@ -127,6 +127,8 @@ type Supervisor struct {
 	cfg   Config
 	log   *slog.Logger
 	hooks Hooks
+	// scopes start and stop the sandboxes' scopes.
+	scopes scopes
 	// events: who hears of the sandboxes' changes (Subscribe).
 	events events
 	locks  idLocks // one operation at a time per sandbox
@@ -158,7 +160,8 @@ func New(cfg Config) *Supervisor {
 		log = slog.Default()
 	}
 	s := &Supervisor{cfg: cfg, log: log, projects: newProjectRegistry(cfg.Projects, cfg.ProjectAccess),
-		userns: usernsState{unavailable: errors.New("user namespaces were not probed (ProbeUserNS)")}}
+		userns: usernsState{unavailable: errors.New("user namespaces were not probed (ProbeUserNS)")},
+		scopes: scopes{units: cfg.Units, userLimits: cfg.UserLimits}}
 	s.joinRooms()
 	return s
 }
