@@ -95,7 +95,7 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 	}
 	project, err := s.cfg.Backend.Project(ctx, location)
 	if err == nil {
-		err = s.roomInPool()
+		err = roomInPool(s.cfg.Backend)
 	}
 	if err != nil {
 		return sb, fmt.Errorf("creating a sandbox of %s: %w", opts.Project, err)
@@ -195,7 +195,7 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 	// startScope takes it over (handOff).
 	var init *nsinit.Init
 	launch := func() (err error) {
-		init, err = s.launch(rec)
+		init, err = s.worlds.launch(rec)
 		return err
 	}
 	// The owner's cache first: a volume mounted after the init's mount
@@ -260,7 +260,7 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 		crashpoint.Hit(crashpoint.CreateInitLaunched)
 		handOff = append(handOff, undo.AddFunc(init.Kill))
 	}
-	layer, made, err := s.makeLayer(ctx, &rec)
+	layer, made, err := makeLayer(ctx, s.cfg.Backend, &rec)
 	if made {
 		undo.Add(func(ctx context.Context) error { return s.cfg.Backend.Delete(ctx, layer) })
 	}
@@ -314,7 +314,7 @@ func (s *Supervisor) startScope(ctx context.Context, rec state.Record, limits un
 			f(ctx, rec)
 		}
 		var err error
-		if init, err = s.launch(rec); err != nil {
+		if init, err = s.worlds.launch(rec); err != nil {
 			return err
 		}
 	}
@@ -349,7 +349,7 @@ func (s *Supervisor) startScope(ctx context.Context, rec state.Record, limits un
 	}
 	timing.mark("build+scope")
 	w := &world{pid: init.PID}
-	if err := s.startProxy(rec, w); err != nil {
+	if err := s.worlds.startProxy(rec, w); err != nil {
 		init.Kill()
 		_ = s.scopes.stop(context.WithoutCancel(ctx), rec.Unit)
 		return err

@@ -137,7 +137,6 @@ type Supervisor struct {
 	// (or the same name), and the changes of the projects with both.
 	admission sync.Mutex
 	projects  *projectRegistry
-	reaper    reaper
 	worlds    worlds
 	gate      projectGate
 	promos    promotionRuns // running in the background; Close waits for them
@@ -161,7 +160,8 @@ func New(cfg Config) *Supervisor {
 	}
 	s := &Supervisor{cfg: cfg, log: log, projects: newProjectRegistry(cfg.Projects, cfg.ProjectAccess),
 		userns: usernsState{unavailable: errors.New("user namespaces were not probed (ProbeUserNS)")},
-		scopes: scopes{units: cfg.Units, userLimits: cfg.UserLimits}}
+		scopes: scopes{units: cfg.Units, userLimits: cfg.UserLimits},
+		worlds: worlds{root: cfg.RuntimeDir, initCommand: cfg.InitCommand, log: log}}
 	s.joinRooms()
 	return s
 }
@@ -218,7 +218,7 @@ func (s *Supervisor) List(ctx context.Context) ([]Sandbox, error) {
 	}
 	out := make([]Sandbox, 0, len(recs))
 	for _, r := range recs {
-		out = append(out, Sandbox{Record: s.current(r), Path: paths[r.Volume]})
+		out = append(out, Sandbox{Record: s.worlds.current(r), Path: paths[r.Volume]})
 	}
 	return out, nil
 }
@@ -231,12 +231,12 @@ func (s *Supervisor) Entries() []state.Entry { return s.cfg.Store.Entries() }
 
 // Current is e with the state current would give its record.
 func (s *Supervisor) Current(e state.Entry) state.Entry {
-	e.State = s.currentState(e.ID, e.State)
+	e.State = s.worlds.currentState(e.ID, e.State)
 	return e
 }
 
 func (s *Supervisor) sandbox(ctx context.Context, rec state.Record) Sandbox {
-	sb := Sandbox{Record: s.current(rec)}
+	sb := Sandbox{Record: s.worlds.current(rec)}
 	if v, err := s.cfg.Backend.Get(ctx, rec.Volume); err == nil {
 		sb.Path = v.Path
 	}
