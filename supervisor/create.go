@@ -62,7 +62,7 @@ type CreateOptions struct {
 // sandbox's init process; the record turns ready last. Any failure undoes
 // what was made, in reverse; a crash is finished by Reconcile.
 func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox, err error) {
-	defer func() { s.audit(ctx, "create", sb.Record, err) }()
+	defer func() { s.auditor.record(ctx, "create", sb.Record, err) }()
 	timing := newSteps()
 	ctx = withSteps(ctx, timing)
 	if err := s.resolveProfile(&opts); err != nil {

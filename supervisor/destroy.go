@@ -30,7 +30,7 @@ func (s *Supervisor) destroy(ctx context.Context, id, action string) (gone func(
 	if err != nil {
 		return gone, fmt.Errorf("destroying sandbox %s: %w", id, err)
 	}
-	defer func() { s.audit(ctx, action, rec, err) }()
+	defer func() { s.auditor.record(ctx, action, rec, err) }()
 	crashpoint.Hit(crashpoint.DestroyRecorded)
 	if err := s.finishDestroy(ctx, rec); err != nil {
 		return gone, fmt.Errorf("destroying sandbox %s: %w", id, err)

@@ -28,7 +28,7 @@ func (s *Supervisor) transition(ctx context.Context, id, action string, from []s
 	if err != nil {
 		return sb, err
 	}
-	defer func() { s.audit(ctx, action, rec, err) }()
+	defer func() { s.auditor.record(ctx, action, rec, err) }()
 	if !slices.Contains(from, rec.State) {
 		return sb, fmt.Errorf("%s of sandbox %s: it is %s: %w", action, id, rec.State, ErrWrongState)
 	}

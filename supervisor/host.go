@@ -100,11 +100,11 @@ func (h host) MayUseProject(ctx context.Context, a Actor, name string) error {
 }
 
 func (h host) Audit(ctx context.Context, action string, rec state.Record, err error) {
-	h.s.audit(ctx, action, rec, err)
+	h.s.auditor.record(ctx, action, rec, err)
 }
 
 func (h host) AuditEntry(ctx context.Context, e audit.Entry, rec state.Record, err error) {
-	h.s.auditEntry(ctx, e, rec, err)
+	h.s.auditor.entry(ctx, e, rec, err)
 }
 
 func (h host) Create(ctx context.Context, opts CreateOptions) (Sandbox, error) {

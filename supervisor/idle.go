@@ -122,7 +122,7 @@ func (s *Supervisor) freezeIdle(ctx context.Context, id string, idleSince time.T
 		return fmt.Errorf("freezing idle sandbox %s: %w", id, err)
 	}
 	s.events.changed(id)
-	s.audit(ctx, "freeze-idle", rec, nil)
+	s.auditor.record(ctx, "freeze-idle", rec, nil)
 	s.log.Info("sandbox frozen for being idle", "SANDBOX_ID", id, "ACTION", "freeze-idle", "idle_since", idleSince.UTC().Format(time.RFC3339))
 	return nil
 }

@@ -53,7 +53,7 @@ func (s *Supervisor) checkPrivileged(ctx context.Context, p *Promotion, changes 
 	}
 	s.log.Warn("promotion carries privileged files, allowed by an admin", "promotion", p.ID, "SANDBOX_ID", p.Sandbox,
 		"CALLER_UID", p.Owner, "paths", strings.Join(paths, ", "))
-	s.auditEntry(ctx, audit.Entry{Action: "promote-privileged", Command: "allowed by an admin: " + strings.Join(paths, ", "),
+	s.auditor.entry(ctx, audit.Entry{Action: "promote-privileged", Command: "allowed by an admin: " + strings.Join(paths, ", "),
 		Promotion: &audit.Promotion{ID: p.ID, State: string(p.State), Changes: p.Changes, Digest: p.Digest}},
 		state.Record{ID: p.Sandbox, Project: p.Project}, nil)
 	return nil

@@ -81,7 +81,7 @@ func (s *Supervisor) auditPromotion(ctx context.Context, action string, p Promot
 			e.Promotion.Checks = append(e.Promotion.Checks, audit.Check{Command: c.Command, How: c.How, Status: c.Status, Duration: c.Duration.String()})
 		}
 	}
-	s.auditEntry(ctx, e, state.Record{ID: p.Sandbox, Project: p.Project}, err)
+	s.auditor.entry(ctx, e, state.Record{ID: p.Sandbox, Project: p.Project}, err)
 }
 
 // earlierSource is the source of sandbox id's newest promotion that

@@ -127,6 +127,8 @@ type Supervisor struct {
 	cfg   Config
 	log   *slog.Logger
 	hooks Hooks
+	// auditor writes the audit log (Config.Audit).
+	auditor auditor
 	// scopes start and stop the sandboxes' scopes.
 	scopes scopes
 	// events: who hears of the sandboxes' changes (Subscribe).
@@ -162,6 +164,7 @@ func New(cfg Config) *Supervisor {
 		userns: usernsState{unavailable: errors.New("user namespaces were not probed (ProbeUserNS)")},
 		scopes: scopes{units: cfg.Units, userLimits: cfg.UserLimits},
 		worlds: worlds{root: cfg.RuntimeDir, initCommand: cfg.InitCommand, log: log}}
+	s.auditor = auditor{log: cfg.Audit, journal: log, refusals: &s.hooks.Refusals}
 	s.joinRooms()
 	return s
 }
