@@ -23,7 +23,7 @@ func (s *Supervisor) Thaw(ctx context.Context, id string) (Sandbox, error) {
 // from, then records the state to.
 func (s *Supervisor) transition(ctx context.Context, id, action string, from []state.State, to state.State,
 	act func(context.Context, string) error) (sb Sandbox, err error) {
-	defer s.lock(id)()
+	defer s.locks.lock(id)()
 	rec, err := s.cfg.Store.Get(id)
 	if err != nil {
 		return sb, err

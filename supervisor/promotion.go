@@ -83,7 +83,7 @@ type PromoteOptions struct {
 // run in the background, and the record (Promotion) says where they are.
 // A conflict is refused here, with ErrConflict naming every path.
 func (s *Supervisor) Promote(ctx context.Context, id string, o PromoteOptions) (p Promotion, err error) {
-	unlock := s.lock(id)
+	unlock := s.locks.lock(id)
 	defer unlock()
 	rec, err := s.cfg.Store.Get(id)
 	if err != nil {
