@@ -78,7 +78,7 @@ func (a *auditor) refused(err error) bool {
 // create that did not say (admission), and checks what it gets.
 func settle(cfg *Config, opts *CreateOptions) error {
 	r := admission.Request{
-		Owner: opts.Owner, Profile: opts.Profile, Network: opts.Network, Allow: opts.Allow, Limits: opts.Limits,
+		Profile: opts.Profile, Network: opts.Network, Allow: opts.Allow, Limits: opts.Limits,
 		DiskQuota: opts.DiskQuota, TTL: opts.TTL, ReadOnlyProject: opts.ReadOnlyProject,
 	}
 	profiles := admission.Profiles{Named: cfg.Profiles, Default: cfg.DefaultProfile, Hidden: cfg.Hidden, ReadOnly: cfg.ReadOnly}

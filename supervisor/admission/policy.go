@@ -23,7 +23,6 @@ var (
 // settings a caller may leave unset, and (Hidden, ReadOnly) the host
 // paths it gets from the host and its profile.
 type Request struct {
-	Owner           uint32
 	Profile         string
 	Network         string
 	Allow           []string
