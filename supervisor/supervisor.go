@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/cowfs"
+	"github.com/sandboxd/sandboxd/supervisor/admission"
 	"github.com/sandboxd/sandboxd/supervisor/audit"
 	"github.com/sandboxd/sandboxd/supervisor/state"
 	"github.com/sandboxd/sandboxd/units"
@@ -23,7 +24,7 @@ var (
 	ErrUnknownProject = errors.New("unknown project")
 	// ErrInvalid: options that make no sense (a negative TTL, bad limits,
 	// a bad name).
-	ErrInvalid = errors.New("invalid sandbox options")
+	ErrInvalid = admission.ErrInvalid
 	// ErrWrongState: an action the sandbox's state does not allow (thaw
 	// of a sandbox that is not frozen, ...).
 	ErrWrongState = errors.New("not allowed in the sandbox's state")
