@@ -211,3 +211,28 @@ func sameContent(a, b int) (bool, error) {
 		}
 	}
 }
+
+// RealConflicts are the paths of conflicts whose version in target (a
+// tree) is neither one of versions' (the sandbox's own: both sides made
+// the same change) nor base's (the target's change was undone since: a
+// failed promotion put the file back).
+func RealConflicts(conflicts []Conflict, target, base string, versions ...string) ([]string, error) {
+	var paths []string
+	all := append(versions[:len(versions):len(versions)], base)
+	for _, c := range conflicts {
+		same := false
+		for _, v := range all {
+			var err error
+			if same, err = Same(target, v, c.Path); err != nil {
+				return nil, fmt.Errorf("comparing %s in the project and the sandbox: %w", c.Path, err)
+			}
+			if same {
+				break
+			}
+		}
+		if !same {
+			paths = append(paths, c.Path)
+		}
+	}
+	return paths, nil
+}

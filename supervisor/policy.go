@@ -61,8 +61,7 @@ func (s *Supervisor) auditEntry(ctx context.Context, e audit.Entry, rec state.Re
 var refusals = []error{
 	ErrAccessDenied, ErrNotFound, ErrUnknownProject, ErrInvalid, ErrWrongState, ErrExists,
 	ErrInvalidProject, ErrProjectInUse, ErrLimitReached, ErrNoFile, ErrNoCheckpoint, ErrNoCommand,
-	ErrNoProcess, ErrNoSession, ErrNoPromotion, ErrNoIdmap, ErrNotBooted, ErrConflict, ErrBusy,
-	ErrNothingToPromote, ErrChecksOutsideSandbox,
+	ErrNoProcess, ErrNoSession, ErrNoIdmap, ErrNotBooted, ErrConflict, ErrBusy,
 }
 
 func (s *Supervisor) refused(err error) bool {

@@ -162,7 +162,7 @@ func (s *Supervisor) Rebase(ctx context.Context, id string) (sb Sandbox, err err
 	if err != nil {
 		return sb, fmt.Errorf("%s: %w", what, err)
 	}
-	conflicts, err := realConflicts(promote.Conflicts(changes, theirs), newBase.Path, oldBase.Path, src.Path)
+	conflicts, err := promote.RealConflicts(promote.Conflicts(changes, theirs), newBase.Path, oldBase.Path, src.Path)
 	if err != nil {
 		return sb, fmt.Errorf("%s: %w", what, err)
 	}

@@ -63,18 +63,6 @@ func (s *Supervisor) joinRooms() {
 	h.BeforeReconcile.Add(func(ctx context.Context, v ReconcileView) error {
 		return s.finishRollbacks(ctx, v.Records, v.Volumes, v.Active)
 	})
-	// Promotions: those a crash interrupted are finished or undone; the
-	// source a destroyed sandbox's last promotion kept is deleted; those
-	// running are waited for at the end.
-	h.AfterReconcile.Add(s.reconcilePromotions)
-	h.Destroyed.Add(func(ctx context.Context, rec state.Record) {
-		if s.earlierSource(ctx, rec.ID) != nil {
-			if _, err := s.prunePromotions(ctx); err != nil {
-				s.log.Warn("deleting a destroyed sandbox's promotion source", "SANDBOX_ID", rec.ID, "error", err)
-			}
-		}
-	})
-	h.Close.Add(s.promos.close)
 	// Adoption: recorded adoptions are finished or undone, and mounted
 	// again, before their projects load.
 	h.LoadProjects.Add(s.reconcileAdoptions)

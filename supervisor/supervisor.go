@@ -36,6 +36,13 @@ var (
 	ErrInvalidProject = errors.New("invalid project")
 	// ErrProjectInUse: RemoveProject of a project that has sandboxes.
 	ErrProjectInUse = errors.New("project in use")
+	// ErrConflict: the project changed, since the sandbox's base, paths
+	// that the sandbox changed too (a rebase, a promotion). The error
+	// lists them.
+	ErrConflict = errors.New("conflicting changes")
+	// ErrBusy: another promotion of the same project is under way, or
+	// what was asked keeps being changed meanwhile.
+	ErrBusy = errors.New("busy")
 )
 
 // Units is the seam to systemd: *units.Manager in the daemon.
@@ -104,8 +111,6 @@ type Config struct {
 	// Audit records every state-changing action (nil: none).
 	Audit *audit.Log
 	Log   *slog.Logger
-	// Stages are where promotions go, in order ("": the project alone).
-	Stages []Stage
 	// MaxCheckpoints caps one sandbox's checkpoints (0:
 	// DefaultMaxCheckpoints).
 	MaxCheckpoints int
@@ -142,7 +147,7 @@ type Supervisor struct {
 	hooks Hooks
 	// events: who hears of the sandboxes' changes (Subscribe).
 	events events
-	locks idLocks // one operation at a time per sandbox
+	locks  idLocks // one operation at a time per sandbox
 	// admission serializes the caps check with the recording of a create's
 	// intent, so that concurrent creates cannot both take the last place
 	// (or the same name), and the changes of the projects with both.
@@ -152,7 +157,6 @@ type Supervisor struct {
 	worlds    worlds
 	commands  commands
 	gate      projectGate
-	promos    promotionRuns // running in the background; Close waits for them
 	userns    usernsState
 	stateDirs stateDirCache
 	frozen    freezeCounts

@@ -22,6 +22,7 @@ import (
 	"github.com/sandboxd/sandboxd/supervisor/config"
 	"github.com/sandboxd/sandboxd/supervisor/journal"
 	"github.com/sandboxd/sandboxd/supervisor/ports"
+	"github.com/sandboxd/sandboxd/supervisor/promotion"
 	"github.com/sandboxd/sandboxd/supervisor/state"
 	"github.com/sandboxd/sandboxd/units"
 )
@@ -125,7 +126,6 @@ func run(ctx context.Context, configPath string) error {
 		CacheQuota:     uint64(lim.CacheQuota),
 		Audit:          auditLog,
 		Log:            log,
-		Stages:         stagesOf(cfg),
 		UserNS: supervisor.UserNS{
 			Mode: cfg.Sandbox.UserNS, RootLayers: cfg.Sandbox.RootLayers,
 			First: cfg.Sandbox.UserNSFirstID, Count: cfg.Sandbox.UserNSIDCount,
@@ -143,7 +143,7 @@ func run(ctx context.Context, configPath string) error {
 
 	// (checkpoints)
 
-	// (promotion)
+	rooms.Promotion = promotion.New(sup.Host().(promotion.Host), promotion.Config{Stages: stagesOf(cfg), Runner: sup.Host().(supervisor.Runner)})
 
 	// (adopt)
 
@@ -264,10 +264,10 @@ func watchdog(ctx context.Context, every time.Duration) {
 }
 
 // stagesOf is the configuration's stages as the supervisor runs them.
-func stagesOf(cfg *config.Config) []supervisor.Stage {
-	var out []supervisor.Stage
+func stagesOf(cfg *config.Config) []promotion.StageConfig {
+	var out []promotion.StageConfig
 	for _, st := range cfg.StageList() {
-		out = append(out, supervisor.Stage{
+		out = append(out, promotion.StageConfig{
 			Name: st.Name, Target: st.Target, Checks: st.Checks,
 			CheckTimeout: time.Duration(st.CheckTimeout),
 			Admin:        st.Approval == config.ApprovalAdmin,

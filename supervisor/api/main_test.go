@@ -553,7 +553,7 @@ func roomsOf(se *supervisortest.Env) api.Rooms {
 
 	// (checkpoints)
 
-	// (promotion)
+	r.Promotion = se.Promotion
 
 	// (adopt)
 

@@ -1,5 +1,7 @@
 package api
 
+import "github.com/sandboxd/sandboxd/supervisor/promotion"
+
 import "github.com/sandboxd/sandboxd/supervisor/ports"
 
 // Rooms are the supervisor's capabilities the front door serves beside
@@ -19,7 +21,7 @@ type Rooms struct {
 	// (checkpoints)
 
 	// Promotions (Promote, Approve, Reject, the records).
-	// (promotion)
+	Promotion *promotion.Promotions
 
 	// Adoption (AdoptProject, ReleaseProject).
 	// (adopt)

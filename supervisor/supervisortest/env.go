@@ -20,6 +20,7 @@ import (
 	"github.com/sandboxd/sandboxd/runtime/nsinit"
 	"github.com/sandboxd/sandboxd/supervisor"
 	"github.com/sandboxd/sandboxd/supervisor/ports"
+	"github.com/sandboxd/sandboxd/supervisor/promotion"
 	"github.com/sandboxd/sandboxd/supervisor/state"
 	"github.com/sandboxd/sandboxd/tests/testbed"
 	"github.com/sandboxd/sandboxd/units"
@@ -49,7 +50,8 @@ type Env struct {
 
 	// (checkpoints)
 
-	// (promotion)
+	Promotion       *promotion.Promotions
+	PromotionConfig promotion.Config // its stages: the Runner is Sup's
 
 	// (adopt)
 
@@ -169,7 +171,9 @@ func (e *Env) makeRooms() {
 
 	// (checkpoints)
 
-	// (promotion)
+	pc := e.PromotionConfig
+	pc.Runner = e.Sup.Host().(supervisor.Runner)
+	e.Promotion = promotion.New(e.Sup.Host().(promotion.Host), pc)
 
 	// (adopt)
 
