@@ -202,7 +202,7 @@ func (s *Supervisor) release(ctx context.Context, rec state.Project) error {
 		}
 		// The directory under the mount holds the files as they were
 		// when adopted: it takes the project's as they are now.
-		if err := emptyDir(ctx, p); err != nil {
+		if err := EmptyDir(ctx, p); err != nil {
 			return err
 		}
 		if err := copyTree(ctx, ad.InVolume(rec.Location, p), p, false); err != nil {

@@ -65,6 +65,10 @@ type Hooks struct {
 	// Spec lets a room add to the spec the init builds its world from;
 	// release runs once the init built it (or failed to).
 	Spec Hook[func(ctx context.Context, rec state.Record, spec *nsinit.Spec) (release func())]
+	// Idmapped runs once the mounts of an init in a user namespace are
+	// idmapped, before it builds its world from them: what a room asked
+	// for in the spec and could not be had (the cache: m.CacheErr).
+	Idmapped Hook[func(rec state.Record, m *nsinit.Mounts)]
 	// Started runs once a sandbox's init runs its world.
 	Started Hook[func(ctx context.Context, st Started)]
 	// Stopped runs when the daemon forgets a sandbox's init: it was

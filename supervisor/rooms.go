@@ -7,37 +7,12 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/runtime/nsinit"
-	"github.com/sandboxd/sandboxd/supervisor/state"
 )
 
 // joinRooms adds the hooks of the capabilities that still live in this
 // package; each moves to a room of its own, which adds them itself.
 func (s *Supervisor) joinRooms() {
 	h := &s.hooks
-	// The owner's cache.
-	h.BeforeLaunch.Add(func(ctx context.Context, rec state.Record) {
-		if !rec.NoCache {
-			s.prepareCache(ctx, rec.Owner)
-		}
-	})
-	h.Spec.Add(func(ctx context.Context, rec state.Record, spec *nsinit.Spec) func() {
-		if rec.NoCache {
-			return func() {}
-		}
-		path, unlock := s.useCache(ctx, rec.Owner)
-		spec.Cache = path
-		return unlock
-	})
-	h.Started.Add(func(_ context.Context, st Started) {
-		s.caches.setMounted(st.Record.ID, s.cacheMounted(st.Record.ID, st.PID))
-	})
-	h.Stopped.Add(func(id string) { s.caches.setMounted(id, false) })
-	h.CommandEnv.Add(func(rec state.Record) []string {
-		if s.caches.isMounted(rec.ID) {
-			return cacheEnv
-		}
-		return nil
-	})
 	// Commands, files and background processes.
 	h.Busy.Add(func(ctx context.Context, id string) bool {
 		if s.fileCalls.running(id) {

@@ -127,12 +127,6 @@ type Config struct {
 	// UserNS says whether sandboxes get user namespaces of their own
 	// (see ProbeUserNS).
 	UserNS UserNS
-	// Caches: each owner's sandboxes share a cache volume (cache.go);
-	// CacheQuota bounds it, what all of the owner's sandboxes put there
-	// together, in bytes (0: no bound).
-	Caches     bool
-	CacheQuota uint64
-
 	// PoolImage and PoolMountpoint are the embedded pool's image and
 	// where the daemon mounts it; empty for a pool the administrator
 	// mounts (adopt.go's poolAtBoot).
@@ -162,7 +156,6 @@ type Supervisor struct {
 	frozen    freezeCounts
 	procHooks processHooks
 	sessions  sessions
-	caches    caches // owners' cache volumes (cache.go)
 	activity  activity
 	fileCalls fileCalls // under way, by sandbox (files.go)
 	// adopting holds the paths of the adoptions under way (adopt.go),

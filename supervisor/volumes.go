@@ -45,15 +45,15 @@ const (
 	// also its hostname, sandbox-ID.
 	prefixUnit = "sandbox-"
 
-	// prefixCache: an owner's cache volume, cache-uUID (a uid, not a
+	// PrefixCache: an owner's cache volume, cache-uUID (a uid, not a
 	// sandbox's id: it outlives the owner's sandboxes, and Reconcile,
 	// which removes only what a sandbox's or a promotion's prefix names,
-	// keeps it). Every sandbox of that owner mounts it (cache.go).
-	prefixCache = "cache-u"
-	// prefixCacheFS: an owner's cache as a filesystem of its own, on a
-	// pool where copies into a volume escape its quota (cache_image.go):
+	// keeps it). Every sandbox of that owner mounts it (supervisor/caches).
+	PrefixCache = "cache-u"
+	// PrefixCacheFS: an owner's cache as a filesystem of its own, on a
+	// pool where copies into a volume escape its quota (supervisor/caches):
 	// cachefs-uUID holds the image and its mount point, root's alone.
-	prefixCacheFS = "cachefs-u"
+	PrefixCacheFS = "cachefs-u"
 
 	// prefixRollbackMarker: the empty volume that says a rollback of a
 	// sandbox to a checkpoint is under way ("rollback-<id>-<checkpoint>").

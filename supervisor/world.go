@@ -34,9 +34,7 @@ func (s *Supervisor) runtimeDir(id string) string { return filepath.Join(s.cfg.R
 // world is what the daemon holds of a live sandbox's init: its pid, and
 // the proxy it serves into its network namespace.
 type world struct {
-	pid int
-	// cache: its owner's cache is mounted, and its commands get the
-	// variables that send the tools there (cacheEnv).
+	pid         int
 	stopProxy   context.CancelFunc
 	proxyClosed chan struct{}
 }
@@ -191,8 +189,8 @@ func (s *Supervisor) idmapMounts(init *nsinit.Init, rec state.Record, spec nsini
 	if err != nil {
 		return nil, fmt.Errorf("idmapping sandbox %s's mounts: %w", rec.ID, err)
 	}
-	if m.CacheErr != nil {
-		s.withoutCache(rec.Owner, "idmap", m.CacheErr)
+	for _, f := range s.hooks.Idmapped.each() {
+		f(rec, m)
 	}
 	return m, nil
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/sandboxd/sandboxd/supervisor/api/access"
 	"github.com/sandboxd/sandboxd/supervisor/api/guard"
 	"github.com/sandboxd/sandboxd/supervisor/audit"
+	"github.com/sandboxd/sandboxd/supervisor/caches"
 	"github.com/sandboxd/sandboxd/supervisor/config"
 	"github.com/sandboxd/sandboxd/supervisor/journal"
 	"github.com/sandboxd/sandboxd/supervisor/ports"
@@ -122,8 +123,6 @@ func run(ctx context.Context, configPath string) error {
 		UserLimits:     host.bounds(lim.UserMemoryMax, lim.UserTasksMax),
 		SliceLimits:    host.bounds(lim.SliceMemoryMax, lim.SliceTasksMax),
 		IdleFreeze:     time.Duration(lim.IdleFreeze),
-		Caches:         true,
-		CacheQuota:     uint64(lim.CacheQuota),
 		Audit:          auditLog,
 		Log:            log,
 		UserNS: supervisor.UserNS{
@@ -137,7 +136,7 @@ func run(ctx context.Context, configPath string) error {
 	rooms := api.Rooms{}
 	rooms.Ports = ports.New(sup.Host(), ports.Config{RuntimeDir: runtimeDir})
 
-	// (caches)
+	rooms.Caches = caches.New(sup.Host(), caches.Config{Enabled: true, Quota: uint64(lim.CacheQuota)})
 
 	// (commands)
 

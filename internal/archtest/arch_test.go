@@ -106,6 +106,8 @@ var rules = []rule{
 		in("supervisor/changeset"), in("cowfs", "internal")},
 	{"the front door's parts (supervisor/api/...) import neither the front door nor one another; of the daemon only the supervisor",
 		below("supervisor/api"), func(imp string) bool { return in("sandboxd1", "internal")(imp) || imp == "supervisor" }},
+	{"the init's rooms (runtime/nsinit/*) import only one another, runtime/seccomp and internal/, never nsinit", below("runtime/nsinit"),
+		func(imp string) bool { return below("runtime/nsinit")(imp) || in("runtime/seccomp", "internal")(imp) }},
 }
 
 // rooms are the supervisor's capabilities, each over the core's Host
@@ -173,7 +175,7 @@ func TestCLIImportsOnlyTheWireContract(t *testing.T) {
 // of each rule gets exactly that break reported by it.
 func TestRulesCatchBreaks(t *testing.T) {
 	pkgs := []string{"sandboxd1", "internal/termsafe", "internal/crashpoint", "cowfs", "cowfs/btrfs", "units", "runtime/nsinit",
-		"runtime/egress", "promote", "supervisor", "supervisor/state", "supervisor/api", "supervisor/config", "cli",
+		"runtime/nsinit/world", "runtime/nsinit/boot", "runtime/egress", "promote", "supervisor", "supervisor/state", "supervisor/api", "supervisor/config", "cli",
 		"cli/verb", "cmd/sandboxctl", "cmd/sandboxd", "tests/testbed", "client", "mcpserver", "supervisor/ports", "supervisor/changeset",
 		"supervisor/api/guard", "supervisor/api/access"}
 	breaks := map[string][2]string{
@@ -193,6 +195,7 @@ func TestRulesCatchBreaks(t *testing.T) {
 		rules[13].name: {"supervisor/ports", "supervisor/api"},
 		rules[14].name: {"supervisor/changeset", "supervisor"},
 		rules[15].name: {"supervisor/api/guard", "supervisor/api/access"},
+		rules[16].name: {"runtime/nsinit/world", "runtime/nsinit"},
 		cliRule.name:   {"cli", "supervisor/config"},
 	}
 	g := graph{}
@@ -207,7 +210,8 @@ func TestRulesCatchBreaks(t *testing.T) {
 		{"supervisor/api", "supervisor"}, {"cowfs/btrfs", "cowfs"}, {"supervisor/ports", "supervisor"},
 		{"supervisor/api", "supervisor/ports"}, {"supervisor", "supervisor/changeset"}, {"supervisor/changeset", "cowfs"},
 		{"supervisor/api", "supervisor/api/guard"}, {"supervisor/api/guard", "supervisor"}, {"supervisor/api/guard", "sandboxd1"},
-		{"supervisor/api/access", "internal/termsafe"}} {
+		{"supervisor/api/access", "internal/termsafe"},
+		{"runtime/nsinit", "runtime/nsinit/boot"}, {"runtime/nsinit/boot", "runtime/nsinit/world"}} {
 		g[e[0]].ours[e[1]] = true
 	}
 	g["runtime/nsinit"].others["runtime"] = true

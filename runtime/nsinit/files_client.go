@@ -9,6 +9,8 @@ import (
 	"net"
 	"os"
 	"syscall"
+
+	"github.com/sandboxd/sandboxd/runtime/nsinit/fileserve"
 )
 
 // FileError is the init's refusal of a file request: its message, and
@@ -30,7 +32,7 @@ func (e *FileError) Unwrap() error {
 
 // maxFileAnswer bounds what the daemon takes from a file request's pipe:
 // a read's data or a list's JSON.
-const maxFileAnswer = max(MaxFileData, maxListAnswer)
+const maxFileAnswer = max(MaxFileData, fileserve.MaxListAnswer)
 
 // File does req in the sandbox whose init listens on socket, as req's
 // caller. in is the data the request takes (a write's bytes, an edit's

@@ -123,37 +123,6 @@ func sysMaps(es []Extent) []syscall.SysProcIDMap {
 	return out
 }
 
-// Mounts are the idmapped mounts an init in a user namespace builds its
-// world from (detached, made by the daemon): the host root's layers, top
-// first, its system layer's volume (which holds upper/ and work/) and its
-// copy of the project; and its owner's cache volume, if it has one.
-type Mounts struct {
-	Lowers  []*os.File
-	Layer   *os.File
-	Project *os.File
-	Cache   *os.File
-	// CacheErr says why Cache is nil though a cache was asked for: the
-	// sandbox is made without one.
-	CacheErr error
-}
-
-// Close closes the descriptors (the init has its own copies once Build
-// has sent them).
-func (m *Mounts) Close() {
-	if m == nil {
-		return
-	}
-	closeAll(m.files())
-}
-
-func (m *Mounts) files() []*os.File {
-	fs := append(slices.Clone(m.Lowers), m.Layer, m.Project)
-	if m.Cache != nil {
-		fs = append(fs, m.Cache)
-	}
-	return fs
-}
-
 // IdmapMounts makes the mounts of a launched init in a user namespace:
 // an idmapped clone of each of lowers (read-only), of layer and of
 // project (read-only if projectRO), each without access times (reading

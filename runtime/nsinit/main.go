@@ -7,20 +7,21 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
-	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sandboxd/sandboxd/runtime/nsinit/boot"
+	"github.com/sandboxd/sandboxd/runtime/nsinit/creds"
+	"github.com/sandboxd/sandboxd/runtime/nsinit/world"
 	"github.com/sandboxd/sandboxd/runtime/seccomp"
 )
 
 // init keeps an init's main goroutine on the main thread for good (init
 // functions run there): the kernel checks a signal to pid 1, and reads
 // of /proc/1, against that thread's credentials, and a goroutine that
-// takes a caller's credentials on its thread (asCaller) must never be
+// takes a caller's credentials on its thread (creds.AsCaller) must never be
 // scheduled there, or nobody in the sandbox could kill its init.
 func init() {
 	if IsInit() {
@@ -32,8 +33,8 @@ func init() {
 // world, answers "ok" (or what failed) on fd 3, and then runs commands on
 // request until the sandbox's scope is stopped. It never returns.
 func Main() {
-	if os.Getenv(envInit) == envBoot {
-		bootStage()
+	if os.Getenv(envInit) == boot.EnvStage {
+		boot.Stage()
 	}
 	// First: no one with the init's host uid (a block's, or nobody's for
 	// the probe) may ptrace it or read its memory while it starts.
@@ -55,7 +56,7 @@ func Main() {
 	// The memory limit's OOM killer must pick a command, never the init
 	// (whose end is the sandbox's), and no one may read its memory.
 	_ = os.WriteFile("/proc/self/oom_score_adj", []byte("-1000"), 0)
-	ln, logs, console, err := build(&spec, control, mounts)
+	ln, logs, console, err := world.Build(&spec, control, mounts)
 	if err != nil {
 		fail(err)
 	}
@@ -63,11 +64,11 @@ func Main() {
 	s.procs = newProcesses(logs)
 	if spec.Boot {
 		// Before any filter: the boot stage takes its own.
-		s.system, err = startSystem(&spec, spec.Payload, console)
+		s.system, err = boot.Start(spec.ID, spec.Payload, console)
 		spec.Payload.Close()
 		console.Close()
 		if err == nil {
-			err = maskSystemProc()
+			err = world.MaskSystemProc()
 		}
 		if err != nil {
 			fail(err)
@@ -204,57 +205,15 @@ func readSpec(setup *os.File) (Spec, *os.File, *Mounts, error) {
 	return spec, files[0], mounts, nil
 }
 
-// lastCap is the running kernel's highest capability, read once: a
-// command of uid 0 without capabilities drops each of them, and read it
-// anew for each (42 reads of /proc per command).
-var lastCap = sync.OnceValue(func() int {
-	if b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap"); err == nil {
-		if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
-			return n
-		}
-	}
-	return unix.CAP_LAST_CAP
-})
-
-// keptCaps are what a command started as root keeps: enough to manage
-// files and processes inside the sandbox, nothing that reaches the kernel
-// or the host (no CAP_SYS_ADMIN, _MODULE, _RAWIO, _PTRACE, _NET_ADMIN,
-// _MKNOD, _DAC_READ_SEARCH).
-var keptCaps = []uintptr{
-	unix.CAP_CHOWN, unix.CAP_DAC_OVERRIDE, unix.CAP_FOWNER, unix.CAP_FSETID, unix.CAP_KILL,
-	unix.CAP_SETGID, unix.CAP_SETUID, unix.CAP_NET_BIND_SERVICE, unix.CAP_SYS_CHROOT,
-}
-
 // lockdown bounds what the init's children can ever hold: the capability
-// bounding set shrinks to keptCaps, no new privileges (setuid binaries and
-// file capabilities grant nothing), and the seccomp filter. Capabilities
-// are per thread: the caller is the locked thread that forks every command
-// (the seccomp filter and no_new_privs reach all threads).
+// bounding set shrinks to what a root command keeps (creds), no new
+// privileges (setuid binaries and file capabilities grant nothing), and
+// the seccomp filter. Capabilities are per thread: the caller is the
+// locked thread that forks every command (the seccomp filter and
+// no_new_privs reach all threads).
 func lockdown() error {
-	if err := dropCapabilities(); err != nil {
+	if err := creds.DropCapabilities(); err != nil {
 		return err
 	}
 	return seccomp.Install()
-}
-
-// dropCapabilities is lockdown's first half, on the calling thread: the
-// bounding set and the ambient set.
-func dropCapabilities() error {
-	last := lastCap()
-	keep := map[uintptr]bool{}
-	for _, c := range keptCaps {
-		keep[c] = true
-	}
-	for c := uintptr(0); c <= uintptr(last); c++ {
-		if keep[c] {
-			continue
-		}
-		if err := unix.Prctl(unix.PR_CAPBSET_DROP, c, 0, 0, 0); err != nil {
-			return fmt.Errorf("dropping capability %d from the bounding set: %w", c, err)
-		}
-	}
-	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
-		return fmt.Errorf("clearing ambient capabilities: %w", err)
-	}
-	return nil
 }

@@ -7,6 +7,8 @@ import (
 	"sync"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandboxd/runtime/nsinit/creds"
 )
 
 // The kernel charges what is made inside a user namespace (namespaces,
@@ -58,7 +60,7 @@ func becomeOwner(uid, gid uint32) error {
 	if err := unix.Prctl(unix.PR_SET_KEEPCAPS, 1, 0, 0, 0); err != nil {
 		return fmt.Errorf("keeping capabilities: %w", err)
 	}
-	if err := setThreadIDs(uid, gid, nil); err != nil {
+	if err := creds.SetThreadIDs(uid, gid, nil); err != nil {
 		return err
 	}
 	// A change of uid makes the process undumpable (its /proc entries
@@ -67,5 +69,5 @@ func becomeOwner(uid, gid uint32) error {
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 1, 0, 0, 0); err != nil {
 		return fmt.Errorf("keeping the process dumpable: %w", err)
 	}
-	return setThreadCaps(ownerCaps)
+	return creds.SetThreadCaps(ownerCaps)
 }

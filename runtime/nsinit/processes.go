@@ -3,7 +3,6 @@ package nsinit
 import (
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"slices"
@@ -11,7 +10,7 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/sandboxd/sandboxd/runtime/nsinit/proclog"
 )
 
 // Background processes: commands that outlive the call that started them
@@ -23,14 +22,8 @@ import (
 // Each one's stdout and stderr go, through a pipe the init reads, to a
 // log in a directory of the system layer's volume, outside the overlay
 // (the sandbox cannot see or change it; its disk quota counts it),
-// rotated at LogBound: the current file and the one before are kept.
-
-// LogBound is the size at which a process's log is rotated: at most twice
-// it is kept.
-const LogBound = 8 << 20
-
-// MaxReadLog bounds what one ReadLog returns.
-const MaxReadLog = 64 << 10
+// rotated at LogBound: the current file and the one before are kept
+// (runtime/nsinit/proclog).
 
 // maxProcesses bounds the processes the init keeps: running ones count,
 // and ended ones are forgotten (with their logs), oldest first, to make
@@ -64,24 +57,27 @@ type ProcessQuery struct {
 	Max    uint32 `json:"max,omitempty"`
 }
 
-// LogChunk is what a read of a log returns: Data from the offset asked
-// (or from the oldest byte kept, if that is later: From says), Next the
-// offset after it, Ended once the process has ended and Next is the end.
-type LogChunk struct {
-	Data  []byte `json:"data"`
-	From  uint64 `json:"from"`
-	Next  uint64 `json:"next"`
-	Ended bool   `json:"ended"`
-}
+// LogChunk is what a read of a log returns (a background process's log
+// is runtime/nsinit/proclog's; the daemon names its reads, its bound and
+// its error here).
+type LogChunk = proclog.Chunk
+
+const (
+	// LogBound is the size at which a process's log is rotated: at most
+	// twice it is kept.
+	LogBound = proclog.Bound
+	// MaxReadLog bounds what one ReadLog returns.
+	MaxReadLog = proclog.MaxRead
+)
 
 // Errors of the processes' calls.
 var (
 	// ErrNoProcess: no background process of that id.
 	ErrNoProcess = errors.New("no such process")
-	// ErrPastEnd: a read of a log from past what it holds.
-	ErrPastEnd = errors.New("offset past the end of the log")
 	// ErrTooMany: maxProcesses run already.
 	ErrTooMany = errors.New("too many background processes")
+	// ErrPastEnd: a read of a log from past what it holds.
+	ErrPastEnd = proclog.ErrPastEnd
 )
 
 // processes is the init's table of background processes.
@@ -95,7 +91,7 @@ type processes struct {
 
 type process struct {
 	Process
-	log *rotatingLog
+	log *proclog.Log
 	// reaped: its pid is no longer its own (it may be reused), though its
 	// end is not told until its log is all written.
 	reaped bool
@@ -103,33 +99,6 @@ type process struct {
 
 func newProcesses(dir *os.File) *processes {
 	return &processes{dir: dir, watchers: map[*net.UnixConn]bool{}}
-}
-
-// openLogs makes and opens the logs' directory in the system layer's
-// volume at layer (before the pivot hides it).
-func openLogs(layer string) (*os.File, error) {
-	dir := layer + "/processes"
-	if err := os.Mkdir(dir, 0o700); err != nil && !os.IsExist(err) {
-		return nil, fmt.Errorf("making the processes' log directory: %w", err)
-	}
-	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, fmt.Errorf("opening the processes' log directory: %w", err)
-	}
-	f := os.NewFile(uintptr(fd), dir)
-	// An init started again (after a reboot, a rollback) knows none of
-	// the processes of the one before: their logs go, or they would sit
-	// in the quota with no one to read or remove them.
-	if names, err := f.Readdirnames(-1); err == nil {
-		for _, n := range names {
-			_ = unix.Unlinkat(fd, n, 0)
-		}
-	}
-	if _, err := f.Seek(0, 0); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("opening the processes' log directory: %w", err)
-	}
-	return f, nil
 }
 
 // add makes room for and registers a process about to start, with a new
@@ -152,21 +121,21 @@ func (ps *processes) add(id string, argv []string) (*process, *os.File, error) {
 		if i < 0 {
 			return nil, nil, fmt.Errorf("%d run already: %w", maxProcesses, ErrTooMany)
 		}
-		ps.all[i].log.remove()
+		ps.all[i].log.Remove()
 		ps.all = slices.Delete(ps.all, i, i+1)
 	}
-	log, err := newRotatingLog(ps.dir, id)
+	log, err := proclog.New(ps.dir, id)
 	if err != nil {
 		return nil, nil, err
 	}
 	r, w, err := os.Pipe()
 	if err != nil {
-		log.remove()
+		log.Remove()
 		return nil, nil, fmt.Errorf("making the output pipe: %w", err)
 	}
 	p := &process{Process: Process{ID: id, Argv: argv, Started: time.Now()}, log: log}
 	ps.all = append(ps.all, p)
-	go log.copyFrom(r)
+	go log.CopyFrom(r)
 	return p, w, nil
 }
 
@@ -184,7 +153,7 @@ func (ps *processes) forget(p *process) {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	ps.all = slices.DeleteFunc(ps.all, func(q *process) bool { return q == p })
-	p.log.remove()
+	p.log.Remove()
 }
 
 // started records the pid; ended, how it ended, and tells the watchers
@@ -199,7 +168,7 @@ func (ps *processes) ended(p *process, res Result) {
 	ps.mu.Lock()
 	p.reaped = true
 	ps.mu.Unlock()
-	p.log.wait()
+	p.log.Wait()
 	ps.mu.Lock()
 	p.Ended, p.Result = time.Now(), res
 	snap := p.Process
@@ -273,12 +242,12 @@ func (s *server) query(conn *net.UnixConn, q *ProcessQuery) {
 		ps.mu.Lock()
 		ended := !p.Running()
 		ps.mu.Unlock()
-		chunk, err := p.log.read(q.Offset, min(q.Max, MaxReadLog))
+		chunk, err := p.log.Read(q.Offset, min(q.Max, MaxReadLog))
 		if err != nil {
 			_ = writeMessage(conn, errorMessage(err), nil)
 			return
 		}
-		chunk.Ended = ended && chunk.Next == p.log.size()
+		chunk.Ended = ended && chunk.Next == p.log.Size()
 		_ = writeMessage(conn, message{Log: &chunk}, nil)
 	case q.Signal > 0:
 		p, err := ps.get(q.ID)
@@ -299,132 +268,6 @@ func (s *server) query(conn *net.UnixConn, q *ProcessQuery) {
 	}
 }
 
-// rotatingLog is one process's output: the current file (ID.log) and the
-// one before it (ID.log.1); offsets count every byte written since the
-// start.
-type rotatingLog struct {
-	dir  *os.File
-	name string
-	mu   sync.Mutex
-	cur  *os.File
-	// base is the offset of the first byte kept (in .1, or in the
-	// current file when there is no .1), prev the size of .1, total
-	// every byte written.
-	base, prev, total uint64
-	done              chan struct{}
-}
-
-func newRotatingLog(dir *os.File, id string) (*rotatingLog, error) {
-	l := &rotatingLog{dir: dir, name: id + ".log", done: make(chan struct{})}
-	f, err := l.create(l.name)
-	if err != nil {
-		return nil, err
-	}
-	l.cur = f
-	return l, nil
-}
-
-func (l *rotatingLog) create(name string) (*os.File, error) {
-	fd, err := unix.Openat(int(l.dir.Fd()), name, unix.O_RDWR|unix.O_CREAT|unix.O_TRUNC|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("making the log %s: %w", name, err)
-	}
-	return os.NewFile(uintptr(fd), name), nil
-}
-
-// copyFrom writes what r gives into the log until r ends.
-func (l *rotatingLog) copyFrom(r *os.File) {
-	defer close(l.done)
-	defer r.Close()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := r.Read(buf)
-		if n > 0 {
-			l.write(buf[:n])
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
-func (l *rotatingLog) write(b []byte) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.total-l.base-l.prev+uint64(len(b)) > LogBound && l.total-l.base-l.prev > 0 {
-		// Rotate: the current becomes .1, the old .1 goes.
-		if err := unix.Renameat(int(l.dir.Fd()), l.name, int(l.dir.Fd()), l.name+".1"); err == nil {
-			if f, err := l.create(l.name); err == nil {
-				l.cur.Close()
-				l.cur = f
-				l.base += l.prev
-				l.prev = l.total - l.base
-			}
-		}
-	}
-	if _, err := l.cur.Write(b); err != nil {
-		return // the quota or the disk is full: what does not fit is lost
-	}
-	l.total += uint64(len(b))
-}
-
-// wait returns once the output is all written (the pipe's writers gone).
-func (l *rotatingLog) wait() {
-	select {
-	case <-l.done:
-	case <-time.After(time.Second): // a daemon it started holds the pipe
-	}
-}
-
-func (l *rotatingLog) size() uint64 {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.total
-}
-
-// read returns at most limit bytes from offset (or from the oldest kept).
-func (l *rotatingLog) read(offset uint64, limit uint32) (LogChunk, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if offset > l.total {
-		return LogChunk{}, fmt.Errorf("offset %d, the log holds %d bytes: %w", offset, l.total, ErrPastEnd)
-	}
-	offset = max(offset, l.base)
-	c := LogChunk{From: offset, Next: offset}
-	for len(c.Data) < int(limit) && c.Next < l.total {
-		name, at := l.name, c.Next-(l.base+l.prev)
-		if c.Next < l.base+l.prev {
-			name, at = l.name+".1", c.Next-l.base
-		}
-		fd, err := unix.Openat(int(l.dir.Fd()), name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return c, fmt.Errorf("reading the log: %w", err)
-		}
-		buf := make([]byte, int(limit)-len(c.Data))
-		n, err := unix.Pread(fd, buf, int64(at))
-		unix.Close(fd)
-		if err != nil && !errors.Is(err, io.EOF) {
-			return c, fmt.Errorf("reading the log: %w", err)
-		}
-		if n <= 0 {
-			break
-		}
-		c.Data = append(c.Data, buf[:n]...)
-		c.Next += uint64(n)
-	}
-	return c, nil
-}
-
-// remove deletes the log's files.
-func (l *rotatingLog) remove() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.cur.Close()
-	for _, n := range []string{l.name, l.name + ".1"} {
-		_ = unix.Unlinkat(int(l.dir.Fd()), n, 0)
-	}
-}
-
 // spawn starts req in the background: its stdin /dev/null, its output to
 // its log; it answers with the pid, and the process goes on without the
 // connection.
@@ -438,7 +281,7 @@ func (s *server) spawn(conn *net.UnixConn, req *Request, files []*os.File) {
 	p, w, err := s.procs.add(req.Spawn, req.Argv)
 	if err != nil {
 		if cg != nil {
-			cg.close()
+			cg.Close()
 		}
 		_ = writeMessage(conn, errorMessage(err), nil)
 		return
@@ -448,7 +291,7 @@ func (s *server) spawn(conn *net.UnixConn, req *Request, files []*os.File) {
 		w.Close()
 		s.procs.forget(p)
 		if cg != nil {
-			cg.close()
+			cg.Close()
 		}
 		_ = writeMessage(conn, errorMessage(err), nil)
 		return

@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,7 +18,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/sandboxd/sandboxd/runtime/seccomp"
+	"github.com/sandboxd/sandboxd/runtime/nsinit/boot"
+	"github.com/sandboxd/sandboxd/runtime/nsinit/cgroup"
+	"github.com/sandboxd/sandboxd/runtime/nsinit/creds"
 )
 
 // server runs commands for the daemon. As pid 1 of the sandbox's PID
@@ -36,7 +39,7 @@ type server struct {
 	// join its namespaces, each with a filter of its own (the init's
 	// other threads must still setns); once it has ended, fallback forks
 	// in the init's own namespaces.
-	system   *system
+	system   *boot.System
 	fallback struct {
 		once  sync.Once
 		forks chan fork
@@ -46,94 +49,6 @@ type server struct {
 
 func newServer() *server {
 	return &server{waiting: map[int]chan syscall.WaitStatus{}, forks: make(chan fork)}
-}
-
-// fork is a request to the forker thread.
-type fork struct {
-	path string
-	argv []string
-	attr *syscall.ProcAttr
-	done chan forked
-}
-
-type forked struct {
-	pid int
-	err error
-}
-
-// startForker starts the one thread that forks commands, locked down
-// (lockdown) before its first fork: a fork's child starts with the
-// credentials of the thread that forked it.
-func (s *server) startForker() error {
-	if s.system == nil {
-		return forkerThread(lockdown, s.forks)
-	}
-	s.asCaller.setup = s.threadSetup
-	return forkerThread(s.threadSetup(true, dropCapabilities), s.forks)
-}
-
-// threadSetup is what a forker thread does before its first fork: join
-// the sandbox's systemd (if joined and it has one), take on its
-// credentials (become), and take the filter. Without a systemd the
-// filter is the whole init's already (lockdown, on the main forker).
-func (s *server) threadSetup(joined bool, become func() error) func() error {
-	if s.system == nil {
-		return become
-	}
-	return func() error {
-		if joined {
-			if err := s.system.join(); err != nil {
-				return err
-			}
-		}
-		if err := become(); err != nil {
-			return err
-		}
-		return seccomp.InstallThread()
-	}
-}
-
-// forkFor forks f: on the thread of the command's identity (asCaller:
-// uid 0 without capabilities), or the main forker, or, once the
-// sandbox's systemd has ended, in the init's own namespaces.
-func (s *server) forkFor(f fork, asCaller bool, id identity) forked {
-	joined := s.system == nil || !s.system.ended.Load()
-	if asCaller {
-		return s.asCaller.fork(id, joined, f)
-	}
-	if !joined {
-		s.fallback.once.Do(func() {
-			s.fallback.forks = make(chan fork)
-			s.fallback.err = forkerThread(s.threadSetup(false, dropCapabilities), s.fallback.forks)
-		})
-		if s.fallback.err != nil {
-			return forked{-1, s.fallback.err}
-		}
-		s.fallback.forks <- f
-		return <-f.done
-	}
-	s.forks <- f
-	return <-f.done
-}
-
-// forkerThread starts a thread, kept for good and locked to its goroutine
-// (its credentials are not the others'), that runs setup and then forks
-// what arrives on forks; it returns setup's error.
-func forkerThread(setup func() error, forks <-chan fork) error {
-	ready := make(chan error)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread ends with it
-		if err := setup(); err != nil {
-			ready <- err
-			return
-		}
-		close(ready)
-		for f := range forks {
-			pid, err := syscall.ForkExec(f.path, f.argv, f.attr)
-			f.done <- forked{pid, err}
-		}
-	}()
-	return <-ready
 }
 
 // reap collects every child that ends, and hands the commands' statuses
@@ -253,7 +168,7 @@ type command struct {
 	timer   *time.Timer
 	// cg is the command's own cgroup (nil: none, as the caller asked to
 	// detach, or as the host has no cgroup v2).
-	cg *initCgroup
+	cg *cgroup.Received
 }
 
 func (c *command) kill(sig syscall.Signal) {
@@ -281,8 +196,8 @@ func (c *command) wait() Result {
 	// Without a cgroup (detached), daemons it started stay.
 	c.kill(syscall.SIGKILL)
 	if c.cg != nil {
-		c.cg.kill()
-		c.cg.close()
+		c.cg.Kill()
+		c.cg.Close()
 	}
 	copied := make(chan struct{})
 	go func() { c.copies.Wait(); close(copied) }()
@@ -304,22 +219,21 @@ func (c *command) wait() Result {
 
 // splitFiles takes a request's descriptors apart: stdio, then the
 // cgroups the request says it carries.
-func splitFiles(req *Request, files []*os.File) ([]*os.File, *initCgroup, error) {
+func splitFiles(req *Request, files []*os.File) ([]*os.File, *cgroup.Received, error) {
 	if !req.Cgroup {
 		return files, nil, nil
 	}
-	if len(files) < cgroupFiles {
+	if len(files) < cgroup.Files {
 		return nil, nil, errors.New("the request's cgroups are missing")
 	}
-	n := len(files) - cgroupFiles
-	cg := files[n:]
-	return files[:n], &initCgroup{dir: cg[0], procs: cg[1], killer: cg[2], parentProcs: cg[3]}, nil
+	n := len(files) - cgroup.Files
+	return files[:n], cgroup.FromFiles(files[n:]), nil
 }
 
-func (s *server) start(req *Request, stdio []*os.File, cg *initCgroup) (_ *command, err error) {
+func (s *server) start(req *Request, stdio []*os.File, cg *cgroup.Received) (_ *command, err error) {
 	defer func() {
 		if err != nil && cg != nil {
-			cg.close()
+			cg.Close()
 		}
 	}()
 	if len(req.Argv) == 0 || req.Argv[0] == "" {
@@ -333,7 +247,7 @@ func (s *server) start(req *Request, stdio []*os.File, cg *initCgroup) (_ *comma
 	// directory of PATH it cannot enter hides what is in it.
 	var path string
 	var lerr error
-	if err := asCaller(req.identity(), func() { path, lerr = lookPath(req.Argv[0], dir, req.Env) }); err != nil {
+	if err := creds.AsCaller(req.identity(), func() { path, lerr = lookPath(req.Argv[0], dir, req.Env) }); err != nil {
 		return nil, fmt.Errorf("looking for %s: %w", req.Argv[0], err)
 	}
 	if lerr != nil {
@@ -380,9 +294,9 @@ func (s *server) start(req *Request, stdio []*os.File, cg *initCgroup) (_ *comma
 	}
 	s.mu.Lock()
 	if cg != nil {
-		if cerr := cg.enter(); cerr != nil {
+		if cerr := cg.Enter(); cerr != nil {
 			fmt.Fprintf(os.Stderr, "sandbox init: %v; %s runs without a cgroup of its own\n", cerr, path)
-			cg.close()
+			cg.Close()
 			cg = nil
 		}
 	}
@@ -395,8 +309,8 @@ func (s *server) start(req *Request, stdio []*os.File, cg *initCgroup) (_ *comma
 	}
 	r := s.forkFor(f, asCaller, req.identity())
 	if cg != nil {
-		if cerr := cg.leave(); cerr != nil {
-			// Ended by pid then, sparing the init (see initCgroup.kill).
+		if cerr := cg.Leave(); cerr != nil {
+			// Ended by pid then, sparing the init (see cgroup.Received.Kill).
 			fmt.Fprintf(os.Stderr, "sandbox init: %v\n", cerr)
 		}
 	}
@@ -429,7 +343,7 @@ func (s *server) start(req *Request, stdio []*os.File, cg *initCgroup) (_ *comma
 // The copies write as the command's user, not as the init: a descriptor
 // the caller passed may be one only a privileged writer can use to harm
 // (the caller's own /proc/PID/oom_score_adj, opened for writing).
-func (c *command) countOutput(out []*os.File, limit int64, id identity) ([]*os.File, error) {
+func (c *command) countOutput(out []*os.File, limit int64, id creds.Identity) ([]*os.File, error) {
 	var total atomic.Int64
 	var ends []*os.File
 	for _, dst := range out {
@@ -451,8 +365,8 @@ func (c *command) countOutput(out []*os.File, limit int64, id identity) ([]*os.F
 			defer c.copies.Done()
 			defer r.Close()
 			defer dst.Close()
-			runtime.LockOSThread() // never unlocked: see becomeOnThisThread
-			if err := becomeOnThisThread(id); err != nil {
+			runtime.LockOSThread() // never unlocked: see creds.BecomeOnThisThread
+			if err := creds.BecomeOnThisThread(id); err != nil {
 				fmt.Fprintf(os.Stderr, "sandbox init: copying a command's output: %v\n", err)
 				c.end(OutputLimit)
 				_, _ = io.Copy(io.Discard, r)
@@ -586,4 +500,27 @@ func closeAll(files []*os.File) {
 			f.Close()
 		}
 	}
+}
+
+// watchSystem hands systemd's end to the reaper: from then on commands
+// are forked in the init's own namespaces (forking into a pid namespace
+// whose init has ended fails), and the sandbox answers as before.
+func (s *server) watchSystem() {
+	ended := make(chan syscall.WaitStatus, 1)
+	s.mu.Lock()
+	s.waiting[s.system.PID] = ended
+	s.mu.Unlock()
+	go func() {
+		ws := <-ended
+		s.system.Ended.Store(true)
+		fmt.Fprintf(os.Stderr, "sandbox init: the sandbox's systemd ended (%v); commands now run in the init's namespaces\n", describe(ws))
+	}()
+}
+
+// describe says how a process ended.
+func describe(ws syscall.WaitStatus) string {
+	if ws.Signaled() {
+		return "signal " + ws.Signal().String()
+	}
+	return "status " + strconv.Itoa(ws.ExitStatus())
 }

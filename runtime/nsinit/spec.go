@@ -13,7 +13,11 @@
 // the command writes passes through the daemon.
 //
 // The daemon side is Start (make an init from a Spec) and Exec (run a
-// command in a live one); the init side is Main.
+// command in a live one); the init side is Main, which builds the world
+// (runtime/nsinit/world), starts a booted sandbox's systemd
+// (runtime/nsinit/boot) and serves the control socket: commands and
+// background processes here, files by runtime/nsinit/fileserve, each on
+// a thread of the caller's credentials (runtime/nsinit/creds).
 package nsinit
 
 import (
@@ -23,80 +27,38 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/sandboxd/sandboxd/runtime/nsinit/boot"
+	"github.com/sandboxd/sandboxd/runtime/nsinit/creds"
+	"github.com/sandboxd/sandboxd/runtime/nsinit/world"
 )
 
-// Network modes of a sandbox.
+// The world an init builds is runtime/nsinit/world's; the daemon names
+// it here.
+type (
+	// Spec is the world an init builds. Paths are as the daemon sees them.
+	Spec = world.Spec
+	// Bind is a host directory seen at another path inside the sandbox.
+	Bind = world.Bind
+	// Dir is a directory to make in the sandbox, with its owners and mode.
+	Dir = world.Dir
+	// Mounts are the idmapped mounts an init in a user namespace builds
+	// its world from.
+	Mounts = world.Mounts
+)
+
+// Network modes of a sandbox (see world.NetworkNone), and where it sees
+// its owner's cache.
 const (
-	// NetworkNone: a network namespace with only loopback.
-	NetworkNone = "none"
-	// NetworkAllowlist: like none, and the daemon serves a filtering
-	// proxy on the sandbox's loopback (see runtime/egress).
-	NetworkAllowlist = "allowlist"
-	// NetworkHost: the host's own network namespace.
-	NetworkHost = "host"
+	NetworkNone      = world.NetworkNone
+	NetworkAllowlist = world.NetworkAllowlist
+	NetworkHost      = world.NetworkHost
+	CachePath        = world.CachePath
 )
 
-// Spec is the world an init builds. Paths are as the daemon sees them.
-type Spec struct {
-	ID       string `json:"id"`
-	Hostname string `json:"hostname"`
-	// Dir is the sandbox's runtime directory: the new root is mounted on
-	// Dir/root and the control socket is Dir/control.
-	Dir string `json:"dir"`
-	// Layer holds the sandbox's system layer: writes to /usr, /etc, ...
-	// go to Layer/upper. Empty: the layer is a tmpfs of LayerSize bytes
-	// (for pools that cannot carry an overlay's upper layer, zfs-fuse).
-	Layer     string `json:"layer,omitempty"`
-	LayerSize uint64 `json:"layer_size,omitempty"`
-	// ScratchSize bounds each of /tmp, /run and /dev/shm, in bytes (0: a
-	// sixteenth of the host's memory, at most 1GiB; see ScratchSizeFor).
-	ScratchSize uint64 `json:"scratch_size,omitempty"`
-	// Project is the sandbox's copy of the project (Source), seen at the
-	// project's own path (Target). A project of several directories
-	// (ProjectDirs) is seen, instead, as each of them at its own path,
-	// which is also where the volume holds it (projectdirs.go).
-	Project     Bind     `json:"project"`
-	ProjectDirs []string `json:"project_dirs,omitempty"`
-	// Hidden host paths are replaced by an empty directory or file;
-	// ReadOnly ones are seen but cannot be changed.
-	Hidden   []string `json:"hidden,omitempty"`
-	ReadOnly []string `json:"readonly,omitempty"`
-	Network  string   `json:"network"`
-	// UserNS: the init is root of a user namespace of its own, and builds
-	// its world from the idmapped mounts that came with the spec (Lowers
-	// of the host root's layers, top first, then the system layer's
-	// volume, then the project) instead of the paths above.
-	UserNS bool `json:"userns,omitempty"`
-	Lowers int  `json:"lowers,omitempty"`
-	// Cache is the owner's cache volume (its host path, "": none), seen
-	// read-write at CachePath by every sandbox of that owner. In a user
-	// namespace it comes idmapped instead, as the last descriptor, which
-	// CacheFD says is there.
-	Cache   string `json:"cache,omitempty"`
-	CacheFD bool   `json:"cache_fd,omitempty"`
-	// Boot: the sandbox runs a systemd of its own (boot.go), in payload/
-	// of its scope's cgroup, whose cgroup.procs Payload is (opened by the
-	// daemon for writing; it travels as the last descriptor). Only in a
-	// user namespace. LogDirs are made in its (hidden) /var/log.
-	Boot    bool     `json:"boot,omitempty"`
-	LogDirs []Dir    `json:"log_dirs,omitempty"`
-	Payload *os.File `json:"-"`
-	// StateDirs are the host's directories a sandbox in a user namespace
-	// cannot read (a service's 0700 state), made empty in its layer
-	// (makeStateDirs).
-	StateDirs []Dir `json:"state_dirs,omitempty"`
-}
-
-// CachePath is where a sandbox sees its owner's cache volume (pip, npm,
-// Go, cargo).
-const CachePath = "/var/cache/sandbox"
-
-// Bind is a host directory seen at another path inside the sandbox.
-type Bind struct {
-	Source   string `json:"source"`
-	Target   string `json:"target"`
-	ReadOnly bool   `json:"readonly,omitempty"`
-}
+// ScratchSizeFor is the size of each of /tmp, /run and /dev/shm in a
+// sandbox whose MemoryMax is memoryMax (0: none): a quarter of it.
+func ScratchSizeFor(memoryMax uint64) uint64 { return world.ScratchSizeFor(memoryMax) }
 
 // Control is the path of the init's control socket, and Root that of its
 // root as mounted, for a sandbox whose runtime directory is dir.
@@ -221,17 +183,23 @@ type message struct {
 	Log       *LogChunk     `json:"log,omitempty"`
 	Exited    *Process      `json:"exited,omitempty"`
 	// FileRequest asks for a file read, written, listed or edited as the
-	// caller (files.go), with its data pipe; File answers it.
+	// caller (runtime/nsinit/fileserve), with its data pipe; File answers it.
 	FileRequest *FileRequest `json:"file_request,omitempty"`
 	File        *FileResult  `json:"file,omitempty"`
 }
 
-// envInit marks the process that must run Main.
-const envInit = "SANDBOXD_NSINIT"
+// envInit marks the process that must run Main ("1"; boot.EnvStage for
+// a booted sandbox's boot stage).
+const envInit = boot.EnvVar
 
 // IsInit reports whether this process was started by Start to be a
 // sandbox's init; its main function must then call Main and nothing else.
-func IsInit() bool { v := os.Getenv(envInit); return v == "1" || v == envBoot }
+func IsInit() bool { v := os.Getenv(envInit); return v == "1" || v == boot.EnvStage }
+
+// identity is whom the request's command runs as.
+func (r *Request) identity() creds.Identity {
+	return creds.Identity{UID: r.UID, GID: r.GID, Groups: r.Groups, NoCaps: r.NoCapabilities}
+}
 
 // program names the request's command in errors and logs: its program
 // alone, quoted, as the rest of argv may hold secrets (tokens, passwords)

@@ -129,7 +129,7 @@ func (i *Init) Build(ctx context.Context, spec Spec, mounts *Mounts) error {
 		spec.UserNS = true
 		spec.Lowers = len(mounts.Lowers)
 		spec.CacheFD = mounts.Cache != nil
-		files = append(files, mounts.files()...)
+		files = append(files, mounts.Files()...)
 	}
 	if spec.Boot {
 		if mounts == nil || spec.Payload == nil {

@@ -18,7 +18,10 @@ func (m manager) ClearCache(sender dbus.Sender) *dbus.Error {
 		return s.end(r, "", dbusError(sandboxd1.ErrorAccessDenied,
 			"clearing the cache of uid %d: it may not create sandboxes, and has no cache", r.who.UID))
 	}
-	if err := s.sup.ClearCache(r.ctx, r.who.UID); err != nil {
+	if s.rooms.Caches == nil {
+		return s.end(r, "", dbusError(sandboxd1.ErrorFailed, "clearing the cache of uid %d: sandboxes have no caches here", r.who.UID))
+	}
+	if err := s.rooms.Caches.Clear(r.ctx, r.who.UID); err != nil {
 		return s.end(r, "", fromSupervisor(err))
 	}
 	return s.end(r, "", nil)

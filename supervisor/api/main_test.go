@@ -547,7 +547,7 @@ func roomsOf(se *supervisortest.Env) api.Rooms {
 	r := api.Rooms{}
 	r.Ports = se.Ports
 
-	// (caches)
+	r.Caches = se.Caches
 
 	// (commands)
 

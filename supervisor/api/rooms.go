@@ -1,8 +1,10 @@
 package api
 
-import "github.com/sandboxd/sandboxd/supervisor/promotion"
-
-import "github.com/sandboxd/sandboxd/supervisor/ports"
+import (
+	"github.com/sandboxd/sandboxd/supervisor/caches"
+	"github.com/sandboxd/sandboxd/supervisor/ports"
+	"github.com/sandboxd/sandboxd/supervisor/promotion"
+)
 
 // Rooms are the supervisor's capabilities the front door serves beside
 // its core, each made over the core's Host (cmd/sandboxd wires them).
@@ -12,7 +14,7 @@ type Rooms struct {
 	Ports *ports.Ports
 
 	// The owners' caches (ClearCache).
-	// (caches)
+	Caches *caches.Caches
 
 	// Commands, background processes, sessions and files.
 	// (commands)

@@ -19,6 +19,7 @@ import (
 	"github.com/sandboxd/sandboxd/cowfs/btrfs"
 	"github.com/sandboxd/sandboxd/runtime/nsinit"
 	"github.com/sandboxd/sandboxd/supervisor"
+	"github.com/sandboxd/sandboxd/supervisor/caches"
 	"github.com/sandboxd/sandboxd/supervisor/ports"
 	"github.com/sandboxd/sandboxd/supervisor/promotion"
 	"github.com/sandboxd/sandboxd/supervisor/state"
@@ -44,7 +45,7 @@ type Env struct {
 	// The rooms, made over Sup's Host.
 	Ports *ports.Ports
 
-	// (caches)
+	Caches *caches.Caches
 
 	// (commands)
 
@@ -165,7 +166,7 @@ func newEnv(t *testing.T, prefix string, log *slog.Logger, userns bool) *Env {
 func (e *Env) makeRooms() {
 	e.Ports = ports.New(e.Sup.Host(), ports.Config{RuntimeDir: e.Config.RuntimeDir})
 
-	// (caches)
+	e.Caches = caches.New(e.Sup.Host(), caches.Config{}) // no caches, as before
 
 	// (commands)
 

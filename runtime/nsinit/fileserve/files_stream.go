@@ -1,4 +1,4 @@
-package nsinit
+package fileserve
 
 import (
 	"cmp"

@@ -1,4 +1,4 @@
-package supervisor
+package caches
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandboxd/cowfs"
+	"github.com/sandboxd/sandboxd/supervisor"
 )
 
 // Where a copy into a volume may share the source's blocks uncounted
@@ -46,24 +47,24 @@ const (
 
 // cacheFSName is the volume of owner's cache filesystem.
 func cacheFSName(owner uint32) string {
-	return prefixCacheFS + strconv.FormatUint(uint64(owner), 10)
+	return supervisor.PrefixCacheFS + strconv.FormatUint(uint64(owner), 10)
 }
 
-// cacheOnImage says whether caches are filesystems of their own.
-func (s *Supervisor) cacheOnImage() bool {
-	return s.cfg.CacheQuota > 0 && s.cfg.Backend.Info().Capabilities.CloneAcrossVolumes
+// onImage says whether caches are filesystems of their own.
+func (c *Caches) onImage() bool {
+	return c.cfg.Quota > 0 && c.h.Backend().Info().Capabilities.CloneAcrossVolumes
 }
 
 // imageCache returns where owner's cache filesystem is mounted: its
 // volume, image and mount made as need be. Call it with the owner's lock
 // held (shared: the making and mounting are serialized here, so that
 // one image is never mounted twice).
-func (s *Supervisor) imageCache(ctx context.Context, owner uint32) (string, error) {
-	s.caches.mount.Lock()
-	defer s.caches.mount.Unlock()
-	v, err := s.cfg.Backend.Get(ctx, cacheFSName(owner))
+func (c *Caches) imageCache(ctx context.Context, owner uint32) (string, error) {
+	c.mount.Lock()
+	defer c.mount.Unlock()
+	v, err := c.h.Backend().Get(ctx, cacheFSName(owner))
 	if errors.Is(err, cowfs.ErrNotFound) {
-		v, err = s.cfg.Backend.Create(ctx, cacheFSName(owner))
+		v, err = c.h.Backend().Create(ctx, cacheFSName(owner))
 	}
 	if err != nil {
 		return "", fmt.Errorf("opening the cache volume of uid %d: %w", owner, err)
@@ -80,7 +81,7 @@ func (s *Supervisor) imageCache(ctx context.Context, owner uint32) (string, erro
 		return "", err
 	}
 	if !mounted {
-		if err := s.mountCacheImage(ctx, v.Path, mnt, owner); err != nil {
+		if err := c.mountCacheImage(ctx, v.Path, mnt, owner); err != nil {
 			return "", err
 		}
 	}
@@ -92,33 +93,33 @@ func (s *Supervisor) imageCache(ctx context.Context, owner uint32) (string, erro
 
 // mountCacheImage mounts the image in dir at mnt, made (or made anew,
 // when it does not check clean) at the configured size.
-func (s *Supervisor) mountCacheImage(ctx context.Context, dir, mnt string, owner uint32) error {
+func (c *Caches) mountCacheImage(ctx context.Context, dir, mnt string, owner uint32) error {
 	img := filepath.Join(dir, cacheImage)
 	st, err := os.Lstat(img)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
-		if err := makeCacheImage(ctx, img, s.cfg.CacheQuota, owner); err != nil {
+		if err := makeCacheImage(ctx, img, c.cfg.Quota, owner); err != nil {
 			return err
 		}
 	case err != nil:
 		return fmt.Errorf("reading the cache image %s: %w", img, err)
 	case !st.Mode().IsRegular():
-		return fmt.Errorf("the cache image %s is not a regular file (%s); remove it: %w", img, st.Mode().Type(), ErrInvalid)
+		return fmt.Errorf("the cache image %s is not a regular file (%s); remove it: %w", img, st.Mode().Type(), supervisor.ErrInvalid)
 	default:
-		if uint64(st.Size()) != s.cfg.CacheQuota && s.caches.once(fmt.Sprintf("%d/size", owner)) {
-			s.log.Warn("a cache filesystem keeps its size until the cache is cleared with no sandbox of its owner's",
-				"CALLER_UID", owner, "size", st.Size(), "quota", s.cfg.CacheQuota)
+		if uint64(st.Size()) != c.cfg.Quota && c.once(fmt.Sprintf("%d/size", owner)) {
+			c.log.Warn("a cache filesystem keeps its size until the cache is cleared with no sandbox of its owner's",
+				"CALLER_UID", owner, "size", st.Size(), "quota", c.cfg.Quota)
 		}
 		err := cowImage(img)
 		if err == nil {
 			err = checkCacheImage(ctx, img)
 		}
 		if err != nil {
-			s.log.Warn("a cache image that is copied on write or does not check clean is made anew", "CALLER_UID", owner, "error", err)
+			c.log.Warn("a cache image that is copied on write or does not check clean is made anew", "CALLER_UID", owner, "error", err)
 			if err := os.Remove(img); err != nil {
 				return fmt.Errorf("removing the cache image %s: %w", img, err)
 			}
-			if err := makeCacheImage(ctx, img, s.cfg.CacheQuota, owner); err != nil {
+			if err := makeCacheImage(ctx, img, c.cfg.Quota, owner); err != nil {
 				return err
 			}
 		}
@@ -131,7 +132,7 @@ func (s *Supervisor) mountCacheImage(ctx context.Context, dir, mnt string, owner
 	// (Removal of a name, never a link followed: the path is root's up
 	// to the mount.)
 	_ = os.Remove(filepath.Join(mnt, "lost+found"))
-	s.log.Info("mounted a cache filesystem", "CALLER_UID", owner, "image", img, "size", s.cfg.CacheQuota)
+	c.log.Info("mounted a cache filesystem", "CALLER_UID", owner, "image", img, "size", c.cfg.Quota)
 	return nil
 }
 
@@ -213,7 +214,7 @@ func cowImage(img string) error {
 		return fmt.Errorf("reading the flags of the cache image %s: %w", img, err)
 	}
 	if flags&fsNoCOW == 0 {
-		return fmt.Errorf("the cache image %s is copied on write (its size does not bound it on the pool): %w", img, ErrInvalid)
+		return fmt.Errorf("the cache image %s is copied on write (its size does not bound it on the pool): %w", img, supervisor.ErrInvalid)
 	}
 	return nil
 }
@@ -261,18 +262,18 @@ func isMountPoint(dir, mnt string) (bool, error) {
 		return false, fmt.Errorf("reading %s: %w", mnt, err)
 	}
 	if m.Mode&unix.S_IFMT != unix.S_IFDIR {
-		return false, fmt.Errorf("the cache mount point %s is not a directory: %w", mnt, ErrInvalid)
+		return false, fmt.Errorf("the cache mount point %s is not a directory: %w", mnt, supervisor.ErrInvalid)
 	}
 	return d.Dev != m.Dev, nil
 }
 
-// clearImageCache is ClearCache of a cache filesystem (the owner's lock
+// clearImageCache is Clear of a cache filesystem (the owner's lock
 // held alone): with no sandbox of the owner's, it is unmounted and its
 // volume deleted, with the owner's cache volume of before, if any, and
 // made anew at the configured size; otherwise its contents are removed
 // in place.
-func (s *Supervisor) clearImageCache(ctx context.Context, owner uint32) error {
-	v, found, inUse, err := s.cacheToClear(ctx, owner, cacheFSName(owner))
+func (c *Caches) clearImageCache(ctx context.Context, owner uint32) error {
+	v, found, inUse, err := c.cacheToClear(ctx, owner, cacheFSName(owner))
 	if err != nil || !found {
 		return err
 	}
@@ -287,23 +288,23 @@ func (s *Supervisor) clearImageCache(ctx context.Context, owner uint32) error {
 			err = unix.Unmount(mnt, 0)
 		}
 		if err == nil {
-			err = s.cfg.Backend.Delete(ctx, v)
+			err = c.h.Backend().Delete(ctx, v)
 		}
 		if err == nil {
-			if old, gerr := s.cfg.Backend.Get(ctx, cacheName(owner)); gerr == nil {
-				if derr := s.cfg.Backend.Delete(ctx, old); derr != nil {
-					s.log.Warn("deleting a cache volume of before", "CALLER_UID", owner, "volume", old.Name, "error", derr)
+			if old, gerr := c.h.Backend().Get(ctx, cacheName(owner)); gerr == nil {
+				if derr := c.h.Backend().Delete(ctx, old); derr != nil {
+					c.log.Warn("deleting a cache volume of before", "CALLER_UID", owner, "volume", old.Name, "error", derr)
 				}
 			}
-			if _, err := s.imageCache(ctx, owner); err != nil {
+			if _, err := c.imageCache(ctx, owner); err != nil {
 				// The next sandbox makes it.
-				s.log.Warn("making a cleared cache filesystem again", "CALLER_UID", owner, "error", err)
+				c.log.Warn("making a cleared cache filesystem again", "CALLER_UID", owner, "error", err)
 			}
-			s.log.Info("cleared a cache filesystem", "CALLER_UID", owner, "volume", v.Name, "how", "deleted")
+			c.log.Info("cleared a cache filesystem", "CALLER_UID", owner, "volume", v.Name, "how", "deleted")
 			return nil
 		}
 		// Held by something no record tells of: empty it in place.
-		s.log.Warn("deleting a cache filesystem to clear it; emptying it instead", "CALLER_UID", owner, "error", err)
+		c.log.Warn("deleting a cache filesystem to clear it; emptying it instead", "CALLER_UID", owner, "error", err)
 		if mounted, err = isMountPoint(v.Path, mnt); err != nil {
 			return fmt.Errorf("clearing the cache of uid %d: %w", owner, err)
 		}
@@ -318,6 +319,6 @@ func (s *Supervisor) clearImageCache(ctx context.Context, owner uint32) error {
 	if err := emptyCache(ctx, mnt, owner); err != nil {
 		return err
 	}
-	s.log.Info("cleared a cache filesystem", "CALLER_UID", owner, "volume", v.Name, "how", "emptied")
+	c.log.Info("cleared a cache filesystem", "CALLER_UID", owner, "volume", v.Name, "how", "emptied")
 	return nil
 }

@@ -1,23 +1,9 @@
-package nsinit
-
-import (
-	"bufio"
-	"errors"
-	"fmt"
-	"io"
-	"os"
-	"path/filepath"
-	"runtime"
-	"strconv"
-	"strings"
-	"sync/atomic"
-	"syscall"
-
-	"golang.org/x/sys/unix"
-
-	"github.com/sandboxd/sandboxd/runtime/seccomp"
-)
-
+// Package boot is a booted sandbox's systemd, as its init starts and
+// holds it: the boot stage that becomes it, the units it starts and
+// those masked, and its namespaces, which the init's forker threads join.
+// What the world has for it before the pivot is runtime/nsinit/world's
+// (booted.go).
+//
 // A booted sandbox (Spec.Boot) runs a systemd of its own, the host's
 // binary and unit files through the overlay, so that the host's services
 // start inside on the sandbox's copies of their files and data. The
@@ -39,34 +25,25 @@ import (
 //     shows); they stay the init's children, with today's capabilities
 //     and filter. Once systemd has ended they are forked in the init's
 //     own namespaces.
+package boot
 
-// shareProc makes the init's /proc a shared mount, unmasked, for a booted
-// sandbox: systemd's namespace gets a copy of it that follows it (a
-// slave, as that namespace's user namespace is less privileged), and the
-// masks the init puts on it once systemd has mounted its own /proc over
-// it (maskSystemProc) reach that copy too, locked: a service that
-// unmounts systemd's /proc finds this one masked.
-func shareProc(r *root) error {
-	return r.at("/proc", func(p string) error { return unix.Mount("", p, "", unix.MS_SHARED, "") })
-}
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
 
-// maskSystemProc masks the init's /proc once the sandbox's systemd has
-// its own (see shareProc).
-func maskSystemProc() error {
-	r, err := openRoot("/")
-	if err != nil {
-		return err
-	}
-	defer r.close()
-	if err := maskProc(r); err != nil {
-		return fmt.Errorf("masking the init's /proc: %w", err)
-	}
-	return nil
-}
+	"golang.org/x/sys/unix"
 
-// maxServiceNamespaces bounds the namespaces of each kind a booted
-// sandbox's services hold at once.
-const maxServiceNamespaces = 1024
+	"github.com/sandboxd/sandboxd/runtime/nsinit/world"
+	"github.com/sandboxd/sandboxd/runtime/seccomp"
+)
 
 // bootTarget is the unit a booted sandbox's systemd starts: sysinit's
 // few units that act on the sandbox alone, journald and sockets. The
@@ -74,25 +51,30 @@ const maxServiceNamespaces = 1024
 // runs.
 const bootTarget = "sandbox.target"
 
-// envBoot is envInit's value for the boot stage (bootStage).
-const envBoot = "boot"
+// EnvVar marks the process that must run nsinit.Main (an init), and
+// EnvStage is its value for the boot stage (Stage).
+const (
+	EnvVar   = "SANDBOXD_NSINIT"
+	EnvStage = "boot"
+)
 
 // systemdPath is the host's systemd, as the sandbox sees it.
 var systemdPath = "/lib/systemd/systemd"
 
-// system is a booted sandbox's systemd as the init holds it.
-type system struct {
-	pid int // in the init's pid namespace
+// System is a booted sandbox's systemd as the init holds it.
+type System struct {
+	PID int // in the init's pid namespace
 	// ns are its mount, pid and cgroup namespaces, which forker threads
 	// join (setns) before their first fork.
-	ns    []*os.File
-	ended atomic.Bool
+	ns []*os.File
+	// Ended is set once the reaper has its end.
+	Ended atomic.Bool
 }
 
-// join puts the calling thread (locked to its goroutine for good) in
+// Join puts the calling thread (locked to its goroutine for good) in
 // systemd's namespaces: a thread may setns into a mount namespace only
 // with a file system context of its own.
-func (y *system) join() error {
+func (y *System) Join() error {
 	if err := unix.Unshare(unix.CLONE_FS); err != nil {
 		return fmt.Errorf("joining the sandbox's systemd: unshare(CLONE_FS): %w", err)
 	}
@@ -104,11 +86,11 @@ func (y *system) join() error {
 	return nil
 }
 
-// startSystem starts the sandbox's systemd through the boot stage, which
+// Start starts the sandbox's systemd (of sandbox id) through the boot stage, which
 // moves itself into the payload cgroup (a descriptor of its cgroup.procs)
 // and reports its errors, or nothing once it has exec'd systemd. The
 // caller registers its pid with the reaper.
-func startSystem(spec *Spec, payload *os.File, console *os.File) (*system, error) {
+func Start(id string, payload *os.File, console *os.File) (*System, error) {
 	if err := writeBootUnits(); err != nil {
 		return nil, err
 	}
@@ -132,7 +114,7 @@ func startSystem(spec *Spec, payload *os.File, console *os.File) (*system, error
 	}
 	defer null.Close()
 	attr := &syscall.ProcAttr{
-		Env: []string{envInit + "=" + envBoot, "container=sandboxd", "container_uuid=" + spec.ID,
+		Env: []string{EnvVar + "=" + EnvStage, "container=sandboxd", "container_uuid=" + id,
 			"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
 		Files: []uintptr{null.Fd(), console.Fd(), console.Fd(), payload.Fd(), theirs.Fd()},
 		Sys: &syscall.SysProcAttr{
@@ -151,7 +133,7 @@ func startSystem(spec *Spec, payload *os.File, console *os.File) (*system, error
 	if err != nil {
 		return nil, fmt.Errorf("starting the sandbox's systemd: %w", err)
 	}
-	y := &system{pid: pid}
+	y := &System{PID: pid}
 	msg, _ := io.ReadAll(io.LimitReader(report, 4096))
 	if len(msg) > 0 {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
@@ -199,11 +181,11 @@ func identityMap(path string) ([]syscall.SysProcIDMap, error) {
 	return out, sc.Err()
 }
 
-// bootStage is the process that becomes the sandbox's systemd: pid 1 of
+// Stage is the process that becomes the sandbox's systemd: pid 1 of
 // P2, root of U2, in B. It runs single-threaded work only on its locked
 // thread, and never returns: it execs systemd or exits, having written
 // why on fd 4.
-func bootStage() {
+func Stage() {
 	runtime.LockOSThread()
 	// Closed by the exec: what runs as systemd (the sandbox's root may
 	// have put anything at its path) cannot hold the init waiting.
@@ -220,27 +202,17 @@ func bootStage() {
 	if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
 		fail("making systemd's cgroup namespace", err)
 	}
-	r, err := openRoot("/")
-	if err != nil {
-		fail("opening the root", err)
+	if err := world.MountForSystemd(); err != nil {
+		fmt.Fprint(report, err)
+		os.Exit(1)
 	}
-	// /proc of P2, masked as the commands' always is.
-	for _, step := range []func(*root) error{mountProc, maskProc} {
-		if err := step(r); err != nil {
-			fail("mounting systemd's /proc", err)
-		}
-	}
-	if err := r.mount("cgroup2", "/sys/fs/cgroup", "cgroup2", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
-		fail("mounting systemd's cgroup2", err)
-	}
-	r.close()
 	if err := seccomp.InstallBoot(); err != nil {
 		fail("installing the boot filter", err)
 	}
 	argv := []string{systemdPath, "--unit=" + bootTarget, "--show-status=0"}
 	var env []string
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, envInit+"=") {
+		if !strings.HasPrefix(kv, EnvVar+"=") {
 			env = append(env, kv)
 		}
 	}
@@ -329,96 +301,4 @@ func writeBootUnits() error {
 		}
 	}
 	return nil
-}
-
-// makeLogDirs makes the directories of the host's /var/log (dirs) in the
-// sandbox's hidden, empty one, with their owners and modes: services
-// expect theirs (nginx's error.log). Only paths below /var/log are made.
-func makeLogDirs(r *root, dirs []Dir) error {
-	for _, d := range dirs {
-		if p := filepath.Clean(d.Path); p != d.Path || !strings.HasPrefix(p, "/var/log/") {
-			return fmt.Errorf("log directory %q is not below /var/log", d.Path)
-		}
-	}
-	return makeDirs(r, dirs)
-}
-
-// bootWorld is what build adds for a booted sandbox, before the pivot:
-// the console (a file on the layer's volume, systemd's early words),
-// /var/log's skeleton, a snakeoil pair of its own (snakeoil.go), and low
-// ports for services, which are root of U2, not of the user namespace
-// that owns the network's.
-func bootWorld(r *root, spec *Spec, layer string) (*os.File, error) {
-	if spec.Network == NetworkHost {
-		return nil, errors.New("a booted sandbox needs a network of its own")
-	}
-	console, err := os.OpenFile(layer+"/console", os.O_WRONLY|os.O_CREATE|os.O_TRUNC|os.O_APPEND|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("making the console: %w", err)
-	}
-	fail := func(err error) (*os.File, error) {
-		console.Close()
-		return nil, err
-	}
-	err = r.at("/dev", func(dev string) error {
-		fd, err := unix.Open(dev+"/console", unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC, 0o600)
-		if err != nil {
-			return err
-		}
-		return unix.Close(fd)
-	})
-	if err != nil {
-		return fail(fmt.Errorf("making /dev/console: %w", err))
-	}
-	if err := r.bind(layer+"/console", "/dev/console", false); err != nil {
-		return fail(err)
-	}
-	if err := makeLogDirs(r, spec.LogDirs); err != nil {
-		return fail(err)
-	}
-	if err := ownSnakeoil(r, spec.Hidden, spec.Hostname); err != nil {
-		// Only the services that use it miss it: they say so at their start.
-		fmt.Fprintf(os.Stderr, "sandbox %s: booted without a snakeoil pair of its own: %v\n", spec.ID, err)
-	}
-	err = r.at("/proc/sys/net/ipv4/ip_unprivileged_port_start", func(p string) error {
-		return os.WriteFile(p, []byte("0"), 0)
-	})
-	if err != nil {
-		return fail(fmt.Errorf("letting services bind low ports: %w", err))
-	}
-	// Services make namespaces (PrivateTmp=, PrivateUsers=, ...): all of
-	// them are counted against this namespace's root, whose bounds only
-	// the init can set (commands lack CAP_SYS_RESOURCE).
-	for _, kind := range []string{"cgroup", "ipc", "mnt", "net", "pid", "time", "user", "uts"} {
-		err := r.at("/proc/sys/user/max_"+kind+"_namespaces", func(p string) error {
-			return os.WriteFile(p, []byte(strconv.Itoa(maxServiceNamespaces)), 0)
-		})
-		if err != nil && !errors.Is(err, unix.ENOENT) {
-			return fail(fmt.Errorf("bounding the services' %s namespaces: %w", kind, err))
-		}
-	}
-	return console, nil
-}
-
-// watchSystem hands systemd's end to the reaper: from then on commands
-// are forked in the init's own namespaces (forking into a pid namespace
-// whose init has ended fails), and the sandbox answers as before.
-func (s *server) watchSystem() {
-	ended := make(chan syscall.WaitStatus, 1)
-	s.mu.Lock()
-	s.waiting[s.system.pid] = ended
-	s.mu.Unlock()
-	go func() {
-		ws := <-ended
-		s.system.ended.Store(true)
-		fmt.Fprintf(os.Stderr, "sandbox init: the sandbox's systemd ended (%v); commands now run in the init's namespaces\n", describe(ws))
-	}()
-}
-
-// describe says how a process ended.
-func describe(ws syscall.WaitStatus) string {
-	if ws.Signaled() {
-		return "signal " + ws.Signal().String()
-	}
-	return "status " + strconv.Itoa(ws.ExitStatus())
 }

@@ -1,4 +1,4 @@
-package nsinit
+package world
 
 import (
 	"errors"
@@ -10,10 +10,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// build makes the sandbox's world in the init's new namespaces and pivots
+// Build makes the sandbox's world in the init's new namespaces and pivots
 // into it. It returns the control socket, bound at its host path before
-// the host's root goes out of sight.
-func build(spec *Spec, control *os.File, mounts *Mounts) (*net.UnixListener, *os.File, *os.File, error) {
+// the host's root goes out of sight, listening; the directory of
+// background processes' logs; and a booted sandbox's console.
+func Build(spec *Spec, control *os.File, mounts *Mounts) (*net.UnixListener, *os.File, *os.File, error) {
 	defer mounts.Close()
 	defer control.Close()
 	ln, logs, console, err := buildWorld(spec, control, mounts)
@@ -23,7 +24,7 @@ func build(spec *Spec, control *os.File, mounts *Mounts) (*net.UnixListener, *os
 	return ln, logs, console, err
 }
 
-// buildWorld is build; it also returns the directory of background
+// buildWorld is Build; it also returns the directory of background
 // processes' logs, on the system layer's volume (outside the overlay:
 // the sandbox does not see it; its disk quota counts it).
 //
@@ -442,4 +443,31 @@ func pivot(r *root) error {
 		return err
 	}
 	return nil
+}
+
+// openLogs makes and opens the logs' directory in the system layer's
+// volume at layer (before the pivot hides it).
+func openLogs(layer string) (*os.File, error) {
+	dir := layer + "/processes"
+	if err := os.Mkdir(dir, 0o700); err != nil && !os.IsExist(err) {
+		return nil, fmt.Errorf("making the processes' log directory: %w", err)
+	}
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("opening the processes' log directory: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), dir)
+	// An init started again (after a reboot, a rollback) knows none of
+	// the processes of the one before: their logs go, or they would sit
+	// in the quota with no one to read or remove them.
+	if names, err := f.Readdirnames(-1); err == nil {
+		for _, n := range names {
+			_ = unix.Unlinkat(fd, n, 0)
+		}
+	}
+	if _, err := f.Seek(0, 0); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("opening the processes' log directory: %w", err)
+	}
+	return f, nil
 }

@@ -1,4 +1,15 @@
-package nsinit
+// Package cgroup is a command's cgroup, both ends: the daemon makes it
+// (and a booted sandbox's cgroups), the init forks the command in it and
+// ends all of it with the command.
+//
+// A command runs in a cgroup of its own, a child of its sandbox's (in the
+// cgroup v2 hierarchy, which systemd keeps on every layout, with or
+// without controllers): whatever it starts stays there, also what left
+// its session with setsid and was orphaned to the init, so that when the
+// command ends all of it can be ended, and nothing it started keeps the
+// caller's streams or terminal. Process groups and sessions cannot do
+// that: a process leaves them at will.
+package cgroup
 
 import (
 	"bufio"
@@ -15,28 +26,20 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// A command runs in a cgroup of its own, a child of its sandbox's (in the
-// cgroup v2 hierarchy, which systemd keeps on every layout, with or
-// without controllers): whatever it starts stays there, also what left
-// its session with setsid and was orphaned to the init, so that when the
-// command ends all of it can be ended, and nothing it started keeps the
-// caller's streams or terminal. Process groups and sessions cannot do
-// that: a process leaves them at will.
-
-// CommandCgroup is a command's cgroup, made by the daemon, which hands
+// Command is a command's cgroup, made by the daemon, which hands
 // the init descriptors of it: the directory (to read its processes and
 // events) and, opened by the daemon for writing, its cgroup.procs and
 // cgroup.kill and the init's own cgroup.procs. The kernel checks a
 // migration against the credentials the file was opened with: an init
 // that is root of a user namespace only, with no right to the host's
 // cgroup files, moves itself and kills through the daemon's.
-type CommandCgroup struct {
+type Command struct {
 	Dir, Procs, Kill, ParentProcs *os.File
 	path                          string
 }
 
 // Files are the descriptors the init gets, in the order it takes them.
-func (c *CommandCgroup) Files() []*os.File {
+func (c *Command) Files() []*os.File {
 	return []*os.File{c.Dir, c.Procs, c.Kill, c.ParentProcs}
 }
 
@@ -44,9 +47,9 @@ func (c *CommandCgroup) Files() []*os.File {
 // layout, under unified/ on a hybrid one.
 var cgroup2Roots = []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"}
 
-// NewCommandCgroup makes cgroup name beside the processes of init pid
+// NewCommand makes cgroup name beside the processes of init pid
 // (a child of its cgroup v2 cgroup, its sandbox's scope).
-func NewCommandCgroup(pid int, name string) (*CommandCgroup, error) {
+func NewCommand(pid int, name string) (*Command, error) {
 	parent, err := initCgroupDir(pid)
 	if err != nil {
 		return nil, err
@@ -55,7 +58,7 @@ func NewCommandCgroup(pid int, name string) (*CommandCgroup, error) {
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("making the command's cgroup: %w", err)
 	}
-	cg := &CommandCgroup{path: dir}
+	cg := &Command{path: dir}
 	if cg.Dir, err = os.OpenFile(dir, os.O_RDONLY|unix.O_DIRECTORY, 0); err == nil {
 		cg.Procs, err = os.OpenFile(dir+"/cgroup.procs", os.O_WRONLY, 0)
 	}
@@ -89,7 +92,7 @@ func initCgroupDir(pid int) (string, error) {
 		return "", fmt.Errorf("the sandbox's init is in no cgroup v2 of its own: %w", errors.ErrUnsupported)
 	}
 	if strings.HasPrefix(filepath.Base(rel), cgroupPrefix) {
-		rel = filepath.Dir(rel) // left in a command's (see enter): its sandbox's is the parent
+		rel = filepath.Dir(rel) // left in a command's (see Received.Enter): its sandbox's is the parent
 	}
 	for _, root := range cgroup2Roots {
 		var fs unix.Statfs_t
@@ -111,13 +114,13 @@ const (
 	maxPayloadCgroups = 2048
 )
 
-// BootCgroups makes a booted sandbox's cgroups under the scope of init
+// Boot makes a booted sandbox's cgroups under the scope of init
 // pid, moves the init into supervisorCgroup, gives payloadCgroup to
 // uid and gid (the sandbox's root on the host), as systemd's Delegate=
 // gives a service's user its subtree, and returns the payload's
 // cgroup.procs opened for writing: the boot stage moves itself through
 // it (the kernel checks a migration against the opener's credentials).
-func BootCgroups(pid int, uid, gid uint32) (*os.File, error) {
+func Boot(pid int, uid, gid uint32) (*os.File, error) {
 	scope, err := initCgroupDir(pid)
 	if err != nil {
 		return nil, err
@@ -154,7 +157,7 @@ func BootCgroups(pid int, uid, gid uint32) (*os.File, error) {
 const cgroupPrefix = "command-"
 
 // CloseFiles closes the descriptors, once the init has its copies.
-func (c *CommandCgroup) CloseFiles() {
+func (c *Command) CloseFiles() {
 	for _, f := range []**os.File{&c.Dir, &c.Procs, &c.Kill, &c.ParentProcs} {
 		if *f != nil {
 			(*f).Close()
@@ -166,7 +169,7 @@ func (c *CommandCgroup) CloseFiles() {
 // Remove closes the descriptors and removes the cgroup, once the init has
 // emptied it (EBUSY is retried a little: the last processes may still be
 // exiting).
-func (c *CommandCgroup) Remove() error {
+func (c *Command) Remove() error {
 	c.CloseFiles()
 	var err error
 	for range 50 {
@@ -181,23 +184,30 @@ func (c *CommandCgroup) Remove() error {
 	return fmt.Errorf("removing cgroup %s: %w", c.path, err)
 }
 
-// initCgroup is the init's side: the command's cgroup and its own.
-type initCgroup struct {
+// Received is the init's side: the command's cgroup and its own, as the
+// request's last Files descriptors brought them (FromFiles).
+type Received struct {
 	dir, procs, killer, parentProcs *os.File
 	// safe is set once the init is back in its own cgroup after the fork:
 	// only then may the whole command cgroup be killed.
 	safe bool
 }
 
-// cgroupFiles is how many descriptors a request's cgroup takes.
-const cgroupFiles = 4
+// Files is how many descriptors a request's cgroup takes.
+const Files = 4
 
-// enter moves the init (all of it: cgroup v2 moves processes) into the
-// command's cgroup, so that the command is forked there; leave moves it
+// FromFiles is the cgroup whose descriptors are files (Files of them, in
+// Command.Files's order).
+func FromFiles(files []*os.File) *Received {
+	return &Received{dir: files[0], procs: files[1], killer: files[2], parentProcs: files[3]}
+}
+
+// Enter moves the init (all of it: cgroup v2 moves processes) into the
+// command's cgroup, so that the command is forked there; Leave moves it
 // back. Forks are serialized, and nothing else of the init forks.
-func (c *initCgroup) enter() error { return write(c.procs, "cgroup.procs", "0") }
+func (c *Received) Enter() error { return write(c.procs, "cgroup.procs", "0") }
 
-func (c *initCgroup) leave() error {
+func (c *Received) Leave() error {
 	if err := write(c.parentProcs, "cgroup.procs", "0"); err != nil {
 		return err
 	}
@@ -205,10 +215,10 @@ func (c *initCgroup) leave() error {
 	return nil
 }
 
-// kill ends every process in the command's cgroup, and waits (a little)
+// Kill ends every process in the command's cgroup, and waits (a little)
 // until they are gone. With the init itself possibly inside (leave
 // failed), it kills by pid, sparing the init.
-func (c *initCgroup) kill() {
+func (c *Received) Kill() {
 	if c.safe && write(c.killer, "cgroup.kill", "1") == nil {
 		c.waitEmpty()
 		return
@@ -225,7 +235,7 @@ func (c *initCgroup) kill() {
 	}
 }
 
-func (c *initCgroup) waitEmpty() {
+func (c *Received) waitEmpty() {
 	deadline := time.Now().Add(2 * time.Second)
 	for time.Now().Before(deadline) {
 		b, err := readAt(c.dir, "cgroup.events")
@@ -238,7 +248,7 @@ func (c *initCgroup) waitEmpty() {
 
 // pids are the cgroup's processes but the init (pid 1), in the init's
 // PID namespace.
-func (c *initCgroup) pids() []int {
+func (c *Received) pids() []int {
 	b, err := readAt(c.dir, "cgroup.procs")
 	if err != nil {
 		return nil
@@ -253,8 +263,13 @@ func (c *initCgroup) pids() []int {
 	return out
 }
 
-func (c *initCgroup) close() {
-	closeAll([]*os.File{c.dir, c.procs, c.killer, c.parentProcs})
+// Close closes the descriptors.
+func (c *Received) Close() {
+	for _, f := range []*os.File{c.dir, c.procs, c.killer, c.parentProcs} {
+		if f != nil {
+			f.Close()
+		}
+	}
 }
 
 func write(f *os.File, name, value string) error {

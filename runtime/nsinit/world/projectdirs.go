@@ -1,4 +1,4 @@
-package nsinit
+package world
 
 import (
 	"errors"

@@ -1,4 +1,4 @@
-package nsinit
+package fileserve
 
 import (
 	"encoding/json"
@@ -12,9 +12,9 @@ import (
 	"github.com/sandboxd/sandboxd/internal/fsat"
 )
 
-// maxListAnswer bounds a list's JSON: MaxListed entries of names and
+// MaxListAnswer bounds a list's JSON: MaxListed entries of names and
 // link targets of a few hundred bytes each.
-const maxListAnswer = 8 << 20
+const MaxListAnswer = 8 << 20
 
 // listFiles lists p for the caller: a directory's entries (recursive: all
 // below it), or the entry of what p names, a symlink not followed. The
@@ -22,7 +22,7 @@ const maxListAnswer = 8 << 20
 // descriptor without following a symlink, so a directory swapped for a
 // link while the walk runs is not entered, and none of the kernel's
 // filesystems (/proc, whose self would be the init) is listed or entered.
-func listFiles(p string, req *FileRequest, pipe *os.File) (FileResult, error) {
+func listFiles(p string, req *Request, pipe *os.File) (Result, error) {
 	max := req.MaxEntries
 	if max <= 0 || max > MaxListed {
 		max = MaxListed
@@ -32,51 +32,51 @@ func listFiles(p string, req *FileRequest, pipe *os.File) (FileResult, error) {
 		Resolve: unix.RESOLVE_NO_MAGICLINKS,
 	})
 	if err != nil {
-		return FileResult{}, fmt.Errorf("opening %s: %w", p, err)
+		return Result{}, fmt.Errorf("opening %s: %w", p, err)
 	}
 	defer unix.Close(fd)
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
-		return FileResult{}, fmt.Errorf("reading %s: %w", p, err)
+		return Result{}, fmt.Errorf("reading %s: %w", p, err)
 	}
-	var entries []FileEntry
+	var entries []Entry
 	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
 		e := entry(path.Base(p), &st)
 		if e.Kind == "symlink" {
 			e.Target = readlinkAt(fd, "")
 		}
-		entries = []FileEntry{e}
+		entries = []Entry{e}
 	} else {
 		if kernelFS(fd) {
-			return FileResult{}, fmt.Errorf("%s: %w", p, errKernelFile)
+			return Result{}, fmt.Errorf("%s: %w", p, errKernelFile)
 		}
 		dir, err := unix.Openat(fd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 		if err != nil {
-			return FileResult{}, fmt.Errorf("listing %s: %w", p, err)
+			return Result{}, fmt.Errorf("listing %s: %w", p, err)
 		}
-		entries = []FileEntry{}
+		entries = []Entry{}
 		if err := listDir(dir, p, "", req.Recursive, max, &entries); err != nil {
-			return FileResult{}, err
+			return Result{}, err
 		}
 	}
 	b, err := json.Marshal(entries)
 	if err != nil {
-		return FileResult{}, err
+		return Result{}, err
 	}
-	if len(b) > maxListAnswer {
-		return FileResult{}, fmt.Errorf("listing %s: the list is over %d bytes; list a directory below it", p, maxListAnswer)
+	if len(b) > MaxListAnswer {
+		return Result{}, fmt.Errorf("listing %s: the list is over %d bytes; list a directory below it", p, MaxListAnswer)
 	}
 	if _, err := pipe.Write(b); err != nil {
-		return FileResult{}, fmt.Errorf("sending the list: %w", err)
+		return Result{}, fmt.Errorf("sending the list: %w", err)
 	}
-	return FileResult{Bytes: uint64(len(entries))}, nil
+	return Result{Bytes: uint64(len(entries))}, nil
 }
 
 // listDir adds the entries of dir (a descriptor it closes; top names it
 // in errors) as paths from rel, and, recursive, those below each
 // directory it may open; one it may not, or one of the kernel's, is
 // listed and not entered.
-func listDir(dir int, top, rel string, recursive bool, max int, out *[]FileEntry) error {
+func listDir(dir int, top, rel string, recursive bool, max int, out *[]Entry) error {
 	f := os.NewFile(uintptr(dir), top)
 	defer f.Close()
 	names, err := f.Readdirnames(-1)
@@ -118,8 +118,8 @@ func listDir(dir int, top, rel string, recursive bool, max int, out *[]FileEntry
 }
 
 // entry is the entry of a file of st, called name.
-func entry(name string, st *unix.Stat_t) FileEntry {
-	return FileEntry{Path: name, Kind: kindOf(st.Mode), Mode: st.Mode & 0o7777, UID: st.Uid, Size: uint64(st.Size),
+func entry(name string, st *unix.Stat_t) Entry {
+	return Entry{Path: name, Kind: kindOf(st.Mode), Mode: st.Mode & 0o7777, UID: st.Uid, Size: uint64(st.Size),
 		Modified: uint64(st.Mtim.Sec)*1e6 + uint64(st.Mtim.Nsec)/1e3}
 }
 
