@@ -20,7 +20,7 @@ func TestCheckpointRollbackAndDiff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out, res := runAs(t, e.sup, sb.ID, 0, "echo one > a.txt && echo marked > /etc/ck-marker"); res.Code != 0 {
+	if out, res := runAs(t, e.cmds, sb.ID, 0, "echo one > a.txt && echo marked > /etc/ck-marker"); res.Code != 0 {
 		t.Fatalf("first changes: %v %s", res, out)
 	}
 	if _, err := e.sup.Checkpoint(ctx, sb.ID, "one"); err != nil {
@@ -32,7 +32,7 @@ func TestCheckpointRollbackAndDiff(t *testing.T) {
 	if _, err := e.sup.Checkpoint(ctx, sb.ID, "../x"); !errors.Is(err, supervisor.ErrInvalid) {
 		t.Errorf("a checkpoint named ../x: %v; want ErrInvalid", err)
 	}
-	if out, res := runAs(t, e.sup, sb.ID, 0, "echo two > a.txt && echo new > b.txt && rm index.html && rm /etc/ck-marker"); res.Code != 0 {
+	if out, res := runAs(t, e.cmds, sb.ID, 0, "echo two > a.txt && echo new > b.txt && rm index.html && rm /etc/ck-marker"); res.Code != 0 {
 		t.Fatalf("later changes: %v %s", res, out)
 	}
 
@@ -56,7 +56,7 @@ func TestCheckpointRollbackAndDiff(t *testing.T) {
 
 	// A command running when the rollback comes is ended with the old state.
 	null, w, _ := testbed.Capture(t)
-	long, err := e.sup.Exec(ctx, sb.ID, supervisor.ExecOptions{Argv: []string{"sleep", "60"}, UID: 65534, Stdio: []*os.File{null, w, w}})
+	long, err := e.cmds.Exec(ctx, sb.ID, supervisor.ExecOptions{Argv: []string{"sleep", "60"}, UID: 65534, Stdio: []*os.File{null, w, w}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +69,7 @@ func TestCheckpointRollbackAndDiff(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Error("a command from before the rollback still runs")
 	}
-	out, res := runAs(t, e.sup, sb.ID, 0, "cat a.txt index.html /etc/ck-marker; test -e b.txt && echo b-is-back; true")
+	out, res := runAs(t, e.cmds, sb.ID, 0, "cat a.txt index.html /etc/ck-marker; test -e b.txt && echo b-is-back; true")
 	if res.How != nsinit.Exited || out != "one\n<h1>web</h1>\nmarked\n" {
 		t.Errorf("after rollback to one: %v %q", res, out)
 	}

@@ -46,10 +46,6 @@ type ExecOptions struct {
 	Detach bool
 }
 
-// defaultCheckTimeout bounds a step of Try that sets no timeout of its
-// own (a promotion's checks have the same default, the room's own).
-const defaultCheckTimeout = 10 * time.Minute
-
 // Captured is how a command run for its output ended: a promotion's
 // check, a step of Try.
 type Captured struct {

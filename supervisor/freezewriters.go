@@ -19,8 +19,8 @@ import (
 // maxFreezeUnits bounds the services a project names.
 const maxFreezeUnits = 16
 
-// checkFreezeUnits checks the services a project would freeze.
-func checkFreezeUnits(names []string) error {
+// CheckFreezeUnits checks the services a project would freeze.
+func CheckFreezeUnits(names []string) error {
 	if len(names) > maxFreezeUnits {
 		return fmt.Errorf("%d services to freeze; at most %d: %w", len(names), maxFreezeUnits, ErrInvalidProject)
 	}
@@ -28,16 +28,16 @@ func checkFreezeUnits(names []string) error {
 		if err := units.CheckServiceName(n); err != nil {
 			return fmt.Errorf("a service to freeze: %w: %w", err, ErrInvalidProject)
 		}
-		if untouchable(n) {
+		if Untouchable(n) {
 			return fmt.Errorf("%s cannot be frozen or stopped by sandboxd, which needs it: %w", n, ErrInvalidProject)
 		}
 	}
 	return nil
 }
 
-// untouchable are services sandboxd never freezes or stops: itself and
+// Untouchable are services sandboxd never freezes or stops: itself and
 // the bus it answers on (frozen, no one could thaw them).
-func untouchable(unit string) bool {
+func Untouchable(unit string) bool {
 	switch unit {
 	case "sandboxd.service", "dbus.service", "dbus-broker.service", "systemd-journald.service":
 		return true

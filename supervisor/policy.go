@@ -60,8 +60,8 @@ func (s *Supervisor) auditEntry(ctx context.Context, e audit.Entry, rec state.Re
 // and budgets them apart from the caller's actions.
 var refusals = []error{
 	ErrAccessDenied, ErrNotFound, ErrUnknownProject, ErrInvalid, ErrWrongState, ErrExists,
-	ErrInvalidProject, ErrProjectInUse, ErrLimitReached, ErrNoFile, ErrNoCheckpoint, ErrNoCommand,
-	ErrNoProcess, ErrNoSession, ErrNoIdmap, ErrNotBooted, ErrConflict, ErrBusy,
+	ErrInvalidProject, ErrProjectInUse, ErrLimitReached, ErrNoCheckpoint,
+	ErrNoIdmap, ErrConflict, ErrBusy,
 }
 
 func (s *Supervisor) refused(err error) bool {

@@ -217,7 +217,7 @@ func (s *Supervisor) AddProject(ctx context.Context, name, location string) erro
 // directory is group-writable).
 func (s *Supervisor) AddProjectWith(ctx context.Context, name, location string, access ProjectAccess) (err error) {
 	defer func() { s.auditProject(ctx, "project-add", name, location, err) }()
-	if err := checkNewProject(name, access); err != nil {
+	if err := CheckNewProject(name, access); err != nil {
 		return fmt.Errorf("adding project %s: %w", quoteName(name), err)
 	}
 	if filepath.IsAbs(location) {
@@ -233,7 +233,7 @@ func (s *Supervisor) AddProjectWith(ctx context.Context, name, location string, 
 	s.admission.Lock()
 	defer s.admission.Unlock()
 	if p, taken := s.projects.get(name); taken {
-		return fmt.Errorf("adding project %q: %s: %w", name, takenBy(p), ErrExists)
+		return fmt.Errorf("adding project %q: %s: %w", name, TakenBy(p), ErrExists)
 	}
 	rec := state.Project{Name: name, Location: location, Added: time.Now().UTC(), Users: access.Users, Groups: access.Groups}
 	if err := s.cfg.Store.AddProject(rec); err != nil {
@@ -260,8 +260,8 @@ func (s *Supervisor) seenAt(name string, vol cowfs.Volume) string {
 	return vol.Path
 }
 
-// checkNewProject checks a new project's name and who may use it.
-func checkNewProject(name string, access ProjectAccess) error {
+// CheckNewProject checks a new project's name and who may use it.
+func CheckNewProject(name string, access ProjectAccess) error {
 	if err := cowfs.ValidateName(name); err != nil {
 		return fmt.Errorf("not a valid name: %s: %w", nameRule, ErrInvalidProject)
 	}
@@ -280,8 +280,8 @@ func projectOf(r state.Project) Project {
 	return p
 }
 
-// takenBy says which project holds a name, for the refusal of another.
-func takenBy(p Project) string {
+// TakenBy says which project holds a name, for the refusal of another.
+func TakenBy(p Project) string {
 	if p.Origin == OriginConfig {
 		return fmt.Sprintf("a project named %q is defined in sandboxd.toml (at %s); pick another name", p.Name, p.Location)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/sandboxd/sandboxd/cowfs/zfs"
 	"github.com/sandboxd/sandboxd/runtime/nsinit"
 	"github.com/sandboxd/sandboxd/supervisor"
+	"github.com/sandboxd/sandboxd/supervisor/commands"
 	"github.com/sandboxd/sandboxd/supervisor/state"
 	"github.com/sandboxd/sandboxd/tests/testbed"
 	"github.com/sandboxd/sandboxd/units"
@@ -20,16 +21,16 @@ import (
 
 // run runs script in sandbox id as uid 65534, and returns its output and
 // result.
-func run(t *testing.T, sup *supervisor.Supervisor, id, script string) (string, nsinit.Result) {
+func run(t *testing.T, cmds *commands.Commands, id, script string) (string, nsinit.Result) {
 	t.Helper()
-	return runAs(t, sup, id, 65534, script)
+	return runAs(t, cmds, id, 65534, script)
 }
 
 // runAs is run as uid (0: as root).
-func runAs(t *testing.T, sup *supervisor.Supervisor, id string, uid uint32, script string) (string, nsinit.Result) {
+func runAs(t *testing.T, cmds *commands.Commands, id string, uid uint32, script string) (string, nsinit.Result) {
 	t.Helper()
 	null, w, collect := testbed.Capture(t)
-	cmd, err := sup.Exec(ctx, id, supervisor.ExecOptions{
+	cmd, err := cmds.Exec(ctx, id, supervisor.ExecOptions{
 		Argv: []string{"/bin/sh", "-c", script}, UID: uid, AsRoot: uid == 0, Stdio: []*os.File{null, w, w}, Timeout: 30 * time.Second,
 	})
 	out := collect()
@@ -37,6 +38,11 @@ func runAs(t *testing.T, sup *supervisor.Supervisor, id string, uid uint32, scri
 		t.Fatalf("running %q: %v", script, err)
 	}
 	return out, cmd.Result()
+}
+
+// commandsOf is a commands room over sup, as the daemon makes one.
+func commandsOf(sup *supervisor.Supervisor) *commands.Commands {
+	return commands.New(sup.Host().(commands.Host))
 }
 
 func TestProfilesFillWhatACreateLeavesOut(t *testing.T) {
@@ -52,6 +58,7 @@ func TestProfilesFillWhatACreateLeavesOut(t *testing.T) {
 	}
 	cfg.DefaultProfile = "default"
 	sup := supervisor.New(cfg)
+	cmds := commandsOf(sup)
 
 	sb, err := sup.Create(ctx, supervisor.CreateOptions{Project: "web", Profile: "small",
 		Limits: units.Limits{TasksMax: new(uint64(48))}})
@@ -64,7 +71,7 @@ func TestProfilesFillWhatACreateLeavesOut(t *testing.T) {
 	if got := string(sb.Limits); !strings.Contains(got, `"MemoryMax":134217728`) || !strings.Contains(got, `"TasksMax":48`) {
 		t.Errorf("limits of profile small with the create's own TasksMax: %s", got)
 	}
-	out, res := runAs(t, sup, sb.ID, 0, "cat /etc/hostname | wc -c; echo x > index.html")
+	out, res := runAs(t, cmds, sb.ID, 0, "cat /etc/hostname | wc -c; echo x > index.html")
 	if !strings.HasPrefix(out, "0\n") || res.Code == 0 || !strings.Contains(out, "Read-only file system") {
 		t.Errorf("a hidden /etc/hostname and a read-only project: %v %q", res, out)
 	}
@@ -76,14 +83,14 @@ func TestProfilesFillWhatACreateLeavesOut(t *testing.T) {
 	if sb.Profile != "default" || sb.ReadOnlyProject || sb.Network != nsinit.NetworkNone {
 		t.Errorf("a sandbox that names no profile: %+v", sb.Record)
 	}
-	if _, res := runAs(t, sup, sb.ID, 0, "echo x > index.html"); res.Code != 0 {
+	if _, res := runAs(t, cmds, sb.ID, 0, "echo x > index.html"); res.Code != 0 {
 		t.Errorf("writing the project of the default profile: %v", res)
 	}
 	sb, err = sup.Create(ctx, supervisor.CreateOptions{Project: "web", Profile: "web"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out, _ := run(t, sup, sb.ID, "echo $https_proxy"); out != "http://"+supervisor.ProxyAddr+"\n" {
+	if out, _ := run(t, cmds, sb.ID, "echo $https_proxy"); out != "http://"+supervisor.ProxyAddr+"\n" {
 		t.Errorf("https_proxy in a sandbox under an allowlist: %q", out)
 	}
 
@@ -124,17 +131,17 @@ func TestExecAsksForWhatTheSandboxAllows(t *testing.T) {
 		{"root for a user", supervisor.ExecOptions{Argv: []string{"true"}, UID: 1000, AsRoot: true, Stdio: stdio}, supervisor.ErrNoIdmap},
 		{"no stdio", supervisor.ExecOptions{Argv: []string{"true"}, UID: 1000}, supervisor.ErrInvalid},
 	} {
-		if _, err := e.sup.Exec(ctx, sb.ID, c.o); !errors.Is(err, c.want) {
+		if _, err := e.cmds.Exec(ctx, sb.ID, c.o); !errors.Is(err, c.want) {
 			t.Errorf("exec with %s: %v; want %v", c.what, err, c.want)
 		}
 	}
-	if _, err := e.sup.Exec(ctx, "nosuchsandbox", supervisor.ExecOptions{Argv: []string{"true"}, Stdio: stdio}); !errors.Is(err, supervisor.ErrNotFound) {
+	if _, err := e.cmds.Exec(ctx, "nosuchsandbox", supervisor.ExecOptions{Argv: []string{"true"}, Stdio: stdio}); !errors.Is(err, supervisor.ErrNotFound) {
 		t.Errorf("exec in a sandbox that does not exist: %v", err)
 	}
 	if _, err := e.sup.Freeze(ctx, sb.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.sup.Exec(ctx, sb.ID, supervisor.ExecOptions{Argv: []string{"true"}, Stdio: stdio}); !errors.Is(err, supervisor.ErrWrongState) {
+	if _, err := e.cmds.Exec(ctx, sb.ID, supervisor.ExecOptions{Argv: []string{"true"}, Stdio: stdio}); !errors.Is(err, supervisor.ErrWrongState) {
 		t.Errorf("exec in a frozen sandbox: %v; want ErrWrongState", err)
 	}
 	if _, err := e.sup.Thaw(ctx, sb.ID); err != nil {
@@ -143,7 +150,7 @@ func TestExecAsksForWhatTheSandboxAllows(t *testing.T) {
 	// A command whose sandbox is destroyed under it ends as lost.
 	r, w, _ := os.Pipe()
 	defer r.Close()
-	cmd, err := e.sup.Exec(ctx, sb.ID, supervisor.ExecOptions{Argv: []string{"sleep", "60"}, UID: 65534, Stdio: []*os.File{null, w, w}})
+	cmd, err := e.cmds.Exec(ctx, sb.ID, supervisor.ExecOptions{Argv: []string{"sleep", "60"}, UID: 65534, Stdio: []*os.File{null, w, w}})
 	w.Close()
 	if err != nil {
 		t.Fatal(err)
@@ -206,6 +213,7 @@ func TestASandboxOnZFS(t *testing.T) {
 	}
 	cfg.UserNS.Mode = supervisor.UserNSAuto
 	sup := supervisor.New(cfg)
+	cmds := commandsOf(sup)
 	if err := sup.ProbeUserNS(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -220,17 +228,17 @@ func TestASandboxOnZFS(t *testing.T) {
 	} else if u, err := fs.Usage(ctx, vol); err != nil || u.Quota != 32<<20 {
 		t.Errorf("the ZFS sandbox's volume under --disk 64M: %+v, %v; want a quota of 32 MiB", u, err)
 	}
-	if out, res := runAs(t, sup, sb.ID, 0, "df -B1 --output=size / | tail -n 1"); strings.TrimSpace(out) != "33554432" {
+	if out, res := runAs(t, cmds, sb.ID, 0, "df -B1 --output=size / | tail -n 1"); strings.TrimSpace(out) != "33554432" {
 		t.Errorf("the ZFS sandbox's system layer under --disk 64M: %v %q bytes; want 32 MiB", res, out)
 	}
 	if sb.Layer != "" || sb.IDs != nil {
 		t.Errorf("a zfs-fuse sandbox's system layer is volume %q and its ids %+v; want a tmpfs and no user namespace", sb.Layer, sb.IDs)
 	}
-	_, err = sup.Exec(ctx, sb.ID, supervisor.ExecOptions{Argv: []string{"true"}, UID: 1000, AsRoot: true, Stdio: []*os.File{os.Stdin, os.Stdout, os.Stderr}})
+	_, err = cmds.Exec(ctx, sb.ID, supervisor.ExecOptions{Argv: []string{"true"}, UID: 1000, AsRoot: true, Stdio: []*os.File{os.Stdin, os.Stdout, os.Stderr}})
 	if !errors.Is(err, supervisor.ErrNoIdmap) || !strings.Contains(err.Error(), "zfs-fuse") {
 		t.Errorf("root for a user in a sandbox on zfs-fuse: %v; want ErrNoIdmap naming zfs-fuse", err)
 	}
-	out, res := run(t, sup, sb.ID, "cat zfs-index.html && pwd")
+	out, res := run(t, cmds, sb.ID, "cat zfs-index.html && pwd")
 
 	if res.Code != 0 || out != "on zfs\n"+tb.ZFS.Mountpoint+"\n" {
 		t.Errorf("the project in a sandbox on ZFS: %v %q", res, out)

@@ -57,7 +57,7 @@ type Units interface {
 	SetSliceLimits(ctx context.Context, name string, l units.Limits) error
 	SliceUsage(ctx context.Context, name string) (units.SliceUsage, error)
 	// BindMount and RemoveMount: the persistent mounts of adopted
-	// projects (adopt.go).
+	// projects (supervisor/adopt).
 	BindMount(ctx context.Context, what, where string) (string, error)
 	RemoveMount(ctx context.Context, where string) error
 	// PoolMount: the embedded pool mounted at boot, for those mounts'
@@ -127,10 +127,6 @@ type Config struct {
 	// UserNS says whether sandboxes get user namespaces of their own
 	// (see ProbeUserNS).
 	UserNS UserNS
-	// PoolImage and PoolMountpoint are the embedded pool's image and
-	// where the daemon mounts it; empty for a pool the administrator
-	// mounts (adopt.go's poolAtBoot).
-	PoolImage, PoolMountpoint string
 }
 
 // Supervisor owns the sandboxes of this host: their volumes, scopes and
@@ -149,18 +145,14 @@ type Supervisor struct {
 	projects  *projectRegistry
 	reaper    reaper
 	worlds    worlds
-	commands  commands
 	gate      projectGate
 	userns    usernsState
 	stateDirs stateDirCache
 	frozen    freezeCounts
-	procHooks processHooks
-	sessions  sessions
 	activity  activity
-	fileCalls fileCalls // under way, by sandbox (files.go)
-	// adopting holds the paths of the adoptions under way (adopt.go),
-	// under the admission lock.
-	adopting map[string]bool
+	// runner runs the core's own commands (promotion's checks, try): the
+	// commands room, which sets itself (host_commands.go).
+	runner Runner
 	// usage: systemd's answers for GetLimits (userlimits.go).
 	usage sliceUsageCache
 }
@@ -193,6 +185,14 @@ func unitName(id string) string   { return prefixUnit + id + ".scope" }
 
 func newID() string {
 	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// newCommandID is a short random id, for the names of the core's
+// snapshots and prefixes.
+func newCommandID() string {
+	var b [4]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
 }

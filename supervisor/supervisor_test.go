@@ -14,6 +14,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/cowfs"
 	"github.com/sandboxd/sandboxd/supervisor"
+	"github.com/sandboxd/sandboxd/supervisor/commands"
 	"github.com/sandboxd/sandboxd/supervisor/state"
 	"github.com/sandboxd/sandboxd/supervisor/supervisortest"
 	"github.com/sandboxd/sandboxd/units"
@@ -27,6 +28,7 @@ var ctx = supervisor.WithActor(context.Background(), supervisor.Daemon("test"))
 // env is one supervisor on a fresh btrfs root with one project, "web".
 type env struct {
 	sup     *supervisor.Supervisor
+	cmds    *commands.Commands // sup's commands room
 	fs      cowfs.Backend
 	units   *units.Manager
 	store   *state.Store
@@ -37,7 +39,7 @@ type env struct {
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	e := supervisortest.New(t, "sup", nil)
-	return &env{sup: e.Sup, fs: e.FS, units: e.Units, store: e.Store, project: e.Project, cfg: e.Config}
+	return &env{sup: e.Sup, cmds: e.Commands, fs: e.FS, units: e.Units, store: e.Store, project: e.Project, cfg: e.Config}
 }
 
 // scopeActive says whether the sandbox's scope runs.

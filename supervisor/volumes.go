@@ -38,9 +38,6 @@ const (
 	// prefixCheckSandbox names the sandbox a promotion's checks run in,
 	// check-PID (a sandbox name, not a volume's).
 	prefixCheckSandbox = "check-"
-	// prefixTry names Try's sandboxes when the caller gives no name,
-	// try-XXXX-N (a sandbox name, not a volume's).
-	prefixTry = "try-"
 	// prefixUnit: a sandbox's transient systemd scope, sandbox-ID.scope;
 	// also its hostname, sandbox-ID.
 	prefixUnit = "sandbox-"

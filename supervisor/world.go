@@ -321,26 +321,3 @@ func (d ownerDialer) DialContext(ctx context.Context, network, addr string) (net
 	defer cancel()
 	return egress.DialInNetNSAsWith(ctx, "/proc/self/ns/net", addr, d.uid, connbound.SetBuffers)
 }
-
-// hadProcesses reports whether sandbox rec's init has kept a background
-// process's log in its layer (true where that cannot be told: a tmpfs
-// layer, an unreadable one).
-func (s *Supervisor) hadProcesses(ctx context.Context, rec state.Record) bool {
-	if rec.Layer == "" {
-		return true
-	}
-	v, err := s.cfg.Backend.Get(ctx, rec.Layer)
-	if err != nil {
-		return true
-	}
-	f, err := os.Open(filepath.Join(v.Path, "processes"))
-	if errors.Is(err, os.ErrNotExist) {
-		return false
-	}
-	if err != nil {
-		return true
-	}
-	defer f.Close()
-	names, _ := f.Readdirnames(1)
-	return len(names) > 0
-}

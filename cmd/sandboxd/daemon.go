@@ -15,16 +15,19 @@ import (
 
 	"github.com/sandboxd/sandboxd/cowfs/pool"
 	"github.com/sandboxd/sandboxd/supervisor"
+	"github.com/sandboxd/sandboxd/supervisor/adopt"
 	"github.com/sandboxd/sandboxd/supervisor/api"
 	"github.com/sandboxd/sandboxd/supervisor/api/access"
 	"github.com/sandboxd/sandboxd/supervisor/api/guard"
 	"github.com/sandboxd/sandboxd/supervisor/audit"
 	"github.com/sandboxd/sandboxd/supervisor/caches"
+	"github.com/sandboxd/sandboxd/supervisor/commands"
 	"github.com/sandboxd/sandboxd/supervisor/config"
 	"github.com/sandboxd/sandboxd/supervisor/journal"
 	"github.com/sandboxd/sandboxd/supervisor/ports"
 	"github.com/sandboxd/sandboxd/supervisor/promotion"
 	"github.com/sandboxd/sandboxd/supervisor/state"
+	"github.com/sandboxd/sandboxd/supervisor/try"
 	"github.com/sandboxd/sandboxd/units"
 )
 
@@ -98,9 +101,6 @@ func run(ctx context.Context, configPath string) error {
 	sup := supervisor.New(supervisor.Config{
 		Backend: backend, Units: um, Store: store, Projects: projects, ProjectAccess: projectAccess, ProjectEnv: projectEnv,
 		ProjectIgnore: projectIgnore,
-		// The embedded pool, which only the daemon mounts: adopted
-		// volumes bound back at boot need it mounted then too.
-		PoolImage: poolImage(cfg), PoolMountpoint: poolMountpoint(cfg),
 		// The init is this binary, reached through /proc/self/exe: the
 		// same version as the daemon even while an upgrade replaces the
 		// file, and executable by an init that is root of its user
@@ -138,15 +138,19 @@ func run(ctx context.Context, configPath string) error {
 
 	rooms.Caches = caches.New(sup.Host(), caches.Config{Enabled: true, Quota: uint64(lim.CacheQuota)})
 
-	// (commands)
+	rooms.Commands = commands.New(sup.Host().(commands.Host))
 
 	// (checkpoints)
 
-	rooms.Promotion = promotion.New(sup.Host().(promotion.Host), promotion.Config{Stages: stagesOf(cfg), Runner: sup.Host().(supervisor.Runner)})
+	rooms.Promotion = promotion.New(sup.Host().(promotion.Host), promotion.Config{Stages: stagesOf(cfg), Runner: rooms.Commands})
 
-	// (adopt)
+	rooms.Adoptions = adopt.New(sup.Host().(adopt.Host), adopt.Config{
+		// The embedded pool, which only the daemon mounts: adopted
+		// volumes bound back at boot need it mounted then too.
+		PoolImage: poolImage(cfg), PoolMountpoint: poolMountpoint(cfg),
+	})
 
-	// (try)
+	rooms.Try = try.New(sup.Host().(try.Host), try.Config{Runner: rooms.Commands})
 
 	if err := sup.ProbeUserNS(ctx); err != nil {
 		return errors.Join(exConfig, err)

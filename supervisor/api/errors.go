@@ -9,6 +9,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/termsafe"
 	"github.com/sandboxd/sandboxd/sandboxd1"
 	"github.com/sandboxd/sandboxd/supervisor"
+	"github.com/sandboxd/sandboxd/supervisor/commands"
 	"github.com/sandboxd/sandboxd/supervisor/promotion"
 )
 
@@ -49,13 +50,13 @@ func fromSupervisor(err error) *dbus.Error {
 		name = sandboxd1.ErrorBusy
 	case errors.Is(err, promotion.ErrNoPromotion):
 		name = sandboxd1.ErrorNoSuchPromotion
-	case errors.Is(err, promotion.ErrNothingToPromote), errors.Is(err, supervisor.ErrNotBooted):
+	case errors.Is(err, promotion.ErrNothingToPromote), errors.Is(err, commands.ErrNotBooted):
 		name = sandboxd1.ErrorWrongState
 	case errors.Is(err, supervisor.ErrAccessDenied):
 		name = sandboxd1.ErrorAccessDenied
 	case errors.Is(err, supervisor.ErrNoIdmap):
 		name = sandboxd1.ErrorNoIdmap
-	case errors.Is(err, supervisor.ErrNoFile):
+	case errors.Is(err, commands.ErrNoFile):
 		name = sandboxd1.ErrorNoSuchFile
 	}
 	// The text carries what sandboxes named (a conflict's paths, a

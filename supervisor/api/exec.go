@@ -12,6 +12,7 @@ import (
 	"github.com/sandboxd/sandboxd/runtime/nsinit"
 	"github.com/sandboxd/sandboxd/sandboxd1"
 	"github.com/sandboxd/sandboxd/supervisor"
+	"github.com/sandboxd/sandboxd/supervisor/commands"
 )
 
 // Exec(as argv, a{sv} options, h stdin, h stdout, h stderr) -> (s command)
@@ -71,7 +72,7 @@ func (o sandboxObject) ExecTerminal(sender dbus.Sender, msg dbus.Message, argv [
 }
 
 func (o sandboxObject) exec(sender dbus.Sender, msg dbus.Message, action string, argv []string,
-	options map[string]dbus.Variant, set func(*supervisor.ExecOptions)) (*supervisor.Command, *dbus.Error) {
+	options map[string]dbus.Variant, set func(*supervisor.ExecOptions)) (*commands.Command, *dbus.Error) {
 	s := o.s
 	r, derr := s.begin(sender, action)
 	if derr != nil {
@@ -89,7 +90,11 @@ func (o sandboxObject) exec(sender dbus.Sender, msg dbus.Message, action string,
 		return nil, s.end(r, id, dbusError(sandboxd1.ErrorInvalidArgs, "%s: %v", action, err))
 	}
 	set(&opts)
-	cmd, err := s.sup.Exec(r.ctx, id, opts)
+	c, derr := s.commandsOf(r, id)
+	if derr != nil {
+		return nil, derr
+	}
+	cmd, err := c.Exec(r.ctx, id, opts)
 	if err != nil {
 		return nil, s.end(r, id, fromSupervisor(err))
 	}
@@ -122,13 +127,26 @@ func (o sandboxObject) Signal(sender dbus.Sender, msg dbus.Message, command stri
 	if signal <= 0 || signal > 64 {
 		return s.end(r, id, dbusError(sandboxd1.ErrorInvalidArgs, "signal %d: want 1..64", signal))
 	}
-	if err := s.sup.Signal(r.ctx, id, command, syscall.Signal(signal)); err != nil {
-		if errors.Is(err, supervisor.ErrNoCommand) {
+	c, derr := s.commandsOf(r, id)
+	if derr != nil {
+		return derr
+	}
+	if err := c.Signal(r.ctx, id, command, syscall.Signal(signal)); err != nil {
+		if errors.Is(err, commands.ErrNoCommand) {
 			return s.end(r, id, dbusError(sandboxd1.ErrorNoSuchCommand, "%v", err))
 		}
 		return s.end(r, id, fromSupervisor(err))
 	}
 	return s.end(r, id, nil)
+}
+
+// commandsOf is the commands room, or the answer, ending r, that this
+// server serves none.
+func (s *Server) commandsOf(r *request, id string) (*commands.Commands, *dbus.Error) {
+	if s.rooms.Commands == nil {
+		return nil, s.end(r, id, dbusError(sandboxd1.ErrorFailed, "commands, processes, sessions and files are not served here"))
+	}
+	return s.rooms.Commands, nil
 }
 
 // execOptions reads Exec's options into o.

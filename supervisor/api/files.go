@@ -8,7 +8,7 @@ import (
 	"github.com/godbus/dbus/v5"
 
 	"github.com/sandboxd/sandboxd/sandboxd1"
-	"github.com/sandboxd/sandboxd/supervisor"
+	"github.com/sandboxd/sandboxd/supervisor/commands"
 )
 
 // The file API: ReadFile, WriteFile, ListFiles, EditFile, done by the
@@ -30,7 +30,11 @@ func (o sandboxObject) ReadFile(sender dbus.Sender, msg dbus.Message, path strin
 		return nil, s.end(r, id, dbusError(sandboxd1.ErrorInvalidArgs,
 			"reading %s: %d bytes at once, over %d: read it in parts, or whole with ReadFileTo", path, max, sandboxd1.MaxFileChunk))
 	}
-	data, err := s.sup.ReadFile(r.ctx, id, supervisor.FileAccess{UID: r.who.UID}, path, offset, max)
+	c, derr := s.commandsOf(r, id)
+	if derr != nil {
+		return nil, derr
+	}
+	data, err := c.ReadFile(r.ctx, id, commands.FileAccess{UID: r.who.UID}, path, offset, max)
 	if err != nil {
 		return nil, s.end(r, id, fromSupervisor(err))
 	}
@@ -58,13 +62,17 @@ func (o sandboxObject) WriteFile(sender dbus.Sender, msg dbus.Message, path stri
 	if err != nil {
 		return s.end(r, id, dbusError(sandboxd1.ErrorInvalidArgs, "WriteFile: %v", err))
 	}
-	return s.end(r, id, fromSupervisorOrNil(s.sup.WriteFile(r.ctx, id, who, path, data, wo)))
+	c, derr := s.commandsOf(r, id)
+	if derr != nil {
+		return derr
+	}
+	return s.end(r, id, fromSupervisorOrNil(c.WriteFile(r.ctx, id, who, path, data, wo)))
 }
 
 // writeOptions reads WriteFile's and WriteFileFrom's options.
-func writeOptions(uid uint32, options map[string]dbus.Variant) (supervisor.FileAccess, supervisor.WriteOptions, error) {
-	who := supervisor.FileAccess{UID: uid}
-	var wo supervisor.WriteOptions
+func writeOptions(uid uint32, options map[string]dbus.Variant) (commands.FileAccess, commands.WriteOptions, error) {
+	who := commands.FileAccess{UID: uid}
+	var wo commands.WriteOptions
 	create := true
 	for name, v := range options {
 		var err error
@@ -98,7 +106,7 @@ func writeOptions(uid uint32, options map[string]dbus.Variant) (supervisor.FileA
 // reads meanwhile; Root reads as root of the sandbox's user namespace.
 func (o sandboxObject) ReadFileTo(sender dbus.Sender, msg dbus.Message, path string, pipe dbus.UnixFD, options map[string]dbus.Variant) (uint64, *dbus.Error) {
 	return o.stream(sender, msg, sandboxd1.MethodReadFileTo, pipe, func(r *request, id string, f *os.File) (uint64, error) {
-		who := supervisor.FileAccess{UID: r.who.UID}
+		who := commands.FileAccess{UID: r.who.UID}
 		for name, v := range options {
 			if name != sandboxd1.OptRoot {
 				return 0, optionError{fmt.Errorf("unknown option %q (known: %s)", name, sandboxd1.OptRoot)}
@@ -107,7 +115,7 @@ func (o sandboxObject) ReadFileTo(sender dbus.Sender, msg dbus.Message, path str
 				return 0, optionError{fmt.Errorf("option %s (%s): %v", name, v.Signature(), err)}
 			}
 		}
-		return o.s.sup.ReadFileTo(r.ctx, id, who, path, f)
+		return o.s.rooms.Commands.ReadFileTo(r.ctx, id, who, path, f)
 	})
 }
 
@@ -120,7 +128,7 @@ func (o sandboxObject) WriteFileFrom(sender dbus.Sender, msg dbus.Message, path 
 		if err != nil {
 			return 0, optionError{err}
 		}
-		return o.s.sup.WriteFileFrom(r.ctx, id, who, path, f, wo)
+		return o.s.rooms.Commands.WriteFileFrom(r.ctx, id, who, path, f, wo)
 	})
 }
 
@@ -139,6 +147,9 @@ func (o sandboxObject) stream(sender dbus.Sender, msg dbus.Message, method strin
 	defer files[0].Close()
 	r, id, derr := o.beginOn(sender, msg, method)
 	if derr != nil {
+		return 0, derr
+	}
+	if _, derr := s.commandsOf(r, id); derr != nil {
 		return 0, derr
 	}
 	n, err := do(r, id, files[0])
@@ -161,7 +172,7 @@ func (o sandboxObject) ListFiles(sender dbus.Sender, msg dbus.Message, path stri
 	if derr != nil {
 		return nil, derr
 	}
-	who := supervisor.FileAccess{UID: r.who.UID}
+	who := commands.FileAccess{UID: r.who.UID}
 	var recursive bool
 	var most uint32
 	for name, v := range options {
@@ -183,7 +194,11 @@ func (o sandboxObject) ListFiles(sender dbus.Sender, msg dbus.Message, path stri
 	if most > sandboxd1.MaxListEntries {
 		return nil, s.end(r, id, dbusError(sandboxd1.ErrorInvalidArgs, "ListFiles: MaxEntries %d is over %d", most, sandboxd1.MaxListEntries))
 	}
-	es, err := s.sup.ListFiles(r.ctx, id, who, path, recursive, int(most))
+	c, derr := s.commandsOf(r, id)
+	if derr != nil {
+		return nil, derr
+	}
+	es, err := c.ListFiles(r.ctx, id, who, path, recursive, int(most))
 	if err != nil {
 		return nil, s.end(r, id, fromSupervisor(err))
 	}
@@ -203,7 +218,11 @@ func (o sandboxObject) EditFile(sender dbus.Sender, msg dbus.Message, path, old,
 	if derr != nil {
 		return 0, derr
 	}
-	n, err := s.sup.EditFile(r.ctx, id, supervisor.FileAccess{UID: r.who.UID}, path, old, new)
+	c, derr := s.commandsOf(r, id)
+	if derr != nil {
+		return 0, derr
+	}
+	n, err := c.EditFile(r.ctx, id, commands.FileAccess{UID: r.who.UID}, path, old, new)
 	if err != nil {
 		return 0, s.end(r, id, fromSupervisor(err))
 	}

@@ -549,15 +549,15 @@ func roomsOf(se *supervisortest.Env) api.Rooms {
 
 	r.Caches = se.Caches
 
-	// (commands)
+	r.Commands = se.Commands
 
 	// (checkpoints)
 
 	r.Promotion = se.Promotion
 
-	// (adopt)
+	r.Adoptions = se.Adoptions
 
-	// (try)
+	r.Try = se.Try
 
 	return r
 }

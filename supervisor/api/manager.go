@@ -10,6 +10,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/sandboxd1"
 	"github.com/sandboxd/sandboxd/supervisor"
+	"github.com/sandboxd/sandboxd/supervisor/adopt"
 	"github.com/sandboxd/sandboxd/supervisor/state"
 )
 
@@ -207,11 +208,14 @@ func (m manager) addProject(sender dbus.Sender, action, name, location string, o
 // path project name where it lives. Root and admins adopt any owner's
 // directory; a member who may create sandboxes adopts a directory of its
 // own, for itself (the supervisor checks the directory and what it
-// holds: AdoptOptions.Caller).
+// holds: adopt.Options.Caller).
 func (m manager) AdoptProject(sender dbus.Sender, name, path string, opts map[string]dbus.Variant) *dbus.Error {
 	what := fmt.Sprintf("adopting %s as project %q", path, name)
 	return m.ownProject(sender, sandboxd1.MethodAdoptProject, name, what, "adopt", func(ctx context.Context, member *uint32) *dbus.Error {
-		var o supervisor.AdoptOptions
+		if m.s.rooms.Adoptions == nil {
+			return noAdoptions(what)
+		}
+		var o adopt.Options
 		for name, to := range map[string]any{sandboxd1.OptRestartUnits: &o.RestartUnits,
 			sandboxd1.OptMorePaths: &o.More, sandboxd1.OptFreezeUnits: &o.Freeze} {
 			if v, ok := opts[name]; ok {
@@ -226,7 +230,7 @@ func (m manager) AdoptProject(sender dbus.Sender, name, path string, opts map[st
 			return dbusError(sandboxd1.ErrorInvalidArgs, "%s: %v", what, err)
 		}
 		o.Caller = member
-		return fromSupervisorOrNil(m.s.sup.AdoptProject(ctx, name, path, o))
+		return fromSupervisorOrNil(m.s.rooms.Adoptions.Adopt(ctx, name, path, o))
 	})
 }
 
@@ -234,13 +238,22 @@ func (m manager) AdoptProject(sender dbus.Sender, name, path string, opts map[st
 // with the project's files where it was; root and admins release any, a
 // member the adoptions of its own directories.
 func (m manager) ReleaseProject(sender dbus.Sender, name string) *dbus.Error {
-	return m.ownProject(sender, sandboxd1.MethodReleaseProject, name, fmt.Sprintf("releasing project %q", name), "release",
+	what := fmt.Sprintf("releasing project %q", name)
+	return m.ownProject(sender, sandboxd1.MethodReleaseProject, name, what, "release",
 		func(ctx context.Context, member *uint32) *dbus.Error {
-			if member != nil {
-				return fromSupervisorOrNil(m.s.sup.ReleaseOwnProject(ctx, name, *member))
+			if m.s.rooms.Adoptions == nil {
+				return noAdoptions(what)
 			}
-			return fromSupervisorOrNil(m.s.sup.ReleaseProject(ctx, name))
+			if member != nil {
+				return fromSupervisorOrNil(m.s.rooms.Adoptions.ReleaseOwn(ctx, name, *member))
+			}
+			return fromSupervisorOrNil(m.s.rooms.Adoptions.Release(ctx, name))
 		})
+}
+
+// noAdoptions answers a call of the adoption room where it is not served.
+func noAdoptions(what string) *dbus.Error {
+	return dbusError(sandboxd1.ErrorFailed, "%s: this daemon adopts no directories", what)
 }
 
 // ownProject runs do, a change of project name that root and admins may

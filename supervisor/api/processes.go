@@ -9,6 +9,7 @@ import (
 	"github.com/sandboxd/sandboxd/runtime/nsinit"
 	"github.com/sandboxd/sandboxd/sandboxd1"
 	"github.com/sandboxd/sandboxd/supervisor"
+	"github.com/sandboxd/sandboxd/supervisor/commands"
 )
 
 // Background processes: Spawn, ListProcesses, ReadLog, SignalProcess, and
@@ -30,7 +31,11 @@ func (o sandboxObject) Spawn(sender dbus.Sender, msg dbus.Message, argv []string
 	if err := execOptions(&opts, options); err != nil {
 		return "", s.end(r, id, dbusError(sandboxd1.ErrorInvalidArgs, "Spawn: %v", err))
 	}
-	proc, err := s.sup.Spawn(r.ctx, id, opts)
+	c, derr := s.commandsOf(r, id)
+	if derr != nil {
+		return "", derr
+	}
+	proc, err := c.Spawn(r.ctx, id, opts)
 	if err != nil {
 		return "", s.end(r, id, fromSupervisor(err))
 	}
@@ -45,7 +50,11 @@ func (o sandboxObject) ListProcesses(sender dbus.Sender, msg dbus.Message) ([]sa
 	if derr != nil {
 		return nil, derr
 	}
-	ps, err := s.sup.ListProcesses(r.ctx, id)
+	c, derr := s.commandsOf(r, id)
+	if derr != nil {
+		return nil, derr
+	}
+	ps, err := c.ListProcesses(r.ctx, id)
 	if err != nil {
 		return nil, s.end(r, id, fromSupervisor(err))
 	}
@@ -67,14 +76,18 @@ func (o sandboxObject) ReadLog(sender dbus.Sender, msg dbus.Message, process str
 	if derr != nil {
 		return nil, 0, false, derr
 	}
-	c, err := s.sup.ReadLog(r.ctx, id, process, offset, max)
+	c, derr := s.commandsOf(r, id)
+	if derr != nil {
+		return nil, 0, false, derr
+	}
+	chunk, err := c.ReadLog(r.ctx, id, process, offset, max)
 	if err != nil {
 		return nil, 0, false, s.end(r, id, processError(err))
 	}
-	if c.Data == nil {
-		c.Data = []byte{}
+	if chunk.Data == nil {
+		chunk.Data = []byte{}
 	}
-	return c.Data, c.Next, c.Ended, s.end(r, id, nil)
+	return chunk.Data, chunk.Next, chunk.Ended, s.end(r, id, nil)
 }
 
 // SignalProcess(s process, i signal) sends a signal to a background
@@ -85,7 +98,11 @@ func (o sandboxObject) SignalProcess(sender dbus.Sender, msg dbus.Message, proce
 	if derr != nil {
 		return derr
 	}
-	if err := s.sup.SignalProcess(r.ctx, id, process, syscall.Signal(signal)); err != nil {
+	c, derr := s.commandsOf(r, id)
+	if derr != nil {
+		return derr
+	}
+	if err := c.SignalProcess(r.ctx, id, process, syscall.Signal(signal)); err != nil {
 		return s.end(r, id, processError(err))
 	}
 	return s.end(r, id, nil)
@@ -111,7 +128,7 @@ func (o sandboxObject) beginOn(sender dbus.Sender, msg dbus.Message, action stri
 
 // processError names a process that is not there.
 func processError(err error) *dbus.Error {
-	if errors.Is(err, supervisor.ErrNoProcess) {
+	if errors.Is(err, commands.ErrNoProcess) {
 		return dbusError(sandboxd1.ErrorNoSuchCommand, "%v", err)
 	}
 	return fromSupervisor(err)

@@ -1,9 +1,12 @@
 package api
 
 import (
+	"github.com/sandboxd/sandboxd/supervisor/adopt"
 	"github.com/sandboxd/sandboxd/supervisor/caches"
+	"github.com/sandboxd/sandboxd/supervisor/commands"
 	"github.com/sandboxd/sandboxd/supervisor/ports"
 	"github.com/sandboxd/sandboxd/supervisor/promotion"
+	"github.com/sandboxd/sandboxd/supervisor/try"
 )
 
 // Rooms are the supervisor's capabilities the front door serves beside
@@ -17,7 +20,7 @@ type Rooms struct {
 	Caches *caches.Caches
 
 	// Commands, background processes, sessions and files.
-	// (commands)
+	Commands *commands.Commands
 
 	// Checkpoints, rollback, rebase and diff.
 	// (checkpoints)
@@ -26,8 +29,8 @@ type Rooms struct {
 	Promotion *promotion.Promotions
 
 	// Adoption (AdoptProject, ReleaseProject).
-	// (adopt)
+	Adoptions *adopt.Adoptions
 
 	// Try.
-	// (try)
+	Try *try.Try
 }

@@ -90,8 +90,12 @@ func Serve(ctx context.Context, conn *dbus.Conn, sup *supervisor.Supervisor, roo
 		known: map[string]state.State{},
 		heavy: calls.NewLimiter(),
 	}
-	guard.Attach(log, sup)
-	sup.OnProcessExited(s.processExited)
+	if rooms.Commands != nil {
+		guard.Attach(log, rooms.Commands)
+		rooms.Commands.OnProcessExited(s.processExited)
+	} else {
+		guard.Attach(log, nil)
+	}
 	ok := false
 	// Subscribed before the listing: a change made meanwhile is heard.
 	s.changes, s.followed = sup.Subscribe(), make(chan struct{})

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/sandboxd1"
 	"github.com/sandboxd/sandboxd/supervisor"
+	"github.com/sandboxd/sandboxd/supervisor/commands"
 )
 
 // Sessions: OpenSession, Eval, CloseSession.
@@ -27,7 +28,11 @@ func (o sandboxObject) OpenSession(sender dbus.Sender, msg dbus.Message, languag
 	if err := execOptions(&opts, options); err != nil {
 		return "", s.end(r, id, dbusError(sandboxd1.ErrorInvalidArgs, "OpenSession: %v", err))
 	}
-	sess, err := s.sup.OpenSession(r.ctx, id, language, opts)
+	c, derr := s.commandsOf(r, id)
+	if derr != nil {
+		return "", derr
+	}
+	sess, err := c.OpenSession(r.ctx, id, language, opts)
 	if err != nil {
 		return "", s.end(r, id, fromSupervisor(err))
 	}
@@ -50,7 +55,11 @@ func (o sandboxObject) Eval(sender dbus.Sender, msg dbus.Message, session, code 
 	// An input that waits for the one before it stops waiting, and gives
 	// its place back, when its caller leaves the bus.
 	watch := func() (context.Context, func()) { return s.whileConnected(r.ctx, string(sender)) }
-	out, status, err := s.sup.Eval(r.ctx, id, session, r.who.UID, code, supervisor.EvalOptions{Watch: watch})
+	c, derr := s.commandsOf(r, id)
+	if derr != nil {
+		return "", 0, derr
+	}
+	out, status, err := c.Eval(r.ctx, id, session, r.who.UID, code, commands.EvalOptions{Watch: watch})
 	if err != nil {
 		return "", 0, s.end(r, id, sessionError(err))
 	}
@@ -64,17 +73,21 @@ func (o sandboxObject) CloseSession(sender dbus.Sender, msg dbus.Message, sessio
 	if derr != nil {
 		return derr
 	}
-	return s.end(r, id, sessionError(s.sup.CloseSession(r.ctx, id, session, r.who.UID)))
+	c, derr := s.commandsOf(r, id)
+	if derr != nil {
+		return derr
+	}
+	return s.end(r, id, sessionError(c.CloseSession(r.ctx, id, session, r.who.UID)))
 }
 
 func sessionError(err error) *dbus.Error {
 	if err == nil {
 		return nil
 	}
-	if errors.Is(err, supervisor.ErrNoSession) {
+	if errors.Is(err, commands.ErrNoSession) {
 		return dbusError(sandboxd1.ErrorNoSuchCommand, "%v", err)
 	}
-	if errors.Is(err, supervisor.ErrSessionBusy) {
+	if errors.Is(err, commands.ErrSessionBusy) {
 		return dbusError(sandboxd1.ErrorBusy, "%v", err)
 	}
 	return fromSupervisor(err)

@@ -14,7 +14,11 @@ func (o sandboxObject) SystemStatus(sender dbus.Sender, msg dbus.Message) (strin
 	if derr != nil {
 		return "", nil, derr
 	}
-	st, err := s.sup.System(r.ctx, id, r.who.UID)
+	c, derr := s.commandsOf(r, id)
+	if derr != nil {
+		return "", nil, derr
+	}
+	st, err := c.System(r.ctx, id, r.who.UID)
 	if err != nil {
 		return "", nil, s.end(r, id, fromSupervisor(err))
 	}

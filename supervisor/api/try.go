@@ -14,11 +14,15 @@ import (
 
 	"github.com/sandboxd/sandboxd/sandboxd1"
 	"github.com/sandboxd/sandboxd/supervisor"
+	"github.com/sandboxd/sandboxd/supervisor/try"
 )
 
 // errCallerGone ends a Try whose caller left the bus (Ctrl-C on
 // sandboxctl try): nobody waits for its result, so its sandboxes go.
 var errCallerGone = errors.New("the caller left the bus")
+
+// errNoTry answers Try where the daemon serves no try room.
+var errNoTry = errors.New("this daemon runs no Try")
 
 // Try(s project, as variants, s check, s keep, a{sv} options) ->
 // (s report): a sandbox of the project per variant (a shell line), or per
@@ -37,6 +41,9 @@ func (m manager) Try(sender dbus.Sender, project string, variants []string, chec
 		return "", derr
 	}
 	r.project = project
+	if s.rooms.Try == nil {
+		return "", s.end(r, "", dbusError(sandboxd1.ErrorFailed, "trying variants of %q: %v", project, errNoTry))
+	}
 	if !s.access.MayCreate(r.who) {
 		return "", s.end(r, "", dbusError(sandboxd1.ErrorAccessDenied,
 			"trying variants of %q: uid %d may not create sandboxes (not root, nor a creator by uid or group)", project, r.who.UID))
@@ -51,7 +58,7 @@ func (m manager) Try(sender dbus.Sender, project string, variants []string, chec
 	// variants and checks run (calls.Slot.Busy).
 	to.Busy = r.slot.Busy
 	ctx, stop := s.whileConnected(r.ctx, string(sender))
-	rep, err := s.sup.Try(ctx, to)
+	rep, err := s.rooms.Try.Run(ctx, to)
 	stop()
 	if err != nil {
 		return "", s.end(r, "", fromSupervisor(err))
@@ -65,8 +72,8 @@ func (m manager) Try(sender dbus.Sender, project string, variants []string, chec
 
 // tryOptions splits Try's a{sv} into CreateSandbox's options, Exec's
 // and its own.
-func tryOptions(in map[string]dbus.Variant) (supervisor.TryOptions, error) {
-	var to supervisor.TryOptions
+func tryOptions(in map[string]dbus.Variant) (try.Options, error) {
+	var to try.Options
 	create, exec := map[string]dbus.Variant{}, map[string]dbus.Variant{}
 	var errs []error
 	for name, v := range in {
@@ -101,13 +108,13 @@ func tryOptions(in map[string]dbus.Variant) (supervisor.TryOptions, error) {
 	}
 	to.Env, to.Dir, to.AsRoot, to.Detach, to.Timeout = eo.Env, eo.Dir, eo.AsRoot, eo.Detach, eo.Timeout
 	if _, ok := exec[sandboxd1.OptTimeoutUSec]; ok && eo.Timeout == 0 {
-		to.Timeout = supervisor.NoTryTimeout
+		to.Timeout = try.NoTimeout
 	}
 	return to, errors.Join(errs...)
 }
 
 // tryReport is rep as it crosses the bus.
-func tryReport(rep supervisor.TryReport) sandboxd1.TryReport {
+func tryReport(rep try.Report) sandboxd1.TryReport {
 	out := sandboxd1.TryReport{Results: []sandboxd1.TryResult{}, Winner: rep.Winner, Left: rep.Left}
 	for _, r := range rep.Results {
 		w := sandboxd1.TryResult{

@@ -79,8 +79,12 @@ func failedCheck(results []state.CheckResult) error {
 // checked by Promote.
 func (r *Promotions) checkInSandbox(ctx context.Context, p *Promotion, st StageConfig) (results []state.CheckResult, err error) {
 	crashpoint.Hit(crashpoint.PromoteChecking)
+	// A stage run in the background (resumed by an approval, or after a
+	// restart) is the daemon's own work: its check sandbox says so.
+	if _, err := supervisor.ActorOf(ctx); err != nil {
+		ctx = supervisor.WithActor(ctx, supervisor.Daemon("promotion checks"))
+	}
 	timeout := checkTimeout(st)
-	ctx = supervisor.WithActor(ctx, supervisor.Daemon("promotion checks"))
 	sb, err := r.h.Create(ctx, supervisor.CreateOptions{
 		Project: p.Project, Name: supervisor.PromotionCheckSandboxName(p.ID), Owner: p.Owner,
 		TTL: time.Duration(len(st.Checks)+1) * timeout, Applied: true, NoCache: true,

@@ -9,6 +9,7 @@ import (
 	"github.com/sandboxd/sandboxd/cowfs"
 	"github.com/sandboxd/sandboxd/runtime/nsinit"
 	"github.com/sandboxd/sandboxd/supervisor"
+	"github.com/sandboxd/sandboxd/supervisor/commands"
 	"github.com/sandboxd/sandboxd/supervisor/promotion"
 	"github.com/sandboxd/sandboxd/supervisor/supervisortest"
 	"github.com/sandboxd/sandboxd/tests/testbed"
@@ -32,6 +33,7 @@ var ctx = supervisor.WithActor(context.Background(), supervisor.Daemon("test"))
 type env struct {
 	se      *supervisortest.Env
 	sup     *supervisor.Supervisor
+	cmds    *commands.Commands
 	pr      *promotion.Promotions
 	fs      cowfs.Backend
 	project string // the project's path
@@ -54,8 +56,8 @@ func (e *env) remake(t *testing.T) {
 	e.took()
 }
 
-// took takes e.se's supervisor and room.
-func (e *env) took() { e.sup, e.pr = e.se.Sup, e.se.Promotion }
+// took takes e.se's supervisor and rooms.
+func (e *env) took() { e.sup, e.cmds, e.pr = e.se.Sup, e.se.Commands, e.se.Promotion }
 
 func (e *env) volumes(t *testing.T) []string {
 	t.Helper()
@@ -72,10 +74,10 @@ func (e *env) volumes(t *testing.T) []string {
 
 // runAs runs script in sandbox id as uid (0: as root), and returns its
 // output and result.
-func runAs(t *testing.T, sup *supervisor.Supervisor, id string, uid uint32, script string) (string, nsinit.Result) {
+func runAs(t *testing.T, cmds *commands.Commands, id string, uid uint32, script string) (string, nsinit.Result) {
 	t.Helper()
 	null, w, collect := testbed.Capture(t)
-	cmd, err := sup.Exec(ctx, id, supervisor.ExecOptions{
+	cmd, err := cmds.Exec(ctx, id, supervisor.ExecOptions{
 		Argv: []string{"/bin/sh", "-c", script}, UID: uid, AsRoot: uid == 0, Stdio: []*os.File{null, w, w}, Timeout: 30 * time.Second,
 	})
 	out := collect()

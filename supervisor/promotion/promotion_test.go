@@ -67,7 +67,7 @@ ln -s bin/run current
 rm -r gone
 mv old.txt renamed.txt
 chmod 600 keep/b`
-	if out, res := runAs(t, e.sup, sb.ID, 0, script); res.Code != 0 {
+	if out, res := runAs(t, e.cmds, sb.ID, 0, script); res.Code != 0 {
 		t.Fatalf("changing the sandbox: %v %s", res, out)
 	}
 	// The project's own later change elsewhere stays (no conflict).
@@ -109,7 +109,7 @@ chmod 600 keep/b`
 	// The check sandbox is gone; the sandbox itself stays. It promotes
 	// again after more work: its own earlier change in the project is no
 	// conflict.
-	if out, res := runAs(t, e.sup, sb.ID, 0, "echo '<h1>fixed twice</h1>' > index.html"); res.Code != 0 {
+	if out, res := runAs(t, e.cmds, sb.ID, 0, "echo '<h1>fixed twice</h1>' > index.html"); res.Code != 0 {
 		t.Fatalf("%v %s", res, out)
 	}
 	p2, err := e.pr.Promote(ctx, sb.ID, promotion.PromoteOptions{})
@@ -132,7 +132,7 @@ func TestPromotionRefusesConflictsByName(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out, res := runAs(t, e.sup, sb.ID, 0, "echo sandbox > index.html && echo new > mine.txt"); res.Code != 0 {
+	if out, res := runAs(t, e.cmds, sb.ID, 0, "echo sandbox > index.html && echo new > mine.txt"); res.Code != 0 {
 		t.Fatalf("%v %s", res, out)
 	}
 	if err := os.WriteFile(filepath.Join(e.project, "index.html"), []byte("host\n"), 0o644); err != nil {
@@ -173,7 +173,7 @@ func TestFailedCheckLeavesTheProjectAsItWas(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out, res := runAs(t, e.sup, sb.ID, 0, "echo broken > index.html && rm -f x && mkdir d && echo 1 > d/f"); res.Code != 0 {
+	if out, res := runAs(t, e.cmds, sb.ID, 0, "echo broken > index.html && rm -f x && mkdir d && echo 1 > d/f"); res.Code != 0 {
 		t.Fatalf("%v %s", res, out)
 	}
 	before := treetest.Describe(t, e.project)
@@ -211,7 +211,7 @@ func TestAdminApprovalGatesAStage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out, res := runAs(t, e.sup, sb.ID, 0, "echo approved > index.html"); res.Code != 0 {
+	if out, res := runAs(t, e.cmds, sb.ID, 0, "echo approved > index.html"); res.Code != 0 {
 		t.Fatalf("%v %s", res, out)
 	}
 	before := treetest.Describe(t, e.project)
@@ -238,7 +238,7 @@ func TestAdminApprovalGatesAStage(t *testing.T) {
 	}
 
 	// A rejection ends it with the project untouched.
-	if out, res := runAs(t, e.sup, sb.ID, 0, "echo rejected > index.html"); res.Code != 0 {
+	if out, res := runAs(t, e.cmds, sb.ID, 0, "echo rejected > index.html"); res.Code != 0 {
 		t.Fatalf("%v %s", res, out)
 	}
 	before = treetest.Describe(t, e.project)
@@ -267,7 +267,7 @@ func TestRebaseBringsASandboxOntoItsProject(t *testing.T) {
 	if in, err := e.sup.Inspect(ctx, sb.ID, supervisor.LiveStaleness); err != nil || in.Staleness != supervisor.Current {
 		t.Fatalf("staleness after a read of the project: %+v, %v; want current", in, err)
 	}
-	if out, res := runAs(t, e.sup, sb.ID, 0, "echo mine > a.txt && echo sandbox > shared.txt"); res.Code != 0 {
+	if out, res := runAs(t, e.cmds, sb.ID, 0, "echo mine > a.txt && echo sandbox > shared.txt"); res.Code != 0 {
 		t.Fatalf("%v %s", res, out)
 	}
 	if err := os.WriteFile(filepath.Join(e.project, "b.txt"), []byte("theirs\n"), 0o644); err != nil {
@@ -288,13 +288,13 @@ func TestRebaseBringsASandboxOntoItsProject(t *testing.T) {
 	if _, err := e.sup.Rebase(ctx, sb.ID); !errors.Is(err, supervisor.ErrConflict) || !strings.Contains(err.Error(), "shared.txt") {
 		t.Fatalf("rebase over a conflict: %v; want ErrConflict naming shared.txt", err)
 	}
-	if out, res := runAs(t, e.sup, sb.ID, 0, "cat shared.txt; test ! -e b.txt"); res.Code != 0 || out != "sandbox\n" {
+	if out, res := runAs(t, e.cmds, sb.ID, 0, "cat shared.txt; test ! -e b.txt"); res.Code != 0 || out != "sandbox\n" {
 		t.Fatalf("the sandbox after a refused rebase: %v %q", res, out)
 	}
 	if err := os.Remove(filepath.Join(e.project, "shared.txt")); err != nil {
 		t.Fatal(err)
 	}
-	if out, res := runAs(t, e.sup, sb.ID, 0, "rm shared.txt"); res.Code != 0 {
+	if out, res := runAs(t, e.cmds, sb.ID, 0, "rm shared.txt"); res.Code != 0 {
 		t.Fatalf("%v %s", res, out)
 	}
 
@@ -305,7 +305,7 @@ func TestRebaseBringsASandboxOntoItsProject(t *testing.T) {
 	if got.State != state.Ready || got.Base == sb.Base {
 		t.Fatalf("after the rebase: %+v", got.Record)
 	}
-	if out, res := runAs(t, e.sup, sb.ID, 0, "cat a.txt b.txt index.html"); res.Code != 0 || out != "mine\ntheirs\n<h1>web</h1>\n" {
+	if out, res := runAs(t, e.cmds, sb.ID, 0, "cat a.txt b.txt index.html"); res.Code != 0 || out != "mine\ntheirs\n<h1>web</h1>\n" {
 		t.Fatalf("the rebased sandbox's files: %v %q", res, out)
 	}
 	changes, err := e.sup.Diff(ctx, sb.ID)
@@ -341,7 +341,7 @@ func TestChecksOfAReplicaStageAreRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out, res := runAs(t, e.sup, sb.ID, 0, "echo 'echo the check ran' > check.sh"); res.Code != 0 {
+	if out, res := runAs(t, e.cmds, sb.ID, 0, "echo 'echo the check ran' > check.sh"); res.Code != 0 {
 		t.Fatalf("%v %s", res, out)
 	}
 	p, err := e.pr.Promote(ctx, sb.ID, promotion.PromoteOptions{})
@@ -357,7 +357,7 @@ func TestChecksOfAReplicaStageAreRefused(t *testing.T) {
 	staging := filepath.Join(t.TempDir(), "staging")
 	e.se.PromotionConfig.Stages = []promotion.StageConfig{{Name: "project", Target: "project"}, {Name: "staging", Target: staging, Checks: []string{check}}}
 	e.remake(t)
-	if out, res := runAs(t, e.sup, sb.ID, 0, "echo 'echo the check ran again; id -u' > check.sh"); res.Code != 0 {
+	if out, res := runAs(t, e.cmds, sb.ID, 0, "echo 'echo the check ran again; id -u' > check.sh"); res.Code != 0 {
 		t.Fatalf("%v %s", res, out)
 	}
 	before := treetest.Describe(t, e.project)
@@ -381,7 +381,7 @@ func TestCloseWaitsForARunningPromotion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out, res := runAs(t, e.sup, sb.ID, 0, "echo changed > index.html && echo new > new.txt"); res.Code != 0 {
+	if out, res := runAs(t, e.cmds, sb.ID, 0, "echo changed > index.html && echo new > new.txt"); res.Code != 0 {
 		t.Fatalf("%v %s", res, out)
 	}
 	before := treetest.Describe(t, e.project)

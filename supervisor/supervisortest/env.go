@@ -19,10 +19,13 @@ import (
 	"github.com/sandboxd/sandboxd/cowfs/btrfs"
 	"github.com/sandboxd/sandboxd/runtime/nsinit"
 	"github.com/sandboxd/sandboxd/supervisor"
+	"github.com/sandboxd/sandboxd/supervisor/adopt"
 	"github.com/sandboxd/sandboxd/supervisor/caches"
+	"github.com/sandboxd/sandboxd/supervisor/commands"
 	"github.com/sandboxd/sandboxd/supervisor/ports"
 	"github.com/sandboxd/sandboxd/supervisor/promotion"
 	"github.com/sandboxd/sandboxd/supervisor/state"
+	"github.com/sandboxd/sandboxd/supervisor/try"
 	"github.com/sandboxd/sandboxd/tests/testbed"
 	"github.com/sandboxd/sandboxd/units"
 )
@@ -47,16 +50,16 @@ type Env struct {
 
 	Caches *caches.Caches
 
-	// (commands)
+	Commands *commands.Commands
 
 	// (checkpoints)
 
 	Promotion       *promotion.Promotions
-	PromotionConfig promotion.Config // its stages: the Runner is Sup's
+	PromotionConfig promotion.Config // its stages: its Runner is Commands
 
-	// (adopt)
+	Adoptions *adopt.Adoptions
 
-	// (try)
+	Try *try.Try
 
 	Config  supervisor.Config // what Sup was made with, to make another
 	FS      cowfs.Backend
@@ -168,15 +171,15 @@ func (e *Env) makeRooms() {
 
 	e.Caches = caches.New(e.Sup.Host(), caches.Config{}) // no caches, as before
 
-	// (commands)
+	e.Commands = commands.New(e.Sup.Host().(commands.Host))
 
 	// (checkpoints)
 
 	pc := e.PromotionConfig
-	pc.Runner = e.Sup.Host().(supervisor.Runner)
+	pc.Runner = e.Commands
 	e.Promotion = promotion.New(e.Sup.Host().(promotion.Host), pc)
 
-	// (adopt)
+	e.Adoptions = adopt.New(e.Sup.Host().(adopt.Host), adopt.Config{})
 
-	// (try)
+	e.Try = try.New(e.Sup.Host().(try.Host), try.Config{Runner: e.Commands})
 }

@@ -79,7 +79,7 @@ func (b *box) run(t *testing.T, uid uint32, script string, tweak ...func(*superv
 	for _, f := range tweak {
 		f(&o)
 	}
-	cmd, err := b.env.Sup.Exec(ctx, b.sb.ID, o)
+	cmd, err := b.env.Commands.Exec(ctx, b.sb.ID, o)
 	out := collect()
 	if err != nil {
 		t.Fatalf("running %q in sandbox %s: %v", script, b.sb.ID, err)
@@ -236,7 +236,7 @@ func tasksHeld(t *testing.T, b *box, uid uint32) {
 	// then execs (no fork needed) a sleep, while its group holds what it
 	// made.
 	null, w, collect := testbed.Capture(t)
-	cmd, err := b.env.Sup.Exec(ctx, b.sb.ID, supervisor.ExecOptions{
+	cmd, err := b.env.Commands.Exec(ctx, b.sb.ID, supervisor.ExecOptions{
 		Argv: []string{"/bin/sh", "-c", "(for i in $(seq 200); do sleep 3 & done); exec sleep 2"}, UID: uid, AsRoot: uid == 0,
 		Stdio: []*os.File{null, w, w}, Timeout: 30 * time.Second,
 	})

@@ -183,7 +183,7 @@ func TestEgressConnectionCapPerSandbox(t *testing.T) {
 	}
 	defer inW.Close()
 	defer outR.Close()
-	cmd, err := b.env.Sup.Exec(ctx, b.sb.ID, supervisor.ExecOptions{
+	cmd, err := b.env.Commands.Exec(ctx, b.sb.ID, supervisor.ExecOptions{
 		Argv: []string{"/bin/sh", "-c", clientScript("proxy", target, n)}, UID: nobody,
 		Stdio: []*os.File{inR, outW, outW}, Timeout: 90 * time.Second,
 	})

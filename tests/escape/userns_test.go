@@ -212,14 +212,14 @@ func volumePath(t *testing.T, b *box, name string) string {
 func startIn(t *testing.T, b *box, uid uint32, argv ...string) {
 	t.Helper()
 	null, w, _ := testbed.Capture(t)
-	cmd, err := b.env.Sup.Exec(ctx, b.sb.ID, supervisor.ExecOptions{
+	cmd, err := b.env.Commands.Exec(ctx, b.sb.ID, supervisor.ExecOptions{
 		Argv: argv, UID: uid, AsRoot: uid == 0, Stdio: []*os.File{null, w, w}, Timeout: 5 * time.Minute,
 	})
 	if err != nil {
 		t.Fatalf("starting %q in sandbox %s: %v", argv, b.sb.ID, err)
 	}
 	t.Cleanup(func() {
-		_ = b.env.Sup.Signal(ctx, b.sb.ID, cmd.ID, syscall.SIGKILL)
+		_ = b.env.Commands.Signal(ctx, b.sb.ID, cmd.ID, syscall.SIGKILL)
 		<-cmd.Done()
 	})
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/sandboxd/sandboxd/cowfs/zfs"
 	"github.com/sandboxd/sandboxd/runtime/nsinit"
 	"github.com/sandboxd/sandboxd/supervisor"
+	"github.com/sandboxd/sandboxd/supervisor/commands"
 	"github.com/sandboxd/sandboxd/supervisor/state"
 	"github.com/sandboxd/sandboxd/tests/testbed"
 	"github.com/sandboxd/sandboxd/units"
@@ -454,12 +455,12 @@ func TestFaultSlowDisk(t *testing.T) {
 // provisionZFS starts it).
 const zfsFuseUnit = "testbed-zfs-fuse.service"
 
-// supRun runs script as root in sandbox id of sup, and returns its output
+// supRun runs script as root in sandbox id of cmds' supervisor, and returns its output
 // and how it ended, or Exec's error.
-func supRun(t *testing.T, sup *supervisor.Supervisor, id, script string) (string, nsinit.Result, error) {
+func supRun(t *testing.T, cmds *commands.Commands, id, script string) (string, nsinit.Result, error) {
 	t.Helper()
 	null, w, collect := testbed.Capture(t)
-	cmd, err := sup.Exec(supervisor.WithActor(context.Background(), supervisor.Daemon("test")), id, supervisor.ExecOptions{
+	cmd, err := cmds.Exec(supervisor.WithActor(context.Background(), supervisor.Daemon("test")), id, supervisor.ExecOptions{
 		Argv: []string{"/bin/sh", "-c", script}, AsRoot: true, Stdio: []*os.File{null, w, w}, Timeout: 30 * time.Second,
 	})
 	out := collect()
@@ -551,6 +552,7 @@ func TestFaultZFSFuseGoesAway(t *testing.T) {
 		Log:            slog.New(slog.DiscardHandler),
 	}
 	sup := supervisor.New(cfg)
+	cmds := commands.New(sup.Host().(commands.Host))
 	t.Cleanup(func() {
 		list, _ := sup.List(ctx)
 		for _, sb := range list {
@@ -563,7 +565,7 @@ func TestFaultZFSFuseGoesAway(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out, res, err := supRun(t, sup, old.ID, "echo kept > kept.txt && cat index.html"); err != nil || res.Code != 0 || out != "on zfs\n" {
+	if out, res, err := supRun(t, cmds, old.ID, "echo kept > kept.txt && cat index.html"); err != nil || res.Code != 0 || out != "on zfs\n" {
 		t.Fatalf("a sandbox on ZFS: %q %v %v", out, res, err)
 	}
 
@@ -596,7 +598,7 @@ func TestFaultZFSFuseGoesAway(t *testing.T) {
 	}
 	// ...so does a command in the sandbox (its files are gone with
 	// zfs-fuse); its scope, limits and usage are systemd's, and stay.
-	if _, _, err := supRun(t, sup, old.ID, "cat index.html"); err == nil || !strings.Contains(err.Error(), why) {
+	if _, _, err := supRun(t, cmds, old.ID, "cat index.html"); err == nil || !strings.Contains(err.Error(), why) {
 		t.Errorf("a command while zfs-fuse is gone: %v; want an error that says %q", err, why)
 	}
 	if in, err := sup.Inspect(ctx, old.ID, supervisor.LiveUsage); err != nil || !in.Tasks.Known || in.Tasks.Value == 0 {
@@ -609,22 +611,23 @@ func TestFaultZFSFuseGoesAway(t *testing.T) {
 	if err != nil {
 		t.Fatalf("a create once zfs-fuse is back: %v", err)
 	}
-	if out, res, err := supRun(t, sup, fresh.ID, "cat index.html"); err != nil || res.Code != 0 || out != "on zfs\n" {
+	if out, res, err := supRun(t, cmds, fresh.ID, "cat index.html"); err != nil || res.Code != 0 || out != "on zfs\n" {
 		t.Errorf("a sandbox made once zfs-fuse is back: %q %v %v", out, res, err)
 	}
 	// The old sandbox's mount namespace still holds the dead mount.
-	out, res, err := supRun(t, sup, old.ID, "cat kept.txt")
+	out, res, err := supRun(t, cmds, old.ID, "cat kept.txt")
 	if err != nil || !strings.Contains(out, "Transport endpoint is not connected") {
 		t.Errorf("the old sandbox once zfs-fuse is back: %q %v %v; want its dead mount", out, res, err)
 	}
 	// The daemon's next start (a new supervisor on the same records)
 	// finds its files unreachable and starts it again, files and all.
 	sup = supervisor.New(cfg)
+	cmds = commands.New(sup.Host().(commands.Host))
 	rep, err := sup.Reconcile(ctx)
 	if err != nil || !slices.Contains(rep.Restarted, old.ID) || !slices.Contains(rep.Adopted, fresh.ID) {
 		t.Fatalf("reconciling once zfs-fuse is back: %+v, %v; want %s restarted and %s adopted", rep, err, old.ID, fresh.ID)
 	}
-	if out, res, err := supRun(t, sup, old.ID, "cat kept.txt index.html"); err != nil || res.Code != 0 || out != "kept\non zfs\n" {
+	if out, res, err := supRun(t, cmds, old.ID, "cat kept.txt index.html"); err != nil || res.Code != 0 || out != "kept\non zfs\n" {
 		t.Errorf("the old sandbox after the restart: %q %v %v", out, res, err)
 	}
 }

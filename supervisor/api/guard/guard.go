@@ -13,7 +13,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/internal/termsafe"
 	"github.com/sandboxd/sandboxd/sandboxd1"
-	"github.com/sandboxd/sandboxd/supervisor"
+	"github.com/sandboxd/sandboxd/supervisor/commands"
 )
 
 // Limits on what one call may carry, checked as the message is read,
@@ -131,7 +131,7 @@ func checkCall(msg *dbus.Message, iface, member string, sent uint32, named int) 
 		return cmp.Or(checkString(msg.Body, 0, "language", maxOptionName), checkExecOptions(msg.Body, 1))
 	case iface == sandboxd1.SandboxInterface && member == sandboxd1.MethodEval:
 		// The session's own bound, checked before anything is logged.
-		return checkString(msg.Body, 1, "code", supervisor.MaxEvalInput)
+		return checkString(msg.Body, 1, "code", commands.MaxEvalInput)
 	case iface == sandboxd1.SandboxInterface && (member == sandboxd1.MethodReadFile || member == sandboxd1.MethodListFiles ||
 		member == sandboxd1.MethodWriteFile || member == sandboxd1.MethodReadFileTo || member == sandboxd1.MethodWriteFileFrom):
 		return checkString(msg.Body, 0, "path", maxFilePath)
@@ -336,7 +336,7 @@ func sessionFull(msg *dbus.Message, iface, member string) string {
 	session, ok := msg.Body[0].(string)
 	path, _ := msg.Headers[dbus.FieldPath].Value().(dbus.ObjectPath)
 	id, found := strings.CutPrefix(string(path), string(sandboxd1.SandboxPathPrefix)+"/")
-	if sessions == nil || !ok || !found {
+	if sessions == nil || *sessions == nil || !ok || !found {
 		return ""
 	}
 	if err := (*sessions).SessionFull(id, session); err != nil {

@@ -1,4 +1,4 @@
-package supervisor
+package commands
 
 // Sessions (issue 21): a long-lived interpreter in a sandbox that takes
 // inputs one at a time and keeps its variables between them, as an
@@ -20,6 +20,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandboxd/sandboxd/supervisor"
 	"github.com/sandboxd/sandboxd/supervisor/audit"
 )
 
@@ -85,9 +86,9 @@ type sessions struct {
 // OpenSession starts an interpreter of lang (python3, node, sh) in sandbox id,
 // as Exec would start a command of o (its Argv, Stdio, PTY and limits
 // aside), and returns the session's id.
-func (s *Supervisor) OpenSession(ctx context.Context, id, lang string, o ExecOptions) (_ string, err error) {
+func (c *Commands) OpenSession(ctx context.Context, id, lang string, o supervisor.ExecOptions) (_ string, err error) {
 	var argv []string
-	token := newCommandID() + newCommandID()
+	token := newID() + newID()
 	switch lang {
 	case "python3":
 		argv = []string{"python3", "-u", "-c", python3Driver, strconv.Itoa(MaxEvalOutput)}
@@ -96,32 +97,32 @@ func (s *Supervisor) OpenSession(ctx context.Context, id, lang string, o ExecOpt
 	case "sh":
 		argv = []string{"/bin/sh", "-c", shDriver, "sh", "__sandboxd_end_" + token + "__", strconv.Itoa(MaxEvalOutput)}
 	default:
-		return "", fmt.Errorf("opening a session in sandbox %s: language %q: want one of %s: %w", id, lang, strings.Join(sessionLanguages, ", "), ErrInvalid)
+		return "", fmt.Errorf("opening a session in sandbox %s: language %q: want one of %s: %w", id, lang, strings.Join(sessionLanguages, ", "), supervisor.ErrInvalid)
 	}
 	// The place is taken under the lock, before the interpreter starts:
 	// calls come at once.
-	s.sessions.mu.Lock()
-	n := s.sessions.opening[id]
-	for _, x := range s.sessions.m {
+	c.sessions.mu.Lock()
+	n := c.sessions.opening[id]
+	for _, x := range c.sessions.m {
 		if x.sandbox == id {
 			n++
 		}
 	}
 	if n >= maxSessions {
-		s.sessions.mu.Unlock()
-		return "", fmt.Errorf("opening a session in sandbox %s: it has %d open; close one first: %w", id, n, ErrLimitReached)
+		c.sessions.mu.Unlock()
+		return "", fmt.Errorf("opening a session in sandbox %s: it has %d open; close one first: %w", id, n, supervisor.ErrLimitReached)
 	}
-	if s.sessions.opening == nil {
-		s.sessions.opening = map[string]int{}
+	if c.sessions.opening == nil {
+		c.sessions.opening = map[string]int{}
 	}
-	s.sessions.opening[id]++
-	s.sessions.mu.Unlock()
+	c.sessions.opening[id]++
+	c.sessions.mu.Unlock()
 	defer func() {
-		s.sessions.mu.Lock()
-		if s.sessions.opening[id]--; s.sessions.opening[id] <= 0 {
-			delete(s.sessions.opening, id)
+		c.sessions.mu.Lock()
+		if c.sessions.opening[id]--; c.sessions.opening[id] <= 0 {
+			delete(c.sessions.opening, id)
 		}
-		s.sessions.mu.Unlock()
+		c.sessions.mu.Unlock()
 	}()
 	inR, inW, err := os.Pipe()
 	if err != nil {
@@ -139,23 +140,23 @@ func (s *Supervisor) OpenSession(ctx context.Context, id, lang string, o ExecOpt
 		return "", err
 	}
 	o.Argv, o.Stdio, o.PTY, o.OutputLimit, o.Timeout = argv, []*os.File{inR, outW, null}, false, 0, 0
-	cmd, err := s.Exec(ctx, id, o)
+	cmd, err := c.Exec(ctx, id, o)
 	closeFiles(inR, outW, null) // the interpreter has its own copies
 	if err != nil {
 		closeFiles(inW, outR)
 		return "", fmt.Errorf("opening a %s session: %w", lang, err)
 	}
-	x := &session{id: newCommandID(), sandbox: id, lang: lang, token: token, uid: o.UID, cmd: cmd,
+	x := &session{id: newID(), sandbox: id, lang: lang, token: token, uid: o.UID, cmd: cmd,
 		in: inW, out: bufio.NewReader(outR), outFile: outR, turn: make(chan struct{}, 1), ended: make(chan struct{})}
-	s.sessions.mu.Lock()
-	if s.sessions.m == nil {
-		s.sessions.m = map[string]*session{}
+	c.sessions.mu.Lock()
+	if c.sessions.m == nil {
+		c.sessions.m = map[string]*session{}
 	}
-	s.sessions.m[id+"/"+x.id] = x
-	s.sessions.mu.Unlock()
+	c.sessions.m[id+"/"+x.id] = x
+	c.sessions.mu.Unlock()
 	go func() { // an interpreter that ends ends its session
 		<-cmd.Done()
-		s.dropSession(x)
+		c.dropSession(x)
 	}()
 	return x.id, nil
 }
@@ -165,27 +166,27 @@ func (s *Supervisor) OpenSession(ctx context.Context, id, lang string, o ExecOpt
 // An input that runs past o.Timeout ends the session. One input runs at
 // a time; a few may wait for it (see admitEval), and any other is
 // refused at once with ErrSessionBusy.
-func (s *Supervisor) Eval(ctx context.Context, id, sess string, uid uint32, code string, o EvalOptions) (output string, status int, err error) {
-	x, err := s.session(id, sess, uid)
+func (c *Commands) Eval(ctx context.Context, id, sess string, uid uint32, code string, o EvalOptions) (output string, status int, err error) {
+	x, err := c.session(id, sess, uid)
 	if err != nil {
 		return "", 0, err
 	}
 	command := x.lang + " session " + x.id + ": " + code
 	defer func() {
-		rec, _ := s.cfg.Store.Get(id)
-		s.auditEntry(ctx, audit.Entry{Action: "eval", Command: command}, rec, err)
+		rec, _ := c.h.Store().Get(id)
+		c.h.AuditEntry(ctx, audit.Entry{Action: "eval", Command: command}, rec, err)
 	}()
 	if len(code) > MaxEvalInput {
-		return "", 0, fmt.Errorf("session %s: an input of %d bytes, over %d: %w", sess, len(code), MaxEvalInput, ErrInvalid)
+		return "", 0, fmt.Errorf("session %s: an input of %d bytes, over %d: %w", sess, len(code), MaxEvalInput, supervisor.ErrInvalid)
 	}
 	if x.lang == "sh" && strings.Contains("\n"+code+"\n", "\n"+"__sandboxd_end_"+x.token+"__\n") {
-		return "", 0, fmt.Errorf("session %s: the input holds the session's end marker: %w", sess, ErrInvalid)
+		return "", 0, fmt.Errorf("session %s: the input holds the session's end marker: %w", sess, supervisor.ErrInvalid)
 	}
 	timeout := o.Timeout
 	if timeout <= 0 {
 		timeout = defaultEvalTimeout
 	}
-	release, err := s.admitEval(x, len(code))
+	release, err := c.admitEval(x, len(code))
 	if err != nil {
 		// Refused unread: the audit says what was refused, not its code.
 		command = fmt.Sprintf("%s session %s: an input of %d bytes, refused", x.lang, x.id, len(code))
@@ -231,7 +232,7 @@ func (s *Supervisor) Eval(ctx context.Context, id, sess string, uid uint32, code
 		// claims, and only as much as the owner's answers being read
 		// may hold: the rest is read and dropped, and the answer says
 		// so.
-		keep, giveBack := s.holdOutput(x, n)
+		keep, giveBack := c.holdOutput(x, n)
 		var buf bytes.Buffer
 		_, err = io.CopyN(&buf, x.out, int64(keep))
 		if err == nil {
@@ -250,33 +251,33 @@ func (s *Supervisor) Eval(ctx context.Context, id, sess string, uid uint32, code
 	select {
 	case a := <-done:
 		if a.err != nil {
-			s.endSession(x)
+			c.endSession(x)
 			return "", 0, fmt.Errorf("session %s of sandbox %s: %w", sess, id, a.err)
 		}
 		return a.out, a.status, nil
 	case <-time.After(timeout):
-		s.endSession(x)
-		return "", 0, fmt.Errorf("session %s of sandbox %s: the input ran past %v; the session is ended: %w", sess, id, timeout, ErrInvalid)
+		c.endSession(x)
+		return "", 0, fmt.Errorf("session %s of sandbox %s: the input ran past %v; the session is ended: %w", sess, id, timeout, supervisor.ErrInvalid)
 	case <-ctx.Done():
-		s.endSession(x)
+		c.endSession(x)
 		return "", 0, ctx.Err()
 	}
 }
 
 // CloseSession ends session sess of sandbox id.
-func (s *Supervisor) CloseSession(ctx context.Context, id, sess string, uid uint32) error {
-	x, err := s.session(id, sess, uid)
+func (c *Commands) CloseSession(ctx context.Context, id, sess string, uid uint32) error {
+	x, err := c.session(id, sess, uid)
 	if err != nil {
 		return err
 	}
-	s.endSession(x)
+	c.endSession(x)
 	return nil
 }
 
-func (s *Supervisor) session(id, sess string, uid uint32) (*session, error) {
-	s.sessions.mu.Lock()
-	x := s.sessions.m[id+"/"+sess]
-	s.sessions.mu.Unlock()
+func (c *Commands) session(id, sess string, uid uint32) (*session, error) {
+	c.sessions.mu.Lock()
+	x := c.sessions.m[id+"/"+sess]
+	c.sessions.mu.Unlock()
 	if x == nil || uid != 0 && x.uid != uid {
 		return nil, fmt.Errorf("sandbox %s: session %q: %w", id, sess, ErrNoSession)
 	}
@@ -285,19 +286,19 @@ func (s *Supervisor) session(id, sess string, uid uint32) (*session, error) {
 
 // endSession stops the interpreter (its stdin closed, then its command
 // signalled) and forgets the session.
-func (s *Supervisor) endSession(x *session) {
+func (c *Commands) endSession(x *session) {
 	x.in.Close()
 	_ = x.cmd.cmd.Signal(9)
-	s.dropSession(x)
+	c.dropSession(x)
 }
 
-func (s *Supervisor) dropSession(x *session) {
+func (c *Commands) dropSession(x *session) {
 	x.endOnce.Do(func() { close(x.ended) })
-	s.sessions.mu.Lock()
-	if s.sessions.m[x.sandbox+"/"+x.id] == x {
-		delete(s.sessions.m, x.sandbox+"/"+x.id)
+	c.sessions.mu.Lock()
+	if c.sessions.m[x.sandbox+"/"+x.id] == x {
+		delete(c.sessions.m, x.sandbox+"/"+x.id)
 	}
-	s.sessions.mu.Unlock()
+	c.sessions.mu.Unlock()
 	x.in.Close()
 	x.outFile.Close()
 }

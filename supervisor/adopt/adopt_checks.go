@@ -1,4 +1,4 @@
-package supervisor
+package adopt
 
 import (
 	"bufio"
@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandboxd/internal/rootonly"
+	"github.com/sandboxd/sandboxd/supervisor"
 )
 
 // adoptable says why path cannot be adopted, or nil: it must be a plain
@@ -22,15 +23,15 @@ import (
 // all of it), or one that others than root could change while root
 // acts on it (a home's, a service's data); the rest, root's alone up to
 // / with no user's directory in it, by the ways of issue 18.
-func (s *Supervisor) adoptable(path string, caller *uint32) (owned bool, err error) {
+func (s *Adoptions) adoptable(path string, caller *uint32) (owned bool, err error) {
 	if !filepath.IsAbs(path) || filepath.Clean(path) != path || strings.ContainsAny(path, "\n\r\x00\\") {
-		return false, fmt.Errorf("%q is not an absolute, clean path (without line breaks or backslashes): %w", path, ErrInvalidProject)
+		return false, fmt.Errorf("%q is not an absolute, clean path (without line breaks or backslashes): %w", path, supervisor.ErrInvalidProject)
 	}
 	if path == "/" {
-		return false, fmt.Errorf("/ cannot be a project: %w", ErrInvalidProject)
+		return false, fmt.Errorf("/ cannot be a project: %w", supervisor.ErrInvalidProject)
 	}
 	if strings.Contains(path, "%") {
-		return false, fmt.Errorf("%q: a %% would be a specifier in its mount unit: %w", path, ErrInvalidProject)
+		return false, fmt.Errorf("%q: a %% would be a specifier in its mount unit: %w", path, supervisor.ErrInvalidProject)
 	}
 	owned = caller != nil || rootonly.Check(path) != nil
 	if err := s.adoptableDir(path); err != nil {
@@ -91,44 +92,44 @@ func filesHeld(fd int, path string, member bool) error {
 		name, ok = "fuse", true
 	}
 	if ok {
-		return fmt.Errorf("%s is on %s, a filesystem that holds no files (the kernel, or a user's server, makes its entries up as they are read): only a directory on a disk's filesystem is adopted: %w", path, name, ErrInvalidProject)
+		return fmt.Errorf("%s is on %s, a filesystem that holds no files (the kernel, or a user's server, makes its entries up as they are read): only a directory on a disk's filesystem is adopted: %w", path, name, supervisor.ErrInvalidProject)
 	}
 	return nil
 }
 
 // adoptableDir is adoptable's checks of what path is and where.
-func (s *Supervisor) adoptableDir(path string) error {
+func (s *Adoptions) adoptableDir(path string) error {
 	st, err := os.Lstat(path)
 	if err != nil {
-		return fmt.Errorf("%s: %w: %w", path, err, ErrInvalidProject)
+		return fmt.Errorf("%s: %w: %w", path, err, supervisor.ErrInvalidProject)
 	}
 	if st.Mode()&os.ModeSymlink != 0 {
-		return fmt.Errorf("%s is a symlink (none is followed): adopt the directory it points to by its own path: %w", path, ErrInvalidProject)
+		return fmt.Errorf("%s is a symlink (none is followed): adopt the directory it points to by its own path: %w", path, supervisor.ErrInvalidProject)
 	}
 	if !st.IsDir() {
-		return fmt.Errorf("%s is not a directory (a symlink is not followed): %w", path, ErrInvalidProject)
+		return fmt.Errorf("%s is not a directory (a symlink is not followed): %w", path, supervisor.ErrInvalidProject)
 	}
 	if mountPoint(path) {
-		return fmt.Errorf("%s is a mount point of another filesystem: adopt a directory in it, or add a volume of the pool with `project add`: %w", path, ErrInvalidProject)
+		return fmt.Errorf("%s is a mount point of another filesystem: adopt a directory in it, or add a volume of the pool with `project add`: %w", path, supervisor.ErrInvalidProject)
 	}
-	if pm, ok := s.cfg.Backend.(interface{ IsVolume(string) (bool, error) }); ok {
+	if pm, ok := s.h.Backend().(interface{ IsVolume(string) (bool, error) }); ok {
 		if vol, _ := pm.IsVolume(path); vol {
-			return fmt.Errorf("%s is a subvolume already: add it with `sandboxctl project add`: %w", path, ErrInvalidProject)
+			return fmt.Errorf("%s is a subvolume already: add it with `sandboxctl project add`: %w", path, supervisor.ErrInvalidProject)
 		}
 	}
-	for _, p := range s.projects.list() {
-		for _, at := range p.places() {
+	for _, p := range s.h.Projects() {
+		for _, at := range places(p) {
 			if at == "" || !filepath.IsAbs(at) {
 				continue
 			}
 			if within(path, at) || within(at, path) {
-				return fmt.Errorf("%s and project %q's %s are one inside the other: %w", path, p.Name, at, ErrInvalidProject)
+				return fmt.Errorf("%s and project %q's %s are one inside the other: %w", path, p.Name, at, supervisor.ErrInvalidProject)
 			}
 		}
 	}
-	for _, own := range []string{s.cfg.Backend.Info().Root, s.cfg.RuntimeDir} {
+	for _, own := range []string{s.h.Backend().Info().Root, s.h.RuntimeRoot()} {
 		if own != "" && filepath.IsAbs(own) && (within(own, path) || within(path, own)) {
-			return fmt.Errorf("%s holds sandboxd's own %s (or is in it): %w", path, own, ErrInvalidProject)
+			return fmt.Errorf("%s holds sandboxd's own %s (or is in it): %w", path, own, supervisor.ErrInvalidProject)
 		}
 	}
 	return nil
@@ -145,22 +146,22 @@ const firstUserID = 1000
 func systemTree(path string) error {
 	return filepath.WalkDir(path, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
-			return fmt.Errorf("reading %s: %w: %w", p, err, ErrInvalidProject)
+			return fmt.Errorf("reading %s: %w: %w", p, err, supervisor.ErrInvalidProject)
 		}
 		if !d.IsDir() {
 			return nil
 		}
 		var st unix.Stat_t
 		if err := unix.Lstat(p, &st); err != nil {
-			return fmt.Errorf("reading %s: %w: %w", p, err, ErrInvalidProject)
+			return fmt.Errorf("reading %s: %w: %w", p, err, supervisor.ErrInvalidProject)
 		}
 		switch {
 		case st.Uid >= firstUserID:
-			return fmt.Errorf("%s is owned by uid %d, a user who could change it while root copies it: %w", p, st.Uid, ErrInvalidProject)
+			return fmt.Errorf("%s is owned by uid %d, a user who could change it while root copies it: %w", p, st.Uid, supervisor.ErrInvalidProject)
 		case st.Mode&0o020 != 0 && st.Gid >= firstUserID:
-			return fmt.Errorf("%s is writable by group %d, whose users could change it while root copies it: %w", p, st.Gid, ErrInvalidProject)
+			return fmt.Errorf("%s is writable by group %d, whose users could change it while root copies it: %w", p, st.Gid, supervisor.ErrInvalidProject)
 		case st.Mode&0o002 != 0:
-			return fmt.Errorf("%s is writable by anyone: %w", p, ErrInvalidProject)
+			return fmt.Errorf("%s is writable by anyone: %w", p, supervisor.ErrInvalidProject)
 		}
 		return nil
 	})
@@ -244,7 +245,7 @@ func roomLeft(dir string, need int64, to string) error {
 		return fmt.Errorf("reading the room of %s: %w", to, err)
 	}
 	if free := int64(sfs.Bavail) * sfs.Bsize; need > free {
-		return fmt.Errorf("%s holds %d bytes; the pool's filesystem has %d free: %w", dir, need, free, ErrLimitReached)
+		return fmt.Errorf("%s holds %d bytes; the pool's filesystem has %d free: %w", dir, need, free, supervisor.ErrLimitReached)
 	}
 	return nil
 }
@@ -257,12 +258,12 @@ func roomLeft(dir string, need int64, to string) error {
 // from a few bytes of its own. Counted from the records, which hold the
 // adoptions under way too; called under the admission lock, under which
 // a record is added.
-func (s *Supervisor) adoptionsLeft(caller *uint32) error {
-	limit := s.cfg.Policy.MaxAdoptionsPerOwner
+func (s *Adoptions) adoptionsLeft(caller *uint32) error {
+	limit := s.h.Policy().MaxAdoptionsPerOwner
 	if caller == nil || limit <= 0 {
 		return nil
 	}
-	recs, err := s.cfg.Store.Projects()
+	recs, err := s.h.Store().Projects()
 	if err != nil {
 		return err
 	}
@@ -273,7 +274,7 @@ func (s *Supervisor) adoptionsLeft(caller *uint32) error {
 		}
 	}
 	if n >= limit {
-		return fmt.Errorf("uid %d has adopted %d directories, the limit per user (limits.max_adoptions_per_user); release one first (sandboxctl project release NAME): %w", *caller, n, ErrLimitReached)
+		return fmt.Errorf("uid %d has adopted %d directories, the limit per user (limits.max_adoptions_per_user); release one first (sandboxctl project release NAME): %w", *caller, n, supervisor.ErrLimitReached)
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package supervisor
+package adopt
 
 // The copy of an owner's directory, by descriptor: what its owner can
 // change while root copies it (swap a directory for a symlink, rename a
@@ -22,6 +22,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/internal/crashpoint"
 	"github.com/sandboxd/sandboxd/internal/fsat"
+	"github.com/sandboxd/sandboxd/supervisor"
 )
 
 // treeCopy copies one tree into another, both held by descriptor.
@@ -94,7 +95,7 @@ func mountID(fd int) (uint64, error) {
 func (c *treeCopy) check(st *unix.Stat_t, rel string) error {
 	if c.owner != nil && st.Uid != *c.owner {
 		return fmt.Errorf("%s is owned by uid %d, not by you (uid %d): a directory of yours is adopted only if all of it is yours (chown or move it out first): %w: %w",
-			c.name(rel), st.Uid, *c.owner, errForeign, ErrInvalidProject)
+			c.name(rel), st.Uid, *c.owner, errForeign, supervisor.ErrInvalidProject)
 	}
 	return nil
 }
@@ -164,7 +165,7 @@ func (c *treeCopy) entry(ctx context.Context, src, dst int, name, rel string) er
 	kind := st.Mode & unix.S_IFMT
 	if kind != pre.Mode&unix.S_IFMT {
 		return fmt.Errorf("%s changed from a %s to a %s during the copy; try again once it is left alone: %w",
-			c.name(rel), kindWord(pre.Mode), kindWord(st.Mode), ErrProjectInUse)
+			c.name(rel), kindWord(pre.Mode), kindWord(st.Mode), supervisor.ErrProjectInUse)
 	}
 	if err := c.check(&st, rel); err != nil {
 		return err
@@ -175,7 +176,7 @@ func (c *treeCopy) entry(ctx context.Context, src, dst int, name, rel string) er
 			return fmt.Errorf("reading %s: %w", c.name(rel), err)
 		}
 		if st.Dev != c.dev || mnt != c.mnt {
-			return fmt.Errorf("%s is a mount point or a volume of its own inside the directory: it is not copied (unmount or move it first): %w", c.name(rel), ErrInvalidProject)
+			return fmt.Errorf("%s is a mount point or a volume of its own inside the directory: it is not copied (unmount or move it first): %w", c.name(rel), supervisor.ErrInvalidProject)
 		}
 		if c.depth >= maxCopyDepth {
 			return tooDeep(c.top, rel)
@@ -273,7 +274,7 @@ func (c *treeCopy) link(first madeLink, dst int, name, rel string) error {
 		return err
 	}
 	if st.Ino != first.ino {
-		return fmt.Errorf("%s in the copy is not the file made there (someone replaced it): %w", first.rel, ErrProjectInUse)
+		return fmt.Errorf("%s in the copy is not the file made there (someone replaced it): %w", first.rel, supervisor.ErrProjectInUse)
 	}
 	if err := unix.Linkat(fd, "", dst, name, unix.AT_EMPTY_PATH); err != nil {
 		return fmt.Errorf("linking %s to %s in the copy: %w", rel, first.rel, err)
@@ -297,7 +298,7 @@ func openMade(dir int, name string, kind uint32, flags int) (int, error) {
 	if st.Mode&unix.S_IFMT != kind || st.Uid != uint32(os.Geteuid()) {
 		unix.Close(fd)
 		return -1, fmt.Errorf("a %s of uid %d is where the daemon made a %s: someone replaced it: %w",
-			kindWord(st.Mode), st.Uid, kindWord(kind), ErrProjectInUse)
+			kindWord(st.Mode), st.Uid, kindWord(kind), supervisor.ErrProjectInUse)
 	}
 	return fd, nil
 }

@@ -1,4 +1,4 @@
-package supervisor
+package adopt
 
 // The processes that hold a directory being adopted or released, found
 // by what their files ARE, not by the path strings /proc shows: a
@@ -19,6 +19,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandboxd/supervisor"
 )
 
 // holder is a process that uses a directory: its pid and description
@@ -160,7 +162,7 @@ func holders(paths ...string) ([]holder, error) {
 		used := sc.uses(pid)
 		if sc.looked > maxWalk {
 			return nil, fmt.Errorf("finding the processes that use %s: the processes of this machine have more than %d threads, open descriptors and mounts, more than sandboxd looks through: find its users yourself (fuser -vm, lsof) and stop them, then adopt or release it with none left: %w",
-				strings.Join(paths, ", "), maxWalk, ErrProjectInUse)
+				strings.Join(paths, ", "), maxWalk, supervisor.ErrProjectInUse)
 		}
 		if used {
 			h := describeProcess(pid)

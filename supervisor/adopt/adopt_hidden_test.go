@@ -1,4 +1,4 @@
-package supervisor
+package adopt
 
 import (
 	"errors"
@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sandboxd/sandboxd/supervisor"
 	"github.com/sandboxd/sandboxd/tests/testbed"
 )
 
@@ -136,7 +137,7 @@ func TestHoldersWalkIsBounded(t *testing.T) {
 	start := time.Now()
 	held, err := holders(tree)
 	t.Logf("a walk with a process of %d descriptors, bounded at %d: %v, %v in %v", manyFDs, maxWalk, held, err, time.Since(start))
-	if err == nil || !errors.Is(err, ErrProjectInUse) || !strings.Contains(err.Error(), "more than sandboxd looks through") {
+	if err == nil || !errors.Is(err, supervisor.ErrProjectInUse) || !strings.Contains(err.Error(), "more than sandboxd looks through") {
 		t.Errorf("a walk past its bound (%d) gave %v, %v; want it refused, saying so", maxWalk, held, err)
 	}
 }

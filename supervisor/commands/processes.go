@@ -1,4 +1,4 @@
-package supervisor
+package commands
 
 // Background processes (issue 21): commands that outlive the call that
 // started them, kept by the sandbox's init with their logs, so that they
@@ -8,6 +8,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -15,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/runtime/nsinit"
+	"github.com/sandboxd/sandboxd/supervisor"
 	"github.com/sandboxd/sandboxd/supervisor/audit"
 	"github.com/sandboxd/sandboxd/supervisor/state"
 )
@@ -57,11 +60,11 @@ func (w *procWatch) end() {
 }
 
 // stopWatch ends the watch of sandbox id's init (the Stopped hook).
-func (s *Supervisor) stopWatch(id string) {
-	s.procHooks.mu.Lock()
-	w := s.procHooks.watches[id]
-	delete(s.procHooks.watches, id)
-	s.procHooks.mu.Unlock()
+func (c *Commands) stopWatch(id string) {
+	c.procs.mu.Lock()
+	w := c.procs.watches[id]
+	delete(c.procs.watches, id)
+	c.procs.mu.Unlock()
 	if w != nil {
 		w.end()
 	}
@@ -72,88 +75,88 @@ func (s *Supervisor) stopWatch(id string) {
 // answer: the watch starts at its first spawn. Only an init whose layer
 // holds logs has had any (a daemon that starts beside a thousand
 // sandboxes asks only those).
-func (s *Supervisor) watchAdopted(ctx context.Context, st Started) {
-	if !st.Adopted || st.Record.State == state.Frozen || !s.hadProcesses(ctx, st.Record) {
+func (c *Commands) watchAdopted(ctx context.Context, st supervisor.Started) {
+	if !st.Adopted || st.Record.State == state.Frozen || !c.hadProcesses(ctx, st.Record) {
 		return
 	}
 	lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	ps, err := nsinit.ListProcesses(lctx, nsinit.Control(s.runtimeDir(st.Record.ID)))
+	ps, err := nsinit.ListProcesses(lctx, nsinit.Control(c.h.RuntimeDir(st.Record.ID)))
 	cancel()
 	if err == nil && slices.ContainsFunc(ps, nsinit.Process.Running) {
-		s.watchProcesses(st.Record.ID, st.PID)
+		c.watchProcesses(st.Record.ID, st.PID)
 	}
 }
 
 // OnProcessExited sets what is called when a background process ends.
-func (s *Supervisor) OnProcessExited(fn func(sandbox string, p nsinit.Process)) {
-	s.procHooks.mu.Lock()
-	s.procHooks.exited = fn
-	s.procHooks.mu.Unlock()
+func (c *Commands) OnProcessExited(fn func(sandbox string, p nsinit.Process)) {
+	c.procs.mu.Lock()
+	c.procs.exited = fn
+	c.procs.mu.Unlock()
 }
 
 // Spawn starts a background process in sandbox id, as Exec would start a
 // command (o's Stdio, PTY and OutputLimit aside: its stdin is /dev/null,
 // its output goes to its log), and returns its id once it runs.
-func (s *Supervisor) Spawn(ctx context.Context, id string, o ExecOptions) (_ string, err error) {
-	if err := s.wake(ctx, id); err != nil {
+func (c *Commands) Spawn(ctx context.Context, id string, o supervisor.ExecOptions) (_ string, err error) {
+	if err := c.h.Wake(ctx, id); err != nil {
 		return "", err
 	}
-	rec, err := s.cfg.Store.Get(id)
+	rec, err := c.h.Store().Get(id)
 	if err != nil {
 		return "", err
 	}
 	defer func() {
-		s.auditEntry(ctx, audit.Entry{Action: "spawn", Command: strings.Join(o.Argv, " ")}, rec, err)
+		c.h.AuditEntry(ctx, audit.Entry{Action: "spawn", Command: strings.Join(o.Argv, " ")}, rec, err)
 	}()
 	o.PTY, o.OutputLimit, o.Stdio = false, 0, nil
-	req, err := s.commandRequest(ctx, rec, o, "starting a background process")
+	req, err := c.commandRequest(ctx, rec, o, "starting a background process")
 	if err != nil {
 		return "", err
 	}
-	proc := newCommandID()
+	proc := newID()
 	req.Spawn = proc
-	w := s.worlds.get(id)
-	if w == nil {
+	initPID, runs := c.h.InitPID(id)
+	if !runs {
 		return "", fmt.Errorf("starting a background process in sandbox %s: %w", id, nsinit.ErrNotRunning)
 	}
-	s.watchProcesses(id, w.pid)
-	cg, err := nsinit.NewCommandCgroup(w.pid, processCgroup(proc))
+	c.watchProcesses(id, initPID)
+	cg, err := nsinit.NewCommandCgroup(initPID, processCgroup(proc))
 	if err != nil {
 		return "", fmt.Errorf("starting a background process in sandbox %s: its cgroup: %w", id, err)
 	}
 	req.Cgroup = true
 	key := id + "/" + proc
-	s.procHooks.mu.Lock() // before the spawn: it may end before Spawn returns
-	if s.procHooks.cgroups == nil {
-		s.procHooks.cgroups = map[string]*nsinit.CommandCgroup{}
+	c.procs.mu.Lock() // before the spawn: it may end before Spawn returns
+	if c.procs.cgroups == nil {
+		c.procs.cgroups = map[string]*nsinit.CommandCgroup{}
 	}
-	s.procHooks.cgroups[key] = cg
-	s.procHooks.mu.Unlock()
-	pid, err := nsinit.Spawn(ctx, nsinit.Control(s.runtimeDir(id)), req, cg.Files())
+	c.procs.cgroups[key] = cg
+	c.procs.mu.Unlock()
+	pid, err := nsinit.Spawn(ctx, nsinit.Control(c.h.RuntimeDir(id)), req, cg.Files())
 	if err != nil {
-		s.procHooks.mu.Lock()
-		delete(s.procHooks.cgroups, key)
-		s.procHooks.mu.Unlock()
+		c.procs.mu.Lock()
+		delete(c.procs.cgroups, key)
+		c.procs.mu.Unlock()
 		_ = cg.Remove()
 		if errors.Is(err, nsinit.ErrTooMany) {
-			err = fmt.Errorf("%w: %w", ErrLimitReached, err)
+			err = fmt.Errorf("%w: %w", supervisor.ErrLimitReached, err)
 		}
 		return "", fmt.Errorf("starting a background process in sandbox %s: %w", id, err)
 	}
-	s.procHooks.mu.Lock() // processEnded may have it already
+	c.procs.mu.Lock() // processEnded may have it already
 	cg.CloseFiles()
-	s.procHooks.mu.Unlock()
-	s.log.Info("background process started", "SANDBOX_ID", id, "ACTION", "spawn", "CALLER_UID", o.UID,
+	c.procs.mu.Unlock()
+	c.log.Info("background process started", "SANDBOX_ID", id, "ACTION", "spawn", "CALLER_UID", o.UID,
 		"process", proc, "pid", pid, "as_root", o.AsRoot)
 	return proc, nil
 }
 
 // ListProcesses lists sandbox id's background processes, oldest first.
-func (s *Supervisor) ListProcesses(ctx context.Context, id string) ([]nsinit.Process, error) {
-	if err := s.live(id); err != nil {
+func (c *Commands) ListProcesses(ctx context.Context, id string) ([]nsinit.Process, error) {
+	if err := c.live(id); err != nil {
 		return nil, fmt.Errorf("listing the background processes of sandbox %s: %w", id, err)
 	}
-	ps, err := nsinit.ListProcesses(ctx, nsinit.Control(s.runtimeDir(id)))
+	ps, err := nsinit.ListProcesses(ctx, nsinit.Control(c.h.RuntimeDir(id)))
 	if err != nil {
 		return nil, fmt.Errorf("sandbox %s: %w", id, err)
 	}
@@ -161,26 +164,27 @@ func (s *Supervisor) ListProcesses(ctx context.Context, id string) ([]nsinit.Pro
 }
 
 // ReadLog reads at most max bytes of process proc's log from offset.
-func (s *Supervisor) ReadLog(ctx context.Context, id, proc string, offset uint64, max uint32) (nsinit.LogChunk, error) {
-	if err := s.live(id); err != nil {
+func (c *Commands) ReadLog(ctx context.Context, id, proc string, offset uint64, max uint32) (nsinit.LogChunk, error) {
+	if err := c.live(id); err != nil {
 		return nsinit.LogChunk{}, fmt.Errorf("reading a log of sandbox %s: %w", id, err)
 	}
-	c, err := nsinit.ReadLog(ctx, nsinit.Control(s.runtimeDir(id)), proc, offset, max)
-	return c, processError(id, err)
+	chunk, err := nsinit.ReadLog(ctx, nsinit.Control(c.h.RuntimeDir(id)), proc, offset, max)
+	return chunk, processError(id, err)
 }
 
 // SignalProcess sends sig to background process proc's process group.
-func (s *Supervisor) SignalProcess(ctx context.Context, id, proc string, sig syscall.Signal) error {
-	if err := s.live(id); err != nil {
+func (c *Commands) SignalProcess(ctx context.Context, id, proc string, sig syscall.Signal) error {
+	if err := c.live(id); err != nil {
 		return fmt.Errorf("signalling a process of sandbox %s: %w", id, err)
 	}
 	if sig <= 0 || sig > 64 {
-		return fmt.Errorf("signalling process %s of sandbox %s: signal %d: want 1..64: %w", proc, id, sig, ErrInvalid)
+		return fmt.Errorf("signalling process %s of sandbox %s: signal %d: want 1..64: %w", proc, id, sig, supervisor.ErrInvalid)
 	}
-	return processError(id, nsinit.SignalProcess(ctx, nsinit.Control(s.runtimeDir(id)), proc, sig))
+	return processError(id, nsinit.SignalProcess(ctx, nsinit.Control(c.h.RuntimeDir(id)), proc, sig))
 }
 
-// processError names the supervisor's sentinels in an init's answer.
+// processError names this room's and the core's sentinels in an init's
+// answer.
 func processError(id string, err error) error {
 	switch {
 	case err == nil:
@@ -188,25 +192,25 @@ func processError(id string, err error) error {
 	case errors.Is(err, nsinit.ErrNoProcess):
 		return fmt.Errorf("sandbox %s: %w: %w", id, ErrNoProcess, err)
 	case errors.Is(err, nsinit.ErrPastEnd):
-		return fmt.Errorf("sandbox %s: %w: %w", id, ErrInvalid, err)
+		return fmt.Errorf("sandbox %s: %w: %w", id, supervisor.ErrInvalid, err)
 	}
 	return fmt.Errorf("sandbox %s: %w", id, err)
 }
 
 // live refuses a sandbox that is not running (frozen: its init cannot
 // answer).
-func (s *Supervisor) live(id string) error {
-	if err := s.wake(context.Background(), id); err != nil {
+func (c *Commands) live(id string) error {
+	if err := c.h.Wake(context.Background(), id); err != nil {
 		return err
 	}
-	rec, err := s.cfg.Store.Get(id)
+	rec, err := c.h.Store().Get(id)
 	if err != nil {
 		return err
 	}
 	if !rec.Runs() {
-		return fmt.Errorf("it is %s: %w", rec.State, ErrWrongState)
+		return fmt.Errorf("it is %s: %w", rec.State, supervisor.ErrWrongState)
 	}
-	if s.worlds.get(id) == nil {
+	if _, runs := c.h.InitPID(id); !runs {
 		return nsinit.ErrNotRunning
 	}
 	return nil
@@ -215,25 +219,25 @@ func (s *Supervisor) live(id string) error {
 // watchProcesses hears of the ends of sandbox id's background processes
 // from its init (pid), for as long as that init is the sandbox's. It
 // starts once per init; later calls do nothing.
-func (s *Supervisor) watchProcesses(id string, pid int) {
-	s.procHooks.mu.Lock()
-	if s.procHooks.watches == nil {
-		s.procHooks.watches = map[string]*procWatch{}
+func (c *Commands) watchProcesses(id string, pid int) {
+	c.procs.mu.Lock()
+	if c.procs.watches == nil {
+		c.procs.watches = map[string]*procWatch{}
 	}
-	w := s.procHooks.watches[id]
+	w := c.procs.watches[id]
 	var old *procWatch
 	if w == nil || w.pid != pid {
 		old, w = w, &procWatch{pid: pid}
-		s.procHooks.watches[id] = w
+		c.procs.watches[id] = w
 	}
-	s.procHooks.mu.Unlock()
+	c.procs.mu.Unlock()
 	if old != nil {
 		old.end()
 	}
-	w.once.Do(func() { s.startWatch(id, w) })
+	w.once.Do(func() { c.startWatch(id, w) })
 }
 
-func (s *Supervisor) startWatch(id string, w *procWatch) {
+func (c *Commands) startWatch(id string, w *procWatch) {
 	ctx, cancel := context.WithCancel(context.Background())
 	w.stop, w.done = cancel, make(chan struct{})
 	ready := make(chan struct{})
@@ -241,10 +245,10 @@ func (s *Supervisor) startWatch(id string, w *procWatch) {
 	go func() {
 		defer close(w.done)
 		defer readyOnce.Do(func() { close(ready) })
-		socket := nsinit.Control(s.runtimeDir(id))
+		socket := nsinit.Control(c.h.RuntimeDir(id))
 		for ctx.Err() == nil {
 			err := nsinit.WatchProcesses(ctx, socket, func() { readyOnce.Do(func() { close(ready) }) },
-				func(p nsinit.Process) { s.processEnded(id, p) })
+				func(p nsinit.Process) { c.processEnded(id, p) })
 			if ctx.Err() != nil || errors.Is(err, nsinit.ErrNotRunning) {
 				return
 			}
@@ -263,23 +267,46 @@ func (s *Supervisor) startWatch(id string, w *procWatch) {
 	}
 }
 
-func (s *Supervisor) processEnded(id string, p nsinit.Process) {
-	s.procHooks.mu.Lock()
-	cg := s.procHooks.cgroups[id+"/"+p.ID]
-	delete(s.procHooks.cgroups, id+"/"+p.ID)
+func (c *Commands) processEnded(id string, p nsinit.Process) {
+	c.procs.mu.Lock()
+	cg := c.procs.cgroups[id+"/"+p.ID]
+	delete(c.procs.cgroups, id+"/"+p.ID)
 	if cg != nil {
 		cg.CloseFiles()
 	}
-	fn := s.procHooks.exited
-	s.procHooks.mu.Unlock()
+	fn := c.procs.exited
+	c.procs.mu.Unlock()
 	if cg != nil {
 		if err := cg.Remove(); err != nil {
-			s.log.Warn("removing a background process's cgroup", "SANDBOX_ID", id, "process", p.ID, "error", err)
+			c.log.Warn("removing a background process's cgroup", "SANDBOX_ID", id, "process", p.ID, "error", err)
 		}
 	}
-	s.touch(id)
-	s.log.Info("background process ended", "SANDBOX_ID", id, "ACTION", "spawn", "process", p.ID, "result", p.Result.String())
+	c.h.Touch(id)
+	c.log.Info("background process ended", "SANDBOX_ID", id, "ACTION", "spawn", "process", p.ID, "result", p.Result.String())
 	if fn != nil {
 		fn(id, p)
 	}
+}
+
+// hadProcesses reports whether sandbox rec's init has kept a background
+// process's log in its layer (true where that cannot be told: a tmpfs
+// layer, an unreadable one).
+func (c *Commands) hadProcesses(ctx context.Context, rec state.Record) bool {
+	if rec.Layer == "" {
+		return true
+	}
+	v, err := c.h.Backend().Get(ctx, rec.Layer)
+	if err != nil {
+		return true
+	}
+	f, err := os.Open(filepath.Join(v.Path, "processes"))
+	if errors.Is(err, os.ErrNotExist) {
+		return false
+	}
+	if err != nil {
+		return true
+	}
+	defer f.Close()
+	names, _ := f.Readdirnames(1)
+	return len(names) > 0
 }

@@ -1,4 +1,4 @@
-package supervisor
+package adopt
 
 import (
 	"context"
@@ -93,7 +93,7 @@ func TestServicesOfAHolderWhosePidWasReused(t *testing.T) {
 		t.Fatalf("pid %d, reused, is of %+v (%v), not of the running %s: not the attack", pid, u, err, victim)
 	}
 
-	s := &Supervisor{cfg: Config{Units: m}}
+	s := New(newFakeHost(t, nil, m), Config{})
 	services, err := s.servicesOf(ctx, held)
 	for _, u := range services {
 		if u.Name == victim {

@@ -1,4 +1,4 @@
-package supervisor
+package adopt
 
 import (
 	"context"
@@ -14,38 +14,41 @@ import (
 	"github.com/sandboxd/sandboxd/cowfs"
 	"github.com/sandboxd/sandboxd/internal/crashpoint"
 	"github.com/sandboxd/sandboxd/internal/rootonly"
+	"github.com/sandboxd/sandboxd/supervisor"
 	"github.com/sandboxd/sandboxd/supervisor/state"
 )
 
-// ReleaseProject undoes the adoption of project name: its path becomes a
+// Release undoes the adoption of project name: its path becomes a
 // plain directory again holding the project's files as they are, and the
 // project is gone. It takes a project with no sandboxes. The project is
 // forgotten and the release recorded first: a daemon that starts after a
 // crash finishes it.
-func (s *Supervisor) ReleaseProject(ctx context.Context, name string) error {
+func (s *Adoptions) Release(ctx context.Context, name string) error {
 	return s.releaseProject(ctx, name, nil)
 }
 
-// ReleaseOwnProject is ReleaseProject for a member who is not an admin:
+// ReleaseOwn is Release for a member who is not an admin:
 // only a project it adopted itself (of its own directory) is released.
-func (s *Supervisor) ReleaseOwnProject(ctx context.Context, name string, uid uint32) error {
+func (s *Adoptions) ReleaseOwn(ctx context.Context, name string, uid uint32) error {
 	return s.releaseProject(ctx, name, &uid)
 }
 
-// releaseProject is ReleaseProject; with caller, only of a project that
+// releaseProject is Release; with caller, only of a project that
 // caller adopted.
-func (s *Supervisor) releaseProject(ctx context.Context, name string, caller *uint32) (err error) {
+func (s *Adoptions) releaseProject(ctx context.Context, name string, caller *uint32) (err error) {
 	what := fmt.Sprintf("releasing project %q", name)
 	path := ""
-	defer func() { s.auditProject(ctx, "project-release", name, path, err) }()
+	defer func() { s.audit(ctx, "project-release", name, path, err) }()
 	// The directory's users are looked for before the admission lock is
 	// taken: the walk looks at every process's threads and descriptors,
 	// which any user may make many of (maxWalk), and every create waits
 	// on that lock. The lock keeps no process from using the directory:
 	// nothing is lost by walking without it.
-	s.admission.Lock()
-	rec, err := s.adoptedRecord(name)
-	s.admission.Unlock()
+	var rec state.Project
+	err = s.h.WithAdmission(func() (err error) {
+		rec, err = s.adoptedRecord(name)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
@@ -59,12 +62,12 @@ func (s *Supervisor) releaseProject(ctx context.Context, name string, caller *ui
 			break // acted on by descriptor (adopt_owned.go)
 		}
 		if err := rootonly.Check(p); err != nil {
-			return fmt.Errorf("%s: %v; root acts on it by name, so only root may be able to change it, up to /: %w", what, err, ErrInvalidProject)
+			return fmt.Errorf("%s: %v; root acts on it by name, so only root may be able to change it, up to /: %w", what, err, supervisor.ErrInvalidProject)
 		}
 	}
 	held, err := holders(ad.Paths()...)
 	if err == nil && len(held) > 0 {
-		err = fmt.Errorf("%s is in use by %s; stop them first: %w", ad.Path, s.namesWithUnits(ctx, held), ErrProjectInUse)
+		err = fmt.Errorf("%s is in use by %s; stop them first: %w", ad.Path, s.namesWithUnits(ctx, held), supervisor.ErrProjectInUse)
 	}
 	if err == nil && ad.How == state.AdoptOwned {
 		err = copyableBack(ctx, rec)
@@ -72,41 +75,41 @@ func (s *Supervisor) releaseProject(ctx context.Context, name string, caller *ui
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
-	s.admission.Lock()
-	again, err := s.adoptedRecord(name)
-	if err == nil && (again.Adoption.Phase != ad.Phase || !slices.Equal(again.Adoption.Paths(), ad.Paths())) {
-		err = fmt.Errorf("it changed while its users were looked for; try again: %w", ErrProjectInUse)
-	}
-	if err != nil {
-		s.admission.Unlock()
-		return fmt.Errorf("%s: %w", what, err)
-	}
-	if err := mayRelease(again.Adoption, caller); err != nil {
-		s.admission.Unlock()
-		return fmt.Errorf("%s: %w", what, err)
-	}
-	rec, ad = again, again.Adoption
-	// Under the admission lock every create of it has recorded its
-	// intent, so none is missed, and none comes after.
-	if n, err := s.sandboxesOf(name); err != nil || n > 0 {
-		s.admission.Unlock()
+	err = s.h.WithAdmission(func() error {
+		again, err := s.adoptedRecord(name)
+		if err == nil && (again.Adoption.Phase != ad.Phase || !slices.Equal(again.Adoption.Paths(), ad.Paths())) {
+			err = fmt.Errorf("it changed while its users were looked for; try again: %w", supervisor.ErrProjectInUse)
+		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", what, err)
 		}
-		return fmt.Errorf("%s: %d sandboxes of project %q exist; destroy them first: %w", what, n, name, ErrProjectInUse)
+		if err := mayRelease(again.Adoption, caller); err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		rec, ad = again, again.Adoption
+		// Under the admission lock every create of it has recorded its
+		// intent, so none is missed, and none comes after.
+		if n, err := s.sandboxesOf(name); err != nil || n > 0 {
+			if err != nil {
+				return fmt.Errorf("%s: %w", what, err)
+			}
+			return fmt.Errorf("%s: %d sandboxes of project %q exist; destroy them first: %w", what, n, name, supervisor.ErrProjectInUse)
+		}
+		ad.Phase = state.AdoptReleasing
+		if err := s.h.Store().UpdateProject(rec); err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		s.h.ForgetProject(name)
+		return nil
+	})
+	if err != nil {
+		return err
 	}
-	ad.Phase = state.AdoptReleasing
-	if err := s.cfg.Store.UpdateProject(rec); err != nil {
-		s.admission.Unlock()
-		return fmt.Errorf("%s: %w", what, err)
-	}
-	s.projects.remove(name)
-	s.admission.Unlock()
 	crashpoint.Hit(crashpoint.ReleaseRecorded)
-	if err := s.release(ctx, rec); err != nil {
+	if err := s.releaseFiles(ctx, rec); err != nil {
 		return fmt.Errorf("%s: %w (the next start of sandboxd finishes it)", what, err)
 	}
-	s.log.Info("project released", "ACTION", "project-release", "CALLER_UID", uidField(ctx), "project", name, "path", ad.Path)
+	s.h.Log().Info("project released", "ACTION", "project-release", "CALLER_UID", uidField(ctx), "project", name, "path", ad.Path)
 	return nil
 }
 
@@ -116,15 +119,15 @@ func mayRelease(ad *state.Adoption, caller *uint32) error {
 	if caller == nil || ad.Owner != nil && *ad.Owner == *caller {
 		return nil
 	}
-	return fmt.Errorf("uid %d did not adopt it (a member releases only its own adoptions; root and admins release any): %w", *caller, ErrAccessDenied)
+	return fmt.Errorf("uid %d did not adopt it (a member releases only its own adoptions; root and admins release any): %w", *caller, supervisor.ErrAccessDenied)
 }
 
 // adoptedRecord is the record of adopted project name.
-func (s *Supervisor) adoptedRecord(name string) (state.Project, error) {
-	if _, ok := s.projects.get(name); !ok {
-		return state.Project{}, ErrUnknownProject
+func (s *Adoptions) adoptedRecord(name string) (state.Project, error) {
+	if _, ok := s.h.Project(name); !ok {
+		return state.Project{}, supervisor.ErrUnknownProject
 	}
-	recs, err := s.cfg.Store.Projects()
+	recs, err := s.h.Store().Projects()
 	if err != nil {
 		return state.Project{}, err
 	}
@@ -133,12 +136,12 @@ func (s *Supervisor) adoptedRecord(name string) (state.Project, error) {
 			return r, nil
 		}
 	}
-	return state.Project{}, fmt.Errorf("it was not adopted (remove it with `sandboxctl project remove`): %w", ErrInvalidProject)
+	return state.Project{}, fmt.Errorf("it was not adopted (remove it with `sandboxctl project remove`): %w", supervisor.ErrInvalidProject)
 }
 
 // sandboxesOf counts the sandboxes of project name, in any state.
-func (s *Supervisor) sandboxesOf(name string) (int, error) {
-	recs, err := s.cfg.Store.List()
+func (s *Adoptions) sandboxesOf(name string) (int, error) {
+	recs, err := s.h.Store().List()
 	if err != nil {
 		return 0, err
 	}
@@ -151,12 +154,12 @@ func (s *Supervisor) sandboxesOf(name string) (int, error) {
 	return n, nil
 }
 
-// release moves rec's files back into a plain directory at its path and
+// releaseFiles moves rec's files back into a plain directory at its path and
 // drops its record. Each step is one a crash may cut: run again, it
 // takes up from what the filesystem shows.
-func (s *Supervisor) release(ctx context.Context, rec state.Project) error {
+func (s *Adoptions) releaseFiles(ctx context.Context, rec state.Project) error {
 	ad := rec.Adoption
-	pm, ok := s.cfg.Backend.(cowfs.ProjectMaker)
+	pm, ok := s.h.Backend().(cowfs.ProjectMaker)
 	if !ok {
 		return errors.New("the pool cannot remove a project volume at a path")
 	}
@@ -186,7 +189,7 @@ func (s *Supervisor) release(ctx context.Context, rec state.Project) error {
 				return err
 			}
 		}
-		return s.cfg.Store.DeleteProject(rec.Name)
+		return s.h.Store().DeleteProject(rec.Name)
 	}
 	_, err := os.Lstat(rec.Location)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -194,7 +197,7 @@ func (s *Supervisor) release(ctx context.Context, rec state.Project) error {
 	}
 	volume := err == nil
 	for _, p := range ad.Paths() {
-		if err := s.cfg.Units.RemoveMount(ctx, p); err != nil {
+		if err := s.h.Units().RemoveMount(ctx, p); err != nil {
 			return err
 		}
 		if !volume {
@@ -202,7 +205,7 @@ func (s *Supervisor) release(ctx context.Context, rec state.Project) error {
 		}
 		// The directory under the mount holds the files as they were
 		// when adopted: it takes the project's as they are now.
-		if err := EmptyDir(ctx, p); err != nil {
+		if err := supervisor.EmptyDir(ctx, p); err != nil {
 			return err
 		}
 		if err := copyTree(ctx, ad.InVolume(rec.Location, p), p, false); err != nil {
@@ -214,7 +217,7 @@ func (s *Supervisor) release(ctx context.Context, rec state.Project) error {
 
 // released ends a release whose directories have their files back: the
 // volume at rec's location goes, if there is one, then the record.
-func (s *Supervisor) released(ctx context.Context, pm cowfs.ProjectMaker, rec state.Project, volume bool) error {
+func (s *Adoptions) released(ctx context.Context, pm cowfs.ProjectMaker, rec state.Project, volume bool) error {
 	if volume {
 		crashpoint.Hit(crashpoint.ReleaseCopied)
 		crashpoint.Hit(crashpoint.ReleaseSwitched)
@@ -222,5 +225,5 @@ func (s *Supervisor) released(ctx context.Context, pm cowfs.ProjectMaker, rec st
 			return err
 		}
 	}
-	return s.cfg.Store.DeleteProject(rec.Name)
+	return s.h.Store().DeleteProject(rec.Name)
 }

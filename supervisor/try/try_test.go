@@ -1,4 +1,4 @@
-package supervisor_test
+package try_test
 
 import (
 	"context"
@@ -8,11 +8,12 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/supervisor"
+	"github.com/sandboxd/sandboxd/supervisor/try"
 )
 
 func TestTryKeepsTheFastestPassingVariant(t *testing.T) {
 	e := newEnv(t)
-	rep, err := e.sup.Try(ctx, supervisor.TryOptions{
+	rep, err := e.try.Run(ctx, try.Options{
 		Create: supervisor.CreateOptions{Project: "web", Name: "fix"},
 		Variants: []string{
 			"echo wrong > answer",
@@ -44,7 +45,7 @@ func TestTryKeepsTheFastestPassingVariant(t *testing.T) {
 	if len(list) != 1 || list[0].Name != "fix-3" {
 		t.Fatalf("sandboxes after Try: %+v", list)
 	}
-	if _, err := e.sup.Try(ctx, supervisor.TryOptions{Create: supervisor.CreateOptions{Project: "web"}, Check: "true"}); !errors.Is(err, supervisor.ErrInvalid) {
+	if _, err := e.try.Run(ctx, try.Options{Create: supervisor.CreateOptions{Project: "web"}, Check: "true"}); !errors.Is(err, supervisor.ErrInvalid) {
 		t.Fatalf("Try without variants: %v; want ErrInvalid", err)
 	}
 }
@@ -55,7 +56,7 @@ func TestTryKeepsTheFastestPassingVariant(t *testing.T) {
 // runs too long is ended and fails the variant, not the Try.
 func TestTryGivesEachInputAndStepOptions(t *testing.T) {
 	e := newEnv(t)
-	rep, err := e.sup.Try(ctx, supervisor.TryOptions{
+	rep, err := e.try.Run(ctx, try.Options{
 		Create:   supervisor.CreateOptions{Project: "web", Name: "in"},
 		Variants: []string{`test "$SANDBOX_INPUT" != slow || sleep 30; echo "$GREETING $SANDBOX_INPUT in $PWD"`},
 		Inputs:   []string{"a", "slow"},
@@ -88,7 +89,7 @@ func TestTryStopsAtAnErrorAndDestroysWhatItMade(t *testing.T) {
 	if _, err := e.sup.Create(ctx, supervisor.CreateOptions{Project: "web", Name: "clash-2"}); err != nil {
 		t.Fatal(err)
 	}
-	_, err := e.sup.Try(ctx, supervisor.TryOptions{
+	_, err := e.try.Run(ctx, try.Options{
 		Create: supervisor.CreateOptions{Project: "web", Name: "clash"}, Parallel: 1,
 		Variants: []string{"true", "true", "true"}, Check: "true",
 	})
@@ -103,7 +104,7 @@ func TestTryStopsAtAnErrorAndDestroysWhatItMade(t *testing.T) {
 	cctx, cancel := context.WithCancelCause(ctx)
 	time.AfterFunc(2*time.Second, func() { cancel(gone) })
 	begin := time.Now()
-	_, err = e.sup.Try(cctx, supervisor.TryOptions{
+	_, err = e.try.Run(cctx, try.Options{
 		Create:   supervisor.CreateOptions{Project: "web", Name: "int"},
 		Variants: []string{"sleep 60", "sleep 60"}, Check: "true",
 	})

@@ -1,4 +1,4 @@
-package supervisor
+package adopt
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/sandboxd/sandboxd/supervisor"
 	"github.com/sandboxd/sandboxd/units"
 )
 
@@ -31,7 +32,7 @@ const holderWalks = 8
 // holderWalks walks, the last error (errHolderEnded). An error with no
 // holders is the walk's; with holders, why their services cannot be
 // restarted.
-func (s *Supervisor) heldBy(ctx context.Context, paths []string) ([]holder, []units.ProcessUnit, error) {
+func (s *Adoptions) heldBy(ctx context.Context, paths []string) ([]holder, []units.ProcessUnit, error) {
 	for walk := 1; ; walk++ {
 		held, err := holders(paths...)
 		if err != nil || len(held) == 0 {
@@ -47,13 +48,13 @@ func (s *Supervisor) heldBy(ctx context.Context, paths []string) ([]holder, []un
 // servicesOf is the system services of the holders, once each, with the
 // state each was in, or says why one cannot be restarted: a process of no
 // service, of a delegated subtree, of a sandbox, of sandboxd or the bus.
-func (s *Supervisor) servicesOf(ctx context.Context, held []holder) ([]units.ProcessUnit, error) {
+func (s *Adoptions) servicesOf(ctx context.Context, held []holder) ([]units.ProcessUnit, error) {
 	var out []units.ProcessUnit
 	for _, h := range held {
 		if h.pid == 0 {
 			return nil, fmt.Errorf("more than %d processes use it; sandboxd restarts the services of no more", len(held)-1)
 		}
-		u, err := s.cfg.Units.UnitOfPID(ctx, h.pid)
+		u, err := s.h.Units().UnitOfPID(ctx, h.pid)
 		// systemd answers for the pid, not the process: one that ended
 		// since the walk may have left its pid to a process of another
 		// unit, which would then be stopped and started in its place.
@@ -83,7 +84,7 @@ func restartable(u units.ProcessUnit) error {
 		return fmt.Errorf("a delegated subtree (Delegate=yes: the cgroups below it, and their names, are its processes'): sandboxd restarts no unit for a process there; stop it first")
 	case !strings.HasSuffix(u.Name, ".service"):
 		return fmt.Errorf("no system service sandboxd could stop and start; stop it first")
-	case untouchable(u.Name):
+	case supervisor.Untouchable(u.Name):
 		return fmt.Errorf("which sandboxd does not stop")
 	}
 	return nil
@@ -103,12 +104,12 @@ func running(state string) bool {
 
 // namesWithUnits lists hs' descriptions, each with the unit systemd says
 // it is of ("pid 12 (nginx) of unit nginx.service").
-func (s *Supervisor) namesWithUnits(ctx context.Context, hs []holder) string {
+func (s *Adoptions) namesWithUnits(ctx context.Context, hs []holder) string {
 	var out []string
 	for _, h := range hs {
 		d := h.what
 		if h.pid != 0 {
-			if u, err := s.cfg.Units.UnitOfPID(ctx, h.pid); err == nil {
+			if u, err := s.h.Units().UnitOfPID(ctx, h.pid); err == nil {
 				d += " of unit " + u.Name
 			}
 		}

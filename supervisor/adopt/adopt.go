@@ -1,4 +1,4 @@
-package supervisor
+package adopt
 
 // Adopting a directory as a project where it lives (issue 18): the host
 // goes on seeing it at its path. On the pool's btrfs a subvolume is made
@@ -25,14 +25,15 @@ import (
 	"github.com/sandboxd/sandboxd/cowfs"
 	"github.com/sandboxd/sandboxd/internal/crashpoint"
 	"github.com/sandboxd/sandboxd/internal/rootonly"
+	"github.com/sandboxd/sandboxd/supervisor"
 	"github.com/sandboxd/sandboxd/supervisor/state"
 )
 
-// AdoptOptions are who may use an adopted project (none: the directory's
+// Options are who may use an adopted project (none: the directory's
 // owner), and whether the services that use the directory are stopped
 // for the adoption and started again after.
-type AdoptOptions struct {
-	Access       ProjectAccess
+type Options struct {
+	Access       supervisor.ProjectAccess
 	RestartUnits bool
 	// More are further directories adopted into the same project (its
 	// data beside its app: /var/lib/postgresql beside /srv/app), seen
@@ -49,17 +50,17 @@ type AdoptOptions struct {
 	Caller *uint32
 }
 
-// AdoptProject makes the directory at path project name, in place: the
-// host keeps it at path, and sandboxes show it there.
-func (s *Supervisor) AdoptProject(ctx context.Context, name, path string, o AdoptOptions) (err error) {
+// Adopt makes the directory at path project name, in place: the host
+// keeps it at path, and sandboxes show it there.
+func (s *Adoptions) Adopt(ctx context.Context, name, path string, o Options) (err error) {
 	access := o.Access
-	defer func() { s.auditProject(ctx, "project-adopt", name, path, err) }()
+	defer func() { s.audit(ctx, "project-adopt", name, path, err) }()
 	paths := append([]string{path}, o.More...)
 	what := fmt.Sprintf("adopting %s as project %q", strings.Join(paths, ", "), name)
-	if err := checkNewProject(name, access); err != nil {
+	if err := supervisor.CheckNewProject(name, access); err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
-	if err := checkFreezeUnits(o.Freeze); err != nil {
+	if err := supervisor.CheckFreezeUnits(o.Freeze); err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	if o.Caller != nil {
@@ -67,9 +68,9 @@ func (s *Supervisor) AdoptProject(ctx context.Context, name, path string, o Adop
 			return fmt.Errorf("%s: %w", what, err)
 		}
 	}
-	pm, ok := s.cfg.Backend.(cowfs.ProjectMaker)
+	pm, ok := s.h.Backend().(cowfs.ProjectMaker)
 	if !ok {
-		return fmt.Errorf("%s: the %s pool cannot make a project at a path (btrfs can): %w", what, s.cfg.Backend.Info().Backend, ErrInvalidProject)
+		return fmt.Errorf("%s: the %s pool cannot make a project at a path (btrfs can): %w", what, s.h.Backend().Info().Backend, supervisor.ErrInvalidProject)
 	}
 	owned := false
 	for i, p := range paths {
@@ -80,7 +81,7 @@ func (s *Supervisor) AdoptProject(ctx context.Context, name, path string, o Adop
 		owned = owned || own
 		for _, q := range paths[:i] {
 			if within(p, q) || within(q, p) {
-				return fmt.Errorf("%s: %s and %s are one inside the other: %w", what, p, q, ErrInvalidProject)
+				return fmt.Errorf("%s: %s and %s are one inside the other: %w", what, p, q, supervisor.ErrInvalidProject)
 			}
 		}
 	}
@@ -94,13 +95,13 @@ func (s *Supervisor) AdoptProject(ctx context.Context, name, path string, o Adop
 			if err != nil {
 				why = err.Error()
 			}
-			return fmt.Errorf("%s: it is in use by %s (its files must not change while they move); %s: %w", what, s.namesWithUnits(ctx, held), why, ErrProjectInUse)
+			return fmt.Errorf("%s: it is in use by %s (its files must not change while they move); %s: %w", what, s.namesWithUnits(ctx, held), why, supervisor.ErrProjectInUse)
 		}
 		// Stopped now; those that were running started again whatever
 		// happens (one that was not stays as it was).
 		var again []string
 		for _, u := range services {
-			if err := s.cfg.Units.StopService(ctx, u.Name); err != nil {
+			if err := s.h.Units().StopService(ctx, u.Name); err != nil {
 				s.startServices(again)
 				return fmt.Errorf("%s: %w", what, err)
 			}
@@ -111,7 +112,7 @@ func (s *Supervisor) AdoptProject(ctx context.Context, name, path string, o Adop
 		defer s.startServices(again)
 		held, err := holders(paths...)
 		if err == nil && len(held) > 0 {
-			err = fmt.Errorf("still in use by %s once its services stopped: %w", s.namesWithUnits(ctx, held), ErrProjectInUse)
+			err = fmt.Errorf("still in use by %s once its services stopped: %w", s.namesWithUnits(ctx, held), supervisor.ErrProjectInUse)
 		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", what, err)
@@ -126,7 +127,7 @@ func (s *Supervisor) AdoptProject(ctx context.Context, name, path string, o Adop
 	if owned {
 		// In the pool's own directory, not beside a path its owner can
 		// rename: the volume is snapshotted by its path for each sandbox.
-		root := s.cfg.Backend.Info().Root
+		root := s.h.Backend().Info().Root
 		ad.How, ad.Temp = state.AdoptOwned, filepath.Join(filepath.Dir(root), filepath.Base(root)+"-adopted", name)
 		ad.ByUnit = byUnit(paths)
 		location = ad.Temp
@@ -138,7 +139,7 @@ func (s *Supervisor) AdoptProject(ctx context.Context, name, path string, o Adop
 	} else if onPool && len(o.More) == 0 {
 		ad.How, ad.Temp = state.AdoptSwap, filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".sandboxd-adopt")
 	} else {
-		root := s.cfg.Backend.Info().Root
+		root := s.h.Backend().Info().Root
 		ad.How, ad.Temp = state.AdoptMount, filepath.Join(filepath.Dir(root), filepath.Base(root)+"-adopted", name)
 		location = ad.Temp
 		for _, p := range paths {
@@ -149,46 +150,44 @@ func (s *Supervisor) AdoptProject(ctx context.Context, name, path string, o Adop
 	}
 	// The name and the path are taken under the admission lock; the
 	// copy runs without it (creates go on), the path marked as adopting.
-	s.admission.Lock()
-	if p, taken := s.projects.get(name); taken {
-		s.admission.Unlock()
-		return fmt.Errorf("%s: %s: %w", what, takenBy(p), ErrExists)
-	}
-	if err := s.adoptionsLeft(o.Caller); err != nil {
-		s.admission.Unlock()
-		return fmt.Errorf("%s: %w", what, err)
-	}
-	for other := range s.adopting {
-		for _, p := range paths {
-			if within(p, other) || within(other, p) {
-				s.admission.Unlock()
-				return fmt.Errorf("%s: %s is being adopted: %w", what, other, ErrProjectInUse)
+	rec := state.Project{Name: name, Location: location, Added: time.Now().UTC(), Users: access.Users, Groups: access.Groups, Adoption: ad, Freeze: o.Freeze}
+	err = s.h.WithAdmission(func() error {
+		if p, taken := s.h.Project(name); taken {
+			return fmt.Errorf("%s: %s: %w", what, supervisor.TakenBy(p), supervisor.ErrExists)
+		}
+		if err := s.adoptionsLeft(o.Caller); err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		for other := range s.adopting {
+			for _, p := range paths {
+				if within(p, other) || within(other, p) {
+					return fmt.Errorf("%s: %s is being adopted: %w", what, other, supervisor.ErrProjectInUse)
+				}
 			}
 		}
-	}
-	rec := state.Project{Name: name, Location: location, Added: time.Now().UTC(), Users: access.Users, Groups: access.Groups, Adoption: ad, Freeze: o.Freeze}
-	if err := s.cfg.Store.AddProject(rec); err != nil {
-		s.admission.Unlock()
-		return fmt.Errorf("%s: %w", what, err)
-	}
-	if s.adopting == nil {
-		s.adopting = map[string]bool{}
-	}
-	for _, p := range paths {
-		s.adopting[p] = true
-	}
-	s.admission.Unlock()
-	defer func() {
-		s.admission.Lock()
-		for _, p := range paths {
-			delete(s.adopting, p)
+		if err := s.h.Store().AddProject(rec); err != nil {
+			return fmt.Errorf("%s: %w", what, err)
 		}
-		s.admission.Unlock()
+		for _, p := range paths {
+			s.adopting[p] = true
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		_ = s.h.WithAdmission(func() error {
+			for _, p := range paths {
+				delete(s.adopting, p)
+			}
+			return nil
+		})
 	}()
 	// The services that write it are frozen while its files move: the
 	// copy is of one point of theirs (one that only opens a file now and
 	// then is not among the holders above).
-	thaw := s.freezeUnits(ctx, name, o.Freeze)
+	thaw := s.h.FreezeUnits(ctx, name, o.Freeze)
 	err = s.adopt(ctx, pm, &rec)
 	thaw()
 	if err != nil {
@@ -198,27 +197,28 @@ func (s *Supervisor) AdoptProject(ctx context.Context, name, path string, o Adop
 		}
 		return fmt.Errorf("%s: %w", what, err)
 	}
-	s.admission.Lock()
-	s.projects.set(projectOf(rec), access)
-	s.admission.Unlock()
-	s.log.Info("project adopted", "ACTION", "project-adopt", "CALLER_UID", uidField(ctx), "project", name, "path", strings.Join(paths, ":"), "how", ad.How)
+	_ = s.h.WithAdmission(func() error {
+		s.h.LoadProject(rec)
+		return nil
+	})
+	s.h.Log().Info("project adopted", "ACTION", "project-adopt", "CALLER_UID", uidField(ctx), "project", name, "path", strings.Join(paths, ":"), "how", ad.How)
 	return nil
 }
 
 // startServices starts the services stopped for an adoption, logging a
 // failure (the adoption's own result is the caller's).
-func (s *Supervisor) startServices(services []string) {
+func (s *Adoptions) startServices(services []string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	for _, u := range services {
-		if err := s.cfg.Units.StartService(ctx, u); err != nil {
-			s.log.Error("starting a service again after an adoption", "unit", u, "error", err)
+		if err := s.h.Units().StartService(ctx, u); err != nil {
+			s.h.Log().Error("starting a service again after an adoption", "unit", u, "error", err)
 		}
 	}
 }
 
 // adopt takes rec's adoption from copying to done.
-func (s *Supervisor) adopt(ctx context.Context, pm cowfs.ProjectMaker, rec *state.Project) error {
+func (s *Adoptions) adopt(ctx context.Context, pm cowfs.ProjectMaker, rec *state.Project) error {
 	ad := rec.Adoption
 	if ad.How == state.AdoptOwned {
 		return s.adoptOwned(ctx, pm, rec)
@@ -257,18 +257,18 @@ func (s *Supervisor) adopt(ctx context.Context, pm cowfs.ProjectMaker, rec *stat
 
 // copied moves rec's adoption, its files copied, to its switching
 // phase: refused if one of its directories came into use meanwhile.
-func (s *Supervisor) copied(ctx context.Context, rec *state.Project) error {
+func (s *Adoptions) copied(ctx context.Context, rec *state.Project) error {
 	ad := rec.Adoption
 	crashpoint.Hit(crashpoint.AdoptCopied)
 	held, err := holders(ad.Paths()...)
 	if err == nil && len(held) > 0 {
-		err = fmt.Errorf("it came into use while its files were copied, by %s: %w", s.namesWithUnits(ctx, held), ErrProjectInUse)
+		err = fmt.Errorf("it came into use while its files were copied, by %s: %w", s.namesWithUnits(ctx, held), supervisor.ErrProjectInUse)
 	}
 	if err != nil {
 		return err
 	}
 	ad.Phase = state.AdoptSwitching
-	if err := s.cfg.Store.UpdateProject(*rec); err != nil {
+	if err := s.h.Store().UpdateProject(*rec); err != nil {
 		return err
 	}
 	crashpoint.Hit(crashpoint.AdoptSwitching)
@@ -277,12 +277,12 @@ func (s *Supervisor) copied(ctx context.Context, rec *state.Project) error {
 
 // bindAdopted binds each of ad's directories in the volume back at its
 // path, by a mount unit; one bound already stays as it is.
-func (s *Supervisor) bindAdopted(ctx context.Context, ad *state.Adoption) error {
+func (s *Adoptions) bindAdopted(ctx context.Context, ad *state.Adoption) error {
 	if err := s.poolAtBoot(ctx); err != nil {
 		return err
 	}
 	for i, p := range ad.Paths() {
-		if _, err := s.cfg.Units.BindMount(ctx, ad.InVolume(ad.Temp, p), p); err != nil {
+		if _, err := s.h.Units().BindMount(ctx, ad.InVolume(ad.Temp, p), p); err != nil {
 			return err
 		}
 		if i == 0 && len(ad.More) > 0 {
@@ -298,37 +298,37 @@ func (s *Supervisor) bindAdopted(ctx context.Context, ad *state.Adoption) error 
 // pool is the administrator's, mounted at boot as the machine's disks
 // are (fstab); the daemon mounts only the embedded one, after
 // local-fs.target.
-func (s *Supervisor) poolAtBoot(ctx context.Context) error {
+func (s *Adoptions) poolAtBoot(ctx context.Context) error {
 	if s.cfg.PoolImage == "" {
 		return nil
 	}
-	_, err := s.cfg.Units.PoolMount(ctx, s.cfg.PoolImage, s.cfg.PoolMountpoint)
+	_, err := s.h.Units().PoolMount(ctx, s.cfg.PoolImage, s.cfg.PoolMountpoint)
 	return err
 }
 
 // finishAdoption removes what the directory was (now beside it, after a
 // swap) and records the adoption done.
-func (s *Supervisor) finishAdoption(rec *state.Project) error {
+func (s *Adoptions) finishAdoption(rec *state.Project) error {
 	ad := rec.Adoption
 	if ad.How == state.AdoptSwap {
 		if err := os.RemoveAll(ad.Temp); err != nil {
-			s.log.Warn("removing an adopted directory's old files", "path", ad.Temp, "error", err)
+			s.h.Log().Warn("removing an adopted directory's old files", "path", ad.Temp, "error", err)
 		}
 		ad.Temp = ""
 	}
 	ad.Phase = state.AdoptDone
-	return s.cfg.Store.UpdateProject(*rec)
+	return s.h.Store().UpdateProject(*rec)
 }
 
 // undoAdoption takes back an adoption that did not switch: its volume
 // goes, its record goes; the directory was never touched.
-func (s *Supervisor) undoAdoption(ctx context.Context, pm cowfs.ProjectMaker, rec state.Project) error {
+func (s *Adoptions) undoAdoption(ctx context.Context, pm cowfs.ProjectMaker, rec state.Project) error {
 	ad := rec.Adoption
 	var errs []error
 	switch ad.How {
 	case state.AdoptMount:
 		for _, p := range ad.Paths() {
-			errs = append(errs, s.cfg.Units.RemoveMount(ctx, p))
+			errs = append(errs, s.h.Units().RemoveMount(ctx, p))
 		}
 	case state.AdoptOwned:
 		for _, p := range ad.Paths() {
@@ -338,21 +338,21 @@ func (s *Supervisor) undoAdoption(ctx context.Context, pm cowfs.ProjectMaker, re
 	if _, err := os.Lstat(ad.Temp); err == nil {
 		errs = append(errs, pm.RemoveProject(ctx, ad.Temp))
 	}
-	errs = append(errs, s.cfg.Store.DeleteProject(rec.Name))
+	errs = append(errs, s.h.Store().DeleteProject(rec.Name))
 	return errors.Join(errs...)
 }
 
 // reconcileAdoptions finishes or undoes the adoptions a crash left half
 // way, by what the filesystem shows, and returns the projects they make.
-func (s *Supervisor) reconcileAdoptions(ctx context.Context, recs []state.Project) []state.Project {
-	pm, _ := s.cfg.Backend.(cowfs.ProjectMaker)
+func (s *Adoptions) reconcileAdoptions(ctx context.Context, recs []state.Project) []state.Project {
+	pm, _ := s.h.Backend().(cowfs.ProjectMaker)
 	var out []state.Project
 	for _, rec := range recs {
 		ad := rec.Adoption
 		if ad != nil && ad.Phase == state.AdoptDone && (ad.How == state.AdoptMount || len(ad.ByUnit) > 0) {
 			// Adopted before the pool was mounted at boot: from now on.
 			if err := s.poolAtBoot(ctx); err != nil {
-				s.log.Error("making the pool mounted at boot, for an adopted project's mount unit", "project", rec.Name, "error", err)
+				s.h.Log().Error("making the pool mounted at boot, for an adopted project's mount unit", "project", rec.Name, "error", err)
 			}
 		}
 		if ad != nil && ad.How == state.AdoptOwned && ad.Phase == state.AdoptDone {
@@ -360,7 +360,7 @@ func (s *Supervisor) reconcileAdoptions(ctx context.Context, recs []state.Projec
 			// (after a reboot); its units' are checked.
 			for _, p := range ad.Paths() {
 				if err := s.mountOwned(ctx, ad, rec.Location, p, nil); err != nil {
-					s.log.Error("mounting an adopted project at its path", "project", rec.Name, "path", p, "error", err)
+					s.h.Log().Error("mounting an adopted project at its path", "project", rec.Name, "path", p, "error", err)
 				}
 			}
 		}
@@ -369,18 +369,18 @@ func (s *Supervisor) reconcileAdoptions(ctx context.Context, recs []state.Projec
 			continue
 		}
 		if pm == nil {
-			s.log.Error("an adoption was left half way, and the pool cannot finish it", "project", rec.Name, "path", ad.Path)
+			s.h.Log().Error("an adoption was left half way, and the pool cannot finish it", "project", rec.Name, "path", ad.Path)
 			continue
 		}
 		if err := rootonly.Check(ad.Path); err != nil && ad.How != state.AdoptOwned {
 			// Someone else can rename what root would act on: neither
 			// finished nor undone by the daemon, but told.
-			s.log.Error("an adoption was left half way, at a path others can change; left for an administrator", "project", rec.Name, "path", ad.Path, "error", err)
+			s.h.Log().Error("an adoption was left half way, at a path others can change; left for an administrator", "project", rec.Name, "path", ad.Path, "error", err)
 			continue
 		}
 		if ad.Phase == state.AdoptReleasing {
-			err := s.release(ctx, rec)
-			s.log.Warn("a release was left half way by a crash; finished", "project", rec.Name, "path", ad.Path, "error", err)
+			err := s.releaseFiles(ctx, rec)
+			s.h.Log().Warn("a release was left half way by a crash; finished", "project", rec.Name, "path", ad.Path, "error", err)
 			continue
 		}
 		switched := false
@@ -412,7 +412,7 @@ func (s *Supervisor) reconcileAdoptions(ctx context.Context, recs []state.Projec
 		} else {
 			err = s.undoAdoption(ctx, pm, rec)
 		}
-		s.log.Warn("an adoption was left half way by a crash", "project", rec.Name, "path", ad.Path, "finished", switched, "error", err)
+		s.h.Log().Warn("an adoption was left half way by a crash", "project", rec.Name, "path", ad.Path, "finished", switched, "error", err)
 		if switched && err == nil {
 			out = append(out, rec)
 		}

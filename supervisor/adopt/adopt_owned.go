@@ -1,4 +1,4 @@
-package supervisor
+package adopt
 
 // Adopting a directory that others than root can change (issue 29): a
 // member's own project in its home, a service's data of its account.
@@ -34,6 +34,7 @@ import (
 	"github.com/sandboxd/sandboxd/cowfs"
 	"github.com/sandboxd/sandboxd/internal/crashpoint"
 	"github.com/sandboxd/sandboxd/internal/rootonly"
+	"github.com/sandboxd/sandboxd/supervisor"
 	"github.com/sandboxd/sandboxd/supervisor/state"
 )
 
@@ -47,10 +48,10 @@ func openPath(path string, flags int) (int, unix.Stat_t, error) {
 		Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
 	})
 	if errors.Is(err, unix.ELOOP) {
-		return -1, st, fmt.Errorf("%s: a symlink on the way or at its end (none is followed): %w", path, ErrInvalidProject)
+		return -1, st, fmt.Errorf("%s: a symlink on the way or at its end (none is followed): %w", path, supervisor.ErrInvalidProject)
 	}
 	if errors.Is(err, unix.ENOTDIR) {
-		return -1, st, fmt.Errorf("%s is not a directory (a symlink, at its end or on the way, is not followed): %w", path, ErrInvalidProject)
+		return -1, st, fmt.Errorf("%s is not a directory (a symlink, at its end or on the way, is not followed): %w", path, supervisor.ErrInvalidProject)
 	}
 	if err != nil {
 		return -1, st, fmt.Errorf("opening %s: %w", path, err)
@@ -88,24 +89,24 @@ func openOwned(path string, want *uint32) (int, uint32, error) {
 		return -1, 0, err
 	}
 	if want != nil && st.Uid != *want {
-		return fail(fmt.Errorf("%s is owned by uid %d, not by you (uid %d): you may adopt only a directory of your own: %w", path, st.Uid, *want, ErrInvalidProject))
+		return fail(fmt.Errorf("%s is owned by uid %d, not by you (uid %d): you may adopt only a directory of your own: %w", path, st.Uid, *want, supervisor.ErrInvalidProject))
 	}
 	if root, err := mountRoot(fd); err != nil || root {
 		if err == nil {
-			err = fmt.Errorf("%s is a mount point of another filesystem: adopt a directory in it: %w", path, ErrInvalidProject)
+			err = fmt.Errorf("%s is a mount point of another filesystem: adopt a directory in it: %w", path, supervisor.ErrInvalidProject)
 		}
 		return fail(err)
 	}
 	// Who could change the path, up to /: root, and the directory's own
 	// owner (who gains nothing by it).
 	if err := rootonly.CheckOwner(path, st.Uid); err != nil {
-		return fail(fmt.Errorf("%v; only a directory that root or its owner alone can change, up to /, is adopted: %w", err, ErrInvalidProject))
+		return fail(fmt.Errorf("%v; only a directory that root or its owner alone can change, up to /, is adopted: %w", err, supervisor.ErrInvalidProject))
 	}
 	return fd, st.Uid, nil
 }
 
 // adoptOwned takes rec's owned adoption from copying to done.
-func (s *Supervisor) adoptOwned(ctx context.Context, pm cowfs.ProjectMaker, rec *state.Project) error {
+func (s *Adoptions) adoptOwned(ctx context.Context, pm cowfs.ProjectMaker, rec *state.Project) error {
 	ad := rec.Adoption
 	if err := os.MkdirAll(filepath.Dir(ad.Temp), 0o700); err != nil {
 		return err
@@ -169,13 +170,13 @@ func copyOwned(ctx context.Context, p, to string, owner *uint32) (unix.Stat_t, e
 // says which; any of its owner's otherwise, after a reboot): by its
 // mount unit where ad says so, else onto a descriptor of it. One
 // mounted already is left as it is.
-func (s *Supervisor) mountOwned(ctx context.Context, ad *state.Adoption, location, p string, want *unix.Stat_t) error {
+func (s *Adoptions) mountOwned(ctx context.Context, ad *state.Adoption, location, p string, want *unix.Stat_t) error {
 	what := ad.InVolume(location, p)
 	if ownedMounted(ad, location, p) {
 		if ad.Unit(p) {
 			// Mounted at boot, or before a crash: its unit enabled and
 			// active is left so (BindMount does nothing then).
-			_, err := s.cfg.Units.BindMount(ctx, what, p)
+			_, err := s.h.Units().BindMount(ctx, what, p)
 			return err
 		}
 		return nil
@@ -195,7 +196,7 @@ func (s *Supervisor) mountOwned(ctx context.Context, ad *state.Adoption, locatio
 		return err
 	}
 	if want != nil && (st.Dev != want.Dev || st.Ino != want.Ino) {
-		return fmt.Errorf("%s was replaced by another directory while its files were copied; try again once it is left alone: %w", p, ErrProjectInUse)
+		return fmt.Errorf("%s was replaced by another directory while its files were copied; try again once it is left alone: %w", p, supervisor.ErrProjectInUse)
 	}
 	if ad.Unit(p) {
 		// Only root can change the directories above p: the unit's
@@ -203,7 +204,7 @@ func (s *Supervisor) mountOwned(ctx context.Context, ad *state.Adoption, locatio
 		if err := s.poolAtBoot(ctx); err != nil {
 			return err
 		}
-		if _, err := s.cfg.Units.BindMount(ctx, what, p); err != nil {
+		if _, err := s.h.Units().BindMount(ctx, what, p); err != nil {
 			return fmt.Errorf("binding the volume at %s by a mount unit: %w", p, err)
 		}
 		return nil
@@ -256,9 +257,9 @@ func statPath(path string) (unix.Stat_t, error) {
 // unmountOwned removes p's mount unit, where ad has one, and unmounts
 // the volume (at location) from p if, and only if, the mount at p is
 // ours: its root is the volume's own directory.
-func (s *Supervisor) unmountOwned(ctx context.Context, ad *state.Adoption, location, p string) error {
+func (s *Adoptions) unmountOwned(ctx context.Context, ad *state.Adoption, location, p string) error {
 	if ad.Unit(p) {
-		if err := s.cfg.Units.RemoveMount(ctx, p); err != nil {
+		if err := s.h.Units().RemoveMount(ctx, p); err != nil {
 			return err
 		}
 	}
@@ -292,7 +293,7 @@ func (s *Supervisor) unmountOwned(ctx context.Context, ad *state.Adoption, locat
 // the volume unmounted, the directory under it emptied and filled from
 // the volume, by descriptor; then the volume goes. Run again after a
 // crash, it takes up from what the filesystem shows.
-func (s *Supervisor) releaseOwned(ctx context.Context, pm cowfs.ProjectMaker, rec state.Project) error {
+func (s *Adoptions) releaseOwned(ctx context.Context, pm cowfs.ProjectMaker, rec state.Project) error {
 	ad := rec.Adoption
 	_, err := os.Lstat(rec.Location)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -383,7 +384,7 @@ func removeBeneath(ctx context.Context, dir int, name string, owner *uint32) err
 		return err
 	}
 	if owner != nil && st.Uid != *owner {
-		return fmt.Errorf("owned by uid %d, not by uid %d who adopted the directory: not removed; move it out and release again: %w", st.Uid, *owner, ErrInvalidProject)
+		return fmt.Errorf("owned by uid %d, not by uid %d who adopted the directory: not removed; move it out and release again: %w", st.Uid, *owner, supervisor.ErrInvalidProject)
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
 		err := unix.Unlinkat(dir, name, 0)
@@ -424,14 +425,14 @@ func removeBeneath(ctx context.Context, dir int, name string, owner *uint32) err
 // ownAccess refuses what a member's own adoption may not ask for: others
 // given its project (its project is its own: root and admins list users
 // and groups), and host services stopped or frozen for it.
-func ownAccess(uid uint32, o AdoptOptions) error {
+func ownAccess(uid uint32, o Options) error {
 	switch {
-	case o.Access.listed():
-		return fmt.Errorf("uid %d adopts a directory for itself alone: --user and --group (who else may use the project) are for root and admins: %w", uid, ErrAccessDenied)
+	case listed(o.Access):
+		return fmt.Errorf("uid %d adopts a directory for itself alone: --user and --group (who else may use the project) are for root and admins: %w", uid, supervisor.ErrAccessDenied)
 	case o.RestartUnits:
-		return fmt.Errorf("uid %d may not have host services stopped and started (--restart-units is for root and admins): %w", uid, ErrAccessDenied)
+		return fmt.Errorf("uid %d may not have host services stopped and started (--restart-units is for root and admins): %w", uid, supervisor.ErrAccessDenied)
 	case len(o.Freeze) > 0:
-		return fmt.Errorf("uid %d may not have host services frozen (--freeze is for root and admins): %w", uid, ErrAccessDenied)
+		return fmt.Errorf("uid %d may not have host services frozen (--freeze is for root and admins): %w", uid, supervisor.ErrAccessDenied)
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package supervisor
+package adopt
 
 // How deep a tree the copy of an owned adoption goes (adopt_copy.go),
 // checked again before a release empties the directory it fills; and
@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandboxd/internal/crashpoint"
+	"github.com/sandboxd/sandboxd/supervisor"
 	"github.com/sandboxd/sandboxd/supervisor/state"
 )
 
@@ -33,7 +34,7 @@ const maxCopyDepth = 512
 // below it.
 func tooDeep(top, rel string) error {
 	return fmt.Errorf("%s holds directories more than %d deep (%s…): a tree that deep is not copied (move it out first): %w",
-		top, maxCopyDepth, strings.ToValidUTF8(rel[:min(len(rel), 120)], "?"), ErrInvalidProject)
+		top, maxCopyDepth, strings.ToValidUTF8(rel[:min(len(rel), 120)], "?"), supervisor.ErrInvalidProject)
 }
 
 // withinDepth refuses the tree of directory dir (named top) if it holds

@@ -1,4 +1,4 @@
-package supervisor
+package commands
 
 import (
 	"bytes"
@@ -8,31 +8,33 @@ import (
 	"os"
 	"sync"
 	"time"
+
+	"github.com/sandboxd/sandboxd/supervisor"
 )
 
-// runCaptured runs o in sandbox id with /dev/null for stdin and one pipe
+// RunCaptured runs o in sandbox id with /dev/null for stdin and one pipe
 // for stdout and stderr (o.Stdio is set here), and returns how it ended,
 // the last max bytes of its output and how long it took. A command still
 // running when ctx ends is left to the sandbox's destruction, which ends
 // it.
-func (s *Supervisor) runCaptured(ctx context.Context, id string, o ExecOptions, max int) (Captured, error) {
-	var c Captured
+func (c *Commands) RunCaptured(ctx context.Context, id string, o supervisor.ExecOptions, max int) (supervisor.Captured, error) {
+	var res supervisor.Captured
 	devNull, err := os.Open(os.DevNull)
 	if err != nil {
-		return c, err
+		return res, err
 	}
 	defer devNull.Close()
 	pr, pw, err := os.Pipe()
 	if err != nil {
-		return c, err
+		return res, err
 	}
 	defer pr.Close()
 	o.Stdio = []*os.File{devNull, pw, pw}
 	begin := time.Now()
-	cmd, err := s.Exec(ctx, id, o)
+	cmd, err := c.Exec(ctx, id, o)
 	pw.Close() // the init holds its own copy
 	if err != nil {
-		return c, err
+		return res, err
 	}
 	out := &tailBuffer{max: max}
 	drained := make(chan struct{})
@@ -40,9 +42,9 @@ func (s *Supervisor) runCaptured(ctx context.Context, id string, o ExecOptions, 
 	select {
 	case <-cmd.Done():
 	case <-ctx.Done():
-		return c, context.Cause(ctx)
+		return res, context.Cause(ctx)
 	}
-	c.Took = time.Since(begin)
+	res.Took = time.Since(begin)
 	// What it left running (a daemon it started) may hold the pipe.
 	select {
 	case <-drained:
@@ -50,8 +52,8 @@ func (s *Supervisor) runCaptured(ctx context.Context, id string, o ExecOptions, 
 		pr.Close()
 		<-drained
 	}
-	c.Result, c.Output = cmd.Result(), out.String()
-	return c, nil
+	res.Result, res.Output = cmd.Result(), out.String()
+	return res, nil
 }
 
 // tailBuffer keeps the last max bytes written to it (by any number of

@@ -1,4 +1,4 @@
-package supervisor
+package try
 
 import (
 	"context"
@@ -6,20 +6,22 @@ import (
 	"slices"
 	"time"
 
+	"github.com/sandboxd/sandboxd/cowfs"
 	"github.com/sandboxd/sandboxd/runtime/nsinit"
+	"github.com/sandboxd/sandboxd/supervisor"
 )
 
 // Bounds of Try: what it keeps of each step's output, and how long a call
 // it must not abandon half way (a create, a destroy) may take.
 const (
-	tryOutputMax   = 64 << 10
-	tryCallTimeout = 5 * time.Minute
+	outputMax   = 64 << 10
+	callTimeout = 5 * time.Minute
 )
 
-// tryOne makes sandbox i, runs its variant and then the check in it, and
+// one makes sandbox i, runs its variant and then the check in it, and
 // reads what it changed and wrote and its memory peak. An error is not
 // the variant's failure (that is in r): it stops the whole Try.
-func (s *Supervisor) tryOne(ctx context.Context, opts *TryOptions, r *TryResult) error {
+func (t *Try) one(ctx context.Context, opts *Options, r *Result) error {
 	co := opts.Create
 	co.Name = r.Name
 	busy, err := opts.busy(ctx)
@@ -27,8 +29,8 @@ func (s *Supervisor) tryOne(ctx context.Context, opts *TryOptions, r *TryResult)
 		return fmt.Errorf("making sandbox %s: %w", r.Name, err)
 	}
 	// Never abandoned half way: Try knows every sandbox it made.
-	cctx, done := context.WithTimeout(context.WithoutCancel(ctx), tryCallTimeout)
-	sb, err := s.Create(cctx, co)
+	cctx, done := context.WithTimeout(context.WithoutCancel(ctx), callTimeout)
+	sb, err := t.h.Create(cctx, co)
 	done()
 	busy()
 	if err != nil {
@@ -44,7 +46,7 @@ func (s *Supervisor) tryOne(ctx context.Context, opts *TryOptions, r *TryResult)
 		env = append(env, "SANDBOX_INPUT="+*r.Input)
 	}
 	for _, step := range []struct{ what, line string }{{"variant", r.Variant}, {"check", opts.Check}} {
-		res, err := s.tryStep(ctx, opts, sb.ID, step.line, env)
+		res, err := t.step(ctx, opts, sb.ID, step.line, env)
 		if err != nil {
 			r.Failed = step.what + ": " + err.Error()
 			return fmt.Errorf("running the %s in %s: %w", step.what, r.Name, err)
@@ -76,13 +78,16 @@ func (s *Supervisor) tryOne(ctx context.Context, opts *TryOptions, r *TryResult)
 		return fmt.Errorf("reading what %s changed: %w", r.Name, err)
 	}
 	defer busy()
-	if changes, ignored, err := s.DiffCounted(ctx, sb.ID); err == nil {
-		n := len(changes)
+	var n, ignored int
+	if err := t.h.WithChanges(ctx, sb.ID, "listing the changes of sandbox "+sb.ID, func(_, _ cowfs.Volume, c []cowfs.Change, i int) error {
+		n, ignored = len(c), i
+		return nil
+	}); err == nil {
 		r.Changes, r.Ignored = &n, ignored
 	} else if ctx.Err() != nil {
 		return context.Cause(ctx)
 	}
-	in, err := s.Inspect(ctx, sb.ID, LiveUsage)
+	in, err := t.h.Usage(ctx, sb.ID)
 	if err != nil {
 		return fmt.Errorf("reading the usage of %s: %w", r.Name, err)
 	}
@@ -95,26 +100,26 @@ func (s *Supervisor) tryOne(ctx context.Context, opts *TryOptions, r *TryResult)
 	return nil
 }
 
-// tryStep runs the shell line in sandbox id as the caller, and returns
-// how it ended, the last tryOutputMax bytes of its output and how long it
+// step runs the shell line in sandbox id as the caller, and returns
+// how it ended, the last outputMax bytes of its output and how long it
 // took.
-func (s *Supervisor) tryStep(ctx context.Context, opts *TryOptions, id, line string, env []string) (Captured, error) {
+func (t *Try) step(ctx context.Context, opts *Options, id, line string, env []string) (supervisor.Captured, error) {
 	timeout := opts.Timeout
 	if timeout < 0 {
 		timeout = 0 // none
 	}
-	c, err := s.runCaptured(ctx, id, ExecOptions{
+	c, err := t.run.RunCaptured(ctx, id, supervisor.ExecOptions{
 		Argv: []string{"/bin/sh", "-c", line}, Env: env, Dir: opts.Dir,
 		UID: opts.Create.Owner, AsRoot: opts.AsRoot, Detach: opts.Detach, Timeout: timeout,
-	}, tryOutputMax)
+	}, outputMax)
 	if err != nil {
 		return c, fmt.Errorf("running %q: %w", line, err)
 	}
 	return c, nil
 }
 
-// busy begins a piece of Try's heavy work (see TryOptions.Busy).
-func (o *TryOptions) busy(ctx context.Context) (done func(), err error) {
+// busy begins a piece of Try's heavy work (see Options.Busy).
+func (o *Options) busy(ctx context.Context) (done func(), err error) {
 	if o.Busy == nil {
 		return func() {}, nil
 	}

@@ -1,4 +1,4 @@
-package supervisor
+package commands
 
 import (
 	"context"
@@ -15,7 +15,7 @@ func testSession(id string, uid uint32) *session {
 // the next is refused at once, saying how many wait; a place given back
 // is taken again.
 func TestEvalAdmitsAFewWaitingThenRefuses(t *testing.T) {
-	s := &Supervisor{}
+	s := &Commands{}
 	x := testSession("s1", 1000)
 	var releases []func()
 	for i := range maxEvalWaiting + 1 {
@@ -47,7 +47,7 @@ func TestEvalAdmitsAFewWaitingThenRefuses(t *testing.T) {
 // another owner's are not counted against it; all owners' together are
 // bounded too.
 func TestEvalBytesAreBoundedPerOwnerAndInAll(t *testing.T) {
-	s := &Supervisor{}
+	s := &Commands{}
 	const big = MaxEvalInput
 	held := 0
 	for i := 0; ; i++ {
@@ -116,7 +116,7 @@ func TestEvalWaitEndsWithItsCallerOrTheSession(t *testing.T) {
 // The answers being read hold at most an owner's bound; what does not
 // fit is not held, and room given back is there again.
 func TestEvalOutputHeldIsBoundedPerOwner(t *testing.T) {
-	s := &Supervisor{}
+	s := &Commands{}
 	x := testSession("s", 1000)
 	var giveBacks []func()
 	held := 0

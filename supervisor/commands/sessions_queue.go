@@ -1,4 +1,4 @@
-package supervisor
+package commands
 
 // Inputs waiting for a session (issue 28, finding 4). A session runs one
 // input at a time; the others used to wait on its lock, each holding its
@@ -62,10 +62,10 @@ type evalHold struct {
 // holdOutput takes room for up to n bytes of an answer of x's within the
 // owner's and everyone's bounds, and says how many it got; giveBack
 // returns them.
-func (s *Supervisor) holdOutput(x *session, n int) (got int, giveBack func()) {
-	s.sessions.mu.Lock()
-	defer s.sessions.mu.Unlock()
-	h := &s.sessions.hold
+func (c *Commands) holdOutput(x *session, n int) (got int, giveBack func()) {
+	c.sessions.mu.Lock()
+	defer c.sessions.mu.Unlock()
+	h := &c.sessions.hold
 	room := max(0, min(int64(n), MaxEvalBytesPerOwner-h.outByOwner[x.uid], MaxEvalBytes-h.outTotal))
 	if h.outByOwner == nil {
 		h.outByOwner = map[uint32]int64{}
@@ -73,8 +73,8 @@ func (s *Supervisor) holdOutput(x *session, n int) (got int, giveBack func()) {
 	h.outByOwner[x.uid] += room
 	h.outTotal += room
 	return int(room), func() {
-		s.sessions.mu.Lock()
-		defer s.sessions.mu.Unlock()
+		c.sessions.mu.Lock()
+		defer c.sessions.mu.Unlock()
 		if h.outByOwner[x.uid] -= room; h.outByOwner[x.uid] <= 0 {
 			delete(h.outByOwner, x.uid)
 		}
@@ -84,11 +84,11 @@ func (s *Supervisor) holdOutput(x *session, n int) (got int, giveBack func()) {
 
 // admitEval takes a place for an input of n bytes in x, or refuses it at
 // once; release gives the place back.
-func (s *Supervisor) admitEval(x *session, n int) (release func(), err error) {
+func (c *Commands) admitEval(x *session, n int) (release func(), err error) {
 	cost := int64(n) + evalOverhead
-	s.sessions.mu.Lock()
-	defer s.sessions.mu.Unlock()
-	h := &s.sessions.hold
+	c.sessions.mu.Lock()
+	defer c.sessions.mu.Unlock()
+	h := &c.sessions.hold
 	switch {
 	case h.byOwner[x.uid]+cost > MaxEvalBytesPerOwner:
 		return nil, fmt.Errorf("session %s: the inputs of uid %d waiting or running hold %d bytes, and this one would add %d, over the %d allowed; wait for them to end: %w",
@@ -107,8 +107,8 @@ func (s *Supervisor) admitEval(x *session, n int) (release func(), err error) {
 	h.byOwner[x.uid] += cost
 	h.total += cost
 	return func() {
-		s.sessions.mu.Lock()
-		defer s.sessions.mu.Unlock()
+		c.sessions.mu.Lock()
+		defer c.sessions.mu.Unlock()
 		x.queued--
 		if h.byOwner[x.uid] -= cost; h.byOwner[x.uid] <= 0 {
 			delete(h.byOwner, x.uid)
@@ -130,10 +130,10 @@ func (x *session) full() error {
 // would refuse an input now, whoever sends it: for the D-Bus guard,
 // which refuses such an input as it is read, before a goroutine holds
 // its code. nil when there is no such session.
-func (s *Supervisor) SessionFull(id, sess string) error {
-	s.sessions.mu.Lock()
-	defer s.sessions.mu.Unlock()
-	if x := s.sessions.m[id+"/"+sess]; x != nil {
+func (c *Commands) SessionFull(id, sess string) error {
+	c.sessions.mu.Lock()
+	defer c.sessions.mu.Unlock()
+	if x := c.sessions.m[id+"/"+sess]; x != nil {
 		if err := x.full(); err != nil {
 			return fmt.Errorf("sandbox %s: %w", id, err)
 		}

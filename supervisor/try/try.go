@@ -1,19 +1,58 @@
-package supervisor
+package try
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/sandboxd/sandboxd/supervisor"
 )
 
-// TryOptions ask for several sandboxes of one project, a variant each,
+// Host is the core as this room needs it: supervisor.Host, and the usage
+// of a sandbox (supervisor/host_try.go).
+type Host interface {
+	supervisor.Host
+	// Usage is what sandbox id uses now: Inspect's LiveUsage.
+	Usage(ctx context.Context, id string) (supervisor.Inspection, error)
+}
+
+// Config is what the room is made with.
+type Config struct {
+	// Runner runs each variant and check in its sandbox (the commands
+	// room).
+	Runner supervisor.Runner
+}
+
+// Try is the room: best-of-N over sandboxes of a project.
+type Try struct {
+	h   Host
+	run supervisor.Runner
+}
+
+// New makes the room over h. It joins no hook: a Try's sandboxes are
+// the core's like any other's, and a Try's state lives in its call.
+func New(h Host, cfg Config) *Try {
+	return &Try{h: h, run: cfg.Runner}
+}
+
+// prefix names a Try's sandboxes when the caller gives no name,
+// try-XXXX-N (a sandbox name, not a volume's).
+const prefix = "try-"
+
+// defaultTimeout bounds each step when Options.Timeout is 0, as a
+// promotion's checks are bounded.
+const defaultTimeout = 10 * time.Minute
+
+// Options ask for several sandboxes of one project, a variant each,
 // and the same check in each: many approaches side by side, one winner.
-type TryOptions struct {
+type Options struct {
 	// Create is what each sandbox is made with (Project, Owner, limits,
 	// profile...); its Name is the prefix of theirs: PREFIX-1...
-	Create CreateOptions
+	Create supervisor.CreateOptions
 	// Variants are shell lines, one per sandbox; Check the shell line
 	// that must pass in each after its variant did. With Inputs there is
 	// one variant, and a sandbox per input, which the variant and the
@@ -27,7 +66,7 @@ type TryOptions struct {
 	AsRoot bool
 	Detach bool
 	// Timeout bounds each variant and each check (0: 10 minutes;
-	// NoTryTimeout: none); Parallel how many sandboxes work at once (0: 4).
+	// NoTimeout: none); Parallel how many sandboxes work at once (0: 4).
 	Timeout  time.Duration
 	Parallel int
 	// Keep is which sandboxes stay: "winner" (default), "all" or "none".
@@ -41,11 +80,11 @@ type TryOptions struct {
 	Busy func(ctx context.Context) (done func(), err error)
 }
 
-// NoTryTimeout as TryOptions.Timeout leaves the steps unbounded.
-const NoTryTimeout time.Duration = -1
+// NoTimeout as Options.Timeout leaves the steps unbounded.
+const NoTimeout time.Duration = -1
 
-// TryResult is one sandbox's outcome.
-type TryResult struct {
+// Result is one sandbox's outcome.
+type Result struct {
 	Name, ID, Variant string
 	Input             *string // with Inputs: this sandbox's
 	// Passed: the variant and then the check exited 0. Failed says which
@@ -73,44 +112,44 @@ type TryResult struct {
 	CommandOutput, CheckOutput *string
 }
 
-// TryReport is a whole Try: each sandbox's result, the winner's index
+// Report is a whole Try: each sandbox's result, the winner's index
 // (-1: none passed) and the sandboxes it could not destroy.
-type TryReport struct {
-	Results []TryResult
+type Report struct {
+	Results []Result
 	Winner  int
 	Left    []string
 }
 
-// Try runs opts' variants side by side and reports each sandbox's result
+// Run runs opts' variants side by side and reports each sandbox's result
 // and the winner: of those that passed, the one that took least time (the
 // earlier on a tie). The first error that is not a variant's failure (a
 // name taken, ctx ending: its caller went away) stops every sandbox's
 // work; Try then destroys every sandbox it made (unless Keep is "all")
 // and returns the error, saying what became of them.
-func (s *Supervisor) Try(ctx context.Context, opts TryOptions) (TryReport, error) {
-	rep := TryReport{Winner: -1}
+func (t *Try) Run(ctx context.Context, opts Options) (Report, error) {
+	rep := Report{Winner: -1}
 	if err := opts.check(); err != nil {
 		return rep, err
 	}
-	prefix := opts.Create.Name
-	if prefix == "" {
-		prefix = prefixTry + newCommandID()[:4]
+	name := opts.Create.Name
+	if name == "" {
+		name = prefix + randomTag()
 	}
-	rep.Results = make([]TryResult, max(len(opts.Variants), len(opts.Inputs)))
+	rep.Results = make([]Result, max(len(opts.Variants), len(opts.Inputs)))
 	for i := range rep.Results {
 		r := &rep.Results[i]
-		r.Name, r.Variant = fmt.Sprintf("%s-%d", prefix, i+1), opts.Variants[min(i, len(opts.Variants)-1)]
+		r.Name, r.Variant = fmt.Sprintf("%s-%d", name, i+1), opts.Variants[min(i, len(opts.Variants)-1)]
 		if len(opts.Inputs) > 0 {
 			r.Input = &opts.Inputs[i]
 		}
 	}
 
-	err := s.tryAll(ctx, &opts, rep.Results)
+	err := t.all(ctx, &opts, rep.Results)
 	if err != nil {
 		// Nothing is decided: every sandbox made goes, unless all stay.
-		gone, left := s.tryCleanUp(ctx, rep.Results, opts.Parallel, func(*TryResult) bool { return opts.Keep != "all" })
+		gone, left := t.cleanUp(ctx, rep.Results, opts.Parallel, func(*Result) bool { return opts.Keep != "all" })
 		rep.Left = left
-		if what := tryCleanUpText(rep.Results, gone, left, opts.Keep == "all"); what != "" {
+		if what := cleanUpText(rep.Results, gone, left, opts.Keep == "all"); what != "" {
 			err = fmt.Errorf("%w; %s", err, what)
 		}
 		return rep, err
@@ -123,26 +162,26 @@ func (s *Supervisor) Try(ctx context.Context, opts TryOptions) (TryReport, error
 	if rep.Winner >= 0 {
 		rep.Results[rep.Winner].Winner = true
 	}
-	_, rep.Left = s.tryCleanUp(ctx, rep.Results, opts.Parallel, func(r *TryResult) bool {
+	_, rep.Left = t.cleanUp(ctx, rep.Results, opts.Parallel, func(r *Result) bool {
 		return opts.Keep == "none" || opts.Keep == "winner" && !r.Winner
 	})
 	return rep, nil
 }
 
 // check validates opts and fills in the defaults.
-func (o *TryOptions) check() error {
+func (o *Options) check() error {
 	what := "trying variants of " + o.Create.Project
 	switch {
 	case len(o.Variants) == 0 || strings.TrimSpace(o.Check) == "":
-		return fmt.Errorf("%s: want at least one variant and a check: %w", what, ErrInvalid)
+		return fmt.Errorf("%s: want at least one variant and a check: %w", what, supervisor.ErrInvalid)
 	case len(o.Inputs) > 0 && len(o.Variants) != 1:
-		return fmt.Errorf("%s: inputs give one command different inputs: want one variant with them, not %d: %w", what, len(o.Variants), ErrInvalid)
+		return fmt.Errorf("%s: inputs give one command different inputs: want one variant with them, not %d: %w", what, len(o.Variants), supervisor.ErrInvalid)
 	case o.Parallel < 0:
-		return fmt.Errorf("%s: parallel %d: want 1 or more: %w", what, o.Parallel, ErrInvalid)
+		return fmt.Errorf("%s: parallel %d: want 1 or more: %w", what, o.Parallel, supervisor.ErrInvalid)
 	}
 	for _, v := range o.Variants {
 		if strings.TrimSpace(v) == "" {
-			return fmt.Errorf("%s: a variant is empty: give each a command: %w", what, ErrInvalid)
+			return fmt.Errorf("%s: a variant is empty: give each a command: %w", what, supervisor.ErrInvalid)
 		}
 	}
 	switch o.Keep {
@@ -150,10 +189,10 @@ func (o *TryOptions) check() error {
 		o.Keep = "winner"
 	case "winner", "all", "none":
 	default:
-		return fmt.Errorf("%s: keep %q: want winner, all or none: %w", what, o.Keep, ErrInvalid)
+		return fmt.Errorf("%s: keep %q: want winner, all or none: %w", what, o.Keep, supervisor.ErrInvalid)
 	}
 	if o.Timeout == 0 {
-		o.Timeout = defaultCheckTimeout
+		o.Timeout = defaultTimeout
 	}
 	if o.Parallel == 0 {
 		o.Parallel = 4
@@ -161,9 +200,9 @@ func (o *TryOptions) check() error {
 	return nil
 }
 
-// tryAll makes, runs and checks every sandbox, at most opts.Parallel at
+// all makes, runs and checks every sandbox, at most opts.Parallel at
 // once, in the order given. The first error cancels the others' work.
-func (s *Supervisor) tryAll(ctx context.Context, opts *TryOptions, results []TryResult) error {
+func (t *Try) all(ctx context.Context, opts *Options, results []Result) error {
 	work, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	var (
@@ -182,7 +221,7 @@ func (s *Supervisor) tryAll(ctx context.Context, opts *TryOptions, results []Try
 				if work.Err() != nil {
 					return
 				}
-				if err := s.tryOne(work, opts, &results[i]); err != nil {
+				if err := t.one(work, opts, &results[i]); err != nil {
 					mu.Lock()
 					if first == nil && work.Err() == nil {
 						first = err
@@ -201,12 +240,12 @@ func (s *Supervisor) tryAll(ctx context.Context, opts *TryOptions, results []Try
 	return first
 }
 
-// tryCleanUp destroys the sandboxes made that goes says go, a few at a
+// cleanUp destroys the sandboxes made that goes says go, a few at a
 // time, on a context of their own (ctx may have ended), and marks the
 // others kept. It returns the names destroyed and those that could not
 // be.
-func (s *Supervisor) tryCleanUp(ctx context.Context, results []TryResult, parallel int, goes func(*TryResult) bool) (gone, left []string) {
-	var doomed []*TryResult
+func (t *Try) cleanUp(ctx context.Context, results []Result, parallel int, goes func(*Result) bool) (gone, left []string) {
+	var doomed []*Result
 	for i := range results {
 		r := &results[i]
 		switch {
@@ -217,7 +256,7 @@ func (s *Supervisor) tryCleanUp(ctx context.Context, results []TryResult, parall
 			r.Kept = true
 		}
 	}
-	cctx, done := context.WithTimeout(context.WithoutCancel(ctx), tryCallTimeout)
+	cctx, done := context.WithTimeout(context.WithoutCancel(ctx), callTimeout)
 	defer done()
 	errs := make([]error, len(doomed))
 	sem := make(chan struct{}, max(parallel, 1))
@@ -226,7 +265,7 @@ func (s *Supervisor) tryCleanUp(ctx context.Context, results []TryResult, parall
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			errs[i] = s.Destroy(cctx, r.ID)
+			errs[i] = t.h.Destroy(cctx, r.ID)
 		})
 	}
 	wg.Wait()
@@ -237,14 +276,14 @@ func (s *Supervisor) tryCleanUp(ctx context.Context, results []TryResult, parall
 		}
 		r.Kept = true // it is there still
 		left = append(left, r.Name)
-		s.log.Error("destroying a sandbox of Try", "sandbox", r.ID, "name", r.Name, "error", errs[i])
+		t.h.Log().Error("destroying a sandbox of Try", "sandbox", r.ID, "name", r.Name, "error", errs[i])
 	}
 	return gone, left
 }
 
-// tryCleanUpText says what became of the sandboxes made, after an
+// cleanUpText says what became of the sandboxes made, after an
 // interruption or an error ("" when none was made).
-func tryCleanUpText(results []TryResult, gone, left []string, keptAll bool) string {
+func cleanUpText(results []Result, gone, left []string, keptAll bool) string {
 	var made []string
 	for _, r := range results {
 		if r.ID != "" {
@@ -261,4 +300,12 @@ func tryCleanUpText(results []TryResult, gone, left []string, keptAll bool) stri
 		return "kept (keep all) " + strings.Join(made, ", ")
 	}
 	return "destroyed the sandboxes try made: " + strings.Join(gone, ", ")
+}
+
+// randomTag is four hex digits that tell apart the sandboxes of Trys
+// their callers did not name.
+func randomTag() string {
+	var b [2]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }

@@ -1,0 +1,18 @@
+package adopt
+
+import (
+	"os"
+	"testing"
+
+	"github.com/sandboxd/sandboxd/tests/testbed"
+)
+
+// TestMain runs the tests as root inside a testbed, as the supervisor's
+// own are (a private systemd, mounts of their own); as another user, the
+// unit tests alone run here (those that need root say so).
+func TestMain(m *testing.M) {
+	if os.Geteuid() != 0 {
+		os.Exit(m.Run())
+	}
+	testbed.Main(m)
+}

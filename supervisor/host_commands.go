@@ -1,0 +1,129 @@
+package supervisor
+
+// The core as the commands room (supervisor/commands) sees it, besides
+// Host: a command's request (who runs it, where, with what environment:
+// the projects, the user namespaces, the proxy and the rooms' CommandEnv
+// are the core's), why there is no user namespace, and the runner the
+// core's own callers use while they are the core's.
+
+import (
+	"context"
+	"os"
+	"os/user"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/sandboxd/sandboxd/runtime/nsinit"
+	"github.com/sandboxd/sandboxd/supervisor/state"
+)
+
+// CommandRequest is the init's request for command o in sandbox rec.
+func (h host) CommandRequest(ctx context.Context, rec state.Record, o ExecOptions) (nsinit.Request, error) {
+	return h.s.request(ctx, rec, o)
+}
+
+// UserNSUnavailable says why sandboxes get no user namespace (nil: they
+// do).
+func (h host) UserNSUnavailable() error { return h.s.userns.unavailable }
+
+// SetRunner makes r the runner of the core's own commands.
+func (h host) SetRunner(r Runner) { h.s.runner = r }
+
+// request is the init's request for o: the caller's identity, home and
+// environment.
+func (s *Supervisor) request(ctx context.Context, rec state.Record, o ExecOptions) (nsinit.Request, error) {
+	uid := o.UID
+	if o.AsRoot {
+		uid = 0
+	}
+	req := nsinit.Request{
+		Argv: o.Argv, Dir: o.Dir, UID: uid, GID: uid,
+		PTY: o.PTY, Rows: o.Rows, Cols: o.Cols, Timeout: o.Timeout, OutputLimit: o.OutputLimit,
+		// Root is asked for, never implied: a root caller's plain command
+		// is uid 0 with no capability (no DAC override, no chown).
+		NoCapabilities: uid == 0 && !o.AsRoot,
+	}
+	name, home, shell := strconv.FormatUint(uint64(uid), 10), "/", "/bin/sh"
+	if u, err := user.LookupId(name); err == nil {
+		name, home = u.Username, u.HomeDir
+		if gid, err := strconv.ParseUint(u.Gid, 10, 32); err == nil {
+			req.GID = uint32(gid)
+		}
+		if gids, err := u.GroupIds(); err == nil {
+			for _, g := range gids {
+				if n, err := strconv.ParseUint(g, 10, 32); err == nil && uint32(n) != req.GID {
+					req.Groups = append(req.Groups, uint32(n))
+				}
+			}
+		}
+		shell = loginShell(name, shell)
+	}
+	if home == "" || home == "/nonexistent" {
+		home = "/"
+	} else {
+		req.Home = home
+	}
+	if req.Dir == "" {
+		project, err := s.cfg.Backend.Project(ctx, s.projects.location(rec.Project))
+		if err != nil {
+			return req, err
+		}
+		req.Dir = s.seenAt(rec.Project, project)
+	}
+	req.Env = []string{
+		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		"HOME=" + home, "USER=" + name, "LOGNAME=" + name, "SHELL=" + shell,
+		"SANDBOX_ID=" + rec.ID,
+	}
+	if o.PTY {
+		req.Env = append(req.Env, "TERM=xterm-256color")
+	}
+	if rec.Network == nsinit.NetworkAllowlist {
+		proxy := "http://" + ProxyAddr
+		for _, k := range []string{"http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY"} {
+			req.Env = append(req.Env, k+"="+proxy)
+		}
+		req.Env = append(req.Env, "no_proxy=localhost,127.0.0.1,::1", "NO_PROXY=localhost,127.0.0.1,::1")
+	}
+	for _, f := range s.hooks.CommandEnv.each() {
+		req.Env = append(req.Env, f(rec)...)
+	}
+	// The project's environment, as read when the sandbox was made, over
+	// the base; the caller's own over both.
+	req.Env = mergeEnv(mergeEnv(req.Env, rec.Env), o.Env)
+	if err := execIdentity(rec, &req); err != nil {
+		return req, err
+	}
+	return req, nil
+}
+
+// mergeEnv is base with each of over's KEY=value in place of base's.
+func mergeEnv(base, over []string) []string {
+	out := slices.Clone(base)
+	for _, kv := range over {
+		key, _, _ := strings.Cut(kv, "=")
+		i := slices.IndexFunc(out, func(e string) bool { return strings.HasPrefix(e, key+"=") })
+		if i >= 0 {
+			out[i] = kv
+		} else {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+// loginShell is name's shell from /etc/passwd (os/user does not read it).
+func loginShell(name, fallback string) string {
+	b, err := os.ReadFile("/etc/passwd")
+	if err != nil {
+		return fallback
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		f := strings.Split(line, ":")
+		if len(f) == 7 && f[0] == name && f[6] != "" {
+			return f[6]
+		}
+	}
+	return fallback
+}
