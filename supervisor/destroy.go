@@ -67,7 +67,7 @@ func (s *Supervisor) finishDestroy(ctx context.Context, rec state.Record) error 
 	// the record.
 	var names []string
 	for _, c := range slices.Backward(rec.Checkpoints) {
-		names = append(names, checkpointLayerName(rec.ID, c.Name), checkpointName(rec.ID, c.Name))
+		names = append(names, CheckpointLayerName(rec.ID, c.Name), CheckpointName(rec.ID, c.Name))
 	}
 	names = append(names, layerName(rec.ID), rec.Volume, rec.Base)
 	for _, name := range names {

@@ -60,7 +60,7 @@ func (s *Supervisor) auditEntry(ctx context.Context, e audit.Entry, rec state.Re
 // and budgets them apart from the caller's actions.
 var refusals = []error{
 	ErrAccessDenied, ErrNotFound, ErrUnknownProject, ErrInvalid, ErrWrongState, ErrExists,
-	ErrInvalidProject, ErrProjectInUse, ErrLimitReached, ErrNoCheckpoint,
+	ErrInvalidProject, ErrProjectInUse, ErrLimitReached,
 	ErrNoIdmap, ErrConflict, ErrBusy,
 }
 

@@ -31,9 +31,11 @@ func withPolicy(t *testing.T, e *env, p supervisor.Policy) (*supervisor.Supervis
 	return supervisor.New(cfg), logPath
 }
 
+// createAs creates as owner, an admin: these tests are of the caps, not
+// of who may use the project.
 func createAs(t *testing.T, sup *supervisor.Supervisor, owner uint32, limits units.Limits) (supervisor.Sandbox, error) {
 	t.Helper()
-	return sup.Create(supervisor.WithCaller(ctx, owner), supervisor.CreateOptions{Project: "web", Owner: owner, Limits: limits})
+	return sup.Create(supervisor.WithIdentity(ctx, supervisor.Identity{UID: owner, Admin: true}), supervisor.CreateOptions{Project: "web", Owner: owner, Limits: limits})
 }
 
 func TestCapsPerHostAndPerUser(t *testing.T) {
@@ -203,7 +205,7 @@ func TestTheAuditLogNamesTheCaller(t *testing.T) {
 	if !hasEntry(t, logPath, "create", sb.ID) {
 		t.Fatalf("no create of %s in the audit log", sb.ID)
 	}
-	if _, err := sup.Create(supervisor.WithCaller(ctx, 1000), supervisor.CreateOptions{Project: "nope"}); err == nil {
+	if _, err := sup.Create(supervisor.WithIdentity(ctx, supervisor.Identity{UID: 1000, Admin: true}), supervisor.CreateOptions{Project: "nope"}); err == nil {
 		t.Fatal("a create of an unknown project succeeded")
 	}
 	data, _ := os.ReadFile(logPath)

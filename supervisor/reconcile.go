@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/sandboxd/sandboxd/cowfs"
@@ -149,63 +148,6 @@ func (s *Supervisor) Reconcile(ctx context.Context) (Report, error) {
 		s.log.Warn("stopped an orphan scope", "unit", u.Name, "ACTION", "reconcile")
 	}
 	return rep, errors.Join(errs...)
-}
-
-// finishRollbacks finishes the rollbacks that a crash interrupted between
-// their swaps (each has its marker volume), before their sandboxes start
-// again: every volume of the sandbox is rolled back to the checkpoint
-// again, one already swapped to the same content. Then the markers go.
-func (s *Supervisor) finishRollbacks(ctx context.Context, recs []state.Record, vols []cowfs.Volume, active map[string]bool) error {
-	byID := map[string]state.Record{}
-	for _, rec := range recs {
-		byID[rec.ID] = rec
-	}
-	var errs []error
-	for _, marker := range vols {
-		id, name, ok := rollbackOf(marker.Name)
-		if !ok || !marker.Ours {
-			continue
-		}
-		rec, known := byID[id]
-		i := slices.IndexFunc(rec.Checkpoints, func(c Checkpoint) bool { return c.Name == name })
-		switch {
-		case !known || i < 0 || rec.State == state.Creating || rec.State == state.Destroying:
-			// Nothing to finish.
-		case active[rec.Unit]:
-			// Rollback stops the sandbox before it marks; never swap
-			// the volumes under a running one.
-			errs = append(errs, fmt.Errorf("sandbox %s runs with a rollback to %q marked under way: left as it is", id, name))
-		default:
-			if err := s.redoRollback(ctx, rec, i); err != nil {
-				errs = append(errs, fmt.Errorf("sandbox %s: finishing its rollback to %q: %w", id, name, err))
-			} else {
-				s.log.Warn("finished a rollback that a crash interrupted", "SANDBOX_ID", id, "checkpoint", name, "ACTION", "reconcile")
-			}
-		}
-		if err := s.cfg.Backend.Delete(ctx, marker); err != nil && !errors.Is(err, cowfs.ErrNotFound) {
-			errs = append(errs, fmt.Errorf("removing rollback marker %s: %w", marker.Name, err))
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// redoRollback rolls each volume of sandbox rec back to its checkpoint i.
-func (s *Supervisor) redoRollback(ctx context.Context, rec state.Record, i int) error {
-	defer s.lock(rec.ID)()
-	for _, p := range rollbackPairs(rec, i) {
-		v, err := s.cfg.Backend.Get(ctx, p[0])
-		if err != nil {
-			return err
-		}
-		to, err := s.cfg.Backend.Get(ctx, p[1])
-		if err != nil {
-			return err
-		}
-		if err := s.cfg.Backend.Rollback(ctx, v, to); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // unmarshalLimits reads a record's limits.

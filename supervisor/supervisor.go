@@ -111,9 +111,6 @@ type Config struct {
 	// Audit records every state-changing action (nil: none).
 	Audit *audit.Log
 	Log   *slog.Logger
-	// MaxCheckpoints caps one sandbox's checkpoints (0:
-	// DefaultMaxCheckpoints).
-	MaxCheckpoints int
 	// UserLimits bound all of one owner's sandboxes together, set on the
 	// owner's slice (units.OwnerSlice) before each of its scopes starts;
 	// nothing set: no bound but each sandbox's own.
@@ -166,7 +163,6 @@ func New(cfg Config) *Supervisor {
 	}
 	s := &Supervisor{cfg: cfg, log: log, projects: newProjectRegistry(cfg.Projects, cfg.ProjectAccess),
 		userns: usernsState{unavailable: errors.New("user namespaces were not probed (ProbeUserNS)")}}
-	s.joinRooms()
 	return s
 }
 

@@ -1,8 +1,12 @@
 package supervisor
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/sandboxd/sandboxd/cowfs"
 )
 
 // The names of what sandboxd makes start with these prefixes, so that the
@@ -56,6 +60,63 @@ const (
 	// sandbox to a checkpoint is under way ("rollback-<id>-<checkpoint>").
 	prefixRollbackMarker = "rollback-"
 )
+
+// CheckpointName and CheckpointLayerName are the volumes of checkpoint
+// name of sandbox id: its project copy's and its system layer's.
+func CheckpointName(id, name string) string      { return prefixCheckpoint + id + "-" + name }
+func CheckpointLayerName(id, name string) string { return prefixCheckpointLayer + id + "-" + name }
+
+// checkpointOf tells a checkpoint's (or diff's) volume name's sandbox id,
+// for Reconcile: ck-ID-NAME, cks-ID-NAME, diff-ID-X.
+func checkpointOf(volume string) (id, name string, ok bool) {
+	for _, prefix := range []string{prefixCheckpointLayer, prefixCheckpoint, prefixDiff} {
+		if rest, found := strings.CutPrefix(volume, prefix); found {
+			id, name, ok = strings.Cut(rest, "-")
+			if prefix == prefixDiff {
+				name = ""
+			}
+			return id, name, ok
+		}
+	}
+	return "", "", false
+}
+
+// RollbackMarkerName is the volume that says a rollback of sandbox id to
+// its checkpoint name is under way; RollbackOf reads it back.
+func RollbackMarkerName(id, name string) string { return prefixRollbackMarker + id + "-" + name }
+
+func RollbackOf(volume string) (id, name string, ok bool) {
+	rest, found := strings.CutPrefix(volume, prefixRollbackMarker)
+	if !found {
+		return "", "", false
+	}
+	return strings.Cut(rest, "-")
+}
+
+// DiffName is a short-lived read-only snapshot of sandbox id's (tag
+// tells which, and makes it unique), taken to list changes.
+func DiffName(id, tag string) string { return prefixDiff + id + "-" + tag }
+
+// RebaseNames are the base and the copy a rebase of sandbox id makes,
+// generation gen, before its record names them.
+func RebaseNames(id, gen string) (base, volume string) {
+	return baseName(id) + "-" + gen, volumeName(id) + "-" + gen
+}
+
+// DeleteVolume deletes sandboxd's volume name of b if it exists.
+func DeleteVolume(ctx context.Context, b cowfs.Backend, name string) error {
+	v, err := b.Get(ctx, name)
+	if errors.Is(err, cowfs.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if err := b.Delete(ctx, v); err != nil && !errors.Is(err, cowfs.ErrNotFound) {
+		return err
+	}
+	return nil
+}
 
 // Names of a promotion's volumes: the sandbox's source snapshot, each
 // stage's rollback point, and the promoted project's snapshot that the

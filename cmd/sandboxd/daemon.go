@@ -21,6 +21,7 @@ import (
 	"github.com/sandboxd/sandboxd/supervisor/api/guard"
 	"github.com/sandboxd/sandboxd/supervisor/audit"
 	"github.com/sandboxd/sandboxd/supervisor/caches"
+	"github.com/sandboxd/sandboxd/supervisor/checkpoints"
 	"github.com/sandboxd/sandboxd/supervisor/commands"
 	"github.com/sandboxd/sandboxd/supervisor/config"
 	"github.com/sandboxd/sandboxd/supervisor/journal"
@@ -119,12 +120,11 @@ func run(ctx context.Context, configPath string) error {
 			DefaultTTL:           time.Duration(lim.DefaultTTL),
 			MaxTTL:               time.Duration(lim.MaxTTL),
 		},
-		MaxCheckpoints: lim.MaxCheckpoints,
-		UserLimits:     host.bounds(lim.UserMemoryMax, lim.UserTasksMax),
-		SliceLimits:    host.bounds(lim.SliceMemoryMax, lim.SliceTasksMax),
-		IdleFreeze:     time.Duration(lim.IdleFreeze),
-		Audit:          auditLog,
-		Log:            log,
+		UserLimits:  host.bounds(lim.UserMemoryMax, lim.UserTasksMax),
+		SliceLimits: host.bounds(lim.SliceMemoryMax, lim.SliceTasksMax),
+		IdleFreeze:  time.Duration(lim.IdleFreeze),
+		Audit:       auditLog,
+		Log:         log,
 		UserNS: supervisor.UserNS{
 			Mode: cfg.Sandbox.UserNS, RootLayers: cfg.Sandbox.RootLayers,
 			First: cfg.Sandbox.UserNSFirstID, Count: cfg.Sandbox.UserNSIDCount,
@@ -140,7 +140,7 @@ func run(ctx context.Context, configPath string) error {
 
 	rooms.Commands = commands.New(sup.Host().(commands.Host))
 
-	// (checkpoints)
+	rooms.Checkpoints = checkpoints.New(sup.Host().(checkpoints.Host), checkpoints.Config{MaxCheckpoints: lim.MaxCheckpoints})
 
 	rooms.Promotion = promotion.New(sup.Host().(promotion.Host), promotion.Config{Stages: stagesOf(cfg), Runner: rooms.Commands})
 

@@ -105,7 +105,9 @@ var rules = []rule{
 	{"the supervisor's lower parts (changeset) import only cowfs and internal/",
 		in("supervisor/changeset"), in("cowfs", "internal")},
 	{"the front door's parts (supervisor/api/...) import neither the front door nor one another; of the daemon only the supervisor and its rooms",
-		below("supervisor/api"), func(imp string) bool { return in("sandboxd1", "internal")(imp) || imp == "supervisor" || in(rooms...)(imp) }},
+		below("supervisor/api"), func(imp string) bool {
+			return in("sandboxd1", "internal")(imp) || imp == "supervisor" || in(rooms...)(imp)
+		}},
 	{"the init's rooms (runtime/nsinit/*) import only one another, runtime/seccomp and internal/, never nsinit", below("runtime/nsinit"),
 		func(imp string) bool { return below("runtime/nsinit")(imp) || in("runtime/seccomp", "internal")(imp) }},
 }

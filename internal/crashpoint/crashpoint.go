@@ -97,7 +97,7 @@ var Create = []string{
 	CreateRecorded, CreateInitLaunched, CreateBase, CreateVolume, CreateLayer, CreateScopeStarted, CreateReady,
 }
 
-// The steps of a checkpoint (supervisor Checkpoint), in order.
+// The steps of a checkpoint (supervisor/checkpoints Take), in order.
 const (
 	CheckpointFrozen    = "checkpoint-frozen"    // the sandbox is frozen for the snapshots; none taken
 	CheckpointFirst     = "checkpoint-first"     // the snapshot of its copy of the project exists
@@ -108,7 +108,7 @@ const (
 // Checkpoint lists the checkpoint's crash points, in order.
 var Checkpoint = []string{CheckpointFrozen, CheckpointFirst, CheckpointSnapshots, CheckpointRecorded}
 
-// The steps of a rollback to a checkpoint (supervisor Rollback), in order.
+// The steps of a rollback to a checkpoint (supervisor/checkpoints Rollback), in order.
 const (
 	RollbackStopped      = "rollback-stopped"       // the sandbox's scope is stopped
 	RollbackWorldRemoved = "rollback-world-removed" // its runtime directory is gone too
@@ -120,7 +120,7 @@ const (
 // Rollback lists the rollback's crash points, in order.
 var Rollback = []string{RollbackStopped, RollbackWorldRemoved, RollbackVolume, RollbackSwapped, RollbackRestarted}
 
-// The steps of a rebase (supervisor Rebase), in order.
+// The steps of a rebase (supervisor/checkpoints Rebase), in order.
 const (
 	RebaseSource     = "rebase-source"      // a read-only snapshot of the sandbox (its changes' source) exists
 	RebaseNewBase    = "rebase-new-base"    // the new base, of the project as it is now, exists

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/sandboxd/sandboxd/promote/unidiff"
 	"github.com/sandboxd/sandboxd/sandboxd1"
 	"github.com/sandboxd/sandboxd/supervisor"
+	"github.com/sandboxd/sandboxd/supervisor/checkpoints"
 )
 
 // onSandbox runs fn for a caller that may see the sandbox msg is sent to,
@@ -33,12 +35,26 @@ func (o sandboxObject) onSandbox(sender dbus.Sender, msg dbus.Message, action st
 	return s.end(r, id, nil)
 }
 
+// errNoCheckpoints: the daemon was made without the checkpoints room.
+var errNoCheckpoints = errors.New("checkpoints, rollback, diff and rebase are not served by this daemon")
+
+// onCheckpoints is onSandbox for a call of the checkpoints room.
+func (o sandboxObject) onCheckpoints(sender dbus.Sender, msg dbus.Message, action string, fn func(ctx context.Context, cks *checkpoints.Checkpoints, id string) error) *dbus.Error {
+	return o.onSandbox(sender, msg, action, func(ctx context.Context, id string) error {
+		cks := o.s.rooms.Checkpoints
+		if cks == nil {
+			return errNoCheckpoints
+		}
+		return fn(ctx, cks, id)
+	})
+}
+
 // Checkpoint(s name) -> (t created) takes a named read-only snapshot of
 // the sandbox (its project copy and its system layer).
 func (o sandboxObject) Checkpoint(sender dbus.Sender, msg dbus.Message, name string) (uint64, *dbus.Error) {
 	var created uint64
-	derr := o.onSandbox(sender, msg, "Checkpoint", func(ctx context.Context, id string) error {
-		ck, err := o.s.sup.Checkpoint(ctx, id, name)
+	derr := o.onCheckpoints(sender, msg, "Checkpoint", func(ctx context.Context, cks *checkpoints.Checkpoints, id string) error {
+		ck, err := cks.Take(ctx, id, name)
 		created = micros(ck.Created)
 		return err
 	})
@@ -49,9 +65,9 @@ func (o sandboxObject) Checkpoint(sender dbus.Sender, msg dbus.Message, name str
 // layer is in it; oldest first.
 func (o sandboxObject) ListCheckpoints(sender dbus.Sender, msg dbus.Message) ([]sandboxd1.CheckpointEntry, *dbus.Error) {
 	out := []sandboxd1.CheckpointEntry{}
-	derr := o.onSandbox(sender, msg, "ListCheckpoints", func(ctx context.Context, id string) error {
-		cks, err := o.s.sup.Checkpoints(ctx, id)
-		for _, c := range cks {
+	derr := o.onCheckpoints(sender, msg, "ListCheckpoints", func(ctx context.Context, cks *checkpoints.Checkpoints, id string) error {
+		list, err := cks.List(ctx, id)
+		for _, c := range list {
 			out = append(out, sandboxd1.CheckpointEntry{Name: c.Name, Created: micros(c.Created), Layer: c.Layer})
 		}
 		return err
@@ -61,16 +77,16 @@ func (o sandboxObject) ListCheckpoints(sender dbus.Sender, msg dbus.Message) ([]
 
 // DeleteCheckpoint(s name).
 func (o sandboxObject) DeleteCheckpoint(sender dbus.Sender, msg dbus.Message, name string) *dbus.Error {
-	return o.onSandbox(sender, msg, "DeleteCheckpoint", func(ctx context.Context, id string) error {
-		return o.s.sup.DeleteCheckpoint(ctx, id, name)
+	return o.onCheckpoints(sender, msg, "DeleteCheckpoint", func(ctx context.Context, cks *checkpoints.Checkpoints, id string) error {
+		return cks.Delete(ctx, id, name)
 	})
 }
 
 // Rollback(s name) stops the sandbox, brings its files and system layer
 // back to the checkpoint, and starts it again.
 func (o sandboxObject) Rollback(sender dbus.Sender, msg dbus.Message, name string) *dbus.Error {
-	return o.onSandbox(sender, msg, "Rollback", func(ctx context.Context, id string) error {
-		_, err := o.s.sup.Rollback(ctx, id, name)
+	return o.onCheckpoints(sender, msg, "Rollback", func(ctx context.Context, cks *checkpoints.Checkpoints, id string) error {
+		_, err := cks.Rollback(ctx, id, name)
 		if err == nil {
 			_ = o.s.SandboxChanged(ctx, id)
 		}
@@ -82,8 +98,8 @@ func (o sandboxObject) Rollback(sender dbus.Sender, msg dbus.Message, name strin
 // its base: kind, type, path, new path (of a rename).
 func (o sandboxObject) Diff(sender dbus.Sender, msg dbus.Message) ([]sandboxd1.ChangeEntry, *dbus.Error) {
 	out := []sandboxd1.ChangeEntry{}
-	derr := o.onSandbox(sender, msg, "Diff", func(ctx context.Context, id string) error {
-		changes, err := o.s.sup.Diff(ctx, id)
+	derr := o.onCheckpoints(sender, msg, "Diff", func(ctx context.Context, cks *checkpoints.Checkpoints, id string) error {
+		changes, err := cks.Diff(ctx, id)
 		for _, c := range changes {
 			out = append(out, sandboxd1.ChangeEntry{Kind: string(c.Kind), Type: string(c.Type), Path: busString(c.Path), NewPath: busString(c.NewPath)})
 		}
@@ -97,8 +113,8 @@ func (o sandboxObject) Diff(sender dbus.Sender, msg dbus.Message) ([]sandboxd1.C
 // signature is published: the count needs a method of its own).
 func (o sandboxObject) DiffCounted(sender dbus.Sender, msg dbus.Message) ([]sandboxd1.ChangeEntry, uint32, *dbus.Error) {
 	out, ignored := []sandboxd1.ChangeEntry{}, 0
-	derr := o.onSandbox(sender, msg, "DiffCounted", func(ctx context.Context, id string) error {
-		changes, n, err := o.s.sup.DiffCounted(ctx, id)
+	derr := o.onCheckpoints(sender, msg, "DiffCounted", func(ctx context.Context, cks *checkpoints.Checkpoints, id string) error {
+		changes, n, err := cks.DiffCounted(ctx, id)
 		for _, c := range changes {
 			out = append(out, sandboxd1.ChangeEntry{Kind: string(c.Kind), Type: string(c.Type), Path: busString(c.Path), NewPath: busString(c.NewPath)})
 		}
@@ -117,7 +133,7 @@ const maxUnifiedDiff = 32 << 20
 // most 32 MiB, the default).
 func (o sandboxObject) UnifiedDiff(sender dbus.Sender, msg dbus.Message, opts map[string]dbus.Variant) (string, *dbus.Error) {
 	var out strings.Builder
-	derr := o.onSandbox(sender, msg, "UnifiedDiff", func(ctx context.Context, id string) error {
+	derr := o.onCheckpoints(sender, msg, "UnifiedDiff", func(ctx context.Context, cks *checkpoints.Checkpoints, id string) error {
 		uo := unidiff.Options{MaxBytes: maxUnifiedDiff}
 		for name, v := range opts {
 			switch x := v.Value().(type) {
@@ -135,7 +151,7 @@ func (o sandboxObject) UnifiedDiff(sender dbus.Sender, msg dbus.Message, opts ma
 				return fmt.Errorf("option %s: unknown, or of the wrong type (known: Context u, MaxBytes t): %w", name, supervisor.ErrInvalid)
 			}
 		}
-		return o.s.sup.UnifiedDiff(ctx, id, &out, uo)
+		return cks.UnifiedDiff(ctx, id, &out, uo)
 	})
 	return busString(out.String()), derr
 }
@@ -145,8 +161,8 @@ func (o sandboxObject) UnifiedDiff(sender dbus.Sender, msg dbus.Message, opts ma
 // (Conflict) where the project changed the same paths. The sandbox's
 // processes are stopped and it starts again, as after a Rollback.
 func (o sandboxObject) Rebase(sender dbus.Sender, msg dbus.Message) *dbus.Error {
-	return o.onSandbox(sender, msg, "Rebase", func(ctx context.Context, id string) error {
-		_, err := o.s.sup.Rebase(ctx, id)
+	return o.onCheckpoints(sender, msg, "Rebase", func(ctx context.Context, cks *checkpoints.Checkpoints, id string) error {
+		_, err := cks.Rebase(ctx, id)
 		if err == nil {
 			_ = o.s.SandboxChanged(ctx, id)
 		}

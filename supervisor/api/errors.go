@@ -9,6 +9,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/termsafe"
 	"github.com/sandboxd/sandboxd/sandboxd1"
 	"github.com/sandboxd/sandboxd/supervisor"
+	"github.com/sandboxd/sandboxd/supervisor/checkpoints"
 	"github.com/sandboxd/sandboxd/supervisor/commands"
 	"github.com/sandboxd/sandboxd/supervisor/promotion"
 )
@@ -42,7 +43,7 @@ func fromSupervisor(err error) *dbus.Error {
 		name = sandboxd1.ErrorExists
 	case errors.Is(err, supervisor.ErrInvalidProject):
 		name = sandboxd1.ErrorInvalidArgs
-	case errors.Is(err, supervisor.ErrNoCheckpoint):
+	case errors.Is(err, checkpoints.ErrNoCheckpoint):
 		name = sandboxd1.ErrorNoSuchCheckpoint
 	case errors.Is(err, supervisor.ErrConflict):
 		name = sandboxd1.ErrorConflict

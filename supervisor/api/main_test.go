@@ -551,7 +551,7 @@ func roomsOf(se *supervisortest.Env) api.Rooms {
 
 	r.Commands = se.Commands
 
-	// (checkpoints)
+	r.Checkpoints = se.Checkpoints
 
 	r.Promotion = se.Promotion
 

@@ -3,6 +3,7 @@ package api
 import (
 	"github.com/sandboxd/sandboxd/supervisor/adopt"
 	"github.com/sandboxd/sandboxd/supervisor/caches"
+	"github.com/sandboxd/sandboxd/supervisor/checkpoints"
 	"github.com/sandboxd/sandboxd/supervisor/commands"
 	"github.com/sandboxd/sandboxd/supervisor/ports"
 	"github.com/sandboxd/sandboxd/supervisor/promotion"
@@ -23,7 +24,7 @@ type Rooms struct {
 	Commands *commands.Commands
 
 	// Checkpoints, rollback, rebase and diff.
-	// (checkpoints)
+	Checkpoints *checkpoints.Checkpoints
 
 	// Promotions (Promote, Approve, Reject, the records).
 	Promotion *promotion.Promotions

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 
 	"github.com/sandboxd/sandboxd/cowfs"
 	"github.com/sandboxd/sandboxd/supervisor"
@@ -81,19 +80,4 @@ func newID() string {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
-}
-
-// deleteVolume deletes volume name of b if it exists.
-func deleteVolume(ctx context.Context, b cowfs.Backend, name string) error {
-	v, err := b.Get(ctx, name)
-	if errors.Is(err, cowfs.ErrNotFound) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	if err := b.Delete(ctx, v); err != nil && !errors.Is(err, cowfs.ErrNotFound) {
-		return err
-	}
-	return nil
 }

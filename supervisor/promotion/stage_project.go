@@ -126,7 +126,7 @@ func (s *projectStage) Keep(ctx context.Context, run *stageRun) error {
 func (s *projectStage) Done(ctx context.Context, run *stageRun) {
 	run.settle() // before the rollback point goes: no create snapshots it now
 	st := run.st()
-	if err := deleteVolume(ctx, s.r.h.Backend(), st.RollbackPoint); err != nil {
+	if err := supervisor.DeleteVolume(ctx, s.r.h.Backend(), st.RollbackPoint); err != nil {
 		s.r.h.Log().Warn("deleting a passed stage's rollback point", "promotion", run.p.ID, "volume", st.RollbackPoint, "error", err)
 	}
 }

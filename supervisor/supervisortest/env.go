@@ -21,6 +21,7 @@ import (
 	"github.com/sandboxd/sandboxd/supervisor"
 	"github.com/sandboxd/sandboxd/supervisor/adopt"
 	"github.com/sandboxd/sandboxd/supervisor/caches"
+	"github.com/sandboxd/sandboxd/supervisor/checkpoints"
 	"github.com/sandboxd/sandboxd/supervisor/commands"
 	"github.com/sandboxd/sandboxd/supervisor/ports"
 	"github.com/sandboxd/sandboxd/supervisor/promotion"
@@ -52,7 +53,7 @@ type Env struct {
 
 	Commands *commands.Commands
 
-	// (checkpoints)
+	Checkpoints *checkpoints.Checkpoints
 
 	Promotion       *promotion.Promotions
 	PromotionConfig promotion.Config // its stages: its Runner is Commands
@@ -173,7 +174,7 @@ func (e *Env) makeRooms() {
 
 	e.Commands = commands.New(e.Sup.Host().(commands.Host))
 
-	// (checkpoints)
+	e.Checkpoints = checkpoints.New(e.Sup.Host().(checkpoints.Host), checkpoints.Config{})
 
 	pc := e.PromotionConfig
 	pc.Runner = e.Commands

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/runtime/nsinit"
 	"github.com/sandboxd/sandboxd/supervisor"
+	"github.com/sandboxd/sandboxd/supervisor/checkpoints"
 	"github.com/sandboxd/sandboxd/supervisor/config"
 	"github.com/sandboxd/sandboxd/tests/testbed"
 	"github.com/sandboxd/sandboxd/units"
@@ -111,19 +112,19 @@ func TestScratchFilesystemsHaveASize(t *testing.T) {
 // TestCheckpointsAreCapped: the 33rd checkpoint of a sandbox is refused.
 func TestCheckpointsAreCapped(t *testing.T) {
 	b := newBox(t, supervisor.CreateOptions{})
-	for i := range supervisor.DefaultMaxCheckpoints {
-		if _, err := b.env.Sup.Checkpoint(ctx, b.sb.ID, fmt.Sprintf("c%d", i)); err != nil {
-			t.Fatalf("checkpoint %d of %d: %v", i+1, supervisor.DefaultMaxCheckpoints, err)
+	for i := range checkpoints.DefaultMaxCheckpoints {
+		if _, err := b.env.Checkpoints.Take(ctx, b.sb.ID, fmt.Sprintf("c%d", i)); err != nil {
+			t.Fatalf("checkpoint %d of %d: %v", i+1, checkpoints.DefaultMaxCheckpoints, err)
 		}
 	}
-	_, err := b.env.Sup.Checkpoint(ctx, b.sb.ID, "one-too-many")
+	_, err := b.env.Checkpoints.Take(ctx, b.sb.ID, "one-too-many")
 	if !errors.Is(err, supervisor.ErrLimitReached) || !strings.Contains(err.Error(), "delete one first") {
-		t.Fatalf("checkpoint %d: %v; want refused with ErrLimitReached", supervisor.DefaultMaxCheckpoints+1, err)
+		t.Fatalf("checkpoint %d: %v; want refused with ErrLimitReached", checkpoints.DefaultMaxCheckpoints+1, err)
 	}
-	if err := b.env.Sup.DeleteCheckpoint(ctx, b.sb.ID, "c0"); err != nil {
+	if err := b.env.Checkpoints.Delete(ctx, b.sb.ID, "c0"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.env.Sup.Checkpoint(ctx, b.sb.ID, "one-too-many"); err != nil {
+	if _, err := b.env.Checkpoints.Take(ctx, b.sb.ID, "one-too-many"); err != nil {
 		t.Errorf("a checkpoint after one was deleted: %v", err)
 	}
 }

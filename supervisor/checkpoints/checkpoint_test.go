@@ -1,4 +1,4 @@
-package supervisor_test
+package checkpoints_test
 
 import (
 	"errors"
@@ -11,6 +11,7 @@ import (
 	"github.com/sandboxd/sandboxd/cowfs"
 	"github.com/sandboxd/sandboxd/runtime/nsinit"
 	"github.com/sandboxd/sandboxd/supervisor"
+	"github.com/sandboxd/sandboxd/supervisor/checkpoints"
 	"github.com/sandboxd/sandboxd/tests/testbed"
 )
 
@@ -23,20 +24,20 @@ func TestCheckpointRollbackAndDiff(t *testing.T) {
 	if out, res := runAs(t, e.cmds, sb.ID, 0, "echo one > a.txt && echo marked > /etc/ck-marker"); res.Code != 0 {
 		t.Fatalf("first changes: %v %s", res, out)
 	}
-	if _, err := e.sup.Checkpoint(ctx, sb.ID, "one"); err != nil {
+	if _, err := e.ck.Take(ctx, sb.ID, "one"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.sup.Checkpoint(ctx, sb.ID, "one"); !errors.Is(err, supervisor.ErrExists) {
+	if _, err := e.ck.Take(ctx, sb.ID, "one"); !errors.Is(err, supervisor.ErrExists) {
 		t.Errorf("a second checkpoint named one: %v; want ErrExists", err)
 	}
-	if _, err := e.sup.Checkpoint(ctx, sb.ID, "../x"); !errors.Is(err, supervisor.ErrInvalid) {
+	if _, err := e.ck.Take(ctx, sb.ID, "../x"); !errors.Is(err, supervisor.ErrInvalid) {
 		t.Errorf("a checkpoint named ../x: %v; want ErrInvalid", err)
 	}
 	if out, res := runAs(t, e.cmds, sb.ID, 0, "echo two > a.txt && echo new > b.txt && rm index.html && rm /etc/ck-marker"); res.Code != 0 {
 		t.Fatalf("later changes: %v %s", res, out)
 	}
 
-	changes, err := e.sup.Diff(ctx, sb.ID)
+	changes, err := e.ck.Diff(ctx, sb.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +62,7 @@ func TestCheckpointRollbackAndDiff(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.Close()
-	if _, err := e.sup.Rollback(ctx, sb.ID, "one"); err != nil {
+	if _, err := e.ck.Rollback(ctx, sb.ID, "one"); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -76,17 +77,17 @@ func TestCheckpointRollbackAndDiff(t *testing.T) {
 	if got, _ := e.sup.Get(ctx, sb.ID); got.State != "ready" {
 		t.Errorf("state after rollback: %s", got.State)
 	}
-	if _, err := e.sup.Rollback(ctx, sb.ID, "nope"); !errors.Is(err, supervisor.ErrNoCheckpoint) {
+	if _, err := e.ck.Rollback(ctx, sb.ID, "nope"); !errors.Is(err, checkpoints.ErrNoCheckpoint) {
 		t.Errorf("rollback to a checkpoint that does not exist: %v", err)
 	}
 
-	if _, err := e.sup.Checkpoint(ctx, sb.ID, "two"); err != nil {
+	if _, err := e.ck.Take(ctx, sb.ID, "two"); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.sup.DeleteCheckpoint(ctx, sb.ID, "one"); err != nil {
+	if err := e.ck.Delete(ctx, sb.ID, "one"); err != nil {
 		t.Fatal(err)
 	}
-	cks, _ := e.sup.Checkpoints(ctx, sb.ID)
+	cks, _ := e.ck.List(ctx, sb.ID)
 	if len(cks) != 1 || cks[0].Name != "two" {
 		t.Errorf("checkpoints after deleting one: %+v", cks)
 	}
@@ -107,7 +108,7 @@ func TestReconcileRemovesCheckpointsNoRecordNames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.sup.Checkpoint(ctx, sb.ID, "kept"); err != nil {
+	if _, err := e.ck.Take(ctx, sb.ID, "kept"); err != nil {
 		t.Fatal(err)
 	}
 	// A checkpoint's snapshot that a crash left out of the record.

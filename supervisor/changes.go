@@ -1,0 +1,62 @@
+package supervisor
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/sandboxd/sandboxd/cowfs"
+	"github.com/sandboxd/sandboxd/supervisor/state"
+)
+
+// withChanges calls fn with sandbox id's base, a moment's read-only
+// snapshot of it (btrfs sends from read-only snapshots), and the change
+// list between the two less what the project's ignore rules leave out
+// (and how many that was); the snapshot goes after.
+func (s *Supervisor) withChanges(ctx context.Context, id, what string, fn func(base, now cowfs.Volume, changes []cowfs.Change, ignored int) error) error {
+	defer s.lock(id)()
+	rec, err := s.cfg.Store.Get(id)
+	if err != nil {
+		return err
+	}
+	base, err := s.cfg.Backend.Get(ctx, rec.Base)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	vol, err := s.cfg.Backend.Get(ctx, rec.Volume)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	now, err := s.cfg.Backend.Snapshot(ctx, vol, DiffName(id, newCommandID()), true)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	defer func() { _ = s.cfg.Backend.Delete(context.WithoutCancel(ctx), now) }()
+	changes, err := s.sandboxChanges(ctx, base, now)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	changes, ignored, err := s.filterChanges(ctx, rec.Project, base, now, changes)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	if err := fn(base, now, changes, ignored); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return nil
+}
+
+// frozenSnapshot takes a read-only snapshot of vol, sandbox rec's copy of
+// its project, with the sandbox frozen for the instant.
+func (s *Supervisor) frozenSnapshot(ctx context.Context, rec state.Record, vol cowfs.Volume, name string) (v cowfs.Volume, err error) {
+	if rec.Runs() {
+		if err := s.cfg.Units.Freeze(ctx, rec.Unit); err != nil {
+			return v, fmt.Errorf("freezing it for a snapshot: %w", err)
+		}
+		defer func() {
+			if terr := s.cfg.Units.Thaw(context.WithoutCancel(ctx), rec.Unit); terr != nil && err == nil {
+				err = fmt.Errorf("thawing it after a snapshot: %w", terr)
+			}
+		}()
+	}
+	return s.cfg.Backend.Snapshot(ctx, vol, name, true)
+}
