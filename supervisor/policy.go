@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/sandboxd/sandboxd/supervisor/audit"
@@ -35,23 +36,31 @@ type Policy struct {
 	MaxTTL           time.Duration
 }
 
-// audit records an action and how it ended.
-func (s *Supervisor) audit(ctx context.Context, action string, rec state.Record, err error) {
-	s.auditEntry(ctx, audit.Entry{Action: action, Network: rec.Network}, rec, err)
+// auditor records the daemon's actions in the audit log, with their
+// caller and result.
+type auditor struct {
+	log      *audit.Log // nil: none
+	journal  *slog.Logger
+	refusals *Hook[error] // the rooms' refusals (Hooks.Refusals)
+}
+
+// record records an action and how it ended.
+func (a *auditor) record(ctx context.Context, action string, rec state.Record, err error) {
+	a.entry(ctx, audit.Entry{Action: action, Network: rec.Network}, rec, err)
 }
 
 // auditEntry records e, an action on rec, with its caller and result.
-func (s *Supervisor) auditEntry(ctx context.Context, e audit.Entry, rec state.Record, err error) {
+func (a *auditor) entry(ctx context.Context, e audit.Entry, rec state.Record, err error) {
 	e.CallerUID, e.Sandbox, e.Project, e.Result = callerOf(ctx), rec.ID, rec.Project, "ok"
 	if e.Action != "create" {
 		e.Network = ""
 	}
 	action := e.Action
 	if err != nil {
-		e.Result, e.Error, e.Refused = "error", err.Error(), s.refused(err)
+		e.Result, e.Error, e.Refused = "error", err.Error(), a.refused(err)
 	}
-	if aerr := s.cfg.Audit.Record(e); aerr != nil {
-		s.log.Error("writing the audit log", "error", aerr, "ACTION", action, "SANDBOX_ID", rec.ID)
+	if aerr := a.log.Record(e); aerr != nil {
+		a.journal.Error("writing the audit log", "error", aerr, "ACTION", action, "SANDBOX_ID", rec.ID)
 	}
 }
 
@@ -64,13 +73,13 @@ var refusals = []error{
 	ErrNoIdmap, ErrConflict, ErrBusy,
 }
 
-func (s *Supervisor) refused(err error) bool {
+func (a *auditor) refused(err error) bool {
 	for _, r := range refusals {
 		if errors.Is(err, r) {
 			return true
 		}
 	}
-	for _, r := range s.hooks.Refusals.each() {
+	for _, r := range a.refusals.each() {
 		if errors.Is(err, r) {
 			return true
 		}

@@ -352,5 +352,5 @@ func (s *Supervisor) RemoveProject(ctx context.Context, name string) (err error)
 
 // auditProject records a change of the projects in the audit log.
 func (s *Supervisor) auditProject(ctx context.Context, action, name, location string, err error) {
-	s.auditEntry(ctx, audit.Entry{Action: action, Location: location}, state.Record{Project: name}, err)
+	s.auditor.entry(ctx, audit.Entry{Action: action, Location: location}, state.Record{Project: name}, err)
 }

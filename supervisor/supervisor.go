@@ -132,6 +132,10 @@ type Supervisor struct {
 	cfg   Config
 	log   *slog.Logger
 	hooks Hooks
+	// auditor writes the audit log (Config.Audit).
+	auditor auditor
+	// scopes start and stop the sandboxes' scopes.
+	scopes scopes
 	// events: who hears of the sandboxes' changes (Subscribe).
 	events events
 	locks  idLocks // one operation at a time per sandbox
@@ -140,7 +144,6 @@ type Supervisor struct {
 	// (or the same name), and the changes of the projects with both.
 	admission sync.Mutex
 	projects  *projectRegistry
-	reaper    reaper
 	worlds    worlds
 	gate      projectGate
 	userns    usernsState
@@ -162,7 +165,10 @@ func New(cfg Config) *Supervisor {
 		log = slog.Default()
 	}
 	s := &Supervisor{cfg: cfg, log: log, projects: newProjectRegistry(cfg.Projects, cfg.ProjectAccess),
-		userns: usernsState{unavailable: errors.New("user namespaces were not probed (ProbeUserNS)")}}
+		userns: usernsState{unavailable: errors.New("user namespaces were not probed (ProbeUserNS)")},
+		scopes: scopes{units: cfg.Units, userLimits: cfg.UserLimits},
+		worlds: worlds{root: cfg.RuntimeDir, initCommand: cfg.InitCommand, log: log}}
+	s.auditor = auditor{log: cfg.Audit, journal: log, refusals: &s.hooks.Refusals}
 	return s
 }
 
@@ -218,7 +224,7 @@ func (s *Supervisor) List(ctx context.Context) ([]Sandbox, error) {
 	}
 	out := make([]Sandbox, 0, len(recs))
 	for _, r := range recs {
-		out = append(out, Sandbox{Record: s.current(r), Path: paths[r.Volume]})
+		out = append(out, Sandbox{Record: s.worlds.current(r), Path: paths[r.Volume]})
 	}
 	return out, nil
 }
@@ -231,12 +237,12 @@ func (s *Supervisor) Entries() []state.Entry { return s.cfg.Store.Entries() }
 
 // Current is e with the state current would give its record.
 func (s *Supervisor) Current(e state.Entry) state.Entry {
-	e.State = s.currentState(e.ID, e.State)
+	e.State = s.worlds.currentState(e.ID, e.State)
 	return e
 }
 
 func (s *Supervisor) sandbox(ctx context.Context, rec state.Record) Sandbox {
-	sb := Sandbox{Record: s.current(rec)}
+	sb := Sandbox{Record: s.worlds.current(rec)}
 	if v, err := s.cfg.Backend.Get(ctx, rec.Volume); err == nil {
 		sb.Path = v.Path
 	}
