@@ -56,8 +56,7 @@ func (a *auditor) entry(ctx context.Context, e audit.Entry, rec state.Record, er
 var refusals = []error{
 	ErrAccessDenied, ErrNotFound, ErrUnknownProject, ErrInvalid, ErrWrongState, ErrExists,
 	ErrInvalidProject, ErrProjectInUse, ErrLimitReached,
-	ErrNoPromotion, ErrNoIdmap, ErrConflict, ErrBusy,
-	ErrNothingToPromote, ErrChecksOutsideSandbox,
+	ErrNoIdmap, ErrConflict, ErrBusy,
 }
 
 func (a *auditor) refused(err error) bool {
