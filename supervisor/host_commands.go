@@ -27,9 +27,6 @@ func (h host) CommandRequest(ctx context.Context, rec state.Record, o ExecOption
 // do).
 func (h host) UserNSUnavailable() error { return h.s.userns.unavailable }
 
-// SetRunner makes r the runner of the core's own commands.
-func (h host) SetRunner(r Runner) { h.s.runner = r }
-
 // request is the init's request for o: the caller's identity, home and
 // environment.
 func (s *Supervisor) request(ctx context.Context, rec state.Record, o ExecOptions) (nsinit.Request, error) {

@@ -151,9 +151,6 @@ type Supervisor struct {
 	stateDirs stateDirCache
 	frozen    freezeCounts
 	activity  activity
-	// runner runs the core's own commands (promotion's checks, try): the
-	// commands room, which sets itself (host_commands.go).
-	runner Runner
 	// usage: systemd's answers for GetLimits (userlimits.go).
 	usage sliceUsageCache
 }
