@@ -11,6 +11,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/cowfs"
 	"github.com/sandboxd/sandboxd/supervisor/audit"
+	"github.com/sandboxd/sandboxd/supervisor/idmap"
 	"github.com/sandboxd/sandboxd/supervisor/state"
 	"github.com/sandboxd/sandboxd/units"
 )
@@ -143,7 +144,7 @@ type Supervisor struct {
 	gate      projectGate
 	promos    promotionRuns // running in the background; Close waits for them
 	userns    usernsState
-	stateDirs stateDirCache
+	stateDirs idmap.StateDirCache
 	frozen    freezeCounts
 	activity  activity
 	// runner runs the core's own commands (promotion's checks, try): the
