@@ -12,6 +12,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/crashpoint"
 	"github.com/sandboxd/sandboxd/internal/revert"
 	"github.com/sandboxd/sandboxd/runtime/nsinit"
+	"github.com/sandboxd/sandboxd/supervisor/admission"
 	"github.com/sandboxd/sandboxd/supervisor/state"
 	"github.com/sandboxd/sandboxd/units"
 )
@@ -65,13 +66,9 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 	defer func() { s.auditor.record(ctx, "create", sb.Record, err) }()
 	timing := newSteps()
 	ctx = withSteps(ctx, timing)
-	if err := s.resolveProfile(&opts); err != nil {
+	if err := settle(&s.cfg, &opts); err != nil {
 		return sb, fmt.Errorf("creating a sandbox of %s: %w", opts.Project, err)
 	}
-	if err := s.cfg.Policy.applyDefaults(&opts); err != nil {
-		return sb, fmt.Errorf("creating a sandbox of %s: %w", opts.Project, err)
-	}
-	s.applyHostDefaults(&opts)
 	location := s.projects.location(opts.Project)
 	if location == "" {
 		return sb, fmt.Errorf("creating a sandbox of %q: %w", opts.Project, ErrUnknownProject)
@@ -129,8 +126,7 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 			}
 		}
 	}
-	live := liveOf(recs)
-	evict, err := s.cfg.Policy.admit(live, opts)
+	evict, err := s.cfg.Policy.Admit(admission.Live(recs), opts.Owner, opts.Limits.MemoryMax)
 	if err != nil {
 		s.admission.Unlock()
 		return sb, fmt.Errorf("creating a sandbox of %s: %w", opts.Project, err)

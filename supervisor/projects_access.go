@@ -94,18 +94,6 @@ func (s *Supervisor) MayUseProject(ctx context.Context, a Actor, name string) er
 		id.UID, name, st.Uid, group, st.Mode&0o7777, ErrAccessDenied)
 }
 
-// busyWith says that promotion other of project is under way, naming it
-// only to its owner, root and admins: another user's promotion id is
-// theirs to show.
-func (s *Supervisor) busyWith(a Actor, other, project string) string {
-	if !a.Privileged() {
-		if p, err := s.cfg.Store.Promotion(other); err != nil || p.Owner != a.UID {
-			return fmt.Sprintf("another promotion of project %s is under way", project)
-		}
-	}
-	return fmt.Sprintf("promotion %s of project %s is under way", other, project)
-}
-
 // allows says whether id is one of the users or in one of the groups.
 func (a ProjectAccess) allows(id Identity) bool {
 	for _, u := range a.Users {

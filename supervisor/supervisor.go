@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/cowfs"
+	"github.com/sandboxd/sandboxd/supervisor/admission"
 	"github.com/sandboxd/sandboxd/supervisor/audit"
 	"github.com/sandboxd/sandboxd/supervisor/idmap"
 	"github.com/sandboxd/sandboxd/supervisor/state"
@@ -24,7 +25,7 @@ var (
 	ErrUnknownProject = errors.New("unknown project")
 	// ErrInvalid: options that make no sense (a negative TTL, bad limits,
 	// a bad name).
-	ErrInvalid = errors.New("invalid sandbox options")
+	ErrInvalid = admission.ErrInvalid
 	// ErrWrongState: an action the sandbox's state does not allow (thaw
 	// of a sandbox that is not frozen, ...).
 	ErrWrongState = errors.New("not allowed in the sandbox's state")
@@ -37,6 +38,13 @@ var (
 	ErrInvalidProject = errors.New("invalid project")
 	// ErrProjectInUse: RemoveProject of a project that has sandboxes.
 	ErrProjectInUse = errors.New("project in use")
+	// ErrConflict: the project changed, since the sandbox's base, paths
+	// that the sandbox changed too (a rebase, a promotion). The error
+	// lists them.
+	ErrConflict = errors.New("conflicting changes")
+	// ErrBusy: another promotion of the same project is under way, or
+	// what was asked keeps being changed meanwhile.
+	ErrBusy = errors.New("busy")
 )
 
 // Units is the seam to systemd: *units.Manager in the daemon.
@@ -105,8 +113,6 @@ type Config struct {
 	// Audit records every state-changing action (nil: none).
 	Audit *audit.Log
 	Log   *slog.Logger
-	// Stages are where promotions go, in order ("": the project alone).
-	Stages []Stage
 	// UserLimits bound all of one owner's sandboxes together, set on the
 	// owner's slice (units.OwnerSlice) before each of its scopes starts;
 	// nothing set: no bound but each sandbox's own.
@@ -142,7 +148,6 @@ type Supervisor struct {
 	projects  *projectRegistry
 	worlds    worlds
 	gate      projectGate
-	promos    promotionRuns // running in the background; Close waits for them
 	userns    usernsState
 	stateDirs idmap.StateDirCache
 	frozen    freezeCounts
@@ -166,7 +171,6 @@ func New(cfg Config) *Supervisor {
 		scopes: scopes{units: cfg.Units, userLimits: cfg.UserLimits},
 		worlds: worlds{root: cfg.RuntimeDir, initCommand: cfg.InitCommand, log: log}}
 	s.auditor = auditor{log: cfg.Audit, journal: log, refusals: &s.hooks.Refusals}
-	s.joinRooms()
 	return s
 }
 

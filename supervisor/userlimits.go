@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandboxd/sandboxd/supervisor/admission"
 	"github.com/sandboxd/sandboxd/units"
 )
 
@@ -83,7 +84,7 @@ func (s *Supervisor) Usage(ctx context.Context, uid uint32) (Usage, error) {
 		AllMemoryMax: deref(s.cfg.SliceLimits.MemoryMax), AllTasksMax: deref(s.cfg.SliceLimits.TasksMax),
 		AllSandboxesMax: s.cfg.Policy.MaxSandboxes, PromisedMax: s.cfg.Policy.MaxMemory,
 	}
-	for _, e := range liveOf(s.cfg.Store.Entries()) {
+	for _, e := range admission.Live(s.cfg.Store.Entries()) {
 		u.AllSandboxes++
 		if e.Owner == uid {
 			u.Sandboxes++
