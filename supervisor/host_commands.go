@@ -8,6 +8,7 @@ package supervisor
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/user"
 	"slices"
@@ -15,6 +16,7 @@ import (
 	"strings"
 
 	"github.com/sandboxd/sandboxd/runtime/nsinit"
+	"github.com/sandboxd/sandboxd/supervisor/idmap"
 	"github.com/sandboxd/sandboxd/supervisor/state"
 )
 
@@ -89,8 +91,8 @@ func (s *Supervisor) request(ctx context.Context, rec state.Record, o ExecOption
 	// The project's environment, as read when the sandbox was made, over
 	// the base; the caller's own over both.
 	req.Env = mergeEnv(mergeEnv(req.Env, rec.Env), o.Env)
-	if err := execIdentity(rec, &req); err != nil {
-		return req, err
+	if err := idmap.ExecIdentity(rec, &req); err != nil {
+		return req, fmt.Errorf("%w: %w", err, ErrInvalid)
 	}
 	return req, nil
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/sandboxd/sandboxd/cowfs"
 	"github.com/sandboxd/sandboxd/supervisor/admission"
 	"github.com/sandboxd/sandboxd/supervisor/audit"
+	"github.com/sandboxd/sandboxd/supervisor/idmap"
 	"github.com/sandboxd/sandboxd/supervisor/state"
 	"github.com/sandboxd/sandboxd/units"
 )
@@ -148,7 +149,7 @@ type Supervisor struct {
 	worlds    worlds
 	gate      projectGate
 	userns    usernsState
-	stateDirs stateDirCache
+	stateDirs idmap.StateDirCache
 	frozen    freezeCounts
 	activity  activity
 	// usage: systemd's answers for GetLimits (userlimits.go).

@@ -112,6 +112,10 @@ var rules = []rule{
 		func(imp string) bool { return below("runtime/nsinit")(imp) || in("runtime/seccomp", "internal")(imp) }},
 	{"the admission policy (supervisor/admission) imports only the records, units, runtime and internal/, never the core",
 		in("supervisor/admission"), in("supervisor/state", "units", "runtime", "internal")},
+	// The lower parts' other half (changeset's is above): the pure part of
+	// the user namespaces stands on the records and the init's types only.
+	{"the supervisor's lower parts (idmap) import only supervisor/state, runtime/nsinit and internal/",
+		in("supervisor/idmap"), in("supervisor/state", "runtime/nsinit", "internal")},
 }
 
 // rooms are the supervisor's capabilities, each over the core's Host
@@ -181,7 +185,7 @@ func TestRulesCatchBreaks(t *testing.T) {
 	pkgs := []string{"sandboxd1", "internal/termsafe", "internal/crashpoint", "cowfs", "cowfs/btrfs", "units", "runtime/nsinit",
 		"runtime/nsinit/world", "runtime/nsinit/boot", "runtime/egress", "promote", "supervisor", "supervisor/state", "supervisor/api", "supervisor/config", "cli",
 		"cli/verb", "cmd/sandboxctl", "cmd/sandboxd", "tests/testbed", "client", "mcpserver", "supervisor/ports", "supervisor/changeset",
-		"supervisor/api/guard", "supervisor/api/access", "supervisor/admission"}
+		"supervisor/api/guard", "supervisor/api/access", "supervisor/admission", "supervisor/idmap"}
 	breaks := map[string][2]string{
 		rules[0].name:  {"sandboxd1", "internal/termsafe"},
 		rules[1].name:  {"internal/termsafe", "cowfs"},
@@ -201,6 +205,7 @@ func TestRulesCatchBreaks(t *testing.T) {
 		rules[15].name: {"supervisor/api/guard", "supervisor/api/access"},
 		rules[16].name: {"runtime/nsinit/world", "runtime/nsinit"},
 		rules[17].name: {"supervisor/admission", "supervisor"},
+		rules[18].name: {"supervisor/idmap", "supervisor"},
 		cliRule.name:   {"cli", "supervisor/config"},
 	}
 	g := graph{}
@@ -217,7 +222,8 @@ func TestRulesCatchBreaks(t *testing.T) {
 		{"supervisor/api", "supervisor/api/guard"}, {"supervisor/api/guard", "supervisor"}, {"supervisor/api/guard", "sandboxd1"},
 		{"supervisor/api/access", "internal/termsafe"},
 		{"runtime/nsinit", "runtime/nsinit/boot"}, {"runtime/nsinit/boot", "runtime/nsinit/world"},
-		{"supervisor", "supervisor/admission"}, {"supervisor/admission", "supervisor/state"}, {"supervisor/admission", "runtime/egress"}} {
+		{"supervisor", "supervisor/admission"}, {"supervisor/admission", "supervisor/state"}, {"supervisor/admission", "runtime/egress"},
+		{"supervisor", "supervisor/idmap"}, {"supervisor/idmap", "supervisor/state"}, {"supervisor/idmap", "runtime/nsinit"}} {
 		g[e[0]].ours[e[1]] = true
 	}
 	g["runtime/nsinit"].others["runtime"] = true
