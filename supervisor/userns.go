@@ -166,6 +166,3 @@ func (u *usernsState) allocateIDs(recs []state.Entry, owner uint32) (*state.IDMa
 	}
 	return m, err
 }
-
-// ownerGroups are owner's groups (idmap.OwnerGroups).
-func ownerGroups(owner uint32) []uint32 { return idmap.OwnerGroups(owner) }
