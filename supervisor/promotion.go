@@ -220,6 +220,18 @@ func (s *Supervisor) Promote(ctx context.Context, id string, o PromoteOptions) (
 	return p, nil
 }
 
+// busyWith says that promotion other of project is under way, naming it
+// only to its owner, root and admins: another user's promotion id is
+// theirs to show.
+func (s *Supervisor) busyWith(a Actor, other, project string) string {
+	if !a.Privileged() {
+		if p, err := s.cfg.Store.Promotion(other); err != nil || p.Owner != a.UID {
+			return fmt.Sprintf("another promotion of project %s is under way", project)
+		}
+	}
+	return fmt.Sprintf("promotion %s of project %s is under way", other, project)
+}
+
 // projectRollbackPoint takes a read-only snapshot of project, named name,
 // and lists the paths that project changed since base which changes (of
 // source) touch too, and that differ between the two.
@@ -332,7 +344,7 @@ func (s *Supervisor) runStage(ctx context.Context, p *Promotion, i int, changes 
 	if cfg.Target != "project" {
 		return s.runReplicaStage(ctx, p, i, cfg)
 	}
-	project, err := s.cfg.Backend.Project(ctx, s.projects.location(p.Project))
+	project, err := s.cfg.Backend.Project(ctx, s.projects.Location(p.Project))
 	if err != nil {
 		return err
 	}

@@ -102,7 +102,7 @@ func (s *Supervisor) rollbackStage(ctx context.Context, p *Promotion, i int) err
 	if err != nil {
 		return err
 	}
-	project, err := s.cfg.Backend.Project(ctx, s.projects.location(p.Project))
+	project, err := s.cfg.Backend.Project(ctx, s.projects.Location(p.Project))
 	if err != nil {
 		return err
 	}
