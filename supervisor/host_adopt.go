@@ -21,7 +21,8 @@ func (h host) WithAdmission(fn func() error) error {
 // Projects are every project, by name.
 func (h host) Projects() []Project { return h.s.projects.List() }
 
-// LoadProject registers the project rec makes, as LoadProjects does.
+// LoadProject registers the project rec makes, as the registry's Load
+// does.
 func (h host) LoadProject(rec state.Project) {
 	h.s.projects.Register(rec)
 }

@@ -57,7 +57,8 @@ type Config struct {
 	// Locations are the configuration's projects (name: a btrfs
 	// subvolume path or a ZFS dataset); Access says who may use each
 	// (none listed: its directory's owner); Env is the environment of
-	// their units. Copied: the caller's maps stay the caller's.
+	// their units. New copies the projects and who may use them: the
+	// caller's maps stay the caller's.
 	Locations map[string]string
 	Access    map[string]Access
 	Env       map[string]Env
