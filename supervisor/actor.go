@@ -109,12 +109,6 @@ func callerOf(ctx context.Context) *uint32 {
 	return nil
 }
 
-// actorOr is the actor of ctx, or the zero Actor (who may nothing).
-func actorOr(ctx context.Context) Actor {
-	a, _ := ActorOf(ctx)
-	return a
-}
-
 // mayUseProject is MayUseProject for the actor of ctx, refused if none.
 func (s *Supervisor) mayUseProject(ctx context.Context, name string) error {
 	a, err := ActorOf(ctx)

@@ -18,15 +18,15 @@ import (
 // canBoot refuses a booted sandbox where its systemd would not be
 // contained: without a user namespace it would be the host's root, and
 // on the host's network its services would bind the host's ports.
-func (s *Supervisor) canBoot(opts CreateOptions) error {
+func (u *usernsState) canBoot(opts CreateOptions) error {
 	if !opts.Boot {
 		return nil
 	}
 	if opts.Network == nsinit.NetworkHost {
 		return fmt.Errorf("%w: a booted sandbox needs a network of its own (none or allowlist), not the host's: its services would listen on the host", ErrInvalid)
 	}
-	if s.userns.unavailable != nil {
-		return fmt.Errorf("%w: a booted sandbox's systemd must be root of a user namespace, or it would own the machine: %v", ErrNoIdmap, s.userns.unavailable)
+	if u.unavailable != nil {
+		return fmt.Errorf("%w: a booted sandbox's systemd must be root of a user namespace, or it would own the machine: %v", ErrNoIdmap, u.unavailable)
 	}
 	return nil
 }
@@ -34,7 +34,7 @@ func (s *Supervisor) canBoot(opts CreateOptions) error {
 // bootInScope starts the scope first (Delegate=yes), then makes the
 // cgroups the init and its systemd live in, then has the init build its
 // world and boot. On failure the init is killed and the scope stopped.
-func (s *Supervisor) bootInScope(ctx context.Context, rec state.Record, job *scopeStart, init *nsinit.Init, spec nsinit.Spec, mounts *nsinit.Mounts) error {
+func (s *scopes) boot(ctx context.Context, rec state.Record, job *scopeStart, init *nsinit.Init, spec nsinit.Spec, mounts *nsinit.Mounts) error {
 	if err := job.wait(); err != nil {
 		mounts.Close()
 		init.Kill()
@@ -42,7 +42,7 @@ func (s *Supervisor) bootInScope(ctx context.Context, rec state.Record, job *sco
 	}
 	fail := func(err error) error {
 		init.Kill()
-		_ = s.stopScope(context.WithoutCancel(ctx), rec.Unit)
+		_ = s.stop(context.WithoutCancel(ctx), rec.Unit)
 		return err
 	}
 	ids := nsIDs(rec.IDs)

@@ -13,7 +13,7 @@ import (
 // list between the two less what the project's ignore rules leave out
 // (and how many that was); the snapshot goes after.
 func (s *Supervisor) withChanges(ctx context.Context, id, what string, fn func(base, now cowfs.Volume, changes []cowfs.Change, ignored int) error) error {
-	defer s.lock(id)()
+	defer s.locks.lock(id)()
 	rec, err := s.cfg.Store.Get(id)
 	if err != nil {
 		return err

@@ -11,6 +11,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/crashpoint"
 	"github.com/sandboxd/sandboxd/internal/revert"
 	"github.com/sandboxd/sandboxd/runtime/nsinit"
+	"github.com/sandboxd/sandboxd/supervisor/admission"
 	"github.com/sandboxd/sandboxd/supervisor/state"
 	"github.com/sandboxd/sandboxd/units"
 )
@@ -61,16 +62,12 @@ type CreateOptions struct {
 // sandbox's init process; the record turns ready last. Any failure undoes
 // what was made, in reverse; a crash is finished by Reconcile.
 func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox, err error) {
-	defer func() { s.audit(ctx, "create", sb.Record, err) }()
+	defer func() { s.auditor.record(ctx, "create", sb.Record, err) }()
 	timing := newSteps()
 	ctx = withSteps(ctx, timing)
-	if err := s.resolveProfile(&opts); err != nil {
+	if err := settle(&s.cfg, &opts); err != nil {
 		return sb, fmt.Errorf("creating a sandbox of %s: %w", opts.Project, err)
 	}
-	if err := s.cfg.Policy.applyDefaults(&opts); err != nil {
-		return sb, fmt.Errorf("creating a sandbox of %s: %w", opts.Project, err)
-	}
-	s.applyHostDefaults(&opts)
 	location := s.projects.Location(opts.Project)
 	if location == "" {
 		return sb, fmt.Errorf("creating a sandbox of %q: %w", opts.Project, ErrUnknownProject)
@@ -89,12 +86,12 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 	if err := opts.Limits.Validate(); err != nil {
 		return sb, fmt.Errorf("creating a sandbox of %s: %w: %w", opts.Project, ErrInvalid, err)
 	}
-	if err := s.canBoot(opts); err != nil {
+	if err := s.userns.canBoot(opts); err != nil {
 		return sb, fmt.Errorf("creating a sandbox of %s: %w", opts.Project, err)
 	}
 	project, err := s.cfg.Backend.Project(ctx, location)
 	if err == nil {
-		err = s.roomInPool()
+		err = roomInPool(s.cfg.Backend)
 	}
 	if err != nil {
 		return sb, fmt.Errorf("creating a sandbox of %s: %w", opts.Project, err)
@@ -128,8 +125,7 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 			}
 		}
 	}
-	live := liveOf(recs)
-	evict, err := s.cfg.Policy.admit(live, opts)
+	evict, err := s.cfg.Policy.Admit(admission.Live(recs), opts.Owner, opts.Limits.MemoryMax)
 	if err != nil {
 		s.admission.Unlock()
 		return sb, fmt.Errorf("creating a sandbox of %s: %w", opts.Project, err)
@@ -148,13 +144,13 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 			return sb, fmt.Errorf("creating a sandbox of %s: making room by destroying %s: %w", opts.Project, old.ID, err)
 		}
 	}
-	ids, err := s.allocateIDs(recs, opts.Owner)
+	ids, err := s.userns.allocateIDs(recs, opts.Owner)
 	if err != nil {
 		s.admission.Unlock()
 		return sb, fmt.Errorf("creating a sandbox of %s: %w", opts.Project, err)
 	}
 	id := newID()
-	defer s.lock(id)()
+	defer s.locks.lock(id)()
 	now := time.Now().UTC()
 	rec := state.Record{
 		ID: id, Name: opts.Name, Project: opts.Project, ProjectLocation: location, Owner: opts.Owner, State: state.Creating,
@@ -180,7 +176,7 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 		if err == nil {
 			return
 		}
-		defer s.changed(id)
+		defer s.events.changed(id)
 		if uerr := undo.Fail(ctx); uerr != nil {
 			s.log.Error("undoing a failed create", "SANDBOX_ID", id, "error", uerr)
 			return // keep the record: Reconcile finishes the job
@@ -194,7 +190,7 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 	// startScope takes it over (handOff).
 	var init *nsinit.Init
 	launch := func() (err error) {
-		init, err = s.launch(rec)
+		init, err = s.worlds.launch(rec)
 		return err
 	}
 	// The owner's cache first: a volume mounted after the init's mount
@@ -213,11 +209,11 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 		crashpoint.Hit(crashpoint.CreateInitLaunched)
 		timing.mark("launch")
 		// Its scope starts beside the snapshots (see scopeStart).
-		job = s.beginScope(ctx, rec, opts.Limits, init)
+		job = s.scopes.begin(ctx, rec, opts.Limits, init)
 		handOff = append(handOff, undo.Add(func(ctx context.Context) error {
 			var err error
 			if job.wait() == nil {
-				err = s.stopScope(ctx, rec.Unit)
+				err = s.scopes.stop(ctx, rec.Unit)
 			}
 			// Also when the scope could not be stopped (the undo ends
 			// there, keeping the record for Reconcile): no init is left
@@ -259,17 +255,17 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 		crashpoint.Hit(crashpoint.CreateInitLaunched)
 		handOff = append(handOff, undo.AddFunc(init.Kill))
 	}
-	layer, made, err := s.makeLayer(ctx, &rec)
+	layer, made, err := makeLayer(ctx, s.cfg.Backend, &rec)
 	if made {
 		undo.Add(func(ctx context.Context) error { return s.cfg.Backend.Delete(ctx, layer) })
 	}
 	if err != nil {
 		return sb, fmt.Errorf("creating sandbox %s: its system layer: %w", id, err)
 	}
-	if err := s.boundDisk(ctx, rec, vol, layer); err != nil {
+	if err := boundDisk(ctx, s.cfg.Backend, rec, vol, layer); err != nil {
 		return sb, fmt.Errorf("creating sandbox %s: %w", id, err)
 	}
-	undo.Add(func(ctx context.Context) error { s.unboundDisk(ctx, rec); return nil })
+	undo.Add(func(ctx context.Context) error { unboundDisk(ctx, s.cfg.Backend, s.log, rec); return nil })
 	crashpoint.Hit(crashpoint.CreateLayer)
 	timing.mark("layer")
 	undo.Add(func(context.Context) error { return s.removeWorld(id) })
@@ -280,7 +276,7 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 	if err := s.startScope(ctx, rec, opts.Limits, init, job); err != nil {
 		return sb, fmt.Errorf("creating sandbox %s: %w", id, err)
 	}
-	undo.Add(func(ctx context.Context) error { return s.stopScope(ctx, rec.Unit) })
+	undo.Add(func(ctx context.Context) error { return s.scopes.stop(ctx, rec.Unit) })
 	crashpoint.Hit(crashpoint.CreateScopeStarted)
 	timing.mark("started")
 	rec, err = s.cfg.Store.Update(id, func(r *state.Record) error { r.State = state.Ready; r.Layer = rec.Layer; return nil })
@@ -288,7 +284,7 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 		return sb, fmt.Errorf("creating sandbox %s: %w", id, err)
 	}
 	crashpoint.Hit(crashpoint.CreateReady)
-	s.changed(id)
+	s.events.changed(id)
 	timing.mark("ready")
 	attrs := []any{"SANDBOX_ID", id, "CALLER_UID", opts.Owner, "ACTION", "create", "project", opts.Project,
 		"took_ms", float64(timing.took().Microseconds()) / 1000, "steps", timing.String()}
@@ -313,13 +309,13 @@ func (s *Supervisor) startScope(ctx context.Context, rec state.Record, limits un
 			f(ctx, rec)
 		}
 		var err error
-		if init, err = s.launch(rec); err != nil {
+		if init, err = s.worlds.launch(rec); err != nil {
 			return err
 		}
 	}
 	spec, err := s.spec(ctx, rec)
 	if err != nil {
-		s.abandon(ctx, rec, init, job)
+		s.scopes.abandon(ctx, rec, init, job)
 		return err
 	}
 	for _, f := range s.hooks.Spec.each() {
@@ -328,7 +324,7 @@ func (s *Supervisor) startScope(ctx context.Context, rec state.Record, limits un
 	timing.mark("spec")
 	mounts, err := s.idmapMounts(init, rec, spec)
 	if err != nil {
-		s.abandon(ctx, rec, init, job)
+		s.scopes.abandon(ctx, rec, init, job)
 		return err
 	}
 	timing.mark("idmap")
@@ -336,32 +332,32 @@ func (s *Supervisor) startScope(ctx context.Context, rec state.Record, limits un
 		spec.ScratchSize = nsinit.ScratchSizeFor(*limits.MemoryMax)
 	}
 	if job == nil {
-		job = s.beginScope(ctx, rec, limits, init)
+		job = s.scopes.begin(ctx, rec, limits, init)
 	}
 	if rec.Boot {
-		err = s.bootInScope(ctx, rec, job, init, spec, mounts)
+		err = s.scopes.boot(ctx, rec, job, init, spec, mounts)
 	} else {
-		err = s.buildInScope(ctx, rec, job, init, spec, mounts)
+		err = s.scopes.build(ctx, rec, job, init, spec, mounts)
 	}
 	if err != nil {
 		return err
 	}
 	timing.mark("build+scope")
 	w := &world{pid: init.PID}
-	if err := s.startProxy(rec, w); err != nil {
+	if err := s.worlds.startProxy(rec, w); err != nil {
 		init.Kill()
-		_ = s.stopScope(context.WithoutCancel(ctx), rec.Unit)
+		_ = s.scopes.stop(context.WithoutCancel(ctx), rec.Unit)
 		return err
 	}
 	s.worlds.set(rec.ID, w)
-	s.started(ctx, Started{Record: rec, PID: init.PID})
+	s.hooks.started(ctx, Started{Record: rec, PID: init.PID})
 	return nil
 }
 
 // buildInScope has init build its world while its scope starts (job):
 // the two at once, as systemd's job and the init's mounts take about as
 // long. On failure the init is killed and the scope stopped.
-func (s *Supervisor) buildInScope(ctx context.Context, rec state.Record, job *scopeStart, init *nsinit.Init, spec nsinit.Spec, mounts *nsinit.Mounts) error {
+func (s *scopes) build(ctx context.Context, rec state.Record, job *scopeStart, init *nsinit.Init, spec nsinit.Spec, mounts *nsinit.Mounts) error {
 	built := make(chan error, 1)
 	timing := stepsOf(ctx)
 	go func() {
@@ -374,7 +370,7 @@ func (s *Supervisor) buildInScope(ctx context.Context, rec state.Record, job *sc
 	if err := <-built; err != nil || scopeErr != nil {
 		init.Kill()
 		if scopeErr == nil {
-			_ = s.stopScope(context.WithoutCancel(ctx), rec.Unit)
+			_ = s.stop(context.WithoutCancel(ctx), rec.Unit)
 		}
 		if err != nil {
 			return err // the init's account says more than the scope's
@@ -384,10 +380,10 @@ func (s *Supervisor) buildInScope(ctx context.Context, rec state.Record, job *sc
 	return nil
 }
 
-// stopScope stops a sandbox's scope; one that is already gone is fine.
-func (s *Supervisor) stopScope(ctx context.Context, unit string) error {
-	err := s.cfg.Units.Stop(ctx, unit)
-	_ = s.cfg.Units.ResetFailed(ctx, unit)
+// stop stops a sandbox's scope; one that is already gone is fine.
+func (s *scopes) stop(ctx context.Context, unit string) error {
+	err := s.units.Stop(ctx, unit)
+	_ = s.units.ResetFailed(ctx, unit)
 	if err != nil && !errors.Is(err, units.ErrNotFound) {
 		return fmt.Errorf("stopping %s: %w", unit, err)
 	}

@@ -25,20 +25,20 @@ func (s *Supervisor) Destroy(ctx context.Context, id string) error {
 // eviction runs only once it left the admission lock.
 func (s *Supervisor) destroy(ctx context.Context, id, action string) (gone func(), err error) {
 	gone = func() {}
-	defer s.lock(id)()
+	defer s.locks.lock(id)()
 	rec, err := s.cfg.Store.Update(id, func(r *state.Record) error { r.State = state.Destroying; return nil })
 	if err != nil {
 		return gone, fmt.Errorf("destroying sandbox %s: %w", id, err)
 	}
-	defer func() { s.audit(ctx, action, rec, err) }()
+	defer func() { s.auditor.record(ctx, action, rec, err) }()
 	crashpoint.Hit(crashpoint.DestroyRecorded)
 	if err := s.finishDestroy(ctx, rec); err != nil {
 		return gone, fmt.Errorf("destroying sandbox %s: %w", id, err)
 	}
 	crashpoint.Hit(crashpoint.DestroyRecordDeleted)
-	s.changed(id)
+	s.events.changed(id)
 	s.log.Info("sandbox destroyed", "SANDBOX_ID", id, "ACTION", action, "CALLER_UID", uidField(ctx))
-	return s.destroyed(context.WithoutCancel(ctx), rec), nil
+	return s.hooks.destroyed(context.WithoutCancel(ctx), rec), nil
 }
 
 // uidField is the caller's uid for the journal, or "daemon".
@@ -51,7 +51,7 @@ func uidField(ctx context.Context) string {
 
 // finishDestroy removes what exists of a sandbox, then its record.
 func (s *Supervisor) finishDestroy(ctx context.Context, rec state.Record) error {
-	if err := s.stopScope(ctx, rec.Unit); err != nil {
+	if err := s.scopes.stop(ctx, rec.Unit); err != nil {
 		return err
 	}
 	crashpoint.Hit(crashpoint.DestroyScopeStopped)
@@ -61,7 +61,7 @@ func (s *Supervisor) finishDestroy(ctx context.Context, rec state.Record) error 
 	if err := s.removeWorld(rec.ID); err != nil {
 		return err
 	}
-	s.unboundDisk(ctx, rec)
+	unboundDisk(ctx, s.cfg.Backend, s.log, rec)
 	// Checkpoints (snapshots of the sandbox) first; clones before their
 	// origins; the layer by its name, which a crash may have left out of
 	// the record.

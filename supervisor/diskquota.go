@@ -3,6 +3,7 @@ package supervisor
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 
 	"github.com/sandboxd/sandboxd/cowfs"
@@ -19,13 +20,13 @@ import (
 // boundDisk puts sandbox rec's volumes vols under its disk quota: into
 // its group, or each writable one to its share. A zero Volume (a layer
 // that is a tmpfs) is skipped.
-func (s *Supervisor) boundDisk(ctx context.Context, rec state.Record, vols ...cowfs.Volume) error {
+func boundDisk(ctx context.Context, b cowfs.Backend, rec state.Record, vols ...cowfs.Volume) error {
 	vols = slices.DeleteFunc(slices.Clone(vols), func(v cowfs.Volume) bool { return v.Name == "" })
 	if rec.DiskQuota == 0 || len(vols) == 0 {
 		return nil
 	}
-	if s.cfg.Backend.Info().Capabilities.GroupQuota {
-		if err := s.cfg.Backend.GroupQuota(ctx, rec.ID, rec.DiskQuota, vols...); err != nil {
+	if b.Info().Capabilities.GroupQuota {
+		if err := b.GroupQuota(ctx, rec.ID, rec.DiskQuota, vols...); err != nil {
 			return fmt.Errorf("bounding the disk of sandbox %s: %w", rec.ID, err)
 		}
 		return nil
@@ -34,7 +35,7 @@ func (s *Supervisor) boundDisk(ctx context.Context, rec state.Record, vols ...co
 		if v.ReadOnly() {
 			continue // a ZFS snapshot counts in its dataset's quota
 		}
-		if err := s.cfg.Backend.SetQuota(ctx, v, diskShare(rec.DiskQuota)); err != nil {
+		if err := b.SetQuota(ctx, v, diskShare(rec.DiskQuota)); err != nil {
 			return fmt.Errorf("bounding the disk of sandbox %s: %w", rec.ID, err)
 		}
 	}
@@ -48,11 +49,11 @@ func diskShare(quota uint64) uint64 { return quota / 2 }
 // unboundDisk removes sandbox rec's quota group, if it has one. A group
 // left (logged) bounds volumes that are deleted next; the backend removes
 // groups without members when it opens.
-func (s *Supervisor) unboundDisk(ctx context.Context, rec state.Record) {
-	if rec.DiskQuota == 0 || !s.cfg.Backend.Info().Capabilities.GroupQuota {
+func unboundDisk(ctx context.Context, b cowfs.Backend, log *slog.Logger, rec state.Record) {
+	if rec.DiskQuota == 0 || !b.Info().Capabilities.GroupQuota {
 		return
 	}
-	if err := s.cfg.Backend.GroupQuota(ctx, rec.ID, 0); err != nil {
-		s.log.Warn("removing a sandbox's quota group", "SANDBOX_ID", rec.ID, "error", err)
+	if err := b.GroupQuota(ctx, rec.ID, 0); err != nil {
+		log.Warn("removing a sandbox's quota group", "SANDBOX_ID", rec.ID, "error", err)
 	}
 }

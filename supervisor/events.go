@@ -78,10 +78,10 @@ func (s *Supervisor) Unsubscribe(sub *Subscription) {
 }
 
 // changed tells the subscribers that sandbox id changed.
-func (s *Supervisor) changed(id string) {
-	s.events.mu.Lock()
-	subs := slices.Clone(s.events.subs)
-	s.events.mu.Unlock()
+func (e *events) changed(id string) {
+	e.mu.Lock()
+	subs := slices.Clone(e.subs)
+	e.mu.Unlock()
 	for _, sub := range subs {
 		sub.add(id)
 	}

@@ -23,12 +23,12 @@ func (s *Supervisor) Thaw(ctx context.Context, id string) (Sandbox, error) {
 // from, then records the state to.
 func (s *Supervisor) transition(ctx context.Context, id, action string, from []state.State, to state.State,
 	act func(context.Context, string) error) (sb Sandbox, err error) {
-	defer s.lock(id)()
+	defer s.locks.lock(id)()
 	rec, err := s.cfg.Store.Get(id)
 	if err != nil {
 		return sb, err
 	}
-	defer func() { s.audit(ctx, action, rec, err) }()
+	defer func() { s.auditor.record(ctx, action, rec, err) }()
 	if !slices.Contains(from, rec.State) {
 		return sb, fmt.Errorf("%s of sandbox %s: it is %s: %w", action, id, rec.State, ErrWrongState)
 	}
@@ -39,7 +39,7 @@ func (s *Supervisor) transition(ctx context.Context, id, action string, from []s
 	if err != nil {
 		return sb, fmt.Errorf("%s of sandbox %s: %w", action, id, err)
 	}
-	s.changed(id)
+	s.events.changed(id)
 	s.log.Info("sandbox "+string(to), "SANDBOX_ID", id, "ACTION", action, "CALLER_UID", uidField(ctx))
 	return s.sandbox(ctx, rec), nil
 }

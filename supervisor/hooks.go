@@ -110,16 +110,16 @@ type Hooks struct {
 func (s *Supervisor) Hooks() *Hooks { return &s.hooks }
 
 // started runs the Started hooks.
-func (s *Supervisor) started(ctx context.Context, st Started) {
-	for _, f := range s.hooks.Started.each() {
+func (h *Hooks) started(ctx context.Context, st Started) {
+	for _, f := range h.Started.each() {
 		f(ctx, st)
 	}
 }
 
 // destroyed returns what runs the Destroyed hooks for rec.
-func (s *Supervisor) destroyed(ctx context.Context, rec state.Record) func() {
+func (h *Hooks) destroyed(ctx context.Context, rec state.Record) func() {
 	return func() {
-		for _, f := range s.hooks.Destroyed.each() {
+		for _, f := range h.Destroyed.each() {
 			f(ctx, rec)
 		}
 	}

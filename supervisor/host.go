@@ -78,9 +78,9 @@ func (h host) Backend() cowfs.Backend      { return h.s.cfg.Backend }
 func (h host) Units() Units                { return h.s.cfg.Units }
 func (h host) Store() *state.Store         { return h.s.cfg.Store }
 func (h host) Log() *slog.Logger           { return h.s.log }
-func (h host) Lock(id string) func()       { return h.s.lock(id) }
-func (h host) RuntimeDir(id string) string { return h.s.runtimeDir(id) }
-func (h host) Touch(id string)             { h.s.touch(id) }
+func (h host) Lock(id string) func()       { return h.s.locks.lock(id) }
+func (h host) RuntimeDir(id string) string { return h.s.worlds.dir(id) }
+func (h host) Touch(id string)             { h.s.activity.touch(id) }
 
 func (h host) Sandbox(ctx context.Context, id string) (Sandbox, error) { return h.s.Get(ctx, id) }
 
@@ -100,11 +100,11 @@ func (h host) MayUseProject(ctx context.Context, a Actor, name string) error {
 }
 
 func (h host) Audit(ctx context.Context, action string, rec state.Record, err error) {
-	h.s.audit(ctx, action, rec, err)
+	h.s.auditor.record(ctx, action, rec, err)
 }
 
 func (h host) AuditEntry(ctx context.Context, e audit.Entry, rec state.Record, err error) {
-	h.s.auditEntry(ctx, e, rec, err)
+	h.s.auditor.entry(ctx, e, rec, err)
 }
 
 func (h host) Create(ctx context.Context, opts CreateOptions) (Sandbox, error) {

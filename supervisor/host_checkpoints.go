@@ -26,7 +26,7 @@ func (h host) StopSandbox(ctx context.Context, rec state.Record, stopped func())
 	if err := unmarshalLimits(rec.Limits, &limits); err != nil {
 		return nil, err
 	}
-	if err := h.s.stopScope(ctx, rec.Unit); err != nil {
+	if err := h.s.scopes.stop(ctx, rec.Unit); err != nil {
 		return nil, err
 	}
 	start = func(ctx context.Context, rec state.Record) error {
@@ -38,7 +38,7 @@ func (h host) StopSandbox(ctx context.Context, rec state.Record, stopped func())
 
 // BoundDisk puts vols, volumes of sandbox rec, under its disk quota.
 func (h host) BoundDisk(ctx context.Context, rec state.Record, vols ...cowfs.Volume) error {
-	return h.s.boundDisk(ctx, rec, vols...)
+	return boundDisk(ctx, h.s.cfg.Backend, rec, vols...)
 }
 
 // OpenProject opens sandbox rec's project as it is now, for the caller

@@ -8,8 +8,6 @@ package supervisor
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"os"
 	"os/user"
 	"strconv"
@@ -31,19 +29,6 @@ func (h host) UserNSUnavailable() error { return h.s.userns.unavailable }
 
 // SetRunner makes r the runner of the core's own commands.
 func (h host) SetRunner(r Runner) { h.s.runner = r }
-
-// runCaptured runs a command for its output for the core's callers
-// (promotion's checks, try) through the commands room, which set itself
-// as the core's runner when it was made.
-func (s *Supervisor) runCaptured(ctx context.Context, id string, o ExecOptions, max int) (Captured, error) {
-	if s.runner == nil {
-		return Captured{}, fmt.Errorf("running a command in sandbox %s: %w", id, errNoRunner)
-	}
-	return s.runner.RunCaptured(ctx, id, o, max)
-}
-
-// errNoRunner: a Supervisor made without its commands room.
-var errNoRunner = errors.New("no commands room runs commands for this supervisor")
 
 // request is the init's request for o: the caller's identity, home and
 // environment.

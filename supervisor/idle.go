@@ -22,26 +22,26 @@ type activity struct {
 }
 
 // touch records activity in sandbox id now.
-func (s *Supervisor) touch(id string) {
-	s.activity.mu.Lock()
-	defer s.activity.mu.Unlock()
-	if s.activity.last == nil {
-		s.activity.last = map[string]time.Time{}
+func (a *activity) touch(id string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.last == nil {
+		a.last = map[string]time.Time{}
 	}
-	s.activity.last[id] = time.Now()
+	a.last[id] = time.Now()
 }
 
-func (s *Supervisor) lastActive(id string) (time.Time, bool) {
-	s.activity.mu.Lock()
-	defer s.activity.mu.Unlock()
-	t, ok := s.activity.last[id]
+func (a *activity) lastActive(id string) (time.Time, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	t, ok := a.last[id]
 	return t, ok
 }
 
 // wake thaws sandbox id if it was frozen for being idle, and records
 // activity; a sandbox frozen by a caller stays frozen.
 func (s *Supervisor) wake(ctx context.Context, id string) error {
-	s.touch(id)
+	s.activity.touch(id)
 	rec, err := s.cfg.Store.Get(id)
 	if err != nil || rec.State != state.Frozen || !rec.FrozenIdle {
 		return nil
@@ -49,7 +49,7 @@ func (s *Supervisor) wake(ctx context.Context, id string) error {
 	if _, err := s.Thaw(ctx, id); err != nil && !errors.Is(err, ErrWrongState) {
 		return fmt.Errorf("thawing idle sandbox %s: %w", id, err)
 	}
-	s.touch(id)
+	s.activity.touch(id)
 	return nil
 }
 
@@ -81,9 +81,9 @@ func (s *Supervisor) FreezeIdle(ctx context.Context, now time.Time) ([]string, e
 		if !r.Runs() {
 			continue
 		}
-		last, ok := s.lastActive(r.ID)
+		last, ok := s.activity.lastActive(r.ID)
 		if !ok {
-			s.touch(r.ID)
+			s.activity.touch(r.ID)
 			continue
 		}
 		if now.Sub(last) < s.cfg.IdleFreeze || s.busy(ctx, r.ID) {
@@ -103,7 +103,7 @@ func (s *Supervisor) FreezeIdle(ctx context.Context, now time.Time) ([]string, e
 // freezeIdle freezes sandbox id, marked as frozen for being idle, unless
 // it did something since idleSince.
 func (s *Supervisor) freezeIdle(ctx context.Context, id string, idleSince time.Time) error {
-	defer s.lock(id)()
+	defer s.locks.lock(id)()
 	rec, err := s.cfg.Store.Get(id)
 	if err != nil {
 		return err
@@ -111,7 +111,7 @@ func (s *Supervisor) freezeIdle(ctx context.Context, id string, idleSince time.T
 	if !rec.Runs() {
 		return fmt.Errorf("freezing idle sandbox %s: it is %s: %w", id, rec.State, ErrWrongState)
 	}
-	if last, _ := s.lastActive(id); last.After(idleSince) {
+	if last, _ := s.activity.lastActive(id); last.After(idleSince) {
 		return fmt.Errorf("freezing idle sandbox %s: it woke: %w", id, ErrWrongState)
 	}
 	if err := s.cfg.Units.Freeze(ctx, rec.Unit); err != nil {
@@ -121,8 +121,8 @@ func (s *Supervisor) freezeIdle(ctx context.Context, id string, idleSince time.T
 	if err != nil {
 		return fmt.Errorf("freezing idle sandbox %s: %w", id, err)
 	}
-	s.changed(id)
-	s.audit(ctx, "freeze-idle", rec, nil)
+	s.events.changed(id)
+	s.auditor.record(ctx, "freeze-idle", rec, nil)
 	s.log.Info("sandbox frozen for being idle", "SANDBOX_ID", id, "ACTION", "freeze-idle", "idle_since", idleSince.UTC().Format(time.RFC3339))
 	return nil
 }

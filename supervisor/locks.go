@@ -4,8 +4,6 @@ import (
 	"sync"
 )
 
-func (s *Supervisor) lock(id string) func() { return s.locks.lock(id) }
-
 // idLocks is a mutex per sandbox id, kept only while someone holds or
 // waits for it: a daemon that made and destroyed a million sandboxes
 // must not keep a million mutexes.

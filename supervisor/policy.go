@@ -2,56 +2,51 @@ package supervisor
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
+	"log/slog"
 	"time"
 
+	"github.com/sandboxd/sandboxd/supervisor/admission"
 	"github.com/sandboxd/sandboxd/supervisor/audit"
 	"github.com/sandboxd/sandboxd/supervisor/state"
-	"github.com/sandboxd/sandboxd/units"
 )
 
 // ErrLimitReached: a create that admission control refuses (too many
 // sandboxes, for the host or the caller, or too much memory promised).
-var ErrLimitReached = errors.New("limit reached")
+var ErrLimitReached = admission.ErrLimitReached
 
-// Policy is admission control and time to live. Zero fields: no cap.
-type Policy struct {
-	MaxSandboxes int
-	MaxPerOwner  int
-	// DestroyOldest: a create beyond MaxPerOwner destroys the owner's
-	// oldest sandbox first, instead of being refused.
-	DestroyOldest bool
-	// MaxAdoptionsPerOwner caps the directories a member (not an admin)
-	// has adopted as its own projects, under way or done.
-	MaxAdoptionsPerOwner int
-	// MaxMemory caps the sum of the live sandboxes' MemoryMax; with it, a
-	// sandbox needs a MemoryMax (its own, DefaultMemoryMax or the one
-	// derived from the host).
-	MaxMemory        uint64
-	DefaultMemoryMax uint64
-	DefaultTTL       time.Duration
-	MaxTTL           time.Duration
+// Policy is admission control and time to live (admission.Policy); a
+// create's Profile is admission.Profile.
+type (
+	Policy  = admission.Policy
+	Profile = admission.Profile
+)
+
+// auditor records the daemon's actions in the audit log, with their
+// caller and result.
+type auditor struct {
+	log      *audit.Log // nil: none
+	journal  *slog.Logger
+	refusals *Hook[error] // the rooms' refusals (Hooks.Refusals)
 }
 
-// audit records an action and how it ended.
-func (s *Supervisor) audit(ctx context.Context, action string, rec state.Record, err error) {
-	s.auditEntry(ctx, audit.Entry{Action: action, Network: rec.Network}, rec, err)
+// record records an action and how it ended.
+func (a *auditor) record(ctx context.Context, action string, rec state.Record, err error) {
+	a.entry(ctx, audit.Entry{Action: action, Network: rec.Network}, rec, err)
 }
 
 // auditEntry records e, an action on rec, with its caller and result.
-func (s *Supervisor) auditEntry(ctx context.Context, e audit.Entry, rec state.Record, err error) {
+func (a *auditor) entry(ctx context.Context, e audit.Entry, rec state.Record, err error) {
 	e.CallerUID, e.Sandbox, e.Project, e.Result = callerOf(ctx), rec.ID, rec.Project, "ok"
 	if e.Action != "create" {
 		e.Network = ""
 	}
 	action := e.Action
 	if err != nil {
-		e.Result, e.Error, e.Refused = "error", err.Error(), s.refused(err)
+		e.Result, e.Error, e.Refused = "error", err.Error(), a.refused(err)
 	}
-	if aerr := s.cfg.Audit.Record(e); aerr != nil {
-		s.log.Error("writing the audit log", "error", aerr, "ACTION", action, "SANDBOX_ID", rec.ID)
+	if aerr := a.log.Record(e); aerr != nil {
+		a.journal.Error("writing the audit log", "error", aerr, "ACTION", action, "SANDBOX_ID", rec.ID)
 	}
 }
 
@@ -61,17 +56,16 @@ func (s *Supervisor) auditEntry(ctx context.Context, e audit.Entry, rec state.Re
 var refusals = []error{
 	ErrAccessDenied, ErrNotFound, ErrUnknownProject, ErrInvalid, ErrWrongState, ErrExists,
 	ErrInvalidProject, ErrProjectInUse, ErrLimitReached,
-	ErrNoPromotion, ErrNoIdmap, ErrConflict, ErrBusy,
-	ErrNothingToPromote, ErrChecksOutsideSandbox,
+	ErrNoIdmap, ErrConflict, ErrBusy,
 }
 
-func (s *Supervisor) refused(err error) bool {
+func (a *auditor) refused(err error) bool {
 	for _, r := range refusals {
 		if errors.Is(err, r) {
 			return true
 		}
 	}
-	for _, r := range s.hooks.Refusals.each() {
+	for _, r := range a.refusals.each() {
 		if errors.Is(err, r) {
 			return true
 		}
@@ -79,71 +73,25 @@ func (s *Supervisor) refused(err error) bool {
 	return false
 }
 
-// applyDefaults fills what the policy gives a create that did not say.
-func (p Policy) applyDefaults(opts *CreateOptions) error {
-	if opts.TTL == 0 {
-		opts.TTL = p.DefaultTTL
+// settle gives opts what its profile, the policy and the host give a
+// create that did not say (admission), and checks what it gets.
+func settle(cfg *Config, opts *CreateOptions) error {
+	r := admission.Request{
+		Profile: opts.Profile, Network: opts.Network, Allow: opts.Allow, Limits: opts.Limits,
+		DiskQuota: opts.DiskQuota, TTL: opts.TTL, ReadOnlyProject: opts.ReadOnlyProject,
 	}
-	if p.MaxTTL > 0 && opts.TTL > p.MaxTTL {
-		return fmt.Errorf("time to live %v is over the host's maximum of %v: %w", opts.TTL, p.MaxTTL, ErrInvalid)
+	profiles := admission.Profiles{Named: cfg.Profiles, Default: cfg.DefaultProfile, Hidden: cfg.Hidden, ReadOnly: cfg.ReadOnly}
+	err := profiles.Resolve(&r)
+	if err == nil {
+		err = cfg.Policy.ApplyDefaults(&r)
 	}
-	if opts.Limits.MemoryMax == nil && p.DefaultMemoryMax > 0 {
-		opts.Limits.MemoryMax = &p.DefaultMemoryMax
+	if err == nil {
+		memoryMax, tasksMax, diskQuota := admission.HostDefaults(cfg.Backend.Info().Root)
+		admission.ApplyHostDefaults(&r, memoryMax, tasksMax, diskQuota)
 	}
-	return nil
-}
-
-// admit checks a create against the caps, given the live records; it
-// returns the owner's sandboxes to destroy first (DestroyOldest).
-func (p Policy) admit(live []state.Entry, opts CreateOptions) ([]state.Entry, error) {
-	if p.MaxSandboxes > 0 && len(live) >= p.MaxSandboxes {
-		return nil, fmt.Errorf("%d sandboxes are alive, the host's limit (limits.max_sandboxes): %w", len(live), ErrLimitReached)
-	}
-	var own []state.Entry
-	var promised uint64
-	for _, r := range live {
-		if r.Owner == opts.Owner {
-			own = append(own, r)
-		}
-		var l units.Limits
-		if p.MaxMemory > 0 && len(r.Limits) > 0 && json.Unmarshal(r.Limits, &l) == nil && l.MemoryMax != nil {
-			promised += *l.MemoryMax
-		}
-	}
-	var evict []state.Entry
-	if p.MaxPerOwner > 0 && len(own) >= p.MaxPerOwner {
-		if !p.DestroyOldest {
-			return nil, fmt.Errorf("uid %d has %d sandboxes alive, the limit per user (limits.max_sandboxes_per_user); destroy one first: %w", opts.Owner, len(own), ErrLimitReached)
-		}
-		evict = own[:len(own)-p.MaxPerOwner+1] // live is oldest first
-	}
-	if p.MaxMemory > 0 {
-		if opts.Limits.MemoryMax == nil {
-			return nil, fmt.Errorf("a MemoryMax is required: the host caps the memory of all sandboxes (limits.max_memory): %w", ErrInvalid)
-		}
-		for _, r := range evict {
-			var l units.Limits
-			if json.Unmarshal(r.Limits, &l) == nil && l.MemoryMax != nil {
-				promised -= *l.MemoryMax
-			}
-		}
-		if promised+*opts.Limits.MemoryMax > p.MaxMemory {
-			return nil, fmt.Errorf("MemoryMax %d would bring the memory promised to sandboxes to %d, over the host's %d (limits.max_memory): ask for less (--memory) or destroy a sandbox: %w",
-				*opts.Limits.MemoryMax, promised+*opts.Limits.MemoryMax, p.MaxMemory, ErrLimitReached)
-		}
-	}
-	return evict, nil
-}
-
-// liveOf lists the records of sandboxes that count against the caps.
-func liveOf(recs []state.Entry) []state.Entry {
-	var out []state.Entry
-	for _, r := range recs {
-		if r.State != state.Destroying {
-			out = append(out, r)
-		}
-	}
-	return out
+	opts.Profile, opts.Network, opts.Allow, opts.Limits = r.Profile, r.Network, r.Allow, r.Limits
+	opts.DiskQuota, opts.TTL, opts.ReadOnlyProject, opts.hidden, opts.readOnly = r.DiskQuota, r.TTL, r.ReadOnlyProject, r.Hidden, r.ReadOnly
+	return err
 }
 
 // Expire destroys the sandboxes whose time to live ended by now, and

@@ -63,7 +63,7 @@ func (s *Supervisor) Reconcile(ctx context.Context) (Report, error) {
 	}
 	for _, rec := range recs {
 		known[rec.ID] = true
-		unlock := s.lock(rec.ID)
+		unlock := s.locks.lock(rec.ID)
 		did, err := s.reconcileOne(ctx, rec, volByName, active)
 		unlock()
 		if err != nil {
@@ -140,7 +140,7 @@ func (s *Supervisor) Reconcile(ctx context.Context) (Report, error) {
 		if known[id] {
 			continue
 		}
-		if err := s.stopScope(ctx, u.Name); err != nil {
+		if err := s.scopes.stop(ctx, u.Name); err != nil {
 			errs = append(errs, fmt.Errorf("stopping orphan scope %s: %w", u.Name, err))
 			continue
 		}
@@ -194,7 +194,7 @@ func (s *Supervisor) reconcileOne(ctx context.Context, rec state.Record, vols ma
 	if err := unmarshalLimits(rec.Limits, &limits); err != nil {
 		return "", err
 	}
-	if err := s.stopScope(ctx, rec.Unit); err != nil { // a failed one lingers until reset
+	if err := s.scopes.stop(ctx, rec.Unit); err != nil { // a failed one lingers until reset
 		return "", err
 	}
 	if err := s.startScope(ctx, rec, limits, nil, nil); err != nil {

@@ -10,6 +10,13 @@ import (
 	"github.com/sandboxd/sandboxd/units"
 )
 
+// scopes start and stop the sandboxes' systemd scopes, each in its
+// owner's slice under the owner's bounds.
+type scopes struct {
+	units      Units
+	userLimits units.Limits // each owner's slice's (Config.UserLimits)
+}
+
 // scopeStart is a sandbox's scope on its way. systemd's start of a
 // scope is a create's longest step (10-15 ms here, more than the init's
 // mounts), so Create begins it as soon as the init is launched, beside
@@ -21,12 +28,12 @@ type scopeStart struct {
 
 // beginScope starts the scope holding init, with its owner's bounds,
 // in the background.
-func (s *Supervisor) beginScope(ctx context.Context, rec state.Record, limits units.Limits, init *nsinit.Init) *scopeStart {
+func (s *scopes) begin(ctx context.Context, rec state.Record, limits units.Limits, init *nsinit.Init) *scopeStart {
 	st := &scopeStart{done: make(chan struct{})}
 	go func() {
 		defer close(st.done)
 		start := time.Now()
-		st.err = s.startScopeUnit(ctx, rec, limits, init.PID)
+		st.err = s.startUnit(ctx, rec, limits, init.PID)
 		stepsOf(ctx).add("scope(beside)", time.Since(start))
 	}()
 	return st
@@ -40,11 +47,11 @@ func (st *scopeStart) wait() error {
 
 // startScopeUnit starts the scope of rec holding pid, in its owner's
 // slice, whose bounds are set first.
-func (s *Supervisor) startScopeUnit(ctx context.Context, rec state.Record, limits units.Limits, pid int) error {
-	if err := s.cfg.Units.SetSliceLimits(ctx, units.OwnerSlice(rec.Owner), s.cfg.UserLimits); err != nil {
+func (s *scopes) startUnit(ctx context.Context, rec state.Record, limits units.Limits, pid int) error {
+	if err := s.units.SetSliceLimits(ctx, units.OwnerSlice(rec.Owner), s.userLimits); err != nil {
 		return fmt.Errorf("bounding the sandboxes of uid %d together: %w", rec.Owner, err)
 	}
-	return s.cfg.Units.StartScope(ctx, units.Scope{
+	return s.units.StartScope(ctx, units.Scope{
 		Name:        rec.Unit,
 		Description: fmt.Sprintf("sandboxd sandbox %s of %s", rec.ID, rec.Project),
 		PIDs:        []int{pid},
@@ -58,9 +65,9 @@ func (s *Supervisor) startScopeUnit(ctx context.Context, rec state.Record, limit
 // abandon stops the scope once its start has ended, and kills init: a
 // create that failed after beginScope. The scope first: one whose only
 // process was killed under it would end failed, and stay listed.
-func (s *Supervisor) abandon(ctx context.Context, rec state.Record, init *nsinit.Init, job *scopeStart) {
+func (s *scopes) abandon(ctx context.Context, rec state.Record, init *nsinit.Init, job *scopeStart) {
 	if job != nil && job.wait() == nil {
-		_ = s.stopScope(context.WithoutCancel(ctx), rec.Unit)
+		_ = s.stop(context.WithoutCancel(ctx), rec.Unit)
 	}
 	init.Kill()
 }

@@ -110,11 +110,10 @@ type stateDirWalk struct {
 // stateDirsOf are sandbox rec's state directories (none without a user
 // namespace), from a walk at most stateDirsTTL old; a booted sandbox's,
 // whose services start at once, from a walk now.
-func (s *Supervisor) stateDirsOf(rec state.Record) []nsinit.Dir {
+func (c *stateDirCache) of(rec state.Record) []nsinit.Dir {
 	if rec.IDs == nil {
 		return nil
 	}
-	c := &s.stateDirs
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if w, ok := c.by[rec.Owner]; ok && time.Since(w.at) < stateDirsTTL && !rec.Boot {

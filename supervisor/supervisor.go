@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/cowfs"
+	"github.com/sandboxd/sandboxd/supervisor/admission"
 	"github.com/sandboxd/sandboxd/supervisor/audit"
 	"github.com/sandboxd/sandboxd/supervisor/projects"
 	"github.com/sandboxd/sandboxd/supervisor/state"
@@ -24,7 +25,7 @@ var (
 	ErrUnknownProject = projects.ErrUnknownProject
 	// ErrInvalid: options that make no sense (a negative TTL, bad limits,
 	// a bad name).
-	ErrInvalid = errors.New("invalid sandbox options")
+	ErrInvalid = admission.ErrInvalid
 	// ErrWrongState: an action the sandbox's state does not allow (thaw
 	// of a sandbox that is not frozen, ...).
 	ErrWrongState = errors.New("not allowed in the sandbox's state")
@@ -37,6 +38,13 @@ var (
 	ErrInvalidProject = projects.ErrInvalidProject
 	// ErrProjectInUse: the Remove of a project that has sandboxes.
 	ErrProjectInUse = projects.ErrProjectInUse
+	// ErrConflict: the project changed, since the sandbox's base, paths
+	// that the sandbox changed too (a rebase, a promotion). The error
+	// lists them.
+	ErrConflict = errors.New("conflicting changes")
+	// ErrBusy: another promotion of the same project is under way, or
+	// what was asked keeps being changed meanwhile.
+	ErrBusy = errors.New("busy")
 )
 
 // Units is the seam to systemd: *units.Manager in the daemon.
@@ -106,8 +114,6 @@ type Config struct {
 	// Audit records every state-changing action (nil: none).
 	Audit *audit.Log
 	Log   *slog.Logger
-	// Stages are where promotions go, in order ("": the project alone).
-	Stages []Stage
 	// UserLimits bound all of one owner's sandboxes together, set on the
 	// owner's slice (units.OwnerSlice) before each of its scopes starts;
 	// nothing set: no bound but each sandbox's own.
@@ -129,6 +135,10 @@ type Supervisor struct {
 	cfg   Config
 	log   *slog.Logger
 	hooks Hooks
+	// auditor writes the audit log (Config.Audit).
+	auditor auditor
+	// scopes start and stop the sandboxes' scopes.
+	scopes scopes
 	// events: who hears of the sandboxes' changes (Subscribe).
 	events events
 	locks  idLocks // one operation at a time per sandbox
@@ -137,10 +147,8 @@ type Supervisor struct {
 	// (or the same name), and the changes of the projects with both.
 	admission sync.Mutex
 	projects  *projects.Registry // the project registry (supervisor/projects)
-	reaper    reaper
 	worlds    worlds
 	gate      projectGate
-	promos    promotionRuns // running in the background; Close waits for them
 	userns    usernsState
 	stateDirs stateDirCache
 	activity  activity
@@ -158,13 +166,15 @@ func New(cfg Config) *Supervisor {
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &Supervisor{cfg: cfg, log: log, userns: usernsState{unavailable: errors.New("user namespaces were not probed (ProbeUserNS)")}}
+	s := &Supervisor{cfg: cfg, log: log, userns: usernsState{unavailable: errors.New("user namespaces were not probed (ProbeUserNS)")},
+		scopes: scopes{units: cfg.Units, userLimits: cfg.UserLimits},
+		worlds: worlds{root: cfg.RuntimeDir, initCommand: cfg.InitCommand, log: log}}
+	s.auditor = auditor{log: cfg.Audit, journal: log, refusals: &s.hooks.Refusals}
 	s.projects = projects.New(projects.Config{
 		Locations: cfg.Projects, Access: cfg.ProjectAccess, Env: cfg.ProjectEnv,
 		Backend: cfg.Backend, Units: cfg.Units, Store: cfg.Store, Log: log,
-		Admission: &s.admission, Audit: s.auditEntry, Caller: uidField, OnLoad: s.hooks.LoadProjects.each,
+		Admission: &s.admission, Audit: s.auditor.entry, Caller: uidField, OnLoad: s.hooks.LoadProjects.each,
 	})
-	s.joinRooms()
 	return s
 }
 
@@ -220,7 +230,7 @@ func (s *Supervisor) List(ctx context.Context) ([]Sandbox, error) {
 	}
 	out := make([]Sandbox, 0, len(recs))
 	for _, r := range recs {
-		out = append(out, Sandbox{Record: s.current(r), Path: paths[r.Volume]})
+		out = append(out, Sandbox{Record: s.worlds.current(r), Path: paths[r.Volume]})
 	}
 	return out, nil
 }
@@ -233,12 +243,12 @@ func (s *Supervisor) Entries() []state.Entry { return s.cfg.Store.Entries() }
 
 // Current is e with the state current would give its record.
 func (s *Supervisor) Current(e state.Entry) state.Entry {
-	e.State = s.currentState(e.ID, e.State)
+	e.State = s.worlds.currentState(e.ID, e.State)
 	return e
 }
 
 func (s *Supervisor) sandbox(ctx context.Context, rec state.Record) Sandbox {
-	sb := Sandbox{Record: s.current(rec)}
+	sb := Sandbox{Record: s.worlds.current(rec)}
 	if v, err := s.cfg.Backend.Get(ctx, rec.Volume); err == nil {
 		sb.Path = v.Path
 	}

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandboxd/sandboxd/supervisor/admission"
 	"github.com/sandboxd/sandboxd/units"
 )
 
@@ -83,7 +84,7 @@ func (s *Supervisor) Usage(ctx context.Context, uid uint32) (Usage, error) {
 		AllMemoryMax: deref(s.cfg.SliceLimits.MemoryMax), AllTasksMax: deref(s.cfg.SliceLimits.TasksMax),
 		AllSandboxesMax: s.cfg.Policy.MaxSandboxes, PromisedMax: s.cfg.Policy.MaxMemory,
 	}
-	for _, e := range liveOf(s.cfg.Store.Entries()) {
+	for _, e := range admission.Live(s.cfg.Store.Entries()) {
 		u.AllSandboxes++
 		if e.Owner == uid {
 			u.Sandboxes++
@@ -93,11 +94,11 @@ func (s *Supervisor) Usage(ctx context.Context, uid uint32) (Usage, error) {
 			u.Promised += *l.MemoryMax
 		}
 	}
-	own, err := s.sliceUsage(ctx, units.OwnerSlice(uid))
+	own, err := s.usage.read(ctx, s.cfg.Units, units.OwnerSlice(uid))
 	if err != nil {
 		return u, fmt.Errorf("the usage of uid %d: %w", uid, err)
 	}
-	all, err := s.sliceUsage(ctx, units.SliceRoot)
+	all, err := s.usage.read(ctx, s.cfg.Units, units.SliceRoot)
 	if err != nil {
 		return u, fmt.Errorf("the usage of all sandboxes: %w", err)
 	}
@@ -129,19 +130,18 @@ type sliceUsageRead struct {
 	at time.Time
 }
 
-// sliceUsage is slice name's usage, read from systemd at most
+// read is slice name's usage, read from systemd (u) at most
 // SliceUsageTTL ago.
-func (s *Supervisor) sliceUsage(ctx context.Context, name string) (units.SliceUsage, error) {
-	c := &s.usage
+func (c *sliceUsageCache) read(ctx context.Context, u Units, name string) (units.SliceUsage, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := time.Now()
 	if r, ok := c.m[name]; ok && now.Sub(r.at) < SliceUsageTTL && now.After(r.at) {
 		return r.u, nil
 	}
-	u, err := s.cfg.Units.SliceUsage(ctx, name)
+	got, err := u.SliceUsage(ctx, name)
 	if err != nil {
-		return u, err
+		return got, err
 	}
 	// Only the slices read lately are kept: at most one a user asking.
 	for k, r := range c.m {
@@ -152,8 +152,8 @@ func (s *Supervisor) sliceUsage(ctx context.Context, name string) (units.SliceUs
 	if c.m == nil {
 		c.m = map[string]sliceUsageRead{}
 	}
-	c.m[name] = sliceUsageRead{u: u, at: now}
-	return u, nil
+	c.m[name] = sliceUsageRead{u: got, at: now}
+	return got, nil
 }
 
 func deref(p *uint64) uint64 {

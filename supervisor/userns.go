@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sandboxd/sandboxd/cowfs"
 	"github.com/sandboxd/sandboxd/runtime/nsinit"
 	"github.com/sandboxd/sandboxd/supervisor/state"
 )
@@ -86,6 +87,7 @@ var ErrNoIdmap = errors.New("the sandbox has no user namespace of its own")
 
 // usernsState is what ProbeUserNS found.
 type usernsState struct {
+	cfg UserNS
 	// unavailable says why sandboxes get no user namespace (nil: they do).
 	unavailable error
 }
@@ -99,8 +101,8 @@ type idSpan struct{ first, count uint64 }
 // without. Call it once, before serving.
 func (s *Supervisor) ProbeUserNS(ctx context.Context) error {
 	cfg := s.cfg.UserNS
-	s.userns = usernsState{}
-	s.userns.unavailable = s.idmapUnavailable()
+	s.userns = usernsState{cfg: cfg}
+	s.userns.unavailable = idmapUnavailable(cfg, s.cfg.InitCommand, s.cfg.Backend.Info())
 	if s.userns.unavailable == nil {
 		s.log.Info("sandboxes get user namespaces", "root_layers", strings.Join(cfg.RootLayers, ":"),
 			"ids", fmt.Sprintf("%d-%d", cfg.First, uint64(cfg.First)+uint64(cfg.Count)-1))
@@ -117,12 +119,10 @@ func (s *Supervisor) ProbeUserNS(ctx context.Context) error {
 
 // idmapUnavailable is why sandboxes cannot have user namespaces (nil:
 // they can).
-func (s *Supervisor) idmapUnavailable() error {
-	cfg := s.cfg.UserNS
+func idmapUnavailable(cfg UserNS, initCommand []string, info cowfs.Info) error {
 	if cfg.Mode == "" || cfg.Mode == UserNSOff {
 		return errors.New("user namespaces are off (sandbox.userns)")
 	}
-	info := s.cfg.Backend.Info()
 	if !info.Capabilities.Idmap || !info.Capabilities.OverlayUpper {
 		why := "it cannot"
 		switch {
@@ -155,7 +155,7 @@ func (s *Supervisor) idmapUnavailable() error {
 	// host user has (nor, but for an owner of a high id, a sandbox).
 	last := uint32(uint64(cfg.First) + uint64(cfg.Count) - 1)
 	probe := &nsinit.IDMap{UIDs: []nsinit.Extent{{Host: last, Count: 1}}, GIDs: []nsinit.Extent{{Host: last, Count: 1}}}
-	errs, err := nsinit.ProbeIdmap(s.cfg.InitCommand, probe, paths...)
+	errs, err := nsinit.ProbeIdmap(initCommand, probe, paths...)
 	if err != nil {
 		return err
 	}
@@ -175,8 +175,8 @@ func (s *Supervisor) idmapUnavailable() error {
 // record (recs: all of them, a destroying sandbox's too) and no host id
 // holds, and maps owner's ids in it. nil: sandboxes get no user
 // namespace here.
-func (s *Supervisor) allocateIDs(recs []state.Entry, owner uint32) (*state.IDMap, error) {
-	if s.userns.unavailable != nil {
+func (u *usernsState) allocateIDs(recs []state.Entry, owner uint32) (*state.IDMap, error) {
+	if u.unavailable != nil {
 		return nil, nil
 	}
 	// Read at each create: a user added since the daemon started has
@@ -189,7 +189,7 @@ func (s *Supervisor) allocateIDs(recs []state.Entry, owner uint32) (*state.IDMap
 	// every capability in it): an account the name service knows (LDAP,
 	// sssd; not in the files above) must not have it.
 	for range 64 {
-		m, err := s.allocate(recs, reserved, owner)
+		m, err := u.allocate(recs, reserved, owner)
 		if err != nil || m == nil || !accountHas(m.Base) {
 			return m, err
 		}
@@ -210,14 +210,14 @@ func accountHas(id uint32) bool {
 }
 
 // allocate is allocateIDs with the host's ids given.
-func (s *Supervisor) allocate(recs []state.Entry, reserved []idSpan, owner uint32) (*state.IDMap, error) {
+func (u *usernsState) allocate(recs []state.Entry, reserved []idSpan, owner uint32) (*state.IDMap, error) {
 	held := map[uint32]bool{}
 	for _, r := range recs {
 		if r.HasIDs {
 			held[r.IDBase] = true
 		}
 	}
-	cfg := s.cfg.UserNS
+	cfg := u.cfg
 	first := (uint64(cfg.First) + IDBlock - 1) / IDBlock * IDBlock
 	for b := first; b+IDBlock <= uint64(cfg.First)+uint64(cfg.Count) && b+IDBlock <= 1<<32; b += IDBlock {
 		if held[uint32(b)] || reservedIn(reserved, b) {

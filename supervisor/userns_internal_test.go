@@ -68,7 +68,7 @@ func TestMapIDsOfRootAndOfAHighOwner(t *testing.T) {
 }
 
 func TestAllocateIDsSkipsHeldAndReservedBlocks(t *testing.T) {
-	s := &Supervisor{cfg: Config{UserNS: UserNS{First: 0x80000 + 5, Count: 3 * IDBlock}}}
+	s := &usernsState{cfg: UserNS{First: 0x80000 + 5, Count: 3 * IDBlock}}
 	reserved := []idSpan{{first: 0x90000 + 7, count: 1}}   // a host user in block 0x90000
 	recs := []state.Entry{{IDBase: 0xa0000, HasIDs: true}} // block 0xa0000: held
 	// The range starts mid-block: the first whole block is 0x90000,
@@ -77,7 +77,7 @@ func TestAllocateIDsSkipsHeldAndReservedBlocks(t *testing.T) {
 	if m, err := s.allocate(recs, reserved, 1000); err == nil {
 		t.Errorf("allocated %d; want no free block", m.Base)
 	}
-	s.cfg.UserNS.Count = 6 * IDBlock
+	s.cfg.Count = 6 * IDBlock
 	m, err := s.allocate(recs, reserved, 1000)
 	if err != nil || m.Base != 0xb0000 {
 		t.Errorf("allocated %+v, %v; want the block at 0xb0000", m, err)

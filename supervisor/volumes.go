@@ -118,26 +118,22 @@ func DeleteVolume(ctx context.Context, b cowfs.Backend, name string) error {
 	return nil
 }
 
-// deleteVolume is DeleteVolume in the daemon's pool.
-func (s *Supervisor) deleteVolume(ctx context.Context, name string) error {
-	return DeleteVolume(ctx, s.cfg.Backend, name)
-}
-
 // Names of a promotion's volumes: the sandbox's source snapshot, each
 // stage's rollback point, and the promoted project's snapshot that the
 // replica stages receive. Reconcile removes those of finished promotions.
-func promotionPrefix(pid string) string { return prefixPromotion + pid + "-" }
-func sourceName(pid string) string      { return promotionPrefix(pid) + "src" }
-func rollbackName(pid string, stage int) string {
+func promotionPrefix(pid string) string     { return prefixPromotion + pid + "-" }
+func PromotionSourceName(pid string) string { return promotionPrefix(pid) + "src" }
+func PromotionRollbackName(pid string, stage int) string {
 	return fmt.Sprintf("%srp%d", promotionPrefix(pid), stage)
 }
-func promotedName(pid string) string { return promotionPrefix(pid) + "out" }
+func PromotionOutName(pid string) string { return promotionPrefix(pid) + "out" }
 
-// checkSandboxName is the name of the sandbox a promotion's checks run in.
-func checkSandboxName(pid string) string { return prefixCheckSandbox + pid }
+// PromotionCheckSandboxName is the name of the sandbox a promotion's
+// checks run in.
+func PromotionCheckSandboxName(pid string) string { return prefixCheckSandbox + pid }
 
-// promotionOf tells a promotion volume's promotion id.
-func promotionOf(volume string) (string, bool) {
+// PromotionOf tells a promotion volume's promotion id.
+func PromotionOf(volume string) (string, bool) {
 	rest, ok := strings.CutPrefix(volume, prefixPromotion)
 	if !ok {
 		return "", false

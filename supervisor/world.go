@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -29,7 +30,7 @@ func layerName(id string) string { return prefixLayer + id }
 
 // runtimeDir is the sandbox's directory for its init (root mountpoint,
 // control socket).
-func (s *Supervisor) runtimeDir(id string) string { return filepath.Join(s.cfg.RuntimeDir, id) }
+func (w *worlds) dir(id string) string { return filepath.Join(w.root, id) }
 
 // world is what the daemon holds of a live sandbox's init: its pid, and
 // the proxy it serves into its network namespace.
@@ -40,6 +41,14 @@ type world struct {
 }
 
 type worlds struct {
+	// root holds each live sandbox's runtime directory (Config.RuntimeDir).
+	root string
+	// initCommand starts an init (Config.InitCommand); reaper collects
+	// the inits' exits while the daemon runs.
+	initCommand []string
+	reaper      reaper
+	log         *slog.Logger
+
 	mu sync.Mutex
 	m  map[string]*world
 	// egress counts the connections through all the sandboxes' proxies,
@@ -97,7 +106,7 @@ func (s *Supervisor) spec(ctx context.Context, rec state.Record) (nsinit.Spec, e
 	spec := nsinit.Spec{
 		ID:       rec.ID,
 		Hostname: prefixUnit + rec.ID,
-		Dir:      s.runtimeDir(rec.ID),
+		Dir:      s.worlds.dir(rec.ID),
 		Project:  nsinit.Bind{Source: vol.Path, Target: s.projects.SeenAt(rec.Project, project), ReadOnly: rec.ReadOnlyProject},
 		Hidden:   slices.Clone(rec.Hidden),
 		ReadOnly: rec.ReadOnly,
@@ -119,7 +128,7 @@ func (s *Supervisor) spec(ctx context.Context, rec state.Record) (nsinit.Spec, e
 		spec.Hidden = append(spec.Hidden, root)
 	}
 	if rec.IDs != nil {
-		spec.StateDirs = s.stateDirsOf(rec)
+		spec.StateDirs = s.stateDirs.of(rec)
 		for _, p := range usernsHidden {
 			if !slices.Contains(spec.Hidden, p) {
 				spec.Hidden = append(spec.Hidden, p)
@@ -146,11 +155,11 @@ func (s *Supervisor) spec(ctx context.Context, rec state.Record) (nsinit.Spec, e
 
 // makeLayer makes the volume of a sandbox's system layer, where the pool
 // can carry an overlay's upper layer; elsewhere the layer is a tmpfs.
-func (s *Supervisor) makeLayer(ctx context.Context, rec *state.Record) (cowfs.Volume, bool, error) {
-	if !s.cfg.Backend.Info().Capabilities.OverlayUpper {
+func makeLayer(ctx context.Context, b cowfs.Backend, rec *state.Record) (cowfs.Volume, bool, error) {
+	if !b.Info().Capabilities.OverlayUpper {
 		return cowfs.Volume{}, false, nil
 	}
-	v, err := s.cfg.Backend.Create(ctx, layerName(rec.ID))
+	v, err := b.Create(ctx, layerName(rec.ID))
 	if err != nil {
 		return v, false, err
 	}
@@ -161,17 +170,17 @@ func (s *Supervisor) makeLayer(ctx context.Context, rec *state.Record) (cowfs.Vo
 // launch starts a sandbox's init, which waits for its world (startScope):
 // Create launches it first, so that the program's start overlaps the
 // snapshots.
-func (s *Supervisor) launch(rec state.Record) (*nsinit.Init, error) {
-	if len(s.cfg.InitCommand) == 0 {
+func (w *worlds) launch(rec state.Record) (*nsinit.Init, error) {
+	if len(w.initCommand) == 0 {
 		return nil, errors.New("no init command configured")
 	}
-	init, err := nsinit.Launch(s.cfg.InitCommand, rec.Network, nsIDs(rec.IDs))
+	init, err := nsinit.Launch(w.initCommand, rec.Network, nsIDs(rec.IDs))
 	if err != nil {
 		return nil, err
 	}
 	// The reaper collects its exit status when it ends while the daemon
 	// runs (a destroy, RuntimeMax); after a restart, systemd does.
-	s.reaper.add(init.PID)
+	w.reaper.add(init.PID)
 	return init, nil
 }
 
@@ -196,7 +205,7 @@ func (s *Supervisor) idmapMounts(init *nsinit.Init, rec state.Record, spec nsini
 }
 
 // startProxy serves the allowlist's proxy on the sandbox's loopback.
-func (s *Supervisor) startProxy(rec state.Record, w *world) error {
+func (ws *worlds) startProxy(rec state.Record, w *world) error {
 	if rec.Network != nsinit.NetworkAllowlist {
 		return nil
 	}
@@ -213,12 +222,12 @@ func (s *Supervisor) startProxy(rec state.Record, w *world) error {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	w.stopProxy, w.proxyClosed = cancel, make(chan struct{})
-	p := &egress.Proxy{Allow: allow, Log: s.log, Sandbox: rec.ID, Dialer: ownerDialer{uid: rec.Owner},
-		Conns: &s.worlds.egress, Owner: rec.Owner}
+	p := &egress.Proxy{Allow: allow, Log: ws.log, Sandbox: rec.ID, Dialer: ownerDialer{uid: rec.Owner},
+		Conns: &ws.egress, Owner: rec.Owner}
 	go func() {
 		defer close(w.proxyClosed)
 		if err := p.Serve(ctx, ln); err != nil {
-			s.log.Error("the allowlist proxy stopped", "SANDBOX_ID", rec.ID, "error", err)
+			ws.log.Error("the allowlist proxy stopped", "SANDBOX_ID", rec.ID, "error", err)
 		}
 	}()
 	return nil
@@ -227,7 +236,7 @@ func (s *Supervisor) startProxy(rec state.Record, w *world) error {
 // adoptWorld finds the init of a sandbox that outlived a daemon restart,
 // and serves its proxy again.
 func (s *Supervisor) adoptWorld(ctx context.Context, rec state.Record) error {
-	pid, err := nsinit.PeerPID(ctx, nsinit.Control(s.runtimeDir(rec.ID)))
+	pid, err := nsinit.PeerPID(ctx, nsinit.Control(s.worlds.dir(rec.ID)))
 	if err != nil {
 		return err
 	}
@@ -241,11 +250,11 @@ func (s *Supervisor) adoptWorld(ctx context.Context, rec state.Record) error {
 		}
 	}
 	w := &world{pid: pid}
-	if err := s.startProxy(rec, w); err != nil {
+	if err := s.worlds.startProxy(rec, w); err != nil {
 		return err
 	}
 	s.worlds.set(rec.ID, w)
-	s.started(ctx, Started{Record: rec, PID: pid, Adopted: true})
+	s.hooks.started(ctx, Started{Record: rec, PID: pid, Adopted: true})
 	return nil
 }
 
@@ -253,7 +262,7 @@ func (s *Supervisor) adoptWorld(ctx context.Context, rec state.Record) error {
 // directory.
 func (s *Supervisor) removeWorld(id string) error {
 	s.forget(id)
-	dir := s.runtimeDir(id)
+	dir := s.worlds.dir(id)
 	_ = os.Remove(nsinit.Control(dir))
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("removing %s: %w", dir, err)
@@ -264,15 +273,15 @@ func (s *Supervisor) removeWorld(id string) error {
 // current is rec as it is now: a live sandbox whose init is gone (killed,
 // or dead by itself) is stopped, though its record says otherwise until
 // the daemon's next start starts it again (Reconcile).
-func (s *Supervisor) current(rec state.Record) state.Record {
-	rec.State = s.currentState(rec.ID, rec.State)
+func (w *worlds) current(rec state.Record) state.Record {
+	rec.State = w.currentState(rec.ID, rec.State)
 	return rec
 }
 
 // currentState is what current says of a sandbox's state st.
-func (s *Supervisor) currentState(id string, st state.State) state.State {
+func (w *worlds) currentState(id string, st state.State) state.State {
 	if st == state.Ready || st == state.Running || st == state.Frozen {
-		if w := s.worlds.get(id); w != nil && syscall.Kill(w.pid, 0) == syscall.ESRCH {
+		if x := w.get(id); x != nil && syscall.Kill(x.pid, 0) == syscall.ESRCH {
 			return state.Stopped
 		}
 	}
@@ -282,8 +291,8 @@ func (s *Supervisor) currentState(id string, st state.State) state.State {
 // roomInPool refuses a create on a pool that is full: a snapshot takes no
 // data, so the sandbox would be made, and could not write a byte. Only a
 // pool that is a directory (btrfs) is checked; a ZFS root is a dataset.
-func (s *Supervisor) roomInPool() error {
-	root := s.cfg.Backend.Info().Root
+func roomInPool(b cowfs.Backend) error {
+	root := b.Info().Root
 	var st syscall.Statfs_t
 	if !filepath.IsAbs(root) || syscall.Statfs(root, &st) != nil || st.Bavail*uint64(st.Bsize) >= 1<<20 {
 		return nil

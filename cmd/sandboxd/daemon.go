@@ -27,6 +27,7 @@ import (
 	"github.com/sandboxd/sandboxd/supervisor/journal"
 	"github.com/sandboxd/sandboxd/supervisor/ports"
 	"github.com/sandboxd/sandboxd/supervisor/projects"
+	"github.com/sandboxd/sandboxd/supervisor/promotion"
 	"github.com/sandboxd/sandboxd/supervisor/state"
 	"github.com/sandboxd/sandboxd/supervisor/try"
 	"github.com/sandboxd/sandboxd/units"
@@ -125,7 +126,6 @@ func run(ctx context.Context, configPath string) error {
 		IdleFreeze:  time.Duration(lim.IdleFreeze),
 		Audit:       auditLog,
 		Log:         log,
-		Stages:      stagesOf(cfg),
 		UserNS: supervisor.UserNS{
 			Mode: cfg.Sandbox.UserNS, RootLayers: cfg.Sandbox.RootLayers,
 			First: cfg.Sandbox.UserNSFirstID, Count: cfg.Sandbox.UserNSIDCount,
@@ -143,7 +143,7 @@ func run(ctx context.Context, configPath string) error {
 
 	rooms.Checkpoints = checkpoints.New(sup.Host().(checkpoints.Host), checkpoints.Config{MaxCheckpoints: lim.MaxCheckpoints})
 
-	// (promotion)
+	rooms.Promotion = promotion.New(sup.Host().(promotion.Host), promotion.Config{Stages: stagesOf(cfg), Runner: rooms.Commands})
 
 	rooms.Adoptions = adopt.New(sup.Host().(adopt.Host), adopt.Config{
 		// The embedded pool, which only the daemon mounts: adopted
@@ -268,10 +268,10 @@ func watchdog(ctx context.Context, every time.Duration) {
 }
 
 // stagesOf is the configuration's stages as the supervisor runs them.
-func stagesOf(cfg *config.Config) []supervisor.Stage {
-	var out []supervisor.Stage
+func stagesOf(cfg *config.Config) []promotion.StageConfig {
+	var out []promotion.StageConfig
 	for _, st := range cfg.StageList() {
-		out = append(out, supervisor.Stage{
+		out = append(out, promotion.StageConfig{
 			Name: st.Name, Target: st.Target, Checks: st.Checks,
 			CheckTimeout: time.Duration(st.CheckTimeout),
 			Admin:        st.Approval == config.ApprovalAdmin,

@@ -11,6 +11,7 @@ import (
 	"github.com/sandboxd/sandboxd/supervisor"
 	"github.com/sandboxd/sandboxd/supervisor/checkpoints"
 	"github.com/sandboxd/sandboxd/supervisor/commands"
+	"github.com/sandboxd/sandboxd/supervisor/promotion"
 )
 
 // ErrNameTaken: another connection (another sandboxd) owns org.sandboxd1.
@@ -48,9 +49,9 @@ func fromSupervisor(err error) *dbus.Error {
 		name = sandboxd1.ErrorConflict
 	case errors.Is(err, supervisor.ErrBusy):
 		name = sandboxd1.ErrorBusy
-	case errors.Is(err, supervisor.ErrNoPromotion):
+	case errors.Is(err, promotion.ErrNoPromotion):
 		name = sandboxd1.ErrorNoSuchPromotion
-	case errors.Is(err, supervisor.ErrNothingToPromote), errors.Is(err, commands.ErrNotBooted):
+	case errors.Is(err, promotion.ErrNothingToPromote), errors.Is(err, commands.ErrNotBooted):
 		name = sandboxd1.ErrorWrongState
 	case errors.Is(err, supervisor.ErrAccessDenied):
 		name = sandboxd1.ErrorAccessDenied

@@ -553,7 +553,7 @@ func roomsOf(se *supervisortest.Env) api.Rooms {
 
 	r.Checkpoints = se.Checkpoints
 
-	// (promotion)
+	r.Promotion = se.Promotion
 
 	r.Adoptions = se.Adoptions
 

@@ -12,7 +12,12 @@ import (
 	"github.com/sandboxd/sandboxd/sandboxd1"
 	"github.com/sandboxd/sandboxd/supervisor"
 	"github.com/sandboxd/sandboxd/supervisor/api/access"
+	"github.com/sandboxd/sandboxd/supervisor/promotion"
 )
+
+// errNoPromotions answers a promotion where the daemon serves no
+// promotions.
+var errNoPromotions = errors.New("this daemon promotes nothing")
 
 // Promote(a{sv} options) -> (s promotion) starts promoting the sandbox's
 // changes through the stages. Options: Force (b) applies over conflicts;
@@ -34,7 +39,10 @@ func (o sandboxObject) Promote(sender dbus.Sender, msg dbus.Message, opts map[st
 	if _, derr := s.lookup(r, id); derr != nil {
 		return "", s.end(r, id, derr)
 	}
-	po := supervisor.PromoteOptions{Owner: r.who.UID}
+	if s.rooms.Promotion == nil {
+		return "", s.end(r, id, fromSupervisor(errNoPromotions))
+	}
+	po := promotion.PromoteOptions{Owner: r.who.UID}
 	for name, v := range opts {
 		var err error
 		switch name {
@@ -59,8 +67,8 @@ func (o sandboxObject) Promote(sender dbus.Sender, msg dbus.Message, opts map[st
 		return "", s.end(r, id, dbusError(sandboxd1.ErrorAccessDenied,
 			"promoting sandbox %s: only an admin may allow set-id files, device nodes and file capabilities into a project; uid %d is not one", id, r.who.UID))
 	}
-	p, err := s.sup.Promote(r.ctx, id, po)
-	if errors.Is(err, supervisor.ErrPrivileged) {
+	p, err := s.rooms.Promotion.Promote(r.ctx, id, po)
+	if errors.Is(err, promotion.ErrPrivileged) {
 		return p.ID, s.end(r, id, dbus.NewError(sandboxd1.ErrorAccessDenied, []any{err.Error()}))
 	}
 	if err != nil {
@@ -80,7 +88,7 @@ func boolOption(name string, v dbus.Variant, b *bool) error {
 
 // visiblePromotion says whether the caller may see promotion p: its own,
 // or any for an admin.
-func visiblePromotion(who access.Caller, p supervisor.Promotion) bool {
+func visiblePromotion(who access.Caller, p promotion.Promotion) bool {
 	return who.Admin || p.Owner == who.UID
 }
 
@@ -92,7 +100,10 @@ func (m manager) ListPromotions(sender dbus.Sender) ([]sandboxd1.PromotionEntry,
 	if derr != nil {
 		return nil, derr
 	}
-	ps, err := s.sup.Promotions(r.ctx)
+	if s.rooms.Promotion == nil {
+		return nil, s.end(r, "", fromSupervisor(errNoPromotions))
+	}
+	ps, err := s.rooms.Promotion.List(r.ctx)
 	if err != nil {
 		return nil, s.end(r, "", fromSupervisor(err))
 	}
@@ -110,7 +121,7 @@ func (m manager) ListPromotions(sender dbus.Sender) ([]sandboxd1.PromotionEntry,
 }
 
 // currentStage is the stage a promotion is at: the first not passed.
-func currentStage(p supervisor.Promotion) string {
+func currentStage(p promotion.Promotion) string {
 	for _, st := range p.Stages {
 		if st.State != "passed" && st.State != "skipped" {
 			return st.Name
@@ -143,11 +154,14 @@ func (m manager) GetPromotion(sender dbus.Sender, id string) (string, *dbus.Erro
 }
 
 // promotion returns promotion id if the caller may see it.
-func (s *Server) promotion(r *request, id string) (supervisor.Promotion, *dbus.Error) {
+func (s *Server) promotion(r *request, id string) (promotion.Promotion, *dbus.Error) {
 	if !sandboxd1.ValidID(id) {
-		return supervisor.Promotion{}, dbusError(sandboxd1.ErrorInvalidArgs, "%q is not a promotion id", id)
+		return promotion.Promotion{}, dbusError(sandboxd1.ErrorInvalidArgs, "%q is not a promotion id", id)
 	}
-	p, err := s.sup.GetPromotion(r.ctx, id)
+	if s.rooms.Promotion == nil {
+		return promotion.Promotion{}, dbusError(sandboxd1.ErrorNoSuchPromotion, "no promotion %q", id)
+	}
+	p, err := s.rooms.Promotion.Get(r.ctx, id)
 	if err != nil || !visiblePromotion(r.who, p) {
 		return p, dbusError(sandboxd1.ErrorNoSuchPromotion, "no promotion %q", id)
 	}
@@ -158,7 +172,7 @@ func (s *Server) promotion(r *request, id string) (supervisor.Promotion, *dbus.E
 // its next stage.
 func (m manager) ApprovePromotion(sender dbus.Sender, id string) *dbus.Error {
 	return m.decide(sender, "ApprovePromotion", id, func(ctx context.Context, uid uint32) error {
-		_, err := m.s.sup.Approve(ctx, id, uid)
+		_, err := m.s.rooms.Promotion.Approve(ctx, id, uid)
 		return err
 	})
 }
@@ -166,7 +180,7 @@ func (m manager) ApprovePromotion(sender dbus.Sender, id string) *dbus.Error {
 // RejectPromotion(s id, s reason): an admin ends a promotion that waits.
 func (m manager) RejectPromotion(sender dbus.Sender, id, reason string) *dbus.Error {
 	return m.decide(sender, "RejectPromotion", id, func(ctx context.Context, uid uint32) error {
-		_, err := m.s.sup.Reject(ctx, id, uid, reason)
+		_, err := m.s.rooms.Promotion.Reject(ctx, id, uid, reason)
 		return err
 	})
 }

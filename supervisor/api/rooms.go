@@ -6,6 +6,7 @@ import (
 	"github.com/sandboxd/sandboxd/supervisor/checkpoints"
 	"github.com/sandboxd/sandboxd/supervisor/commands"
 	"github.com/sandboxd/sandboxd/supervisor/ports"
+	"github.com/sandboxd/sandboxd/supervisor/promotion"
 	"github.com/sandboxd/sandboxd/supervisor/try"
 )
 
@@ -26,7 +27,7 @@ type Rooms struct {
 	Checkpoints *checkpoints.Checkpoints
 
 	// Promotions (Promote, Approve, Reject, the records).
-	// (promotion)
+	Promotion *promotion.Promotions
 
 	// Adoption (AdoptProject, ReleaseProject).
 	Adoptions *adopt.Adoptions

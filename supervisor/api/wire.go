@@ -2,13 +2,13 @@ package api
 
 import (
 	"github.com/sandboxd/sandboxd/sandboxd1"
-	"github.com/sandboxd/sandboxd/supervisor"
+	"github.com/sandboxd/sandboxd/supervisor/promotion"
 )
 
 // wirePromotion is the promotion record p as GetPromotion sends it: the
 // contract's own type, so that the store's record may change without
 // changing the wire.
-func wirePromotion(p supervisor.Promotion) sandboxd1.Promotion {
+func wirePromotion(p promotion.Promotion) sandboxd1.Promotion {
 	out := sandboxd1.Promotion{
 		ID: p.ID, Sandbox: p.Sandbox, SandboxName: p.SandboxName, Project: p.Project, Owner: p.Owner,
 		State: string(p.State), Source: p.Source, Base: p.Base, Changes: p.Changes, Ignored: p.Ignored, Digest: p.Digest, Force: p.Force, AllowPrivileged: p.AllowPrivileged,

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/sandboxd1"
-	"github.com/sandboxd/sandboxd/supervisor"
+	"github.com/sandboxd/sandboxd/supervisor/promotion"
 	"github.com/sandboxd/sandboxd/supervisor/state"
 )
 
@@ -17,7 +17,7 @@ import (
 func TestWirePromotionIsTheStoresJSON(t *testing.T) {
 	at := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
 	admin := uint32(0)
-	full := supervisor.Promotion{
+	full := promotion.Promotion{
 		ID: "p1", Sandbox: "abc", SandboxName: "fix", Project: "web", Owner: 1000, State: state.PromotionWaiting,
 		Source: "src", Base: "base", Changes: 3, Digest: "d", Force: true, Conflicts: []string{"a", "b"},
 		Created: at, Updated: at.Add(time.Second), Error: "e",
@@ -28,7 +28,7 @@ func TestWirePromotionIsTheStoresJSON(t *testing.T) {
 			{Name: "prod", Target: "/srv/p", State: state.StagePending},
 		},
 	}
-	for name, p := range map[string]supervisor.Promotion{"full": full, "empty": {}} {
+	for name, p := range map[string]promotion.Promotion{"full": full, "empty": {}} {
 		want, err := json.Marshal(p)
 		if err != nil {
 			t.Fatal(err)

@@ -24,6 +24,7 @@ import (
 	"github.com/sandboxd/sandboxd/supervisor/checkpoints"
 	"github.com/sandboxd/sandboxd/supervisor/commands"
 	"github.com/sandboxd/sandboxd/supervisor/ports"
+	"github.com/sandboxd/sandboxd/supervisor/promotion"
 	"github.com/sandboxd/sandboxd/supervisor/state"
 	"github.com/sandboxd/sandboxd/supervisor/try"
 	"github.com/sandboxd/sandboxd/tests/testbed"
@@ -54,7 +55,8 @@ type Env struct {
 
 	Checkpoints *checkpoints.Checkpoints
 
-	// (promotion)
+	Promotion       *promotion.Promotions
+	PromotionConfig promotion.Config // its stages: its Runner is Commands
 
 	Adoptions *adopt.Adoptions
 
@@ -174,7 +176,9 @@ func (e *Env) makeRooms() {
 
 	e.Checkpoints = checkpoints.New(e.Sup.Host().(checkpoints.Host), checkpoints.Config{})
 
-	// (promotion)
+	pc := e.PromotionConfig
+	pc.Runner = e.Commands
+	e.Promotion = promotion.New(e.Sup.Host().(promotion.Host), pc)
 
 	e.Adoptions = adopt.New(e.Sup.Host().(adopt.Host), adopt.Config{})
 

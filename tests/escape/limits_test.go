@@ -12,6 +12,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/runtime/nsinit"
 	"github.com/sandboxd/sandboxd/supervisor"
+	"github.com/sandboxd/sandboxd/supervisor/admission"
 	"github.com/sandboxd/sandboxd/supervisor/checkpoints"
 	"github.com/sandboxd/sandboxd/supervisor/config"
 	"github.com/sandboxd/sandboxd/tests/testbed"
@@ -44,7 +45,7 @@ func quoteAll(args []string) []string {
 // quota, derived from the host and the pool, and they hold.
 func TestDefaultSandboxHasLimits(t *testing.T) {
 	b := newBox(t, supervisor.CreateOptions{})
-	memoryMax, tasksMax, _ := supervisor.HostDefaults(b.env.Config.Backend.Info().Root)
+	memoryMax, tasksMax, _ := admission.HostDefaults(b.env.Config.Backend.Info().Root)
 	show := testbed.MustRun(t, "systemctl", "show", "-p", "MemoryMax", "-p", "TasksMax", b.sb.Unit)
 	if !strings.Contains(show, fmt.Sprintf("MemoryMax=%d\n", memoryMax)) || !strings.Contains(show, fmt.Sprintf("TasksMax=%d\n", tasksMax)) {
 		t.Fatalf("a default sandbox's scope: %q; want MemoryMax=%d and TasksMax=%d", show, memoryMax, tasksMax)

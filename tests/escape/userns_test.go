@@ -20,6 +20,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/runtime/nsinit"
 	"github.com/sandboxd/sandboxd/supervisor"
+	"github.com/sandboxd/sandboxd/supervisor/promotion"
 	"github.com/sandboxd/sandboxd/supervisor/supervisortest"
 	"github.com/sandboxd/sandboxd/tests/testbed"
 )
@@ -166,8 +167,8 @@ func TestSetuidFilesKeepTheirBitOnlyInside(t *testing.T) {
 		outside(t, nobody, "running id", "/usr/bin/id -u")
 		outsideFails(t, nobody, "running the sandbox's set-uid file", disk+" -u")
 	}
-	_, err := b.env.Sup.Promote(ctx, b.sb.ID, supervisor.PromoteOptions{})
-	if !errors.Is(err, supervisor.ErrPrivileged) || !strings.Contains(fmt.Sprint(err), "escape-suid") {
+	_, err := b.env.Promotion.Promote(ctx, b.sb.ID, promotion.PromoteOptions{})
+	if !errors.Is(err, promotion.ErrPrivileged) || !strings.Contains(fmt.Sprint(err), "escape-suid") {
 		t.Errorf("ESCAPE: promoting a sandbox whose project holds a set-uid root file: %v; want refused with ErrPrivileged naming it", err)
 	}
 }

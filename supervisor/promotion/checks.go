@@ -1,18 +1,21 @@
-package supervisor
+package promotion
 
 // A promotion's checks: the project stage's checks run in a sandbox of the
 // promoted project; privileged files are refused unless an admin allows.
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/sandboxd/sandboxd/cowfs"
 	"github.com/sandboxd/sandboxd/internal/crashpoint"
 	"github.com/sandboxd/sandboxd/promote"
 	"github.com/sandboxd/sandboxd/runtime/nsinit"
+	"github.com/sandboxd/sandboxd/supervisor"
 	"github.com/sandboxd/sandboxd/supervisor/audit"
 	"github.com/sandboxd/sandboxd/supervisor/state"
 )
@@ -29,12 +32,12 @@ const (
 // a path to an owner other than the promoter (root, www-data, another
 // user), naming each, unless allow (an admin's
 // word), which is then logged and audited with the paths.
-func (s *Supervisor) checkPrivileged(ctx context.Context, p *Promotion, changes []cowfs.Change, source, base cowfs.Volume, allow bool) error {
+func (r *Promotions) checkPrivileged(ctx context.Context, p *Promotion, changes []cowfs.Change, source, base cowfs.Volume, allow bool) error {
 	found, err := promote.Privileged(ctx, changes, source.Path, "") // root's own files are root's to give
 	if p.Owner != 0 {
 		// Root in the sandbox may give its copy's files to anyone; its
 		// promoter may give the host's only to itself and its groups.
-		found, err = promote.PrivilegedFor(ctx, changes, source.Path, base.Path, promote.Promoter{UID: p.Owner, GIDs: ownerGroups(p.Owner)})
+		found, err = promote.PrivilegedFor(ctx, changes, source.Path, base.Path, promote.Promoter{UID: p.Owner, GIDs: r.h.OwnerGroups(p.Owner)})
 	}
 	if err != nil {
 		return err
@@ -51,9 +54,9 @@ func (s *Supervisor) checkPrivileged(ctx context.Context, p *Promotion, changes 
 	for i, f := range found {
 		paths[i] = f.String()
 	}
-	s.log.Warn("promotion carries privileged files, allowed by an admin", "promotion", p.ID, "SANDBOX_ID", p.Sandbox,
+	r.h.Log().Warn("promotion carries privileged files, allowed by an admin", "promotion", p.ID, "SANDBOX_ID", p.Sandbox,
 		"CALLER_UID", p.Owner, "paths", strings.Join(paths, ", "))
-	s.auditEntry(ctx, audit.Entry{Action: "promote-privileged", Command: "allowed by an admin: " + strings.Join(paths, ", "),
+	r.h.AuditEntry(ctx, audit.Entry{Action: "promote-privileged", Command: "allowed by an admin: " + strings.Join(paths, ", "),
 		Promotion: &audit.Promotion{ID: p.ID, State: string(p.State), Changes: p.Changes, Digest: p.Digest}},
 		state.Record{ID: p.Sandbox, Project: p.Project}, nil)
 	return nil
@@ -71,37 +74,36 @@ func failedCheck(results []state.CheckResult) error {
 
 // checkInSandbox runs the stage's checks, one after the other, in a new
 // sandbox of the promoted project, so that a check that writes cannot
-// change it; the sandbox goes after.
-func (s *Supervisor) checkInSandbox(ctx context.Context, p *Promotion, st Stage) (results []state.CheckResult, err error) {
+// change it; the sandbox goes after. The sandbox is the daemon's own
+// (its owner the promoter): the promoter's right to the project was
+// checked by Promote.
+func (r *Promotions) checkInSandbox(ctx context.Context, p *Promotion, st StageConfig) (results []state.CheckResult, err error) {
 	crashpoint.Hit(crashpoint.PromoteChecking)
 	// A stage run in the background (resumed by an approval, or after a
 	// restart) is the daemon's own work: its check sandbox says so.
-	if _, err := ActorOf(ctx); err != nil {
-		ctx = WithActor(ctx, Daemon("promotion checks"))
+	if _, err := supervisor.ActorOf(ctx); err != nil {
+		ctx = supervisor.WithActor(ctx, supervisor.Daemon("promotion checks"))
 	}
-	timeout := st.CheckTimeout
-	if timeout == 0 {
-		timeout = defaultCheckTimeout
-	}
-	sb, err := s.Create(ctx, CreateOptions{
-		Project: p.Project, Name: checkSandboxName(p.ID), Owner: p.Owner,
+	timeout := checkTimeout(st)
+	sb, err := r.h.Create(ctx, supervisor.CreateOptions{
+		Project: p.Project, Name: supervisor.PromotionCheckSandboxName(p.ID), Owner: p.Owner,
 		TTL: time.Duration(len(st.Checks)+1) * timeout, Applied: true, NoCache: true,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("making a sandbox for the checks: %w", err)
 	}
 	defer func() {
-		if derr := s.Destroy(context.WithoutCancel(ctx), sb.ID); derr != nil {
-			s.log.Error("destroying a check sandbox", "SANDBOX_ID", sb.ID, "error", derr)
+		if derr := r.h.Destroy(context.WithoutCancel(ctx), sb.ID); derr != nil {
+			r.h.Log().Error("destroying a check sandbox", "SANDBOX_ID", sb.ID, "error", derr)
 		}
 	}()
 	for _, check := range st.Checks {
-		r, err := s.runCheck(ctx, sb.ID, p.Owner, check, timeout)
+		res, err := r.runCheck(ctx, sb.ID, p.Owner, check, timeout)
 		if err != nil {
 			return results, err
 		}
-		results = append(results, r)
-		if r.How != nsinit.Exited || r.Status != 0 {
+		results = append(results, res)
+		if res.How != nsinit.Exited || res.Status != 0 {
 			break // the first failure decides
 		}
 	}
@@ -110,18 +112,50 @@ func (s *Supervisor) checkInSandbox(ctx context.Context, p *Promotion, st Stage)
 
 // runCheck runs command with sh -c in sandbox id as uid, and keeps the
 // end of its output.
-func (s *Supervisor) runCheck(ctx context.Context, id string, uid uint32, command string, timeout time.Duration) (state.CheckResult, error) {
-	r := state.CheckResult{Command: command}
-	c, err := s.runCaptured(ctx, id, ExecOptions{
+func (r *Promotions) runCheck(ctx context.Context, id string, uid uint32, command string, timeout time.Duration) (state.CheckResult, error) {
+	res := state.CheckResult{Command: command}
+	c, err := r.cfg.Runner.RunCaptured(ctx, id, supervisor.ExecOptions{
 		Argv: []string{"/bin/sh", "-c", command}, UID: uid, AsRoot: uid == 0, Timeout: timeout,
 	}, checkOutput)
 	if err != nil {
-		return r, fmt.Errorf("running check %q: %w", command, err)
+		return res, fmt.Errorf("running check %q: %w", command, err)
 	}
-	r.Duration, r.How, r.Output = c.Took, string(c.How), c.Output
-	r.Status = c.Code
+	res.Duration, res.How, res.Output = c.Took, string(c.How), c.Output
+	res.Status = c.Code
 	if c.Signal != 0 {
-		r.Status = 128 + c.Signal
+		res.Status = 128 + c.Signal
 	}
-	return r, nil
+	return res, nil
+}
+
+// tailBuffer keeps the last max bytes written to it (by any number of
+// writers), and says how many it cut: a replica's check's output.
+type tailBuffer struct {
+	max  int
+	mu   sync.Mutex
+	buf  []byte
+	lost int64
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf = append(t.buf, p...)
+	if over := len(t.buf) - t.max; over > 0 {
+		t.lost += int64(over)
+		t.buf = append(t.buf[:0], t.buf[over:]...)
+	}
+	return len(p), nil
+}
+
+// String is what was kept, as valid UTF-8 (it goes into records and onto
+// the bus), after a line that says how much was cut, if anything was.
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	kept := string(bytes.ToValidUTF8(t.buf, []byte("?")))
+	if t.lost > 0 {
+		return fmt.Sprintf("[... the first %d bytes are cut ...]\n", t.lost) + kept
+	}
+	return kept
 }

@@ -1,4 +1,4 @@
-package supervisor_test
+package promotion_test
 
 import (
 	"errors"
@@ -11,25 +11,25 @@ import (
 
 	"github.com/sandboxd/sandboxd/internal/treetest"
 	"github.com/sandboxd/sandboxd/supervisor"
+	"github.com/sandboxd/sandboxd/supervisor/promotion"
 	"github.com/sandboxd/sandboxd/supervisor/state"
 )
 
 // promoteEnv is a supervisor whose stages are given.
-func promoteEnv(t *testing.T, stages ...supervisor.Stage) *env {
+func promoteEnv(t *testing.T, stages ...promotion.StageConfig) *env {
 	t.Helper()
 	e := newEnv(t)
-	e.cfg.Stages = stages
-	e.sup = supervisor.New(e.cfg)
-	e.cmds = commandsOf(e.sup)
+	e.se.PromotionConfig.Stages = stages
+	e.remake(t)
 	return e
 }
 
 // waitPromotion waits until promotion pid is no longer running.
-func waitPromotion(t *testing.T, sup *supervisor.Supervisor, pid string) supervisor.Promotion {
+func waitPromotion(t *testing.T, pr *promotion.Promotions, pid string) promotion.Promotion {
 	t.Helper()
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
-		p, err := sup.GetPromotion(ctx, pid)
+		p, err := pr.Get(ctx, pid)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -44,7 +44,7 @@ func waitPromotion(t *testing.T, sup *supervisor.Supervisor, pid string) supervi
 }
 
 func TestPromotionAppliesTheChangeExactly(t *testing.T) {
-	e := promoteEnv(t, supervisor.Stage{Name: "project", Target: "project",
+	e := promoteEnv(t, promotion.StageConfig{Name: "project", Target: "project",
 		Checks: []string{"grep -q fixed index.html", "test -x bin/run && test -L current"}})
 	for _, f := range []struct{ path, data string }{{"old.txt", "old\n"}, {"gone/a", "a\n"}, {"keep/b", "b\n"}} {
 		if err := os.MkdirAll(filepath.Join(e.project, filepath.Dir(f.path)), 0o755); err != nil {
@@ -77,11 +77,11 @@ chmod 600 keep/b`
 	want := treetest.Describe(t, sb.Path)
 	want["theirs.txt"] = `-rw-r--r-- "theirs\n"`
 
-	p, err := e.sup.Promote(ctx, sb.ID, supervisor.PromoteOptions{})
+	p, err := e.pr.Promote(ctx, sb.ID, promotion.PromoteOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	p = waitPromotion(t, e.sup, p.ID)
+	p = waitPromotion(t, e.pr, p.ID)
 	if p.State != state.PromotionDone || p.Stages[0].State != state.StagePassed {
 		t.Fatalf("promotion ended %s: %+v", p.State, p)
 	}
@@ -112,11 +112,11 @@ chmod 600 keep/b`
 	if out, res := runAs(t, e.cmds, sb.ID, 0, "echo '<h1>fixed twice</h1>' > index.html"); res.Code != 0 {
 		t.Fatalf("%v %s", res, out)
 	}
-	p2, err := e.sup.Promote(ctx, sb.ID, supervisor.PromoteOptions{})
+	p2, err := e.pr.Promote(ctx, sb.ID, promotion.PromoteOptions{})
 	if err != nil {
 		t.Fatalf("promoting again: %v", err)
 	}
-	if p2 = waitPromotion(t, e.sup, p2.ID); p2.State != state.PromotionDone {
+	if p2 = waitPromotion(t, e.pr, p2.ID); p2.State != state.PromotionDone {
 		t.Fatalf("the second promotion: %+v", p2)
 	}
 	p = p2
@@ -139,7 +139,7 @@ func TestPromotionRefusesConflictsByName(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := treetest.Describe(t, e.project)
-	_, err = e.sup.Promote(ctx, sb.ID, supervisor.PromoteOptions{})
+	_, err = e.pr.Promote(ctx, sb.ID, promotion.PromoteOptions{})
 	if !errors.Is(err, supervisor.ErrConflict) || !strings.Contains(err.Error(), "index.html") || strings.Contains(err.Error(), "mine.txt") {
 		t.Fatalf("promoting over a conflict: %v; want ErrConflict naming index.html alone", err)
 	}
@@ -149,16 +149,16 @@ func TestPromotionRefusesConflictsByName(t *testing.T) {
 			t.Errorf("volume %s left after a refused promotion", v)
 		}
 	}
-	ps, _ := e.sup.Promotions(ctx)
+	ps, _ := e.pr.List(ctx)
 	if len(ps) != 1 || ps[0].State != state.PromotionFailed || !slices.Equal(ps[0].Conflicts, []string{"index.html"}) {
 		t.Fatalf("the refused promotion's record: %+v", ps)
 	}
 
-	p, err := e.sup.Promote(ctx, sb.ID, supervisor.PromoteOptions{Force: true})
+	p, err := e.pr.Promote(ctx, sb.ID, promotion.PromoteOptions{Force: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p = waitPromotion(t, e.sup, p.ID); p.State != state.PromotionDone {
+	if p = waitPromotion(t, e.pr, p.ID); p.State != state.PromotionDone {
 		t.Fatalf("forced promotion: %+v", p)
 	}
 	if data, _ := os.ReadFile(filepath.Join(e.project, "index.html")); string(data) != "sandbox\n" {
@@ -167,7 +167,7 @@ func TestPromotionRefusesConflictsByName(t *testing.T) {
 }
 
 func TestFailedCheckLeavesTheProjectAsItWas(t *testing.T) {
-	e := promoteEnv(t, supervisor.Stage{Name: "project", Target: "project",
+	e := promoteEnv(t, promotion.StageConfig{Name: "project", Target: "project",
 		Checks: []string{"echo checking; test -f must-exist || { echo 'must-exist is missing' >&2; exit 3; }"}})
 	sb, err := e.sup.Create(ctx, supervisor.CreateOptions{Project: "web"})
 	if err != nil {
@@ -177,11 +177,11 @@ func TestFailedCheckLeavesTheProjectAsItWas(t *testing.T) {
 		t.Fatalf("%v %s", res, out)
 	}
 	before := treetest.Describe(t, e.project)
-	p, err := e.sup.Promote(ctx, sb.ID, supervisor.PromoteOptions{})
+	p, err := e.pr.Promote(ctx, sb.ID, promotion.PromoteOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	p = waitPromotion(t, e.sup, p.ID)
+	p = waitPromotion(t, e.pr, p.ID)
 	if p.State != state.PromotionFailed || p.Stages[0].State != state.StageFailed {
 		t.Fatalf("promotion with a failing check: %+v", p)
 	}
@@ -206,7 +206,7 @@ func TestFailedCheckLeavesTheProjectAsItWas(t *testing.T) {
 }
 
 func TestAdminApprovalGatesAStage(t *testing.T) {
-	e := promoteEnv(t, supervisor.Stage{Name: "project", Target: "project", Admin: true})
+	e := promoteEnv(t, promotion.StageConfig{Name: "project", Target: "project", Admin: true})
 	sb, err := e.sup.Create(ctx, supervisor.CreateOptions{Project: "web"})
 	if err != nil {
 		t.Fatal(err)
@@ -215,25 +215,25 @@ func TestAdminApprovalGatesAStage(t *testing.T) {
 		t.Fatalf("%v %s", res, out)
 	}
 	before := treetest.Describe(t, e.project)
-	p, err := e.sup.Promote(ctx, sb.ID, supervisor.PromoteOptions{})
+	p, err := e.pr.Promote(ctx, sb.ID, promotion.PromoteOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p = waitPromotion(t, e.sup, p.ID); p.State != state.PromotionWaiting || p.Stages[0].State != state.StageWaiting {
+	if p = waitPromotion(t, e.pr, p.ID); p.State != state.PromotionWaiting || p.Stages[0].State != state.StageWaiting {
 		t.Fatalf("promotion before approval: %+v", p)
 	}
 	treetest.Equal(t, "the project before approval", treetest.Describe(t, e.project), before)
-	if _, err := e.sup.Approve(ctx, p.ID, 0); err != nil {
+	if _, err := e.pr.Approve(ctx, p.ID, 0); err != nil {
 		t.Fatal(err)
 	}
-	p = waitPromotion(t, e.sup, p.ID)
+	p = waitPromotion(t, e.pr, p.ID)
 	if p.State != state.PromotionDone || !p.Stages[0].Approved || p.Stages[0].DecidedBy == nil {
 		t.Fatalf("promotion after approval: %+v", p)
 	}
 	if data, _ := os.ReadFile(filepath.Join(e.project, "index.html")); string(data) != "approved\n" {
 		t.Fatalf("index.html after approval: %q", data)
 	}
-	if _, err := e.sup.Approve(ctx, p.ID, 0); !errors.Is(err, supervisor.ErrWrongState) {
+	if _, err := e.pr.Approve(ctx, p.ID, 0); !errors.Is(err, supervisor.ErrWrongState) {
 		t.Fatalf("approving a done promotion: %v; want ErrWrongState", err)
 	}
 
@@ -242,12 +242,12 @@ func TestAdminApprovalGatesAStage(t *testing.T) {
 		t.Fatalf("%v %s", res, out)
 	}
 	before = treetest.Describe(t, e.project)
-	p, err = e.sup.Promote(ctx, sb.ID, supervisor.PromoteOptions{Force: true})
+	p, err = e.pr.Promote(ctx, sb.ID, promotion.PromoteOptions{Force: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitPromotion(t, e.sup, p.ID)
-	if p, err = e.sup.Reject(ctx, p.ID, 0, "not today"); err != nil || p.State != state.PromotionRejected {
+	waitPromotion(t, e.pr, p.ID)
+	if p, err = e.pr.Reject(ctx, p.ID, 0, "not today"); err != nil || p.State != state.PromotionRejected {
 		t.Fatalf("Reject: %+v, %v", p, err)
 	}
 	treetest.Equal(t, "the project after a rejection", treetest.Describe(t, e.project), before)
@@ -261,7 +261,7 @@ func TestAdminApprovalGatesAStage(t *testing.T) {
 func TestChecksOfAReplicaStageAreRefused(t *testing.T) {
 	check := "sh check.sh"
 	// The control: the check on the project stage runs, in a sandbox.
-	e := promoteEnv(t, supervisor.Stage{Name: "project", Target: "project", Checks: []string{check}})
+	e := promoteEnv(t, promotion.StageConfig{Name: "project", Target: "project", Checks: []string{check}})
 	sb, err := e.sup.Create(ctx, supervisor.CreateOptions{Project: "web"})
 	if err != nil {
 		t.Fatal(err)
@@ -269,26 +269,25 @@ func TestChecksOfAReplicaStageAreRefused(t *testing.T) {
 	if out, res := runAs(t, e.cmds, sb.ID, 0, "echo 'echo the check ran' > check.sh"); res.Code != 0 {
 		t.Fatalf("%v %s", res, out)
 	}
-	p, err := e.sup.Promote(ctx, sb.ID, supervisor.PromoteOptions{})
+	p, err := e.pr.Promote(ctx, sb.ID, promotion.PromoteOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	p = waitPromotion(t, e.sup, p.ID)
+	p = waitPromotion(t, e.pr, p.ID)
 	if p.State != state.PromotionDone || len(p.Stages[0].Checks) != 1 || !strings.Contains(p.Stages[0].Checks[0].Output, "the check ran") {
 		t.Fatalf("the control, the check on the project stage: %+v", p)
 	}
 
 	// The same check on a path stage: refused before anything is applied.
 	staging := filepath.Join(t.TempDir(), "staging")
-	e.cfg.Stages = []supervisor.Stage{{Name: "project", Target: "project"}, {Name: "staging", Target: staging, Checks: []string{check}}}
-	e.sup = supervisor.New(e.cfg)
-	e.cmds = commandsOf(e.sup)
+	e.se.PromotionConfig.Stages = []promotion.StageConfig{{Name: "project", Target: "project"}, {Name: "staging", Target: staging, Checks: []string{check}}}
+	e.remake(t)
 	if out, res := runAs(t, e.cmds, sb.ID, 0, "echo 'echo the check ran again; id -u' > check.sh"); res.Code != 0 {
 		t.Fatalf("%v %s", res, out)
 	}
 	before := treetest.Describe(t, e.project)
-	_, err = e.sup.Promote(ctx, sb.ID, supervisor.PromoteOptions{})
-	if !errors.Is(err, supervisor.ErrChecksOutsideSandbox) || !errors.Is(err, supervisor.ErrInvalid) ||
+	_, err = e.pr.Promote(ctx, sb.ID, promotion.PromoteOptions{})
+	if !errors.Is(err, promotion.ErrChecksOutsideSandbox) || !errors.Is(err, supervisor.ErrInvalid) ||
 		!strings.Contains(err.Error(), "the checks of stage staging (target "+staging+") would run outside a sandbox") {
 		t.Fatalf("promoting through a path stage with checks: %v; want ErrChecksOutsideSandbox naming the stage", err)
 	}
@@ -302,7 +301,7 @@ func TestChecksOfAReplicaStageAreRefused(t *testing.T) {
 // undoes the stage and records why before it returns: the store, which
 // the daemon closes after Close, is never closed under a promotion.
 func TestCloseWaitsForARunningPromotion(t *testing.T) {
-	e := promoteEnv(t, supervisor.Stage{Name: "project", Target: "project", Checks: []string{"sleep 120"}})
+	e := promoteEnv(t, promotion.StageConfig{Name: "project", Target: "project", Checks: []string{"sleep 120"}})
 	sb, err := e.sup.Create(ctx, supervisor.CreateOptions{Project: "web"})
 	if err != nil {
 		t.Fatal(err)
@@ -311,7 +310,7 @@ func TestCloseWaitsForARunningPromotion(t *testing.T) {
 		t.Fatalf("%v %s", res, out)
 	}
 	before := treetest.Describe(t, e.project)
-	p, err := e.sup.Promote(ctx, sb.ID, supervisor.PromoteOptions{})
+	p, err := e.pr.Promote(ctx, sb.ID, promotion.PromoteOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -322,7 +321,7 @@ func TestCloseWaitsForARunningPromotion(t *testing.T) {
 			t.Fatalf("the promotion did not reach its check: %+v", p)
 		}
 		time.Sleep(20 * time.Millisecond)
-		if p, err = e.sup.GetPromotion(ctx, p.ID); err != nil {
+		if p, err = e.pr.Get(ctx, p.ID); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -330,7 +329,7 @@ func TestCloseWaitsForARunningPromotion(t *testing.T) {
 	start := time.Now()
 	e.sup.Close()
 	took := time.Since(start)
-	p, err = e.sup.GetPromotion(ctx, p.ID)
+	p, err = e.pr.Get(ctx, p.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -353,7 +352,7 @@ func TestCloseWaitsForARunningPromotion(t *testing.T) {
 	// A promotion asked for after Close is refused, not left running
 	// (forced: the undo rewrote index.html, which reads as the project's
 	// own change).
-	if _, err := e.sup.Promote(ctx, sb.ID, supervisor.PromoteOptions{Force: true}); err == nil || !strings.Contains(err.Error(), "the daemon is stopping") {
+	if _, err := e.pr.Promote(ctx, sb.ID, promotion.PromoteOptions{Force: true}); err == nil || !strings.Contains(err.Error(), "the daemon is stopping") {
 		t.Errorf("a promotion after Close: %v; want refused, the daemon is stopping", err)
 	}
 }

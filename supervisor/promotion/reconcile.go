@@ -1,4 +1,4 @@
-package supervisor
+package promotion
 
 // After a crash: promotions cut short are rolled back and failed, and the
 // volumes of finished promotions are collected (what keptVolumes keeps
@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/cowfs"
+	"github.com/sandboxd/sandboxd/supervisor"
 	"github.com/sandboxd/sandboxd/supervisor/state"
 )
 
@@ -21,8 +22,8 @@ import (
 // stages all passed is done. Then the volumes of finished promotions go,
 // except the newest promoted snapshot of each project, which replicas
 // hold as the parent of their next stream.
-func (s *Supervisor) reconcilePromotions(ctx context.Context, rep *Report) error {
-	ps, err := s.cfg.Store.Promotions()
+func (r *Promotions) reconcile(ctx context.Context, rep *supervisor.Report) error {
+	ps, err := r.h.Store().Promotions()
 	if err != nil {
 		return fmt.Errorf("reconciling promotions: %w", err)
 	}
@@ -31,13 +32,13 @@ func (s *Supervisor) reconcilePromotions(ctx context.Context, rep *Report) error
 		if p.State != state.PromotionRunning {
 			continue
 		}
-		if err := s.reconcilePromotion(ctx, &p); err != nil {
+		if err := r.reconcileOne(ctx, &p); err != nil {
 			errs = append(errs, fmt.Errorf("promotion %s: %w", p.ID, err))
 			continue
 		}
 		rep.Promotions = append(rep.Promotions, p.ID)
 	}
-	pruned, err := s.prunePromotions(ctx)
+	pruned, err := r.prune(ctx)
 	rep.OrphanVolumes = append(rep.OrphanVolumes, pruned...)
 	if err != nil {
 		errs = append(errs, err)
@@ -45,17 +46,16 @@ func (s *Supervisor) reconcilePromotions(ctx context.Context, rep *Report) error
 	return errors.Join(errs...)
 }
 
-// reconcilePromotion settles one promotion that was running at a crash.
-func (s *Supervisor) reconcilePromotion(ctx context.Context, p *Promotion) error {
+// reconcileOne settles one promotion that was running at a crash.
+func (r *Promotions) reconcileOne(ctx context.Context, p *Promotion) error {
 	// Its check sandbox, if any, goes first: on ZFS a sandbox's base is a
 	// snapshot of the project, which a rollback would have to destroy.
-	if recs, err := s.cfg.Store.List(); err == nil {
-		for _, r := range recs {
-			if r.Name == checkSandboxName(p.ID) {
-				gone, err := s.destroy(ctx, r.ID, "promote-interrupted")
-				gone()
-				if err != nil && !errors.Is(err, ErrNotFound) {
-					return fmt.Errorf("destroying its check sandbox %s: %w", r.ID, err)
+	if recs, err := r.h.Store().List(); err == nil {
+		for _, rec := range recs {
+			if rec.Name == supervisor.PromotionCheckSandboxName(p.ID) {
+				err := r.h.DestroyFor(ctx, rec.ID, "promote-interrupted")
+				if err != nil && !errors.Is(err, supervisor.ErrNotFound) {
+					return fmt.Errorf("destroying its check sandbox %s: %w", rec.ID, err)
 				}
 			}
 		}
@@ -65,51 +65,33 @@ func (s *Supervisor) reconcilePromotion(ctx context.Context, p *Promotion) error
 	})
 	if i < 0 {
 		p.State = state.PromotionDone
-		s.putPromotion(p)
-		s.auditPromotion(ctx, "promote-done", *p, -1, nil)
+		r.put(p)
+		r.auditPromotion(ctx, "promote-done", *p, -1, nil)
 		return nil
 	}
 	st := &p.Stages[i]
 	cause := fmt.Sprintf("interrupted by a restart of the daemon before stage %s began; nothing of it was applied", st.Name)
 	if st.State == state.StageApplying || st.State == state.StageChecking {
-		if err := s.rollbackStage(ctx, p, i); err != nil {
+		if err := r.rollbackStage(ctx, p, i); err != nil {
 			return err
 		}
 		cause = fmt.Sprintf("interrupted by a restart of the daemon while stage %s was %s; rolled back", st.Name, st.State)
 	}
 	st.State, st.Error, st.Ended = state.StageFailed, cause, time.Now().UTC()
 	p.State, p.Error = state.PromotionFailed, cause
-	s.putPromotion(p)
-	s.auditPromotion(ctx, "promote-interrupted", *p, i, errors.New(cause))
-	s.log.Warn("promotion interrupted", "promotion", p.ID, "stage", st.Name, "ACTION", "reconcile", "result", cause)
+	r.put(p)
+	r.auditPromotion(ctx, "promote-interrupted", *p, i, errors.New(cause))
+	r.h.Log().Warn("promotion interrupted", "promotion", p.ID, "stage", st.Name, "ACTION", "reconcile", "result", cause)
 	return nil
 }
 
 // rollbackStage puts stage i of p back to its rollback point, if that
 // point was taken (if not, nothing was written to the stage).
-func (s *Supervisor) rollbackStage(ctx context.Context, p *Promotion, i int) error {
-	st := p.Stages[i]
-	if st.RollbackPoint == "" {
+func (r *Promotions) rollbackStage(ctx context.Context, p *Promotion, i int) error {
+	if p.Stages[i].RollbackPoint == "" {
 		return nil
 	}
-	if s.stages()[i].Target != "project" {
-		return s.revertReplica(ctx, p, i)
-	}
-	rp, err := s.cfg.Backend.Get(ctx, st.RollbackPoint)
-	if errors.Is(err, cowfs.ErrNotFound) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	project, err := s.cfg.Backend.Project(ctx, s.projects.Location(p.Project))
-	if err != nil {
-		return err
-	}
-	if err := s.cfg.Backend.RollbackProject(ctx, project, rp); err != nil {
-		return fmt.Errorf("rolling project %s back to %s: %w", p.Project, rp.Name, err)
-	}
-	return nil
+	return r.plan[i].Revert(ctx, p, i)
 }
 
 // keptVolumes names the volumes of finished promotions that are still
@@ -126,10 +108,10 @@ func keptVolumes(ps []Promotion, live map[string]bool) map[string]bool {
 				continue
 			}
 			if i == 0 && live[p.Sandbox] {
-				newest["src/"+p.Sandbox] = sourceName(p.ID)
+				newest["src/"+p.Sandbox] = supervisor.PromotionSourceName(p.ID)
 			}
 			if i > 0 {
-				newest[fmt.Sprintf("out/%s/%d", p.Project, i)] = promotedName(p.ID)
+				newest[fmt.Sprintf("out/%s/%d", p.Project, i)] = supervisor.PromotionOutName(p.ID)
 			}
 		}
 	}
@@ -140,23 +122,22 @@ func keptVolumes(ps []Promotion, live map[string]bool) map[string]bool {
 	return keep
 }
 
-// prunePromotions deletes the volumes of finished promotions (and of
-// promotions no record names) that keptVolumes does not keep, and says
-// which.
-func (s *Supervisor) prunePromotions(ctx context.Context) ([]string, error) {
-	ps, err := s.cfg.Store.Promotions()
+// prune deletes the volumes of finished promotions (and of promotions
+// no record names) that keptVolumes does not keep, and says which.
+func (r *Promotions) prune(ctx context.Context) ([]string, error) {
+	ps, err := r.h.Store().Promotions()
 	if err != nil {
 		return nil, err
 	}
-	recs, err := s.cfg.Store.List()
+	recs, err := r.h.Store().List()
 	if err != nil {
 		return nil, err
 	}
 	live := map[string]bool{}
-	for _, r := range recs {
-		live[r.ID] = true
+	for _, rec := range recs {
+		live[rec.ID] = true
 	}
-	vols, err := s.cfg.Backend.List(ctx)
+	vols, err := r.h.Backend().List(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -168,14 +149,14 @@ func (s *Supervisor) prunePromotions(ctx context.Context) ([]string, error) {
 	var deleted []string
 	var errs []error
 	for _, v := range vols {
-		pid, ok := promotionOf(v.Name)
+		pid, ok := supervisor.PromotionOf(v.Name)
 		if !ok || !v.Ours || keep[v.Name] {
 			continue
 		}
 		if p, known := byID[pid]; known && !p.State.Finished() {
 			continue
 		}
-		if err := s.cfg.Backend.Delete(ctx, v); err != nil && !errors.Is(err, cowfs.ErrNotFound) {
+		if err := r.h.Backend().Delete(ctx, v); err != nil && !errors.Is(err, cowfs.ErrNotFound) {
 			errs = append(errs, fmt.Errorf("removing promotion volume %s: %w", v.Name, err))
 			continue
 		}

@@ -1,4 +1,4 @@
-package supervisor
+package admission
 
 import (
 	"fmt"
@@ -33,61 +33,70 @@ type Profile struct {
 	Hidden, ReadOnly []string
 }
 
-// resolveProfile fills what opts leaves unset from its profile (the
-// default one when it names none) and checks the network settings.
-func (s *Supervisor) resolveProfile(opts *CreateOptions) error {
-	if opts.Profile == "" {
-		opts.Profile = s.cfg.DefaultProfile
+// Profiles are the host's: the profiles by name, the one a create that
+// names none gets ("": none, the defaults of Profile), and the host paths
+// hidden from and read-only in every sandbox.
+type Profiles struct {
+	Named            map[string]Profile
+	Default          string
+	Hidden, ReadOnly []string
+}
+
+// Resolve fills what r leaves unset from its profile (the default one
+// when it names none) and checks the network settings.
+func (ps Profiles) Resolve(r *Request) error {
+	if r.Profile == "" {
+		r.Profile = ps.Default
 	}
 	var p Profile
-	if opts.Profile != "" {
+	if r.Profile != "" {
 		var ok bool
-		if p, ok = s.cfg.Profiles[opts.Profile]; !ok {
-			names := make([]string, 0, len(s.cfg.Profiles))
-			for n := range s.cfg.Profiles {
+		if p, ok = ps.Named[r.Profile]; !ok {
+			names := make([]string, 0, len(ps.Named))
+			for n := range ps.Named {
 				names = append(names, n)
 			}
 			slices.Sort(names)
-			return fmt.Errorf("profile %q is not configured (there are: %v): %w", opts.Profile, names, ErrInvalid)
+			return fmt.Errorf("profile %q is not configured (there are: %v): %w", r.Profile, names, ErrInvalid)
 		}
 	}
 	switch {
-	case opts.Network == "" && len(opts.Allow) > 0:
-		opts.Network = nsinit.NetworkAllowlist // an allowlist given is the network asked for
-	case opts.Network == "":
-		opts.Network, opts.Allow = p.Network, p.Allow
+	case r.Network == "" && len(r.Allow) > 0:
+		r.Network = nsinit.NetworkAllowlist // an allowlist given is the network asked for
+	case r.Network == "":
+		r.Network, r.Allow = p.Network, p.Allow
 	}
-	if opts.Network == "" {
-		opts.Network = nsinit.NetworkNone
+	if r.Network == "" {
+		r.Network = nsinit.NetworkNone
 	}
-	switch opts.Network {
+	switch r.Network {
 	case nsinit.NetworkNone, nsinit.NetworkHost:
-		if len(opts.Allow) > 0 {
-			return fmt.Errorf("an allowlist is given but the network is %q: %w", opts.Network, ErrInvalid)
+		if len(r.Allow) > 0 {
+			return fmt.Errorf("an allowlist is given but the network is %q: %w", r.Network, ErrInvalid)
 		}
 	case nsinit.NetworkAllowlist:
-		if len(opts.Allow) == 0 {
+		if len(r.Allow) == 0 {
 			return fmt.Errorf("the network is an allowlist with nothing in it (use %q for no network): %w", nsinit.NetworkNone, ErrInvalid)
 		}
-		if _, err := egress.ParseAllowlist(opts.Allow); err != nil {
+		if _, err := egress.ParseAllowlist(r.Allow); err != nil {
 			return fmt.Errorf("%w: %w", ErrInvalid, err)
 		}
 	default:
-		return fmt.Errorf("network %q: want %q, %q or %q: %w", opts.Network,
+		return fmt.Errorf("network %q: want %q, %q or %q: %w", r.Network,
 			nsinit.NetworkNone, nsinit.NetworkAllowlist, nsinit.NetworkHost, ErrInvalid)
 	}
-	mergeLimits(&opts.Limits, p.Limits)
-	if opts.DiskQuota == 0 {
-		opts.DiskQuota = p.DiskQuota
+	mergeLimits(&r.Limits, p.Limits)
+	if r.DiskQuota == 0 {
+		r.DiskQuota = p.DiskQuota
 	}
-	if opts.TTL == 0 {
-		opts.TTL = p.TTL
+	if r.TTL == 0 {
+		r.TTL = p.TTL
 	}
-	if opts.ReadOnlyProject == nil {
-		opts.ReadOnlyProject = &p.ReadOnlyProject
+	if r.ReadOnlyProject == nil {
+		r.ReadOnlyProject = &p.ReadOnlyProject
 	}
-	opts.hidden = union(s.cfg.Hidden, p.Hidden)
-	opts.readOnly = union(s.cfg.ReadOnly, p.ReadOnly)
+	r.Hidden = union(ps.Hidden, p.Hidden)
+	r.ReadOnly = union(ps.ReadOnly, p.ReadOnly)
 	return nil
 }
 
@@ -158,22 +167,21 @@ func HostDefaults(pool string) (memoryMax, tasksMax, diskQuota uint64) {
 	return memoryMax, tasksMax, diskQuota
 }
 
-// applyHostDefaults gives opts the derived limits it still lacks, after
-// its profile and the policy had their say. Under a cap on the memory
-// promised (limits.max_memory, on by default) the derived MemoryMax
-// counts against it like any other.
-func (s *Supervisor) applyHostDefaults(opts *CreateOptions) {
-	memoryMax, tasksMax, diskQuota := HostDefaults(s.cfg.Backend.Info().Root)
-	if opts.Limits.MemoryMax == nil {
-		if h := opts.Limits.MemoryHigh; h != nil && *h > memoryMax {
+// ApplyHostDefaults gives r the derived limits (HostDefaults) it still
+// lacks, after its profile and the policy had their say. Under a cap on
+// the memory promised (limits.max_memory, on by default) the derived
+// MemoryMax counts against it like any other.
+func ApplyHostDefaults(r *Request, memoryMax, tasksMax, diskQuota uint64) {
+	if r.Limits.MemoryMax == nil {
+		if h := r.Limits.MemoryHigh; h != nil && *h > memoryMax {
 			memoryMax = *h // a throttling point asked for stays below the cap
 		}
-		opts.Limits.MemoryMax = &memoryMax
+		r.Limits.MemoryMax = &memoryMax
 	}
-	if opts.Limits.TasksMax == nil {
-		opts.Limits.TasksMax = &tasksMax
+	if r.Limits.TasksMax == nil {
+		r.Limits.TasksMax = &tasksMax
 	}
-	if opts.DiskQuota == 0 {
-		opts.DiskQuota = diskQuota
+	if r.DiskQuota == 0 {
+		r.DiskQuota = diskQuota
 	}
 }
