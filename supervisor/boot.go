@@ -3,12 +3,9 @@ package supervisor
 import (
 	"context"
 	"fmt"
-	"io/fs"
-	"path/filepath"
-	"strings"
-	"syscall"
 
 	"github.com/sandboxd/sandboxd/runtime/nsinit"
+	"github.com/sandboxd/sandboxd/supervisor/idmap"
 	"github.com/sandboxd/sandboxd/supervisor/state"
 )
 
@@ -45,50 +42,16 @@ func (s *scopes) boot(ctx context.Context, rec state.Record, job *scopeStart, in
 		_ = s.stop(context.WithoutCancel(ctx), rec.Unit)
 		return err
 	}
-	ids := nsIDs(rec.IDs)
+	ids := idmap.ForInit(rec.IDs)
 	payload, err := nsinit.BootCgroups(init.PID, ids.RootUID(), ids.RootGID())
 	if err != nil {
 		mounts.Close()
 		return fail(fmt.Errorf("booting sandbox %s: %w", rec.ID, err))
 	}
 	defer payload.Close()
-	spec.Boot, spec.Payload, spec.LogDirs = true, payload, logDirs("/var/log", packagedUnder(dpkgLists, "/var/log"), ids)
+	spec.Boot, spec.Payload, spec.LogDirs = true, payload, idmap.LogDirs(ids)
 	if err := init.Build(ctx, spec, mounts); err != nil {
 		return fail(err)
 	}
 	return nil
-}
-
-// maxLogDirs bounds how many of the host's /var/log directories a
-// booted sandbox gets (depth 3 at most).
-const maxLogDirs = 256
-
-// logDirs are the directories under dir (the host's /var/log) that a
-// package installed (packaged, logdirs.go), with their owners and modes,
-// for a booted sandbox's hidden, empty /var/log: services expect theirs.
-// Others are not named to the sandbox. An owner the sandbox's namespace
-// (ns) lacks is nobody there.
-func logDirs(dir string, packaged map[string]bool, ns *nsinit.IDMap) []nsinit.Dir {
-	var out []nsinit.Dir
-	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || p == dir {
-			return nil
-		}
-		if !d.IsDir() {
-			return nil
-		}
-		if !packaged[p] {
-			return filepath.SkipDir // nor what is below: made by no package either
-		}
-		if strings.Count(strings.TrimPrefix(p, dir), "/") > 3 || len(out) >= maxLogDirs {
-			return filepath.SkipDir
-		}
-		var st syscall.Stat_t
-		if syscall.Lstat(p, &st) != nil {
-			return filepath.SkipDir
-		}
-		out = append(out, hostDir(p, &st, ns))
-		return nil
-	})
-	return out
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/sandboxd/sandboxd/cowfs"
 	"github.com/sandboxd/sandboxd/internal/crashpoint"
 	"github.com/sandboxd/sandboxd/internal/revert"
+	"github.com/sandboxd/sandboxd/internal/steps"
 	"github.com/sandboxd/sandboxd/runtime/nsinit"
 	"github.com/sandboxd/sandboxd/supervisor/admission"
 	"github.com/sandboxd/sandboxd/supervisor/state"
@@ -63,8 +64,8 @@ type CreateOptions struct {
 // what was made, in reverse; a crash is finished by Reconcile.
 func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox, err error) {
 	defer func() { s.auditor.record(ctx, "create", sb.Record, err) }()
-	timing := newSteps()
-	ctx = withSteps(ctx, timing)
+	timing := steps.New()
+	ctx = steps.With(ctx, timing)
 	if err := settle(&s.cfg, &opts); err != nil {
 		return sb, fmt.Errorf("creating a sandbox of %s: %w", opts.Project, err)
 	}
@@ -105,9 +106,9 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 	if err != nil {
 		return sb, err
 	}
-	timing.mark("checks")
+	timing.Mark("checks")
 	s.admission.Lock()
-	timing.mark("admission-wait")
+	timing.Mark("admission-wait")
 	// Under the lock: a project removed since the check above is gone,
 	// and one whose removal comes next will see this create's record.
 	if s.projects.Location(opts.Project) != location {
@@ -169,7 +170,7 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 	if err != nil {
 		return sb, fmt.Errorf("creating sandbox %s: %w", id, err)
 	}
-	timing.mark("admission")
+	timing.Mark("admission")
 	crashpoint.Hit(crashpoint.CreateRecorded)
 	undo := revert.New()
 	defer func() {
@@ -198,7 +199,7 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 	for _, f := range s.hooks.BeforeLaunch.each() {
 		f(ctx, rec)
 	}
-	timing.mark("before-launch")
+	timing.Mark("before-launch")
 	early := !s.cfg.Backend.Info().Capabilities.SeparateMounts
 	var job *scopeStart
 	var handOff []func()
@@ -207,7 +208,7 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 			return sb, fmt.Errorf("creating sandbox %s: %w", id, err)
 		}
 		crashpoint.Hit(crashpoint.CreateInitLaunched)
-		timing.mark("launch")
+		timing.Mark("launch")
 		// Its scope starts beside the snapshots (see scopeStart).
 		job = s.scopes.begin(ctx, rec, opts.Limits, init)
 		handOff = append(handOff, undo.Add(func(ctx context.Context) error {
@@ -235,7 +236,7 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 	if err != nil {
 		return sb, fmt.Errorf("creating sandbox %s: %w", id, err)
 	}
-	timing.mark("base")
+	timing.Mark("base")
 	undo.Add(func(ctx context.Context) error { return s.cfg.Backend.Delete(ctx, base) })
 	crashpoint.Hit(crashpoint.CreateBase)
 	vol, err := s.cfg.Backend.Snapshot(ctx, base, rec.Volume, false)
@@ -247,7 +248,7 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 		return sb, fmt.Errorf("creating sandbox %s: %w", id, err)
 	}
 	crashpoint.Hit(crashpoint.CreateVolume)
-	timing.mark("volume")
+	timing.Mark("volume")
 	if !early {
 		if err := launch(); err != nil {
 			return sb, fmt.Errorf("creating sandbox %s: %w", id, err)
@@ -267,7 +268,7 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 	}
 	undo.Add(func(ctx context.Context) error { unboundDisk(ctx, s.cfg.Backend, s.log, rec); return nil })
 	crashpoint.Hit(crashpoint.CreateLayer)
-	timing.mark("layer")
+	timing.Mark("layer")
 	undo.Add(func(context.Context) error { return s.removeWorld(id) })
 	// startScope kills the init and stops its scope if it fails.
 	for _, f := range handOff {
@@ -278,16 +279,16 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 	}
 	undo.Add(func(ctx context.Context) error { return s.scopes.stop(ctx, rec.Unit) })
 	crashpoint.Hit(crashpoint.CreateScopeStarted)
-	timing.mark("started")
+	timing.Mark("started")
 	rec, err = s.cfg.Store.Update(id, func(r *state.Record) error { r.State = state.Ready; r.Layer = rec.Layer; return nil })
 	if err != nil {
 		return sb, fmt.Errorf("creating sandbox %s: %w", id, err)
 	}
 	crashpoint.Hit(crashpoint.CreateReady)
 	s.events.changed(id)
-	timing.mark("ready")
+	timing.Mark("ready")
 	attrs := []any{"SANDBOX_ID", id, "CALLER_UID", opts.Owner, "ACTION", "create", "project", opts.Project,
-		"took_ms", float64(timing.took().Microseconds()) / 1000, "steps", timing.String()}
+		"took_ms", float64(timing.Took().Microseconds()) / 1000, "steps", timing.String()}
 	if opts.Name != "" {
 		attrs = append(attrs, "name", opts.Name)
 	}
@@ -303,7 +304,7 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 // scope, not the daemon's service, holds it). On failure it is killed,
 // and its scope stopped.
 func (s *Supervisor) startScope(ctx context.Context, rec state.Record, limits units.Limits, init *nsinit.Init, job *scopeStart) error {
-	timing := stepsOf(ctx)
+	timing := steps.Of(ctx)
 	if init == nil {
 		for _, f := range s.hooks.BeforeLaunch.each() {
 			f(ctx, rec)
@@ -321,13 +322,13 @@ func (s *Supervisor) startScope(ctx context.Context, rec state.Record, limits un
 	for _, f := range s.hooks.Spec.each() {
 		defer f(ctx, rec, &spec)()
 	}
-	timing.mark("spec")
+	timing.Mark("spec")
 	mounts, err := s.idmapMounts(init, rec, spec)
 	if err != nil {
 		s.scopes.abandon(ctx, rec, init, job)
 		return err
 	}
-	timing.mark("idmap")
+	timing.Mark("idmap")
 	if limits.MemoryMax != nil {
 		spec.ScratchSize = nsinit.ScratchSizeFor(*limits.MemoryMax)
 	}
@@ -342,7 +343,7 @@ func (s *Supervisor) startScope(ctx context.Context, rec state.Record, limits un
 	if err != nil {
 		return err
 	}
-	timing.mark("build+scope")
+	timing.Mark("build+scope")
 	w := &world{pid: init.PID}
 	if err := s.worlds.startProxy(rec, w); err != nil {
 		init.Kill()
@@ -359,11 +360,11 @@ func (s *Supervisor) startScope(ctx context.Context, rec state.Record, limits un
 // long. On failure the init is killed and the scope stopped.
 func (s *scopes) build(ctx context.Context, rec state.Record, job *scopeStart, init *nsinit.Init, spec nsinit.Spec, mounts *nsinit.Mounts) error {
 	built := make(chan error, 1)
-	timing := stepsOf(ctx)
+	timing := steps.Of(ctx)
 	go func() {
 		start := time.Now()
 		err := init.Build(ctx, spec, mounts)
-		timing.add("build(beside)", time.Since(start))
+		timing.Add("build(beside)", time.Since(start))
 		built <- err
 	}()
 	scopeErr := job.wait()

@@ -8,12 +8,14 @@ package supervisor
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/user"
 	"strconv"
 	"strings"
 
 	"github.com/sandboxd/sandboxd/runtime/nsinit"
+	"github.com/sandboxd/sandboxd/supervisor/idmap"
 	"github.com/sandboxd/sandboxd/supervisor/projects"
 	"github.com/sandboxd/sandboxd/supervisor/state"
 )
@@ -26,9 +28,6 @@ func (h host) CommandRequest(ctx context.Context, rec state.Record, o ExecOption
 // UserNSUnavailable says why sandboxes get no user namespace (nil: they
 // do).
 func (h host) UserNSUnavailable() error { return h.s.userns.unavailable }
-
-// SetRunner makes r the runner of the core's own commands.
-func (h host) SetRunner(r Runner) { h.s.runner = r }
 
 // request is the init's request for o: the caller's identity, home and
 // environment.
@@ -92,8 +91,8 @@ func (s *Supervisor) request(ctx context.Context, rec state.Record, o ExecOption
 	// The project's environment, as read when the sandbox was made, over
 	// the base; the caller's own over both.
 	req.Env = projects.MergeEnv(projects.MergeEnv(req.Env, rec.Env), o.Env)
-	if err := execIdentity(rec, &req); err != nil {
-		return req, err
+	if err := idmap.ExecIdentity(rec, &req); err != nil {
+		return req, fmt.Errorf("%w: %w", err, ErrInvalid)
 	}
 	return req, nil
 }

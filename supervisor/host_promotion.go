@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"context"
+	"github.com/sandboxd/sandboxd/supervisor/idmap"
 
 	"github.com/sandboxd/sandboxd/cowfs"
 	"github.com/sandboxd/sandboxd/supervisor/state"
@@ -43,4 +44,4 @@ func (h host) DestroyFor(ctx context.Context, id, action string) error {
 
 // OwnerGroups are uid's groups (its primary group and the others it is
 // in, as the host's user database says now).
-func (h host) OwnerGroups(uid uint32) []uint32 { return ownerGroups(uid) }
+func (h host) OwnerGroups(uid uint32) []uint32 { return idmap.OwnerGroups(uid) }

@@ -3,6 +3,7 @@ package supervisor
 import (
 	"context"
 	"fmt"
+	"github.com/sandboxd/sandboxd/internal/steps"
 	"time"
 
 	"github.com/sandboxd/sandboxd/runtime/nsinit"
@@ -34,7 +35,7 @@ func (s *scopes) begin(ctx context.Context, rec state.Record, limits units.Limit
 		defer close(st.done)
 		start := time.Now()
 		st.err = s.startUnit(ctx, rec, limits, init.PID)
-		stepsOf(ctx).add("scope(beside)", time.Since(start))
+		steps.Of(ctx).Add("scope(beside)", time.Since(start))
 	}()
 	return st
 }

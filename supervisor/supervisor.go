@@ -12,6 +12,7 @@ import (
 	"github.com/sandboxd/sandboxd/cowfs"
 	"github.com/sandboxd/sandboxd/supervisor/admission"
 	"github.com/sandboxd/sandboxd/supervisor/audit"
+	"github.com/sandboxd/sandboxd/supervisor/idmap"
 	"github.com/sandboxd/sandboxd/supervisor/projects"
 	"github.com/sandboxd/sandboxd/supervisor/state"
 	"github.com/sandboxd/sandboxd/units"
@@ -150,11 +151,8 @@ type Supervisor struct {
 	worlds    worlds
 	gate      projectGate
 	userns    usernsState
-	stateDirs stateDirCache
+	stateDirs idmap.StateDirCache
 	activity  activity
-	// runner runs the core's own commands (promotion's checks, try): the
-	// commands room, which sets itself (host_commands.go).
-	runner Runner
 	// usage: systemd's answers for GetLimits (userlimits.go).
 	usage sliceUsageCache
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/connbound"
 	"github.com/sandboxd/sandboxd/runtime/egress"
 	"github.com/sandboxd/sandboxd/runtime/nsinit"
+	"github.com/sandboxd/sandboxd/supervisor/idmap"
 	"github.com/sandboxd/sandboxd/supervisor/state"
 )
 
@@ -128,7 +129,7 @@ func (s *Supervisor) spec(ctx context.Context, rec state.Record) (nsinit.Spec, e
 		spec.Hidden = append(spec.Hidden, root)
 	}
 	if rec.IDs != nil {
-		spec.StateDirs = s.stateDirs.of(rec)
+		spec.StateDirs = s.stateDirs.Of(rec)
 		for _, p := range usernsHidden {
 			if !slices.Contains(spec.Hidden, p) {
 				spec.Hidden = append(spec.Hidden, p)
@@ -174,7 +175,7 @@ func (w *worlds) launch(rec state.Record) (*nsinit.Init, error) {
 	if len(w.initCommand) == 0 {
 		return nil, errors.New("no init command configured")
 	}
-	init, err := nsinit.Launch(w.initCommand, rec.Network, nsIDs(rec.IDs))
+	init, err := nsinit.Launch(w.initCommand, rec.Network, idmap.ForInit(rec.IDs))
 	if err != nil {
 		return nil, err
 	}
@@ -194,7 +195,7 @@ func (s *Supervisor) idmapMounts(init *nsinit.Init, rec state.Record, spec nsini
 	if spec.Layer == "" {
 		return nil, fmt.Errorf("sandbox %s has a user namespace but no system layer volume: %w", rec.ID, ErrNoIdmap)
 	}
-	m, err := init.IdmapMounts(s.cfg.InitCommand, shownIDs(rec), s.cfg.UserNS.RootLayers, spec.Layer, spec.Project.Source, spec.Project.ReadOnly, spec.Cache)
+	m, err := init.IdmapMounts(s.cfg.InitCommand, idmap.Shown(rec), s.cfg.UserNS.RootLayers, spec.Layer, spec.Project.Source, spec.Project.ReadOnly, spec.Cache)
 	if err != nil {
 		return nil, fmt.Errorf("idmapping sandbox %s's mounts: %w", rec.ID, err)
 	}

@@ -26,8 +26,6 @@ type Host interface {
 	// their own (nil: they do): why a caller but root may not be root
 	// in one without.
 	UserNSUnavailable() error
-	// SetRunner makes r the runner of the core's own commands.
-	SetRunner(r supervisor.Runner)
 }
 
 // Commands runs commands, background processes, sessions and file calls
@@ -57,7 +55,6 @@ func New(h Host) *Commands {
 	for _, err := range []error{ErrNoCommand, ErrNoProcess, ErrNoSession, ErrNoFile, ErrNotBooted} {
 		hooks.Refusals.Add(err)
 	}
-	h.SetRunner(c)
 	return c
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sandboxd/sandboxd/internal/steps"
 	"os"
 	"slices"
 	"strings"
@@ -73,7 +74,7 @@ func (c *table) get(sandbox, id string) *Command {
 // tells when it ends, and Result how: a kill by the sandbox's memory limit
 // is told apart from other kills.
 func (c *Commands) Exec(ctx context.Context, id string, o supervisor.ExecOptions) (_ *Command, err error) {
-	timing := newSteps()
+	timing := steps.New()
 	if err := c.h.Wake(ctx, id); err != nil {
 		return nil, err
 	}
@@ -81,7 +82,7 @@ func (c *Commands) Exec(ctx context.Context, id string, o supervisor.ExecOptions
 	if err != nil {
 		return nil, err
 	}
-	timing.mark("record")
+	timing.Mark("record")
 	defer func() {
 		c.h.AuditEntry(ctx, audit.Entry{Action: "exec", Command: strings.Join(o.Argv, " ")}, rec, err)
 	}()
@@ -92,7 +93,7 @@ func (c *Commands) Exec(ctx context.Context, id string, o supervisor.ExecOptions
 	if err != nil {
 		return nil, err
 	}
-	timing.mark("request")
+	timing.Mark("request")
 	pid, runs := c.h.InitPID(id)
 	var oomBefore uint64
 	if runs {
@@ -110,7 +111,7 @@ func (c *Commands) Exec(ctx context.Context, id string, o supervisor.ExecOptions
 			files = append(slices.Clone(o.Stdio), cg.Files()...)
 		}
 	}
-	timing.mark("cgroup")
+	timing.Mark("cgroup")
 	nc, err := nsinit.Exec(ctx, nsinit.Control(c.h.RuntimeDir(id)), req, files)
 	if err != nil && cg != nil && strings.Contains(err.Error(), "expected 3 file descriptors") {
 		// An init started by an older daemon knows no command cgroups.
@@ -127,7 +128,7 @@ func (c *Commands) Exec(ctx context.Context, id string, o supervisor.ExecOptions
 	if cg != nil {
 		cg.CloseFiles() // the init has its own copies
 	}
-	timing.mark("init")
+	timing.Mark("init")
 	cmd := &Command{ID: cmdID, Sandbox: id, Master: nc.Master, cmd: nc, done: make(chan struct{})}
 	c.cmds.add(cmd)
 	c.log.Info("command started", "SANDBOX_ID", id, "ACTION", "exec", "CALLER_UID", o.UID,

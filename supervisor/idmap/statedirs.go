@@ -1,4 +1,4 @@
-package supervisor
+package idmap
 
 import (
 	"io/fs"
@@ -95,9 +95,9 @@ func stateDirs(roots []string, shown, ns *nsinit.IDMap) []nsinit.Dir {
 // made its directory since is seen by the next walk.
 const stateDirsTTL = 10 * time.Second
 
-// stateDirCache keeps the last walk per owner (the directories a sandbox
-// may read depend on its owner's ids).
-type stateDirCache struct {
+// StateDirCache keeps the last walk per owner (the directories a sandbox
+// may read depend on its owner's ids). Its zero value is ready.
+type StateDirCache struct {
 	mu sync.Mutex
 	by map[uint32]stateDirWalk
 }
@@ -107,10 +107,10 @@ type stateDirWalk struct {
 	dirs []nsinit.Dir
 }
 
-// stateDirsOf are sandbox rec's state directories (none without a user
+// Of are sandbox rec's state directories (none without a user
 // namespace), from a walk at most stateDirsTTL old; a booted sandbox's,
 // whose services start at once, from a walk now.
-func (c *stateDirCache) of(rec state.Record) []nsinit.Dir {
+func (c *StateDirCache) Of(rec state.Record) []nsinit.Dir {
 	if rec.IDs == nil {
 		return nil
 	}
@@ -119,7 +119,7 @@ func (c *stateDirCache) of(rec state.Record) []nsinit.Dir {
 	if w, ok := c.by[rec.Owner]; ok && time.Since(w.at) < stateDirsTTL && !rec.Boot {
 		return w.dirs
 	}
-	dirs := stateDirs(stateRoots, shownIDs(rec), nsIDs(rec.IDs))
+	dirs := stateDirs(stateRoots, Shown(rec), ForInit(rec.IDs))
 	if c.by == nil {
 		c.by = map[uint32]stateDirWalk{}
 	}

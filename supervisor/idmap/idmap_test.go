@@ -1,7 +1,11 @@
-package supervisor
+package idmap
 
 import (
+	"errors"
+	"slices"
 	"testing"
+
+	"github.com/sandboxd/sandboxd/runtime/nsinit"
 
 	"github.com/sandboxd/sandboxd/supervisor/state"
 )
@@ -9,7 +13,7 @@ import (
 func TestMapIDsGivesTheWholeBlockAndTheOwnersHighIDs(t *testing.T) {
 	const base = 0x80000
 	m := mapIDs(base, 1001, []uint32{1001, 27, 5000, 70000, 1001})
-	ns := nsIDs(m)
+	ns := ForInit(m)
 	if err := ns.Validate(); err != nil {
 		t.Fatalf("the map of a plain owner: %v", err)
 	}
@@ -47,16 +51,16 @@ func TestMapIDsGivesTheWholeBlockAndTheOwnersHighIDs(t *testing.T) {
 	if got := host(m.GIDs, 70000); got != base+65535 {
 		t.Errorf("gid 70000 is %d on the host; want the block's top, %d", got, base+65535)
 	}
-	if lo, hi := ns.HostRange(); lo != base || hi >= base+IDBlock {
-		t.Errorf("the map uses host ids %d-%d; want within %d-%d", lo, hi, base, base+IDBlock-1)
+	if lo, hi := ns.HostRange(); lo != base || hi >= base+Block {
+		t.Errorf("the map uses host ids %d-%d; want within %d-%d", lo, hi, base, base+Block-1)
 	}
 }
 
 func TestMapIDsOfRootAndOfAHighOwner(t *testing.T) {
-	if err := nsIDs(mapIDs(0x80000, 0, []uint32{0})).Validate(); err != nil {
+	if err := ForInit(mapIDs(0x80000, 0, []uint32{0})).Validate(); err != nil {
 		t.Errorf("root's map: %v", err)
 	}
-	m := nsIDs(mapIDs(0x80000, 1<<31, []uint32{1 << 31, 1<<31 + 1, 65535}))
+	m := ForInit(mapIDs(0x80000, 1<<31, []uint32{1 << 31, 1<<31 + 1, 65535}))
 	if err := m.Validate(); err != nil {
 		t.Fatalf("a high owner's map: %v", err)
 	}
@@ -68,17 +72,19 @@ func TestMapIDsOfRootAndOfAHighOwner(t *testing.T) {
 }
 
 func TestAllocateIDsSkipsHeldAndReservedBlocks(t *testing.T) {
-	s := &usernsState{cfg: UserNS{First: 0x80000 + 5, Count: 3 * IDBlock}}
+	r := Range{First: 0x80000 + 5, Count: 3 * Block}
 	reserved := []idSpan{{first: 0x90000 + 7, count: 1}}   // a host user in block 0x90000
 	recs := []state.Entry{{IDBase: 0xa0000, HasIDs: true}} // block 0xa0000: held
 	// The range starts mid-block: the first whole block is 0x90000,
 	// which a host id is in, and 0xa0000 is held; 0xb0000 runs past the
 	// range's end.
-	if m, err := s.allocate(recs, reserved, 1000); err == nil {
+	if m, err := allocate(recs, reserved, r, 1000); err == nil {
 		t.Errorf("allocated %d; want no free block", m.Base)
+	} else if full := (*ExhaustedError)(nil); !errors.As(err, &full) {
+		t.Errorf("no free block: %v; want an *ExhaustedError (the core's limit reached)", err)
 	}
-	s.cfg.Count = 6 * IDBlock
-	m, err := s.allocate(recs, reserved, 1000)
+	r.Count = 6 * Block
+	m, err := allocate(recs, reserved, r, 1000)
 	if err != nil || m.Base != 0xb0000 {
 		t.Errorf("allocated %+v, %v; want the block at 0xb0000", m, err)
 	}
@@ -87,7 +93,7 @@ func TestAllocateIDsSkipsHeldAndReservedBlocks(t *testing.T) {
 func TestMapIDsOfAnOwnerWithSeveralHighIDs(t *testing.T) {
 	const base = 0x80000
 	m := mapIDs(base, 70000, []uint32{80000, 65535, 70000})
-	ns := nsIDs(m)
+	ns := ForInit(m)
 	if err := ns.Validate(); err != nil {
 		t.Fatalf("the map: %v", err)
 	}
@@ -110,7 +116,7 @@ func TestMapIDsOfAnOwnerWithSeveralHighIDs(t *testing.T) {
 func TestShownIDsAreRootNobodyAndTheOwner(t *testing.T) {
 	for _, owner := range []uint32{1001, 998, 70000} { // a user, a system user, a high one
 		rec := state.Record{Owner: owner, IDs: mapIDs(0x80000, owner, []uint32{owner})}
-		shown, full := shownIDs(rec), nsIDs(rec.IDs)
+		shown, full := Shown(rec), ForInit(rec.IDs)
 		if err := shown.Validate(); err != nil {
 			t.Fatalf("owner %d: the shown map: %v", owner, err)
 		}
@@ -132,5 +138,23 @@ func TestShownIDsAreRootNobodyAndTheOwner(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+func TestExecIdentityRefusesAnUnmappedUserAndDropsUnmappedGroups(t *testing.T) {
+	rec := state.Record{ID: "sb", Owner: 1001, IDs: mapIDs(0x80000, 1001, []uint32{1001, 70000})}
+	req := nsinit.Request{UID: 1001, GID: 80000, Groups: []uint32{27, 70000, 80001}}
+	if err := ExecIdentity(rec, &req); err != nil {
+		t.Fatalf("the owner's command: %v", err)
+	}
+	if req.GID != nobodyID || !slices.Equal(req.Groups, []uint32{27, 70000}) {
+		t.Errorf("gid %d, groups %v; want nobody's and the mapped ones (27, 70000)", req.GID, req.Groups)
+	}
+	if err := ExecIdentity(rec, &nsinit.Request{UID: 70001}); err == nil {
+		t.Error("uid 70001, which has no id inside, was let run")
+	}
+	none := nsinit.Request{UID: 70001, GID: 80000}
+	if err := ExecIdentity(state.Record{Owner: 1001}, &none); err != nil || none.GID != 80000 {
+		t.Errorf("a sandbox without a user namespace: %v, gid %d; want the request as it is", err, none.GID)
 	}
 }

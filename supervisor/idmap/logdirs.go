@@ -1,12 +1,16 @@
-package supervisor
+package idmap
 
 import (
 	"bufio"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
+
+	"github.com/sandboxd/sandboxd/runtime/nsinit"
 )
 
 // A booted sandbox's /var/log is hidden and empty, and its services
@@ -63,4 +67,44 @@ func packagedUnder(lists, dir string) map[string]bool {
 	}
 	c.dir, c.mtime, c.paths = lists+"\x00"+dir, st.ModTime(), paths
 	return paths
+}
+
+// LogDirs are the directories of the host's /var/log that a package
+// installed, for a booted sandbox of namespace ns (logDirs).
+func LogDirs(ns *nsinit.IDMap) []nsinit.Dir {
+	return logDirs("/var/log", packagedUnder(dpkgLists, "/var/log"), ns)
+}
+
+// maxLogDirs bounds how many of the host's /var/log directories a
+// booted sandbox gets (depth 3 at most).
+const maxLogDirs = 256
+
+// logDirs are the directories under dir (the host's /var/log) that a
+// package installed (packaged), with their owners and modes,
+// for a booted sandbox's hidden, empty /var/log: services expect theirs.
+// Others are not named to the sandbox. An owner the sandbox's namespace
+// (ns) lacks is nobody there.
+func logDirs(dir string, packaged map[string]bool, ns *nsinit.IDMap) []nsinit.Dir {
+	var out []nsinit.Dir
+	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || p == dir {
+			return nil
+		}
+		if !d.IsDir() {
+			return nil
+		}
+		if !packaged[p] {
+			return filepath.SkipDir // nor what is below: made by no package either
+		}
+		if strings.Count(strings.TrimPrefix(p, dir), "/") > 3 || len(out) >= maxLogDirs {
+			return filepath.SkipDir
+		}
+		var st syscall.Stat_t
+		if syscall.Lstat(p, &st) != nil {
+			return filepath.SkipDir
+		}
+		out = append(out, hostDir(p, &st, ns))
+		return nil
+	})
+	return out
 }
