@@ -5,13 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/sandboxd/sandboxd/internal/steps"
-	"strings"
 	"time"
 
 	"github.com/sandboxd/sandboxd/cowfs"
 	"github.com/sandboxd/sandboxd/internal/crashpoint"
 	"github.com/sandboxd/sandboxd/internal/revert"
+	"github.com/sandboxd/sandboxd/internal/steps"
 	"github.com/sandboxd/sandboxd/runtime/nsinit"
 	"github.com/sandboxd/sandboxd/supervisor/admission"
 	"github.com/sandboxd/sandboxd/supervisor/state"
@@ -70,7 +69,7 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 	if err := settle(&s.cfg, &opts); err != nil {
 		return sb, fmt.Errorf("creating a sandbox of %s: %w", opts.Project, err)
 	}
-	location := s.projects.location(opts.Project)
+	location := s.projects.Location(opts.Project)
 	if location == "" {
 		return sb, fmt.Errorf("creating a sandbox of %q: %w", opts.Project, ErrUnknownProject)
 	}
@@ -99,7 +98,7 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 		return sb, fmt.Errorf("creating a sandbox of %s: %w", opts.Project, err)
 	}
 	// Read before the admission lock: it asks systemd and reads files.
-	env, err := s.projectEnv(ctx, opts.Project)
+	env, err := s.projects.Env(ctx, opts.Project)
 	if err != nil {
 		return sb, fmt.Errorf("creating a sandbox of %s: %w", opts.Project, err)
 	}
@@ -112,7 +111,7 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 	timing.Mark("admission-wait")
 	// Under the lock: a project removed since the check above is gone,
 	// and one whose removal comes next will see this create's record.
-	if s.projects.location(opts.Project) != location {
+	if s.projects.Location(opts.Project) != location {
 		s.admission.Unlock()
 		return sb, fmt.Errorf("creating a sandbox of %q: it was removed meanwhile: %w", opts.Project, ErrUnknownProject)
 	}
@@ -228,7 +227,7 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 	// (projectGate); a promotion's checks get the project as applied.
 	var base cowfs.Volume
 	if opts.Applied {
-		thaw := s.freezeWriters(ctx, opts.Project)
+		thaw := s.projects.FreezeWriters(ctx, opts.Project)
 		base, err = s.cfg.Backend.Snapshot(ctx, project, rec.Base, true)
 		thaw()
 	} else {
@@ -390,63 +389,4 @@ func (s *scopes) stop(ctx context.Context, unit string) error {
 		return fmt.Errorf("stopping %s: %w", unit, err)
 	}
 	return nil
-}
-
-// ProjectEnv is the environment of one of the configuration's projects:
-// that of host services, each as systemd gives it to the service, then
-// Env's KEY=value entries; a later assignment wins.
-type ProjectEnv struct {
-	Units []string // service units, like "nginx.service"
-	Env   []string
-}
-
-// serviceEnvironment is what Config.Units must also do when a project
-// names units: *units.Manager does (units.Manager.ServiceEnvironment).
-type serviceEnvironment interface {
-	ServiceEnvironment(ctx context.Context, name string) ([]string, error)
-}
-
-// Bounds on a project's environment, which every command carries through
-// the init's socket and execve(2): Linux refuses an assignment of 128KiB
-// or more (MAX_ARG_STRLEN) and the whole must leave room for the rest.
-const (
-	maxEnvAssignment = 128<<10 - 1
-	maxProjectEnv    = 256 << 10
-)
-
-// projectEnv reads project's environment (Config.ProjectEnv) now: a unit
-// that cannot be read fails it, naming the unit.
-func (s *Supervisor) projectEnv(ctx context.Context, project string) ([]string, error) {
-	pe := s.cfg.ProjectEnv[project]
-	if len(pe.Units)+len(pe.Env) == 0 {
-		return nil, nil
-	}
-	var env []string
-	for _, unit := range pe.Units {
-		r, ok := s.cfg.Units.(serviceEnvironment)
-		if !ok {
-			return nil, fmt.Errorf("project %s names unit %s, whose environment cannot be read here", project, unit)
-		}
-		e, err := r.ServiceEnvironment(ctx, unit)
-		if err != nil {
-			return nil, fmt.Errorf("the environment of unit %s, which project %s names in sandboxd.toml: %w", unit, project, err)
-		}
-		for _, kv := range e {
-			if len(kv) > maxEnvAssignment {
-				name, _, _ := strings.Cut(kv, "=")
-				return nil, fmt.Errorf("the environment of unit %s, which project %s names in sandboxd.toml: %s is %d bytes long; a command's environment holds at most %d per variable",
-					unit, project, name, len(kv), maxEnvAssignment)
-			}
-		}
-		env = mergeEnv(env, e)
-	}
-	env = mergeEnv(env, pe.Env)
-	size := 0
-	for _, kv := range env {
-		size += len(kv) + 1
-	}
-	if size > maxProjectEnv {
-		return nil, fmt.Errorf("the environment of project %s (its units' and its env's) is %d bytes: at most %d", project, size, maxProjectEnv)
-	}
-	return env, nil
 }

@@ -93,9 +93,9 @@ type Hooks struct {
 	// AfterReconcile runs once the sandboxes are reconciled, before
 	// orphan volumes are removed; it adds what it did to the report.
 	AfterReconcile Hook[func(ctx context.Context, rep *Report) error]
-	// LoadProjects runs as LoadProjects reads the recorded projects,
-	// under the admission lock: it finishes what a crash left of them
-	// (an adoption) and returns those to load.
+	// LoadProjects runs as the project registry (Projects().Load) reads
+	// the recorded projects, under the admission lock: it finishes what
+	// a crash left of them (an adoption) and returns those to load.
 	LoadProjects Hook[func(ctx context.Context, recs []state.Project) []state.Project]
 	// Close runs as the daemon ends, before the sandboxes' inits are
 	// forgotten.

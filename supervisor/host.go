@@ -93,7 +93,7 @@ func (h host) InitPID(id string) (int, bool) {
 
 func (h host) Wake(ctx context.Context, id string) error { return h.s.wake(ctx, id) }
 
-func (h host) Project(name string) (Project, bool) { return h.s.projects.get(name) }
+func (h host) Project(name string) (Project, bool) { return h.s.projects.Get(name) }
 
 func (h host) MayUseProject(ctx context.Context, a Actor, name string) error {
 	return h.s.MayUseProject(ctx, a, name)

@@ -19,20 +19,21 @@ func (h host) WithAdmission(fn func() error) error {
 }
 
 // Projects are every project, by name.
-func (h host) Projects() []Project { return h.s.projects.list() }
+func (h host) Projects() []Project { return h.s.projects.List() }
 
-// LoadProject registers the project rec makes, as LoadProjects does.
+// LoadProject registers the project rec makes, as the registry's Load
+// does.
 func (h host) LoadProject(rec state.Project) {
-	h.s.projects.set(projectOf(rec), ProjectAccess{Users: rec.Users, Groups: rec.Groups})
+	h.s.projects.Register(rec)
 }
 
 // ForgetProject unregisters project name.
-func (h host) ForgetProject(name string) { h.s.projects.remove(name) }
+func (h host) ForgetProject(name string) { h.s.projects.Forget(name) }
 
 // FreezeUnits freezes names, host services that write project, and
 // returns what thaws them.
 func (h host) FreezeUnits(ctx context.Context, project string, names []string) (thaw func()) {
-	return h.s.freezeUnits(ctx, project, names)
+	return h.s.projects.FreezeUnits(ctx, project, names)
 }
 
 // RuntimeRoot is the directory of the sandboxes' runtime directories.

@@ -11,12 +11,12 @@ import (
 	"fmt"
 	"os"
 	"os/user"
-	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/sandboxd/sandboxd/runtime/nsinit"
 	"github.com/sandboxd/sandboxd/supervisor/idmap"
+	"github.com/sandboxd/sandboxd/supervisor/projects"
 	"github.com/sandboxd/sandboxd/supervisor/state"
 )
 
@@ -64,11 +64,11 @@ func (s *Supervisor) request(ctx context.Context, rec state.Record, o ExecOption
 		req.Home = home
 	}
 	if req.Dir == "" {
-		project, err := s.cfg.Backend.Project(ctx, s.projects.location(rec.Project))
+		project, err := s.cfg.Backend.Project(ctx, s.projects.Location(rec.Project))
 		if err != nil {
 			return req, err
 		}
-		req.Dir = s.seenAt(rec.Project, project)
+		req.Dir = s.projects.SeenAt(rec.Project, project)
 	}
 	req.Env = []string{
 		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -90,26 +90,11 @@ func (s *Supervisor) request(ctx context.Context, rec state.Record, o ExecOption
 	}
 	// The project's environment, as read when the sandbox was made, over
 	// the base; the caller's own over both.
-	req.Env = mergeEnv(mergeEnv(req.Env, rec.Env), o.Env)
+	req.Env = projects.MergeEnv(projects.MergeEnv(req.Env, rec.Env), o.Env)
 	if err := idmap.ExecIdentity(rec, &req); err != nil {
 		return req, fmt.Errorf("%w: %w", err, ErrInvalid)
 	}
 	return req, nil
-}
-
-// mergeEnv is base with each of over's KEY=value in place of base's.
-func mergeEnv(base, over []string) []string {
-	out := slices.Clone(base)
-	for _, kv := range over {
-		key, _, _ := strings.Cut(kv, "=")
-		i := slices.IndexFunc(out, func(e string) bool { return strings.HasPrefix(e, key+"=") })
-		if i >= 0 {
-			out[i] = kv
-		} else {
-			out = append(out, kv)
-		}
-	}
-	return out
 }
 
 // loginShell is name's shell from /etc/passwd (os/user does not read it).

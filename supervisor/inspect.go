@@ -90,7 +90,7 @@ func (s *Supervisor) staleness(ctx context.Context, rec state.Record) string {
 		}
 		return Current
 	}
-	project, perr := s.cfg.Backend.Project(ctx, s.projects.location(rec.Project))
+	project, perr := s.cfg.Backend.Project(ctx, s.projects.Location(rec.Project))
 	base, berr := s.cfg.Backend.Get(ctx, rec.Base)
 	if perr != nil || berr != nil {
 		return StaleUnknown

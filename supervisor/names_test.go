@@ -129,7 +129,7 @@ func TestProjectRemovalsAndCreatesDoNotCross(t *testing.T) {
 
 	orders := map[string]int{}
 	for round := range 6 {
-		if err := sup.AddProject(supervisor.WithCaller(ctx, 0), "race", path); err != nil {
+		if err := sup.Projects().Add(supervisor.WithCaller(ctx, 0), "race", path, supervisor.ProjectAccess{}); err != nil {
 			t.Fatalf("round %d: AddProject: %v", round, err)
 		}
 		var wg sync.WaitGroup
@@ -141,7 +141,7 @@ func TestProjectRemovalsAndCreatesDoNotCross(t *testing.T) {
 			defer wg.Done()
 			// Later each round, so that both orders happen.
 			time.Sleep(time.Duration(round) * time.Millisecond)
-			removeErr = sup.RemoveProject(supervisor.WithCaller(ctx, 0), "race")
+			removeErr = sup.Projects().Remove(supervisor.WithCaller(ctx, 0), "race")
 		}()
 		wg.Wait()
 		switch {
@@ -149,7 +149,7 @@ func TestProjectRemovalsAndCreatesDoNotCross(t *testing.T) {
 			if err := sup.Destroy(ctx, sb.ID); err != nil {
 				t.Fatal(err)
 			}
-			if err := sup.RemoveProject(supervisor.WithCaller(ctx, 0), "race"); err != nil {
+			if err := sup.Projects().Remove(supervisor.WithCaller(ctx, 0), "race"); err != nil {
 				t.Fatalf("round %d: RemoveProject once its sandbox is gone: %v", round, err)
 			}
 			orders["create first"]++
@@ -195,20 +195,20 @@ func TestAProjectAddedOnZFSIsADataset(t *testing.T) {
 	cfg.Backend = fs
 	cfg.Projects = nil
 	sup := supervisor.New(cfg)
-	if err := sup.AddProject(ctx, "data", tb.ZFS.Project); err != nil {
+	if err := sup.Projects().Add(ctx, "data", tb.ZFS.Project, supervisor.ProjectAccess{}); err != nil {
 		t.Fatalf("AddProject of dataset %s: %v", tb.ZFS.Project, err)
 	}
 	for _, location := range []string{tb.ZFS.Pool + "/no-such-dataset", e.project, "otherpool/data", root} {
-		err := sup.AddProject(ctx, "bad", location)
+		err := sup.Projects().Add(ctx, "bad", location, supervisor.ProjectAccess{})
 		if !errors.Is(err, supervisor.ErrInvalidProject) || !strings.Contains(err.Error(), location) ||
 			!strings.Contains(err.Error(), "a ZFS dataset of pool "+tb.ZFS.Pool) || !strings.Contains(err.Error(), "zfs create") {
 			t.Errorf("AddProject at %s on ZFS: %v; want ErrInvalidProject naming it and saying what a project is", location, err)
 		}
 	}
-	if got := sup.Projects(); len(got) != 1 || !reflect.DeepEqual(got[0], supervisor.Project{Name: "data", Location: tb.ZFS.Project, Origin: supervisor.OriginAdded}) {
+	if got := sup.Projects().List(); len(got) != 1 || !reflect.DeepEqual(got[0], supervisor.Project{Name: "data", Location: tb.ZFS.Project, Origin: supervisor.OriginAdded}) {
 		t.Fatalf("projects = %+v; want data alone", got)
 	}
-	if err := sup.RemoveProject(ctx, "data"); err != nil {
+	if err := sup.Projects().Remove(ctx, "data"); err != nil {
 		t.Fatal(err)
 	}
 }

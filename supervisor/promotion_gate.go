@@ -122,7 +122,7 @@ func (s *Supervisor) snapshotProject(ctx context.Context, projectName string, pr
 		gate.RLock()
 		st := s.gate.stagedOf(projectName)
 		if st == nil {
-			thaw := s.freezeWriters(ctx, projectName)
+			thaw := s.projects.FreezeWriters(ctx, projectName)
 			v, err := s.cfg.Backend.Snapshot(ctx, project, name, true)
 			thaw()
 			gate.RUnlock()

@@ -13,6 +13,7 @@ import (
 	"github.com/sandboxd/sandboxd/supervisor/admission"
 	"github.com/sandboxd/sandboxd/supervisor/audit"
 	"github.com/sandboxd/sandboxd/supervisor/idmap"
+	"github.com/sandboxd/sandboxd/supervisor/projects"
 	"github.com/sandboxd/sandboxd/supervisor/state"
 	"github.com/sandboxd/sandboxd/units"
 )
@@ -22,7 +23,7 @@ var (
 	// ErrNotFound: no sandbox with that id.
 	ErrNotFound = state.ErrNotFound
 	// ErrUnknownProject: no project of that name (configured or added).
-	ErrUnknownProject = errors.New("unknown project")
+	ErrUnknownProject = projects.ErrUnknownProject
 	// ErrInvalid: options that make no sense (a negative TTL, bad limits,
 	// a bad name).
 	ErrInvalid = admission.ErrInvalid
@@ -30,14 +31,14 @@ var (
 	// of a sandbox that is not frozen, ...).
 	ErrWrongState = errors.New("not allowed in the sandbox's state")
 	// ErrExists: the name is taken, by another sandbox (a create's name)
-	// or another project (AddProject).
-	ErrExists = errors.New("name taken")
-	// ErrInvalidProject: an AddProject or RemoveProject that cannot be
+	// or another project (Projects().Add).
+	ErrExists = projects.ErrExists
+	// ErrInvalidProject: a project's Add or Remove that cannot be
 	// done as asked: a bad name, a location that is not a volume of the
 	// pool, the removal of a project of the configuration.
-	ErrInvalidProject = errors.New("invalid project")
-	// ErrProjectInUse: RemoveProject of a project that has sandboxes.
-	ErrProjectInUse = errors.New("project in use")
+	ErrInvalidProject = projects.ErrInvalidProject
+	// ErrProjectInUse: the Remove of a project that has sandboxes.
+	ErrProjectInUse = projects.ErrProjectInUse
 	// ErrConflict: the project changed, since the sandbox's base, paths
 	// that the sandbox changed too (a rebase, a promotion). The error
 	// lists them.
@@ -80,17 +81,18 @@ type Config struct {
 	Store   *state.Store
 	// Projects maps a project's name to its location in the pool (a btrfs
 	// subvolume path or a ZFS dataset): the configuration's projects.
-	// New copies it; AddProject and RemoveProject change the supervisor's
-	// projects, never this map, and LoadProjects adds the recorded ones.
+	// New copies it; the registry's Add and Remove change the
+	// supervisor's projects, never this map, and its Load adds the
+	// recorded ones.
 	Projects map[string]string
 	// ProjectAccess says who may use each of the configuration's projects
 	// (by name); a project it lacks is open to its directory's owner.
-	ProjectAccess map[string]ProjectAccess
+	ProjectAccess map[string]projects.Access
 	// ProjectEnv is the environment of the configuration's projects (by
 	// name), read when a sandbox of one is made and kept in its record;
 	// a project it lacks has none. Units must do ServiceEnvironment for
 	// a project that names units.
-	ProjectEnv map[string]ProjectEnv
+	ProjectEnv map[string]projects.Env
 	// ProjectIgnore is the configuration's [[project]] ignore patterns
 	// (by name, checked when it was read): paths that diff, try and
 	// promotion leave out (ignore.go).
@@ -145,29 +147,32 @@ type Supervisor struct {
 	// intent, so that concurrent creates cannot both take the last place
 	// (or the same name), and the changes of the projects with both.
 	admission sync.Mutex
-	projects  *projectRegistry
+	projects  *projects.Registry // the project registry (supervisor/projects)
 	worlds    worlds
 	gate      projectGate
 	userns    usernsState
 	stateDirs idmap.StateDirCache
-	frozen    freezeCounts
 	activity  activity
 	// usage: systemd's answers for GetLimits (userlimits.go).
 	usage sliceUsageCache
 }
 
-// New makes a Supervisor. Call LoadProjects, then Reconcile, before
+// New makes a Supervisor. Call Projects().Load, then Reconcile, before
 // serving.
 func New(cfg Config) *Supervisor {
 	log := cfg.Log
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &Supervisor{cfg: cfg, log: log, projects: newProjectRegistry(cfg.Projects, cfg.ProjectAccess),
-		userns: usernsState{unavailable: errors.New("user namespaces were not probed (ProbeUserNS)")},
+	s := &Supervisor{cfg: cfg, log: log, userns: usernsState{unavailable: errors.New("user namespaces were not probed (ProbeUserNS)")},
 		scopes: scopes{units: cfg.Units, userLimits: cfg.UserLimits},
 		worlds: worlds{root: cfg.RuntimeDir, initCommand: cfg.InitCommand, log: log}}
 	s.auditor = auditor{log: cfg.Audit, journal: log, refusals: &s.hooks.Refusals}
+	s.projects = projects.New(projects.Config{
+		Locations: cfg.Projects, Access: cfg.ProjectAccess, Env: cfg.ProjectEnv,
+		Backend: cfg.Backend, Units: cfg.Units, Store: cfg.Store, Log: log,
+		Admission: &s.admission, Audit: s.auditor.entry, Caller: uidField, OnLoad: s.hooks.LoadProjects.each,
+	})
 	return s
 }
 

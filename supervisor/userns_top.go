@@ -30,7 +30,7 @@ func (s *Supervisor) ownTopDir(rec state.Record, vol cowfs.Volume) error {
 	if rec.Owner == 0 || rec.ReadOnlyProject || !filepath.IsAbs(vol.Path) {
 		return nil
 	}
-	if p, ok := s.projects.get(rec.Project); ok && len(p.At) > 1 {
+	if p, ok := s.projects.Get(rec.Project); ok && len(p.At) > 1 {
 		return nil
 	}
 	fd, err := unix.Open(vol.Path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)

@@ -96,7 +96,7 @@ func (s *Supervisor) forget(id string) {
 // spec is the world of sandbox rec: the host's OS under its own layer,
 // its copy of the project at the project's path, and what it must not see.
 func (s *Supervisor) spec(ctx context.Context, rec state.Record) (nsinit.Spec, error) {
-	project, err := s.cfg.Backend.Project(ctx, s.projects.location(rec.Project))
+	project, err := s.cfg.Backend.Project(ctx, s.projects.Location(rec.Project))
 	if err != nil {
 		return nsinit.Spec{}, err
 	}
@@ -108,7 +108,7 @@ func (s *Supervisor) spec(ctx context.Context, rec state.Record) (nsinit.Spec, e
 		ID:       rec.ID,
 		Hostname: prefixUnit + rec.ID,
 		Dir:      s.worlds.dir(rec.ID),
-		Project:  nsinit.Bind{Source: vol.Path, Target: s.seenAt(rec.Project, project), ReadOnly: rec.ReadOnlyProject},
+		Project:  nsinit.Bind{Source: vol.Path, Target: s.projects.SeenAt(rec.Project, project), ReadOnly: rec.ReadOnlyProject},
 		Hidden:   slices.Clone(rec.Hidden),
 		ReadOnly: rec.ReadOnly,
 		Network:  rec.Network,
@@ -136,7 +136,7 @@ func (s *Supervisor) spec(ctx context.Context, rec state.Record) (nsinit.Spec, e
 			}
 		}
 	}
-	for _, p := range s.projects.list() {
+	for _, p := range s.projects.List() {
 		if p.Name == rec.Project {
 			if len(p.At) > 1 {
 				spec.ProjectDirs = p.At
@@ -145,7 +145,7 @@ func (s *Supervisor) spec(ctx context.Context, rec state.Record) (nsinit.Spec, e
 		}
 		// An adopted one's directory shows, through the host's root, what
 		// it held before (its mount is not in the root's layer).
-		for _, at := range p.places() {
+		for _, at := range p.Places() {
 			if filepath.IsAbs(at) {
 				spec.Hidden = append(spec.Hidden, at)
 			}
@@ -243,9 +243,9 @@ func (s *Supervisor) adoptWorld(ctx context.Context, rec state.Record) error {
 	}
 	// A pool served by a process that restarted (zfs-fuse) leaves the
 	// sandbox's files behind a dead FUSE mount: start it again.
-	if project, err := s.cfg.Backend.Project(ctx, s.projects.location(rec.Project)); err == nil {
+	if project, err := s.cfg.Backend.Project(ctx, s.projects.Location(rec.Project)); err == nil {
 		var st syscall.Statfs_t
-		at := s.seenAt(rec.Project, project)
+		at := s.projects.SeenAt(rec.Project, project)
 		if err := syscall.Statfs(fmt.Sprintf("/proc/%d/root%s", pid, at), &st); errors.Is(err, syscall.ENOTCONN) {
 			return fmt.Errorf("its files at %s are unreachable: %w", at, err)
 		}

@@ -26,6 +26,7 @@ import (
 	"github.com/sandboxd/sandboxd/supervisor/config"
 	"github.com/sandboxd/sandboxd/supervisor/journal"
 	"github.com/sandboxd/sandboxd/supervisor/ports"
+	"github.com/sandboxd/sandboxd/supervisor/projects"
 	"github.com/sandboxd/sandboxd/supervisor/promotion"
 	"github.com/sandboxd/sandboxd/supervisor/state"
 	"github.com/sandboxd/sandboxd/supervisor/try"
@@ -59,14 +60,14 @@ func run(ctx context.Context, configPath string) error {
 		return fmt.Errorf("opening the pool: %w", err)
 	}
 	defer backend.Close()
-	projects := map[string]string{}
-	projectAccess := map[string]supervisor.ProjectAccess{}
-	projectEnv := map[string]supervisor.ProjectEnv{}
+	locations := map[string]string{}
+	projectAccess := map[string]projects.Access{}
+	projectEnv := map[string]projects.Env{}
 	projectIgnore := map[string][]string{}
 	for _, p := range cfg.Projects {
-		projects[p.Name] = p.Path + p.Dataset // exactly one is set
-		projectAccess[p.Name] = supervisor.ProjectAccess{Users: p.Users, Groups: p.Groups}
-		projectEnv[p.Name] = supervisor.ProjectEnv{Units: p.Units, Env: p.Env}
+		locations[p.Name] = p.Path + p.Dataset // exactly one is set
+		projectAccess[p.Name] = projects.Access{Users: p.Users, Groups: p.Groups}
+		projectEnv[p.Name] = projects.Env{Units: p.Units, Env: p.Env}
 		projectIgnore[p.Name] = p.Ignore
 	}
 	um, err := units.Connect(ctx)
@@ -100,7 +101,7 @@ func run(ctx context.Context, configPath string) error {
 	lim := cfg.Limits
 	host := readMachine()
 	sup := supervisor.New(supervisor.Config{
-		Backend: backend, Units: um, Store: store, Projects: projects, ProjectAccess: projectAccess, ProjectEnv: projectEnv,
+		Backend: backend, Units: um, Store: store, Projects: locations, ProjectAccess: projectAccess, ProjectEnv: projectEnv,
 		ProjectIgnore: projectIgnore,
 		// The init is this binary, reached through /proc/self/exe: the
 		// same version as the daemon even while an upgrade replaces the
@@ -158,13 +159,13 @@ func run(ctx context.Context, configPath string) error {
 
 	// The projects added with AddProject join the configuration's before
 	// the reconcile, which may restart sandboxes of theirs.
-	shadowed, err := sup.LoadProjects()
+	shadowed, err := sup.Projects().Load()
 	if err != nil {
 		return err
 	}
 	for _, p := range shadowed {
 		log.Warn("a project added with AddProject has the name of one in sandboxd.toml: sandboxd.toml's is used, the added one ignored (it returns if sandboxd.toml drops its own)",
-			"project", p.Name, "added_location", p.Location, "config_location", projects[p.Name])
+			"project", p.Name, "added_location", p.Location, "config_location", locations[p.Name])
 	}
 
 	if err := sup.ApplyUserLimits(ctx); err != nil {

@@ -116,6 +116,8 @@ var rules = []rule{
 	// the user namespaces stands on the records and the init's types only.
 	{"the supervisor's lower parts (idmap) import only supervisor/state, runtime/nsinit and internal/",
 		in("supervisor/idmap"), in("supervisor/state", "runtime/nsinit", "internal")},
+	{"the project registry (supervisor/projects), a lower part of the core, imports only the supervisor's records and audit log, cowfs, units and internal/",
+		in("supervisor/projects"), in("supervisor/state", "supervisor/audit", "cowfs", "units", "internal")},
 }
 
 // rooms are the supervisor's capabilities, each over the core's Host
@@ -185,7 +187,7 @@ func TestRulesCatchBreaks(t *testing.T) {
 	pkgs := []string{"sandboxd1", "internal/termsafe", "internal/crashpoint", "cowfs", "cowfs/btrfs", "units", "runtime/nsinit",
 		"runtime/nsinit/world", "runtime/nsinit/boot", "runtime/egress", "promote", "supervisor", "supervisor/state", "supervisor/api", "supervisor/config", "cli",
 		"cli/verb", "cmd/sandboxctl", "cmd/sandboxd", "tests/testbed", "client", "mcpserver", "supervisor/ports", "supervisor/changeset",
-		"supervisor/api/guard", "supervisor/api/access", "supervisor/admission", "supervisor/idmap"}
+		"supervisor/api/guard", "supervisor/api/access", "supervisor/admission", "supervisor/idmap", "supervisor/projects"}
 	breaks := map[string][2]string{
 		rules[0].name:  {"sandboxd1", "internal/termsafe"},
 		rules[1].name:  {"internal/termsafe", "cowfs"},
@@ -206,6 +208,7 @@ func TestRulesCatchBreaks(t *testing.T) {
 		rules[16].name: {"runtime/nsinit/world", "runtime/nsinit"},
 		rules[17].name: {"supervisor/admission", "supervisor"},
 		rules[18].name: {"supervisor/idmap", "supervisor"},
+		rules[19].name: {"supervisor/projects", "supervisor"},
 		cliRule.name:   {"cli", "supervisor/config"},
 	}
 	g := graph{}
@@ -223,7 +226,8 @@ func TestRulesCatchBreaks(t *testing.T) {
 		{"supervisor/api/access", "internal/termsafe"},
 		{"runtime/nsinit", "runtime/nsinit/boot"}, {"runtime/nsinit/boot", "runtime/nsinit/world"},
 		{"supervisor", "supervisor/admission"}, {"supervisor/admission", "supervisor/state"}, {"supervisor/admission", "runtime/egress"},
-		{"supervisor", "supervisor/idmap"}, {"supervisor/idmap", "supervisor/state"}, {"supervisor/idmap", "runtime/nsinit"}} {
+		{"supervisor", "supervisor/idmap"}, {"supervisor/idmap", "supervisor/state"}, {"supervisor/idmap", "runtime/nsinit"},
+		{"supervisor", "supervisor/projects"}, {"supervisor/projects", "supervisor/state"}, {"supervisor/projects", "cowfs"}} {
 		g[e[0]].ours[e[1]] = true
 	}
 	g["runtime/nsinit"].others["runtime"] = true

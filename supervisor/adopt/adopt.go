@@ -26,6 +26,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/crashpoint"
 	"github.com/sandboxd/sandboxd/internal/rootonly"
 	"github.com/sandboxd/sandboxd/supervisor"
+	"github.com/sandboxd/sandboxd/supervisor/projects"
 	"github.com/sandboxd/sandboxd/supervisor/state"
 )
 
@@ -57,10 +58,10 @@ func (s *Adoptions) Adopt(ctx context.Context, name, path string, o Options) (er
 	defer func() { s.audit(ctx, "project-adopt", name, path, err) }()
 	paths := append([]string{path}, o.More...)
 	what := fmt.Sprintf("adopting %s as project %q", strings.Join(paths, ", "), name)
-	if err := supervisor.CheckNewProject(name, access); err != nil {
+	if err := projects.CheckNew(name, access); err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
-	if err := supervisor.CheckFreezeUnits(o.Freeze); err != nil {
+	if err := projects.CheckFreezeUnits(o.Freeze); err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	if o.Caller != nil {
@@ -153,7 +154,7 @@ func (s *Adoptions) Adopt(ctx context.Context, name, path string, o Options) (er
 	rec := state.Project{Name: name, Location: location, Added: time.Now().UTC(), Users: access.Users, Groups: access.Groups, Adoption: ad, Freeze: o.Freeze}
 	err = s.h.WithAdmission(func() error {
 		if p, taken := s.h.Project(name); taken {
-			return fmt.Errorf("%s: %s: %w", what, supervisor.TakenBy(p), supervisor.ErrExists)
+			return fmt.Errorf("%s: %s: %w", what, projects.TakenBy(p), supervisor.ErrExists)
 		}
 		if err := s.adoptionsLeft(o.Caller); err != nil {
 			return fmt.Errorf("%s: %w", what, err)

@@ -7,7 +7,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/sandboxd/sandboxd/supervisor"
+	"github.com/sandboxd/sandboxd/supervisor/projects"
 	"github.com/sandboxd/sandboxd/units"
 )
 
@@ -84,7 +84,7 @@ func restartable(u units.ProcessUnit) error {
 		return fmt.Errorf("a delegated subtree (Delegate=yes: the cgroups below it, and their names, are its processes'): sandboxd restarts no unit for a process there; stop it first")
 	case !strings.HasSuffix(u.Name, ".service"):
 		return fmt.Errorf("no system service sandboxd could stop and start; stop it first")
-	case supervisor.Untouchable(u.Name):
+	case projects.Untouchable(u.Name):
 		return fmt.Errorf("which sandboxd does not stop")
 	}
 	return nil

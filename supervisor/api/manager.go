@@ -169,7 +169,7 @@ func (m manager) ListProjects(sender dbus.Sender) ([]sandboxd1.ProjectEntry, *db
 		return nil, derr
 	}
 	out := []sandboxd1.ProjectEntry{}
-	for _, p := range s.sup.Projects() {
+	for _, p := range s.sup.Projects().List() {
 		if s.sup.MayUseProject(r.ctx, r.actor, p.Name) != nil {
 			continue
 		}
@@ -200,7 +200,7 @@ func (m manager) addProject(sender dbus.Sender, action, name, location string, o
 		if err != nil {
 			return dbusError(sandboxd1.ErrorInvalidArgs, "%s: %v", what, err)
 		}
-		return fromSupervisorOrNil(m.s.sup.AddProjectWith(ctx, name, location, access))
+		return fromSupervisorOrNil(m.s.sup.Projects().Add(ctx, name, location, access))
 	})
 }
 
@@ -281,7 +281,9 @@ func (m manager) ownProject(sender dbus.Sender, action, name, what, verb string,
 // has no sandboxes, leaving its files; root and admins only.
 func (m manager) RemoveProject(sender dbus.Sender, name string) *dbus.Error {
 	return m.adminProject(sender, "RemoveProject", name, fmt.Sprintf("removing project %q", name), "remove",
-		func(ctx context.Context) *dbus.Error { return fromSupervisorOrNil(m.s.sup.RemoveProject(ctx, name)) })
+		func(ctx context.Context) *dbus.Error {
+			return fromSupervisorOrNil(m.s.sup.Projects().Remove(ctx, name))
+		})
 }
 
 // adminProject runs do, a change of project name that only root and

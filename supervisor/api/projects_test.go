@@ -238,7 +238,7 @@ func TestAnAddedProjectOutlivesARestart(t *testing.T) {
 
 	// The daemon's start: New, LoadProjects, Reconcile, Serve.
 	sup := supervisor.New(e.cfg)
-	if shadowed, err := sup.LoadProjects(); err != nil || len(shadowed) != 0 {
+	if shadowed, err := sup.Projects().Load(); err != nil || len(shadowed) != 0 {
 		t.Fatalf("LoadProjects = %v, %v; want nothing shadowed", shadowed, err)
 	}
 	if _, err := sup.Reconcile(ctx); err != nil {
@@ -275,11 +275,11 @@ func TestAnAddedProjectOutlivesARestart(t *testing.T) {
 	cfg := e.cfg
 	cfg.Projects = map[string]string{"web": e.project, "kept": elsewhere}
 	sup = supervisor.New(cfg)
-	shadowed, err := sup.LoadProjects()
+	shadowed, err := sup.Projects().Load()
 	if err != nil || len(shadowed) != 1 || shadowed[0].Name != "kept" || shadowed[0].Location != kept {
 		t.Fatalf("LoadProjects with sandboxd.toml's kept = %+v, %v; want the added kept reported", shadowed, err)
 	}
-	if got := sup.Projects(); len(got) != 2 || !reflect.DeepEqual(got[0], supervisor.Project{Name: "kept", Location: elsewhere, Origin: supervisor.OriginConfig}) {
+	if got := sup.Projects().List(); len(got) != 2 || !reflect.DeepEqual(got[0], supervisor.Project{Name: "kept", Location: elsewhere, Origin: supervisor.OriginConfig}) {
 		t.Fatalf("projects = %+v; want sandboxd.toml's kept", got)
 	}
 }

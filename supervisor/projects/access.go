@@ -1,8 +1,7 @@
-package supervisor
+package projects
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os/user"
 	"regexp"
@@ -13,89 +12,97 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// ErrAccessDenied: the caller may not use the project (make a sandbox of
-// it, promote into it).
-var ErrAccessDenied = errors.New("access denied")
-
-// ProjectAccess says who may use a project besides root and admins: the
+// Access says who may use a project besides root and admins: the
 // users and the members of the groups listed, by name or numeric id. With
 // neither, the project's directory says: its owner, and the members of
 // its group when the directory is group-writable. Names are looked up at
 // each use, so a user or group made later counts at once.
-type ProjectAccess struct {
+type Access struct {
 	Users  []string
 	Groups []string
 }
 
-func (a ProjectAccess) listed() bool { return len(a.Users)+len(a.Groups) > 0 }
+func (a Access) listed() bool { return len(a.Users)+len(a.Groups) > 0 }
 
-func (a ProjectAccess) clone() ProjectAccess {
-	return ProjectAccess{Users: slices.Clone(a.Users), Groups: slices.Clone(a.Groups)}
+func (a Access) clone() Access {
+	return Access{Users: slices.Clone(a.Users), Groups: slices.Clone(a.Groups)}
 }
 
 // accountName is what a user or group may be written as: a number, or a
 // name as useradd(8) takes it.
 var accountName = regexp.MustCompile(`^(?:[0-9]+|[a-zA-Z_][a-zA-Z0-9_.-]{0,31}\$?)$`)
 
-func (a ProjectAccess) validate() error {
+func (a Access) validate() error {
 	for _, l := range []struct {
 		what  string
 		names []string
 	}{{"user", a.Users}, {"group", a.Groups}} {
 		for _, n := range l.names {
 			if !accountName.MatchString(n) {
-				return fmt.Errorf("%s %s is not a %s name or id", l.what, quoteName(n), l.what)
+				return fmt.Errorf("%s %s is not a %s name or id", l.what, QuoteName(n), l.what)
 			}
 		}
 	}
 	return nil
 }
 
-// MayUseProject says whether a may use project name: nil, or an error
+// Who is a caller as a project's access sees it: its uid and groups, and
+// whether it may do what root may (root, an admin, the daemon's own
+// work), which may use every project.
+type Who struct {
+	UID        uint32
+	GIDs       []uint32 // primary and supplementary
+	Privileged bool
+}
+
+// MayUse says whether who may use project name: nil, or an error
 // wrapping ErrAccessDenied that names the project, the caller and who
 // may. An unknown project is nil here: the caller's own lookup tells
 // that.
-func (s *Supervisor) MayUseProject(ctx context.Context, a Actor, name string) error {
-	if !a.Named() {
-		return fmt.Errorf("checking who may use project %q: %w", name, ErrNoActor)
-	}
-	if a.Privileged() {
+func (r *Registry) MayUse(ctx context.Context, who Who, name string) error {
+	if who.Privileged {
 		return nil
 	}
-	id := a.Identity
-	p, access, ok := s.projects.getAccess(name)
+	p, access, ok := r.getAccess(name)
 	if !ok {
 		return nil
 	}
 	if access.listed() {
-		if access.allows(id) {
+		if access.allows(who) {
 			return nil
 		}
 		return fmt.Errorf("uid %d may not use project %q: it is open to %s (and to root and admins): %w",
-			id.UID, name, access.describe(), ErrAccessDenied)
+			who.UID, name, access.describe(), ErrAccessDenied)
 	}
-	vol, err := s.cfg.Backend.Project(ctx, p.Location)
+	vol, err := r.cfg.Backend.Project(ctx, p.Location)
 	if err != nil {
 		return fmt.Errorf("checking who may use project %q: %w", name, err)
 	}
+	return mayUseDir(who, name, vol.Path)
+}
+
+// mayUseDir says whether who may use project name, which lists no users
+// or groups, by its directory dir: its owner may, and its group's
+// members if it is group-writable.
+func mayUseDir(who Who, name, dir string) error {
 	var st unix.Stat_t
-	if err := unix.Stat(vol.Path, &st); err != nil {
-		return fmt.Errorf("checking who may use project %q: stat of %s: %w", name, vol.Path, err)
+	if err := unix.Stat(dir, &st); err != nil {
+		return fmt.Errorf("checking who may use project %q: stat of %s: %w", name, dir, err)
 	}
-	if st.Uid == id.UID || st.Mode&0o020 != 0 && slices.Contains(id.GIDs, st.Gid) {
+	if st.Uid == who.UID || st.Mode&0o020 != 0 && slices.Contains(who.GIDs, st.Gid) {
 		return nil
 	}
 	group := "its group is not"
 	if st.Mode&0o020 != 0 {
-		group = fmt.Sprintf("only gid %d, of which uid %d is not a member, may", st.Gid, id.UID)
+		group = fmt.Sprintf("only gid %d, of which uid %d is not a member, may", st.Gid, who.UID)
 	}
 	return fmt.Errorf("uid %d may not use project %q: it lists no users or groups, so it is open to its directory's owner, uid %d, "+
 		"and its group if the directory is group-writable (%s; mode %04o); an admin can add users = [...] or groups = [...] to it: %w",
-		id.UID, name, st.Uid, group, st.Mode&0o7777, ErrAccessDenied)
+		who.UID, name, st.Uid, group, st.Mode&0o7777, ErrAccessDenied)
 }
 
 // allows says whether id is one of the users or in one of the groups.
-func (a ProjectAccess) allows(id Identity) bool {
+func (a Access) allows(id Who) bool {
 	for _, u := range a.Users {
 		if uid, ok := lookupID(u, func(n string) (string, error) {
 			u, err := user.Lookup(n)
@@ -135,7 +142,7 @@ func lookupID(name string, lookup func(string) (string, error)) (uint32, bool) {
 	return uint32(n), err == nil
 }
 
-func (a ProjectAccess) describe() string {
+func (a Access) describe() string {
 	var parts []string
 	if len(a.Users) > 0 {
 		parts = append(parts, "users "+strings.Join(a.Users, ", "))

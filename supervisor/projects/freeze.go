@@ -1,4 +1,4 @@
-package supervisor
+package projects
 
 import (
 	"context"
@@ -53,25 +53,26 @@ type freezeCounts struct {
 	n  map[string]int
 }
 
-// freezeWriters freezes project's writers and returns what thaws them.
+// FreezeWriters freezes project's writers and returns what thaws them.
 // A service that cannot be frozen (not running: it writes nothing) is
 // logged and left out.
-func (s *Supervisor) freezeWriters(ctx context.Context, project string) (thaw func()) {
-	p, ok := s.projects.get(project)
+func (r *Registry) FreezeWriters(ctx context.Context, project string) (thaw func()) {
+	p, ok := r.Get(project)
 	if !ok {
 		return func() {}
 	}
-	return s.freezeUnits(ctx, project, p.Freeze)
+	return r.FreezeUnits(ctx, project, p.Freeze)
 }
 
-// freezeUnits freezes project's writers names (see freezeWriters).
-func (s *Supervisor) freezeUnits(ctx context.Context, project string, names []string) (thaw func()) {
+// FreezeUnits freezes project's writers names (see FreezeWriters): an
+// adoption's, whose project is not registered yet.
+func (r *Registry) FreezeUnits(ctx context.Context, project string, names []string) (thaw func()) {
 	if len(names) == 0 {
 		return func() {}
 	}
 	var frozen []string
 	begin := time.Now()
-	c := &s.frozen
+	c := &r.frozen
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.n == nil {
@@ -85,8 +86,8 @@ func (s *Supervisor) freezeUnits(ctx context.Context, project string, names []st
 		}
 		// One that failed may be frozen all the same (a slow freeze
 		// past the call's time): it is thawed with the others.
-		if err := s.cfg.Units.Freeze(ctx, u); err != nil {
-			s.log.Warn("a service that writes the project was not frozen for its snapshot", "project", project, "unit", u, "error", err)
+		if err := r.cfg.Units.Freeze(ctx, u); err != nil {
+			r.cfg.Log.Warn("a service that writes the project was not frozen for its snapshot", "project", project, "unit", u, "error", err)
 		}
 	}
 	return func() {
@@ -101,20 +102,20 @@ func (s *Supervisor) freezeUnits(ctx context.Context, project string, names []st
 				thaw = append(thaw, u)
 			}
 		}
-		s.thawWriters(project, thaw)
-		s.log.Info("froze the services that write the project while it was snapshotted", "project", project,
+		r.thaw(project, thaw)
+		r.cfg.Log.Info("froze the services that write the project while it was snapshotted", "project", project,
 			"units", strings.Join(frozen, ","), "frozen_for", time.Since(begin).Round(time.Microsecond).String())
 	}
 }
 
-// thawWriters thaws services, whatever the caller's context says: a
-// host's service must not stay stopped.
-func (s *Supervisor) thawWriters(project string, names []string) {
+// thaw thaws services, whatever the caller's context says: a host's
+// service must not stay stopped.
+func (r *Registry) thaw(project string, names []string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for _, u := range names {
-		if err := s.cfg.Units.Thaw(ctx, u); err != nil {
-			s.log.Error("thawing a service that writes a project", "project", project, "unit", u, "error", err)
+		if err := r.cfg.Units.Thaw(ctx, u); err != nil {
+			r.cfg.Log.Error("thawing a service that writes a project", "project", project, "unit", u, "error", err)
 		}
 	}
 }
