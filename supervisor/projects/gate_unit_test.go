@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/cowfs"
+	"github.com/sandboxd/sandboxd/cowfs/cowfstest"
 )
 
 // The project gate without root, over the fake pool: one promotion of a
@@ -46,6 +47,9 @@ func gateProject(t *testing.T, f *fixture) (project, rp cowfs.Volume) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The snapshots are read-only: deleted through the pool, so that
+	// a test without root can remove its temporary directory.
+	t.Cleanup(func() { _ = cowfstest.DeleteAll(context.Background(), f.pool) })
 	if err := os.WriteFile(filepath.Join(project.Path, "v"), []byte("before"), 0o644); err != nil {
 		t.Fatal(err)
 	}
