@@ -244,7 +244,7 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 		return sb, fmt.Errorf("creating sandbox %s: %w", id, err)
 	}
 	undo.Add(func(ctx context.Context) error { return s.cfg.Backend.Delete(ctx, vol) })
-	if err := s.ownTopDir(rec, vol); err != nil {
+	if err := ownTopDir(s.projects, rec, vol); err != nil {
 		return sb, fmt.Errorf("creating sandbox %s: %w", id, err)
 	}
 	crashpoint.Hit(crashpoint.CreateVolume)

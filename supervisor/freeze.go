@@ -41,5 +41,5 @@ func (s *Supervisor) transition(ctx context.Context, id, action string, from []s
 	}
 	s.events.changed(id)
 	s.log.Info("sandbox "+string(to), "SANDBOX_ID", id, "ACTION", action, "CALLER_UID", uidField(ctx))
-	return s.sandbox(ctx, rec), nil
+	return sandboxOf(ctx, s.cfg.Backend, &s.worlds, rec), nil
 }
