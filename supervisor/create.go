@@ -48,7 +48,7 @@ type CreateOptions struct {
 
 	// Applied: the base is the project as a promotion's stage applied
 	// it (its checks), not that stage's rollback point, which other
-	// creates get meanwhile (projectGate). Not a caller's option: the
+	// creates get meanwhile (projects.Gate). Not a caller's option: the
 	// front door never sets it.
 	Applied bool
 	// NoCache: no owner's cache (a promotion's checks: what the owner's
@@ -231,14 +231,14 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 		}))
 	}
 	// While a promotion's stage is under way, its rollback point
-	// (projectGate); a promotion's checks get the project as applied.
+	// (projects.Gate); a promotion's checks get the project as applied.
 	var base cowfs.Volume
 	if opts.Applied {
 		thaw := s.projects.FreezeWriters(ctx, opts.Project)
 		base, err = s.cfg.Backend.Snapshot(ctx, project, rec.Base, true)
 		thaw()
 	} else {
-		base, err = s.snapshotProject(ctx, opts.Project, project, rec.Base)
+		base, err = s.projects.SnapshotBase(ctx, opts.Project, project, rec.Base)
 	}
 	if err != nil {
 		return sb, fmt.Errorf("creating sandbox %s: %w", id, err)

@@ -55,6 +55,6 @@ func (h host) OpenProject(ctx context.Context, rec state.Record) (snapshot func(
 		return nil, err
 	}
 	return func(ctx context.Context, name string) (cowfs.Volume, error) {
-		return h.s.snapshotProject(ctx, rec.Project, project, name)
+		return h.s.projects.SnapshotBase(ctx, rec.Project, project, name)
 	}, nil
 }

@@ -149,7 +149,6 @@ type Supervisor struct {
 	admission sync.Mutex
 	projects  *projects.Registry // the project registry (supervisor/projects)
 	worlds    worlds
-	gate      projectGate
 	userns    usernsState
 	stateDirs idmap.StateDirCache
 	activity  activity

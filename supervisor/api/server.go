@@ -11,6 +11,7 @@ import (
 	"github.com/godbus/dbus/v5"
 	"github.com/godbus/dbus/v5/introspect"
 
+	"github.com/sandboxd/sandboxd/internal/coalesce"
 	"github.com/sandboxd/sandboxd/sandboxd1"
 	"github.com/sandboxd/sandboxd/supervisor"
 	"github.com/sandboxd/sandboxd/supervisor/api/access"
@@ -51,7 +52,7 @@ type Server struct {
 	aud access.Audience
 
 	// changes: the supervisor's change events, which follow announces.
-	changes  *supervisor.Subscription
+	changes  *coalesce.Set
 	followed chan struct{}
 
 	// heavy bounds the calls that hold much memory or disk work at once.
@@ -353,7 +354,7 @@ func (s *Server) SandboxChanged(ctx context.Context, id string) error {
 // follow announces the sandboxes the supervisor says changed (made
 // ready, frozen, thawed, destroyed, expired, a create undone), as
 // SandboxChanged does for one, until the server closes.
-func (s *Server) follow(sub *supervisor.Subscription, done chan struct{}) {
+func (s *Server) follow(sub *coalesce.Set, done chan struct{}) {
 	defer close(done)
 	for {
 		select {

@@ -105,6 +105,9 @@ type Registry struct {
 	access map[string]Access
 	// frozen counts the snapshots that want each writer frozen now.
 	frozen freezeCounts
+	// gate: one promotion of a project at a time, and which snapshot a
+	// create takes while a stage is under way (gate.go).
+	gate Gate
 }
 
 // New makes the registry with the configuration's projects and who may

@@ -1,4 +1,4 @@
-package supervisor
+package projects
 
 // The per-project gate: one promotion of a project at a time, and what a
 // sandbox create takes as its base while a promotion's stage is under way.
@@ -12,7 +12,7 @@ import (
 	"github.com/sandboxd/sandboxd/cowfs"
 )
 
-// projectGate keeps sandbox creates (and rebases) from taking as their
+// Gate keeps sandbox creates (and rebases) from taking as their
 // base a project state that a promotion may still take back. From the
 // moment a stage is about to write the project until it passed or was
 // undone, the project is "staged": a create's base is then a snapshot of
@@ -22,7 +22,7 @@ import (
 // state (waiting for the project snapshots under way), never while the
 // change is written or checked: a create never waits on a check (issue
 // 28, finding 8).
-type projectGate struct {
+type Gate struct {
 	mu     sync.Mutex
 	gates  map[string]*sync.RWMutex
 	busy   map[string]string         // project -> the promotion under way
@@ -36,7 +36,10 @@ type stagedProject struct {
 	settled       chan struct{}
 }
 
-func (g *projectGate) of(project string) *sync.RWMutex {
+// Gate is the registry's project gate.
+func (r *Registry) Gate() *Gate { return &r.gate }
+
+func (g *Gate) of(project string) *sync.RWMutex {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.gates == nil {
@@ -50,8 +53,8 @@ func (g *projectGate) of(project string) *sync.RWMutex {
 	return m
 }
 
-// claim marks project as being promoted by pid, or says who is.
-func (g *projectGate) claim(project, pid string) (string, bool) {
+// Claim marks project as being promoted by pid, or says who is.
+func (g *Gate) Claim(project, pid string) (string, bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.busy == nil {
@@ -64,16 +67,17 @@ func (g *projectGate) claim(project, pid string) (string, bool) {
 	return "", true
 }
 
-func (g *projectGate) release(project string) {
+// Release ends Claim's claim.
+func (g *Gate) Release(project string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	delete(g.busy, project)
 }
 
-// stage marks project staged with rollback point rp, once the snapshots
+// Stage marks project staged with rollback point rp, once the snapshots
 // of it under way are taken, and returns what settles it (see settle),
 // which may be called more than once.
-func (g *projectGate) stage(project string, rp cowfs.Volume) (settle func()) {
+func (g *Gate) Stage(project string, rp cowfs.Volume) (settle func()) {
 	gate := g.of(project)
 	gate.Lock()
 	st := &stagedProject{rollbackPoint: rp, settled: make(chan struct{})}
@@ -91,7 +95,7 @@ func (g *projectGate) stage(project string, rp cowfs.Volume) (settle func()) {
 // settle ends st: once the snapshots of its rollback point under way are
 // taken, creates take the project itself again, and those that waited
 // for it (a backend that cannot snapshot the rollback point) go on.
-func (g *projectGate) settle(project string, st *stagedProject) {
+func (g *Gate) settle(project string, st *stagedProject) {
 	gate := g.of(project)
 	gate.Lock()
 	g.mu.Lock()
@@ -103,32 +107,32 @@ func (g *projectGate) settle(project string, st *stagedProject) {
 	gate.Unlock()
 }
 
-func (g *projectGate) stagedOf(project string) *stagedProject {
+func (g *Gate) stagedOf(project string) *stagedProject {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.staged[project]
 }
 
-// snapshotProject takes a read-only snapshot named name of the project
+// SnapshotBase takes a read-only snapshot named name of the project
 // called projectName (opened as project) for a sandbox's base: of the
 // project itself, its writers frozen for the moment, or, while a stage of
 // a promotion of it is under way, of that stage's rollback point (see
-// projectGate). A backend that cannot snapshot a read-only snapshot
+// Gate). A backend that cannot snapshot a read-only snapshot
 // read-only (ZFS: a snapshot of a snapshot) waits for the stage's end
 // instead, or for ctx's.
-func (s *Supervisor) snapshotProject(ctx context.Context, projectName string, project cowfs.Volume, name string) (cowfs.Volume, error) {
-	gate := s.gate.of(projectName)
+func (r *Registry) SnapshotBase(ctx context.Context, projectName string, project cowfs.Volume, name string) (cowfs.Volume, error) {
+	gate := r.gate.of(projectName)
 	for {
 		gate.RLock()
-		st := s.gate.stagedOf(projectName)
+		st := r.gate.stagedOf(projectName)
 		if st == nil {
-			thaw := s.projects.FreezeWriters(ctx, projectName)
-			v, err := s.cfg.Backend.Snapshot(ctx, project, name, true)
+			thaw := r.FreezeWriters(ctx, projectName)
+			v, err := r.cfg.Backend.Snapshot(ctx, project, name, true)
 			thaw()
 			gate.RUnlock()
 			return v, err
 		}
-		v, err := s.cfg.Backend.Snapshot(ctx, st.rollbackPoint, name, true)
+		v, err := r.cfg.Backend.Snapshot(ctx, st.rollbackPoint, name, true)
 		gate.RUnlock()
 		if err == nil || !errors.Is(err, cowfs.ErrUnsupported) {
 			return v, err
