@@ -8,11 +8,12 @@ import (
 	"github.com/sandboxd/sandboxd/supervisor/state"
 )
 
-// withChanges calls fn with sandbox id's base, a moment's read-only
+// WithChanges calls fn with sandbox id's base, a moment's read-only
 // snapshot of it (btrfs sends from read-only snapshots), and the change
 // list between the two less what the project's ignore rules leave out
 // (and how many that was); the snapshot goes after.
-func (s *Supervisor) withChanges(ctx context.Context, id, what string, fn func(base, now cowfs.Volume, changes []cowfs.Change, ignored int) error) error {
+func (h host) WithChanges(ctx context.Context, id, what string, fn func(base, now cowfs.Volume, changes []cowfs.Change, ignored int) error) error {
+	s := h.s
 	defer s.locks.lock(id)()
 	rec, err := s.cfg.Store.Get(id)
 	if err != nil {
@@ -31,11 +32,11 @@ func (s *Supervisor) withChanges(ctx context.Context, id, what string, fn func(b
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	defer func() { _ = s.cfg.Backend.Delete(context.WithoutCancel(ctx), now) }()
-	changes, err := s.sandboxChanges(ctx, base, now)
+	changes, err := h.SandboxChanges(ctx, base, now)
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
-	changes, ignored, err := s.filterChanges(ctx, rec.Project, base, now, changes)
+	changes, ignored, err := h.FilterChanges(ctx, rec.Project, base, now, changes)
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
@@ -45,9 +46,10 @@ func (s *Supervisor) withChanges(ctx context.Context, id, what string, fn func(b
 	return nil
 }
 
-// frozenSnapshot takes a read-only snapshot of vol, sandbox rec's copy of
+// FrozenSnapshot takes a read-only snapshot of vol, sandbox rec's copy of
 // its project, with the sandbox frozen for the instant.
-func (s *Supervisor) frozenSnapshot(ctx context.Context, rec state.Record, vol cowfs.Volume, name string) (v cowfs.Volume, err error) {
+func (h host) FrozenSnapshot(ctx context.Context, rec state.Record, vol cowfs.Volume, name string) (v cowfs.Volume, err error) {
+	s := h.s
 	if rec.Runs() {
 		if err := s.cfg.Units.Freeze(ctx, rec.Unit); err != nil {
 			return v, fmt.Errorf("freezing it for a snapshot: %w", err)

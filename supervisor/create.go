@@ -73,6 +73,13 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 	if location == "" {
 		return sb, fmt.Errorf("creating a sandbox of %q: %w", opts.Project, ErrUnknownProject)
 	}
+	if opts.Applied || opts.NoCache {
+		// Past the project's gate, without the owner's cache: only the
+		// daemon's own creates (a promotion's checks) may ask.
+		if a, err := ActorOf(ctx); err != nil || a.Daemon == "" {
+			return sb, fmt.Errorf("creating a sandbox of %s: Applied and NoCache are the daemon's own options: %w", opts.Project, ErrInvalid)
+		}
+	}
 	if err := s.mayUseProject(ctx, opts.Project); err != nil {
 		return sb, fmt.Errorf("creating a sandbox of %q: %w", opts.Project, err)
 	}
@@ -244,7 +251,7 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 		return sb, fmt.Errorf("creating sandbox %s: %w", id, err)
 	}
 	undo.Add(func(ctx context.Context) error { return s.cfg.Backend.Delete(ctx, vol) })
-	if err := s.ownTopDir(rec, vol); err != nil {
+	if err := ownTopDir(s.projects, rec, vol); err != nil {
 		return sb, fmt.Errorf("creating sandbox %s: %w", id, err)
 	}
 	crashpoint.Hit(crashpoint.CreateVolume)

@@ -31,12 +31,14 @@ func (s *Supervisor) destroy(ctx context.Context, id, action string) (gone func(
 		return gone, fmt.Errorf("destroying sandbox %s: %w", id, err)
 	}
 	defer func() { s.auditor.record(ctx, action, rec, err) }()
+	// Announced whatever happens from here: gone, or left destroying for
+	// Reconcile.
+	defer s.events.changed(id)
 	crashpoint.Hit(crashpoint.DestroyRecorded)
 	if err := s.finishDestroy(ctx, rec); err != nil {
 		return gone, fmt.Errorf("destroying sandbox %s: %w", id, err)
 	}
 	crashpoint.Hit(crashpoint.DestroyRecordDeleted)
-	s.events.changed(id)
 	s.log.Info("sandbox destroyed", "SANDBOX_ID", id, "ACTION", action, "CALLER_UID", uidField(ctx))
 	return s.hooks.destroyed(context.WithoutCancel(ctx), rec), nil
 }

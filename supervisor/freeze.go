@@ -23,7 +23,13 @@ func (s *Supervisor) Thaw(ctx context.Context, id string) (Sandbox, error) {
 // from, then records the state to.
 func (s *Supervisor) transition(ctx context.Context, id, action string, from []state.State, to state.State,
 	act func(context.Context, string) error) (sb Sandbox, err error) {
-	defer s.locks.lock(id)()
+	// Given up with ctx: a port's connection waking a sandbox whose
+	// destroy holds the lock and waits for that connection to end.
+	unlock, err := s.locks.lockCtx(ctx, id)
+	if err != nil {
+		return sb, fmt.Errorf("%s of sandbox %s: %w", action, id, err)
+	}
+	defer unlock()
 	rec, err := s.cfg.Store.Get(id)
 	if err != nil {
 		return sb, err
@@ -41,5 +47,5 @@ func (s *Supervisor) transition(ctx context.Context, id, action string, from []s
 	}
 	s.events.changed(id)
 	s.log.Info("sandbox "+string(to), "SANDBOX_ID", id, "ACTION", action, "CALLER_UID", uidField(ctx))
-	return s.sandbox(ctx, rec), nil
+	return sandboxOf(ctx, s.cfg.Backend, &s.worlds, rec), nil
 }

@@ -98,7 +98,8 @@ type Hooks struct {
 	// a crash left of them (an adoption) and returns those to load.
 	LoadProjects Hook[func(ctx context.Context, recs []state.Project) []state.Project]
 	// Close runs as the daemon ends, before the sandboxes' inits are
-	// forgotten.
+	// forgotten, last added first (as defers run): a room made over
+	// others ends before them.
 	Close Hook[func()]
 	// Refusals are a room's sentinels that are the caller's fault (no
 	// such command, port, checkpoint): the audit log keeps them short

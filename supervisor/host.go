@@ -112,19 +112,3 @@ func (h host) Create(ctx context.Context, opts CreateOptions) (Sandbox, error) {
 }
 
 func (h host) Destroy(ctx context.Context, id string) error { return h.s.Destroy(ctx, id) }
-
-func (h host) SandboxChanges(ctx context.Context, base, now cowfs.Volume) ([]cowfs.Change, error) {
-	return h.s.sandboxChanges(ctx, base, now)
-}
-
-func (h host) FilterChanges(ctx context.Context, project string, base, now cowfs.Volume, changes []cowfs.Change) ([]cowfs.Change, int, error) {
-	return h.s.filterChanges(ctx, project, base, now, changes)
-}
-
-func (h host) WithChanges(ctx context.Context, id, what string, fn func(base, now cowfs.Volume, changes []cowfs.Change, ignored int) error) error {
-	return h.s.withChanges(ctx, id, what, fn)
-}
-
-func (h host) FrozenSnapshot(ctx context.Context, rec state.Record, vol cowfs.Volume, name string) (cowfs.Volume, error) {
-	return h.s.frozenSnapshot(ctx, rec, vol, name)
-}

@@ -46,7 +46,7 @@ func (h host) BoundDisk(ctx context.Context, rec state.Record, vols ...cowfs.Vol
 // or it moved (ErrProjectMoved). snapshot takes a read-only snapshot of
 // it named name, as a create takes a base (under the project's gate).
 func (h host) OpenProject(ctx context.Context, rec state.Record) (snapshot func(ctx context.Context, name string) (cowfs.Volume, error), err error) {
-	location, err := h.s.projectLocation(ctx, rec)
+	location, err := h.ProjectLocation(ctx, rec)
 	if err != nil {
 		return nil, err
 	}

@@ -20,18 +20,14 @@ import (
 	"github.com/sandboxd/sandboxd/supervisor/state"
 )
 
-// CommandRequest is the init's request for command o in sandbox rec.
-func (h host) CommandRequest(ctx context.Context, rec state.Record, o ExecOptions) (nsinit.Request, error) {
-	return h.s.request(ctx, rec, o)
-}
-
 // UserNSUnavailable says why sandboxes get no user namespace (nil: they
 // do).
 func (h host) UserNSUnavailable() error { return h.s.userns.unavailable }
 
-// request is the init's request for o: the caller's identity, home and
+// CommandRequest is the init's request for o in sandbox rec: the caller's identity, home and
 // environment.
-func (s *Supervisor) request(ctx context.Context, rec state.Record, o ExecOptions) (nsinit.Request, error) {
+func (h host) CommandRequest(ctx context.Context, rec state.Record, o ExecOptions) (nsinit.Request, error) {
+	s := h.s
 	uid := o.UID
 	if o.AsRoot {
 		uid = 0

@@ -5,7 +5,6 @@ import (
 	"github.com/sandboxd/sandboxd/supervisor/idmap"
 
 	"github.com/sandboxd/sandboxd/cowfs"
-	"github.com/sandboxd/sandboxd/supervisor/state"
 )
 
 // What the promotion room (supervisor/promotion) needs of the core
@@ -27,12 +26,6 @@ func (h host) ReleaseProject(project string) { h.s.gate.release(project) }
 // what settles it (projectGate.stage).
 func (h host) StageProject(project string, rp cowfs.Volume) (settle func()) {
 	return h.s.gate.stage(project, rp)
-}
-
-// ProjectLocation is where sandbox rec's project is now, for the caller
-// of ctx (projectLocation).
-func (h host) ProjectLocation(ctx context.Context, rec state.Record) (string, error) {
-	return h.s.projectLocation(ctx, rec)
 }
 
 // DestroyFor is Destroy, named action in the journal and audit log.

@@ -55,8 +55,8 @@ func (s *Supervisor) wake(ctx context.Context, id string) error {
 
 // busy reports whether sandbox id runs a command (sessions too), a
 // background process, a file call, or carries a port connection.
-func (s *Supervisor) busy(ctx context.Context, id string) bool {
-	for _, f := range s.hooks.Busy.each() {
+func (h *Hooks) busy(ctx context.Context, id string) bool {
+	for _, f := range h.Busy.each() {
 		if f(ctx, id) {
 			return true
 		}
@@ -86,7 +86,7 @@ func (s *Supervisor) FreezeIdle(ctx context.Context, now time.Time) ([]string, e
 			s.activity.touch(r.ID)
 			continue
 		}
-		if now.Sub(last) < s.cfg.IdleFreeze || s.busy(ctx, r.ID) {
+		if now.Sub(last) < s.cfg.IdleFreeze || s.hooks.busy(ctx, r.ID) {
 			continue
 		}
 		if err := s.freezeIdle(ctx, r.ID, last); err != nil {

@@ -74,14 +74,14 @@ func (s *Supervisor) Inspect(ctx context.Context, id string, what Live) (Inspect
 
 // staleness says whether rec's project moved on since its base.
 func (s *Supervisor) staleness(ctx context.Context, rec state.Record) string {
-	if _, err := s.projectLocation(ctx, rec); err != nil {
+	if _, err := (host{s}).ProjectLocation(ctx, rec); err != nil {
 		return StaleUnknown // not a project the caller may read now
 	}
 	if s.cfg.Backend.Info().Capabilities.FastChanges {
 		// The change list, not the generation: a generation lags until
 		// the filesystem commits (seconds after a write on btrfs), and
 		// moves with access times too (a read of the project).
-		m, err := s.projectMoves(ctx, rec)
+		m, err := (host{s}).projectMoves(ctx, rec)
 		switch {
 		case err != nil:
 			return StaleUnknown

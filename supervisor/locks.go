@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"context"
 	"sync"
 )
 
@@ -13,29 +14,46 @@ type idLocks struct {
 }
 
 type idLock struct {
-	sync.Mutex
-	users int // holders and waiters
+	held  chan struct{} // one token: taken while held
+	users int           // holders and waiters
 }
 
+// lock takes id's lock, and returns what releases it.
 func (l *idLocks) lock(id string) func() {
+	unlock, _ := l.lockCtx(context.Background(), id)
+	return unlock
+}
+
+// lockCtx takes id's lock unless ctx ends first: a waiter that may be
+// waiting for the holder itself (a port's connection waking a sandbox
+// whose destroy waits for the port's connections) must give up.
+func (l *idLocks) lockCtx(ctx context.Context, id string) (func(), error) {
 	l.mu.Lock()
 	if l.m == nil {
 		l.m = map[string]*idLock{}
 	}
 	e := l.m[id]
 	if e == nil {
-		e = &idLock{}
+		e = &idLock{held: make(chan struct{}, 1)}
 		l.m[id] = e
 	}
 	e.users++
 	l.mu.Unlock()
-	e.Lock()
-	return func() {
-		e.Unlock()
+	leave := func() {
 		l.mu.Lock()
 		if e.users--; e.users == 0 {
 			delete(l.m, id)
 		}
 		l.mu.Unlock()
 	}
+	select {
+	case e.held <- struct{}{}:
+	case <-ctx.Done():
+		leave()
+		return nil, context.Cause(ctx)
+	}
+	return func() {
+		<-e.held
+		leave()
+	}, nil
 }

@@ -1,6 +1,9 @@
 package supervisor
 
 import (
+	"context"
+	"errors"
+	"runtime"
 	"sync"
 	"testing"
 )
@@ -33,5 +36,40 @@ func TestIDLocksExcludeAndAreNotKept(t *testing.T) {
 	wg.Wait()
 	if len(l.m) != 0 {
 		t.Fatalf("%d locks kept after every holder left", len(l.m))
+	}
+}
+
+// A waiter that may be waiting for the holder itself (a port's
+// connection waking a sandbox whose destroy waits for that connection)
+// gives up when its context ends, and leaves nothing behind; the holder
+// goes on.
+func TestIDLockWaiterGivesUpWithItsContext(t *testing.T) {
+	var l idLocks
+	unlock := l.lock("a")
+	ctx, cancel := context.WithCancel(context.Background())
+	gave := make(chan error, 1)
+	go func() {
+		_, err := l.lockCtx(ctx, "a")
+		gave <- err
+	}()
+	// The waiter is counted before it waits: wait for that state.
+	for {
+		l.mu.Lock()
+		users := l.m["a"].users
+		l.mu.Unlock()
+		if users == 2 {
+			break
+		}
+		runtime.Gosched()
+	}
+	cancel()
+	if err := <-gave; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the waiter: %v; want it to give up with its context", err)
+	}
+	unlock()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.m) != 0 {
+		t.Fatalf("locks kept after all left: %v", l.m)
 	}
 }

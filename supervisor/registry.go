@@ -54,12 +54,13 @@ func (s *Supervisor) MayUseProject(ctx context.Context, a Actor, name string) er
 	return s.projects.MayUse(ctx, projects.Who{UID: a.UID, GIDs: a.GIDs, Privileged: a.Privileged()}, name)
 }
 
-// projectLocation is where sandbox rec's project is now, for a call that
+// ProjectLocation is where sandbox rec's project is now, for a call that
 // reads the project or writes into it for the caller of ctx (a rebase,
 // its change list, a promotion): refused when the project is gone, when
 // the caller may no longer use it (as Create checks), and when the
 // project is no longer where the sandbox was made of it.
-func (s *Supervisor) projectLocation(ctx context.Context, rec state.Record) (string, error) {
+func (h host) ProjectLocation(ctx context.Context, rec state.Record) (string, error) {
+	s := h.s
 	location := s.projects.Location(rec.Project)
 	if location == "" {
 		return "", fmt.Errorf("its project %q is gone: %w", rec.Project, ErrUnknownProject)
@@ -81,12 +82,13 @@ func (s *Supervisor) ProjectMoves(ctx context.Context, id string) (ProjectMove, 
 	if err != nil {
 		return ProjectMove{}, err
 	}
-	return s.projectMoves(ctx, rec)
+	return host{s}.projectMoves(ctx, rec)
 }
 
-func (s *Supervisor) projectMoves(ctx context.Context, rec state.Record) (ProjectMove, error) {
+func (h host) projectMoves(ctx context.Context, rec state.Record) (ProjectMove, error) {
+	s := h.s
 	what := "reading how the project of sandbox " + rec.ID + " moved"
-	location, err := s.projectLocation(ctx, rec)
+	location, err := h.ProjectLocation(ctx, rec)
 	if err != nil {
 		return ProjectMove{}, fmt.Errorf("%s: %w", what, err)
 	}

@@ -204,7 +204,7 @@ func (s *Supervisor) Get(ctx context.Context, id string) (Sandbox, error) {
 	if err != nil {
 		return Sandbox{}, err
 	}
-	return s.sandbox(ctx, rec), nil
+	return sandboxOf(ctx, s.cfg.Backend, &s.worlds, rec), nil
 }
 
 // List returns every sandbox, oldest first.
@@ -240,9 +240,9 @@ func (s *Supervisor) Current(e state.Entry) state.Entry {
 	return e
 }
 
-func (s *Supervisor) sandbox(ctx context.Context, rec state.Record) Sandbox {
-	sb := Sandbox{Record: s.worlds.current(rec)}
-	if v, err := s.cfg.Backend.Get(ctx, rec.Volume); err == nil {
+func sandboxOf(ctx context.Context, b cowfs.Backend, w *worlds, rec state.Record) Sandbox {
+	sb := Sandbox{Record: w.current(rec)}
+	if v, err := b.Get(ctx, rec.Volume); err == nil {
 		sb.Path = v.Path
 	}
 	return sb

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"github.com/sandboxd/sandboxd/supervisor/changeset"
+	"github.com/sandboxd/sandboxd/supervisor/projects"
 	"path/filepath"
 
 	"golang.org/x/sys/unix"
@@ -26,11 +27,11 @@ import (
 // sandbox's owner, with the owner's rwx bits set; group and the other
 // bits stay. Not for root's sandboxes, a read-only project, or a project
 // of several directories (whose volume's top is none of them).
-func (s *Supervisor) ownTopDir(rec state.Record, vol cowfs.Volume) error {
+func ownTopDir(reg *projects.Registry, rec state.Record, vol cowfs.Volume) error {
 	if rec.Owner == 0 || rec.ReadOnlyProject || !filepath.IsAbs(vol.Path) {
 		return nil
 	}
-	if p, ok := s.projects.Get(rec.Project); ok && len(p.At) > 1 {
+	if p, ok := reg.Get(rec.Project); ok && len(p.At) > 1 {
 		return nil
 	}
 	fd, err := unix.Open(vol.Path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
@@ -54,13 +55,13 @@ func (s *Supervisor) ownTopDir(rec state.Record, vol cowfs.Volume) error {
 	return nil
 }
 
-// sandboxChanges lists what a sandbox changed in its copy since base
+// SandboxChanges lists what a sandbox changed in its copy since base
 // (changeset.Of: less ownTopDir's metadata of the top directory).
-func (s *Supervisor) sandboxChanges(ctx context.Context, base, now cowfs.Volume) ([]cowfs.Change, error) {
-	return changeset.Of(ctx, s.cfg.Backend, base, now)
+func (h host) SandboxChanges(ctx context.Context, base, now cowfs.Volume) ([]cowfs.Change, error) {
+	return changeset.Of(ctx, h.s.cfg.Backend, base, now)
 }
 
-// filterChanges is changeset.Filter with project's configured patterns.
-func (s *Supervisor) filterChanges(ctx context.Context, project string, base, now cowfs.Volume, changes []cowfs.Change) ([]cowfs.Change, int, error) {
-	return changeset.Filter(ctx, s.log, s.cfg.ProjectIgnore[project], project, base, now, changes)
+// FilterChanges is changeset.Filter with project's configured patterns.
+func (h host) FilterChanges(ctx context.Context, project string, base, now cowfs.Volume, changes []cowfs.Change) ([]cowfs.Change, int, error) {
+	return changeset.Filter(ctx, h.s.log, h.s.cfg.ProjectIgnore[project], project, base, now, changes)
 }

@@ -306,7 +306,9 @@ func roomInPool(b cowfs.Backend) error {
 // serves and the ports it exposes (its next start exposes them again);
 // the sandboxes run on.
 func (s *Supervisor) Close() {
-	for _, f := range s.hooks.Close.each() {
+	// Last made, first closed (as defers run): the rooms made over
+	// others (promotion over commands, ports) end before those.
+	for _, f := range slices.Backward(s.hooks.Close.each()) {
 		f()
 	}
 	s.worlds.mu.Lock()

@@ -64,6 +64,19 @@ func (s *Adoptions) Adopt(ctx context.Context, name, path string, o Options) (er
 	if err := projects.CheckFreezeUnits(o.Freeze); err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
+	// The actor of ctx decides who adopts: a call that names no one is
+	// refused; a member who is not an admin adopts as itself.
+	a, err := supervisor.ActorOf(ctx)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	if !a.Privileged() {
+		if o.Caller != nil && *o.Caller != a.UID {
+			return fmt.Errorf("%s: uid %d may not adopt for uid %d: %w", what, a.UID, *o.Caller, supervisor.ErrAccessDenied)
+		}
+		uid := a.UID
+		o.Caller = &uid
+	}
 	if o.Caller != nil {
 		if err := ownAccess(*o.Caller, o); err != nil {
 			return fmt.Errorf("%s: %w", what, err)

@@ -23,13 +23,29 @@ import (
 // project is gone. It takes a project with no sandboxes. The project is
 // forgotten and the release recorded first: a daemon that starts after a
 // crash finishes it.
+// The actor of ctx decides: a call that names no one is refused, and
+// one made by a member who is not an admin is ReleaseOwn.
 func (s *Adoptions) Release(ctx context.Context, name string) error {
+	a, err := supervisor.ActorOf(ctx)
+	if err != nil {
+		return fmt.Errorf("releasing project %q: %w", name, err)
+	}
+	if !a.Privileged() {
+		return s.releaseProject(ctx, name, &a.UID)
+	}
 	return s.releaseProject(ctx, name, nil)
 }
 
 // ReleaseOwn is Release for a member who is not an admin:
 // only a project it adopted itself (of its own directory) is released.
 func (s *Adoptions) ReleaseOwn(ctx context.Context, name string, uid uint32) error {
+	a, err := supervisor.ActorOf(ctx)
+	if err != nil {
+		return fmt.Errorf("releasing project %q: %w", name, err)
+	}
+	if !a.Privileged() && a.UID != uid {
+		return fmt.Errorf("releasing project %q: uid %d may not release for uid %d: %w", name, a.UID, uid, supervisor.ErrAccessDenied)
+	}
 	return s.releaseProject(ctx, name, &uid)
 }
 

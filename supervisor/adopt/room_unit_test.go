@@ -128,7 +128,7 @@ func TestUnitEmptyBeneathRemovesOnlyTheAdoptersOwn(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer unix.Close(fd)
-	ctx := context.Background()
+	ctx := supervisor.WithActor(context.Background(), supervisor.Daemon("test"))
 	uid := uint32(os.Geteuid())
 
 	// Adopted by another: every entry here is someone else's to it.
@@ -154,7 +154,7 @@ func TestUnitEmptyBeneathRemovesOnlyTheAdoptersOwn(t *testing.T) {
 
 func TestUnitReleaseRefusesWhatIsNotTheMembersAdoption(t *testing.T) {
 	s, h := unitRoom(t, t.TempDir())
-	ctx := context.Background()
+	ctx := supervisor.WithActor(context.Background(), supervisor.Daemon("test"))
 	adopter := uint32(1001)
 	web := state.Project{Name: "web", Location: "/p/web",
 		Adoption: &state.Adoption{Path: "/home/m/web", How: state.AdoptOwned, Phase: state.AdoptDone, Owner: &adopter}}
@@ -200,7 +200,7 @@ func TestUnitReleaseRefusesWhatIsNotTheMembersAdoption(t *testing.T) {
 func TestUnitAdoptRefusesBeforeTouchingAnything(t *testing.T) {
 	base := t.TempDir()
 	s, h := unitRoom(t, base)
-	ctx := context.Background()
+	ctx := supervisor.WithActor(context.Background(), supervisor.Daemon("test"))
 	dir := filepath.Join(base, "app")
 	mkdirs(t, dir)
 	uid := uint32(os.Geteuid())

@@ -46,9 +46,11 @@ func (m manager) CreateSandbox(sender dbus.Sender, project string, opts map[stri
 	if !sandboxd1.ValidID(sb.ID) {
 		return "", "", s.end(r, sb.ID, dbusError(sandboxd1.ErrorFailed, "created sandbox %q, whose id cannot name a D-Bus object", sb.ID))
 	}
-	s.mu.Lock()
-	s.announce(sb.ID, sb.Owner, sb.State)
-	s.mu.Unlock()
+	// Its state read again: it may be gone already (expired, destroyed),
+	// and the change event announced that.
+	if err := s.SandboxChanged(context.WithoutCancel(r.ctx), sb.ID); err != nil {
+		s.log.Error("announcing a new sandbox", "SANDBOX_ID", sb.ID, "error", err)
+	}
 	return sb.ID, sandboxd1.SandboxPath(sb.ID), s.end(r, sb.ID, nil)
 }
 

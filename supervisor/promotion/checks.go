@@ -79,9 +79,13 @@ func failedCheck(results []state.CheckResult) error {
 // checked by Promote.
 func (r *Promotions) checkInSandbox(ctx context.Context, p *Promotion, st StageConfig) (results []state.CheckResult, err error) {
 	crashpoint.Hit(crashpoint.PromoteChecking)
-	// A stage run in the background (resumed by an approval, or after a
-	// restart) is the daemon's own work: its check sandbox says so.
-	if _, err := supervisor.ActorOf(ctx); err != nil {
+	// A stage runs in the background as the daemon's own work (runs.go);
+	// a call that names no one is refused, never taken for the daemon's.
+	a, err := supervisor.ActorOf(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("making a sandbox for the checks: %w", err)
+	}
+	if a.Daemon != "" {
 		ctx = supervisor.WithActor(ctx, supervisor.Daemon("promotion checks"))
 	}
 	timeout := checkTimeout(st)

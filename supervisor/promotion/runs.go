@@ -7,6 +7,8 @@ import (
 	"context"
 	"errors"
 	"sync"
+
+	"github.com/sandboxd/sandboxd/supervisor"
 )
 
 // errDaemonStopping is the cause given to the promotions that the
@@ -34,7 +36,9 @@ func (rs *runs) start(fn func(ctx context.Context)) bool {
 		return false
 	}
 	if rs.ctx == nil {
-		rs.ctx, rs.cancel = context.WithCancelCause(context.Background())
+		// The runs are the daemon's own work, named so; the promoter's
+		// right to the project was checked by Promote.
+		rs.ctx, rs.cancel = context.WithCancelCause(supervisor.WithActor(context.Background(), supervisor.Daemon("promotion")))
 	}
 	ctx := rs.ctx
 	rs.wg.Add(1)

@@ -3,6 +3,7 @@ package testbed
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -22,11 +23,28 @@ import (
 // The testbed dies with this process, even on SIGKILL; SIGINT and SIGTERM
 // end it cleanly. Only one testbed runs at a time: another test binary
 // waits for it.
+//
+// Without root no testbed can be had: the package's tests that need none
+// (TestUnit*: a room's logic against fakes) run alone, and it says so.
 func Main(m *testing.M) {
 	if Inside() {
 		os.Exit(m.Run())
 	}
+	if os.Geteuid() != 0 {
+		os.Exit(runUnitsOnly(m))
+	}
 	os.Exit(runOutside())
+}
+
+// runUnitsOnly runs the tests that need no testbed (TestUnit*), unless the
+// caller chose which to run.
+func runUnitsOnly(m *testing.M) int {
+	flag.Parse()
+	if f := flag.Lookup("test.run"); f != nil && f.Value.String() == "" {
+		_ = f.Value.Set("^TestUnit")
+		fmt.Fprintln(os.Stderr, "testbed: not root: running only the tests that need no testbed (TestUnit*); sudo runs them all")
+	}
+	return m.Run()
 }
 
 // Inside says whether this process runs inside a testbed.
