@@ -119,9 +119,6 @@ type Config struct {
 	// owner's slice (units.OwnerSlice) before each of its scopes starts;
 	// nothing set: no bound but each sandbox's own.
 	UserLimits units.Limits
-	// SliceLimits bound all sandboxes together, set on sandboxd.slice
-	// (units.SliceRoot) as the daemon starts; nothing set: no bound.
-	SliceLimits units.Limits
 	// IdleFreeze freezes a sandbox idle for this long (0: never): see
 	// FreezeIdle.
 	IdleFreeze time.Duration
@@ -152,8 +149,6 @@ type Supervisor struct {
 	userns    usernsState
 	stateDirs idmap.StateDirCache
 	activity  activity
-	// usage: systemd's answers for GetLimits (userlimits.go).
-	usage sliceUsageCache
 }
 
 // New makes a Supervisor. Call Projects().Load, then Reconcile, before

@@ -25,6 +25,7 @@ import (
 	"github.com/sandboxd/sandboxd/supervisor/commands"
 	"github.com/sandboxd/sandboxd/supervisor/config"
 	"github.com/sandboxd/sandboxd/supervisor/journal"
+	"github.com/sandboxd/sandboxd/supervisor/limits"
 	"github.com/sandboxd/sandboxd/supervisor/ports"
 	"github.com/sandboxd/sandboxd/supervisor/projects"
 	"github.com/sandboxd/sandboxd/supervisor/promotion"
@@ -121,11 +122,10 @@ func run(ctx context.Context, configPath string) error {
 			DefaultTTL:           time.Duration(lim.DefaultTTL),
 			MaxTTL:               time.Duration(lim.MaxTTL),
 		},
-		UserLimits:  host.bounds(lim.UserMemoryMax, lim.UserTasksMax),
-		SliceLimits: host.bounds(lim.SliceMemoryMax, lim.SliceTasksMax),
-		IdleFreeze:  time.Duration(lim.IdleFreeze),
-		Audit:       auditLog,
-		Log:         log,
+		UserLimits: host.bounds(lim.UserMemoryMax, lim.UserTasksMax),
+		IdleFreeze: time.Duration(lim.IdleFreeze),
+		Audit:      auditLog,
+		Log:        log,
 		UserNS: supervisor.UserNS{
 			Mode: cfg.Sandbox.UserNS, RootLayers: cfg.Sandbox.RootLayers,
 			First: cfg.Sandbox.UserNSFirstID, Count: cfg.Sandbox.UserNSIDCount,
@@ -153,6 +153,11 @@ func run(ctx context.Context, configPath string) error {
 
 	rooms.Try = try.New(sup.Host().(try.Host), try.Config{Runner: rooms.Commands})
 
+	rooms.Limits = limits.New(sup.Host().(limits.Host), limits.Config{
+		UserLimits:  host.bounds(lim.UserMemoryMax, lim.UserTasksMax),
+		SliceLimits: host.bounds(lim.SliceMemoryMax, lim.SliceTasksMax),
+	})
+
 	if err := sup.ProbeUserNS(ctx); err != nil {
 		return errors.Join(exConfig, err)
 	}
@@ -168,7 +173,7 @@ func run(ctx context.Context, configPath string) error {
 			"project", p.Name, "added_location", p.Location, "config_location", locations[p.Name])
 	}
 
-	if err := sup.ApplyUserLimits(ctx); err != nil {
+	if err := rooms.Limits.ApplyUserLimits(ctx); err != nil {
 		log.Error("the limits of all sandboxes and of each user's are not all in force", "error", err)
 	}
 	status("reconciling sandboxes")

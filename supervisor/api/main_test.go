@@ -559,5 +559,7 @@ func roomsOf(se *supervisortest.Env) api.Rooms {
 
 	r.Try = se.Try
 
+	r.Limits = se.Limits
+
 	return r
 }

@@ -5,6 +5,7 @@ import (
 	"github.com/sandboxd/sandboxd/supervisor/caches"
 	"github.com/sandboxd/sandboxd/supervisor/checkpoints"
 	"github.com/sandboxd/sandboxd/supervisor/commands"
+	"github.com/sandboxd/sandboxd/supervisor/limits"
 	"github.com/sandboxd/sandboxd/supervisor/ports"
 	"github.com/sandboxd/sandboxd/supervisor/promotion"
 	"github.com/sandboxd/sandboxd/supervisor/try"
@@ -34,4 +35,7 @@ type Rooms struct {
 
 	// Try.
 	Try *try.Try
+
+	// The bounds over many sandboxes and their use (GetLimits).
+	Limits *limits.Limits
 }

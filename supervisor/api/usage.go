@@ -17,7 +17,10 @@ func (m manager) GetLimits(sender dbus.Sender) (sandboxd1.Limits, *dbus.Error) {
 	if derr != nil {
 		return sandboxd1.Limits{}, derr
 	}
-	u, err := s.sup.Usage(r.ctx, r.who.UID)
+	if s.rooms.Limits == nil {
+		return sandboxd1.Limits{}, s.end(r, "", dbusError(sandboxd1.ErrorFailed, "the limits of uid %d: they are not served here", r.who.UID))
+	}
+	u, err := s.rooms.Limits.Usage(r.ctx, r.who.UID)
 	if err != nil {
 		return sandboxd1.Limits{}, s.end(r, "", fromSupervisor(err))
 	}

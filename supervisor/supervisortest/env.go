@@ -23,6 +23,7 @@ import (
 	"github.com/sandboxd/sandboxd/supervisor/caches"
 	"github.com/sandboxd/sandboxd/supervisor/checkpoints"
 	"github.com/sandboxd/sandboxd/supervisor/commands"
+	"github.com/sandboxd/sandboxd/supervisor/limits"
 	"github.com/sandboxd/sandboxd/supervisor/ports"
 	"github.com/sandboxd/sandboxd/supervisor/promotion"
 	"github.com/sandboxd/sandboxd/supervisor/state"
@@ -61,6 +62,8 @@ type Env struct {
 	Adoptions *adopt.Adoptions
 
 	Try *try.Try
+
+	Limits *limits.Limits
 
 	Config  supervisor.Config // what Sup was made with, to make another
 	FS      cowfs.Backend
@@ -183,4 +186,6 @@ func (e *Env) makeRooms() {
 	e.Adoptions = adopt.New(e.Sup.Host().(adopt.Host), adopt.Config{})
 
 	e.Try = try.New(e.Sup.Host().(try.Host), try.Config{Runner: e.Commands})
+
+	e.Limits = limits.New(e.Sup.Host().(limits.Host), limits.Config{UserLimits: e.Config.UserLimits})
 }

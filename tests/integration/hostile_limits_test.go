@@ -38,7 +38,7 @@ const tickMs = 10
 // 128 calls under way on each). A member's 1,024 GetLimits (busctl, 16
 // at a time) cost systemd (PID 1, which every create and destroy waits
 // on) 1.5 to 1.6 s of CPU, and a flood of them scales on. Now a slice's
-// usage is read at most once a second (supervisor.SliceUsageTTL): the
+// usage is read at most once a second (limits.SliceUsageTTL): the
 // same calls cost systemd 10 to 20 ms. The control: every call is
 // answered.
 func TestHostileGetLimitsFloodCostsSystemdLittle(t *testing.T) {

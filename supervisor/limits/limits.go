@@ -1,4 +1,4 @@
-package supervisor
+package limits
 
 import (
 	"context"
@@ -9,9 +9,41 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandboxd/sandboxd/supervisor"
 	"github.com/sandboxd/sandboxd/supervisor/admission"
 	"github.com/sandboxd/sandboxd/units"
 )
+
+// Host is what the room needs of the core: its Host, and the admission
+// policy in force (the caps Usage reports against).
+type Host interface {
+	supervisor.Host
+	Policy() supervisor.Policy
+}
+
+// Config is the bounds the room sets and reports.
+type Config struct {
+	// UserLimits bound all of one owner's sandboxes together, on the
+	// owner's slice (units.OwnerSlice); the core sets them too, before
+	// each of the owner's scopes starts (its Config.UserLimits, the same).
+	UserLimits units.Limits
+	// SliceLimits bound all sandboxes together, set on sandboxd.slice
+	// (units.SliceRoot) as the daemon starts; nothing set: no bound.
+	SliceLimits units.Limits
+}
+
+// Limits is the room: the bounds and the slices' usage lately read.
+type Limits struct {
+	h     Host
+	cfg   Config
+	usage sliceUsageCache
+}
+
+// New makes the room over h. It joins no hook: the daemon calls
+// ApplyUserLimits as it starts.
+func New(h Host, cfg Config) *Limits {
+	return &Limits{h: h, cfg: cfg, usage: sliceUsageCache{now: time.Now}}
+}
 
 // ApplyUserLimits sets Config.SliceLimits on sandboxd.slice and
 // Config.UserLimits on every owner's slice that exists, as the daemon
@@ -19,12 +51,12 @@ import (
 // and this one leaves out is lifted (systemd keeps a slice's limits for
 // the boot), so that the configuration read is the one in force.
 // Creates set them on the slices made later.
-func (s *Supervisor) ApplyUserLimits(ctx context.Context) error {
-	found, err := s.cfg.Units.List(ctx, units.OwnerSlices)
+func (lim *Limits) ApplyUserLimits(ctx context.Context) error {
+	found, err := lim.h.Units().List(ctx, units.OwnerSlices)
 	if err != nil {
 		return fmt.Errorf("applying the per-user limits: listing the users' slices: %w", err)
 	}
-	l := s.cfg.UserLimits
+	l := lim.cfg.UserLimits
 	none := uint64(math.MaxUint64) // systemd's infinity
 	if l.MemoryMax == nil {
 		l.MemoryMax = &none
@@ -34,21 +66,21 @@ func (s *Supervisor) ApplyUserLimits(ctx context.Context) error {
 	}
 	var errs []error
 	// All sandboxes together first: the users' slices live under it.
-	all := s.cfg.SliceLimits
+	all := lim.cfg.SliceLimits
 	if all.MemoryMax == nil {
 		all.MemoryMax = &none
 	}
 	if all.TasksMax == nil {
 		all.TasksMax = &none
 	}
-	if err := s.cfg.Units.SetSliceLimits(ctx, units.SliceRoot, all); err != nil {
+	if err := lim.h.Units().SetSliceLimits(ctx, units.SliceRoot, all); err != nil {
 		errs = append(errs, err)
 	}
 	for _, u := range found {
 		if !units.IsOwnerSlice(u.Name) {
 			continue // a bucket of scopes (units.ScopeSlice): its owner's bounds hold it
 		}
-		if err := s.cfg.Units.SetSliceLimits(ctx, u.Name, l); err != nil {
+		if err := lim.h.Units().SetSliceLimits(ctx, u.Name, l); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -77,14 +109,15 @@ type Usage struct {
 // Usage reads uid's use of its bounds and the sandboxes' use of theirs:
 // the slices' from systemd (a slice not made yet holds nothing), the
 // counts from the records.
-func (s *Supervisor) Usage(ctx context.Context, uid uint32) (Usage, error) {
+func (lim *Limits) Usage(ctx context.Context, uid uint32) (Usage, error) {
+	p := lim.h.Policy()
 	u := Usage{
-		MemoryMax: deref(s.cfg.UserLimits.MemoryMax), TasksMax: deref(s.cfg.UserLimits.TasksMax),
-		SandboxesMax: s.cfg.Policy.MaxPerOwner,
-		AllMemoryMax: deref(s.cfg.SliceLimits.MemoryMax), AllTasksMax: deref(s.cfg.SliceLimits.TasksMax),
-		AllSandboxesMax: s.cfg.Policy.MaxSandboxes, PromisedMax: s.cfg.Policy.MaxMemory,
+		MemoryMax: deref(lim.cfg.UserLimits.MemoryMax), TasksMax: deref(lim.cfg.UserLimits.TasksMax),
+		SandboxesMax: p.MaxPerOwner,
+		AllMemoryMax: deref(lim.cfg.SliceLimits.MemoryMax), AllTasksMax: deref(lim.cfg.SliceLimits.TasksMax),
+		AllSandboxesMax: p.MaxSandboxes, PromisedMax: p.MaxMemory,
 	}
-	for _, e := range admission.Live(s.cfg.Store.Entries()) {
+	for _, e := range admission.Live(lim.h.Store().Entries()) {
 		u.AllSandboxes++
 		if e.Owner == uid {
 			u.Sandboxes++
@@ -94,11 +127,11 @@ func (s *Supervisor) Usage(ctx context.Context, uid uint32) (Usage, error) {
 			u.Promised += *l.MemoryMax
 		}
 	}
-	own, err := s.usage.read(ctx, s.cfg.Units, units.OwnerSlice(uid))
+	own, err := lim.usage.read(ctx, lim.h.Units(), units.OwnerSlice(uid))
 	if err != nil {
 		return u, fmt.Errorf("the usage of uid %d: %w", uid, err)
 	}
-	all, err := s.usage.read(ctx, s.cfg.Units, units.SliceRoot)
+	all, err := lim.usage.read(ctx, lim.h.Units(), units.SliceRoot)
 	if err != nil {
 		return u, fmt.Errorf("the usage of all sandboxes: %w", err)
 	}
@@ -121,8 +154,9 @@ const SliceUsageTTL = time.Second
 
 // sliceUsageCache holds the slices' usage lately read.
 type sliceUsageCache struct {
-	mu sync.Mutex // held while systemd is asked: one reading at a time
-	m  map[string]sliceUsageRead
+	mu  sync.Mutex // held while systemd is asked: one reading at a time
+	m   map[string]sliceUsageRead
+	now func() time.Time // time.Now; a test's clock in tests
 }
 
 type sliceUsageRead struct {
@@ -132,10 +166,10 @@ type sliceUsageRead struct {
 
 // read is slice name's usage, read from systemd (u) at most
 // SliceUsageTTL ago.
-func (c *sliceUsageCache) read(ctx context.Context, u Units, name string) (units.SliceUsage, error) {
+func (c *sliceUsageCache) read(ctx context.Context, u supervisor.Units, name string) (units.SliceUsage, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	now := time.Now()
+	now := c.now()
 	if r, ok := c.m[name]; ok && now.Sub(r.at) < SliceUsageTTL && now.After(r.at) {
 		return r.u, nil
 	}
