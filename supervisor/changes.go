@@ -14,7 +14,7 @@ import (
 // (and how many that was); the snapshot goes after.
 func (h host) WithChanges(ctx context.Context, id, what string, fn func(base, now cowfs.Volume, changes []cowfs.Change, ignored int) error) error {
 	s := h.s
-	defer s.locks.lock(id)()
+	defer s.locks.Lock(id)()
 	rec, err := s.cfg.Store.Get(id)
 	if err != nil {
 		return err

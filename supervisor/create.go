@@ -158,7 +158,7 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 		return sb, fmt.Errorf("creating a sandbox of %s: %w", opts.Project, err)
 	}
 	id := newID()
-	defer s.locks.lock(id)()
+	defer s.locks.Lock(id)()
 	now := time.Now().UTC()
 	rec := state.Record{
 		ID: id, Name: opts.Name, Project: opts.Project, ProjectLocation: location, Owner: opts.Owner, State: state.Creating,

@@ -25,7 +25,7 @@ func (s *Supervisor) Destroy(ctx context.Context, id string) error {
 // eviction runs only once it left the admission lock.
 func (s *Supervisor) destroy(ctx context.Context, id, action string) (gone func(), err error) {
 	gone = func() {}
-	defer s.locks.lock(id)()
+	defer s.locks.Lock(id)()
 	rec, err := s.cfg.Store.Update(id, func(r *state.Record) error { r.State = state.Destroying; return nil })
 	if err != nil {
 		return gone, fmt.Errorf("destroying sandbox %s: %w", id, err)

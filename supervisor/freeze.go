@@ -25,7 +25,7 @@ func (s *Supervisor) transition(ctx context.Context, id, action string, from []s
 	act func(context.Context, string) error) (sb Sandbox, err error) {
 	// Given up with ctx: a port's connection waking a sandbox whose
 	// destroy holds the lock and waits for that connection to end.
-	unlock, err := s.locks.lockCtx(ctx, id)
+	unlock, err := s.locks.LockCtx(ctx, id)
 	if err != nil {
 		return sb, fmt.Errorf("%s of sandbox %s: %w", action, id, err)
 	}

@@ -78,7 +78,7 @@ func (h host) Backend() cowfs.Backend      { return h.s.cfg.Backend }
 func (h host) Units() Units                { return h.s.cfg.Units }
 func (h host) Store() *state.Store         { return h.s.cfg.Store }
 func (h host) Log() *slog.Logger           { return h.s.log }
-func (h host) Lock(id string) func()       { return h.s.locks.lock(id) }
+func (h host) Lock(id string) func()       { return h.s.locks.Lock(id) }
 func (h host) RuntimeDir(id string) string { return h.s.worlds.dir(id) }
 func (h host) Touch(id string)             { h.s.activity.touch(id) }
 

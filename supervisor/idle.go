@@ -103,7 +103,7 @@ func (s *Supervisor) FreezeIdle(ctx context.Context, now time.Time) ([]string, e
 // freezeIdle freezes sandbox id, marked as frozen for being idle, unless
 // it did something since idleSince.
 func (s *Supervisor) freezeIdle(ctx context.Context, id string, idleSince time.Time) error {
-	defer s.locks.lock(id)()
+	defer s.locks.Lock(id)()
 	rec, err := s.cfg.Store.Get(id)
 	if err != nil {
 		return err

@@ -63,7 +63,7 @@ func (s *Supervisor) Reconcile(ctx context.Context) (Report, error) {
 	}
 	for _, rec := range recs {
 		known[rec.ID] = true
-		unlock := s.locks.lock(rec.ID)
+		unlock := s.locks.Lock(rec.ID)
 		did, err := s.reconcileOne(ctx, rec, volByName, active)
 		unlock()
 		if err != nil {

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"github.com/sandboxd/sandboxd/internal/keylock"
 	"log/slog"
 	"sync"
 	"time"
@@ -139,7 +140,7 @@ type Supervisor struct {
 	scopes scopes
 	// events: who hears of the sandboxes' changes (Subscribe).
 	events events
-	locks  idLocks // one operation at a time per sandbox
+	locks  keylock.Locks // one operation at a time per sandbox
 	// admission serializes the caps check with the recording of a create's
 	// intent, so that concurrent creates cannot both take the last place
 	// (or the same name), and the changes of the projects with both.

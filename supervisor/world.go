@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sandboxd/sandboxd/internal/reaper"
 	"log/slog"
 	"net"
 	"os"
@@ -47,7 +48,7 @@ type worlds struct {
 	// initCommand starts an init (Config.InitCommand); reaper collects
 	// the inits' exits while the daemon runs.
 	initCommand []string
-	reaper      reaper
+	reaper      reaper.Reaper
 	log         *slog.Logger
 
 	mu sync.Mutex
@@ -181,7 +182,7 @@ func (w *worlds) launch(rec state.Record) (*nsinit.Init, error) {
 	}
 	// The reaper collects its exit status when it ends while the daemon
 	// runs (a destroy, RuntimeMax); after a restart, systemd does.
-	w.reaper.add(init.PID)
+	w.reaper.Add(init.PID)
 	return init, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sandboxd/sandboxd/internal/fsat"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -221,7 +222,7 @@ func (s *Adoptions) releaseFiles(ctx context.Context, rec state.Project) error {
 		}
 		// The directory under the mount holds the files as they were
 		// when adopted: it takes the project's as they are now.
-		if err := supervisor.EmptyDir(ctx, p); err != nil {
+		if err := fsat.EmptyDir(ctx, p, supervisor.ErrBusy); err != nil {
 			return err
 		}
 		if err := copyTree(ctx, ad.InVolume(rec.Location, p), p, false); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sandboxd/sandboxd/internal/fsat"
 	"log/slog"
 	"os/user"
 	"slices"
@@ -405,7 +406,7 @@ func (c *Caches) cacheToClear(ctx context.Context, owner uint32, name string) (v
 // emptyCache empties, in place, the cache whose root is dir and gives
 // that root back to owner.
 func emptyCache(ctx context.Context, dir string, owner uint32) error {
-	if err := supervisor.EmptyDir(ctx, dir); err != nil {
+	if err := fsat.EmptyDir(ctx, dir, supervisor.ErrBusy); err != nil {
 		return fmt.Errorf("clearing the cache of uid %d: %w", owner, err)
 	}
 	if err := ownCacheRoot(dir, owner); err != nil {

@@ -1,14 +1,17 @@
-package supervisor
+// Package keylock is a mutex per key (a sandbox's id), kept only while
+// someone holds or waits for it, that a waiter can give up with its
+// context.
+package keylock
 
 import (
 	"context"
 	"sync"
 )
 
-// idLocks is a mutex per sandbox id, kept only while someone holds or
+// Locks is a mutex per key, kept only while someone holds or
 // waits for it: a daemon that made and destroyed a million sandboxes
 // must not keep a million mutexes.
-type idLocks struct {
+type Locks struct {
 	mu sync.Mutex
 	m  map[string]*idLock
 }
@@ -18,16 +21,16 @@ type idLock struct {
 	users int           // holders and waiters
 }
 
-// lock takes id's lock, and returns what releases it.
-func (l *idLocks) lock(id string) func() {
-	unlock, _ := l.lockCtx(context.Background(), id)
+// Lock takes id's lock, and returns what releases it.
+func (l *Locks) Lock(id string) func() {
+	unlock, _ := l.LockCtx(context.Background(), id)
 	return unlock
 }
 
-// lockCtx takes id's lock unless ctx ends first: a waiter that may be
+// LockCtx takes id's lock unless ctx ends first: a waiter that may be
 // waiting for the holder itself (a port's connection waking a sandbox
 // whose destroy waits for the port's connections) must give up.
-func (l *idLocks) lockCtx(ctx context.Context, id string) (func(), error) {
+func (l *Locks) LockCtx(ctx context.Context, id string) (func(), error) {
 	l.mu.Lock()
 	if l.m == nil {
 		l.m = map[string]*idLock{}

@@ -1,4 +1,4 @@
-package supervisor
+package keylock
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 // The per-sandbox locks exclude each other per id, and none is kept once
 // no one holds or waits for it.
 func TestIDLocksExcludeAndAreNotKept(t *testing.T) {
-	var l idLocks
+	var l Locks
 	var wg sync.WaitGroup
 	inside := map[string]int{}
 	var mu sync.Mutex
@@ -20,7 +20,7 @@ func TestIDLocksExcludeAndAreNotKept(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			id := []string{"a", "b", "c"}[i%3]
-			unlock := l.lock(id)
+			unlock := l.Lock(id)
 			mu.Lock()
 			inside[id]++
 			if inside[id] != 1 {
@@ -44,12 +44,12 @@ func TestIDLocksExcludeAndAreNotKept(t *testing.T) {
 // gives up when its context ends, and leaves nothing behind; the holder
 // goes on.
 func TestIDLockWaiterGivesUpWithItsContext(t *testing.T) {
-	var l idLocks
-	unlock := l.lock("a")
+	var l Locks
+	unlock := l.Lock("a")
 	ctx, cancel := context.WithCancel(context.Background())
 	gave := make(chan error, 1)
 	go func() {
-		_, err := l.lockCtx(ctx, "a")
+		_, err := l.LockCtx(ctx, "a")
 		gave <- err
 	}()
 	// The waiter is counted before it waits: wait for that state.

@@ -1,4 +1,7 @@
-package supervisor
+// Package reaper collects the exits of processes a program started but
+// does not wait for one by one: the sandboxes' inits, which outlive the
+// calls that launched them.
+package reaper
 
 import (
 	"os"
@@ -8,18 +11,19 @@ import (
 	"time"
 )
 
-// reaper collects the exit of the sandboxes' init processes. A goroutine
+// Reaper collects the exit of the sandboxes' init processes. A goroutine
 // blocked in Wait per init would hold an OS thread each (200 sandboxes,
 // 200 threads); instead one goroutine, woken by SIGCHLD (and every few
 // seconds in case a signal was merged), polls only the pids it was given,
 // so that exec.Cmd.Wait of the daemon's other children is not disturbed.
-type reaper struct {
+type Reaper struct {
 	mu   sync.Mutex
 	pids map[int]bool
 	once sync.Once
 }
 
-func (r *reaper) add(pid int) {
+// Add has pid collected when it ends.
+func (r *Reaper) Add(pid int) {
 	r.once.Do(func() {
 		r.pids = map[int]bool{}
 		go r.run()
@@ -29,7 +33,7 @@ func (r *reaper) add(pid int) {
 	r.mu.Unlock()
 }
 
-func (r *reaper) run() {
+func (r *Reaper) run() {
 	sig := make(chan os.Signal, 16)
 	signal.Notify(sig, syscall.SIGCHLD)
 	tick := time.NewTicker(5 * time.Second)
@@ -43,7 +47,7 @@ func (r *reaper) run() {
 	}
 }
 
-func (r *reaper) reap() {
+func (r *Reaper) reap() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for pid := range r.pids {

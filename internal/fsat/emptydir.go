@@ -1,4 +1,4 @@
-package supervisor
+package fsat
 
 import (
 	"context"
@@ -17,8 +17,9 @@ import (
 // goes too), for a bounded number of rounds: a sandbox that writes as
 // fast as it is emptied does not hold the owner's cache lock for ever.
 // (A cache's Clear empties it so, and an adoption's release the
-// directory its files go back to.)
-func EmptyDir(ctx context.Context, path string) error {
+// directory its files go back to.) A directory that keeps filling is an
+// error wrapping busy, the caller's sentinel for it.
+func EmptyDir(ctx context.Context, path string, busy error) error {
 	root, err := os.OpenRoot(path)
 	if err != nil {
 		return fmt.Errorf("opening %s: %w", path, err)
@@ -50,5 +51,5 @@ func EmptyDir(ctx context.Context, path string) error {
 			return errors.Join(errs...)
 		}
 	}
-	return fmt.Errorf("emptying %s: it keeps filling (a sandbox writes there): %w", path, ErrBusy)
+	return fmt.Errorf("emptying %s: it keeps filling (a sandbox writes there): %w", path, busy)
 }
