@@ -203,7 +203,7 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 	}
 	// The owner's cache first: a volume mounted after the init's mount
 	// namespace was copied (ZFS) would not show in it.
-	for _, f := range s.hooks.BeforeLaunch.each() {
+	for _, f := range s.hooks.BeforeLaunch.Funcs() {
 		f(ctx, rec)
 	}
 	timing.Mark("before-launch")
@@ -313,7 +313,7 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 func (s *Supervisor) startScope(ctx context.Context, rec state.Record, limits units.Limits, init *nsinit.Init, job *scopeStart) error {
 	timing := steps.Of(ctx)
 	if init == nil {
-		for _, f := range s.hooks.BeforeLaunch.each() {
+		for _, f := range s.hooks.BeforeLaunch.Funcs() {
 			f(ctx, rec)
 		}
 		var err error
@@ -326,7 +326,7 @@ func (s *Supervisor) startScope(ctx context.Context, rec state.Record, limits un
 		s.scopes.abandon(ctx, rec, init, job)
 		return err
 	}
-	for _, f := range s.hooks.Spec.each() {
+	for _, f := range s.hooks.Spec.Funcs() {
 		defer f(ctx, rec, &spec)()
 	}
 	timing.Mark("spec")

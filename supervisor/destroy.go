@@ -57,7 +57,7 @@ func (s *Supervisor) finishDestroy(ctx context.Context, rec state.Record) error 
 		return err
 	}
 	crashpoint.Hit(crashpoint.DestroyScopeStopped)
-	for _, f := range s.hooks.Destroying.each() {
+	for _, f := range s.hooks.Destroying.Funcs() {
 		f(ctx, rec)
 	}
 	if err := s.removeWorld(rec.ID); err != nil {

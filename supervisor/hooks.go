@@ -2,39 +2,15 @@ package supervisor
 
 import (
 	"context"
-	"sync"
+	"github.com/sandboxd/sandboxd/internal/hook"
 
 	"github.com/sandboxd/sandboxd/cowfs"
 	"github.com/sandboxd/sandboxd/runtime/nsinit"
 	"github.com/sandboxd/sandboxd/supervisor/state"
 )
 
-// Hook is one point of a sandbox's life where rooms add what they do
-// (tailscale's ipnext hooks): the core calls each added func, in the
-// order they were added, and knows nothing of what they are.
-type Hook[F any] struct {
-	mu  sync.RWMutex
-	fns []F
-}
-
-// Add adds f to the hook. Rooms add theirs as they are made, before the
-// daemon reconciles and serves.
-func (h *Hook[F]) Add(f F) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.fns = append(h.fns, f)
-}
-
-// each is the hook's funcs as they are now.
-func (h *Hook[F]) each() []F {
-	h.mu.RLock()
-	defer h.mu.RUnlock()
-	return h.fns
-}
-
-// Funcs is the hook's funcs as they are now, for a fake Host to call
-// (supervisor/hosttest).
-func (h *Hook[F]) Funcs() []F { return h.each() }
+// Hook is one point of a sandbox's life where rooms add what they do.
+type Hook[F any] = hook.Hook[F]
 
 // Started says that a sandbox's init runs its world: made by a create, a
 // restart (Reconcile, a rollback, a rebase) or found again after a
@@ -112,7 +88,7 @@ func (s *Supervisor) Hooks() *Hooks { return &s.hooks }
 
 // started runs the Started hooks.
 func (h *Hooks) started(ctx context.Context, st Started) {
-	for _, f := range h.Started.each() {
+	for _, f := range h.Started.Funcs() {
 		f(ctx, st)
 	}
 }
@@ -120,7 +96,7 @@ func (h *Hooks) started(ctx context.Context, st Started) {
 // destroyed returns what runs the Destroyed hooks for rec.
 func (h *Hooks) destroyed(ctx context.Context, rec state.Record) func() {
 	return func() {
-		for _, f := range h.Destroyed.each() {
+		for _, f := range h.Destroyed.Funcs() {
 			f(ctx, rec)
 		}
 	}

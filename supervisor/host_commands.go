@@ -81,7 +81,7 @@ func (h host) CommandRequest(ctx context.Context, rec state.Record, o ExecOption
 		}
 		req.Env = append(req.Env, "no_proxy=localhost,127.0.0.1,::1", "NO_PROXY=localhost,127.0.0.1,::1")
 	}
-	for _, f := range s.hooks.CommandEnv.each() {
+	for _, f := range s.hooks.CommandEnv.Funcs() {
 		req.Env = append(req.Env, f(rec)...)
 	}
 	// The project's environment, as read when the sandbox was made, over

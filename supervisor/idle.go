@@ -56,7 +56,7 @@ func (s *Supervisor) wake(ctx context.Context, id string) error {
 // busy reports whether sandbox id runs a command (sessions too), a
 // background process, a file call, or carries a port connection.
 func (h *Hooks) busy(ctx context.Context, id string) bool {
-	for _, f := range h.Busy.each() {
+	for _, f := range h.Busy.Funcs() {
 		if f(ctx, id) {
 			return true
 		}

@@ -65,7 +65,7 @@ func (a *auditor) refused(err error) bool {
 			return true
 		}
 	}
-	for _, r := range a.refusals.each() {
+	for _, r := range a.refusals.Funcs() {
 		if errors.Is(err, r) {
 			return true
 		}

@@ -56,7 +56,7 @@ func (s *Supervisor) Reconcile(ctx context.Context) (Report, error) {
 	}
 	known := map[string]bool{}
 	var errs []error
-	for _, f := range s.hooks.BeforeReconcile.each() {
+	for _, f := range s.hooks.BeforeReconcile.Funcs() {
 		if err := f(ctx, ReconcileView{Records: recs, Volumes: vols, Active: active}); err != nil {
 			errs = append(errs, err)
 		}
@@ -86,7 +86,7 @@ func (s *Supervisor) Reconcile(ctx context.Context) (Report, error) {
 	}
 	// Promotions a crash interrupted, before the orphans: their rollback
 	// points are needed first.
-	for _, f := range s.hooks.AfterReconcile.each() {
+	for _, f := range s.hooks.AfterReconcile.Funcs() {
 		if err := f(ctx, &rep); err != nil {
 			errs = append(errs, err)
 		}

@@ -166,7 +166,7 @@ func New(cfg Config) *Supervisor {
 	s.projects = projects.New(projects.Config{
 		Locations: cfg.Projects, Access: cfg.ProjectAccess, Env: cfg.ProjectEnv,
 		Backend: cfg.Backend, Units: cfg.Units, Store: cfg.Store, Log: log,
-		Admission: &s.admission, Audit: s.auditor.entry, Caller: uidField, OnLoad: s.hooks.LoadProjects.each,
+		Admission: &s.admission, Audit: s.auditor.entry, Caller: uidField, OnLoad: s.hooks.LoadProjects.Funcs,
 	})
 	return s
 }

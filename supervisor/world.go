@@ -89,7 +89,7 @@ func (w *worlds) drop(id string) {
 // of it (Stopped).
 func (s *Supervisor) forget(id string) {
 	s.worlds.drop(id)
-	for _, f := range s.hooks.Stopped.each() {
+	for _, f := range s.hooks.Stopped.Funcs() {
 		f(id)
 	}
 }
@@ -200,7 +200,7 @@ func (s *Supervisor) idmapMounts(init *nsinit.Init, rec state.Record, spec nsini
 	if err != nil {
 		return nil, fmt.Errorf("idmapping sandbox %s's mounts: %w", rec.ID, err)
 	}
-	for _, f := range s.hooks.Idmapped.each() {
+	for _, f := range s.hooks.Idmapped.Funcs() {
 		f(rec, m)
 	}
 	return m, nil
@@ -309,7 +309,7 @@ func roomInPool(b cowfs.Backend) error {
 func (s *Supervisor) Close() {
 	// Last made, first closed (as defers run): the rooms made over
 	// others (promotion over commands, ports) end before those.
-	for _, f := range slices.Backward(s.hooks.Close.each()) {
+	for _, f := range slices.Backward(s.hooks.Close.Funcs()) {
 		f()
 	}
 	s.worlds.mu.Lock()
