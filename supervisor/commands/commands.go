@@ -9,19 +9,12 @@ import (
 
 	"github.com/sandboxd/sandboxd/runtime/nsinit"
 	"github.com/sandboxd/sandboxd/supervisor"
-	"github.com/sandboxd/sandboxd/supervisor/state"
 )
 
 // Host is the core as this room sees it: supervisor.Host and what only
 // commands need of it (supervisor/host_commands.go).
 type Host interface {
 	supervisor.Host
-	// CommandRequest is the init's request for command o in sandbox rec:
-	// who runs it (o's caller: user, groups, home, shell), where (o.Dir,
-	// or where the sandbox sees its project) and its environment (the
-	// base, the rooms' CommandEnv, the project's, o.Env), its user
-	// checked against rec's user namespace.
-	CommandRequest(ctx context.Context, rec state.Record, o supervisor.ExecOptions) (nsinit.Request, error)
 	// UserNSUnavailable says why sandboxes get no user namespace of
 	// their own (nil: they do): why a caller but root may not be root
 	// in one without.

@@ -22,19 +22,28 @@ import (
 	"github.com/sandboxd/sandboxd/supervisor/state"
 )
 
-// fakeHost is hosttest's Host with what the room asks of the core besides.
+// fakeHost is hosttest's Host with what the room asks of the core
+// besides; requests counts the commands' requests made (each asks the
+// pool where the sandbox's project is).
 type fakeHost struct {
 	*hosttest.Host
 	noUserNS error
 	requests int
 }
 
-func (f *fakeHost) CommandRequest(_ context.Context, rec state.Record, o supervisor.ExecOptions) (nsinit.Request, error) {
-	f.requests++
-	return nsinit.Request{Argv: o.Argv, UID: o.UID, Dir: "/project"}, nil
+func (f *fakeHost) UserNSUnavailable() error { return f.noUserNS }
+
+// projectPool is a pool that knows where each project is (/project) and
+// counts the requests that ask it.
+type projectPool struct {
+	cowfs.Backend
+	h *fakeHost
 }
 
-func (f *fakeHost) UserNSUnavailable() error { return f.noUserNS }
+func (p projectPool) Project(_ context.Context, location string) (cowfs.Volume, error) {
+	p.h.requests++
+	return cowfs.Volume{Name: location, Path: "/project"}, nil
+}
 
 // The room is a Runner, for promotion's checks and try.
 var _ supervisor.Runner = (*Commands)(nil)
@@ -46,6 +55,7 @@ var ctx = supervisor.WithActor(context.Background(), supervisor.Daemon("test"))
 func newUnit(t *testing.T) (*Commands, *fakeHost) {
 	t.Helper()
 	h := &fakeHost{Host: hosttest.New(t, nil, nil), noUserNS: errors.New("the pool is on zfs-fuse")}
+	h.B = projectPool{h: h}
 	h.AddSandbox(t, state.Record{ID: "sb1", Project: "web", Owner: 1000})
 	return New(h), h
 }

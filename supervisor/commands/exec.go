@@ -187,7 +187,7 @@ func (c *Commands) commandRequest(ctx context.Context, rec state.Record, o super
 		// Root there would be the host's.
 		return nsinit.Request{}, fmt.Errorf("%s in sandbox %s as root: %w, so only root may (%v)", what, rec.ID, supervisor.ErrNoIdmap, c.h.UserNSUnavailable())
 	}
-	req, err := c.h.CommandRequest(ctx, rec, o)
+	req, err := c.request(ctx, rec, o)
 	if err != nil {
 		return req, fmt.Errorf("%s in sandbox %s: %w", what, rec.ID, err)
 	}
