@@ -30,7 +30,7 @@ func run(t *testing.T, cmds *commands.Commands, id, script string) (string, nsin
 func runAs(t *testing.T, cmds *commands.Commands, id string, uid uint32, script string) (string, nsinit.Result) {
 	t.Helper()
 	null, w, collect := testbed.Capture(t)
-	cmd, err := cmds.Exec(ctx, id, supervisor.ExecOptions{
+	cmd, err := cmds.Exec(ctx, id, commands.ExecOptions{
 		Argv: []string{"/bin/sh", "-c", script}, UID: uid, AsRoot: uid == 0, Stdio: []*os.File{null, w, w}, Timeout: 30 * time.Second,
 	})
 	out := collect()
@@ -123,25 +123,25 @@ func TestExecAsksForWhatTheSandboxAllows(t *testing.T) {
 	stdio := []*os.File{null, null, null}
 	for _, c := range []struct {
 		what string
-		o    supervisor.ExecOptions
+		o    commands.ExecOptions
 		want error
 	}{
-		{"no command", supervisor.ExecOptions{UID: 1000, Stdio: stdio}, supervisor.ErrInvalid},
+		{"no command", commands.ExecOptions{UID: 1000, Stdio: stdio}, supervisor.ErrInvalid},
 		// Root there would be the host's: this env makes no user namespaces.
-		{"root for a user", supervisor.ExecOptions{Argv: []string{"true"}, UID: 1000, AsRoot: true, Stdio: stdio}, supervisor.ErrNoIdmap},
-		{"no stdio", supervisor.ExecOptions{Argv: []string{"true"}, UID: 1000}, supervisor.ErrInvalid},
+		{"root for a user", commands.ExecOptions{Argv: []string{"true"}, UID: 1000, AsRoot: true, Stdio: stdio}, supervisor.ErrNoIdmap},
+		{"no stdio", commands.ExecOptions{Argv: []string{"true"}, UID: 1000}, supervisor.ErrInvalid},
 	} {
 		if _, err := e.cmds.Exec(ctx, sb.ID, c.o); !errors.Is(err, c.want) {
 			t.Errorf("exec with %s: %v; want %v", c.what, err, c.want)
 		}
 	}
-	if _, err := e.cmds.Exec(ctx, "nosuchsandbox", supervisor.ExecOptions{Argv: []string{"true"}, Stdio: stdio}); !errors.Is(err, supervisor.ErrNotFound) {
+	if _, err := e.cmds.Exec(ctx, "nosuchsandbox", commands.ExecOptions{Argv: []string{"true"}, Stdio: stdio}); !errors.Is(err, supervisor.ErrNotFound) {
 		t.Errorf("exec in a sandbox that does not exist: %v", err)
 	}
 	if _, err := e.sup.Freeze(ctx, sb.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.cmds.Exec(ctx, sb.ID, supervisor.ExecOptions{Argv: []string{"true"}, Stdio: stdio}); !errors.Is(err, supervisor.ErrWrongState) {
+	if _, err := e.cmds.Exec(ctx, sb.ID, commands.ExecOptions{Argv: []string{"true"}, Stdio: stdio}); !errors.Is(err, supervisor.ErrWrongState) {
 		t.Errorf("exec in a frozen sandbox: %v; want ErrWrongState", err)
 	}
 	if _, err := e.sup.Thaw(ctx, sb.ID); err != nil {
@@ -150,7 +150,7 @@ func TestExecAsksForWhatTheSandboxAllows(t *testing.T) {
 	// A command whose sandbox is destroyed under it ends as lost.
 	r, w, _ := os.Pipe()
 	defer r.Close()
-	cmd, err := e.cmds.Exec(ctx, sb.ID, supervisor.ExecOptions{Argv: []string{"sleep", "60"}, UID: 65534, Stdio: []*os.File{null, w, w}})
+	cmd, err := e.cmds.Exec(ctx, sb.ID, commands.ExecOptions{Argv: []string{"sleep", "60"}, UID: 65534, Stdio: []*os.File{null, w, w}})
 	w.Close()
 	if err != nil {
 		t.Fatal(err)
@@ -234,7 +234,7 @@ func TestASandboxOnZFS(t *testing.T) {
 	if sb.Layer != "" || sb.IDs != nil {
 		t.Errorf("a zfs-fuse sandbox's system layer is volume %q and its ids %+v; want a tmpfs and no user namespace", sb.Layer, sb.IDs)
 	}
-	_, err = cmds.Exec(ctx, sb.ID, supervisor.ExecOptions{Argv: []string{"true"}, UID: 1000, AsRoot: true, Stdio: []*os.File{os.Stdin, os.Stdout, os.Stderr}})
+	_, err = cmds.Exec(ctx, sb.ID, commands.ExecOptions{Argv: []string{"true"}, UID: 1000, AsRoot: true, Stdio: []*os.File{os.Stdin, os.Stdout, os.Stderr}})
 	if !errors.Is(err, supervisor.ErrNoIdmap) || !strings.Contains(err.Error(), "zfs-fuse") {
 		t.Errorf("root for a user in a sandbox on zfs-fuse: %v; want ErrNoIdmap naming zfs-fuse", err)
 	}

@@ -11,7 +11,6 @@ import (
 
 	"github.com/sandboxd/sandboxd/runtime/nsinit"
 	"github.com/sandboxd/sandboxd/sandboxd1"
-	"github.com/sandboxd/sandboxd/supervisor"
 	"github.com/sandboxd/sandboxd/supervisor/commands"
 )
 
@@ -44,7 +43,7 @@ func (o sandboxObject) Exec(sender dbus.Sender, msg dbus.Message, argv []string,
 	if err := nsinit.CheckStdio(files); err != nil {
 		return "", dbusError(sandboxd1.ErrorInvalidArgs, "Exec: %v; pass a pipe, a socket or a file", err)
 	}
-	cmd, derr := o.exec(sender, msg, "Exec", argv, options, func(e *supervisor.ExecOptions) { e.Stdio = files })
+	cmd, derr := o.exec(sender, msg, "Exec", argv, options, func(e *commands.ExecOptions) { e.Stdio = files })
 	if derr != nil {
 		return "", derr
 	}
@@ -57,7 +56,7 @@ func (o sandboxObject) Exec(sender dbus.Sender, msg dbus.Message, argv []string,
 // its size there (TIOCSWINSZ).
 func (o sandboxObject) ExecTerminal(sender dbus.Sender, msg dbus.Message, argv []string, options map[string]dbus.Variant,
 	rows, cols uint16) (string, dbus.UnixFD, *dbus.Error) {
-	cmd, derr := o.exec(sender, msg, "ExecTerminal", argv, options, func(e *supervisor.ExecOptions) {
+	cmd, derr := o.exec(sender, msg, "ExecTerminal", argv, options, func(e *commands.ExecOptions) {
 		e.PTY, e.Rows, e.Cols = true, rows, cols
 	})
 	if derr != nil {
@@ -72,7 +71,7 @@ func (o sandboxObject) ExecTerminal(sender dbus.Sender, msg dbus.Message, argv [
 }
 
 func (o sandboxObject) exec(sender dbus.Sender, msg dbus.Message, action string, argv []string,
-	options map[string]dbus.Variant, set func(*supervisor.ExecOptions)) (*commands.Command, *dbus.Error) {
+	options map[string]dbus.Variant, set func(*commands.ExecOptions)) (*commands.Command, *dbus.Error) {
 	s := o.s
 	r, derr := s.begin(sender, action)
 	if derr != nil {
@@ -85,7 +84,7 @@ func (o sandboxObject) exec(sender dbus.Sender, msg dbus.Message, action string,
 	if _, derr := s.lookup(r, id); derr != nil {
 		return nil, s.end(r, id, derr)
 	}
-	opts := supervisor.ExecOptions{Argv: argv, UID: r.who.UID}
+	opts := commands.ExecOptions{Argv: argv, UID: r.who.UID}
 	if err := execOptions(&opts, options); err != nil {
 		return nil, s.end(r, id, dbusError(sandboxd1.ErrorInvalidArgs, "%s: %v", action, err))
 	}
@@ -150,7 +149,7 @@ func (s *Server) commandsOf(r *request, id string) (*commands.Commands, *dbus.Er
 }
 
 // execOptions reads Exec's options into o.
-func execOptions(o *supervisor.ExecOptions, options map[string]dbus.Variant) error {
+func execOptions(o *commands.ExecOptions, options map[string]dbus.Variant) error {
 	for name, v := range options {
 		var err error
 		switch name {

@@ -8,7 +8,6 @@ import (
 
 	"github.com/sandboxd/sandboxd/runtime/nsinit"
 	"github.com/sandboxd/sandboxd/sandboxd1"
-	"github.com/sandboxd/sandboxd/supervisor"
 	"github.com/sandboxd/sandboxd/supervisor/commands"
 )
 
@@ -27,7 +26,7 @@ func (o sandboxObject) Spawn(sender dbus.Sender, msg dbus.Message, argv []string
 	if derr != nil {
 		return "", derr
 	}
-	opts := supervisor.ExecOptions{Argv: argv, UID: r.who.UID}
+	opts := commands.ExecOptions{Argv: argv, UID: r.who.UID}
 	if err := execOptions(&opts, options); err != nil {
 		return "", s.end(r, id, dbusError(sandboxd1.ErrorInvalidArgs, "Spawn: %v", err))
 	}

@@ -8,7 +8,6 @@ import (
 	"github.com/godbus/dbus/v5"
 
 	"github.com/sandboxd/sandboxd/sandboxd1"
-	"github.com/sandboxd/sandboxd/supervisor"
 	"github.com/sandboxd/sandboxd/supervisor/commands"
 )
 
@@ -24,7 +23,7 @@ func (o sandboxObject) OpenSession(sender dbus.Sender, msg dbus.Message, languag
 	if derr != nil {
 		return "", derr
 	}
-	opts := supervisor.ExecOptions{UID: r.who.UID}
+	opts := commands.ExecOptions{UID: r.who.UID}
 	if err := execOptions(&opts, options); err != nil {
 		return "", s.end(r, id, dbusError(sandboxd1.ErrorInvalidArgs, "OpenSession: %v", err))
 	}

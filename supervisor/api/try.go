@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/sandboxd/sandboxd/supervisor/commands"
 	"syscall"
 	"time"
 
@@ -13,7 +14,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandboxd/sandboxd1"
-	"github.com/sandboxd/sandboxd/supervisor"
 	"github.com/sandboxd/sandboxd/supervisor/try"
 )
 
@@ -102,7 +102,7 @@ func tryOptions(in map[string]dbus.Variant) (try.Options, error) {
 	if to.Create, err = parseOptions(create); err != nil {
 		errs = append(errs, err)
 	}
-	var eo supervisor.ExecOptions
+	var eo commands.ExecOptions
 	if err := execOptions(&eo, exec); err != nil {
 		errs = append(errs, err)
 	}

@@ -2,6 +2,7 @@ package checkpoints_test
 
 import (
 	"errors"
+	"github.com/sandboxd/sandboxd/supervisor/commands"
 	"os"
 	"slices"
 	"strings"
@@ -57,7 +58,7 @@ func TestCheckpointRollbackAndDiff(t *testing.T) {
 
 	// A command running when the rollback comes is ended with the old state.
 	null, w, _ := testbed.Capture(t)
-	long, err := e.cmds.Exec(ctx, sb.ID, supervisor.ExecOptions{Argv: []string{"sleep", "60"}, UID: 65534, Stdio: []*os.File{null, w, w}})
+	long, err := e.cmds.Exec(ctx, sb.ID, commands.ExecOptions{Argv: []string{"sleep", "60"}, UID: 65534, Stdio: []*os.File{null, w, w}})
 	if err != nil {
 		t.Fatal(err)
 	}

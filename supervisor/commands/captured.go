@@ -8,8 +8,6 @@ import (
 	"os"
 	"sync"
 	"time"
-
-	"github.com/sandboxd/sandboxd/supervisor"
 )
 
 // RunCaptured runs o in sandbox id with /dev/null for stdin and one pipe
@@ -17,8 +15,8 @@ import (
 // the last max bytes of its output and how long it took. A command still
 // running when ctx ends is left to the sandbox's destruction, which ends
 // it.
-func (c *Commands) RunCaptured(ctx context.Context, id string, o supervisor.ExecOptions, max int) (supervisor.Captured, error) {
-	var res supervisor.Captured
+func (c *Commands) RunCaptured(ctx context.Context, id string, o ExecOptions, max int) (Captured, error) {
+	var res Captured
 	devNull, err := os.Open(os.DevNull)
 	if err != nil {
 		return res, err

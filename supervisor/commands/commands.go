@@ -33,7 +33,7 @@ type Commands struct {
 	sessions sessions
 }
 
-var _ supervisor.Runner = (*Commands)(nil)
+var _ Runner = (*Commands)(nil)
 
 // New makes the commands room over h: it joins h's hooks, registers its
 // refusals and is h's runner from now on.

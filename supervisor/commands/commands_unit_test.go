@@ -46,7 +46,7 @@ func (p projectPool) Project(_ context.Context, location string) (cowfs.Volume, 
 }
 
 // The room is a Runner, for promotion's checks and try.
-var _ supervisor.Runner = (*Commands)(nil)
+var _ Runner = (*Commands)(nil)
 
 var ctx = supervisor.WithActor(context.Background(), supervisor.Daemon("test"))
 
@@ -135,15 +135,15 @@ func TestUnitExecRefusesBeforeTheInit(t *testing.T) {
 	h.AddSandbox(t, state.Record{ID: "frozen", State: state.Frozen})
 	for _, tc := range []struct {
 		what, id string
-		o        supervisor.ExecOptions
+		o        ExecOptions
 		want     error
 		words    string
 	}{
-		{"no sandbox", "nosuch", supervisor.ExecOptions{Argv: []string{"true"}, Stdio: stdio}, supervisor.ErrNotFound, ""},
-		{"no stdio", "sb1", supervisor.ExecOptions{Argv: []string{"true"}, UID: 1000}, supervisor.ErrInvalid, "want stdin, stdout and stderr"},
-		{"no command", "sb1", supervisor.ExecOptions{UID: 1000, Stdio: stdio}, supervisor.ErrInvalid, "no command given"},
-		{"a frozen sandbox", "frozen", supervisor.ExecOptions{Argv: []string{"true"}, Stdio: stdio}, supervisor.ErrWrongState, "it is frozen"},
-		{"root for a user", "sb1", supervisor.ExecOptions{Argv: []string{"true"}, UID: 1000, AsRoot: true, Stdio: stdio}, supervisor.ErrNoIdmap, "zfs-fuse"},
+		{"no sandbox", "nosuch", ExecOptions{Argv: []string{"true"}, Stdio: stdio}, supervisor.ErrNotFound, ""},
+		{"no stdio", "sb1", ExecOptions{Argv: []string{"true"}, UID: 1000}, supervisor.ErrInvalid, "want stdin, stdout and stderr"},
+		{"no command", "sb1", ExecOptions{UID: 1000, Stdio: stdio}, supervisor.ErrInvalid, "no command given"},
+		{"a frozen sandbox", "frozen", ExecOptions{Argv: []string{"true"}, Stdio: stdio}, supervisor.ErrWrongState, "it is frozen"},
+		{"root for a user", "sb1", ExecOptions{Argv: []string{"true"}, UID: 1000, AsRoot: true, Stdio: stdio}, supervisor.ErrNoIdmap, "zfs-fuse"},
 	} {
 		if _, err := c.Exec(ctx, tc.id, tc.o); !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.words) {
 			t.Errorf("exec with %s: %v; want %v saying %q", tc.what, err, tc.want, tc.words)
@@ -154,7 +154,7 @@ func TestUnitExecRefusesBeforeTheInit(t *testing.T) {
 	}
 	// Root's own AsRoot in a sandbox without a user namespace is the
 	// host's root, which root may be: it goes on to the init (not there).
-	_, err := c.Exec(ctx, "sb1", supervisor.ExecOptions{Argv: []string{"true"}, AsRoot: true, Stdio: stdio})
+	_, err := c.Exec(ctx, "sb1", ExecOptions{Argv: []string{"true"}, AsRoot: true, Stdio: stdio})
 	if !errors.Is(err, nsinit.ErrNotRunning) || !strings.Contains(err.Error(), "running a command in sandbox sb1") {
 		t.Errorf("exec with no init: %v; want ErrNotRunning", err)
 	}
@@ -188,7 +188,7 @@ func TestUnitProcessesNeedARunningInit(t *testing.T) {
 	if _, err := c.ReadLog(ctx, "sb1", "p1", 0, 100); !errors.Is(err, nsinit.ErrNotRunning) {
 		t.Errorf("reading a log with no init: %v; want ErrNotRunning", err)
 	}
-	if _, err := c.Spawn(ctx, "sb1", supervisor.ExecOptions{Argv: []string{"sleep", "1"}, UID: 1000}); !errors.Is(err, nsinit.ErrNotRunning) {
+	if _, err := c.Spawn(ctx, "sb1", ExecOptions{Argv: []string{"sleep", "1"}, UID: 1000}); !errors.Is(err, nsinit.ErrNotRunning) {
 		t.Errorf("spawning with no init: %v; want ErrNotRunning", err)
 	}
 	if err := h.Start(ctx, "sb1", 4242, false); err != nil {
@@ -272,7 +272,7 @@ func (l layers) Get(_ context.Context, name string) (cowfs.Volume, error) {
 // session's end marker, is refused and audited.
 func TestUnitSessionsRefuse(t *testing.T) {
 	c, h := newUnit(t)
-	if _, err := c.OpenSession(ctx, "sb1", "perl", supervisor.ExecOptions{UID: 1000}); !errors.Is(err, supervisor.ErrInvalid) ||
+	if _, err := c.OpenSession(ctx, "sb1", "perl", ExecOptions{UID: 1000}); !errors.Is(err, supervisor.ErrInvalid) ||
 		!strings.Contains(err.Error(), "want one of python3, node, sh") {
 		t.Errorf("a session of perl: %v; want ErrInvalid naming the languages", err)
 	}
@@ -285,7 +285,7 @@ func TestUnitSessionsRefuse(t *testing.T) {
 		}
 		c.sessions.m["sb1/"+x.id] = x
 	}
-	if _, err := c.OpenSession(ctx, "sb1", "python3", supervisor.ExecOptions{UID: 1000}); !errors.Is(err, supervisor.ErrLimitReached) {
+	if _, err := c.OpenSession(ctx, "sb1", "python3", ExecOptions{UID: 1000}); !errors.Is(err, supervisor.ErrLimitReached) {
 		t.Errorf("a ninth session: %v; want ErrLimitReached", err)
 	}
 	if len(c.sessions.opening) != 0 {

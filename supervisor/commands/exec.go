@@ -73,7 +73,7 @@ func (c *table) get(sandbox, id string) *Command {
 // runs; its output goes straight to the caller's files. Command.Done
 // tells when it ends, and Result how: a kill by the sandbox's memory limit
 // is told apart from other kills.
-func (c *Commands) Exec(ctx context.Context, id string, o supervisor.ExecOptions) (_ *Command, err error) {
+func (c *Commands) Exec(ctx context.Context, id string, o ExecOptions) (_ *Command, err error) {
 	timing := steps.New()
 	if err := c.h.Wake(ctx, id); err != nil {
 		return nil, err
@@ -176,7 +176,7 @@ func (c *Commands) Command(sandbox, command string) (*Command, bool) {
 
 // commandRequest checks that sandbox rec may run o's command (what,
 // "running a command", names the call in errors) and makes its request.
-func (c *Commands) commandRequest(ctx context.Context, rec state.Record, o supervisor.ExecOptions, what string) (nsinit.Request, error) {
+func (c *Commands) commandRequest(ctx context.Context, rec state.Record, o ExecOptions, what string) (nsinit.Request, error) {
 	if !rec.Runs() {
 		return nsinit.Request{}, fmt.Errorf("%s in sandbox %s: it is %s: %w", what, rec.ID, rec.State, supervisor.ErrWrongState)
 	}

@@ -209,7 +209,7 @@ func (c *Commands) fileCaller(ctx context.Context, id string, who FileAccess, re
 	if who.AsRoot && who.UID != 0 && rec.IDs == nil {
 		return fmt.Errorf("as root: %w, so only root may (%v)", supervisor.ErrNoIdmap, c.h.UserNSUnavailable())
 	}
-	cr, err := c.request(ctx, rec, supervisor.ExecOptions{UID: who.UID, AsRoot: who.AsRoot})
+	cr, err := c.request(ctx, rec, ExecOptions{UID: who.UID, AsRoot: who.AsRoot})
 	if err != nil {
 		return err
 	}

@@ -97,7 +97,7 @@ func (c *Commands) OnProcessExited(fn func(sandbox string, p nsinit.Process)) {
 // Spawn starts a background process in sandbox id, as Exec would start a
 // command (o's Stdio, PTY and OutputLimit aside: its stdin is /dev/null,
 // its output goes to its log), and returns its id once it runs.
-func (c *Commands) Spawn(ctx context.Context, id string, o supervisor.ExecOptions) (_ string, err error) {
+func (c *Commands) Spawn(ctx context.Context, id string, o ExecOptions) (_ string, err error) {
 	if err := c.h.Wake(ctx, id); err != nil {
 		return "", err
 	}

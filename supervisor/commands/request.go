@@ -24,7 +24,7 @@ import (
 // sandbox sees its project) and its environment (the base, the rooms'
 // CommandEnv, the project's, o.Env), its user checked against rec's
 // user namespace.
-func (c *Commands) request(ctx context.Context, rec state.Record, o supervisor.ExecOptions) (nsinit.Request, error) {
+func (c *Commands) request(ctx context.Context, rec state.Record, o ExecOptions) (nsinit.Request, error) {
 	uid := o.UID
 	if o.AsRoot {
 		uid = 0

@@ -39,7 +39,7 @@ func TestUnitRequestEnvironment(t *testing.T) {
 	h.Hooks().CommandEnv.Add(func(state.Record) []string { return []string{"SECOND=2"} })
 	rec := state.Record{ID: "sb1", Project: "web", Network: nsinit.NetworkAllowlist,
 		Env: []string{"FOO=project", "SHELL=/bin/bash", "CACHE=project"}}
-	req, err := c.request(ctx, rec, supervisor.ExecOptions{Argv: []string{"true"}, UID: nobodyUID, PTY: true,
+	req, err := c.request(ctx, rec, ExecOptions{Argv: []string{"true"}, UID: nobodyUID, PTY: true,
 		Env: []string{"FOO=caller", "BAR=b"}})
 	if err != nil {
 		t.Fatal(err)
@@ -63,7 +63,7 @@ func TestUnitRequestEnvironment(t *testing.T) {
 	}
 
 	// No PTY, no allowlist: neither TERM nor a proxy (the rooms' still).
-	req, err = c.request(ctx, state.Record{ID: "sb1", Network: nsinit.NetworkHost}, supervisor.ExecOptions{UID: nobodyUID})
+	req, err = c.request(ctx, state.Record{ID: "sb1", Network: nsinit.NetworkHost}, ExecOptions{UID: nobodyUID})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,9 +82,9 @@ func TestUnitRequestEnvironment(t *testing.T) {
 // pool's error is the request's.
 func TestUnitRequestDir(t *testing.T) {
 	c, h := newUnit(t)
-	o := supervisor.ExecOptions{UID: nobodyUID}
+	o := ExecOptions{UID: nobodyUID}
 	rec := state.Record{ID: "sb1", Project: "web"}
-	if req, err := c.request(ctx, rec, supervisor.ExecOptions{UID: nobodyUID, Dir: "/tmp"}); err != nil || req.Dir != "/tmp" || h.requests != 0 {
+	if req, err := c.request(ctx, rec, ExecOptions{UID: nobodyUID, Dir: "/tmp"}); err != nil || req.Dir != "/tmp" || h.requests != 0 {
 		t.Errorf("a command's own dir: %q, %v (pool asked %d times); want /tmp, the pool not asked", req.Dir, err, h.requests)
 	}
 	if req, err := c.request(ctx, rec, o); err != nil || req.Dir != "/project" {
@@ -117,11 +117,11 @@ func TestUnitRequestIdentity(t *testing.T) {
 	noAccount(t)
 	c, _ := newUnit(t)
 	rec := state.Record{ID: "sb1", Project: "web"}
-	req, err := c.request(ctx, rec, supervisor.ExecOptions{UID: 0})
+	req, err := c.request(ctx, rec, ExecOptions{UID: 0})
 	if err != nil || req.UID != 0 || !req.NoCapabilities {
 		t.Errorf("root's plain command: uid %d, no capabilities %v, %v; want uid 0 without capabilities", req.UID, req.NoCapabilities, err)
 	}
-	req, err = c.request(ctx, rec, supervisor.ExecOptions{UID: 1000, AsRoot: true})
+	req, err = c.request(ctx, rec, ExecOptions{UID: 1000, AsRoot: true})
 	if err != nil || req.UID != 0 || req.NoCapabilities {
 		t.Errorf("as root: uid %d, no capabilities %v, %v; want uid 0 with them", req.UID, req.NoCapabilities, err)
 	}
@@ -130,12 +130,12 @@ func TestUnitRequestIdentity(t *testing.T) {
 		UIDs: []state.IDExtent{{Inside: 0, Host: 1 << 20, Count: 1000}},
 		GIDs: []state.IDExtent{{Inside: 0, Host: 1 << 20, Count: 1000}}}
 	rec = state.Record{ID: "sb1", Project: "web", Owner: 1000, IDs: ids}
-	_, err = c.request(ctx, rec, supervisor.ExecOptions{UID: nobodyUID})
+	_, err = c.request(ctx, rec, ExecOptions{UID: nobodyUID})
 	if !errors.Is(err, supervisor.ErrInvalid) || !strings.Contains(err.Error(), "uid 4242424 has no id in sandbox sb1") {
 		t.Errorf("a uid the namespace does not map: %v; want ErrInvalid naming it", err)
 	}
 	ids.UIDs = append(ids.UIDs, state.IDExtent{Inside: nobodyUID, Host: 1<<20 + nobodyUID, Count: 1})
-	req, err = c.request(ctx, rec, supervisor.ExecOptions{UID: nobodyUID})
+	req, err = c.request(ctx, rec, ExecOptions{UID: nobodyUID})
 	if err != nil || req.GID != 65534 {
 		t.Errorf("a mapped uid whose group is not: gid %d, %v; want 65534", req.GID, err)
 	}

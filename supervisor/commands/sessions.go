@@ -86,7 +86,7 @@ type sessions struct {
 // OpenSession starts an interpreter of lang (python3, node, sh) in sandbox id,
 // as Exec would start a command of o (its Argv, Stdio, PTY and limits
 // aside), and returns the session's id.
-func (c *Commands) OpenSession(ctx context.Context, id, lang string, o supervisor.ExecOptions) (_ string, err error) {
+func (c *Commands) OpenSession(ctx context.Context, id, lang string, o ExecOptions) (_ string, err error) {
 	var argv []string
 	token := newID() + newID()
 	switch lang {

@@ -7,8 +7,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-
-	"github.com/sandboxd/sandboxd/supervisor"
 )
 
 // A booted sandbox's systemd (CreateOptions.Boot), asked how it is: the
@@ -50,7 +48,7 @@ func (c *Commands) System(ctx context.Context, id string, uid uint32) (SystemSta
 	// the command is ended with it.
 	ctx, cancel := context.WithTimeout(ctx, systemStatusTimeout)
 	defer cancel()
-	out, err := c.RunCaptured(ctx, id, supervisor.ExecOptions{Argv: []string{"/bin/sh", "-c", script}, UID: uid, AsRoot: true, Dir: "/",
+	out, err := c.RunCaptured(ctx, id, ExecOptions{Argv: []string{"/bin/sh", "-c", script}, UID: uid, AsRoot: true, Dir: "/",
 		Timeout: systemStatusTimeout}, 16<<10)
 	if err != nil {
 		return st, fmt.Errorf("the system of sandbox %s: %w", id, err)

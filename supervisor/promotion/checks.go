@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/sandboxd/sandboxd/supervisor/commands"
 	"strings"
 	"sync"
 	"time"
@@ -118,7 +119,7 @@ func (r *Promotions) checkInSandbox(ctx context.Context, p *Promotion, st StageC
 // end of its output.
 func (r *Promotions) runCheck(ctx context.Context, id string, uid uint32, command string, timeout time.Duration) (state.CheckResult, error) {
 	res := state.CheckResult{Command: command}
-	c, err := r.cfg.Runner.RunCaptured(ctx, id, supervisor.ExecOptions{
+	c, err := r.cfg.Runner.RunCaptured(ctx, id, commands.ExecOptions{
 		Argv: []string{"/bin/sh", "-c", command}, UID: uid, AsRoot: uid == 0, Timeout: timeout,
 	}, checkOutput)
 	if err != nil {

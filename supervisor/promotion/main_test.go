@@ -74,7 +74,7 @@ func (e *env) volumes(t *testing.T) []string {
 func runAs(t *testing.T, cmds *commands.Commands, id string, uid uint32, script string) (string, nsinit.Result) {
 	t.Helper()
 	null, w, collect := testbed.Capture(t)
-	cmd, err := cmds.Exec(ctx, id, supervisor.ExecOptions{
+	cmd, err := cmds.Exec(ctx, id, commands.ExecOptions{
 		Argv: []string{"/bin/sh", "-c", script}, UID: uid, AsRoot: uid == 0, Stdio: []*os.File{null, w, w}, Timeout: 30 * time.Second,
 	})
 	out := collect()

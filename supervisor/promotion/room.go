@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"github.com/sandboxd/sandboxd/supervisor/commands"
 
 	"github.com/sandboxd/sandboxd/cowfs"
 	"github.com/sandboxd/sandboxd/supervisor"
@@ -39,7 +40,7 @@ type Config struct {
 	// Stages are where promotions go, in order (none: the project alone).
 	Stages []StageConfig
 	// Runner runs the checks in their sandbox.
-	Runner supervisor.Runner
+	Runner commands.Runner
 }
 
 // Promotions is the promotion room: the plan of stages, and the runs in

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sandboxd/sandboxd/supervisor/commands"
 	"os"
 	"path/filepath"
 	"slices"
@@ -114,14 +115,14 @@ type fakeRunner struct {
 	mu     sync.Mutex
 	ran    []string // "sandbox name: command"
 	store  *state.Store
-	answer func(command string) supervisor.Captured
+	answer func(command string) commands.Captured
 	during func(id string) // called as a check runs
 }
 
-func (r *fakeRunner) RunCaptured(ctx context.Context, id string, o supervisor.ExecOptions, max int) (supervisor.Captured, error) {
+func (r *fakeRunner) RunCaptured(ctx context.Context, id string, o commands.ExecOptions, max int) (commands.Captured, error) {
 	rec, err := r.store.Get(id)
 	if err != nil {
-		return supervisor.Captured{}, err
+		return commands.Captured{}, err
 	}
 	command := o.Argv[len(o.Argv)-1]
 	r.mu.Lock()
@@ -133,7 +134,7 @@ func (r *fakeRunner) RunCaptured(ctx context.Context, id string, o supervisor.Ex
 	if r.answer != nil {
 		return r.answer(command), nil
 	}
-	return supervisor.Captured{Result: nsinit.Result{How: nsinit.Exited}, Output: "ok\n"}, nil
+	return commands.Captured{Result: nsinit.Result{How: nsinit.Exited}, Output: "ok\n"}, nil
 }
 
 func (r *fakeRunner) Ran() []string {
@@ -373,8 +374,8 @@ func (u *unit) checkName(t *testing.T, id string) string {
 // pruned, the project released.
 func TestUnitFailedCheckIsUndone(t *testing.T) {
 	u := newUnit(t, promotion.StageConfig{Name: "project", Target: "project", Checks: []string{"make test"}})
-	u.run.answer = func(string) supervisor.Captured {
-		return supervisor.Captured{Result: nsinit.Result{How: nsinit.Exited, Code: 3}, Output: "FAIL\n"}
+	u.run.answer = func(string) commands.Captured {
+		return commands.Captured{Result: nsinit.Result{How: nsinit.Exited, Code: 3}, Output: "FAIL\n"}
 	}
 	var atCheck string
 	u.run.during = func(string) { atCheck = read(t, filepath.Join(u.project, "index.html")) }

@@ -8,6 +8,6 @@
 // sandboxes through the Host (Create and Destroy, as the actor of the
 // call's ctx), counts their changes with Host.WithChanges, reads their
 // usage through the one extra of its Host (Usage), and runs its commands
-// through the supervisor.Runner of its Config (the commands room). It
+// through the commands.Runner of its Config (the commands room). It
 // joins no hook and keeps no table: a Try's state lives in its call.
 package try

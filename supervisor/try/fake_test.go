@@ -3,6 +3,7 @@ package try_test
 import (
 	"context"
 	"fmt"
+	"github.com/sandboxd/sandboxd/supervisor/commands"
 	"os"
 	"path/filepath"
 	"sync"
@@ -38,7 +39,7 @@ var _ try.Host = (*fakeHost)(nil)
 
 // newUnit is the room over a fakeHost whose project "web" holds
 // index.html, and run as its Runner.
-func newUnit(t *testing.T, run supervisor.Runner) (*try.Try, *fakeHost) {
+func newUnit(t *testing.T, run commands.Runner) (*try.Try, *fakeHost) {
 	t.Helper()
 	pool, err := cowfsfake.Open(ctx, filepath.Join(t.TempDir(), "root"))
 	if err != nil {
@@ -160,21 +161,21 @@ func (f *fakeHost) path(id string) (string, error) {
 	return sb.Path, err
 }
 
-// runner is a fake supervisor.Runner: fn says how each command ends.
+// runner is a fake commands.Runner: fn says how each command ends.
 type runner struct {
 	mu    sync.Mutex
 	calls []call
-	fn    func(ctx context.Context, id string, o supervisor.ExecOptions) (supervisor.Captured, error)
+	fn    func(ctx context.Context, id string, o commands.ExecOptions) (commands.Captured, error)
 }
 
 // call is one command the room asked to run.
 type call struct {
 	ID   string
-	Opts supervisor.ExecOptions
+	Opts commands.ExecOptions
 	Max  int
 }
 
-func (r *runner) RunCaptured(ctx context.Context, id string, o supervisor.ExecOptions, max int) (supervisor.Captured, error) {
+func (r *runner) RunCaptured(ctx context.Context, id string, o commands.ExecOptions, max int) (commands.Captured, error) {
 	r.mu.Lock()
 	r.calls = append(r.calls, call{ID: id, Opts: o, Max: max})
 	r.mu.Unlock()
@@ -188,7 +189,7 @@ func (r *runner) all() []call {
 }
 
 // line is the shell line of a command the room runs (sh -c LINE).
-func line(o supervisor.ExecOptions) string {
+func line(o commands.ExecOptions) string {
 	if len(o.Argv) != 3 || o.Argv[0] != "/bin/sh" || o.Argv[1] != "-c" {
 		panic(fmt.Sprintf("not a shell line: %q", o.Argv))
 	}
@@ -197,6 +198,6 @@ func line(o supervisor.ExecOptions) string {
 
 // exited is a command's end: it exited code after took, having printed
 // out.
-func exited(code int, took time.Duration, out string) supervisor.Captured {
-	return supervisor.Captured{Result: nsinit.Result{How: nsinit.Exited, Code: code}, Output: out, Took: took}
+func exited(code int, took time.Duration, out string) commands.Captured {
+	return commands.Captured{Result: nsinit.Result{How: nsinit.Exited, Code: code}, Output: out, Took: took}
 }

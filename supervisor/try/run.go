@@ -3,12 +3,12 @@ package try
 import (
 	"context"
 	"fmt"
+	"github.com/sandboxd/sandboxd/supervisor/commands"
 	"slices"
 	"time"
 
 	"github.com/sandboxd/sandboxd/cowfs"
 	"github.com/sandboxd/sandboxd/runtime/nsinit"
-	"github.com/sandboxd/sandboxd/supervisor"
 )
 
 // Bounds of Try: what it keeps of each step's output, and how long a call
@@ -103,12 +103,12 @@ func (t *Try) one(ctx context.Context, opts *Options, r *Result) error {
 // step runs the shell line in sandbox id as the caller, and returns
 // how it ended, the last outputMax bytes of its output and how long it
 // took.
-func (t *Try) step(ctx context.Context, opts *Options, id, line string, env []string) (supervisor.Captured, error) {
+func (t *Try) step(ctx context.Context, opts *Options, id, line string, env []string) (commands.Captured, error) {
 	timeout := opts.Timeout
 	if timeout < 0 {
 		timeout = 0 // none
 	}
-	c, err := t.run.RunCaptured(ctx, id, supervisor.ExecOptions{
+	c, err := t.run.RunCaptured(ctx, id, commands.ExecOptions{
 		Argv: []string{"/bin/sh", "-c", line}, Env: env, Dir: opts.Dir,
 		UID: opts.Create.Owner, AsRoot: opts.AsRoot, Detach: opts.Detach, Timeout: timeout,
 	}, outputMax)

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"github.com/sandboxd/sandboxd/supervisor/commands"
 	"strings"
 	"sync"
 	"time"
@@ -24,13 +25,13 @@ type Host interface {
 type Config struct {
 	// Runner runs each variant and check in its sandbox (the commands
 	// room).
-	Runner supervisor.Runner
+	Runner commands.Runner
 }
 
 // Try is the room: best-of-N over sandboxes of a project.
 type Try struct {
 	h   Host
-	run supervisor.Runner
+	run commands.Runner
 }
 
 // New makes the room over h. It joins no hook: a Try's sandboxes are

@@ -7,6 +7,7 @@ package try_test
 import (
 	"context"
 	"errors"
+	"github.com/sandboxd/sandboxd/supervisor/commands"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -46,7 +47,7 @@ func TestUnitTryKeepsTheFastestPassingVariant(t *testing.T) {
 	run := &runner{}
 	room, f := newUnit(t, run)
 	f.Ignore = func(c cowfs.Change) bool { return strings.HasSuffix(c.Path, ".log") }
-	run.fn = func(_ context.Context, id string, o supervisor.ExecOptions) (supervisor.Captured, error) {
+	run.fn = func(_ context.Context, id string, o commands.ExecOptions) (commands.Captured, error) {
 		switch line(o) {
 		case "wrong":
 			return exited(0, 10*time.Millisecond, "w\n"), write(f, id, map[string]string{"answer": "wrong"})
@@ -59,7 +60,7 @@ func TestUnitTryKeepsTheFastestPassingVariant(t *testing.T) {
 		case "check":
 			dir, err := f.path(id)
 			if err != nil {
-				return supervisor.Captured{}, err
+				return commands.Captured{}, err
 			}
 			if b, _ := os.ReadFile(filepath.Join(dir, "answer")); string(b) == "right" {
 				return exited(0, 5*time.Millisecond, ""), nil
@@ -119,7 +120,7 @@ func TestUnitTryKeepsTheFastestPassingVariant(t *testing.T) {
 // that failed too; with keep none none does, the winner still named.
 func TestUnitTryKeepsAsAskedAndTiesGoToTheEarlier(t *testing.T) {
 	for _, keep := range []string{"all", "none"} {
-		run := &runner{fn: func(_ context.Context, _ string, o supervisor.ExecOptions) (supervisor.Captured, error) {
+		run := &runner{fn: func(_ context.Context, _ string, o commands.ExecOptions) (commands.Captured, error) {
 			if line(o) == "false" {
 				return exited(1, 0, ""), nil
 			}
@@ -151,7 +152,7 @@ func TestUnitTryKeepsAsAskedAndTiesGoToTheEarlier(t *testing.T) {
 func TestUnitTryRunsVariantsInParallelWithinTheBound(t *testing.T) {
 	for _, c := range []struct{ parallel, want int }{{2, 2}, {0, 4}, {1, 1}} {
 		var inflight, most atomic.Int32
-		run := &runner{fn: func(_ context.Context, _ string, o supervisor.ExecOptions) (supervisor.Captured, error) {
+		run := &runner{fn: func(_ context.Context, _ string, o commands.ExecOptions) (commands.Captured, error) {
 			n := inflight.Add(1)
 			defer inflight.Add(-1)
 			for {
@@ -192,7 +193,7 @@ func TestUnitTryRunsVariantsInParallelWithinTheBound(t *testing.T) {
 // name is not its own and stays.
 func TestUnitTryStopsAtANameTakenAndDestroysWhatItMade(t *testing.T) {
 	for _, keep := range []string{"winner", "all"} {
-		run := &runner{fn: func(context.Context, string, supervisor.ExecOptions) (supervisor.Captured, error) {
+		run := &runner{fn: func(context.Context, string, commands.ExecOptions) (commands.Captured, error) {
 			return exited(0, 0, ""), nil
 		}}
 		room, f := newUnit(t, run)
@@ -224,10 +225,10 @@ func TestUnitTryStopsAtANameTakenAndDestroysWhatItMade(t *testing.T) {
 func TestUnitTryCancelledDestroysItsSandboxes(t *testing.T) {
 	var started sync.WaitGroup
 	started.Add(2)
-	run := &runner{fn: func(ctx context.Context, _ string, _ supervisor.ExecOptions) (supervisor.Captured, error) {
+	run := &runner{fn: func(ctx context.Context, _ string, _ commands.ExecOptions) (commands.Captured, error) {
 		started.Done()
 		<-ctx.Done()
-		return supervisor.Captured{}, context.Cause(ctx)
+		return commands.Captured{}, context.Cause(ctx)
 	}}
 	room, f := newUnit(t, run)
 	gone := errors.New("the caller went away")
@@ -255,7 +256,7 @@ func TestUnitTryCancelledDestroysItsSandboxes(t *testing.T) {
 // A sandbox Try could not destroy is kept, named in Left and, after an
 // error, in the error with the command that destroys it.
 func TestUnitTryNamesWhatItCouldNotDestroy(t *testing.T) {
-	run := &runner{fn: func(_ context.Context, _ string, o supervisor.ExecOptions) (supervisor.Captured, error) {
+	run := &runner{fn: func(_ context.Context, _ string, o commands.ExecOptions) (commands.Captured, error) {
 		return exited(0, 0, ""), nil
 	}}
 	room, f := newUnit(t, run)
@@ -296,7 +297,7 @@ func TestUnitTryNamesWhatItCouldNotDestroy(t *testing.T) {
 // gets the directory, root, detach and timeout asked for. Unnamed, the
 // sandboxes are try-XXXX-N, one XXXX for the Try.
 func TestUnitTryGivesEachInputAndStepOptions(t *testing.T) {
-	run := &runner{fn: func(context.Context, string, supervisor.ExecOptions) (supervisor.Captured, error) {
+	run := &runner{fn: func(context.Context, string, commands.ExecOptions) (commands.Captured, error) {
 		return exited(0, 0, ""), nil
 	}}
 	room, _ := newUnit(t, run)
@@ -334,7 +335,7 @@ func TestUnitTryGivesEachInputAndStepOptions(t *testing.T) {
 
 // What is asked wrong is refused (ErrInvalid) before any sandbox is made.
 func TestUnitTryRefusesWhatIsAskedWrong(t *testing.T) {
-	run := &runner{fn: func(context.Context, string, supervisor.ExecOptions) (supervisor.Captured, error) {
+	run := &runner{fn: func(context.Context, string, commands.ExecOptions) (commands.Captured, error) {
 		return exited(0, 0, ""), nil
 	}}
 	room, f := newUnit(t, run)
@@ -363,7 +364,7 @@ func TestUnitTryRefusesWhatIsAskedWrong(t *testing.T) {
 func TestUnitTryHoldsItsPlaceOnlyForItsOwnWork(t *testing.T) {
 	var held atomic.Int32
 	var begun atomic.Int32
-	run := &runner{fn: func(context.Context, string, supervisor.ExecOptions) (supervisor.Captured, error) {
+	run := &runner{fn: func(context.Context, string, commands.ExecOptions) (commands.Captured, error) {
 		if held.Load() != 0 {
 			t.Error("a step ran with Try's place held")
 		}
@@ -406,14 +407,14 @@ func TestUnitTryHoldsItsPlaceOnlyForItsOwnWork(t *testing.T) {
 // a pool that cannot list changes leaves Changes unknown; a step that
 // timed out or was killed fails its variant with how it ended.
 func TestUnitTryTellsHowAStepEnded(t *testing.T) {
-	run := &runner{fn: func(_ context.Context, _ string, o supervisor.ExecOptions) (supervisor.Captured, error) {
+	run := &runner{fn: func(_ context.Context, _ string, o commands.ExecOptions) (commands.Captured, error) {
 		switch line(o) {
 		case "slow":
-			return supervisor.Captured{Result: nsinit.Result{How: nsinit.TimedOut}, Took: time.Second}, nil
+			return commands.Captured{Result: nsinit.Result{How: nsinit.TimedOut}, Took: time.Second}, nil
 		case "killed":
-			return supervisor.Captured{Result: nsinit.Result{How: nsinit.Signaled, Signal: 9}}, nil
+			return commands.Captured{Result: nsinit.Result{How: nsinit.Signaled, Signal: 9}}, nil
 		case "lost":
-			return supervisor.Captured{}, errors.New("the init is gone")
+			return commands.Captured{}, errors.New("the init is gone")
 		}
 		return exited(0, 0, ""), nil
 	}}

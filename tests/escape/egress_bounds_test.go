@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"github.com/sandboxd/sandboxd/supervisor/commands"
 	"os"
 	"strconv"
 	"strings"
@@ -132,7 +133,7 @@ func holdTunnels(t *testing.T, b *box, target string, n int) (held string, stop 
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd, err := b.env.Commands.Exec(ctx, b.sb.ID, supervisor.ExecOptions{
+	cmd, err := b.env.Commands.Exec(ctx, b.sb.ID, commands.ExecOptions{
 		Argv: []string{"/bin/sh", "-c", clientScript("proxy", target, n)}, UID: nobody,
 		Stdio: []*os.File{inR, outW, outW}, Timeout: 3 * time.Minute,
 	})

@@ -9,6 +9,7 @@ package escape
 import (
 	"context"
 	"fmt"
+	"github.com/sandboxd/sandboxd/supervisor/commands"
 	"net"
 	"net/http"
 	"os"
@@ -69,10 +70,10 @@ func newBoxIn(t *testing.T, e *supervisortest.Env, opts supervisor.CreateOptions
 
 // run runs script with sh in the sandbox as uid (0: as its root), and returns
 // its output (stdout and stderr) and how it ended.
-func (b *box) run(t *testing.T, uid uint32, script string, tweak ...func(*supervisor.ExecOptions)) (string, nsinit.Result) {
+func (b *box) run(t *testing.T, uid uint32, script string, tweak ...func(*commands.ExecOptions)) (string, nsinit.Result) {
 	t.Helper()
 	null, w, collect := testbed.Capture(t)
-	o := supervisor.ExecOptions{
+	o := commands.ExecOptions{
 		Argv: []string{"/bin/sh", "-c", script}, UID: uid, AsRoot: uid == 0,
 		Stdio: []*os.File{null, w, w}, Timeout: 60 * time.Second,
 	}
@@ -236,7 +237,7 @@ func tasksHeld(t *testing.T, b *box, uid uint32) {
 	// then execs (no fork needed) a sleep, while its group holds what it
 	// made.
 	null, w, collect := testbed.Capture(t)
-	cmd, err := b.env.Commands.Exec(ctx, b.sb.ID, supervisor.ExecOptions{
+	cmd, err := b.env.Commands.Exec(ctx, b.sb.ID, commands.ExecOptions{
 		Argv: []string{"/bin/sh", "-c", "(for i in $(seq 200); do sleep 3 & done); exec sleep 2"}, UID: uid, AsRoot: uid == 0,
 		Stdio: []*os.File{null, w, w}, Timeout: 30 * time.Second,
 	})
@@ -258,7 +259,7 @@ func tasksHeld(t *testing.T, b *box, uid uint32) {
 
 	// A fork bomb is held by TasksMax, and ends: by the timeout, or when
 	// its shell gives up at a failed fork; its children go with it.
-	_, res := b.run(t, uid, "b(){ b|b& }; b; sleep 30", func(o *supervisor.ExecOptions) { o.Timeout = 3 * time.Second })
+	_, res := b.run(t, uid, "b(){ b|b& }; b; sleep 30", func(o *commands.ExecOptions) { o.Timeout = 3 * time.Second })
 	if res.How != nsinit.TimedOut && (res.How != nsinit.Exited || res.Code == 0) {
 		t.Errorf("a fork bomb with a timeout of 3s (uid %d): %v", uid, res)
 	}

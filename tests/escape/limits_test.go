@@ -3,6 +3,7 @@ package escape
 import (
 	"errors"
 	"fmt"
+	"github.com/sandboxd/sandboxd/supervisor/commands"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -70,7 +71,7 @@ func TestDefaultSandboxHasLimits(t *testing.T) {
 		// The shell stops at its first failed fork; the sleeps left go
 		// with the command's cgroup, pkill makes it quick. The deadline
 		// is generous: the loop's time is the machine's speed.
-		out, _ := b.run(t, uid, "("+loop+") 2>&1 | tail -3; pkill -x sleep; true", func(o *supervisor.ExecOptions) { o.Timeout = 10 * time.Minute })
+		out, _ := b.run(t, uid, "("+loop+") 2>&1 | tail -3; pkill -x sleep; true", func(o *commands.ExecOptions) { o.Timeout = 10 * time.Minute })
 		if !strings.Contains(out, "fork") && !strings.Contains(out, "Resource temporarily unavailable") {
 			t.Errorf("ESCAPE: %d processes in a default sandbox (TasksMax %d, uid %d): no fork failed: %q", n, tasksMax, uid, out)
 		}

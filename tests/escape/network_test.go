@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"github.com/sandboxd/sandboxd/supervisor/commands"
 	"io"
 	"net"
 	"net/http"
@@ -183,7 +184,7 @@ func TestEgressConnectionCapPerSandbox(t *testing.T) {
 	}
 	defer inW.Close()
 	defer outR.Close()
-	cmd, err := b.env.Commands.Exec(ctx, b.sb.ID, supervisor.ExecOptions{
+	cmd, err := b.env.Commands.Exec(ctx, b.sb.ID, commands.ExecOptions{
 		Argv: []string{"/bin/sh", "-c", clientScript("proxy", target, n)}, UID: nobody,
 		Stdio: []*os.File{inR, outW, outW}, Timeout: 90 * time.Second,
 	})

@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/sandboxd/sandboxd/supervisor/commands"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -212,7 +213,7 @@ func volumePath(t *testing.T, b *box, name string) string {
 func startIn(t *testing.T, b *box, uid uint32, argv ...string) {
 	t.Helper()
 	null, w, _ := testbed.Capture(t)
-	cmd, err := b.env.Commands.Exec(ctx, b.sb.ID, supervisor.ExecOptions{
+	cmd, err := b.env.Commands.Exec(ctx, b.sb.ID, commands.ExecOptions{
 		Argv: argv, UID: uid, AsRoot: uid == 0, Stdio: []*os.File{null, w, w}, Timeout: 5 * time.Minute,
 	})
 	if err != nil {

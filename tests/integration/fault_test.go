@@ -460,7 +460,7 @@ const zfsFuseUnit = "testbed-zfs-fuse.service"
 func supRun(t *testing.T, cmds *commands.Commands, id, script string) (string, nsinit.Result, error) {
 	t.Helper()
 	null, w, collect := testbed.Capture(t)
-	cmd, err := cmds.Exec(supervisor.WithActor(context.Background(), supervisor.Daemon("test")), id, supervisor.ExecOptions{
+	cmd, err := cmds.Exec(supervisor.WithActor(context.Background(), supervisor.Daemon("test")), id, commands.ExecOptions{
 		Argv: []string{"/bin/sh", "-c", script}, AsRoot: true, Stdio: []*os.File{null, w, w}, Timeout: 30 * time.Second,
 	})
 	out := collect()

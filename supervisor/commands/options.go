@@ -1,8 +1,8 @@
-package supervisor
+package commands
 
-// The types the rooms share for running commands in a sandbox: the
-// commands room runs them (Exec, Runner); others (promotion's checks,
-// try) ask it through Runner.
+// What a caller asks of a command, and how a command run for its output
+// ended: this room runs them (Exec, RunCaptured); others (promotion's
+// checks, try) ask it through Runner.
 
 import (
 	"context"
