@@ -132,7 +132,7 @@ func readTree(ctx context.Context, root string) (map[string]entry, error) {
 		}
 		rel, _ := filepath.Rel(root, path)
 		tree[filepath.ToSlash(rel)] = entry{
-			ino: st.Ino, typ: fileType(st.Mode), mode: fs.FileMode(st.Mode & 0o7777),
+			ino: st.Ino, typ: TypeOfMode(st.Mode), mode: fs.FileMode(st.Mode & 0o7777),
 			uid: st.Uid, gid: st.Gid, size: st.Size, mtim: st.Mtim, ctim: st.Ctim,
 		}
 		return nil
@@ -143,7 +143,8 @@ func readTree(ctx context.Context, root string) (map[string]entry, error) {
 	return tree, nil
 }
 
-func fileType(mode uint32) FileType {
+// TypeOfMode returns the FileType of a stat mode (its S_IFMT bits).
+func TypeOfMode(mode uint32) FileType {
 	switch mode & syscall.S_IFMT {
 	case syscall.S_IFREG:
 		return TypeFile

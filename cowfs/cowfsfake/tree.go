@@ -70,7 +70,7 @@ func stat(path string) (*entry, error) {
 	}
 	return &entry{
 		key:   key,
-		typ:   fileType(uint32(st.Mode)),
+		typ:   cowfs.TypeOfMode(uint32(st.Mode)),
 		mode:  uint32(st.Mode) & 0o7777,
 		uid:   st.Uid,
 		gid:   st.Gid,
@@ -79,24 +79,6 @@ func stat(path string) (*entry, error) {
 		mtime: unix.Timespec{Sec: st.Mtime.Sec, Nsec: int64(st.Mtime.Nsec)},
 		rdev:  unix.Mkdev(st.Rdev_major, st.Rdev_minor),
 	}, nil
-}
-
-func fileType(mode uint32) cowfs.FileType {
-	switch mode & unix.S_IFMT {
-	case unix.S_IFREG:
-		return cowfs.TypeFile
-	case unix.S_IFDIR:
-		return cowfs.TypeDir
-	case unix.S_IFLNK:
-		return cowfs.TypeSymlink
-	case unix.S_IFIFO:
-		return cowfs.TypeFIFO
-	case unix.S_IFSOCK:
-		return cowfs.TypeSocket
-	case unix.S_IFCHR, unix.S_IFBLK:
-		return cowfs.TypeDevice
-	}
-	return cowfs.TypeUnknown
 }
 
 // identify gives tree's entries their identities from rec. With assign,

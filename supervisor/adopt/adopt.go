@@ -25,6 +25,7 @@ import (
 	"github.com/sandboxd/sandboxd/cowfs"
 	"github.com/sandboxd/sandboxd/internal/crashpoint"
 	"github.com/sandboxd/sandboxd/internal/rootonly"
+	"github.com/sandboxd/sandboxd/internal/subtree"
 	"github.com/sandboxd/sandboxd/supervisor"
 	"github.com/sandboxd/sandboxd/supervisor/projects"
 	"github.com/sandboxd/sandboxd/supervisor/state"
@@ -94,7 +95,7 @@ func (s *Adoptions) Adopt(ctx context.Context, name, path string, o Options) (er
 		}
 		owned = owned || own
 		for _, q := range paths[:i] {
-			if within(p, q) || within(q, p) {
+			if subtree.Within(p, q) || subtree.Within(q, p) {
 				return fmt.Errorf("%s: %s and %s are one inside the other: %w", what, p, q, supervisor.ErrInvalidProject)
 			}
 		}
@@ -174,7 +175,7 @@ func (s *Adoptions) Adopt(ctx context.Context, name, path string, o Options) (er
 		}
 		for other := range s.adopting {
 			for _, p := range paths {
-				if within(p, other) || within(other, p) {
+				if subtree.Within(p, other) || subtree.Within(other, p) {
 					return fmt.Errorf("%s: %s is being adopted: %w", what, other, supervisor.ErrProjectInUse)
 				}
 			}

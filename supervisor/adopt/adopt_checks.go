@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandboxd/internal/rootonly"
+	"github.com/sandboxd/sandboxd/internal/subtree"
 	"github.com/sandboxd/sandboxd/supervisor"
 )
 
@@ -122,13 +123,13 @@ func (s *Adoptions) adoptableDir(path string) error {
 			if at == "" || !filepath.IsAbs(at) {
 				continue
 			}
-			if within(path, at) || within(at, path) {
+			if subtree.Within(path, at) || subtree.Within(at, path) {
 				return fmt.Errorf("%s and project %q's %s are one inside the other: %w", path, p.Name, at, supervisor.ErrInvalidProject)
 			}
 		}
 	}
 	for _, own := range []string{s.h.Backend().Info().Root, s.h.RuntimeRoot()} {
-		if own != "" && filepath.IsAbs(own) && (within(own, path) || within(path, own)) {
+		if own != "" && filepath.IsAbs(own) && (subtree.Within(own, path) || subtree.Within(path, own)) {
 			return fmt.Errorf("%s holds sandboxd's own %s (or is in it): %w", path, own, supervisor.ErrInvalidProject)
 		}
 	}
@@ -165,11 +166,6 @@ func systemTree(path string) error {
 		}
 		return nil
 	})
-}
-
-// within says whether path is dir or below it.
-func within(path, dir string) bool {
-	return path == dir || strings.HasPrefix(path, strings.TrimSuffix(dir, "/")+"/")
 }
 
 // mountPoint says whether path is where a filesystem is mounted (its

@@ -20,6 +20,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sandboxd/sandboxd/internal/subtree"
 	"github.com/sandboxd/sandboxd/supervisor"
 )
 
@@ -91,7 +92,7 @@ func placeOf(p string) (place, error) {
 		return place{}, fmt.Errorf("reading the mounts %s is under: %w", p, err)
 	}
 	m, ok := t.byID[stx.Mnt_id]
-	if !ok || !within(p, m.point) {
+	if !ok || !subtree.Within(p, m.point) {
 		return place{}, fmt.Errorf("%s is reached through mount %d, which the daemon's mount table does not show there", p, stx.Mnt_id)
 	}
 	return place{m.dev, fsPathOf(m, p)}, nil
@@ -332,12 +333,12 @@ func (sc *holderScan) objectUses(link, root string, view func() *mountTable) boo
 // it is of that filesystem.
 func (sc *holderScan) under(m mountEntry, target, root string) bool {
 	p, ok := inRoot(strings.TrimSuffix(target, " (deleted)"), root)
-	if !ok || !within(p, m.point) {
+	if !ok || !subtree.Within(p, m.point) {
 		return true
 	}
 	fp := fsPathOf(m, p)
 	for _, pl := range sc.places {
-		if pl.dev == m.dev && within(fp, pl.fsPath) {
+		if pl.dev == m.dev && subtree.Within(fp, pl.fsPath) {
 			return true
 		}
 	}
@@ -350,7 +351,7 @@ func inRoot(target, root string) (string, bool) {
 	if root == "/" {
 		return target, true
 	}
-	if !within(target, root) {
+	if !subtree.Within(target, root) {
 		return "", false
 	}
 	return "/" + strings.TrimPrefix(strings.TrimPrefix(target, root), "/"), true
@@ -408,7 +409,7 @@ func (sc *holderScan) mapsUse(procDir string, data []byte, root string, view fun
 		var m *mountEntry
 		for i := range t.order {
 			e := &t.order[i]
-			if within(p, e.point) && (m == nil || len(e.point) >= len(m.point)) {
+			if subtree.Within(p, e.point) && (m == nil || len(e.point) >= len(m.point)) {
 				m = e
 			}
 		}

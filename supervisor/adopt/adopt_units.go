@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/sandboxd/sandboxd/internal/subtree"
 	"github.com/sandboxd/sandboxd/supervisor/projects"
 	"github.com/sandboxd/sandboxd/units"
 )
@@ -93,7 +94,7 @@ func restartable(u units.ProcessUnit) error {
 // inSandboxdSlice says whether u is of sandboxd.slice (a sandbox's scope,
 // an owner's slice), by its cgroup or its slice.
 func inSandboxdSlice(u units.ProcessUnit) bool {
-	return within(u.ControlGroup, "/sandboxd.slice") || u.Slice == "sandboxd.slice" || strings.HasPrefix(u.Slice, "sandboxd-")
+	return subtree.Within(u.ControlGroup, "/sandboxd.slice") || u.Slice == "sandboxd.slice" || strings.HasPrefix(u.Slice, "sandboxd-")
 }
 
 // running says whether a unit in ActiveState state runs (and so is

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/cowfs"
 	"github.com/sandboxd/sandboxd/internal/ignore"
+	"github.com/sandboxd/sandboxd/internal/subtree"
 )
 
 // A promotion applies the rename of a directory by copying the whole tree
@@ -102,7 +103,7 @@ func openRenames(ctx context.Context, rules *ignore.Project, now string, changes
 		if top, ok := below(newSide, trees); ok && c.Kind != cowfs.Deleted {
 			// Carried by the adds of an opened tree; a rename into it
 			// from outside its old name still removes its old path.
-			if c.Kind == cowfs.Renamed && !within(c.Path, from[top]) {
+			if c.Kind == cowfs.Renamed && !subtree.Within(c.Path, from[top]) {
 				out = append(out, cowfs.Change{Kind: cowfs.Deleted, Type: c.Type, Path: c.Path})
 			}
 			continue
@@ -169,7 +170,7 @@ func listTree(ctx context.Context, fd int, dir string, out []renamedEntry) ([]re
 		if err := unix.Fstatat(fd, n, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 			return out, fmt.Errorf("%s/%s: %w", dir, n, err)
 		}
-		e := renamedEntry{path: dir + "/" + n, typ: fileType(st.Mode)}
+		e := renamedEntry{path: dir + "/" + n, typ: cowfs.TypeOfMode(st.Mode)}
 		out = append(out, e)
 		if e.typ != cowfs.TypeDir {
 			continue
@@ -183,28 +184,4 @@ func listTree(ctx context.Context, fd int, dir string, out []renamedEntry) ([]re
 		}
 	}
 	return out, nil
-}
-
-// fileType is the change list's name for a file of mode.
-func fileType(mode uint32) cowfs.FileType {
-	switch mode & unix.S_IFMT {
-	case unix.S_IFREG:
-		return cowfs.TypeFile
-	case unix.S_IFDIR:
-		return cowfs.TypeDir
-	case unix.S_IFLNK:
-		return cowfs.TypeSymlink
-	case unix.S_IFIFO:
-		return cowfs.TypeFIFO
-	case unix.S_IFSOCK:
-		return cowfs.TypeSocket
-	case unix.S_IFCHR, unix.S_IFBLK:
-		return cowfs.TypeDevice
-	}
-	return cowfs.TypeUnknown
-}
-
-// within says whether path is dir or below it.
-func within(path, dir string) bool {
-	return path == dir || strings.HasPrefix(path, strings.TrimSuffix(dir, "/")+"/")
 }

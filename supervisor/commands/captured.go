@@ -1,13 +1,12 @@
 package commands
 
 import (
-	"bytes"
 	"context"
-	"fmt"
 	"io"
 	"os"
-	"sync"
 	"time"
+
+	"github.com/sandboxd/sandboxd/internal/tailbuf"
 )
 
 // RunCaptured runs o in sandbox id with /dev/null for stdin and one pipe
@@ -34,7 +33,7 @@ func (c *Commands) RunCaptured(ctx context.Context, id string, o ExecOptions, ma
 	if err != nil {
 		return res, err
 	}
-	out := &tailBuffer{max: max}
+	out := &tailbuf.Buffer{Max: max}
 	drained := make(chan struct{})
 	go func() { _, _ = io.Copy(out, pr); close(drained) }()
 	select {
@@ -52,36 +51,4 @@ func (c *Commands) RunCaptured(ctx context.Context, id string, o ExecOptions, ma
 	}
 	res.Result, res.Output = cmd.Result(), out.String()
 	return res, nil
-}
-
-// tailBuffer keeps the last max bytes written to it (by any number of
-// writers), and says how many it cut.
-type tailBuffer struct {
-	max  int
-	mu   sync.Mutex
-	buf  []byte
-	lost int64
-}
-
-func (t *tailBuffer) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.buf = append(t.buf, p...)
-	if over := len(t.buf) - t.max; over > 0 {
-		t.lost += int64(over)
-		t.buf = append(t.buf[:0], t.buf[over:]...)
-	}
-	return len(p), nil
-}
-
-// String is what was kept, as valid UTF-8 (it goes into records and onto
-// the bus), after a line that says how much was cut, if anything was.
-func (t *tailBuffer) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	kept := string(bytes.ToValidUTF8(t.buf, []byte("?")))
-	if t.lost > 0 {
-		return fmt.Sprintf("[... the first %d bytes are cut ...]\n", t.lost) + kept
-	}
-	return kept
 }

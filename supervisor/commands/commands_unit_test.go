@@ -418,22 +418,3 @@ func TestUnitSystem(t *testing.T) {
 		t.Errorf("clean kept %d bytes; want 256", len(got))
 	}
 }
-
-// A command's captured output keeps its end, says how much was cut,
-// and is valid UTF-8.
-func TestUnitTailBuffer(t *testing.T) {
-	b := &tailBuffer{max: 4}
-	_, _ = b.Write([]byte("abc"))
-	if b.String() != "abc" {
-		t.Errorf("under the bound: %q", b.String())
-	}
-	_, _ = b.Write([]byte("defg"))
-	if got := b.String(); got != "[... the first 3 bytes are cut ...]\ndefg" {
-		t.Errorf("over the bound: %q", got)
-	}
-	b = &tailBuffer{max: 3}
-	_, _ = b.Write([]byte("x\xffé"))
-	if got := b.String(); got != "[... the first 1 bytes are cut ...]\n?é" {
-		t.Errorf("invalid UTF-8: %q", got)
-	}
-}

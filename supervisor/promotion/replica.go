@@ -14,6 +14,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/cowfs"
 	"github.com/sandboxd/sandboxd/internal/crashpoint"
+	"github.com/sandboxd/sandboxd/internal/tailbuf"
 	"github.com/sandboxd/sandboxd/promote/replica"
 	"github.com/sandboxd/sandboxd/runtime/nsinit"
 	"github.com/sandboxd/sandboxd/supervisor"
@@ -109,7 +110,7 @@ func (s *replicaStage) Check(ctx context.Context, run *stageRun) error {
 	timeout := checkTimeout(s.cfg)
 	for _, check := range s.cfg.Checks {
 		res := state.CheckResult{Command: check, How: "exited"}
-		buf := tailBuffer{max: checkOutput}
+		buf := tailbuf.Buffer{Max: checkOutput}
 		cctx, cancel := context.WithTimeout(ctx, timeout)
 		start := time.Now()
 		var err error
