@@ -3,6 +3,7 @@ package supervisor_test
 import (
 	"errors"
 	"fmt"
+	"github.com/sandboxd/sandboxd/supervisor/supervisortest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -29,7 +30,7 @@ func TestSandboxNamesAreUnique(t *testing.T) {
 	if got, err := e.sup.Get(ctx, sb.ID); err != nil || got.Name != "agent-1" {
 		t.Fatalf("Get(%s) = %+v, %v; want it named agent-1", sb.ID, got, err)
 	}
-	before := e.volumes(t)
+	before := supervisortest.Volumes(t, e.fs)
 
 	// Another owner, the same name: refused, and nothing made.
 	_, err = e.sup.Create(ctx, supervisor.CreateOptions{Project: "web", Owner: 1001, Name: "agent-1"})
@@ -39,7 +40,7 @@ func TestSandboxNamesAreUnique(t *testing.T) {
 	if list, _ := e.sup.List(ctx); len(list) != 1 {
 		t.Fatalf("records after the refused create: %+v; want the first alone", list)
 	}
-	if vols := e.volumes(t); len(vols) != len(before) {
+	if vols := supervisortest.Volumes(t, e.fs); len(vols) != len(before) {
 		t.Fatalf("volumes after the refused create: %v; want %v", vols, before)
 	}
 	// Another name, and no name, are fine; names free up with their sandbox.
@@ -68,7 +69,7 @@ func TestBadSandboxNamesAreRefused(t *testing.T) {
 	if list, _ := e.sup.List(ctx); len(list) != 0 {
 		t.Fatalf("records after the refused creates: %+v", list)
 	}
-	if vols := e.volumes(t); len(vols) != 0 {
+	if vols := supervisortest.Volumes(t, e.fs); len(vols) != 0 {
 		t.Fatalf("volumes after the refused creates: %v", vols)
 	}
 	// What is close to an id but is not one is a name.
@@ -110,7 +111,7 @@ func TestConcurrentCreatesOfOneNameMakeOneSandbox(t *testing.T) {
 	if err != nil || len(list) != 1 || list[0].ID != made[0] || list[0].Name != "the-one" {
 		t.Fatalf("sandboxes: %+v, %v; want %s alone", list, err, made[0])
 	}
-	if vols := e.volumes(t); len(vols) != 3 {
+	if vols := supervisortest.Volumes(t, e.fs); len(vols) != 3 {
 		t.Fatalf("volumes: %v; want the one sandbox's 3", vols)
 	}
 }

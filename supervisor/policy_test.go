@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"errors"
+	"github.com/sandboxd/sandboxd/supervisor/supervisortest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -57,7 +58,7 @@ func TestCapsPerHostAndPerUser(t *testing.T) {
 	if !errors.Is(err, supervisor.ErrLimitReached) || !strings.Contains(err.Error(), "limits.max_sandboxes") {
 		t.Fatalf("a fourth sandbox on the host: %v; want the host limit named", err)
 	}
-	if vols := e.volumes(t); len(vols) != 9 {
+	if vols := supervisortest.Volumes(t, e.fs); len(vols) != 9 {
 		t.Fatalf("refused creates left volumes: %v; want the 3 sandboxes' 9 (base, copy, system layer)", vols)
 	}
 }

@@ -3,6 +3,7 @@ package supervisor_test
 import (
 	"errors"
 	"fmt"
+	"github.com/sandboxd/sandboxd/supervisor/supervisortest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,21 +24,7 @@ import (
 // result.
 func run(t *testing.T, cmds *commands.Commands, id, script string) (string, nsinit.Result) {
 	t.Helper()
-	return runAs(t, cmds, id, 65534, script)
-}
-
-// runAs is run as uid (0: as root).
-func runAs(t *testing.T, cmds *commands.Commands, id string, uid uint32, script string) (string, nsinit.Result) {
-	t.Helper()
-	null, w, collect := testbed.Capture(t)
-	cmd, err := cmds.Exec(ctx, id, commands.ExecOptions{
-		Argv: []string{"/bin/sh", "-c", script}, UID: uid, AsRoot: uid == 0, Stdio: []*os.File{null, w, w}, Timeout: 30 * time.Second,
-	})
-	out := collect()
-	if err != nil {
-		t.Fatalf("running %q: %v", script, err)
-	}
-	return out, cmd.Result()
+	return supervisortest.RunAs(t, cmds, id, 65534, script)
 }
 
 // commandsOf is a commands room over sup, as the daemon makes one.
@@ -71,7 +58,7 @@ func TestProfilesFillWhatACreateLeavesOut(t *testing.T) {
 	if got := string(sb.Limits); !strings.Contains(got, `"MemoryMax":134217728`) || !strings.Contains(got, `"TasksMax":48`) {
 		t.Errorf("limits of profile small with the create's own TasksMax: %s", got)
 	}
-	out, res := runAs(t, cmds, sb.ID, 0, "cat /etc/hostname | wc -c; echo x > index.html")
+	out, res := supervisortest.RunAs(t, cmds, sb.ID, 0, "cat /etc/hostname | wc -c; echo x > index.html")
 	if !strings.HasPrefix(out, "0\n") || res.Code == 0 || !strings.Contains(out, "Read-only file system") {
 		t.Errorf("a hidden /etc/hostname and a read-only project: %v %q", res, out)
 	}
@@ -83,7 +70,7 @@ func TestProfilesFillWhatACreateLeavesOut(t *testing.T) {
 	if sb.Profile != "default" || sb.ReadOnlyProject || sb.Network != nsinit.NetworkNone {
 		t.Errorf("a sandbox that names no profile: %+v", sb.Record)
 	}
-	if _, res := runAs(t, cmds, sb.ID, 0, "echo x > index.html"); res.Code != 0 {
+	if _, res := supervisortest.RunAs(t, cmds, sb.ID, 0, "echo x > index.html"); res.Code != 0 {
 		t.Errorf("writing the project of the default profile: %v", res)
 	}
 	sb, err = sup.Create(ctx, supervisor.CreateOptions{Project: "web", Profile: "web"})
@@ -228,7 +215,7 @@ func TestASandboxOnZFS(t *testing.T) {
 	} else if u, err := fs.Usage(ctx, vol); err != nil || u.Quota != 32<<20 {
 		t.Errorf("the ZFS sandbox's volume under --disk 64M: %+v, %v; want a quota of 32 MiB", u, err)
 	}
-	if out, res := runAs(t, cmds, sb.ID, 0, "df -B1 --output=size / | tail -n 1"); strings.TrimSpace(out) != "33554432" {
+	if out, res := supervisortest.RunAs(t, cmds, sb.ID, 0, "df -B1 --output=size / | tail -n 1"); strings.TrimSpace(out) != "33554432" {
 		t.Errorf("the ZFS sandbox's system layer under --disk 64M: %v %q bytes; want 32 MiB", res, out)
 	}
 	if sb.Layer != "" || sb.IDs != nil {

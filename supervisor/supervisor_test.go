@@ -52,19 +52,6 @@ func (e *env) scopeActive(t *testing.T, unit string) bool {
 	return len(list) == 1 && list[0].ActiveState == "active"
 }
 
-func (e *env) volumes(t *testing.T) []string {
-	t.Helper()
-	vols, err := e.fs.List(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, v := range vols {
-		names = append(names, v.Name)
-	}
-	return names
-}
-
 func TestCreateMakesAWritableCopyOfTheProject(t *testing.T) {
 	e := newEnv(t)
 	sb, err := e.sup.Create(ctx, supervisor.CreateOptions{
@@ -105,7 +92,7 @@ func TestCreateMakesAWritableCopyOfTheProject(t *testing.T) {
 	if _, err := e.sup.Get(ctx, sb.ID); !errors.Is(err, supervisor.ErrNotFound) {
 		t.Fatalf("Get after Destroy: %v; want ErrNotFound", err)
 	}
-	if vols := e.volumes(t); len(vols) != 0 {
+	if vols := supervisortest.Volumes(t, e.fs); len(vols) != 0 {
 		t.Fatalf("volumes after Destroy: %v", vols)
 	}
 	if e.scopeActive(t, sb.Unit) {
@@ -137,7 +124,7 @@ func TestBadOptionsChangeNothing(t *testing.T) {
 	if list, _ := e.sup.List(ctx); len(list) != 0 {
 		t.Fatalf("records after refused creates: %v", list)
 	}
-	if vols := e.volumes(t); len(vols) != 0 {
+	if vols := supervisortest.Volumes(t, e.fs); len(vols) != 0 {
 		t.Fatalf("volumes after refused creates: %v", vols)
 	}
 }
@@ -160,7 +147,7 @@ func (e *env) nothingLeft(t *testing.T, sup *supervisor.Supervisor) {
 	if list, _ := sup.List(ctx); len(list) != 0 {
 		t.Fatalf("records left: %v", list)
 	}
-	if vols := e.volumes(t); len(vols) != 0 {
+	if vols := supervisortest.Volumes(t, e.fs); len(vols) != 0 {
 		t.Fatalf("volumes left: %v", vols)
 	}
 	if scopes, _ := e.units.List(ctx, "sandbox-*.scope"); len(scopes) != 0 {
@@ -287,7 +274,7 @@ func TestReconcileFinishesWhatACrashLeft(t *testing.T) {
 			t.Fatalf("sandbox %s's scope is not running after reconcile", sb.ID)
 		}
 	}
-	vols := e.volumes(t)
+	vols := supervisortest.Volumes(t, e.fs)
 	slices.Sort(vols)
 	wantVols := []string{"base-" + consistent.ID, "base-" + rebooted.ID, "keepme", "sb-" + consistent.ID, "sb-" + rebooted.ID,
 		"sys-" + consistent.ID, "sys-" + rebooted.ID}

@@ -3,6 +3,7 @@ package checkpoints_test
 import (
 	"errors"
 	"github.com/sandboxd/sandboxd/supervisor/commands"
+	"github.com/sandboxd/sandboxd/supervisor/supervisortest"
 	"os"
 	"slices"
 	"strings"
@@ -22,7 +23,7 @@ func TestCheckpointRollbackAndDiff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out, res := runAs(t, e.cmds, sb.ID, 0, "echo one > a.txt && echo marked > /etc/ck-marker"); res.Code != 0 {
+	if out, res := supervisortest.RunAs(t, e.cmds, sb.ID, 0, "echo one > a.txt && echo marked > /etc/ck-marker"); res.Code != 0 {
 		t.Fatalf("first changes: %v %s", res, out)
 	}
 	if _, err := e.ck.Take(ctx, sb.ID, "one"); err != nil {
@@ -34,7 +35,7 @@ func TestCheckpointRollbackAndDiff(t *testing.T) {
 	if _, err := e.ck.Take(ctx, sb.ID, "../x"); !errors.Is(err, supervisor.ErrInvalid) {
 		t.Errorf("a checkpoint named ../x: %v; want ErrInvalid", err)
 	}
-	if out, res := runAs(t, e.cmds, sb.ID, 0, "echo two > a.txt && echo new > b.txt && rm index.html && rm /etc/ck-marker"); res.Code != 0 {
+	if out, res := supervisortest.RunAs(t, e.cmds, sb.ID, 0, "echo two > a.txt && echo new > b.txt && rm index.html && rm /etc/ck-marker"); res.Code != 0 {
 		t.Fatalf("later changes: %v %s", res, out)
 	}
 
@@ -71,7 +72,7 @@ func TestCheckpointRollbackAndDiff(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Error("a command from before the rollback still runs")
 	}
-	out, res := runAs(t, e.cmds, sb.ID, 0, "cat a.txt index.html /etc/ck-marker; test -e b.txt && echo b-is-back; true")
+	out, res := supervisortest.RunAs(t, e.cmds, sb.ID, 0, "cat a.txt index.html /etc/ck-marker; test -e b.txt && echo b-is-back; true")
 	if res.How != nsinit.Exited || out != "one\n<h1>web</h1>\nmarked\n" {
 		t.Errorf("after rollback to one: %v %q", res, out)
 	}
@@ -92,13 +93,13 @@ func TestCheckpointRollbackAndDiff(t *testing.T) {
 	if len(cks) != 1 || cks[0].Name != "two" {
 		t.Errorf("checkpoints after deleting one: %+v", cks)
 	}
-	if vols := e.volumes(t); slices.ContainsFunc(vols, func(v string) bool { return strings.HasSuffix(v, "-one") }) {
+	if vols := supervisortest.Volumes(t, e.fs); slices.ContainsFunc(vols, func(v string) bool { return strings.HasSuffix(v, "-one") }) {
 		t.Errorf("volumes of a deleted checkpoint remain: %v", vols)
 	}
 	if err := e.sup.Destroy(ctx, sb.ID); err != nil {
 		t.Fatal(err)
 	}
-	if vols := e.volumes(t); len(vols) != 0 {
+	if vols := supervisortest.Volumes(t, e.fs); len(vols) != 0 {
 		t.Errorf("volumes left after destroying a sandbox with a checkpoint: %v", vols)
 	}
 }
@@ -127,7 +128,7 @@ func TestReconcileRemovesCheckpointsNoRecordNames(t *testing.T) {
 	if !slices.Equal(rep.OrphanVolumes, []string{"ck-" + sb.ID + "-lost"}) {
 		t.Errorf("orphans removed: %v; want the unrecorded checkpoint only", rep.OrphanVolumes)
 	}
-	if vols := e.volumes(t); !slices.Contains(vols, "ck-"+sb.ID+"-kept") {
+	if vols := supervisortest.Volumes(t, e.fs); !slices.Contains(vols, "ck-"+sb.ID+"-kept") {
 		t.Errorf("the recorded checkpoint is gone: %v", vols)
 	}
 }

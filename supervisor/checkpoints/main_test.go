@@ -2,18 +2,14 @@ package checkpoints_test
 
 import (
 	"context"
-	"os"
 	"testing"
-	"time"
 
 	"github.com/sandboxd/sandboxd/cowfs"
-	"github.com/sandboxd/sandboxd/runtime/nsinit"
 	"github.com/sandboxd/sandboxd/supervisor"
 	"github.com/sandboxd/sandboxd/supervisor/checkpoints"
 	"github.com/sandboxd/sandboxd/supervisor/commands"
 	"github.com/sandboxd/sandboxd/supervisor/state"
 	"github.com/sandboxd/sandboxd/supervisor/supervisortest"
-	"github.com/sandboxd/sandboxd/tests/testbed"
 )
 
 // TestMain runs the tests in the testbed, as root; without root, only
@@ -42,32 +38,4 @@ func newEnv(t *testing.T) *env {
 	t.Helper()
 	e := supervisortest.New(t, "ck", nil)
 	return &env{sup: e.Sup, ck: e.Checkpoints, cmds: e.Commands, fs: e.FS, store: e.Store, project: e.Project, cfg: e.Config}
-}
-
-func (e *env) volumes(t *testing.T) []string {
-	t.Helper()
-	vols, err := e.fs.List(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, v := range vols {
-		names = append(names, v.Name)
-	}
-	return names
-}
-
-// runAs runs script in sandbox id as uid (0: as root), and returns its
-// output and result.
-func runAs(t *testing.T, cmds *commands.Commands, id string, uid uint32, script string) (string, nsinit.Result) {
-	t.Helper()
-	null, w, collect := testbed.Capture(t)
-	cmd, err := cmds.Exec(ctx, id, commands.ExecOptions{
-		Argv: []string{"/bin/sh", "-c", script}, UID: uid, AsRoot: uid == 0, Stdio: []*os.File{null, w, w}, Timeout: 30 * time.Second,
-	})
-	out := collect()
-	if err != nil {
-		t.Fatalf("running %q: %v", script, err)
-	}
-	return out, cmd.Result()
 }

@@ -2,6 +2,7 @@ package checkpoints_test
 
 import (
 	"errors"
+	"github.com/sandboxd/sandboxd/supervisor/supervisortest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -26,7 +27,7 @@ func TestRebaseBringsASandboxOntoItsProject(t *testing.T) {
 	if in, err := e.sup.Inspect(ctx, sb.ID, supervisor.LiveStaleness); err != nil || in.Staleness != supervisor.Current {
 		t.Fatalf("staleness after a read of the project: %+v, %v; want current", in, err)
 	}
-	if out, res := runAs(t, e.cmds, sb.ID, 0, "echo mine > a.txt && echo sandbox > shared.txt"); res.Code != 0 {
+	if out, res := supervisortest.RunAs(t, e.cmds, sb.ID, 0, "echo mine > a.txt && echo sandbox > shared.txt"); res.Code != 0 {
 		t.Fatalf("%v %s", res, out)
 	}
 	if err := os.WriteFile(filepath.Join(e.project, "b.txt"), []byte("theirs\n"), 0o644); err != nil {
@@ -47,13 +48,13 @@ func TestRebaseBringsASandboxOntoItsProject(t *testing.T) {
 	if _, err := e.ck.Rebase(ctx, sb.ID); !errors.Is(err, supervisor.ErrConflict) || !strings.Contains(err.Error(), "shared.txt") {
 		t.Fatalf("rebase over a conflict: %v; want ErrConflict naming shared.txt", err)
 	}
-	if out, res := runAs(t, e.cmds, sb.ID, 0, "cat shared.txt; test ! -e b.txt"); res.Code != 0 || out != "sandbox\n" {
+	if out, res := supervisortest.RunAs(t, e.cmds, sb.ID, 0, "cat shared.txt; test ! -e b.txt"); res.Code != 0 || out != "sandbox\n" {
 		t.Fatalf("the sandbox after a refused rebase: %v %q", res, out)
 	}
 	if err := os.Remove(filepath.Join(e.project, "shared.txt")); err != nil {
 		t.Fatal(err)
 	}
-	if out, res := runAs(t, e.cmds, sb.ID, 0, "rm shared.txt"); res.Code != 0 {
+	if out, res := supervisortest.RunAs(t, e.cmds, sb.ID, 0, "rm shared.txt"); res.Code != 0 {
 		t.Fatalf("%v %s", res, out)
 	}
 
@@ -64,7 +65,7 @@ func TestRebaseBringsASandboxOntoItsProject(t *testing.T) {
 	if got.State != state.Ready || got.Base == sb.Base {
 		t.Fatalf("after the rebase: %+v", got.Record)
 	}
-	if out, res := runAs(t, e.cmds, sb.ID, 0, "cat a.txt b.txt index.html"); res.Code != 0 || out != "mine\ntheirs\n<h1>web</h1>\n" {
+	if out, res := supervisortest.RunAs(t, e.cmds, sb.ID, 0, "cat a.txt b.txt index.html"); res.Code != 0 || out != "mine\ntheirs\n<h1>web</h1>\n" {
 		t.Fatalf("the rebased sandbox's files: %v %q", res, out)
 	}
 	changes, err := e.ck.Diff(ctx, sb.ID)
@@ -75,14 +76,14 @@ func TestRebaseBringsASandboxOntoItsProject(t *testing.T) {
 		t.Fatalf("staleness after the rebase: %s", in.Staleness)
 	}
 	// The old base and copy are gone; a restart's reconcile keeps the new.
-	vols := e.volumes(t)
+	vols := supervisortest.Volumes(t, e.fs)
 	if slices.Contains(vols, sb.Base) || slices.Contains(vols, sb.Volume) || !slices.Contains(vols, got.Volume) {
 		t.Fatalf("volumes after the rebase: %v", vols)
 	}
 	if _, err := supervisor.New(e.cfg).Reconcile(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if vols := e.volumes(t); !slices.Contains(vols, got.Volume) || !slices.Contains(vols, got.Base) {
+	if vols := supervisortest.Volumes(t, e.fs); !slices.Contains(vols, got.Volume) || !slices.Contains(vols, got.Base) {
 		t.Fatalf("reconcile removed the rebased volumes: %v", vols)
 	}
 }

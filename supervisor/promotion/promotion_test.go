@@ -2,6 +2,7 @@ package promotion_test
 
 import (
 	"errors"
+	"github.com/sandboxd/sandboxd/supervisor/supervisortest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -67,7 +68,7 @@ ln -s bin/run current
 rm -r gone
 mv old.txt renamed.txt
 chmod 600 keep/b`
-	if out, res := runAs(t, e.cmds, sb.ID, 0, script); res.Code != 0 {
+	if out, res := supervisortest.RunAs(t, e.cmds, sb.ID, 0, script); res.Code != 0 {
 		t.Fatalf("changing the sandbox: %v %s", res, out)
 	}
 	// The project's own later change elsewhere stays (no conflict).
@@ -91,7 +92,7 @@ chmod 600 keep/b`
 	}
 	// Of the promotion's volumes, only its source stays while the sandbox
 	// lives (its next promotion compares with it); then it goes too.
-	for _, v := range e.volumes(t) {
+	for _, v := range supervisortest.Volumes(t, e.fs) {
 		if strings.HasPrefix(v, "pv-") && v != "pv-"+p.ID+"-src" || strings.Contains(v, "check") {
 			t.Errorf("volume %s left after the promotion", v)
 		}
@@ -100,7 +101,7 @@ chmod 600 keep/b`
 		if err := e.sup.Destroy(ctx, sb.ID); err != nil {
 			t.Fatal(err)
 		}
-		for _, v := range e.volumes(t) {
+		for _, v := range supervisortest.Volumes(t, e.fs) {
 			if strings.HasPrefix(v, "pv-") {
 				t.Errorf("volume %s left after the sandbox went", v)
 			}
@@ -109,7 +110,7 @@ chmod 600 keep/b`
 	// The check sandbox is gone; the sandbox itself stays. It promotes
 	// again after more work: its own earlier change in the project is no
 	// conflict.
-	if out, res := runAs(t, e.cmds, sb.ID, 0, "echo '<h1>fixed twice</h1>' > index.html"); res.Code != 0 {
+	if out, res := supervisortest.RunAs(t, e.cmds, sb.ID, 0, "echo '<h1>fixed twice</h1>' > index.html"); res.Code != 0 {
 		t.Fatalf("%v %s", res, out)
 	}
 	p2, err := e.pr.Promote(ctx, sb.ID, promotion.PromoteOptions{})
@@ -132,7 +133,7 @@ func TestPromotionRefusesConflictsByName(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out, res := runAs(t, e.cmds, sb.ID, 0, "echo sandbox > index.html && echo new > mine.txt"); res.Code != 0 {
+	if out, res := supervisortest.RunAs(t, e.cmds, sb.ID, 0, "echo sandbox > index.html && echo new > mine.txt"); res.Code != 0 {
 		t.Fatalf("%v %s", res, out)
 	}
 	if err := os.WriteFile(filepath.Join(e.project, "index.html"), []byte("host\n"), 0o644); err != nil {
@@ -144,7 +145,7 @@ func TestPromotionRefusesConflictsByName(t *testing.T) {
 		t.Fatalf("promoting over a conflict: %v; want ErrConflict naming index.html alone", err)
 	}
 	treetest.Equal(t, "the project after a refused promotion", treetest.Describe(t, e.project), before)
-	for _, v := range e.volumes(t) {
+	for _, v := range supervisortest.Volumes(t, e.fs) {
 		if strings.HasPrefix(v, "pv-") {
 			t.Errorf("volume %s left after a refused promotion", v)
 		}
@@ -173,7 +174,7 @@ func TestFailedCheckLeavesTheProjectAsItWas(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out, res := runAs(t, e.cmds, sb.ID, 0, "echo broken > index.html && rm -f x && mkdir d && echo 1 > d/f"); res.Code != 0 {
+	if out, res := supervisortest.RunAs(t, e.cmds, sb.ID, 0, "echo broken > index.html && rm -f x && mkdir d && echo 1 > d/f"); res.Code != 0 {
 		t.Fatalf("%v %s", res, out)
 	}
 	before := treetest.Describe(t, e.project)
@@ -194,7 +195,7 @@ func TestFailedCheckLeavesTheProjectAsItWas(t *testing.T) {
 	// failed: wait for that, not for a time.
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
-		left := slices.DeleteFunc(e.volumes(t), func(v string) bool { return !strings.HasPrefix(v, "pv-") })
+		left := slices.DeleteFunc(supervisortest.Volumes(t, e.fs), func(v string) bool { return !strings.HasPrefix(v, "pv-") })
 		if len(left) == 0 {
 			break
 		}
@@ -211,7 +212,7 @@ func TestAdminApprovalGatesAStage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out, res := runAs(t, e.cmds, sb.ID, 0, "echo approved > index.html"); res.Code != 0 {
+	if out, res := supervisortest.RunAs(t, e.cmds, sb.ID, 0, "echo approved > index.html"); res.Code != 0 {
 		t.Fatalf("%v %s", res, out)
 	}
 	before := treetest.Describe(t, e.project)
@@ -238,7 +239,7 @@ func TestAdminApprovalGatesAStage(t *testing.T) {
 	}
 
 	// A rejection ends it with the project untouched.
-	if out, res := runAs(t, e.cmds, sb.ID, 0, "echo rejected > index.html"); res.Code != 0 {
+	if out, res := supervisortest.RunAs(t, e.cmds, sb.ID, 0, "echo rejected > index.html"); res.Code != 0 {
 		t.Fatalf("%v %s", res, out)
 	}
 	before = treetest.Describe(t, e.project)
@@ -266,7 +267,7 @@ func TestChecksOfAReplicaStageAreRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out, res := runAs(t, e.cmds, sb.ID, 0, "echo 'echo the check ran' > check.sh"); res.Code != 0 {
+	if out, res := supervisortest.RunAs(t, e.cmds, sb.ID, 0, "echo 'echo the check ran' > check.sh"); res.Code != 0 {
 		t.Fatalf("%v %s", res, out)
 	}
 	p, err := e.pr.Promote(ctx, sb.ID, promotion.PromoteOptions{})
@@ -282,7 +283,7 @@ func TestChecksOfAReplicaStageAreRefused(t *testing.T) {
 	staging := filepath.Join(t.TempDir(), "staging")
 	e.se.PromotionConfig.Stages = []promotion.StageConfig{{Name: "project", Target: "project"}, {Name: "staging", Target: staging, Checks: []string{check}}}
 	e.remake(t)
-	if out, res := runAs(t, e.cmds, sb.ID, 0, "echo 'echo the check ran again; id -u' > check.sh"); res.Code != 0 {
+	if out, res := supervisortest.RunAs(t, e.cmds, sb.ID, 0, "echo 'echo the check ran again; id -u' > check.sh"); res.Code != 0 {
 		t.Fatalf("%v %s", res, out)
 	}
 	before := treetest.Describe(t, e.project)
@@ -306,7 +307,7 @@ func TestCloseWaitsForARunningPromotion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out, res := runAs(t, e.cmds, sb.ID, 0, "echo changed > index.html && echo new > new.txt"); res.Code != 0 {
+	if out, res := supervisortest.RunAs(t, e.cmds, sb.ID, 0, "echo changed > index.html && echo new > new.txt"); res.Code != 0 {
 		t.Fatalf("%v %s", res, out)
 	}
 	before := treetest.Describe(t, e.project)
@@ -344,7 +345,7 @@ func TestCloseWaitsForARunningPromotion(t *testing.T) {
 	if left := checkSandboxes(t, e); len(left) > 0 {
 		t.Errorf("check sandboxes left after Close: %v", left)
 	}
-	for _, v := range e.volumes(t) {
+	for _, v := range supervisortest.Volumes(t, e.fs) {
 		if strings.HasPrefix(v, "pv-") && v != "pv-"+p.ID+"-src" {
 			t.Errorf("volume %s left after the promotion was stopped", v)
 		}

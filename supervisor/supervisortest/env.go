@@ -189,3 +189,33 @@ func (e *Env) makeRooms() {
 
 	e.Limits = limits.New(e.Sup.Host().(limits.Host), limits.Config{UserLimits: e.Config.UserLimits})
 }
+
+// RunAs runs script in sandbox id through cmds as uid (0: as root), with
+// a timeout of 30 s, and returns its output and result.
+func RunAs(t *testing.T, cmds *commands.Commands, id string, uid uint32, script string) (string, nsinit.Result) {
+	t.Helper()
+	null, w, collect := testbed.Capture(t)
+	ctx := supervisor.WithActor(context.Background(), supervisor.Daemon("test"))
+	cmd, err := cmds.Exec(ctx, id, commands.ExecOptions{
+		Argv: []string{"/bin/sh", "-c", script}, UID: uid, AsRoot: uid == 0, Stdio: []*os.File{null, w, w}, Timeout: 30 * time.Second,
+	})
+	out := collect()
+	if err != nil {
+		t.Fatalf("running %q: %v", script, err)
+	}
+	return out, cmd.Result()
+}
+
+// Volumes are the names of b's volumes.
+func Volumes(t *testing.T, b cowfs.Backend) []string {
+	t.Helper()
+	vols, err := b.List(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, v := range vols {
+		names = append(names, v.Name)
+	}
+	return names
+}
