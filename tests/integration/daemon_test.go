@@ -326,12 +326,18 @@ func TestKill9DuringCreateAndDestroyLosesNothing(t *testing.T) {
 	ready := map[string]string{} // id -> object, of creates that answered
 	// Sandboxes made before the trials: each must survive every kill that
 	// is not its own destroy.
+	// Their time sets the kill schedule: a fixed one proves nothing on a
+	// machine where a create takes longer than its last kill's delay.
+	var slowest time.Duration
 	for range 4 {
+		start := time.Now()
 		id, object := create(t)
+		slowest = max(slowest, time.Since(start))
 		ready[id] = object
 	}
 	answered := 0
 	const trials = 16
+	step := slowest * 3 / 2 / (trials / 2)
 	for trial := range trials {
 		pid := mainPID(t)
 		// A create (or, every other trial, a destroy) in flight...
@@ -350,11 +356,19 @@ func TestKill9DuringCreateAndDestroyLosesNothing(t *testing.T) {
 		if err := call.Start(); err != nil {
 			t.Fatal(err)
 		}
-		// ...and the daemon killed at a different moment of it each time.
-		// (0 to 150 ms: a create takes 15 to 60 ms, more under load.)
-		time.Sleep(time.Duration(trial*10) * time.Millisecond)
-		testbed.MustRun(t, "kill", "-9", strconv.Itoa(pid))
-		callErr := call.Wait()
+		// ...and the daemon killed at a different moment of it each time,
+		// from its start to half again the slowest create's time; the last
+		// create is killed the moment it has answered, so that "reported
+		// ready" is checked on every machine, however slow.
+		var callErr error
+		if trial == trials-2 {
+			callErr = call.Wait()
+			testbed.MustRun(t, "kill", "-9", strconv.Itoa(pid))
+		} else {
+			time.Sleep(time.Duration(trial/2) * step)
+			testbed.MustRun(t, "kill", "-9", strconv.Itoa(pid))
+			callErr = call.Wait()
+		}
 		if callErr == nil {
 			if m := createdRe.FindStringSubmatch(strings.TrimSpace(out.String())); m != nil {
 				ready[m[1]] = m[2]
@@ -397,5 +411,5 @@ func TestKill9DuringCreateAndDestroyLosesNothing(t *testing.T) {
 	if answered == 0 {
 		t.Fatal("no create answered before its kill -9: the trials proved nothing")
 	}
-	t.Logf("%d kill -9 trials during create and destroy (0 to %d ms into the call); %d creates answered; %d sandboxes alive at the end", trials, (trials-1)*6, answered, len(ready))
+	t.Logf("%d kill -9 trials during create and destroy (0 to %v into the call); %d creates answered; %d sandboxes alive at the end", trials, (trials/2-1)*step, answered, len(ready))
 }

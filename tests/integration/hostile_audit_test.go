@@ -42,20 +42,44 @@ func flood(spec string) int {
 	defer conn.Close()
 	obj := conn.Object(sandboxd1.BusName, dbus.ObjectPath(parts[0]))
 	answers := map[string]int{}
+	words := map[string]string{} // the first answer's words of each name
 	for range n {
 		err := obj.Call("org.sandboxd1.Sandbox.ReadFile", 0, parts[1], uint64(0), uint64(0)).Err
 		var derr dbus.Error
+		name := "ok"
 		switch {
 		case err == nil:
-			answers["ok"]++
 		case asDBusError(err, &derr):
-			answers[derr.Name]++
+			name = derr.Name
 		default:
-			answers[err.Error()]++
+			name = "not a D-Bus error"
+		}
+		answers[name]++
+		if _, ok := words[name]; !ok && err != nil {
+			words[name] = err.Error()
 		}
 	}
-	_ = json.NewEncoder(os.Stdout).Encode(answers)
+	_ = json.NewEncoder(os.Stdout).Encode(floodAnswers{answers, words})
 	return 0
+}
+
+// floodAnswers is what a flood prints: its answers counted by error
+// name, and the words of the first of each.
+type floodAnswers struct {
+	Count map[string]int
+	Words map[string]string
+}
+
+func (a floodAnswers) String() string {
+	var b strings.Builder
+	for name, n := range a.Count {
+		fmt.Fprintf(&b, "%d × %s", n, name)
+		if w := a.Words[name]; w != "" {
+			fmt.Fprintf(&b, " (the first: %.300q)", w)
+		}
+		b.WriteString("; ")
+	}
+	return b.String()
 }
 
 func asDBusError(err error, d *dbus.Error) bool {
@@ -72,7 +96,7 @@ func asDBusError(err error, d *dbus.Error) bool {
 
 // floodAs runs n ReadFile calls of path on object as member and returns
 // the answers by error name.
-func floodAs(t *testing.T, member, object, path string, n int) map[string]int {
+func floodAs(t *testing.T, member, object, path string, n int) floodAnswers {
 	t.Helper()
 	bin, _ := memberBinary(t)
 	cmd := memberReexec(bin, member, floodEnv+"="+object+"\n"+path+"\n"+strconv.Itoa(n))
@@ -82,7 +106,7 @@ func floodAs(t *testing.T, member, object, path string, n int) map[string]int {
 	if err != nil {
 		t.Fatalf("the flood as %s: %v: %s", member, err, stderr.String())
 	}
-	answers := map[string]int{}
+	var answers floodAnswers
 	if err := json.Unmarshal(out, &answers); err != nil {
 		t.Fatalf("the flood's answers %q: %v", out, err)
 	}
@@ -146,7 +170,7 @@ func TestHostileRefusalFloodIsBoundedInTheAuditLog(t *testing.T) {
 	grew := auditLogSize() - before
 	// The control: each call reached the daemon and was refused there
 	// (by the sandbox's init: no such file), not by the bus.
-	if answers[sandboxd1.ErrorNoSuchFile] != calls {
+	if answers.Count[sandboxd1.ErrorNoSuchFile] != calls {
 		t.Fatalf("the flood's answers: %v; want %d × %s", answers, calls, sandboxd1.ErrorNoSuchFile)
 	}
 	t.Logf("%d refused ReadFile calls of a %d-byte path in %v: the audit log grew by %d bytes", calls, len(path), took.Round(time.Millisecond), grew)
@@ -231,11 +255,11 @@ func TestHostileRefusalFloodLeavesTheJournalToOthers(t *testing.T) {
 
 	since := time.Now().Add(-time.Second).Format("2006-01-02 15:04:05")
 	answers := floodAs(t, member, "/org/sandboxd1/sandbox/nosuch", "/f", calls)
-	if answers[sandboxd1.ErrorNoSuchSandbox] != calls {
+	if answers.Count[sandboxd1.ErrorNoSuchSandbox] != calls {
 		t.Fatalf("the flood's answers: %v; want %d × %s", answers, calls, sandboxd1.ErrorNoSuchSandbox)
 	}
 	// Another member's refused call, and root's create, right after.
-	if answers := floodAs(t, other, "/org/sandboxd1/sandbox/nosuch", "/f", 1); answers[sandboxd1.ErrorNoSuchSandbox] != 1 {
+	if answers := floodAs(t, other, "/org/sandboxd1/sandbox/nosuch", "/f", 1); answers.Count[sandboxd1.ErrorNoSuchSandbox] != 1 {
 		t.Fatalf("another member's call: %v", answers)
 	}
 	id, _ := create(t)
