@@ -68,9 +68,9 @@ once. Where it listens is printed to stderr.`,
 			// for fd 1) before it killed what the client's calls started
 			// and closed its sessions.
 			signal.Ignore(syscall.SIGPIPE)
-			opts := mcpserver.Options{Version: cmd.Root().Version, MaxExecTimeout: cmd.Duration("max-timeout")}
+			opts := mcpserver.Options{Version: cmd.Root().Version, MaxExecTimeout: cmd.Duration("max-timeout"), Connect: sbclient.Connect}
 			if addr == "" {
-				return serveMCP(ctx, func(c *sbclient.Client) error { return mcpserver.ServeStdio(ctx, c, opts) })
+				return serveMCP(func() error { return mcpserver.ServeStdio(ctx, nil, opts) })
 			}
 			token, err := mcpToken(cmd)
 			if err != nil {
@@ -85,19 +85,16 @@ once. Where it listens is printed to stderr.`,
 			if token.made {
 				fmt.Fprintf(errOut, "sandboxctl mcp: bearer token (clients send Authorization: Bearer TOKEN): %s\n", token.value)
 			}
-			return serveMCP(ctx, func(c *sbclient.Client) error { return mcpserver.ServeHTTP(ctx, l, token.value, c, opts) })
+			return serveMCP(func() error { return mcpserver.ServeHTTP(ctx, l, token.value, nil, opts) })
 		},
 	}
 }
 
-// serveMCP connects to the daemon and runs serve with the connection.
-func serveMCP(ctx context.Context, serve func(*sbclient.Client) error) error {
-	c, err := sbclient.Connect(ctx)
-	if err != nil {
-		return &verb.Error{Code: verb.ExitUnavailable, Msg: err.Error(), Fix: "is dbus running? (`systemctl status dbus`)", Err: err}
-	}
-	defer c.Close()
-	if err := serve(c); err != nil {
+// serveMCP runs serve with no connection yet: the server connects at the
+// first call that needs the daemon (opts.Connect), so that it starts and
+// lists its tools while the daemon is down, and each call says so.
+func serveMCP(serve func() error) error {
+	if err := serve(); err != nil {
 		return &verb.Error{Code: verb.ExitFailed, Msg: err.Error(), Err: err}
 	}
 	return nil
