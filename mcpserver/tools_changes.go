@@ -2,6 +2,7 @@ package mcpserver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -39,6 +40,11 @@ type checkpointIn struct {
 	Name    string `json:"name" jsonschema:"a name for the checkpoint, unique in the sandbox"`
 }
 
+type rollbackIn struct {
+	Sandbox string `json:"sandbox" jsonschema:"the sandbox: its id, its name, or the start of its id"`
+	Name    string `json:"name" jsonschema:"the checkpoint to go back to (sandbox_status lists the sandbox's checkpoints)"`
+}
+
 type checkpointOut struct {
 	Name    string `json:"name"`
 	Created string `json:"created"`
@@ -63,6 +69,10 @@ type tryIn struct {
 	Allow    []string `json:"allow,omitempty" jsonschema:"with network allowlist: what each may reach"`
 	Timeout  int      `json:"timeout_seconds,omitempty" jsonschema:"bound each variant and each check (default 600)"`
 }
+
+// errRebaseConflict marks a rebase's conflict, whose hint is not to
+// rebase (ErrConflict's, for promote, is).
+var errRebaseConflict = errors.New("the rebase was not done")
 
 func (s *server) addChangeTools(m *mcp.Server) {
 	add(s, m, &mcp.Tool{Name: "diff", Annotations: readOnly("Show changes"),
@@ -124,7 +134,7 @@ func (s *server) diff(ctx context.Context, in diffIn) (diffOut, error) {
 		out.Notes = append(out.Notes, "the sandbox changed nothing")
 	}
 	if ignored > 0 {
-		out.Notes = append(out.Notes, fmt.Sprintf("%d changed paths left out by the project's ignore rules (.sandboxignore): they are neither listed nor promoted", ignored))
+		out.Notes = append(out.Notes, plural(ignored, "changed path")+" left out by the project's ignore rules (.sandboxignore): they are neither listed nor promoted")
 	}
 	return out, nil
 }
@@ -141,7 +151,7 @@ func (s *server) checkpoint(ctx context.Context, in checkpointIn) (checkpointOut
 	return checkpointOut{Name: in.Name, Created: timeText(at)}, nil
 }
 
-func (s *server) rollback(ctx context.Context, in checkpointIn) (rollbackOut, error) {
+func (s *server) rollback(ctx context.Context, in rollbackIn) (rollbackOut, error) {
 	sb, err := s.sandbox(ctx, in.Sandbox)
 	if err != nil {
 		return rollbackOut{}, err
@@ -161,6 +171,9 @@ func (s *server) rebase(ctx context.Context, in sandboxArg) (rebaseOut, error) {
 	}
 	s.repl.forget(sb.ID())
 	if err := sb.Rebase(ctx); err != nil {
+		if errors.Is(err, client.ErrConflict) {
+			return rebaseOut{}, fmt.Errorf("%w (%w)", err, errRebaseConflict)
+		}
 		return rebaseOut{}, err
 	}
 	return rebaseOut{Sandbox: sb.ID(), Rebased: true}, nil

@@ -1,6 +1,7 @@
 package mcpserver
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -28,7 +29,7 @@ type readIn struct {
 
 type readOut struct {
 	Path     string `json:"path"`
-	Content  string `json:"content" jsonschema:"the bytes read: the text itself, or base64 when they are not UTF-8 text"`
+	Content  string `json:"content" jsonschema:"the bytes read: the text itself, or base64 when they are not text (not UTF-8, or with NUL or other control bytes)"`
 	Encoding string `json:"encoding" jsonschema:"utf-8 or base64"`
 	Offset   uint64 `json:"offset" jsonschema:"where the content starts in the file"`
 	Bytes    int    `json:"bytes" jsonschema:"how many bytes content holds"`
@@ -128,7 +129,7 @@ func (s *server) readFile(ctx context.Context, in readIn) (readOut, error) {
 	out := readOut{Path: in.Path, Offset: in.Offset, EOF: len(data) < want}
 	// A part of a text file may start or end inside a character: that
 	// is not binary. The part is then the whole characters in it.
-	if !utf8.Valid(data) {
+	if !utf8.Valid(data) && isText(bytes.ToValidUTF8(data, nil)) {
 		start, end := 0, len(data)
 		if in.Offset > 0 {
 			start = len(data) - len(trimPartialStart(data))

@@ -92,6 +92,28 @@ func toolOK(t *testing.T, cs *mcp.ClientSession, name string, args map[string]an
 	if err := json.Unmarshal(b, out); err != nil {
 		t.Fatalf("tool %s: its result %s: %v", name, b, err)
 	}
+	// exec's output is in its text alone, once.
+	if run, ok := out.(*mcpExec); ok {
+		run.Stdout, run.Stderr = execSections(toolText(res))
+	}
+}
+
+// execSections are the stdout and stderr an exec's text shows, each
+// under its heading.
+func execSections(text string) (stdout, stderr string) {
+	section := func(name string) string {
+		_, rest, ok := strings.Cut(text, "\n--- "+name+" ---\n")
+		if !ok {
+			return ""
+		}
+		for _, next := range []string{"\n--- stderr ---\n", "\n--- notes ---\n"} {
+			if i := strings.Index(rest, next); i >= 0 {
+				rest = rest[:i+1]
+			}
+		}
+		return rest
+	}
+	return section("stdout"), section("stderr")
 }
 
 // toolFails calls a tool that must fail as a tool error matching want,
