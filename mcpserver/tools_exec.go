@@ -205,7 +205,8 @@ var networkFailures = []string{
 	"no address associated", "getaddrinfo", "eai_again", "network is unreachable", "enetunreach",
 	"no route to host", "ehostunreach", "connection refused", "econnrefused", "failed to connect",
 	"could not connect", "couldn't connect", "unable to connect", "connection timed out", "etimedout",
-	"failed to establish a new connection", "proxyerror", "proxy error", "403 forbidden", "dial tcp", "no such host",
+	"failed to establish a new connection", "proxyerror", "proxy error", "403 forbidden", "returned error: 403",
+	"sandboxd egress proxy", "dial tcp", "no such host",
 }
 
 // networkFailure says whether a failed command's output shows it was
