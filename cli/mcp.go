@@ -36,10 +36,17 @@ promotion_status, repl. It runs as you: the agent may do what you may,
 and no more. No tool approves a promotion: a stage that needs an
 administrator's approval waits for ` + "`sandboxctl approve`" + `.
 
-exec keeps the first and last 32 KiB of each of stdout and stderr,
-ends a command after its timeout (default 5m, at most --max-timeout)
-or once it wrote 32 MiB; a command that fails is a result, not an
-error. file_read and file_write move at most 1 MiB a call.
+exec runs an argv (command) or a line of sh -c (shell); it keeps the
+first and last 32 KiB of each of stdout and stderr (max_output_bytes
+keeps less), ends a command after its timeout (default 5m, at most
+--max-timeout) or once it wrote 32 MiB; a command that fails is a
+result, not an error. file_read and file_write move at most 1 MiB a
+call.
+
+It starts and lists its tools while sandboxd is down (each call then
+says how to start it), and connects at the first call. At the end of
+its input it answers the calls under way, then exits:
+sandboxctl mcp < requests.jsonl prints an answer to each.
 
 With --http ADDR it serves the streamable HTTP transport instead, at
 path /mcp, on a unix socket (ADDR a path with a "/", made 0600) or a
