@@ -54,7 +54,7 @@ func (o execOut) text() string {
 	if o.Signal != 0 {
 		fmt.Fprintf(&b, " by signal %d", o.Signal)
 	}
-	fmt.Fprintf(&b, ") after %.3gs; stdout %s, stderr %s\n", o.Seconds, plural(o.StdoutBytes, "byte"), plural(o.StderrBytes, "byte"))
+	fmt.Fprintf(&b, ") after %gs; stdout %s, stderr %s\n", o.Seconds, plural(o.StdoutBytes, "byte"), plural(o.StderrBytes, "byte"))
 	for _, part := range []struct{ name, text string }{{"stdout", o.Stdout}, {"stderr", o.Stderr}} {
 		if part.text == "" {
 			continue
