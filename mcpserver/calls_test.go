@@ -111,6 +111,10 @@ func TestArgumentErrorsNameTheFieldAndWhatItWants(t *testing.T) {
 		{"file_read", `{"sandbox":"x","path":"a","offset":-1}`, `offset: want an integer of 0 or more, got the number -1`},
 		{"file_read", `{"sandbox":"x","path":"a","max_bytes":"ten"}`, `max_bytes: want an integer, got the string "ten"`},
 		{"exec", `["x"]`, `want an object of named arguments, got an array of 1`},
+		{"exec", `{"sandbox":null,"shell":"true"}`, `sandbox: want a string, got null`},
+		// An optional argument sent as null is not given: the call goes on
+		// to the daemon (none here).
+		{"exec", `{"sandbox":"x","shell":"true","env":null,"command":null}`, `systemctl start sandboxd`},
 	} {
 		res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: tc.tool, Arguments: json.RawMessage(tc.args)})
 		if err != nil {

@@ -57,7 +57,10 @@ func plainTypes(s *jsonschema.Schema) {
 // before the SDK's validation, so that bad input reads as what the
 // field wants and what came: `ttl_minutes: want an integer, got the
 // string "abc"`. The SDK validates again after; this only words it.
-func checkArgs(tool string, raw json.RawMessage, s *jsonschema.Schema) error {
+// An optional argument given as null is taken as not given (some
+// clients send null for what they leave out): the arguments without
+// them are returned when there were any.
+func checkArgs(tool string, raw json.RawMessage, s *jsonschema.Schema) (json.RawMessage, error) {
 	if len(bytes.TrimSpace(raw)) == 0 || string(bytes.TrimSpace(raw)) == "null" {
 		raw = json.RawMessage("{}")
 	}
@@ -65,28 +68,41 @@ func checkArgs(tool string, raw json.RawMessage, s *jsonschema.Schema) error {
 	d.UseNumber()
 	var v any
 	if err := d.Decode(&v); err != nil {
-		return invalidf("the arguments of %s are not JSON: %v", tool, err)
+		return nil, invalidf("the arguments of %s are not JSON: %v", tool, err)
 	}
 	args, ok := v.(map[string]any)
 	if !ok {
-		return invalidf("the arguments of %s: want an object of named arguments, got %s", tool, described(v))
+		return nil, invalidf("the arguments of %s: want an object of named arguments, got %s", tool, described(v))
 	}
 	names := slices.Sorted(maps.Keys(s.Properties))
+	nulls := false
 	for _, k := range slices.Sorted(maps.Keys(args)) {
 		p, ok := s.Properties[k]
 		if !ok {
-			return invalidf("%s takes no argument %q: its arguments are %s", tool, k, strings.Join(names, ", "))
+			return nil, invalidf("%s takes no argument %q: its arguments are %s", tool, k, strings.Join(names, ", "))
+		}
+		if args[k] == nil && !slices.Contains(s.Required, k) {
+			delete(args, k)
+			nulls = true
+			continue
 		}
 		if err := checkValue(k, args[k], p); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	for _, k := range s.Required {
 		if _, ok := args[k]; !ok {
-			return invalidf("%s: the argument %q is missing: %s", tool, k, s.Properties[k].Description)
+			return nil, invalidf("%s: the argument %q is missing: %s", tool, k, s.Properties[k].Description)
 		}
 	}
-	return nil
+	if nulls {
+		b, err := json.Marshal(args)
+		if err != nil {
+			return nil, fmt.Errorf("the arguments of %s without their nulls: %w", tool, err)
+		}
+		return b, nil
+	}
+	return nil, nil
 }
 
 // checkValue checks v against s's type, and an array's items.
@@ -203,10 +219,14 @@ func (s *server) checkArguments(next mcp.MethodHandler) mcp.MethodHandler {
 		if schema == nil {
 			return next(ctx, method, req) // not a tool of ours: the SDK says so
 		}
-		if err := checkArgs(call.Params.Name, call.Params.Arguments, schema); err != nil {
+		args, err := checkArgs(call.Params.Name, call.Params.Arguments, schema)
+		if err != nil {
 			res := &mcp.CallToolResult{}
 			res.SetError(err)
 			return res, nil
+		}
+		if args != nil {
+			call.Params.Arguments = args
 		}
 		return next(ctx, method, req)
 	}
