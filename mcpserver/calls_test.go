@@ -112,6 +112,8 @@ func TestArgumentErrorsNameTheFieldAndWhatItWants(t *testing.T) {
 		{"file_read", `{"sandbox":"x","path":"a","max_bytes":"ten"}`, `max_bytes: want an integer, got the string "ten"`},
 		{"exec", `["x"]`, `want an object of named arguments, got an array of 1`},
 		{"exec", `{"sandbox":null,"shell":"true"}`, `sandbox: want a string, got null`},
+		// The inspector sends ttl_minutes=abc as null (NaN in JSON).
+		{"sandbox_create", `{"project":"web","ttl_minutes":null}`, `ttl_minutes: want an integer, got null (a client that could not read the value as a number sends null`},
 		// An optional argument sent as null is not given: the call goes on
 		// to the daemon (none here).
 		{"exec", `{"sandbox":"x","shell":"true","env":null,"command":null}`, `systemctl start sandboxd`},

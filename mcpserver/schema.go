@@ -57,9 +57,11 @@ func plainTypes(s *jsonschema.Schema) {
 // before the SDK's validation, so that bad input reads as what the
 // field wants and what came: `ttl_minutes: want an integer, got the
 // string "abc"`. The SDK validates again after; this only words it.
-// An optional argument given as null is taken as not given (some
-// clients send null for what they leave out): the arguments without
-// them are returned when there were any.
+// An optional string, array or object given as null is taken as not
+// given (some clients send null for what they leave out): the arguments
+// without them are returned when there were any. A number or boolean
+// given as null is refused: the inspector sends ttl_minutes=abc as null
+// (JSON's NaN), and a bound silently dropped would surprise.
 func checkArgs(tool string, raw json.RawMessage, s *jsonschema.Schema) (json.RawMessage, error) {
 	if len(bytes.TrimSpace(raw)) == 0 || string(bytes.TrimSpace(raw)) == "null" {
 		raw = json.RawMessage("{}")
@@ -81,7 +83,7 @@ func checkArgs(tool string, raw json.RawMessage, s *jsonschema.Schema) (json.Raw
 		if !ok {
 			return nil, invalidf("%s takes no argument %q: its arguments are %s", tool, k, strings.Join(names, ", "))
 		}
-		if args[k] == nil && !slices.Contains(s.Required, k) {
+		if args[k] == nil && !slices.Contains(s.Required, k) && slices.Contains([]string{"string", "array", "object"}, p.Type) {
 			delete(args, k)
 			nulls = true
 			continue
@@ -112,6 +114,9 @@ func checkValue(path string, v any, s *jsonschema.Schema) error {
 	}
 	bad := func(want string) error {
 		msg := fmt.Sprintf("%s: want %s, got %s", path, want, described(v))
+		if v == nil && (s.Type == "integer" || s.Type == "number") {
+			msg += " (a client that could not read the value as a number sends null: give digits, such as 30)"
+		}
 		if s.Description != "" {
 			msg += " (" + path + ": " + s.Description + ")"
 		}
