@@ -174,6 +174,21 @@ func TestExecOutputComesOnce(t *testing.T) {
 	}
 }
 
+// logs's output is in its text once too; a listing of processes is its
+// JSON.
+func TestLogsOutputComesOnce(t *testing.T) {
+	out := logsOut{Output: "started\nda", Bytes: 10, Next: 10}
+	if structured := string(must(json.Marshal(out))); strings.Contains(structured, "started") {
+		t.Errorf("the structured content has the output: %s", structured)
+	}
+	if text := out.text(); text != "10 bytes of output; next_offset 10; it still runs\n--- output ---\nstarted\nda\n" {
+		t.Errorf("logs's text: %q", text)
+	}
+	if text := (logsOut{Processes: []processOut{}}).text(); text != "" {
+		t.Errorf("a listing's text: %q; want its JSON (none here)", text)
+	}
+}
+
 // The network's note is for output that shows a network failure only.
 func TestNetworkFailureIsReadFromTheOutput(t *testing.T) {
 	for out, want := range map[string]bool{

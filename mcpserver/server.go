@@ -155,7 +155,8 @@ func (s *server) bind(ctx context.Context) (context.Context, func()) {
 type handler[In, Out any] func(ctx context.Context, in In) (Out, error)
 
 // texter is an output whose text content is its own (a command's
-// output, once) rather than its structured content again as JSON.
+// output, once) rather than its structured content again as JSON; ""
+// leaves the JSON.
 type texter interface{ text() string }
 
 // add registers a tool, its input schema with plain types; an error of
@@ -179,7 +180,9 @@ func add[In, Out any](s *server, m *mcp.Server, t *mcp.Tool, h handler[In, Out])
 			return nil, zero, toolError(err)
 		}
 		if t, ok := any(out).(texter); ok {
-			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: t.text()}}}, out, nil
+			if text := t.text(); text != "" {
+				return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}}, out, nil
+			}
 		}
 		return nil, out, nil
 	})

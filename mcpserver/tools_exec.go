@@ -102,12 +102,42 @@ type processOut struct {
 	ExitCode int      `json:"exit_code,omitempty"`
 }
 
+// logsOut is what logs returns. A process's output is in the text
+// content alone, as exec's is; a listing of processes is its JSON.
 type logsOut struct {
 	Processes []processOut `json:"processes,omitempty" jsonschema:"the background processes, when no process was asked for"`
-	Output    string       `json:"output,omitempty" jsonschema:"its output (stdout and stderr together) from offset, at most 64 KiB"`
+	Output    string       `json:"-"`
+	Bytes     int          `json:"output_bytes,omitempty" jsonschema:"how many bytes of its output (stdout and stderr together, at most 64 KiB) the text has, from offset"`
 	Next      uint64       `json:"next_offset,omitempty" jsonschema:"where the next call reads on"`
 	Ended     bool         `json:"ended,omitempty" jsonschema:"the process ended and this is the end of its output"`
 	Notes     []string     `json:"notes,omitempty"`
+}
+
+// text is a process's output under a line that says where it ends and
+// whether the process did; "" for a listing (its JSON is the text).
+func (o logsOut) text() string {
+	if o.Processes != nil {
+		return ""
+	}
+	var b strings.Builder
+	state := "it still runs"
+	if o.Ended {
+		state = "it ended: this is the end of its output"
+	}
+	fmt.Fprintf(&b, "%s of output; next_offset %d; %s\n", plural(o.Bytes, "byte"), o.Next, state)
+	if o.Output != "" {
+		b.WriteString("--- output ---\n" + o.Output)
+		if !strings.HasSuffix(o.Output, "\n") {
+			b.WriteString("\n")
+		}
+	}
+	if len(o.Notes) > 0 {
+		b.WriteString("--- notes ---\n")
+		for _, n := range o.Notes {
+			b.WriteString("- " + n + "\n")
+		}
+	}
+	return b.String()
 }
 
 func (s *server) addExecTools(m *mcp.Server) {
@@ -305,7 +335,7 @@ func (s *server) logs(ctx context.Context, in logsIn) (logsOut, error) {
 		data = whole
 	}
 	text, binary := utf8Text(data)
-	out := logsOut{Output: text, Next: next, Ended: ended}
+	out := logsOut{Output: text, Bytes: len(data), Next: next, Ended: ended}
 	if binary {
 		out.Notes = append(out.Notes, "the output is not UTF-8 text: its invalid bytes are shown as U+FFFD")
 	}

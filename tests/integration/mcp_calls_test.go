@@ -78,10 +78,7 @@ func TestMCPExecShellOutputOnceAndItsCap(t *testing.T) {
 		Process string `json:"process"`
 	}
 	toolOK(t, cs, "spawn", map[string]any{"sandbox": id, "shell": "echo spawned | tr a-z A-Z"}, &spawned)
-	var logs struct {
-		Output string `json:"output"`
-		Ended  bool   `json:"ended"`
-	}
+	var logs mcpLogs
 	waitFor(t, "the spawned shell line to end", func() bool {
 		toolOK(t, cs, "logs", map[string]any{"sandbox": id, "process": spawned.Process}, &logs)
 		return logs.Ended
