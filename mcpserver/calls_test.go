@@ -189,6 +189,27 @@ func TestLogsOutputComesOnce(t *testing.T) {
 	}
 }
 
+// file_read's content and diff's text are in the text once too.
+func TestFileAndDiffTextComeOnce(t *testing.T) {
+	read := readOut{Path: "a.txt", Content: "hello\nworld", Encoding: encodingUTF8, Offset: 4, Bytes: 11}
+	if structured := string(must(json.Marshal(read))); strings.Contains(structured, "hello") {
+		t.Errorf("file_read's structured content has the content: %s", structured)
+	}
+	if text := read.text(); text != "a.txt: 11 bytes from offset 4, utf-8; more follows: read on from offset 15\n--- content ---\nhello\nworld\n" {
+		t.Errorf("file_read's text: %q", text)
+	}
+	diff := diffOut{Text: "--- a/x\n+++ b/x\n", Bytes: 16, Ignored: 1}
+	if structured := string(must(json.Marshal(diff))); strings.Contains(structured, "a/x") {
+		t.Errorf("diff's structured content has the diff: %s", structured)
+	}
+	if text := diff.text(); text != "a unified diff of 16 bytes; 1 changed path left out by the project's ignore rules (.sandboxignore)\n--- diff ---\n--- a/x\n+++ b/x\n" {
+		t.Errorf("diff's text: %q", text)
+	}
+	if text := (diffOut{Changes: []changeEntry{}}).text(); text != "" {
+		t.Errorf("a list of changes' text: %q; want its JSON", text)
+	}
+}
+
 // The network's note is for output that shows a network failure only.
 func TestNetworkFailureIsReadFromTheOutput(t *testing.T) {
 	for out, want := range map[string]bool{

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -28,9 +29,12 @@ type changeEntry struct {
 	NewPath string `json:"new_path,omitempty" jsonschema:"where a renamed path went"`
 }
 
+// diffOut is what diff returns; with text, the unified diff is in the
+// text content alone, once.
 type diffOut struct {
 	Changes []changeEntry `json:"changes,omitempty" jsonschema:"what changed since the sandbox was made, a path an entry"`
-	Text    string        `json:"text,omitempty" jsonschema:"the unified diff, with text"`
+	Text    string        `json:"-"`
+	Bytes   int           `json:"text_bytes,omitempty" jsonschema:"with text: how long the unified diff in the text content is"`
 	Ignored int           `json:"ignored,omitempty" jsonschema:"how many changed paths the project's ignore rules (.sandboxignore) left out: they never leave the sandbox"`
 	Notes   []string      `json:"notes,omitempty"`
 }
@@ -109,7 +113,7 @@ func (s *server) diff(ctx context.Context, in diffIn) (diffOut, error) {
 		if err != nil {
 			return diffOut{}, err
 		}
-		out := diffOut{Text: text}
+		out := diffOut{Text: text, Bytes: len(text)}
 		if _, out.Ignored, err = sb.DiffCounted(ctx); err != nil {
 			return diffOut{}, err
 		}
@@ -137,6 +141,33 @@ func (s *server) diff(ctx context.Context, in diffIn) (diffOut, error) {
 		out.Notes = append(out.Notes, plural(ignored, "changed path")+" left out by the project's ignore rules (.sandboxignore): they are neither listed nor promoted")
 	}
 	return out, nil
+}
+
+// text is a unified diff under a line saying its size; "" for a list
+// (its JSON is the text).
+func (o diffOut) text() string {
+	if o.Changes != nil {
+		return ""
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "a unified diff of %s", plural(o.Bytes, "byte"))
+	if o.Ignored > 0 {
+		fmt.Fprintf(&b, "; %s left out by the project's ignore rules (.sandboxignore)", plural(o.Ignored, "changed path"))
+	}
+	b.WriteString("\n")
+	if o.Text != "" {
+		b.WriteString("--- diff ---\n" + o.Text)
+		if !strings.HasSuffix(o.Text, "\n") {
+			b.WriteString("\n")
+		}
+	}
+	if len(o.Notes) > 0 {
+		b.WriteString("--- notes ---\n")
+		for _, n := range o.Notes {
+			b.WriteString("- " + n + "\n")
+		}
+	}
+	return b.String()
 }
 
 func (s *server) checkpoint(ctx context.Context, in checkpointIn) (checkpointOut, error) {

@@ -98,6 +98,14 @@ func toolOK(t *testing.T, cs *mcp.ClientSession, name string, args map[string]an
 		out.Stdout, out.Stderr = execSections(toolText(res))
 	case *mcpLogs:
 		out.Output = textSection(toolText(res), "output")
+	default:
+		// file_read's content and diff's text, in the text alone too.
+		v := reflect.ValueOf(out).Elem()
+		for field, section := range map[string]string{"Content": "content", "Text": "diff"} {
+			if f := v.FieldByName(field); f.IsValid() && f.Kind() == reflect.String && f.String() == "" {
+				f.SetString(textSection(toolText(res), section))
+			}
+		}
 	}
 }
 
