@@ -149,6 +149,10 @@ type ToolResult struct {
 	Content           []Content       `json:"content"`
 	StructuredContent json.RawMessage `json:"structuredContent"`
 	IsError           bool            `json:"isError"`
+	// Meta is the result's _meta: in the modern era the server names
+	// itself there (io.modelcontextprotocol/serverInfo), there being no
+	// initialize.
+	Meta map[string]json.RawMessage `json:"_meta"`
 }
 
 // Text is the result's text content, joined.
