@@ -197,9 +197,9 @@ func inspectorWalk(t *testing.T, era string) {
 	ranHi(t, in, "an array", "sandbox="+sb.ID, `command=["sh","-c","echo hi"]`, "timeout_seconds=60")
 	ranHi(t, in, "a shell line", "sandbox="+sb.Name, "shell=echo hi")
 	var failed mcpExec
-	inspect(t, in, &failed, "exec", "sandbox="+sb.ID, `command=["sh","test.sh"]`)
-	if failed.ExitCode != 1 || !strings.Contains(failed.Stderr, "add 2 3 gave -1, want 5") {
-		t.Errorf("the project's failing test, run with exec (%s era): %+v", era, failed)
+	res := inspect(t, in, &failed, "exec", "sandbox="+sb.ID, `command=["sh","test.sh"]`)
+	if failed.ExitCode != 1 || !strings.Contains(failed.Stderr+res.Text(), "add 2 3 gave -1, want 5") {
+		t.Errorf("the project's failing test, run with exec (%s era): %+v, text %q", era, failed, res.Text())
 	}
 
 	var read struct{ Content, Encoding string }
@@ -252,7 +252,7 @@ func inspectorWalk(t *testing.T, era string) {
 		t.Errorf("sandbox_destroy (%s era): %+v", era, gone)
 	}
 	// A tool error is a result the inspector shows, with what to do.
-	res, run := inspectCall(t, in, "sandbox_status", "sandbox="+sb.ID)
+	res, run = inspectCall(t, in, "sandbox_status", "sandbox="+sb.ID)
 	if !res.IsError || run.Error == nil || run.Error.Code != "tool_is_error" ||
 		!regexp.MustCompile(`no sandbox is called or starts with`).MatchString(res.Text()) {
 		t.Errorf("sandbox_status of the destroyed sandbox (%s era): %+v\n%s", era, res, run)
