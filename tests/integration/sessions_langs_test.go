@@ -32,6 +32,22 @@ func TestAGoSessionKeepsDeclarationsAndImportsTheProject(t *testing.T) {
 	if _, _, code := ctl(t, "fmt.Println(nosuch)\n", "repl", id, "go"); code != 2 {
 		t.Errorf("a go session's input that does not compile: exit %d; want 2", code)
 	}
+	// Over MCP, one call's func is the next call's, and a multi-line
+	// input mixes declarations and statements.
+	cs, _, _ := mcpSession(t)
+	var repl struct {
+		Output string
+		Status int
+	}
+	toolOK(t, cs, "repl", map[string]any{"sandbox": id, "language": "go",
+		"code": "import (\n\t\"fmt\"\n\t\"example.com/shapes/area\"\n)\n\nfunc cube(n int) int { return n * area.Square(n) }\nfmt.Println(\"declared\")\n"}, &repl)
+	if repl.Output != "declared\n" || repl.Status != 0 {
+		t.Errorf("MCP repl go, declaring cube: %+v", repl)
+	}
+	toolOK(t, cs, "repl", map[string]any{"sandbox": id, "language": "go", "code": "for i := 1; i <= 3; i++ {\n\tfmt.Print(cube(i), \" \")\n}"}, &repl)
+	if repl.Output != "1 8 27 " || repl.Status != 0 {
+		t.Errorf("MCP repl go, calling cube: %+v; want 1 8 27", repl)
+	}
 	if got := ok(t, "exec", id, "--", "ls", "-A"); got != "area\ngo.mod\n" {
 		t.Errorf("the project's directory after go sessions: %q; want area and go.mod alone", got)
 	}
@@ -74,6 +90,25 @@ func TestASQLSessionKeepsItsConnection(t *testing.T) {
 	// and its error is its status.
 	if out, _, code := ctl(t, "select * from kept;\n", "repl", "--root", id, "sql"); code != 1 || !strings.Contains(out, `relation "kept" does not exist`) {
 		t.Errorf("a second sql session reading the first's temporary table: exit %d, %q; want 1 and no such relation", code, out)
+	}
+	// Over MCP: the rows as a table, NULL as null, the connection kept.
+	cs, _, _ := mcpSession(t)
+	var repl struct {
+		Output string
+		Status int
+		Tables []struct {
+			Columns []string
+			Rows    [][]*string
+		}
+	}
+	toolOK(t, cs, "repl", map[string]any{"sandbox": id, "language": "sql", "code": "create temp table m (n integer, word text); insert into m values (1, 'a<b'), (2, null);"}, &repl)
+	if repl.Status != 0 || repl.Output != "CREATE TABLE\nINSERT 0 2\n" || len(repl.Tables) != 0 {
+		t.Errorf("MCP repl sql, making a temporary table: %+v", repl)
+	}
+	toolOK(t, cs, "repl", map[string]any{"sandbox": id, "language": "sql", "code": "select n, word from m order by n"}, &repl)
+	if repl.Status != 0 || len(repl.Tables) != 1 || strings.Join(repl.Tables[0].Columns, ",") != "n,word" || len(repl.Tables[0].Rows) != 2 ||
+		*repl.Tables[0].Rows[0][0] != "1" || *repl.Tables[0].Rows[0][1] != "a<b" || repl.Tables[0].Rows[1][1] != nil {
+		t.Errorf("MCP repl sql, selecting from it: %+v; want one table n, word of (1, a<b) and (2, null)", repl)
 	}
 	// A database that is not there is the opening's error, named.
 	_, errOut, code = ctl(t, "select 1;\n", "repl", "--root", "--database", "nosuch", id, "sql")
