@@ -129,6 +129,12 @@ func (r *repls) session(ctx context.Context, sb *client.Sandbox, key replKey) (_
 		opts = sqlOptions(key)
 	}
 	id, err := sb.OpenSession(ctx, key.language, opts)
+	if errors.Is(err, client.ErrNoIdmap) && opts.Root {
+		// A sandbox without a user namespace of its own has no root
+		// for its owner: psql runs as the caller, as the role.
+		opts.Root = false
+		id, err = sb.OpenSession(ctx, key.language, opts)
+	}
 	if err != nil {
 		return replSession{}, false, err
 	}
@@ -146,9 +152,10 @@ func (r *repls) session(ctx context.Context, sb *client.Sandbox, key replKey) (_
 	return s, true, nil
 }
 
-// sqlOptions open a sql session of key: as root of the sandbox, so that
-// psql may run as the role's user (Debian's peer authentication), with
-// libpq's environment naming the database and role.
+// sqlOptions open a sql session of key: as root of the sandbox (where
+// it has one), so that psql may run as the role's user (Debian's peer
+// authentication), with libpq's environment naming the database and
+// role.
 func sqlOptions(key replKey) client.ExecOptions {
 	o := client.ExecOptions{Root: true}
 	if key.database != "" {
