@@ -27,7 +27,8 @@ func sqlSetup(nullMark string) string {
 }
 
 // sqlResults splits psql's HTML output into its tables and the text
-// around them. A table it cannot read (\x's layout) stays in the text.
+// around them (a command's tag, printed as <p>TAG</p>, as its text). A
+// table it cannot read (\x's layout) stays in the text.
 func sqlResults(out, nullMark string) (text string, tables []sqlTable) {
 	var rest strings.Builder
 	for {
@@ -50,7 +51,15 @@ func sqlResults(out, nullMark string) (text string, tables []sqlTable) {
 			rest.WriteString(block + "</table>\n")
 		}
 	}
-	return rest.String(), tables
+	// A command's tag comes as a paragraph of its own.
+	lines := strings.SplitAfter(rest.String(), "\n")
+	for i, l := range lines {
+		inner, ok := strings.CutPrefix(strings.TrimSuffix(l, "\n"), "<p>")
+		if inner, end := strings.CutSuffix(inner, "</p>"); ok && end && !strings.Contains(inner, "<") {
+			lines[i] = cell(inner) + "\n"
+		}
+	}
+	return strings.Join(lines, ""), tables
 }
 
 // parseTable reads one of psql's HTML tables: a row of <th> cells, then

@@ -9,7 +9,7 @@ import (
 // off) of two result sets around a command tag and an error: the tables
 // come out with their values unescaped and NULL as nil, the rest as text.
 func TestSQLResultsSplitsPsqlsHTML(t *testing.T) {
-	out := "INSERT 0 3\n" +
+	out := "<p>INSERT 0 3</p>\n" +
 		"<table border=\"1\">\n  <tr>\n    <th align=\"center\">a</th>\n    <th align=\"center\">b</th>\n  </tr>\n" +
 		"  <tr valign=\"top\">\n    <td align=\"right\">1</td>\n    <td align=\"left\">x&lt;y &amp; &quot;q&quot;<br />\nz</td>\n  </tr>\n" +
 		"  <tr valign=\"top\">\n    <td align=\"right\">2</td>\n    <td align=\"left\">MARK</td>\n  </tr>\n" +
