@@ -25,6 +25,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -340,29 +341,12 @@ func run(n int, code []byte) ([]byte, int) {
 // merge is old with fresh's declarations added, each replacing the
 // earlier ones of a name it declares.
 func merge(old, fresh []decl) []decl {
-	out := append([]decl(nil), old...)
+	out := slices.Clone(old)
 	for _, d := range fresh {
-		out = slicesDeleteFunc(out, func(o decl) bool {
-			for _, a := range o.names {
-				for _, b := range d.names {
-					if a == b {
-						return true
-					}
-				}
-			}
-			return false
+		out = slices.DeleteFunc(out, func(o decl) bool {
+			return slices.ContainsFunc(o.names, func(n string) bool { return slices.Contains(d.names, n) })
 		})
 		out = append(out, d)
-	}
-	return out
-}
-
-func slicesDeleteFunc(s []decl, del func(decl) bool) []decl {
-	var out []decl
-	for _, x := range s {
-		if !del(x) {
-			out = append(out, x)
-		}
 	}
 	return out
 }
