@@ -156,6 +156,8 @@ func moduleRoot() string {
 type chunk struct {
 	src  string
 	decl bool
+	// defined are the names a statement "a, b := ..." defines.
+	defined []string
 }
 
 // split cuts an input at its top-level semicolons (those the scanner
@@ -168,14 +170,15 @@ func split(code []byte) []chunk {
 	type tok struct {
 		off int
 		t   token.Token
+		lit string
 	}
 	var toks []tok
 	for {
-		pos, t, _ := s.Scan()
+		pos, t, lit := s.Scan()
 		if t == token.EOF {
 			break
 		}
-		toks = append(toks, tok{f.Offset(pos), t})
+		toks = append(toks, tok{f.Offset(pos), t, lit})
 	}
 	var chunks []chunk
 	for i := 0; i < len(toks); {
@@ -222,8 +225,22 @@ func split(code []byte) []chunk {
 				isDecl = k+2 < len(toks) && toks[k+1].t == token.IDENT && (toks[k+2].t == token.LPAREN || toks[k+2].t == token.LBRACK)
 			}
 		}
+		var defined []string
+		for k := i; !isDecl && k+1 < j && toks[k].t == token.IDENT; k += 2 {
+			defined = append(defined, toks[k].lit)
+			if toks[k+1].t == token.DEFINE {
+				break
+			}
+			if toks[k+1].t != token.COMMA {
+				defined = nil
+				break
+			}
+		}
+		if n := i + 2*len(defined) - 1; len(defined) > 0 && (n >= j || toks[n].t != token.DEFINE) {
+			defined = nil
+		}
 		line, col := lineCol(code, start)
-		chunks = append(chunks, chunk{src: fmt.Sprintf("/*line input:%d:%d*/%s", line, col, code[start:end]), decl: isDecl})
+		chunks = append(chunks, chunk{src: fmt.Sprintf("/*line input:%d:%d*/%s", line, col, code[start:end]), decl: isDecl, defined: defined})
 		i = j + 1
 	}
 	return chunks
@@ -296,10 +313,15 @@ var unusedImport = regexp.MustCompile(`"([^"]+)" imported (?:as \S+ )?and not us
 func run(n int, code []byte) ([]byte, int) {
 	current = n
 	var fresh []decl
-	var stmts []string
+	var stmts, used []string
 	for _, c := range split(code) {
 		if !c.decl {
 			stmts = append(stmts, c.src)
+			for _, name := range c.defined {
+				if name != "_" {
+					used = append(used, "_ = "+name)
+				}
+			}
 			continue
 		}
 		d := declared(c.src)
@@ -315,6 +337,9 @@ func run(n int, code []byte) ([]byte, int) {
 		fresh = append(fresh, *d)
 	}
 	decls := merge(kept, fresh)
+	// A variable an input's top level defines and leaves unused is no
+	// error of a session's: it is used, after the input's statements.
+	stmts = append(stmts, used...)
 	var dropped map[string]bool
 	for try := 0; ; try++ {
 		out, ok := build(decls, stmts, dropped)
