@@ -33,14 +33,15 @@ func TestAGoSessionKeepsDeclarationsAndImportsTheProject(t *testing.T) {
 		t.Errorf("a go session's input that does not compile: exit %d; want 2", code)
 	}
 	// Over MCP, one call's func is the next call's, and a multi-line
-	// input mixes declarations and statements.
+	// input mixes declarations and statements (a variable left unused
+	// among them).
 	cs, _, _ := mcpSession(t)
 	var repl struct {
 		Output string
 		Status int
 	}
 	toolOK(t, cs, "repl", map[string]any{"sandbox": id, "language": "go",
-		"code": "import (\n\t\"fmt\"\n\t\"example.com/shapes/area\"\n)\n\nfunc cube(n int) int { return n * area.Square(n) }\nfmt.Println(\"declared\")\n"}, &repl)
+		"code": "import (\n\t\"fmt\"\n\t\"example.com/shapes/area\"\n)\n\nfunc cube(n int) int { return n * area.Square(n) }\nunused := 1\nfmt.Println(\"declared\")\n"}, &repl)
 	if repl.Output != "declared\n" || repl.Status != 0 {
 		t.Errorf("MCP repl go, declaring cube: %+v", repl)
 	}
