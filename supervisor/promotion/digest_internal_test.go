@@ -91,4 +91,5 @@ func TestUnitDigestCoversContent(t *testing.T) {
 		t.Fatal("a cancelled digest returned no error")
 	}
 }
+
 var time0 = time.Unix(1_000_000, 0)
