@@ -385,7 +385,7 @@ ssh_options = [%s]
 	if out, _ := nobody.CombinedOutput(); nobody.ProcessState.ExitCode() != 4 {
 		t.Fatalf("approve as nobody: exit %d: %s", nobody.ProcessState.ExitCode(), out)
 	}
-	out = ok(t, "approve", pid)
+	out = ok(t, "approve", "--yes", pid)
 	if !strings.Contains(out, "stage production (ssh://") || !strings.Contains(out, "passed") {
 		t.Fatalf("approve's output:\n%s", out)
 	}
