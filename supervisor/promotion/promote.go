@@ -151,11 +151,11 @@ func (r *Promotions) Promote(ctx context.Context, id string, o PromoteOptions) (
 	if len(changes) == 0 {
 		// Nothing failed: the record and its source go, and the caller
 		// hears that there is nothing to do.
-		err := fmt.Errorf("nothing to promote: sandbox %s has no changes", sandboxLabel(rec))
+		err := fmt.Errorf("%w: sandbox %s has no changes", ErrNothingToPromote, sandboxLabel(rec))
 		if p.Ignored > 0 {
 			err = fmt.Errorf("%w but %d paths the project's ignore rules leave out", err, p.Ignored)
 		}
-		return p, r.forget(context.WithoutCancel(ctx), p, source, fmt.Errorf("%w: %w", err, ErrNothingToPromote))
+		return p, r.forget(context.WithoutCancel(ctx), p, source, err)
 	}
 	p.Changes = len(changes)
 	for _, c := range changes[:min(len(changes), state.MaxChanged)] {
