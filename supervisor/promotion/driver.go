@@ -28,7 +28,12 @@ func (r *Promotions) run(ctx context.Context, pid string, changes []cowfs.Change
 		r.h.Log().Error("running a promotion", "promotion", pid, "error", err)
 		return
 	}
-	defer r.h.ReleaseProject(p.Project)
+	released := false
+	defer func() {
+		if !released {
+			r.h.ReleaseProject(p.Project)
+		}
+	}()
 	for i := range p.Stages {
 		st := &p.Stages[i]
 		if st.State == state.StagePassed {
@@ -38,6 +43,10 @@ func (r *Promotions) run(ctx context.Context, pid string, changes []cowfs.Change
 			break
 		}
 		if st.Approval == "admin" && !st.Approved {
+			// The project is free before the record says waiting: an
+			// approval that reads it may claim the project at once.
+			r.h.ReleaseProject(p.Project)
+			released = true
 			st.State = state.StageWaiting
 			p.State = state.PromotionWaiting
 			r.put(&p)
