@@ -22,13 +22,23 @@ type PromoteOptions struct {
 	// AllowPrivileged lets set-id files and device nodes through; for
 	// admins only.
 	AllowPrivileged bool
+	// AllowEmpty: a sandbox that changed nothing since its base is
+	// ErrNothingToPromote (which is also ErrWrongState), told apart from
+	// a sandbox in the wrong state (a daemon from before asks for it).
+	AllowEmpty bool
 }
+
+// ErrNothingToPromote: the sandbox changed nothing since its base
+// (PromoteOptions.AllowEmpty); nothing was recorded. It matches
+// ErrWrongState too, as a daemon's answer without AllowEmpty does.
+var ErrNothingToPromote = fmt.Errorf("nothing to promote: %w", ErrWrongState)
 
 // Promote starts carrying the sandbox's changes since its base through
 // the stages (the project alone by default), and returns the
 // promotion's record as it is once the daemon has the change set and
 // found no conflict; the stages then run in the daemon (WaitPromotion
-// follows them). Nothing to promote is ErrWrongState; a conflict,
+// follows them). Nothing to promote is ErrWrongState (and
+// ErrNothingToPromote with AllowEmpty); a conflict,
 // ErrConflict; another promotion of the project under way, ErrBusy.
 func (s *Sandbox) Promote(ctx context.Context, opts PromoteOptions) (*sandboxd1.Promotion, error) {
 	o := map[string]dbus.Variant{}
@@ -41,9 +51,15 @@ func (s *Sandbox) Promote(ctx context.Context, opts PromoteOptions) (*sandboxd1.
 	if opts.AllowPrivileged {
 		o[sandboxd1.OptAllowPrivileged] = dbus.MakeVariant(true)
 	}
+	if opts.AllowEmpty {
+		o[sandboxd1.OptAllowEmpty] = dbus.MakeVariant(true)
+	}
 	var id string
 	if err := s.call(ctx, "promoting", sandboxd1.MethodPromote, []any{o}, &id); err != nil {
 		return nil, err
+	}
+	if id == "" {
+		return nil, fmt.Errorf("promoting %s: %w: it has no changes since its base", s.label(), ErrNothingToPromote)
 	}
 	p, err := s.c.Promotion(ctx, id)
 	if err != nil {
@@ -102,6 +118,34 @@ func (c *Client) Promotions(ctx context.Context) ([]sandboxd1.PromotionEntry, er
 // is ErrWrongState.
 func (c *Client) ApprovePromotion(ctx context.Context, id string) error {
 	return c.callManager(ctx, "approving promotion "+id, sandboxd1.MethodApprovePromotion, []any{id})
+}
+
+// ApprovePromotionDigest is ApprovePromotion of the change whose digest
+// the admin saw (PromotionDiff's): refused, ErrWrongState, when the
+// promotion's change is another.
+func (c *Client) ApprovePromotionDigest(ctx context.Context, id, digest string) error {
+	o := map[string]dbus.Variant{sandboxd1.OptDigest: dbus.MakeVariant(digest)}
+	return c.callManager(ctx, "approving promotion "+id, sandboxd1.MethodApprovePromotionWithOptions, []any{id, o})
+}
+
+// PromotionDiff is what promotion id carries, as a unified diff read
+// from its frozen source (as Sandbox.UnifiedDiff shows a sandbox's), and
+// the digest of that change, for ApprovePromotionDigest. The text is the
+// sandbox's: escape it before it reaches a terminal. The promotion's
+// owner and admins may read it until it is finished.
+func (c *Client) PromotionDiff(ctx context.Context, id string, opts UnifiedDiffOptions) (text, digest string, err error) {
+	o := map[string]dbus.Variant{}
+	switch {
+	case opts.Context > 0:
+		o[sandboxd1.OptContext] = dbus.MakeVariant(uint32(opts.Context))
+	case opts.Context < 0:
+		o[sandboxd1.OptContext] = dbus.MakeVariant(uint32(0))
+	}
+	if opts.MaxBytes > 0 {
+		o[sandboxd1.OptMaxBytes] = dbus.MakeVariant(opts.MaxBytes)
+	}
+	err = c.callManager(ctx, "diffing promotion "+id, sandboxd1.MethodPromotionDiff, []any{id, o}, &text, &digest)
+	return text, digest, err
 }
 
 // RejectPromotion ends a promotion that waits for an admin, as rejected

@@ -131,7 +131,11 @@ func promotionOf(p *sandboxd1.Promotion) promotionOut {
 	}
 	switch p.State {
 	case sandboxd1.PromotionDone:
-		out.Message = fmt.Sprintf("done: the project %s has the sandbox's %d changes", p.Project, p.Changes)
+		what := fmt.Sprintf("%d changes", p.Changes)
+		if p.Changes == 1 {
+			what = "1 change"
+		}
+		out.Message = fmt.Sprintf("done: the project %s has the sandbox's %s", p.Project, what)
 	case sandboxd1.PromotionWaiting:
 		out.Message = fmt.Sprintf("waiting: stage %s needs an administrator's approval. An administrator must run `sandboxctl approve %s` "+
 			"(or `sandboxctl reject %s`); no tool can approve it, and promoting again will not help. promotion_status %s tells when it was decided.",

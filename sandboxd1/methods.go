@@ -23,6 +23,14 @@ const (
 	MethodGetPromotion     = "GetPromotion"
 	MethodApprovePromotion = "ApprovePromotion"
 	MethodRejectPromotion  = "RejectPromotion"
+	// ApprovePromotionWithOptions(s id, a{sv} options): ApprovePromotion
+	// with OptDigest, the digest of the change the admin saw (refused,
+	// WrongState, when the promotion's is another).
+	MethodApprovePromotionWithOptions = "ApprovePromotionWithOptions"
+	// PromotionDiff(s id, a{sv} options) → (s diff, s digest): a
+	// promotion's change as a unified text diff (UnifiedDiff's options
+	// and bounds), and the digest of the change it shows.
+	MethodPromotionDiff = "PromotionDiff"
 	// ClearCache() empties the caller's cache volume (pip, npm, Go,
 	// cargo), which its sandboxes share.
 	MethodClearCache = "ClearCache"

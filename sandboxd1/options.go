@@ -51,9 +51,15 @@ const (
 	OptForce           = "Force"           // b
 	OptTo              = "To"              // s, the last stage to go to
 	OptAllowPrivileged = "AllowPrivileged" // b, for an admin only
+	// OptAllowEmpty (b): a sandbox that changed nothing is no error:
+	// Promote returns an empty id (and records nothing either way).
+	OptAllowEmpty = "AllowEmpty"
 )
 
-// Options of UnifiedDiff's a{sv}.
+// Options of ApprovePromotionWithOptions' a{sv}.
+const OptDigest = "Digest" // s, the digest of the change the admin saw
+
+// Options of UnifiedDiff's (and PromotionDiff's) a{sv}.
 const (
 	OptContext  = "Context"  // u, lines of context
 	OptMaxBytes = "MaxBytes" // t, where the text is cut

@@ -20,6 +20,9 @@ type Promotion struct {
 	// Changes is how many paths the change set has; Digest a hash of it.
 	Changes int    `json:"changes"`
 	Digest  string `json:"digest,omitempty"`
+	// Changed are the change set's first entries (at most 20: Changes
+	// says how many there are), for a line that says what changed.
+	Changed []ChangedPath `json:"changed,omitempty"`
 	// Ignored is how many changed paths the project's ignore rules
 	// (.sandboxignore, [[project]] ignore) left out of the change set.
 	Ignored int  `json:"ignored,omitempty"`
@@ -32,6 +35,15 @@ type Promotion struct {
 	Created   time.Time  `json:"created"`
 	Updated   time.Time  `json:"updated"`
 	Error     string     `json:"error,omitempty"`
+}
+
+// ChangedPath is one change of a promotion's change set: its kind
+// (added, modified, deleted, renamed, metadata), its path and a rename's
+// new path. Paths are the sandbox's: escape them before printing.
+type ChangedPath struct {
+	Kind    string `json:"kind"`
+	Path    string `json:"path"`
+	NewPath string `json:"new_path,omitempty"`
 }
 
 // StageRun is one stage of a promotion.

@@ -2,6 +2,7 @@ package promotion
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -30,8 +31,11 @@ an admin passes --allow-privileged. A stage with approval = "admin"
 waits for ` + "`sandboxctl approve`" + `. The project is never seen half promoted,
 also if sandboxd dies midway.
 
-Exit status: 0 when every stage asked for passed or the promotion waits for
-an approval; 1 when a stage failed or was rejected; 4 when privileged
+A sandbox with no changes since its base has nothing to promote: that is
+said, nothing is recorded, and the exit status is 0.
+
+Exit status: 0 when every stage asked for passed, the promotion waits for
+an approval, or there was nothing to promote; 1 when a stage failed or was rejected; 4 when privileged
 files are refused; 5 on a conflict.`,
 		Flags: []ucli.Flag{
 			&ucli.BoolFlag{Name: "force", Usage: "apply over conflicting paths (they are audited)"},
@@ -40,14 +44,26 @@ files are refused; 5 on a conflict.`,
 			&ucli.BoolFlag{Name: "no-wait", Usage: "print the promotion's id and return while the stages run"},
 		},
 		Action: verb.OnSandbox(1, func(ctx context.Context, cmd *ucli.Command, c *verb.Client, e sandboxd1.ListEntry, _ []string) error {
-			opts := sbclient.PromoteOptions{Force: cmd.Bool("force"), To: cmd.String("to"), AllowPrivileged: cmd.Bool("allow-privileged")}
+			opts := sbclient.PromoteOptions{Force: cmd.Bool("force"), To: cmd.String("to"), AllowPrivileged: cmd.Bool("allow-privileged"), AllowEmpty: true}
 			// A record and an error: it started, and its first reading
 			// failed (following it reads it again, and says so).
 			p, err := c.Handle(e).Promote(ctx, opts)
+			out := verb.OutputOf(cmd)
+			if errors.Is(err, sbclient.ErrNothingToPromote) {
+				// Nothing failed and nothing was recorded: the project
+				// has what the sandbox has.
+				switch {
+				case out.AsJSON:
+					return out.JSON(map[string]any{"promotion": nil, "sandbox": e.ID, "changes": 0})
+				case out.Quiet:
+					return nil
+				}
+				return out.Line("nothing to promote: sandbox %s has no changes", termsafe.Line(verb.SandboxLabel(e)))
+			}
 			if p == nil {
 				return verb.FromBus("promoting sandbox "+verb.SandboxLabel(e), err)
 			}
-			pid, out := p.ID, verb.OutputOf(cmd)
+			pid := p.ID
 			if cmd.Bool("no-wait") {
 				if out.AsJSON {
 					return out.JSON(map[string]string{"promotion": pid})
@@ -90,7 +106,7 @@ func followPromotion(ctx context.Context, c *verb.Client, out verb.Output, pid s
 			return err
 		}
 		if len(seen) == 0 {
-			if err := say(fmt.Sprintf("promotion %s: %s of sandbox %s (digest %s)", p.ID, verb.Plural(p.Changes, "change"), labelOf(p), p.Digest)); err != nil {
+			if err := say(fmt.Sprintf("promotion %s of sandbox %s: %s (digest %s)", p.ID, labelOf(p), changeSummary(p), p.Digest)); err != nil {
 				return err
 			}
 			if p.Ignored > 0 {
@@ -192,6 +208,12 @@ func Promotions() *ucli.Command {
 		Name:      "promotions",
 		Usage:     "list promotions, or show one's stages, checks and approvals",
 		ArgsUsage: "[PROMOTION]",
+		Description: `With --diff, shows what each promotion that waits for an approval (or
+PROMOTION) would carry, as a unified diff read from its frozen source,
+with the digest that ` + "`sandboxctl approve PROMOTION --yes --digest DIGEST`" + ` approves
+(and nothing else). What the sandbox's files hold is escaped: no control
+byte or escape sequence of theirs reaches the terminal.`,
+		Flags: []ucli.Flag{&ucli.BoolFlag{Name: "diff", Usage: "show the change of each promotion that waits for an approval (or of PROMOTION) as a unified diff, with its digest"}},
 		Action: func(ctx context.Context, cmd *ucli.Command) error {
 			a, err := verb.Args(cmd, 0, 1)
 			if err != nil {
@@ -204,11 +226,14 @@ func Promotions() *ucli.Command {
 					if err != nil {
 						return err
 					}
+					if cmd.Bool("diff") {
+						return showDiffs(ctx, cmd, c, []sandboxd1.Promotion{p})
+					}
 					if out.AsJSON {
 						return out.JSON(p)
 					}
-					if err := out.Line("promotion %s of sandbox %s (project %s): %s, %s, started %s",
-						p.ID, labelOf(p), p.Project, p.State, verb.Plural(p.Changes, "change"), p.Created.Local().Format(time.DateTime)); err != nil {
+					if err := out.Line("promotion %s of sandbox %s (project %s): %s, started %s, %s",
+						p.ID, labelOf(p), p.Project, p.State, p.Created.Local().Format(time.DateTime), changeSummary(p)); err != nil {
 						return err
 					}
 					for _, st := range p.Stages {
@@ -227,6 +252,9 @@ func Promotions() *ucli.Command {
 				if err != nil {
 					return verb.FromBus("listing promotions", err)
 				}
+				if cmd.Bool("diff") {
+					return showWaiting(ctx, cmd, c, list)
+				}
 				return verb.PrintList(out, list, func(p sandboxd1.PromotionEntry) string { return p.ID },
 					[]string{"ID", "SANDBOX", "PROJECT", "STATE", "STAGE", "CHANGES", "AGE"}, func(p sandboxd1.PromotionEntry) []string {
 						sb := p.SandboxName
@@ -237,25 +265,6 @@ func Promotions() *ucli.Command {
 					})
 			})
 		},
-	}
-}
-
-// Approve is `sandboxctl approve`.
-func Approve() *ucli.Command {
-	return &ucli.Command{
-		Name:      "approve",
-		Usage:     "let a promotion that waits go on to its next stage (admins)",
-		ArgsUsage: "PROMOTION",
-		Flags:     []ucli.Flag{&ucli.BoolFlag{Name: "no-wait", Usage: "return at once; do not follow the stage"}},
-		Action: onPromotion(func(ctx context.Context, cmd *ucli.Command, c *verb.Client, id string) error {
-			if err := c.API.ApprovePromotion(ctx, id); err != nil {
-				return verb.FromBus("approving promotion "+id, err)
-			}
-			if cmd.Bool("no-wait") {
-				return nil
-			}
-			return followPromotion(ctx, c, verb.OutputOf(cmd), id)
-		}),
 	}
 }
 

@@ -61,7 +61,7 @@ func TestMutatingCallsAreJournaled(t *testing.T) {
 		sandboxd1.MethodFreeze, sandboxd1.MethodThaw, sandboxd1.MethodCheckpoint, sandboxd1.MethodDeleteCheckpoint,
 		sandboxd1.MethodRollback, sandboxd1.MethodAddProject, sandboxd1.MethodAddProjectWithOptions, sandboxd1.MethodRemoveProject,
 		// Left out before the table.
-		sandboxd1.MethodPromote, sandboxd1.MethodApprovePromotion, sandboxd1.MethodRejectPromotion,
+		sandboxd1.MethodPromote, sandboxd1.MethodApprovePromotion, sandboxd1.MethodApprovePromotionWithOptions, sandboxd1.MethodRejectPromotion,
 		sandboxd1.MethodRebase, sandboxd1.MethodTry,
 	} {
 		if !calls.Mutating(name) {
@@ -81,7 +81,7 @@ func TestMutatingCallsAreJournaled(t *testing.T) {
 			t.Errorf("%s is not a heavy call", name)
 		}
 	}
-	if got, want := calls.HeavyNames(), "AdoptProject, Diff, DiffCounted, EditFile, ListFiles, ProjectChanges, Promote, ReadFile, ReadFileTo, ReleaseProject, SystemStatus, Try, UnifiedDiff, WriteFile and WriteFileFrom"; got != want {
+	if got, want := calls.HeavyNames(), "AdoptProject, Diff, DiffCounted, EditFile, ListFiles, ProjectChanges, Promote, PromotionDiff, ReadFile, ReadFileTo, ReleaseProject, SystemStatus, Try, UnifiedDiff, WriteFile and WriteFileFrom"; got != want {
 		t.Errorf("calls.HeavyNames() = %q; want %q", got, want)
 	}
 }

@@ -3,14 +3,11 @@ package api
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 
 	"github.com/godbus/dbus/v5"
 
-	"github.com/sandboxd/sandboxd/promote/unidiff"
 	"github.com/sandboxd/sandboxd/sandboxd1"
-	"github.com/sandboxd/sandboxd/supervisor"
 	"github.com/sandboxd/sandboxd/supervisor/checkpoints"
 )
 
@@ -124,9 +121,6 @@ func (o sandboxObject) DiffCounted(sender dbus.Sender, msg dbus.Message) ([]sand
 	return out, uint32(ignored), derr
 }
 
-// maxUnifiedDiff bounds UnifiedDiff's answer, which is one D-Bus string.
-const maxUnifiedDiff = 32 << 20
-
 // UnifiedDiff(a{sv} options) -> (s diff): what the sandbox changed since
 // its base as a unified text diff (binary files named as such). Options:
 // Context (u) lines of context, MaxBytes (t) where the text is cut (at
@@ -134,22 +128,9 @@ const maxUnifiedDiff = 32 << 20
 func (o sandboxObject) UnifiedDiff(sender dbus.Sender, msg dbus.Message, opts map[string]dbus.Variant) (string, *dbus.Error) {
 	var out strings.Builder
 	derr := o.onCheckpoints(sender, msg, "UnifiedDiff", func(ctx context.Context, cks *checkpoints.Checkpoints, id string) error {
-		uo := unidiff.Options{MaxBytes: maxUnifiedDiff}
-		for name, v := range opts {
-			switch x := v.Value().(type) {
-			case uint32:
-				if name != "Context" {
-					return fmt.Errorf("option %s: unknown, or not of type u (known: Context u, MaxBytes t): %w", name, supervisor.ErrInvalid)
-				}
-				uo.Context = int(min(x, 1000))
-			case uint64:
-				if name != "MaxBytes" {
-					return fmt.Errorf("option %s: unknown, or not of type t (known: Context u, MaxBytes t): %w", name, supervisor.ErrInvalid)
-				}
-				uo.MaxBytes = int64(min(x, maxUnifiedDiff))
-			default:
-				return fmt.Errorf("option %s: unknown, or of the wrong type (known: Context u, MaxBytes t): %w", name, supervisor.ErrInvalid)
-			}
+		uo, err := unifiedDiffOptions(opts)
+		if err != nil {
+			return err
 		}
 		return cks.UnifiedDiff(ctx, id, &out, uo)
 	})

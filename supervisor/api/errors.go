@@ -51,7 +51,7 @@ func fromSupervisor(err error) *dbus.Error {
 		name = sandboxd1.ErrorBusy
 	case errors.Is(err, promotion.ErrNoPromotion):
 		name = sandboxd1.ErrorNoSuchPromotion
-	case errors.Is(err, promotion.ErrNothingToPromote), errors.Is(err, commands.ErrNotBooted):
+	case errors.Is(err, promotion.ErrNothingToPromote), errors.Is(err, promotion.ErrChangeDiffers), errors.Is(err, commands.ErrNotBooted):
 		name = sandboxd1.ErrorWrongState
 	case errors.Is(err, supervisor.ErrAccessDenied):
 		name = sandboxd1.ErrorAccessDenied

@@ -23,7 +23,9 @@ var errNoPromotions = errors.New("this daemon promotes nothing")
 // changes through the stages. Options: Force (b) applies over conflicts;
 // To (s) is the last stage to go to; AllowPrivileged (b), for an admin
 // only, lets set-id files, device nodes and files with capabilities
-// through (refused by default, naming each). It returns once the change
+// through (refused by default, naming each); AllowEmpty (b) answers a
+// sandbox that changed nothing with an empty id, not WrongState. It
+// returns once the change
 // set is known and free of conflicts; the stages run on, and
 // GetPromotion tells where they are.
 func (o sandboxObject) Promote(sender dbus.Sender, msg dbus.Message, opts map[string]dbus.Variant) (string, *dbus.Error) {
@@ -43,6 +45,7 @@ func (o sandboxObject) Promote(sender dbus.Sender, msg dbus.Message, opts map[st
 		return "", s.end(r, id, fromSupervisor(errNoPromotions))
 	}
 	po := promotion.PromoteOptions{Owner: r.who.UID}
+	allowEmpty := false
 	for name, v := range opts {
 		var err error
 		switch name {
@@ -50,6 +53,8 @@ func (o sandboxObject) Promote(sender dbus.Sender, msg dbus.Message, opts map[st
 			err = boolOption(name, v, &po.Force)
 		case "AllowPrivileged":
 			err = boolOption(name, v, &po.AllowPrivileged)
+		case "AllowEmpty":
+			err = boolOption(name, v, &allowEmpty)
 		case "To":
 			str, ok := v.Value().(string)
 			if !ok {
@@ -57,7 +62,7 @@ func (o sandboxObject) Promote(sender dbus.Sender, msg dbus.Message, opts map[st
 			}
 			po.To = str
 		default:
-			err = fmt.Errorf("unknown option %q (known: Force, To, AllowPrivileged): %w", name, supervisor.ErrInvalid)
+			err = fmt.Errorf("unknown option %q (known: Force, To, AllowPrivileged, AllowEmpty): %w", name, supervisor.ErrInvalid)
 		}
 		if err != nil {
 			return "", s.end(r, id, fromSupervisor(err))
@@ -68,6 +73,9 @@ func (o sandboxObject) Promote(sender dbus.Sender, msg dbus.Message, opts map[st
 			"promoting sandbox %s: only an admin may allow set-id files, device nodes and file capabilities into a project; uid %d is not one", id, r.who.UID))
 	}
 	p, err := s.rooms.Promotion.Promote(r.ctx, id, po)
+	if allowEmpty && errors.Is(err, promotion.ErrNothingToPromote) {
+		return "", s.end(r, id, nil)
+	}
 	if errors.Is(err, promotion.ErrPrivileged) {
 		return p.ID, s.end(r, id, dbus.NewError(sandboxd1.ErrorAccessDenied, []any{err.Error()}))
 	}
@@ -175,6 +183,60 @@ func (m manager) ApprovePromotion(sender dbus.Sender, id string) *dbus.Error {
 		_, err := m.s.rooms.Promotion.Approve(ctx, id, uid)
 		return err
 	})
+}
+
+// ApprovePromotionWithOptions(s id, a{sv} options): ApprovePromotion,
+// with Digest (s): the digest of the change the admin saw
+// (PromotionDiff's), refused (WrongState) when the promotion's change
+// is another. (ApprovePromotion's signature is published: options need
+// a method of their own.)
+func (m manager) ApprovePromotionWithOptions(sender dbus.Sender, id string, opts map[string]dbus.Variant) *dbus.Error {
+	return m.decide(sender, "ApprovePromotionWithOptions", id, func(ctx context.Context, uid uint32) error {
+		digest := ""
+		for name, v := range opts {
+			str, ok := v.Value().(string)
+			switch {
+			case name != sandboxd1.OptDigest:
+				return fmt.Errorf("unknown option %q (known: Digest): %w", name, supervisor.ErrInvalid)
+			case !ok:
+				return fmt.Errorf("option Digest has type %s; want s: %w", v.Signature(), supervisor.ErrInvalid)
+			}
+			digest = str
+		}
+		if digest == "" {
+			_, err := m.s.rooms.Promotion.Approve(ctx, id, uid)
+			return err
+		}
+		_, err := m.s.rooms.Promotion.ApproveDigest(ctx, id, uid, digest)
+		return err
+	})
+}
+
+// PromotionDiff(s id, a{sv} options) -> (s diff, s digest): what the
+// promotion carries, as a unified text diff read from its frozen source
+// (UnifiedDiff's options: Context u, MaxBytes t), and the digest of that
+// change, which ApprovePromotionWithOptions takes. The promotion's
+// owner and admins may read it, until it is finished.
+func (m manager) PromotionDiff(sender dbus.Sender, id string, opts map[string]dbus.Variant) (string, string, *dbus.Error) {
+	s := m.s
+	r, derr := s.begin(sender, "PromotionDiff")
+	if derr != nil {
+		return "", "", derr
+	}
+	p, derr := s.promotion(r, id)
+	if derr != nil {
+		return "", "", s.end(r, "", derr)
+	}
+	uo, err := unifiedDiffOptions(opts)
+	if err != nil {
+		return "", "", s.end(r, p.Sandbox, fromSupervisor(err))
+	}
+	var out strings.Builder
+	p, err = s.rooms.Promotion.Diff(r.ctx, id, &out, uo)
+	if err != nil {
+		return "", "", s.end(r, p.Sandbox, fromSupervisor(err))
+	}
+	return busString(out.String()), p.Digest, s.end(r, p.Sandbox, nil)
 }
 
 // RejectPromotion(s id, s reason): an admin ends a promotion that waits.

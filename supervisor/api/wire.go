@@ -14,6 +14,9 @@ func wirePromotion(p promotion.Promotion) sandboxd1.Promotion {
 		State: string(p.State), Source: p.Source, Base: p.Base, Changes: p.Changes, Ignored: p.Ignored, Digest: p.Digest, Force: p.Force, AllowPrivileged: p.AllowPrivileged,
 		Conflicts: p.Conflicts, Stages: []sandboxd1.StageRun{}, Created: p.Created, Updated: p.Updated, Error: p.Error,
 	}
+	for _, c := range p.Changed {
+		out.Changed = append(out.Changed, sandboxd1.ChangedPath{Kind: c.Kind, Path: busString(c.Path), NewPath: busString(c.NewPath)})
+	}
 	if p.Stages == nil {
 		out.Stages = nil // the store's record said null: so does the wire
 	}

@@ -28,7 +28,12 @@ func (r *Promotions) run(ctx context.Context, pid string, changes []cowfs.Change
 		r.h.Log().Error("running a promotion", "promotion", pid, "error", err)
 		return
 	}
-	defer r.h.ReleaseProject(p.Project)
+	released := false
+	defer func() {
+		if !released {
+			r.h.ReleaseProject(p.Project)
+		}
+	}()
 	for i := range p.Stages {
 		st := &p.Stages[i]
 		if st.State == state.StagePassed {
@@ -38,10 +43,14 @@ func (r *Promotions) run(ctx context.Context, pid string, changes []cowfs.Change
 			break
 		}
 		if st.Approval == "admin" && !st.Approved {
+			// The project is free before the record says waiting: an
+			// approval that reads it may claim the project at once.
+			r.h.ReleaseProject(p.Project)
+			released = true
 			st.State = state.StageWaiting
 			p.State = state.PromotionWaiting
 			r.put(&p)
-			r.auditPromotion(ctx, "promote-waiting", p, i, nil)
+			r.auditRun(ctx, "promote-waiting", p, i, nil)
 			r.h.Log().Info("promotion waits for an admin's approval", "promotion", pid, "stage", st.Name)
 			return
 		}
@@ -53,16 +62,16 @@ func (r *Promotions) run(ctx context.Context, pid string, changes []cowfs.Change
 			st.State, st.Error, st.Ended = state.StageFailed, err.Error(), time.Now().UTC()
 			p.State, p.Error = state.PromotionFailed, fmt.Sprintf("stage %s: %v", st.Name, err)
 			r.put(&p)
-			r.auditPromotion(ctx, "promote-stage", p, i, err)
+			r.auditRun(ctx, "promote-stage", p, i, err)
 			_, _ = r.prune(ctx)
 			r.h.Log().Warn("promotion failed", "promotion", pid, "stage", st.Name, "error", err)
 			return
 		}
-		r.auditPromotion(ctx, "promote-stage", p, i, nil)
+		r.auditRun(ctx, "promote-stage", p, i, nil)
 	}
 	p.State = state.PromotionDone
 	r.put(&p)
-	r.auditPromotion(ctx, "promote-done", p, -1, nil)
+	r.auditRun(ctx, "promote-done", p, -1, nil)
 	_, _ = r.prune(ctx)
 	r.h.Log().Info("promotion done", "promotion", pid, "SANDBOX_ID", p.Sandbox)
 }

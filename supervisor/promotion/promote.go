@@ -149,12 +149,21 @@ func (r *Promotions) Promote(ctx context.Context, id string, o PromoteOptions) (
 		return fail(fmt.Errorf("%s: %w", what, err))
 	}
 	if len(changes) == 0 {
+		// Nothing failed: the record and its source go, and the caller
+		// hears that there is nothing to do.
+		err := fmt.Errorf("%w: sandbox %s has no changes", ErrNothingToPromote, sandboxLabel(rec))
 		if p.Ignored > 0 {
-			return fail(fmt.Errorf("%s: it changed nothing since its base but %d paths the project's ignore rules leave out: %w", what, p.Ignored, ErrNothingToPromote))
+			err = fmt.Errorf("%w but %d paths the project's ignore rules leave out", err, p.Ignored)
 		}
-		return fail(fmt.Errorf("%s: it changed nothing since its base: %w", what, ErrNothingToPromote))
+		return p, r.forget(context.WithoutCancel(ctx), p, source, err)
 	}
-	p.Changes, p.Digest = len(changes), digest(changes)
+	p.Changes = len(changes)
+	for _, c := range changes[:min(len(changes), state.MaxChanged)] {
+		p.Changed = append(p.Changed, state.ChangedPath{Kind: string(c.Kind), Path: c.Path, NewPath: c.NewPath})
+	}
+	if p.Digest, err = digest(ctx, changes, source.Path); err != nil {
+		return fail(fmt.Errorf("%s: %w", what, err))
+	}
 	if err := r.checkPrivileged(ctx, &p, changes, source, base, o.AllowPrivileged); err != nil {
 		return fail(fmt.Errorf("%s: %w", what, err))
 	}
@@ -218,4 +227,29 @@ func (r *Promotions) projectRollbackPoint(ctx context.Context, project, base, so
 		return rp, nil, err
 	}
 	return rp, paths, nil
+}
+
+// forget deletes promotion p's source, then its record (I5: the record
+// names every volume until that is gone), and returns err; failing
+// that, the promotion is recorded failed, as any other, and the daemon's
+// prune takes the source.
+func (r *Promotions) forget(ctx context.Context, p Promotion, source cowfs.Volume, err error) error {
+	if derr := r.h.Backend().Delete(ctx, source); derr != nil && !errors.Is(derr, cowfs.ErrNotFound) {
+		p.State, p.Error, p.Updated = state.PromotionFailed, err.Error(), time.Now().UTC()
+		_ = r.h.Store().PutPromotion(p)
+		return err
+	}
+	if derr := r.h.Store().DeletePromotion(p.ID); derr != nil {
+		r.h.Log().Warn("forgetting a promotion with nothing to promote", "promotion", p.ID, "error", derr)
+	}
+	return err
+}
+
+// sandboxLabel names sandbox rec as its owner knows it: its name, or
+// its id.
+func sandboxLabel(rec state.Record) string {
+	if rec.Name != "" {
+		return rec.Name
+	}
+	return rec.ID
 }

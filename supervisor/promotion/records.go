@@ -5,8 +5,6 @@ package promotion
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"slices"
 	"time"
@@ -39,36 +37,37 @@ func (r *Promotions) Get(ctx context.Context, pid string) (Promotion, error) {
 	return r.h.Store().Promotion(pid)
 }
 
-// changes lists p's change set again.
+// changes lists p's change set again, from its recorded base and
+// source, and refuses it unless its digest is the one recorded.
 func (r *Promotions) changes(ctx context.Context, p Promotion) ([]cowfs.Change, error) {
-	base, err := r.h.Backend().Get(ctx, p.Base)
-	if err != nil {
-		return nil, fmt.Errorf("the sandbox's base: %w", err)
-	}
-	source, err := r.h.Backend().Get(ctx, p.Source)
-	if err != nil {
-		return nil, fmt.Errorf("the promotion's source: %w", err)
-	}
-	changes, err := r.h.SandboxChanges(ctx, base, source)
-	if err != nil {
-		return nil, err
-	}
-	if changes, _, err = r.h.FilterChanges(ctx, p.Project, base, source, changes); err != nil {
-		return nil, err
-	}
-	if d := digest(changes); d != p.Digest {
-		return nil, fmt.Errorf("the change set's digest is %s, recorded %s: %w", d, p.Digest, supervisor.ErrWrongState)
-	}
-	return changes, nil
+	_, _, changes, err := r.changeSet(ctx, p)
+	return changes, err
 }
 
-// digest is a hash of a change list, for the record and the audit log.
-func digest(changes []cowfs.Change) string {
-	h := sha256.New()
-	for _, c := range changes {
-		fmt.Fprintf(h, "%s\x00%s\x00%s\x00%s\n", c.Kind, c.Type, c.Path, c.NewPath)
+// changeSet is changes, with the base and the source it compares.
+func (r *Promotions) changeSet(ctx context.Context, p Promotion) (base, source cowfs.Volume, changes []cowfs.Change, err error) {
+	if base, err = r.h.Backend().Get(ctx, p.Base); err != nil {
+		return base, source, nil, fmt.Errorf("the sandbox's base: %w", err)
 	}
-	return hex.EncodeToString(h.Sum(nil))[:16]
+	if source, err = r.h.Backend().Get(ctx, p.Source); err != nil {
+		return base, source, nil, fmt.Errorf("the promotion's source: %w", err)
+	}
+	if changes, err = r.h.SandboxChanges(ctx, base, source); err != nil {
+		return base, source, nil, err
+	}
+	if changes, _, err = r.h.FilterChanges(ctx, p.Project, base, source, changes); err != nil {
+		return base, source, nil, err
+	}
+	d, err := digest(ctx, changes, source.Path)
+	if err != nil {
+		return base, source, nil, err
+	}
+	// A record from before digests covered content has the digest of
+	// the list alone.
+	if d != p.Digest && listDigest(changes) != p.Digest {
+		return base, source, nil, fmt.Errorf("%w: the source's change hashes to %s, not to the recorded %s: look again with sandboxctl promotions --diff %s", ErrChangeDiffers, d, p.Digest, p.ID)
+	}
+	return base, source, changes, nil
 }
 
 // auditPromotion writes a promotion's step to the audit log: stage i's
@@ -86,6 +85,13 @@ func (r *Promotions) auditPromotion(ctx context.Context, action string, p Promot
 		}
 	}
 	r.h.AuditEntry(ctx, e, state.Record{ID: p.Sandbox, Project: p.Project}, err)
+}
+
+// auditRun is auditPromotion for a step of the run in the background:
+// the daemon's work (its context's actor), done for the promotion's
+// requester, whom the line names as its caller.
+func (r *Promotions) auditRun(ctx context.Context, action string, p Promotion, i int, err error) {
+	r.auditPromotion(supervisor.WithCaller(ctx, p.Owner), action, p, i, err)
 }
 
 // earlierSource is the source of sandbox id's newest promotion that

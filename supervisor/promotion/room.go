@@ -68,7 +68,7 @@ func New(h Host, cfg Config) *Promotions {
 		}
 	})
 	hooks.Close.Add(r.runs.close)
-	for _, err := range []error{ErrNoPromotion, ErrNothingToPromote, ErrChecksOutsideSandbox} {
+	for _, err := range []error{ErrNoPromotion, ErrNothingToPromote, ErrChecksOutsideSandbox, ErrChangeDiffers} {
 		hooks.Refusals.Add(err)
 	}
 	return r

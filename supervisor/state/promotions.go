@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"time"
@@ -63,6 +64,9 @@ type Promotion struct {
 	// Changes is how many paths the change set has; Digest a hash of it.
 	Changes int    `json:"changes"`
 	Digest  string `json:"digest,omitempty"`
+	// Changed are the change set's first MaxChanged entries, for a line
+	// that says what changed ("1 change: modified calc.py").
+	Changed []ChangedPath `json:"changed,omitempty"`
 	// Ignored is how many changed paths the project's ignore rules left
 	// out of the change set.
 	Ignored int  `json:"ignored,omitempty"`
@@ -77,6 +81,17 @@ type Promotion struct {
 	Created   time.Time  `json:"created"`
 	Updated   time.Time  `json:"updated"`
 	Error     string     `json:"error,omitempty"`
+}
+
+// MaxChanged bounds a promotion record's Changed.
+const MaxChanged = 20
+
+// ChangedPath is one change of a change set: its kind (added, modified,
+// deleted, renamed, metadata) and path (and a rename's new path).
+type ChangedPath struct {
+	Kind    string `json:"kind"`
+	Path    string `json:"path"`
+	NewPath string `json:"new_path,omitempty"`
 }
 
 // StageRun is one stage of a promotion.
@@ -165,4 +180,19 @@ func (s *Store) rebuildPromotions() (int, error) {
 		}
 		return p.ID
 	})
+}
+
+// DeletePromotion forgets promotion id, which named no volume that is
+// left (a promotion that found nothing to promote): there is nothing of
+// it to keep.
+func (s *Store) DeletePromotion(id string) error {
+	if err := s.db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(promotionsBucket).Delete([]byte(id))
+	}); err != nil {
+		return fmt.Errorf("deleting promotion %s: %w", id, err)
+	}
+	if err := os.Remove(filepath.Join(s.promotions, id+".json")); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("deleting the mirror of promotion %s: %w", id, err)
+	}
+	return nil
 }

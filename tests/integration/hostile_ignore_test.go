@@ -45,7 +45,7 @@ func TestHostileSandboxIgnoreHidesNothingFromTheApprover(t *testing.T) {
 	if strings.Contains(out, "run.log") || leftOut(out) != 1 {
 		t.Errorf("the admin's diff: the project's *.log does not leave run.log out (1 path):\n%s", out)
 	}
-	ok(t, "approve", pid)
+	ok(t, "approve", "--yes", pid)
 	for file, want := range map[string]string{"secret.txt": "planted\n", "app.txt": "v2\n", ".sandboxignore": "*\n!*.log\n"} {
 		if data, err := os.ReadFile(filepath.Join(path, file)); err != nil || string(data) != want {
 			t.Errorf("the host's %s after the approval: %q, %v; want %q", file, data, err, want)

@@ -174,7 +174,15 @@ approval = "admin"
 			t.Fatal(err)
 		}
 	}
-	stdout, stderr, code := ctl(t, "", "approve", pid)
+	// What the approver reads of the change holds the file's line
+	// escaped, on a terminal or not.
+	for _, text := range []string{ok(t, "promotions", "--diff", pid), onTerminal(t, nil, "promotions", "--diff")} {
+		safeOutput(t, text, "promotions", "--diff", pid)
+		if !strings.Contains(text, `+line\x1b[2J\rFAKE`) {
+			t.Errorf("promotions --diff does not show the file's line escaped:\n%q", text)
+		}
+	}
+	stdout, stderr, code := ctl(t, "", "approve", "--yes", pid)
 	if code != 1 || !strings.Contains(stdout, "FAILED") {
 		t.Errorf("approve over a conflict: exit %d:\n%s%s", code, stdout, stderr)
 	}
@@ -192,7 +200,7 @@ approval = "admin"
 	out = ok(t, "promote", "--force", id)
 	safeOutput(t, out, "promote", "--force", id)
 	pid = promotionIDRe.FindStringSubmatch(out)[1]
-	stdout, stderr, code = ctl(t, "", "approve", pid)
+	stdout, stderr, code = ctl(t, "", "approve", "--yes", pid)
 	if code != 1 || !strings.Contains(stdout, `    | \x1b]0;pwned\a`) || !strings.Contains(stdout, "    | "+fakeLine) {
 		t.Errorf("approving a change whose check fails: exit %d:\n%s%s", code, stdout, stderr)
 	}

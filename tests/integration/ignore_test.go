@@ -169,7 +169,7 @@ func TestAnApprovedPromotionLeavesOutWhatItDidWhenStarted(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(path, ".sandboxignore"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	ok(t, "approve", pid)
+	ok(t, "approve", "--yes", pid)
 	if n := promotionIgnored(t, pid); n != 1 {
 		t.Errorf("the approved promotion's record: %d left out, want 1", n)
 	}

@@ -381,11 +381,11 @@ ssh_options = [%s]
 		t.Fatalf("the promotion before approval: %+v", p)
 	}
 	// Only an admin approves.
-	nobody := exec.Command("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", ctlBin(), "approve", pid)
+	nobody := exec.Command("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", ctlBin(), "approve", "--yes", pid)
 	if out, _ := nobody.CombinedOutput(); nobody.ProcessState.ExitCode() != 4 {
 		t.Fatalf("approve as nobody: exit %d: %s", nobody.ProcessState.ExitCode(), out)
 	}
-	out = ok(t, "approve", pid)
+	out = ok(t, "approve", "--yes", pid)
 	if !strings.Contains(out, "stage production (ssh://") || !strings.Contains(out, "passed") {
 		t.Fatalf("approve's output:\n%s", out)
 	}

@@ -45,6 +45,10 @@ var actions = map[string]action{
 	sandboxd1.MethodRejectPromotion:       {mutating: true},
 	sandboxd1.MethodClearCache:            {mutating: true},
 	sandboxd1.MethodGetLimits:             {},
+
+	// An approval naming the digest seen; a promotion's diff, built whole.
+	sandboxd1.MethodApprovePromotionWithOptions: {mutating: true},
+	sandboxd1.MethodPromotionDiff:               {heavy: true},
 	// org.sandboxd1.Sandbox
 	sandboxd1.MethodDestroy:          {mutating: true},
 	sandboxd1.MethodFreeze:           {mutating: true},

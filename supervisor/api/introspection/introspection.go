@@ -76,6 +76,16 @@ const ManagerXML = xmlHeader + `<node>
    <arg type="s" name="id" direction="in"/>
    <arg type="s" name="reason" direction="in"/>
   </method>
+  <method name="ApprovePromotionWithOptions">
+   <arg type="s" name="id" direction="in"/>
+   <arg type="a{sv}" name="options" direction="in"/>
+  </method>
+  <method name="PromotionDiff">
+   <arg type="s" name="id" direction="in"/>
+   <arg type="a{sv}" name="options" direction="in"/>
+   <arg type="s" name="diff" direction="out"/>
+   <arg type="s" name="digest" direction="out"/>
+  </method>
   <method name="ClearCache"/>
   <method name="GetLimits">
    <arg type="(tttttttttttttt)" name="limits" direction="out"/>
