@@ -27,10 +27,7 @@ const summaryPaths = 5
 // modified calc.py", "7 changes: added a, deleted b, ... and 2 more".
 // The paths are the sandbox's: quoted as git quotes them.
 func changeSummary(p sandboxd1.Promotion) string {
-	s := fmt.Sprintf("%d change", p.Changes)
-	if p.Changes != 1 {
-		s += "s"
-	}
+	s := verb.Plural(p.Changes, "change")
 	var parts []string
 	for _, c := range p.Changed[:min(len(p.Changed), summaryPaths)] {
 		part := c.Kind + " " + termsafe.Path(c.Path)
