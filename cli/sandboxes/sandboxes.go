@@ -139,7 +139,7 @@ func List() *ucli.Command {
 			out := verb.OutputOf(cmd)
 			js := []sandboxJSON{}
 			for _, e := range entries {
-				js = append(js, sandboxJSON{e.ID, e.Name, e.Project, e.State, e.Owner, verb.FromMicros(e.Created)})
+				js = append(js, sandboxJSON{e.ID, e.Name, e.Project, e.State, e.Owner, verb.JSONTime(verb.FromMicros(e.Created))})
 			}
 			err := verb.PrintList(out, js, func(e sandboxJSON) string { return e.ID },
 				[]string{"ID", "NAME", "PROJECT", "STATE", "OWNER", "AGE"}, func(e sandboxJSON) []string {
@@ -203,6 +203,10 @@ func plainProperties(props map[string]dbus.Variant) map[string]any {
 	plain := map[string]any{}
 	for k, v := range props {
 		plain[k] = v.Value()
+		if us, ok := v.Value().(uint64); ok && (k == sandboxd1.PropCreated || k == sandboxd1.PropExpires) {
+			plain[k] = verb.JSONMicros(us) // RFC 3339, as every --json's times; Expires 0, none, is null
+			continue
+		}
 		if m, ok := v.Value().(map[string]dbus.Variant); ok {
 			flat := map[string]any{}
 			for n, v := range m {
