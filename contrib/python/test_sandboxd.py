@@ -226,7 +226,7 @@ class Exec(SandboxdTest):
         r = sb.exec(["sleep", "30"], timeout=0.5)
         self.assertEqual(r.how, "timed-out")
         self.assertLess(time.monotonic() - started, 10)
-        with self.assertRaises(sandboxd.Failed) as refused:
+        with self.assertRaises(sandboxd.NoProgram) as refused:
             sb.exec(["no-such-program-" + TAG])
         self.assertIn("no-such-program-" + TAG, refused.exception.message)
 

@@ -106,7 +106,7 @@ func TestProcessesBadInput(t *testing.T) {
 	fails(t, 1, `no such background process`, "logs", id, "nosuch")
 	fails(t, 1, `no such background process`, "kill", id, "nosuch")
 	fails(t, 2, `signal "NOPE"`, "kill", id, "x", "NOPE")
-	fails(t, 1, `not found|no such file`, "run", "--detach", id, "--", "/no/such/program")
+	fails(t, 127, `not found|no such file`, "run", "--detach", id, "--", "/no/such/program")
 	p := strings.TrimSpace(ok(t, "run", "--detach", id, "--", "echo", "short"))
 	eventually(t, "the short process ended", func() bool { return processes(t, id)[p].Ended != 0 })
 	// An offset past the end of the log is refused by name.
