@@ -46,7 +46,7 @@ func TestCLIJSONTimesAreRFC3339(t *testing.T) {
 	ok(t, "checkpoint", id, "t0")
 	ok(t, "run", "--detach", id, "--", "sleep", "300")
 	ended := strings.TrimSpace(ok(t, "run", "--detach", id, "--", "true"))
-	eventually(t, "the short process ended", func() bool { return processes(t, id)[ended].Ended != 0 })
+	eventually(t, "the short process ended", func() bool { return processes(t, id)[ended].Ended != nil })
 	seen := 0
 	for _, args := range [][]string{
 		{"list"}, {"status", id}, {"checkpoint", id, "t1"}, {"checkpoints", id}, {"ps", id}, {"promotions"},

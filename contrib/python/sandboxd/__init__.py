@@ -31,7 +31,7 @@ from .errors import (AccessDenied, Busy, Conflict, DaemonRestarted, DaemonUnavai
                      NoSuchPromotion, NoSuchSandbox, NotExecutable, SandboxdError, WrongState)
 from .files import MAX_FILE_CHUNK
 from .records import (Change, Checkpoint, ExecResult, FileEntry, LogChunk, Process, Promotion, SandboxInfo, Stage,
-                      Status, TryReport)
+                      Status, TryReport, TryResult)
 from .sandbox import Sandbox
 
 __all__ = [
@@ -42,5 +42,5 @@ __all__ = [
     "WrongState", "NoSuchCheckpoint", "NoSuchCommand", "Exists", "Conflict", "Busy", "NoSuchPromotion", "NoIdmap",
     "NoSuchFile", "NoProgram", "NotExecutable", "DaemonUnavailable", "DaemonRestarted",
     "SandboxInfo", "ExecResult", "FileEntry", "Change", "Checkpoint", "LogChunk", "Process", "Stage", "Promotion",
-    "TryReport", "Status",
+    "TryReport", "TryResult", "Status",
 ]
