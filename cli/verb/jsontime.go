@@ -60,12 +60,32 @@ func jsonTimes(v any) any {
 		return convert(v, func(e sandboxd1.PromotionEntry) promotionEntryJSON {
 			return promotionEntryJSON{e, JSONMicros(e.Created)}
 		})
+	case sandboxd1.Promotion:
+		return promotionUTC(v)
+	case *sandboxd1.Promotion:
+		if v != nil {
+			return promotionUTC(*v)
+		}
 	case []sandboxd1.ProcessEntry:
 		return convert(v, func(e sandboxd1.ProcessEntry) processJSON {
 			return processJSON{e, JSONMicros(e.Started), JSONMicros(e.Ended)}
 		})
 	}
 	return v
+}
+
+// promotionUTC is p, RFC 3339 already, with its times in UTC.
+func promotionUTC(p sandboxd1.Promotion) sandboxd1.Promotion {
+	p.Created, p.Updated = p.Created.UTC(), p.Updated.UTC()
+	stages := make([]sandboxd1.StageRun, len(p.Stages))
+	for i, s := range p.Stages {
+		s.Started, s.Ended, s.Decided = s.Started.UTC(), s.Ended.UTC(), s.Decided.UTC()
+		stages[i] = s
+	}
+	if p.Stages != nil {
+		p.Stages = stages
+	}
+	return p
 }
 
 func convert[T, U any](in []T, f func(T) U) []U {

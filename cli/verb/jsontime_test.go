@@ -23,6 +23,7 @@ func TestJSONTimesAreRFC3339Everywhere(t *testing.T) {
 		{[]sandboxd1.PromotionEntry{{ID: "p", Created: us}}, []string{"created"}},
 		{[]sandboxd1.ProcessEntry{{ID: "x", Started: us, Ended: us}}, []string{"started", "ended"}},
 		{map[string]any{"created": time.UnixMicro(us).In(time.FixedZone("X", 3600))}, []string{"created"}},
+		{&sandboxd1.Promotion{ID: "p", Created: time.UnixMicro(us).In(time.FixedZone("X", 3600)), Updated: time.UnixMicro(us)}, []string{"created", "updated"}},
 	} {
 		var b bytes.Buffer
 		if err := (Output{W: &b}).JSON(c.v); err != nil {
