@@ -457,7 +457,7 @@ func lookPath(name, dir string, env []string) (string, error) {
 			return p, nil
 		}
 	}
-	return "", fmt.Errorf("%s: not found in PATH %s: %w", name, path, ErrNoProgram)
+	return "", whyErr{fmt.Errorf("%s: not found in PATH %s", name, path), ErrNoProgram}
 }
 
 func executable(p string) error {

@@ -26,8 +26,10 @@ def command_argv(argv: Union[str, Sequence[str]]) -> list[str]:
             raise ValueError("an empty shell line: give the command to run")
         return ["sh", "-c", argv]
     args = list(argv)
-    if not args or not all(isinstance(a, str) for a in args):
-        raise TypeError(f"a command is a non-empty list of str, or a str (a shell line); got {argv!r}")
+    if not all(isinstance(a, str) for a in args):
+        raise TypeError(f"a command is a list of str, or a str (a shell line); got {argv!r}")
+    if not args:
+        raise ValueError("an empty command: give the program and its arguments")
     return args
 
 
