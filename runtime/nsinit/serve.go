@@ -408,8 +408,9 @@ func dupFile(f *os.File) (*os.File, error) {
 }
 
 // whyNotStarted adds to err, execve's, the sentinel a shell's exit status
-// follows: ErrNoProgram (127) when the program is not there, as the
-// command's user sees it (ENOENT also comes of a missing directory), and
+// follows: ErrNoProgram (127) when the program is not there as the
+// command's user sees it (a dangling symlink too; ENOENT of a program
+// that is there is a #! line's interpreter, left as it is), and
 // ErrNotExecutable (126) for what cannot be run.
 func whyNotStarted(err error, path, dir string, id creds.Identity) error {
 	switch {
@@ -420,7 +421,7 @@ func whyNotStarted(err error, path, dir string, id creds.Identity) error {
 			path = filepath.Join(dir, path)
 		}
 		var serr error
-		if aerr := creds.AsCaller(id, func() { _, serr = os.Lstat(path) }); aerr == nil && errors.Is(serr, os.ErrNotExist) {
+		if aerr := creds.AsCaller(id, func() { _, serr = os.Stat(path) }); aerr == nil && errors.Is(serr, os.ErrNotExist) {
 			return whyErr{err, ErrNoProgram}
 		}
 	}
