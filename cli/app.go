@@ -42,6 +42,7 @@ func Run(ctx context.Context, version string, args []string, stdout, stderr io.W
 // New is sandboxctl's command tree: what --help, completion and the man
 // page read.
 func New(version string, stdout, stderr io.Writer) *ucli.Command {
+	verb.ShowFlagsTruly()
 	root := &ucli.Command{
 		Name:    "sandboxctl",
 		Usage:   "control sandboxd's sandboxes: copies of a project to try things in",
@@ -78,7 +79,7 @@ that no other sandbox's id has will do.
 			sandboxes.Port(), sandboxes.Limits(),
 			commands.Run(), commands.PS(), commands.Logs(), commands.Kill(), commands.Repl(),
 			sandboxes.Cache(), commands.Cat(), commands.Cp(),
-			mcpCommand(),
+			mcpCommand(), helpCommand(),
 		},
 	}
 	root.DisableSliceFlagSeparator = true
@@ -98,6 +99,35 @@ func setUsageError(c *ucli.Command) {
 	}
 	for _, sub := range c.Commands {
 		setUsageError(sub)
+	}
+}
+
+// helpCommand is `sandboxctl help [COMMAND [SUBCOMMAND...]]`: urfave's
+// own help of the command the words name, at any depth. (urfave's built-in
+// help command reads only the first word: `help project add` showed
+// project's help, not add's.)
+func helpCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:      "help",
+		Aliases:   []string{"h"},
+		Usage:     "show the commands, or one command's help",
+		ArgsUsage: "[COMMAND [SUBCOMMAND...]]",
+		HideHelp:  true,
+		Action: func(ctx context.Context, cmd *ucli.Command) error {
+			var parent *ucli.Command
+			c := cmd.Root()
+			for _, word := range cmd.Args().Slice() {
+				sub := c.Command(word)
+				if sub == nil {
+					return verb.Usage("%q is not a command of %s (see `%s --help`)", word, c.FullName(), c.FullName())
+				}
+				parent, c = c, sub
+			}
+			if parent == nil {
+				return ucli.ShowRootCommandHelp(c)
+			}
+			return ucli.ShowCommandHelp(ctx, parent, c.Name)
+		},
 	}
 }
 

@@ -89,6 +89,9 @@ func writeFlags(b *strings.Builder, flags []ucli.Flag) {
 		usage := ""
 		if d, ok := f.(ucli.DocGenerationFlag); ok {
 			usage = d.GetUsage()
+			if def := d.GetDefaultText(); def != "" {
+				usage += " (default: " + def + ")"
+			}
 			if d.TakesValue() {
 				parts[len(parts)-1] += " \\fIvalue\\fR"
 			}

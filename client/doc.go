@@ -23,4 +23,23 @@
 //
 // The package imports only the wire contract (sandboxd1), godbus and the
 // standard library: a program that links it links nothing of the daemon.
+//
+// # Getting it
+//
+// It is the package github.com/sandboxd/sandboxd/client of the module
+// github.com/sandboxd/sandboxd (Go 1.26 or later). No release is tagged
+// yet, so a commit is the version, as a pseudo-version:
+//
+//	go get github.com/sandboxd/sandboxd/client@main
+//
+// or, from a checkout of the repository (the one the daemon was built
+// from):
+//
+//	go mod edit -replace github.com/sandboxd/sandboxd=/path/to/sandboxd
+//	go get github.com/sandboxd/sandboxd/client
+//
+// It speaks org.sandboxd1, whose published methods never change: a client
+// of any commit works with a daemon of any other for the calls both know;
+// a call the daemon is too old for fails with ErrInvalidArgs
+// (org.freedesktop.DBus.Error.UnknownMethod).
 package client

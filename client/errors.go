@@ -64,6 +64,13 @@ var (
 	// (or a directory on its way is not one). It also matches
 	// fs.ErrNotExist.
 	ErrNoSuchFile = errors.New("no such file")
+	// ErrNoProgram: Exec's or Spawn's program is not in the sandbox (not
+	// in its PATH, or no such file): a shell's exit 127.
+	ErrNoProgram = errors.New("no such program")
+	// ErrNotExecutable: the program is there but cannot be run (no
+	// permission, a directory, a format the kernel does not run): a
+	// shell's exit 126.
+	ErrNotExecutable = errors.New("not executable")
 	// ErrTooLarge: a file is larger than the bound ReadFile was given.
 	ErrTooLarge = errors.New("file too large")
 )
@@ -85,6 +92,8 @@ var sentinels = map[string]error{
 	sandboxd1.ErrorWrongState:                  ErrWrongState,
 	sandboxd1.ErrorNoIdmap:                     ErrNoIdmap,
 	sandboxd1.ErrorNoSuchFile:                  ErrNoSuchFile,
+	sandboxd1.ErrorNoProgram:                   ErrNoProgram,
+	sandboxd1.ErrorNotExecutable:               ErrNotExecutable,
 	sandboxd1.ErrorFailed:                      ErrFailed,
 	sandboxd1.ErrorServiceUnknown:              ErrNotRunning,
 	sandboxd1.ErrorNameHasNoOwner:              ErrNotRunning,

@@ -240,8 +240,11 @@ func TestExitStatusSaysHowTheCommandEnded(t *testing.T) {
 			t.Errorf("%q: %+v; want %+v", tc.argv, st, tc.want)
 		}
 	}
-	if _, err := sb.Exec(ctx, []string{"/no/such/program"}, client.ExecOptions{}); !errors.Is(err, client.ErrFailed) || !strings.Contains(err.Error(), "/no/such/program") {
-		t.Errorf("Exec of a program that is not there: %v; want ErrFailed naming it", err)
+	if _, err := sb.Exec(ctx, []string{"/no/such/program"}, client.ExecOptions{}); !errors.Is(err, client.ErrNoProgram) || !strings.Contains(err.Error(), "/no/such/program") {
+		t.Errorf("Exec of a program that is not there: %v; want ErrNoProgram naming it", err)
+	}
+	if _, err := sb.Exec(ctx, []string{"/etc"}, client.ExecOptions{}); !errors.Is(err, client.ErrNotExecutable) || !strings.Contains(err.Error(), "/etc") {
+		t.Errorf("Exec of a directory: %v; want ErrNotExecutable naming it", err)
 	}
 }
 

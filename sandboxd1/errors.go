@@ -39,6 +39,14 @@ const (
 	// ErrorNoSuchFile: the file API's path names nothing in the sandbox
 	// (or a directory on its way is not one).
 	ErrorNoSuchFile = "org.sandboxd1.Error.NoSuchFile"
+	// ErrorNoProgram: Exec's, ExecTerminal's or Spawn's program is not in
+	// the sandbox (not in its PATH, or no such file), as the command's
+	// user sees it; a shell exits 127 for it (sandboxctl exec does).
+	ErrorNoProgram = "org.sandboxd1.Error.NoProgram"
+	// ErrorNotExecutable: the program is there but cannot be run (no
+	// permission, a directory, a format the kernel does not run); a shell
+	// exits 126 (sandboxctl exec does).
+	ErrorNotExecutable = "org.sandboxd1.Error.NotExecutable"
 )
 
 // Standard errors (D-Bus specification) the API and its clients meet.

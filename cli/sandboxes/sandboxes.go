@@ -30,13 +30,17 @@ then the host's defaults.`,
 		Flags: []ucli.Flag{
 			&ucli.StringFlag{Name: "name", Usage: "a name to call it by instead of its id"},
 			&ucli.StringFlag{Name: "profile", Usage: "the profile of settings to start from (default, untrusted, trusted, or one of sandboxd.toml's)"},
-			&ucli.StringFlag{Name: "memory", Usage: "memory limit, like 512M or 2G"},
+			&ucli.StringFlag{Name: "memory", Usage: "memory limit, like 512M or 2G",
+				DefaultText: "the profile's, else the daemon's: a quarter of the host's memory, at most 4G, unless configured"},
 			&ucli.StringFlag{Name: "cpu", Usage: "CPU limit in percent of one CPU, like 50% or 200%"},
-			&ucli.UintFlag{Name: "tasks", Usage: "most processes and threads at once"},
-			&ucli.StringFlag{Name: "disk", Usage: "most it may write, like 1G"},
-			&ucli.DurationFlag{Name: "ttl", Usage: "time to live, like 2h: then it is destroyed"},
-			&ucli.DurationFlag{Name: "runtime-max", Usage: "how long its processes may run, like 30m"},
-			&ucli.StringFlag{Name: "network", Usage: "none (only loopback), allowlist (with --allow) or host"},
+			&ucli.UintFlag{Name: "tasks", Usage: "most processes and threads at once",
+				DefaultText: fmt.Sprintf("the profile's, else the daemon's: %d unless configured", sandboxd1.DefaultTasksMax)},
+			&ucli.StringFlag{Name: "disk", Usage: "most it may write, like 1G",
+				DefaultText: "the profile's, else the daemon's: a tenth of its pool's size, unless configured"},
+			&ucli.DurationFlag{Name: "ttl", Usage: "time to live, like 2h: then it is destroyed",
+				DefaultText: "the profile's, else the daemon's: " + verb.DurationText(sandboxd1.DefaultTTL) + " unless configured"},
+			&ucli.DurationFlag{Name: "runtime-max", Usage: "how long its processes may run, like 30m", DefaultText: "the profile's (untrusted: 1h), else no bound"},
+			&ucli.StringFlag{Name: "network", Usage: "none (only loopback), allowlist (with --allow) or host", DefaultText: "the profile's, else none"},
 			&ucli.StringSliceFlag{Name: "allow", Usage: "with --network allowlist: HOST:PORT it may reach (repeat it); *.example.com:443 and 10.0.0.0/8:* work"},
 			&ucli.BoolFlag{Name: "read-only-project", Usage: "it sees its project but cannot change it"},
 			&ucli.BoolFlag{Name: "boot", Usage: "run a systemd of its own: `sandboxctl exec S -- systemctl start nginx` starts the host's service on the sandbox's copies of its files"},
@@ -135,7 +139,7 @@ func List() *ucli.Command {
 			out := verb.OutputOf(cmd)
 			js := []sandboxJSON{}
 			for _, e := range entries {
-				js = append(js, sandboxJSON{e.ID, e.Name, e.Project, e.State, e.Owner, verb.FromMicros(e.Created)})
+				js = append(js, sandboxJSON{e.ID, e.Name, e.Project, e.State, e.Owner, verb.JSONTime(verb.FromMicros(e.Created))})
 			}
 			err := verb.PrintList(out, js, func(e sandboxJSON) string { return e.ID },
 				[]string{"ID", "NAME", "PROJECT", "STATE", "OWNER", "AGE"}, func(e sandboxJSON) []string {
@@ -199,6 +203,10 @@ func plainProperties(props map[string]dbus.Variant) map[string]any {
 	plain := map[string]any{}
 	for k, v := range props {
 		plain[k] = v.Value()
+		if us, ok := v.Value().(uint64); ok && (k == sandboxd1.PropCreated || k == sandboxd1.PropExpires) {
+			plain[k] = verb.JSONMicros(us) // RFC 3339, as every --json's times; Expires 0, none, is null
+			continue
+		}
 		if m, ok := v.Value().(map[string]dbus.Variant); ok {
 			flat := map[string]any{}
 			for n, v := range m {
@@ -384,7 +392,7 @@ func GC() *ucli.Command {
 gets them out of (creating or destroying for over a minute), or, with
 --older-than, made longer ago than that. --dry-run lists them only.`,
 		Flags: []ucli.Flag{
-			&ucli.DurationFlag{Name: "older-than", Usage: "also destroy sandboxes made longer ago than this, like 24h"},
+			&ucli.DurationFlag{Name: "older-than", Usage: "also destroy sandboxes made longer ago than this, like 24h", DefaultText: "none: only the expired and the stuck"},
 			&ucli.BoolFlag{Name: "dry-run", Usage: "say what would be destroyed, destroy nothing"},
 		},
 		Action: verb.OnSandboxes(func(ctx context.Context, cmd *ucli.Command, c *verb.Client, entries []sandboxd1.ListEntry) error {

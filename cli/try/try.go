@@ -48,6 +48,7 @@ func Command() *ucli.Command {
 	for _, f := range commands.ExecFlags() {
 		if d, ok := f.(*ucli.DurationFlag); ok && d.Name == "timeout" {
 			d.Usage = "end each command and each check after this long, like 10m (it fails: timed-out)"
+			d.DefaultText = "the daemon's, " + verb.DurationText(sandboxd1.DefaultTryTimeout)
 		}
 		flags = append(flags, f)
 	}

@@ -22,6 +22,9 @@ const (
 	ExitDenied      = 4 // not allowed for this user
 	ExitConflict    = 5 // the state does not allow it, a name is taken, a limit is reached
 	ExitUnavailable = 6 // sandboxd is not running, or the system bus cannot be reached
+	// As a shell does, for a command that could not be run.
+	ExitNotExecutable = 126 // the program is there but cannot be run
+	ExitNoProgram     = 127 // the program is not there
 )
 
 // ExitCodes documents the codes, for help and the man page.
@@ -35,7 +38,9 @@ const ExitCodes = `EXIT STATUS
       a promotion's paths were changed in the project too
    6  sandboxd is not running, or the system bus cannot be reached
    exec and shell exit with the command's own status once it ran
-   (128+N for a signal N, 124 when its timeout ended it).`
+   (128+N for a signal N, 124 when its timeout ended it); as a shell
+   does, 127 when the program is not in the sandbox, 126 when it is
+   there but cannot be run (run --detach too).`
 
 // Error is a failure with its exit code and, where there is one, the fix.
 type Error struct {
@@ -108,6 +113,10 @@ func FromBus(what string, err error) *Error {
 			return &Error{Code: ExitDenied, Msg: msg, Fix: "run it without --root, or ask an administrator for a pool and root layers that can idmap (btrfs; see docs/userns.md)", Err: err}
 		case sandboxd1.ErrorNoSuchFile:
 			return &Error{Code: ExitNotFound, Msg: msg, Err: err}
+		case sandboxd1.ErrorNoProgram:
+			return &Error{Code: ExitNoProgram, Msg: msg, Fix: "is it installed in the sandbox, and in its PATH? (sandboxctl exec SANDBOX -- sh -c 'command -v NAME')", Err: err}
+		case sandboxd1.ErrorNotExecutable:
+			return &Error{Code: ExitNotExecutable, Msg: msg, Fix: "its mode, or its #! line, does not let you run it (sandboxctl exec SANDBOX -- ls -l PATH)", Err: err}
 		case sandboxd1.ErrorNoSuchPromotion:
 			return &Error{Code: ExitNotFound, Msg: msg, Fix: "see `sandboxctl promotions`", Err: err}
 		case sandboxd1.ErrorConflict:

@@ -28,6 +28,18 @@ func Age(t time.Time) string {
 	return fmt.Sprintf("%dd", int(d.Hours()/24))
 }
 
+// DurationText is a duration as a person writes it: 24h, 10m, 1h30m.
+func DurationText(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
+
 // UserName is uid's name, or the number.
 func UserName(uid uint32) string {
 	id := strconv.FormatUint(uint64(uid), 10)

@@ -22,11 +22,11 @@ func OutputOf(cmd *ucli.Command) Output {
 	return Output{W: cmd.Root().Writer, AsJSON: cmd.Bool("json"), Quiet: cmd.Bool("quiet")}
 }
 
-// JSON prints v as indented JSON.
+// JSON prints v as indented JSON, its times as RFC 3339 (jsonTimes).
 func (o Output) JSON(v any) error {
 	enc := json.NewEncoder(o.W)
 	enc.SetIndent("", "  ")
-	return Written(enc.Encode(v))
+	return Written(enc.Encode(jsonTimes(v)))
 }
 
 // Table prints rows under a header, aligned.

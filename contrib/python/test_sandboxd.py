@@ -226,9 +226,25 @@ class Exec(SandboxdTest):
         r = sb.exec(["sleep", "30"], timeout=0.5)
         self.assertEqual(r.how, "timed-out")
         self.assertLess(time.monotonic() - started, 10)
-        with self.assertRaises(sandboxd.Failed) as refused:
+        with self.assertRaises(sandboxd.NoProgram) as refused:
             sb.exec(["no-such-program-" + TAG])
         self.assertIn("no-such-program-" + TAG, refused.exception.message)
+        with self.assertRaises(sandboxd.NotExecutable):
+            sb.exec(["/etc"])
+
+    def test_a_string_is_a_shell_line(self) -> None:
+        sb = self.sandbox()
+        sb.write_file("t.py", b"import sys; print('ran', sys.argv[1:])\n")
+        r = sb.exec("python3 t.py a 'b c' > out.txt && cat out.txt")
+        self.assertEqual((r.stdout, r.how, r.status), (b"ran ['a', 'b c']\n", "exited", 0), r)
+        # The shell's own 127 for what it cannot find: a status, not an error.
+        r = sb.exec("no-such-program-" + TAG)
+        self.assertEqual((r.how, r.status), ("exited", 127), r)
+        p = sb.spawn("echo spawned-as-a-line")
+        self.assertIn(p, [x.id for x in sb.processes()])
+        for bad in ("", b"true", [], ["sh", 1]):
+            with self.assertRaises((TypeError, ValueError)):
+                sb.exec(bad)  # type: ignore[arg-type]
 
     def test_checkpoint_rollback_and_background_processes(self) -> None:
         sb = self.sandbox()
@@ -333,12 +349,17 @@ class Try(SandboxdTest):
         prefix = f"pytry-{TAG}"
         report = self.client.try_("web", ["echo a > v.txt", "exit 1"], "test -f v.txt", keep="winner", name=prefix)
         self.assertEqual(report.winner, 0, report)
-        self.assertEqual([r["passed"] for r in report.results], [True, False])
-        winner = self.client.sandbox(report.results[0]["name"])
+        self.assertTrue(all(isinstance(r, sandboxd.TryResult) for r in report.results), report)
+        self.assertEqual([r.passed for r in report.results], [True, False])
+        self.assertEqual([(r.winner, r.kept) for r in report.results], [(True, True), (False, False)])
+        self.assertEqual((report.results[1].failed_in, report.results[1].how, report.results[1].status),
+                         ("command", "exited", 1))
+        self.assertEqual(report.results[0].record["name"], report.results[0].name)
+        winner = self.client.sandbox(report.results[0].name)
         self.addCleanup(self.destroy, winner)
         self.assertEqual(self.sh(winner, "cat v.txt"), "a\n")
         with self.assertRaises(sandboxd.NoSuchSandbox):
-            self.client.sandbox(report.results[1]["name"])
+            self.client.sandbox(report.results[1].name)
 
 
 class Errors(SandboxdTest):

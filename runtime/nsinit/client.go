@@ -56,7 +56,7 @@ func Exec(ctx context.Context, socket string, req Request, stdio []*os.File) (*C
 	if m.Error != "" {
 		closeAll(files)
 		conn.Close()
-		return nil, fmt.Errorf("running %s: %w: %s", req.program(), ErrCommand, m.Error)
+		return nil, fmt.Errorf("running %s: %w", req.program(), startError(m))
 	}
 	cmd := &Command{PID: m.Started, conn: conn, done: make(chan struct{})}
 	if req.PTY {

@@ -35,7 +35,32 @@ func errorMessage(err error) message {
 		}
 		text = text[:cut] + "... (cut)"
 	}
-	return message{Error: text}
+	m := message{Error: text}
+	switch {
+	case errors.Is(err, ErrNoProgram):
+		m.Start = startNoProgram
+	case errors.Is(err, ErrNotExecutable):
+		m.Start = startNotExecutable
+	}
+	return m
+}
+
+// Why a command did not start, as a reply's Start says it.
+const (
+	startNoProgram     = "no-program"
+	startNotExecutable = "not-executable"
+)
+
+// startError is a reply's error text, with ErrCommand and the sentinel
+// its Start names.
+func startError(m message) error {
+	switch m.Start {
+	case startNoProgram:
+		return fmt.Errorf("%w, %w: %s", ErrCommand, ErrNoProgram, m.Error)
+	case startNotExecutable:
+		return fmt.Errorf("%w, %w: %s", ErrCommand, ErrNotExecutable, m.Error)
+	}
+	return fmt.Errorf("%w: %s", ErrCommand, m.Error)
 }
 
 // datagramSize is the length of the next datagram on conn, which stays

@@ -3,14 +3,18 @@ package nsinit
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandboxd/runtime/nsinit/creds"
 )
 
 // An error of any length (a long path, a long program name) reaches the
@@ -84,5 +88,34 @@ func TestRequestsAreReadAtTheirSize(t *testing.T) {
 	conns[0].Close()
 	if _, _, err := readMessage(conns[1], maxMessage); !errors.Is(err, io.EOF) {
 		t.Errorf("after the peer closed: %v; want io.EOF", err)
+	}
+}
+
+// A program that is not there, or cannot be run, reaches the daemon as
+// such (the sentinels a shell's 127 and 126 follow), and as ErrCommand.
+func TestUnitStartErrorsSayWhyAcrossTheSocket(t *testing.T) {
+	_, lerr := lookPath("nosuch-program", t.TempDir(), []string{"PATH=" + t.TempDir()})
+	noexec := fmt.Errorf("starting /x in /: %w", whyNotStarted(syscall.EACCES, "/x", "/", creds.Identity{}))
+	for _, c := range []struct {
+		err  error
+		want error
+	}{{lerr, ErrNoProgram}, {noexec, ErrNotExecutable}, {errors.New("bad directory"), nil}} {
+		b, err := json.Marshal(errorMessage(c.err))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m message
+		if err := json.Unmarshal(b, &m); err != nil {
+			t.Fatal(err)
+		}
+		got := startError(m)
+		if !errors.Is(got, ErrCommand) || !strings.Contains(got.Error(), c.err.Error()) {
+			t.Errorf("%v came back as %v; want ErrCommand with its text", c.err, got)
+		}
+		for _, s := range []error{ErrNoProgram, ErrNotExecutable} {
+			if errors.Is(got, s) != (s == c.want) {
+				t.Errorf("%v came back as %v: errors.Is(%v) = %v", c.err, got, s, errors.Is(got, s))
+			}
+		}
 	}
 }

@@ -46,6 +46,9 @@ func ask(ctx context.Context, socket string, m message, files []*os.File, size i
 		}
 		return reply, fmt.Errorf("%w (%v)", ErrNotRunning, err)
 	}
+	if reply.Error != "" && reply.Start != "" {
+		return reply, startError(reply)
+	}
 	if reply.Error != "" {
 		return reply, queryError(reply.Error)
 	}

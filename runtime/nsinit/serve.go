@@ -328,7 +328,7 @@ func (s *server) start(req *Request, stdio []*os.File, cg *cgroup.Received) (_ *
 		if c.master != nil {
 			c.master.Close()
 		}
-		return nil, fmt.Errorf("starting %s in %s: %w", path, dir, err)
+		return nil, fmt.Errorf("starting %s in %s: %w", path, dir, whyNotStarted(err, path, dir, req.identity()))
 	}
 	if req.Timeout > 0 {
 		c.timer = time.AfterFunc(req.Timeout, func() { c.end(TimedOut) })
@@ -407,6 +407,34 @@ func dupFile(f *os.File) (*os.File, error) {
 	return os.NewFile(uintptr(fd), f.Name()), nil
 }
 
+// whyNotStarted adds to err, execve's, the sentinel a shell's exit status
+// follows: ErrNoProgram (127) when the program is not there as the
+// command's user sees it (a dangling symlink too; ENOENT of a program
+// that is there is a #! line's interpreter, left as it is), and
+// ErrNotExecutable (126) for what cannot be run.
+func whyNotStarted(err error, path, dir string, id creds.Identity) error {
+	switch {
+	case errors.Is(err, syscall.EACCES), errors.Is(err, syscall.ENOEXEC), errors.Is(err, syscall.EISDIR):
+		return whyErr{err, ErrNotExecutable}
+	case errors.Is(err, syscall.ENOENT):
+		if !filepath.IsAbs(path) {
+			path = filepath.Join(dir, path)
+		}
+		var serr error
+		if aerr := creds.AsCaller(id, func() { _, serr = os.Stat(path) }); aerr == nil && errors.Is(serr, os.ErrNotExist) {
+			return whyErr{err, ErrNoProgram}
+		}
+	}
+	return err
+}
+
+// whyErr is an error of execve's that is also why (a sentinel), saying
+// only the former.
+type whyErr struct{ err, why error }
+
+func (e whyErr) Error() string   { return e.err.Error() }
+func (e whyErr) Unwrap() []error { return []error{e.err, e.why} }
+
 // lookPath finds name as the command's PATH would, inside the sandbox. A
 // name with a slash is left to execve, relative to the command's
 // directory, whose error the caller gets: the init does not stat it as
@@ -430,7 +458,7 @@ func lookPath(name, dir string, env []string) (string, error) {
 			return p, nil
 		}
 	}
-	return "", fmt.Errorf("%s: not found in PATH %s", name, path)
+	return "", whyErr{fmt.Errorf("%s: not found in PATH %s", name, path), ErrNoProgram}
 }
 
 func executable(p string) error {

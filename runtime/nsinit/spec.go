@@ -162,6 +162,14 @@ var (
 	// ErrCommand: the command could not be started (not found, not
 	// executable, bad directory); the message says which.
 	ErrCommand = errors.New("cannot start the command")
+	// ErrNoProgram: the command's program is not there (not in its PATH,
+	// or no such file): a shell's exit 127. Such an error is ErrCommand
+	// too.
+	ErrNoProgram = errors.New("no such program")
+	// ErrNotExecutable: the program is there but cannot be run (no
+	// permission, a directory, a format the kernel does not run): a
+	// shell's exit 126. Such an error is ErrCommand too.
+	ErrNotExecutable = errors.New("not executable")
 )
 
 // message is what travels on the control socket, one per datagram.
@@ -174,6 +182,9 @@ type message struct {
 	Started int     `json:"started,omitempty"`
 	Exit    *Result `json:"exit,omitempty"`
 	Error   string  `json:"error,omitempty"`
+	// Start says why a command did not start, when it is known:
+	// startNoProgram or startNotExecutable.
+	Start string `json:"start,omitempty"`
 	// Process asks about background processes; the answers are
 	// Processes (with Listed: a list, or an acknowledgement), Log, and,
 	// on a watch, Exited for each that ends.

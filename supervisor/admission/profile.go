@@ -138,7 +138,9 @@ func union(a, b []string) []string {
 const (
 	// maxDefaultMemory caps the derived MemoryMax.
 	maxDefaultMemory = 4 << 30
-	// defaultTasksMax is the derived TasksMax, unless pid_max/8 is less.
+	// defaultTasksMax is the derived TasksMax, unless pid_max/8 is less:
+	// sandboxd1.DefaultTasksMax, which sandboxctl's help says (this room
+	// may not import the wire contract; its test holds the two equal).
 	defaultTasksMax = 4096
 	// diskQuotaShare is the pool's size over the derived disk quota.
 	diskQuotaShare = 10

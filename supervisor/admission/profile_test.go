@@ -2,13 +2,16 @@ package admission_test
 
 import (
 	"errors"
+	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sandboxd/sandboxd/runtime/nsinit"
+	"github.com/sandboxd/sandboxd/sandboxd1"
 	"github.com/sandboxd/sandboxd/supervisor/admission"
 	"github.com/sandboxd/sandboxd/units"
 )
@@ -107,8 +110,15 @@ func TestUnitHostDefaultsFillWhatIsLeft(t *testing.T) {
 	}
 
 	mem, tasks, disk := admission.HostDefaults(t.TempDir())
-	if mem == 0 || mem > 4<<30 || tasks == 0 || tasks > 4096 || disk == 0 {
-		t.Fatalf("HostDefaults of a directory: %d, %d, %d; want MemoryMax in (0, 4GiB], TasksMax in (0, 4096], a disk quota", mem, tasks, disk)
+	if mem == 0 || mem > 4<<30 || tasks == 0 || tasks > sandboxd1.DefaultTasksMax || disk == 0 {
+		t.Fatalf("HostDefaults of a directory: %d, %d, %d; want MemoryMax in (0, 4GiB], TasksMax in (0, %d], a disk quota", mem, tasks, disk, sandboxd1.DefaultTasksMax)
+	}
+	// sandboxctl's --help says sandboxd1's number: the derived one is it
+	// wherever pid_max does not make it less.
+	if b, err := os.ReadFile("/proc/sys/kernel/pid_max"); err == nil {
+		if n, _ := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64); n/8 >= sandboxd1.DefaultTasksMax && tasks != sandboxd1.DefaultTasksMax {
+			t.Fatalf("HostDefaults' TasksMax is %d; sandboxctl --help says sandboxd1.DefaultTasksMax, %d", tasks, sandboxd1.DefaultTasksMax)
+		}
 	}
 	if _, _, disk := admission.HostDefaults(filepath.Join("pool", "sandboxes")); disk != 0 {
 		t.Fatalf("HostDefaults of a dataset's name: disk %d; want 0 (not measured)", disk)

@@ -7,6 +7,7 @@ import (
 	"github.com/godbus/dbus/v5"
 
 	"github.com/sandboxd/sandboxd/internal/termsafe"
+	"github.com/sandboxd/sandboxd/runtime/nsinit"
 	"github.com/sandboxd/sandboxd/sandboxd1"
 	"github.com/sandboxd/sandboxd/supervisor"
 	"github.com/sandboxd/sandboxd/supervisor/checkpoints"
@@ -59,6 +60,10 @@ func fromSupervisor(err error) *dbus.Error {
 		name = sandboxd1.ErrorNoIdmap
 	case errors.Is(err, commands.ErrNoFile):
 		name = sandboxd1.ErrorNoSuchFile
+	case errors.Is(err, nsinit.ErrNoProgram):
+		name = sandboxd1.ErrorNoProgram
+	case errors.Is(err, nsinit.ErrNotExecutable):
+		name = sandboxd1.ErrorNotExecutable
 	}
 	// The text carries what sandboxes named (a conflict's paths, a
 	// check's error): escaped here, so that no client (busctl, a script)

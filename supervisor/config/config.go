@@ -19,9 +19,9 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"time"
 
 	"github.com/sandboxd/sandboxd/cowfs/pool"
+	"github.com/sandboxd/sandboxd/sandboxd1"
 )
 
 // DefaultPath is where the daemon looks for its configuration when none is
@@ -286,7 +286,7 @@ func Default() *Config {
 			UserMemoryMax:  MemoryShare{Percent: 25},
 			UserTasksMax:   TaskShare{Percent: 25},
 			MaxMemory:      MemoryShare{Percent: 800},
-			DefaultTTL:     Duration(24 * time.Hour),
+			DefaultTTL:     Duration(sandboxd1.DefaultTTL),
 		},
 		Storage: Storage{
 			Backend: BackendEmbedded,

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandboxd/sandboxd/sandboxd1"
 	"github.com/sandboxd/sandboxd/supervisor"
 )
 
@@ -46,7 +47,7 @@ const prefix = "try-"
 
 // defaultTimeout bounds each step when Options.Timeout is 0, as a
 // promotion's checks are bounded.
-const defaultTimeout = 10 * time.Minute
+const defaultTimeout = sandboxd1.DefaultTryTimeout
 
 // Options ask for several sandboxes of one project, a variant each,
 // and the same check in each: many approaches side by side, one winner.

@@ -140,7 +140,7 @@ func TestCLIExecPassesStreamsAndStatus(t *testing.T) {
 	if _, errOut, code := ctl(t, "", "exec", "--timeout", "300ms", id, "--", "sleep", "10"); code != 124 || !strings.Contains(errOut, "timed out") {
 		t.Errorf("exec --timeout: exit %d, %q", code, errOut)
 	}
-	fails(t, 1, `no-such-program: not found`, "exec", id, "--", "no-such-program")
+	fails(t, 127, `no-such-program: not found`, "exec", id, "--", "no-such-program")
 	fails(t, 2, `what command\? \(usage: sandboxctl exec \[options\] SANDBOX -- COMMAND \[ARG...\]\)`, "exec", id)
 
 	// Ctrl-C: the command is stopped, the sandbox stays.

@@ -17,17 +17,30 @@ import (
 // it, logs prints what it wrote, kill ends it.
 
 // processes lists sandbox id's background processes with ps --json.
-func processes(t *testing.T, id string) map[string]sandboxd1.ProcessEntry {
+func processes(t *testing.T, id string) map[string]psEntry {
 	t.Helper()
-	var ps []sandboxd1.ProcessEntry
+	var ps []psEntry
 	if err := json.Unmarshal([]byte(ok(t, "--json", "ps", id)), &ps); err != nil {
 		t.Fatal(err)
 	}
-	out := map[string]sandboxd1.ProcessEntry{}
+	out := map[string]psEntry{}
 	for _, p := range ps {
 		out[p.ID] = p
 	}
 	return out
+}
+
+// psEntry is a process as `sandboxctl --json ps` gives it (its times
+// RFC 3339; a running one's end null).
+type psEntry struct {
+	ID      string     `json:"id"`
+	Argv    []string   `json:"argv"`
+	PID     uint32     `json:"pid"`
+	Started time.Time  `json:"started"`
+	Ended   *time.Time `json:"ended"`
+	How     string     `json:"how"`
+	Status  int32      `json:"status"`
+	Signal  int32      `json:"signal"`
 }
 
 // eventually retries cond every 50 ms for up to 10 s.
@@ -62,7 +75,7 @@ func TestProcessesRunOnAndKeepTheirLogs(t *testing.T) {
 		t.Errorf("logs of the chatty process: %q", out)
 	}
 	ps := processes(t, id)
-	if p := ps[web]; p.Ended != 0 || p.PID == 0 || strings.Join(p.Argv, " ") != "python3 -m http.server 8000 --bind 127.0.0.1" {
+	if p := ps[web]; p.Ended != nil || p.PID == 0 || strings.Join(p.Argv, " ") != "python3 -m http.server 8000 --bind 127.0.0.1" {
 		t.Errorf("ps: the server: %+v", p)
 	}
 
@@ -72,7 +85,7 @@ func TestProcessesRunOnAndKeepTheirLogs(t *testing.T) {
 	if mainPID(t) == before {
 		t.Fatal("sandboxd did not restart")
 	}
-	if p := processes(t, id)[web]; p.Ended != 0 {
+	if p := processes(t, id)[web]; p.Ended != nil {
 		t.Fatalf("the server after a restart of the daemon: %+v", p)
 	}
 	if out, _, code := ctl(t, "", "exec", id, "--", "python3", "-c", get); code != 0 || out != "200\n" {
@@ -86,7 +99,7 @@ func TestProcessesRunOnAndKeepTheirLogs(t *testing.T) {
 	ok(t, "kill", id, web)
 	eventually(t, "the server ended by SIGTERM", func() bool {
 		p := processes(t, id)[web]
-		return p.Ended != 0 && p.How == "signaled" && p.Signal == 15
+		return p.Ended != nil && p.How == "signaled" && p.Signal == 15
 	})
 	if out := ok(t, "ps", id); !strings.Contains(out, "killed by signal 15") || !strings.Contains(out, "running") {
 		t.Errorf("ps after kill: %q", out)
@@ -106,9 +119,9 @@ func TestProcessesBadInput(t *testing.T) {
 	fails(t, 1, `no such background process`, "logs", id, "nosuch")
 	fails(t, 1, `no such background process`, "kill", id, "nosuch")
 	fails(t, 2, `signal "NOPE"`, "kill", id, "x", "NOPE")
-	fails(t, 1, `not found|no such file`, "run", "--detach", id, "--", "/no/such/program")
+	fails(t, 127, `not found|no such file`, "run", "--detach", id, "--", "/no/such/program")
 	p := strings.TrimSpace(ok(t, "run", "--detach", id, "--", "echo", "short"))
-	eventually(t, "the short process ended", func() bool { return processes(t, id)[p].Ended != 0 })
+	eventually(t, "the short process ended", func() bool { return processes(t, id)[p].Ended != nil })
 	// An offset past the end of the log is refused by name.
 	obj := string(sandboxd1.SandboxPath(id))
 	out, err := exec.Command("busctl", "call", sandboxd1.BusName, obj, sandboxd1.SandboxInterface, "ReadLog", "stu", p, "1000000", "100").CombinedOutput()
@@ -137,7 +150,7 @@ func TestProcessLogsRotate(t *testing.T) {
 	// 20 MiB of numbered lines: more than the two files of 8 MiB kept.
 	p := strings.TrimSpace(ok(t, "run", "--detach", id, "--", "python3", "-c",
 		"import sys\nfor i in range(400000): sys.stdout.write('%051d\\n' % i)"))
-	eventually(t, "the writer ended", func() bool { return processes(t, id)[p].Ended != 0 })
+	eventually(t, "the writer ended", func() bool { return processes(t, id)[p].Ended != nil })
 	out := ok(t, "logs", id, p)
 	if len(out) > 16<<20 || len(out) < 8<<20 {
 		t.Errorf("a 20 MiB log keeps %d bytes; want between 8 and 16 MiB", len(out))

@@ -25,6 +25,7 @@ var pythonTests = []string{
 	"Streams.test_a_download_the_host_cannot_hold_fails_and_leaves_nothing",
 	"Streams.test_a_fifo_is_refused_by_name_not_waited_on",
 	"Exec.test_exec_passes_stdin_output_status_env_and_cwd",
+	"Exec.test_a_string_is_a_shell_line",
 	"Exec.test_checkpoint_rollback_and_background_processes",
 	"Exec.test_an_interrupted_exec_kills_its_command",
 	"Exec.test_a_daemon_restart_ends_a_waiting_exec",

@@ -27,11 +27,11 @@ from ._bus import (BUS_NAME, MANAGER_INTERFACE, MANAGER_PATH, PROPERTIES_INTERFA
 from ._values import Env, Size, parse_size
 from .client import Client
 from .errors import (AccessDenied, Busy, Conflict, DaemonRestarted, DaemonUnavailable, Exists, Failed, InvalidArgs,
-                     LimitReached, NoIdmap, NoSuchCheckpoint, NoSuchCommand, NoSuchFile, NoSuchProject,
-                     NoSuchPromotion, NoSuchSandbox, SandboxdError, WrongState)
+                     LimitReached, NoIdmap, NoProgram, NoSuchCheckpoint, NoSuchCommand, NoSuchFile, NoSuchProject,
+                     NoSuchPromotion, NoSuchSandbox, NotExecutable, SandboxdError, WrongState)
 from .files import MAX_FILE_CHUNK
 from .records import (Change, Checkpoint, ExecResult, FileEntry, LogChunk, Process, Promotion, SandboxInfo, Stage,
-                      Status, TryReport)
+                      Status, TryReport, TryResult)
 from .sandbox import Sandbox
 
 __all__ = [
@@ -40,7 +40,7 @@ __all__ = [
     "Client", "Sandbox",
     "SandboxdError", "AccessDenied", "NoSuchSandbox", "NoSuchProject", "InvalidArgs", "Failed", "LimitReached",
     "WrongState", "NoSuchCheckpoint", "NoSuchCommand", "Exists", "Conflict", "Busy", "NoSuchPromotion", "NoIdmap",
-    "NoSuchFile", "DaemonUnavailable", "DaemonRestarted",
+    "NoSuchFile", "NoProgram", "NotExecutable", "DaemonUnavailable", "DaemonRestarted",
     "SandboxInfo", "ExecResult", "FileEntry", "Change", "Checkpoint", "LogChunk", "Process", "Stage", "Promotion",
-    "TryReport", "Status",
+    "TryReport", "TryResult", "Status",
 ]

@@ -11,7 +11,7 @@ from dbus_next.signature import Variant
 from ._bus import BUS_NAME, MANAGER_INTERFACE, MANAGER_PATH, Bus
 from ._values import Env, Size, create_options, exec_options, usec, variant
 from .errors import invalid
-from .records import Promotion, SandboxInfo, TryReport
+from .records import Promotion, SandboxInfo, TryReport, TryResult
 from .sandbox import Sandbox
 
 
@@ -87,7 +87,8 @@ class Client:
         if parallel is not None:
             opts["Parallel"] = variant("Parallel", "u", parallel)
         report = json.loads(self._manager("Try", "sasssa{sv}", project, list(variants), check, keep, opts)[0])
-        return TryReport(report.get("results") or [], report.get("winner", -1), report.get("left") or [])
+        return TryReport([TryResult.from_json(r) for r in report.get("results") or []], report.get("winner", -1),
+                         report.get("left") or [])
 
     def promotion(self, promotion_id: str) -> Promotion:
         return Promotion.from_json(self._manager("GetPromotion", "s", promotion_id)[0])

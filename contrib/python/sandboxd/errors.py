@@ -84,6 +84,16 @@ class NoSuchFile(SandboxdError):
     names = ("org.sandboxd1.Error.NoSuchFile",)
 
 
+class NoProgram(SandboxdError):
+    """exec's or spawn's program is not in the sandbox (a shell's 127)."""
+    names = ("org.sandboxd1.Error.NoProgram",)
+
+
+class NotExecutable(SandboxdError):
+    """The program is there but cannot be run (a shell's 126)."""
+    names = ("org.sandboxd1.Error.NotExecutable",)
+
+
 class DaemonUnavailable(SandboxdError):
     """sandboxd is not on the bus, or went away during the call."""
     names = ("org.freedesktop.DBus.Error.ServiceUnknown", "org.freedesktop.DBus.Error.NameHasNoOwner",
@@ -99,7 +109,7 @@ _ERRORS: dict[str, type[SandboxdError]] = {
     name: cls
     for cls in (AccessDenied, NoSuchSandbox, NoSuchProject, InvalidArgs, Failed, LimitReached, WrongState,
                 NoSuchCheckpoint, NoSuchCommand, Exists, Conflict, Busy, NoSuchPromotion, NoIdmap, NoSuchFile,
-                DaemonUnavailable)
+                NoProgram, NotExecutable, DaemonUnavailable)
     for name in cls.names
 }
 

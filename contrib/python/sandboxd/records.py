@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Optional
 
 
 @dataclass(frozen=True)
@@ -119,12 +119,53 @@ class Promotion:
 
 
 @dataclass(frozen=True)
+class TryResult:
+    """How one sandbox of a Try did (sandboxd1.TryResult). ``result`` is
+    pass, or fail and what failed how ("fail (check: exit 1)");
+    ``failed_in`` is command or check, and ``how``, ``status`` and
+    ``signal`` that step's end; ``changed``, ``disk_used`` and
+    ``memory_peak`` are None where the host cannot tell; the outputs are
+    the last 64 KiB of each step's, None where it did not run. ``record``
+    is the whole JSON of it."""
+    name: str
+    id: str
+    command: str
+    input: Optional[str]
+    passed: bool
+    result: str
+    failed_in: str
+    how: str
+    status: int
+    signal: int
+    seconds: float
+    command_seconds: float
+    check_seconds: float
+    changed: Optional[int]
+    ignored: int
+    disk_used: Optional[int]
+    memory_peak: Optional[int]
+    winner: bool
+    kept: bool
+    command_output: Optional[str]
+    check_output: Optional[str]
+    record: dict[str, Any] = field(repr=False)
+
+    @staticmethod
+    def from_json(r: dict[str, Any]) -> TryResult:
+        g = r.get
+        return TryResult(g("name", ""), g("id", ""), g("command", ""), g("input"), bool(g("passed", False)),
+                         g("result", ""), g("failed_in", ""), g("how", ""), g("status", 0), g("signal", 0),
+                         g("seconds", 0.0), g("command_seconds", 0.0), g("check_seconds", 0.0), g("changed"),
+                         g("ignored", 0), g("disk_used"), g("memory_peak"), bool(g("winner", False)),
+                         bool(g("kept", False)), g("command_output"), g("check_output"), r)
+
+
+@dataclass(frozen=True)
 class TryReport:
-    """Try's report: each sandbox's result (a dict of sandboxd1.TryResult's
-    JSON: name, id, passed, result, how, status, command_output, ...) in the
-    order of the variants, the winner's index (-1: none passed), and the
-    sandboxes it could not destroy."""
-    results: list[dict[str, Any]]
+    """Try's report: each sandbox's result in the order of the variants
+    (or inputs), the winner's index (-1: none passed), and the sandboxes
+    it could not destroy."""
+    results: list[TryResult]
     winner: int
     left: list[str]
 

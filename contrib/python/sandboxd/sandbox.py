@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence, Union
 
 from dbus_next.signature import Variant
 
@@ -16,6 +16,23 @@ if TYPE_CHECKING:
     from .client import Client
 
 
+def command_argv(argv: Union[str, Sequence[str]]) -> list[str]:
+    """A command's argv: a string is a shell line, ["sh", "-c", LINE] (a
+    string taken as a sequence would run its first letter)."""
+    if isinstance(argv, (bytes, bytearray)):
+        raise TypeError("a command is a list of str, or a str (a shell line), not bytes")
+    if isinstance(argv, str):
+        if not argv.strip():
+            raise ValueError("an empty shell line: give the command to run")
+        return ["sh", "-c", argv]
+    args = list(argv)
+    if not all(isinstance(a, str) for a in args):
+        raise TypeError(f"a command is a list of str, or a str (a shell line); got {argv!r}")
+    if not args:
+        raise ValueError("an empty command: give the program and its arguments")
+    return args
+
+
 class Sandbox(Files):
     """One sandbox: its id, its name ("" when none) and its object."""
 
@@ -25,10 +42,14 @@ class Sandbox(Files):
     def __repr__(self) -> str:
         return f"Sandbox(id={self.id!r}, name={self.name!r})"
 
-    def exec(self, argv: Sequence[str], stdin: bytes = b"", env: Env = None, cwd: Optional[str] = None,
+    def exec(self, argv: Union[str, Sequence[str]], stdin: bytes = b"", env: Env = None, cwd: Optional[str] = None,
              root: bool = False, timeout: Optional[float] = None, output_limit: Optional[Size] = None) -> ExecResult:
         """Runs argv in the sandbox as the caller, with stdin, and returns
-        what it wrote and how it ended. env: added to the command's; cwd:
+        what it wrote and how it ended. argv is a list of arguments
+        (["python3", "t.py"]), or a string: a shell line, run as
+        ``sh -c LINE`` ("python3 t.py > out 2>&1"). A program that is not
+        there raises NoProgram, one that cannot be run NotExecutable (a
+        shell's 127 and 126 are its own status). env: added to the command's; cwd:
         its directory in the sandbox (default: the project's); root: as
         root of the sandbox's user namespace; timeout: seconds (then how is
         timed-out); output_limit: bytes of stdout and stderr together (then
@@ -37,12 +58,13 @@ class Sandbox(Files):
         if output_limit is not None:
             opts["OutputLimit"] = variant("OutputLimit", "t", parse_size(output_limit))
         bus = self.client._bus
-        return bus.run(run_exec(bus, self.object_path, list(argv), opts, stdin))
+        return bus.run(run_exec(bus, self.object_path, command_argv(argv), opts, stdin))
 
-    def spawn(self, argv: Sequence[str], env: Env = None, cwd: Optional[str] = None, root: bool = False,
+    def spawn(self, argv: Union[str, Sequence[str]], env: Env = None, cwd: Optional[str] = None, root: bool = False,
               timeout: Optional[float] = None) -> str:
-        """Starts argv in the background (output to a log: read_log) and returns its process id."""
-        return str(self._call("Spawn", "asa{sv}", list(argv), exec_options(env, cwd, root, timeout))[0])
+        """Starts argv (a list, or a string: a shell line, as exec's) in the
+        background (output to a log: read_log) and returns its process id."""
+        return str(self._call("Spawn", "asa{sv}", command_argv(argv), exec_options(env, cwd, root, timeout))[0])
 
     def read_log(self, process: str, offset: int = 0, max: int = 1 << 16) -> LogChunk:
         data, nxt, ended = self._call("ReadLog", "stu", process, offset, max)
