@@ -31,6 +31,8 @@ var hints = []struct {
 }{
 	{client.ErrNoSuchSandbox, "sandbox_list lists the sandboxes you may use; sandbox_create makes one"},
 	{client.ErrNoSuchProject, "sandbox_list lists the projects you may make sandboxes of"},
+	{client.ErrNoProgram, "the program is not in the sandbox's PATH as its user sees it: shell \"command -v NAME\" tells, and exec with shell runs a line as sh would"},
+	{client.ErrNotExecutable, "the program is there but cannot be run (its mode, a directory, a format the kernel does not run): exec shell \"ls -l PATH\" shows it"},
 	{client.ErrNoSuchFile, "file_list shows what is there (a relative path starts at the project's directory)"},
 	{client.ErrNoSuchCheckpoint, "sandbox_status lists the sandbox's checkpoints"},
 	{client.ErrNoSuchCommand, "logs without a process lists the sandbox's background processes"},
