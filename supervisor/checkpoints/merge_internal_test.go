@@ -89,8 +89,8 @@ func TestUnitReadVersion(t *testing.T) {
 	daemon := supervisor.Daemon("test")
 	for _, c := range []struct {
 		path, kind, data string
-		truncated          bool
-		binary             bool
+		truncated        bool
+		binary           bool
 	}{
 		{"calc.py", KindFile, "print(1)\n", false, false},
 		{"big", KindFile, strings.Repeat("\x00", 10), true, true},
