@@ -60,8 +60,13 @@ type FileVersion struct {
 // version's lines (Lines lines from Start, the first 1; Lines 0: a place
 // after line Start) and text.
 type MergeHunk struct {
-	SandboxStart, SandboxLines uint32
-	BaseStart, BaseLines       uint32
-	ProjectStart, ProjectLines uint32
-	Sandbox, Base, Project     string
+	SandboxStart uint32 `json:"sandbox_start"`
+	SandboxLines uint32 `json:"sandbox_lines"`
+	BaseStart    uint32 `json:"base_start"`
+	BaseLines    uint32 `json:"base_lines"`
+	ProjectStart uint32 `json:"project_start"`
+	ProjectLines uint32 `json:"project_lines"`
+	Sandbox      string `json:"sandbox"` // the sandbox's text there
+	Base         string `json:"base"`
+	Project      string `json:"project"`
 }

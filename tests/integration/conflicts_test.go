@@ -1,0 +1,122 @@
+package integration
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/sandboxd/sandboxd/sandboxd1"
+)
+
+// calcPy is a 12-line calc.py with the lines of edits replaced.
+func calcPy(edits map[int]string) string {
+	var b strings.Builder
+	for i := 1; i <= 12; i++ {
+		if e, ok := edits[i]; ok {
+			b.WriteString(e + "\n")
+			continue
+		}
+		fmt.Fprintf(&b, "def f%d(x): return x + %d\n", i, i)
+	}
+	return b.String()
+}
+
+// A conflict an agent resolves: two sandboxes edit line 10 of calc.py;
+// the project, on the host, edits line 2. A rebase refuses the path;
+// `versions` shows the base's, the project's and the sandbox's; `merge`
+// writes the clean merge (both edits in the sandbox's file). When the
+// project edits line 10 too, `merge` names the conflicting hunk (its
+// lines and the three texts), exits 5 and leaves the file as it was;
+// --markers writes it with conflict markers. A symlink planted at the
+// path (to /etc/shadow) is refused, never followed: first a regular file
+// is read, the control.
+func TestCLIConflictVersionsAndMerge(t *testing.T) {
+	base := calcPy(nil)
+	path := addProject(t, "conflicts", map[string]string{"calc.py": base})
+	clean := strings.TrimSpace(ok(t, "create", "--quiet", "conflicts"))
+	conflicting := strings.TrimSpace(ok(t, "create", "--quiet", "conflicts"))
+	for _, id := range []string{clean, conflicting} {
+		ok(t, "exec", id, "--", "sed", "-i", "10s/.*/def f10(x): return x * 10  # sandbox/", "calc.py")
+	}
+	sandbox := calcPy(map[int]string{10: "def f10(x): return x * 10  # sandbox"})
+	project := calcPy(map[int]string{2: "def f2(x): return x - 2  # project"})
+	if err := os.WriteFile(filepath.Join(path, "calc.py"), []byte(project), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fails(t, 5, `calc\.py`, "rebase", clean)
+
+	// The three versions, each alone as it is, and together.
+	for which, want := range map[string]string{"base": base, "project": project, "sandbox": sandbox} {
+		if out := ok(t, "versions", clean, "calc.py", "--which", which); out != want {
+			t.Errorf("versions --which %s:\n%s\nwant:\n%s", which, out, want)
+		}
+	}
+	all := ok(t, "versions", clean, "calc.py")
+	for _, want := range []string{"=== base: calc.py", "=== project: calc.py", "=== sandbox: calc.py", "x - 2  # project", "x * 10  # sandbox"} {
+		if !strings.Contains(all, want) {
+			t.Errorf("versions lacks %q:\n%s", want, all)
+		}
+	}
+
+	// The clean merge is written into the sandbox.
+	if out := ok(t, "merge", clean, "calc.py"); !strings.Contains(out, "merged calc.py") {
+		t.Errorf("merge: %s", out)
+	}
+	both := calcPy(map[int]string{2: "def f2(x): return x - 2  # project", 10: "def f10(x): return x * 10  # sandbox"})
+	if out := ok(t, "exec", clean, "--", "cat", "calc.py"); out != both {
+		t.Errorf("calc.py in the sandbox after a clean merge:\n%s\nwant both edits:\n%s", out, both)
+	}
+
+	// The project edits line 10 too: a conflict, named, the file kept.
+	project = calcPy(map[int]string{2: "def f2(x): return x - 2  # project", 10: "def f10(x): return x + 100  # project"})
+	if err := os.WriteFile(filepath.Join(path, "calc.py"), []byte(project), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code := ctl(t, "", "merge", conflicting, "calc.py")
+	if code != 5 || !strings.Contains(errOut, "1 hunks changed in both") || !strings.Contains(out, "sandbox, line 10") ||
+		!strings.Contains(out, "x + 100  # project") || !strings.Contains(out, "base, line 10") {
+		t.Errorf("merge of a conflict: exit %d, stdout:\n%s\nstderr: %s\nwant exit 5 naming line 10 and the three texts", code, out, errOut)
+	}
+	var res struct {
+		Clean, Written bool
+		Hunks          []sandboxd1.MergeHunk
+	}
+	jsonOut, _, _ := ctl(t, "", "--json", "merge", conflicting, "calc.py")
+	if err := json.Unmarshal([]byte(jsonOut), &res); err != nil {
+		t.Fatalf("merge --json: %v: %s", err, jsonOut)
+	}
+	if res.Clean || res.Written || len(res.Hunks) != 1 || res.Hunks[0].SandboxStart != 10 || res.Hunks[0].ProjectStart != 10 ||
+		res.Hunks[0].Project != "def f10(x): return x + 100  # project\n" || res.Hunks[0].Base != "def f10(x): return x + 10\n" {
+		t.Errorf("merge --json of a conflict: %+v", res)
+	}
+	if out := ok(t, "exec", conflicting, "--", "cat", "calc.py"); out != sandbox {
+		t.Errorf("calc.py after a conflicting merge changed:\n%s", out)
+	}
+	ok(t, "merge", "--markers", conflicting, "calc.py")
+	if out := ok(t, "exec", conflicting, "--", "cat", "calc.py"); !strings.Contains(out, "<<<<<<< sandbox\ndef f10(x): return x * 10  # sandbox\n=======\ndef f10(x): return x + 100  # project\n>>>>>>> project\n") ||
+		!strings.Contains(out, "x - 2  # project") {
+		t.Errorf("calc.py after merge --markers:\n%s", out)
+	}
+
+	// A symlink planted at the path, and one on the way: named, never
+	// followed, never merged.
+	ok(t, "exec", conflicting, "--", "sh", "-c", "rm calc.py && ln -s /etc/shadow calc.py && ln -s /etc etc")
+	for _, p := range []string{"calc.py", "etc/shadow"} {
+		out, errOut, code := ctl(t, "", "versions", conflicting, p, "--which", "sandbox")
+		if code == 0 || !strings.Contains(errOut, "symlink") || strings.Contains(out, "root:") {
+			t.Errorf("versions --which sandbox of %s, a symlink to /etc/shadow: exit %d, %q %q; want a refusal naming the symlink", p, code, out, errOut)
+		}
+	}
+	if all := ok(t, "versions", conflicting, "calc.py"); !strings.Contains(all, "=== sandbox: symlink") || strings.Contains(all, "root:") {
+		t.Errorf("versions of a symlink to /etc/shadow:\n%s", all)
+	}
+	if out, errOut, code := ctl(t, "", "merge", conflicting, "calc.py"); code == 0 || !strings.Contains(errOut, "symlink") {
+		t.Errorf("merge of a symlink to /etc/shadow: exit %d, %q %q; want a refusal", code, out, errOut)
+	}
+	if target := ok(t, "exec", conflicting, "--", "readlink", "calc.py"); target != "/etc/shadow\n" {
+		t.Errorf("the planted symlink after a refused merge: %q", target)
+	}
+}
