@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/sandboxd/sandboxd/sandboxd1"
+	"github.com/sandboxd/sandboxd/tests/testbed"
 )
 
 // calcPy is a 12-line calc.py with the lines of edits replaced.
@@ -55,6 +56,7 @@ func TestCLIConflictVersionsAndMerge(t *testing.T) {
 		}
 	}
 	all := ok(t, "versions", clean, "calc.py")
+	t.Logf("$ sandboxctl versions %s calc.py\n%s", clean, all)
 	for _, want := range []string{"=== base: calc.py", "=== project: calc.py", "=== sandbox: calc.py", "x - 2  # project", "x * 10  # sandbox"} {
 		if !strings.Contains(all, want) {
 			t.Errorf("versions lacks %q:\n%s", want, all)
@@ -76,6 +78,7 @@ func TestCLIConflictVersionsAndMerge(t *testing.T) {
 		t.Fatal(err)
 	}
 	out, errOut, code := ctl(t, "", "merge", conflicting, "calc.py")
+	t.Logf("$ sandboxctl merge %s calc.py\n%s%s", conflicting, out, errOut)
 	if code != 5 || !strings.Contains(errOut, "1 hunks changed in both") || !strings.Contains(out, "sandbox, line 10") ||
 		!strings.Contains(out, "x + 100  # project") || !strings.Contains(out, "base, line 10") {
 		t.Errorf("merge of a conflict: exit %d, stdout:\n%s\nstderr: %s\nwant exit 5 naming line 10 and the three texts", code, out, errOut)
@@ -118,5 +121,41 @@ func TestCLIConflictVersionsAndMerge(t *testing.T) {
 	}
 	if target := ok(t, "exec", conflicting, "--", "readlink", "calc.py"); target != "/etc/shadow\n" {
 		t.Errorf("the planted symlink after a refused merge: %q", target)
+	}
+}
+
+// The versions are read for the caller, and the merge is written as the
+// caller: alice, who owns her project, sees none of a file only root may
+// read (neither the base's, nor the project's, nor her sandbox's copy),
+// while root, the control, sees it; her clean merge leaves calc.py hers
+// in her sandbox, with both edits.
+func TestHostileConflictVersionsAreReadAndMergedAsTheCaller(t *testing.T) {
+	accessUsers(t)
+	proj := accessProject(t, "acc-conflicts", accAlice+":"+accAlice, 0o755, map[string]os.FileMode{"secret.txt": 0o600})
+	calc := filepath.Join(proj, "calc.py")
+	if err := os.WriteFile(calc, []byte(calcPy(nil)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	testbed.MustRun(t, "chown", accAlice+":"+accAlice, calc)
+	reconfigure(t, fmt.Sprintf("[[project]]\nname = \"conflicting\"\npath = %q\n", proj))
+	accDestroyAtEnd(t, "conflicting")
+	id := strings.TrimSpace(accOK(t, accAlice, "create", "--quiet", "conflicting"))
+	accOK(t, accAlice, "exec", id, "--", "sed", "-i", "10s/.*/def f10(x): return x * 10  # alice/", "calc.py")
+	if err := os.WriteFile(calc, []byte(calcPy(map[int]string{2: "def f2(x): return x - 2  # host"})), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	if out := ok(t, "versions", id, "secret.txt"); strings.Count(out, "secret.txt of acc-conflicts") != 3 {
+		t.Fatalf("versions of secret.txt as root (the control):\n%s", out)
+	}
+	out := accOK(t, accAlice, "versions", id, "secret.txt")
+	if strings.Contains(out, "secret.txt of") || strings.Count(out, ": unreadable (not readable by uid "+accUID(t, accAlice)) != 3 {
+		t.Errorf("versions of a root-only file as %s:\n%s\nwant each version unreadable, none shown", accAlice, out)
+	}
+
+	accOK(t, accAlice, "merge", id, "calc.py")
+	want := calcPy(map[int]string{2: "def f2(x): return x - 2  # host", 10: "def f10(x): return x * 10  # alice"})
+	if out := accOK(t, accAlice, "exec", id, "--", "sh", "-c", "stat -c %U calc.py; cat calc.py"); out != accAlice+"\n"+want {
+		t.Errorf("calc.py in %s's sandbox after her merge:\n%s\nwant hers, with both edits:\n%s", accAlice, out, want)
 	}
 }
