@@ -122,11 +122,19 @@ func (s *server) merge(ctx context.Context, in mergeIn) (mergeOut, error) {
 	case res.Written && res.Clean:
 		out.Notes = append(out.Notes, "the sandbox's file now holds the project's changes and its own: run the tests, then rebase or promote")
 	case res.Written:
-		out.Notes = append(out.Notes, fmt.Sprintf("written with conflict markers around %d hunks: edit them out, then run the tests", len(res.Hunks)))
+		out.Notes = append(out.Notes, "written with conflict markers around "+hunks(len(res.Hunks))+": edit them out, then run the tests")
 	case res.Clean && !in.DryRun:
 		out.Notes = append(out.Notes, "the sandbox's file holds the project's changes already: nothing written")
 	case !res.Clean && !in.DryRun:
-		out.Notes = append(out.Notes, fmt.Sprintf("%d hunks changed in both: the file is left as it was; edit it to hold both changes (file_write or file_edit), or merge again with markers", len(res.Hunks)))
+		out.Notes = append(out.Notes, hunks(len(res.Hunks))+" changed in both: the file is left as it was; edit it to hold both changes (file_write or file_edit), or merge again with markers")
 	}
 	return out, nil
+}
+
+// hunks is "1 hunk", "2 hunks".
+func hunks(n int) string {
+	if n == 1 {
+		return "1 hunk"
+	}
+	return fmt.Sprintf("%d hunks", n)
 }

@@ -79,7 +79,7 @@ func TestCLIConflictVersionsAndMerge(t *testing.T) {
 	}
 	out, errOut, code := ctl(t, "", "merge", conflicting, "calc.py")
 	t.Logf("$ sandboxctl merge %s calc.py\n%s%s", conflicting, out, errOut)
-	if code != 5 || !strings.Contains(errOut, "1 hunks changed in both") || !strings.Contains(out, "sandbox, line 10") ||
+	if code != 5 || !strings.Contains(errOut, "1 hunk changed in both") || !strings.Contains(out, "sandbox, line 10") ||
 		!strings.Contains(out, "x + 100  # project") || !strings.Contains(out, "base, line 10") {
 		t.Errorf("merge of a conflict: exit %d, stdout:\n%s\nstderr: %s\nwant exit 5 naming line 10 and the three texts", code, out, errOut)
 	}
