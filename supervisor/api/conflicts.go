@@ -75,8 +75,10 @@ func (o sandboxObject) Merge(sender dbus.Sender, msg dbus.Message, path string, 
 		if err != nil {
 			return err
 		}
-		write := func(ctx context.Context, data []byte) error {
-			return c.WriteFile(ctx, id, commands.FileAccess{UID: a.UID}, path, data, commands.WriteOptions{NoCreate: true})
+		// rel is relative: the file API takes it from the project's
+		// directory in the sandbox, where the versions were read.
+		write := func(ctx context.Context, rel string, data []byte) error {
+			return c.WriteFile(ctx, id, commands.FileAccess{UID: a.UID}, rel, data, commands.WriteOptions{NoCreate: true})
 		}
 		res, err = cks.Merge(ctx, id, path, mo, write)
 		for _, h := range res.Hunks {

@@ -65,13 +65,18 @@ var diff3Program = "diff3"
 // into the sandbox's version (FileVersions' three, read for the caller
 // of ctx; each a text file of at most MaxVersionBytes, the base's
 // possibly absent). A clean merge, or with o.Markers any, is given to
-// write (the caller's file write into the sandbox, as the sandbox's
-// owner: its quota and ownership apply), unless o.DryRun or the
+// write with the path relative to the project's top (the caller's file
+// write into the sandbox, as the caller: its quota and ownership
+// apply), unless o.DryRun or the
 // sandbox's version already is the result. A merge that conflicts
 // otherwise leaves the file alone and lists the hunks.
-func (c *Checkpoints) Merge(ctx context.Context, id, path string, o MergeOptions, write func(ctx context.Context, data []byte) error) (res MergeResult, err error) {
+func (c *Checkpoints) Merge(ctx context.Context, id, path string, o MergeOptions, write func(ctx context.Context, rel string, data []byte) error) (res MergeResult, err error) {
 	what := "merging " + strconv.Quote(path) + " in sandbox " + id
-	vs, err := c.FileVersions(ctx, id, path, MaxVersionBytes)
+	rel, err := cleanRel(path)
+	if err != nil {
+		return res, fmt.Errorf("%s: %w", what, err)
+	}
+	vs, err := c.FileVersions(ctx, id, rel, MaxVersionBytes)
 	if err != nil {
 		return res, err
 	}
@@ -100,7 +105,7 @@ func (c *Checkpoints) Merge(ctx context.Context, id, path string, o MergeOptions
 		return res, fmt.Errorf("%s: %w", what, err)
 	}
 	if (res.Clean || o.Markers) && !o.DryRun && !bytes.Equal(res.Merged, sandbox) {
-		if err := write(ctx, res.Merged); err != nil {
+		if err := write(ctx, rel, res.Merged); err != nil {
 			return res, fmt.Errorf("%s: writing the merged file: %w", what, err)
 		}
 		res.Written = true
