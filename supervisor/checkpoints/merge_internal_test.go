@@ -119,12 +119,12 @@ func TestUnitReadVersion(t *testing.T) {
 
 // A path names a file below the project's top.
 func TestUnitCleanRel(t *testing.T) {
-	for in, want := range map[string]string{"calc.py": "calc.py", "./a/b": "a/b", "/calc.py": "calc.py", "a//b/": "a/b"} {
+	for in, want := range map[string]string{"calc.py": "calc.py", "./a/b": "a/b", "a//b/": "a/b"} {
 		if got, err := cleanRel(in); err != nil || got != want {
 			t.Errorf("cleanRel(%q) = %q, %v; want %q", in, got, err, want)
 		}
 	}
-	for _, in := range []string{"", ".", "..", "../x", "a/../../x", "a\x00b", "/"} {
+	for _, in := range []string{"", ".", "..", "../x", "a/../../x", "a\x00b", "/", "/calc.py", "/etc/shadow"} {
 		if _, err := cleanRel(in); err == nil {
 			t.Errorf("cleanRel(%q): no error", in)
 		}

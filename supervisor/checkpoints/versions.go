@@ -125,16 +125,19 @@ func (c *Checkpoints) withTrees(ctx context.Context, id, what, path string, fn f
 	return nil
 }
 
-// cleanRel is path as a name inside a tree: relative, clean, no "..";
-// "./" and a leading "/" are the project's top.
+// cleanRel is path as a name inside a tree: relative (to the project's
+// top: an absolute path would be the sandbox's view, which differs from
+// the trees'), clean, no "..".
 func cleanRel(p string) (string, error) {
 	switch {
 	case p == "" || strings.IndexByte(p, 0) >= 0:
 		return "", fmt.Errorf("the path is empty or holds a NUL byte: name a file relative to the project's top (as the conflict named it): %w", supervisor.ErrInvalid)
 	case len(p) > 4096:
 		return "", fmt.Errorf("a path of %d bytes, over 4096: %w", len(p), supervisor.ErrInvalid)
+	case strings.HasPrefix(p, "/"):
+		return "", fmt.Errorf("path %q is absolute: name it relative to the project's top, as the conflict named it (calc.py, src/app.py): %w", p, supervisor.ErrInvalid)
 	}
-	rel := path.Clean(strings.TrimLeft(p, "/"))
+	rel := path.Clean(p)
 	if rel == "." || rel == ".." || strings.HasPrefix(rel, "../") {
 		return "", fmt.Errorf("path %q is not a file below the project's top: name one relative to it (as the conflict named it): %w", p, supervisor.ErrInvalid)
 	}

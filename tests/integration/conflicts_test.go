@@ -63,6 +63,11 @@ func TestCLIConflictVersionsAndMerge(t *testing.T) {
 		}
 	}
 
+	// A path is the project's, relative, as the conflict named it.
+	for _, p := range []string{"/etc/shadow", "../calc.py"} {
+		fails(t, 2, `relative to the project's top`, "versions", clean, p)
+	}
+
 	// The clean merge is written into the sandbox.
 	if out := ok(t, "merge", clean, "calc.py"); !strings.Contains(out, "merged calc.py") {
 		t.Errorf("merge: %s", out)
