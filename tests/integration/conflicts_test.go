@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -162,5 +163,77 @@ func TestHostileConflictVersionsAreReadAndMergedAsTheCaller(t *testing.T) {
 	want := calcPy(map[int]string{2: "def f2(x): return x - 2  # host", 10: "def f10(x): return x * 10  # alice"})
 	if out := accOK(t, accAlice, "exec", id, "--", "sh", "-c", "stat -c %U calc.py; cat calc.py"); out != accAlice+"\n"+want {
 		t.Errorf("calc.py in %s's sandbox after her merge:\n%s\nwant hers, with both edits:\n%s", accAlice, out, want)
+	}
+}
+
+// Over MCP: conflict_versions gives the three versions as text (a binary
+// file as base64), merge with dry_run says what it would write and
+// writes nothing, a clean merge is written, and a conflicting one comes
+// back as its hunk, the file left alone.
+func TestMCPConflictVersionsAndMerge(t *testing.T) {
+	path := addProject(t, "mcp-conflicts", map[string]string{"calc.py": calcPy(nil)})
+	cs, _, _ := mcpSession(t)
+	var sb struct{ ID string }
+	toolOK(t, cs, "sandbox_create", map[string]any{"project": "mcp-conflicts"}, &sb)
+	t.Cleanup(func() { ctl(t, "", "destroy", sb.ID) })
+	ok(t, "exec", sb.ID, "--", "sh", "-c", `sed -i "10s/.*/def f10(x): return x * 10  # agent/" calc.py && printf 'a\0b' > blob.bin`)
+	project := calcPy(map[int]string{2: "def f2(x): return x - 2  # host"})
+	if err := os.WriteFile(filepath.Join(path, "calc.py"), []byte(project), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	type version struct{ Which, Kind, Content, Encoding string }
+	var vs struct{ Versions []version }
+	toolOK(t, cs, "conflict_versions", map[string]any{"sandbox": sb.ID, "path": "calc.py"}, &vs)
+	sandbox := calcPy(map[int]string{10: "def f10(x): return x * 10  # agent"})
+	want := []version{{"base", "file", calcPy(nil), "utf-8"}, {"project", "file", project, "utf-8"}, {"sandbox", "file", sandbox, "utf-8"}}
+	if !reflect.DeepEqual(vs.Versions, want) {
+		t.Errorf("conflict_versions of calc.py: %+v\nwant %+v", vs.Versions, want)
+	}
+	toolOK(t, cs, "conflict_versions", map[string]any{"sandbox": sb.ID, "path": "blob.bin"}, &vs)
+	if len(vs.Versions) != 3 || vs.Versions[0].Kind != "absent" || vs.Versions[2].Encoding != "base64" || vs.Versions[2].Content != "YQBi" {
+		t.Errorf("conflict_versions of a binary file the sandbox made: %+v", vs.Versions)
+	}
+
+	var merged struct {
+		Clean, Written bool
+		Merged         string
+		Hunks          []struct {
+			Sandbox, Base, Project struct {
+				Start, Lines int
+				Text         string
+			}
+		}
+	}
+	both := calcPy(map[int]string{2: "def f2(x): return x - 2  # host", 10: "def f10(x): return x * 10  # agent"})
+	toolOK(t, cs, "merge", map[string]any{"sandbox": sb.ID, "path": "calc.py", "dry_run": true}, &merged)
+	if !merged.Clean || merged.Written || merged.Merged != both {
+		t.Errorf("merge dry_run: %+v", merged)
+	}
+	if out := ok(t, "exec", sb.ID, "--", "cat", "calc.py"); out != sandbox {
+		t.Errorf("calc.py after a dry run changed:\n%s", out)
+	}
+	toolFails(t, cs, "merge", map[string]any{"sandbox": sb.ID, "path": "blob.bin"}, `binary`)
+
+	// The host edits line 10 too: the hunk comes back, the file stays.
+	project = calcPy(map[int]string{2: "def f2(x): return x - 2  # host", 10: "def f10(x): return x + 100  # host"})
+	if err := os.WriteFile(filepath.Join(path, "calc.py"), []byte(project), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	toolOK(t, cs, "merge", map[string]any{"sandbox": sb.ID, "path": "calc.py"}, &merged)
+	if merged.Clean || merged.Written || len(merged.Hunks) != 1 || merged.Hunks[0].Project.Start != 10 ||
+		merged.Hunks[0].Project.Text != "def f10(x): return x + 100  # host\n" || merged.Hunks[0].Sandbox.Text != "def f10(x): return x * 10  # agent\n" {
+		t.Errorf("merge of a conflict: %+v", merged)
+	}
+	if out := ok(t, "exec", sb.ID, "--", "cat", "calc.py"); out != sandbox {
+		t.Errorf("calc.py after a conflicting merge changed:\n%s", out)
+	}
+	// Without the conflict the merge is written.
+	if err := os.WriteFile(filepath.Join(path, "calc.py"), []byte(calcPy(map[int]string{2: "def f2(x): return x - 2  # host"})), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	toolOK(t, cs, "merge", map[string]any{"sandbox": sb.ID, "path": "calc.py"}, &merged)
+	if out := ok(t, "exec", sb.ID, "--", "cat", "calc.py"); !merged.Clean || !merged.Written || out != both {
+		t.Errorf("a clean merge: %+v; calc.py:\n%s", merged, out)
 	}
 }
