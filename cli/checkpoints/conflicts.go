@@ -35,7 +35,7 @@ followed. Merge them with ` + "`sandboxctl merge`" + `.`,
 			}
 			vs, err := c.Handle(e).FileVersions(ctx, rest[0], 0)
 			if err != nil {
-				return verb.FromBus(fmt.Sprintf("reading the versions of %s in sandbox %s", termsafe.Path(rest[0]), e.ID), err)
+				return verb.FromBus(fmt.Sprintf("reading the versions of %q in sandbox %s", rest[0], e.ID), err)
 			}
 			out := verb.OutputOf(cmd)
 			if which != "" {
@@ -115,7 +115,7 @@ merged text. Text files of at most 1 MiB merge; see the versions with
 			path := rest[0]
 			res, err := c.Handle(e).Merge(ctx, path, sbclient.MergeOptions{Markers: cmd.Bool("markers"), DryRun: cmd.Bool("dry-run")})
 			if err != nil {
-				return verb.FromBus(fmt.Sprintf("merging %s in sandbox %s", termsafe.Path(path), e.ID), err)
+				return verb.FromBus(fmt.Sprintf("merging %q in sandbox %s", path, e.ID), err)
 			}
 			out := verb.OutputOf(cmd)
 			switch {

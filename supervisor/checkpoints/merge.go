@@ -83,21 +83,12 @@ func (c *Checkpoints) Merge(ctx context.Context, id, path string, o MergeOptions
 	if rec, gerr := c.h.Store().Get(id); gerr == nil {
 		defer func() { c.h.Audit(ctx, "merge", rec, err) }()
 	}
+	if err := mergeable(vs); err != nil {
+		return res, fmt.Errorf("%s: %w", what, err)
+	}
 	texts := [3][]byte{}
 	for i, v := range vs {
-		switch {
-		case v.Kind == KindAbsent && v.Which == WhichBase:
-			// Added on both sides: merged against an empty file.
-		case v.Kind == KindAbsent:
-			return res, fmt.Errorf("%s: the %s deleted it: nothing to merge; keep one side (write the file, or delete it): %w", what, v.Which, supervisor.ErrInvalid)
-		case v.Kind != KindFile:
-			return res, fmt.Errorf("%s: the %s's version is %s (%s): only regular text files merge: %w", what, v.Which, v.Kind, v.Note, supervisor.ErrInvalid)
-		case v.Truncated:
-			return res, fmt.Errorf("%s: the %s's version is %d bytes, over %d: too large to merge here: %w", what, v.Which, v.Size, MaxVersionBytes, supervisor.ErrInvalid)
-		case v.Binary:
-			return res, fmt.Errorf("%s: the %s's version is binary (it holds a NUL byte): diff3 merges lines of text; keep one side: %w", what, v.Which, supervisor.ErrInvalid)
-		}
-		texts[i] = v.Data
+		texts[i] = v.Data // nil for an absent base: added on both sides
 	}
 	base, project, sandbox := texts[0], texts[1], texts[2]
 	res, err = merge3(ctx, base, project, sandbox)
@@ -113,6 +104,37 @@ func (c *Checkpoints) Merge(ctx context.Context, id, path string, o MergeOptions
 	c.h.Log().Info("file merged", "SANDBOX_ID", id, "ACTION", "merge", "path", path, "clean", res.Clean,
 		"hunks", len(res.Hunks), "written", res.Written, "CALLER_UID", uidField(ctx))
 	return res, nil
+}
+
+// mergeable says why versions vs (base, project, sandbox) do not merge
+// line by line (nil: they do): each a text file of at most
+// MaxVersionBytes, but the base, which may be absent (added on both
+// sides).
+func mergeable(vs []Version) error {
+	base, project, sandbox := vs[0], vs[1], vs[2]
+	absent := func(v Version) bool { return v.Kind == KindAbsent }
+	switch {
+	case absent(project) && absent(sandbox):
+		return invalidf("neither the project nor the sandbox has it: nothing to merge")
+	case absent(base) && absent(project):
+		return invalidf("only the sandbox has it (the base and the project have none): nothing to merge")
+	case absent(base) && absent(sandbox):
+		return invalidf("only the project has it (the base and the sandbox have none): nothing to merge; a rebase brings it")
+	}
+	for _, v := range vs {
+		switch {
+		case absent(v) && v.Which == WhichBase:
+		case absent(v):
+			return invalidf("the %s deleted it: nothing to merge; keep one side (write the file in the sandbox, or delete it)", v.Which)
+		case v.Kind != KindFile:
+			return invalidf("the %s's version is %s (%s): only regular text files merge", v.Which, v.Kind, v.Note)
+		case v.Truncated:
+			return invalidf("the %s's version is %d bytes, over %d: too large to merge here", v.Which, v.Size, MaxVersionBytes)
+		case v.Binary:
+			return invalidf("the %s's version is binary (it holds a NUL byte): diff3 merges lines of text; keep one side", v.Which)
+		}
+	}
+	return nil
 }
 
 // merge3 runs diff3 on copies of the three texts in a private temporary

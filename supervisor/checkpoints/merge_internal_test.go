@@ -2,6 +2,7 @@ package checkpoints
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -127,6 +128,34 @@ func TestUnitCleanRel(t *testing.T) {
 	for _, in := range []string{"", ".", "..", "../x", "a/../../x", "a\x00b", "/", "/calc.py", "/etc/shadow"} {
 		if _, err := cleanRel(in); err == nil {
 			t.Errorf("cleanRel(%q): no error", in)
+		}
+	}
+}
+
+// Only text files merge, the base's possibly absent; each refusal says
+// why, as the caller's mistake (ErrInvalid).
+func TestUnitMergeable(t *testing.T) {
+	file := func(which string) Version { return Version{Which: which, Kind: KindFile, Data: []byte("x\n")} }
+	with := func(v Version, f func(*Version)) Version { f(&v); return v }
+	absent := func(v *Version) { v.Kind = KindAbsent }
+	for _, c := range []struct {
+		vs   []Version
+		want string
+	}{
+		{[]Version{file(WhichBase), file(WhichProject), file(WhichSandbox)}, ""},
+		{[]Version{with(file(WhichBase), absent), file(WhichProject), file(WhichSandbox)}, ""},
+		{[]Version{with(file(WhichBase), absent), with(file(WhichProject), absent), file(WhichSandbox)}, "only the sandbox has it"},
+		{[]Version{file(WhichBase), with(file(WhichProject), absent), file(WhichSandbox)}, "the project deleted it"},
+		{[]Version{file(WhichBase), file(WhichProject), with(file(WhichSandbox), func(v *Version) { v.Kind = KindSymlink; v.Note = "a symlink" })}, "the sandbox's version is symlink"},
+		{[]Version{file(WhichBase), with(file(WhichProject), func(v *Version) { v.Binary = true }), file(WhichSandbox)}, "the project's version is binary"},
+		{[]Version{file(WhichBase), file(WhichProject), with(file(WhichSandbox), func(v *Version) { v.Truncated = true })}, "too large"},
+	} {
+		err := mergeable(c.vs)
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%+v: %v; want them merged", c.vs, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want) || !errors.Is(err, supervisor.ErrInvalid) || strings.Contains(err.Error(), "sandbox options")):
+			t.Errorf("%+v: %v; want ErrInvalid saying %q", c.vs, err, c.want)
 		}
 	}
 }

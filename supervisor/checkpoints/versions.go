@@ -131,18 +131,28 @@ func (c *Checkpoints) withTrees(ctx context.Context, id, what, path string, fn f
 func cleanRel(p string) (string, error) {
 	switch {
 	case p == "" || strings.IndexByte(p, 0) >= 0:
-		return "", fmt.Errorf("the path is empty or holds a NUL byte: name a file relative to the project's top (as the conflict named it): %w", supervisor.ErrInvalid)
+		return "", invalidf("the path is empty or holds a NUL byte: name a file relative to the project's top, as the conflict named it")
 	case len(p) > 4096:
-		return "", fmt.Errorf("a path of %d bytes, over 4096: %w", len(p), supervisor.ErrInvalid)
+		return "", invalidf("a path of %d bytes, over 4096", len(p))
 	case strings.HasPrefix(p, "/"):
-		return "", fmt.Errorf("path %q is absolute: name it relative to the project's top, as the conflict named it (calc.py, src/app.py): %w", p, supervisor.ErrInvalid)
+		return "", invalidf("path %q is absolute: name the file relative to the project's top, as the conflict named it (calc.py, src/app.py)", p)
 	}
 	rel := path.Clean(p)
 	if rel == "." || rel == ".." || strings.HasPrefix(rel, "../") {
-		return "", fmt.Errorf("path %q is not a file below the project's top: name one relative to it (as the conflict named it): %w", p, supervisor.ErrInvalid)
+		return "", invalidf("path %q leaves the project: name a file relative to the project's top, as the conflict named it (calc.py, src/app.py)", p)
 	}
 	return rel, nil
 }
+
+// invalidf is a refusal of the caller's input, in its own words (the
+// sentinel's "invalid sandbox options" would mislead): ErrInvalid for
+// errors.Is, InvalidArgs on the bus.
+func invalidf(format string, a ...any) error { return invalid(fmt.Sprintf(format, a...)) }
+
+type invalid string
+
+func (e invalid) Error() string { return string(e) }
+func (e invalid) Unwrap() error { return supervisor.ErrInvalid }
 
 // readVersion reads rel in the tree at top for who, at most limit bytes.
 func readVersion(top, rel string, who supervisor.Actor, limit int) (Version, error) {

@@ -171,12 +171,12 @@ func TestHostileConflictVersionsAreReadAndMergedAsTheCaller(t *testing.T) {
 // writes nothing, a clean merge is written, and a conflicting one comes
 // back as its hunk, the file left alone.
 func TestMCPConflictVersionsAndMerge(t *testing.T) {
-	path := addProject(t, "mcp-conflicts", map[string]string{"calc.py": calcPy(nil)})
+	path := addProject(t, "mcp-conflicts", map[string]string{"calc.py": calcPy(nil), "blob.bin": "a\x00a"})
 	cs, _, _ := mcpSession(t)
 	var sb struct{ ID string }
 	toolOK(t, cs, "sandbox_create", map[string]any{"project": "mcp-conflicts"}, &sb)
 	t.Cleanup(func() { ctl(t, "", "destroy", sb.ID) })
-	ok(t, "exec", sb.ID, "--", "sh", "-c", `sed -i "10s/.*/def f10(x): return x * 10  # agent/" calc.py && printf 'a\0b' > blob.bin`)
+	ok(t, "exec", sb.ID, "--", "sh", "-c", `sed -i "10s/.*/def f10(x): return x * 10  # agent/" calc.py && printf 'a\0b' > blob.bin && echo new > new.txt`)
 	project := calcPy(map[int]string{2: "def f2(x): return x - 2  # host"})
 	if err := os.WriteFile(filepath.Join(path, "calc.py"), []byte(project), 0o644); err != nil {
 		t.Fatal(err)
@@ -191,8 +191,12 @@ func TestMCPConflictVersionsAndMerge(t *testing.T) {
 		t.Errorf("conflict_versions of calc.py: %+v\nwant %+v", vs.Versions, want)
 	}
 	toolOK(t, cs, "conflict_versions", map[string]any{"sandbox": sb.ID, "path": "blob.bin"}, &vs)
-	if len(vs.Versions) != 3 || vs.Versions[0].Kind != "absent" || vs.Versions[2].Encoding != "base64" || vs.Versions[2].Content != "YQBi" {
-		t.Errorf("conflict_versions of a binary file the sandbox made: %+v", vs.Versions)
+	if len(vs.Versions) != 3 || vs.Versions[0].Content != "YQBh" || vs.Versions[2].Encoding != "base64" || vs.Versions[2].Content != "YQBi" {
+		t.Errorf("conflict_versions of a binary file the sandbox changed: %+v", vs.Versions)
+	}
+	toolOK(t, cs, "conflict_versions", map[string]any{"sandbox": sb.ID, "path": "new.txt"}, &vs)
+	if len(vs.Versions) != 3 || vs.Versions[0].Kind != "absent" || vs.Versions[1].Kind != "absent" || vs.Versions[2].Content != "new\n" {
+		t.Errorf("conflict_versions of a file only the sandbox made: %+v", vs.Versions)
 	}
 
 	var merged struct {
@@ -213,7 +217,8 @@ func TestMCPConflictVersionsAndMerge(t *testing.T) {
 	if out := ok(t, "exec", sb.ID, "--", "cat", "calc.py"); out != sandbox {
 		t.Errorf("calc.py after a dry run changed:\n%s", out)
 	}
-	toolFails(t, cs, "merge", map[string]any{"sandbox": sb.ID, "path": "blob.bin"}, `binary`)
+	toolFails(t, cs, "merge", map[string]any{"sandbox": sb.ID, "path": "blob.bin"}, `the sandbox's version is binary`)
+	toolFails(t, cs, "merge", map[string]any{"sandbox": sb.ID, "path": "new.txt"}, `only the sandbox has it`)
 
 	// The host edits line 10 too: the hunk comes back, the file stays.
 	project = calcPy(map[int]string{2: "def f2(x): return x - 2  # host", 10: "def f10(x): return x + 100  # host"})
