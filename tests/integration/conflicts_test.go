@@ -217,7 +217,7 @@ func TestMCPConflictVersionsAndMerge(t *testing.T) {
 	if out := ok(t, "exec", sb.ID, "--", "cat", "calc.py"); out != sandbox {
 		t.Errorf("calc.py after a dry run changed:\n%s", out)
 	}
-	toolFails(t, cs, "merge", map[string]any{"sandbox": sb.ID, "path": "blob.bin"}, `the sandbox's version is binary`)
+	toolFails(t, cs, "merge", map[string]any{"sandbox": sb.ID, "path": "blob.bin"}, `version is binary`)
 	toolFails(t, cs, "merge", map[string]any{"sandbox": sb.ID, "path": "new.txt"}, `only the sandbox has it`)
 
 	// The host edits line 10 too: the hunk comes back, the file stays.
