@@ -137,6 +137,37 @@ func mergeable(vs []Version) error {
 	return nil
 }
 
+// merged is conflicts (paths) less those the sandbox resolved: its
+// version (in the tree at sandbox) already holds the project's change
+// since the base (trees base, project), as a Merge leaves it: diff3
+// merges the three cleanly into the sandbox's version itself. The
+// sandbox's version then goes onto the project's as any change does.
+func merged(ctx context.Context, conflicts []string, base, project, sandbox string) ([]string, error) {
+	var left []string
+	for _, p := range conflicts {
+		vs := make([]Version, 3)
+		for i, tree := range []string{base, project, sandbox} {
+			v, err := readVersion(tree, p, supervisor.Daemon("rebase"), MaxVersionBytes)
+			if err != nil {
+				return nil, fmt.Errorf("reading %s to see whether the sandbox merged it: %w", p, err)
+			}
+			v.Which = []string{WhichBase, WhichProject, WhichSandbox}[i]
+			vs[i] = v
+		}
+		if mergeable(vs) == nil {
+			res, err := merge3(ctx, vs[0].Data, vs[1].Data, vs[2].Data)
+			if err != nil {
+				return nil, fmt.Errorf("merging %s: %w", p, err)
+			}
+			if res.Clean && bytes.Equal(res.Merged, vs[2].Data) {
+				continue
+			}
+		}
+		left = append(left, p)
+	}
+	return left, nil
+}
+
 // merge3 runs diff3 on copies of the three texts in a private temporary
 // directory: `diff3 -m -E` for the merged text (exit 1: it conflicts),
 // and, when it conflicts, plain diff3 for the hunks' lines.

@@ -32,7 +32,8 @@ func calcPy(edits map[int]string) string {
 // writes the clean merge (both edits in the sandbox's file). When the
 // project edits line 10 too, `merge` names the conflicting hunk (its
 // lines and the three texts), exits 5 and leaves the file as it was;
-// --markers writes it with conflict markers. A symlink planted at the
+// --markers writes it with conflict markers. A rebase after the clean
+// merge takes calc.py; after the markers it still refuses it. A symlink planted at the
 // path (to /etc/shadow) is refused, never followed: first a regular file
 // is read, the control.
 func TestCLIConflictVersionsAndMerge(t *testing.T) {
@@ -77,6 +78,12 @@ func TestCLIConflictVersionsAndMerge(t *testing.T) {
 	if out := ok(t, "exec", clean, "--", "cat", "calc.py"); out != both {
 		t.Errorf("calc.py in the sandbox after a clean merge:\n%s\nwant both edits:\n%s", out, both)
 	}
+	// The merge resolved the conflict: the rebase takes calc.py now, as
+	// the sandbox has it.
+	ok(t, "rebase", clean)
+	if out := ok(t, "exec", clean, "--", "cat", "calc.py"); out != both {
+		t.Errorf("calc.py in the sandbox after the rebase:\n%s\nwant both edits:\n%s", out, both)
+	}
 
 	// The project edits line 10 too: a conflict, named, the file kept.
 	project = calcPy(map[int]string{2: "def f2(x): return x - 2  # project", 10: "def f10(x): return x + 100  # project"})
@@ -109,6 +116,7 @@ func TestCLIConflictVersionsAndMerge(t *testing.T) {
 		!strings.Contains(out, "x - 2  # project") {
 		t.Errorf("calc.py after merge --markers:\n%s", out)
 	}
+	fails(t, 5, `calc\.py`, "rebase", conflicting) // markers resolve nothing
 
 	// A symlink planted at the path, and one on the way: named, never
 	// followed, never merged.
