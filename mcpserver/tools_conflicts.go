@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -25,15 +26,36 @@ type versionOut struct {
 	Which     string `json:"which" jsonschema:"base (what the sandbox was made from or last rebased onto), project (as it is now) or sandbox"`
 	Kind      string `json:"kind" jsonschema:"file, absent, symlink, directory, other or unreadable: only a file has content"`
 	Size      uint64 `json:"size,omitempty" jsonschema:"a file's whole size in bytes"`
-	Content   string `json:"content,omitempty" jsonschema:"a file's bytes: the text itself, or base64 for a binary file"`
-	Encoding  string `json:"encoding,omitempty" jsonschema:"utf-8 or base64"`
+	Content   string `json:"-"` // in the text, once
+	Encoding  string `json:"encoding,omitempty" jsonschema:"how the text gives its content: utf-8, the text itself, or base64 for a binary file"`
 	Truncated bool   `json:"truncated,omitempty" jsonschema:"the file is larger than the content given"`
 	Note      string `json:"note,omitempty"`
 }
 
 type versionsOut struct {
 	Path     string       `json:"path"`
-	Versions []versionOut `json:"versions" jsonschema:"base, project and sandbox, in that order"`
+	Versions []versionOut `json:"versions" jsonschema:"base, project and sandbox, in that order; their content is in the text, each under a line naming it"`
+}
+
+// text is each version's content, once, under a line saying which it
+// is and what.
+func (o versionsOut) text() string {
+	var b strings.Builder
+	for _, v := range o.Versions {
+		if v.Kind != sandboxd1.VersionFile {
+			fmt.Fprintf(&b, "--- %s: %s (%s) ---\n", v.Which, v.Kind, v.Note)
+			continue
+		}
+		cut := ""
+		if v.Truncated {
+			cut = ", cut"
+		}
+		fmt.Fprintf(&b, "--- %s: %s, %s, %s%s ---\n%s", v.Which, o.Path, plural(v.Size, "byte"), v.Encoding, cut, v.Content)
+		if v.Content != "" && !strings.HasSuffix(v.Content, "\n") {
+			b.WriteString("\n")
+		}
+	}
+	return b.String()
 }
 
 type mergeIn struct {
@@ -60,8 +82,25 @@ type mergeOut struct {
 	Clean   bool      `json:"clean" jsonschema:"no hunk conflicts: the merge holds the project's changes and the sandbox's"`
 	Written bool      `json:"written" jsonschema:"the sandbox's file was written"`
 	Hunks   []hunkOut `json:"hunks,omitempty" jsonschema:"the conflicting hunks: what each version holds there"`
-	Merged  string    `json:"merged,omitempty" jsonschema:"with dry_run: the merged text (with conflict markers where it conflicts)"`
+	Merged  string    `json:"-"` // with dry_run: in the text, once
 	Notes   []string  `json:"notes,omitempty"`
+}
+
+// text is, for a dry run, the merged text (with conflict markers where
+// it conflicts) under a line saying how it went; otherwise the JSON.
+func (o mergeOut) text() string {
+	if o.Merged == "" {
+		return ""
+	}
+	how := "clean"
+	if !o.Clean {
+		how = plural(len(o.Hunks), "hunk") + " conflicting, between markers"
+	}
+	text := fmt.Sprintf("%s merged (dry run, nothing written): %s\n--- merged ---\n%s", o.Path, how, o.Merged)
+	if !strings.HasSuffix(text, "\n") {
+		text += "\n"
+	}
+	return text
 }
 
 func (s *server) addConflictTools(m *mcp.Server) {
@@ -122,19 +161,11 @@ func (s *server) merge(ctx context.Context, in mergeIn) (mergeOut, error) {
 	case res.Written && res.Clean:
 		out.Notes = append(out.Notes, "the sandbox's file now holds the project's changes and its own: run the tests, then rebase or promote")
 	case res.Written:
-		out.Notes = append(out.Notes, "written with conflict markers around "+hunks(len(res.Hunks))+": edit them out, then run the tests")
+		out.Notes = append(out.Notes, "written with conflict markers around "+plural(len(res.Hunks), "hunk")+": edit them out, then run the tests")
 	case res.Clean && !in.DryRun:
 		out.Notes = append(out.Notes, "the sandbox's file holds the project's changes already: nothing written")
 	case !res.Clean && !in.DryRun:
-		out.Notes = append(out.Notes, hunks(len(res.Hunks))+" changed in both: the file is left as it was; edit it to hold both changes (file_write or file_edit), or merge again with markers")
+		out.Notes = append(out.Notes, plural(len(res.Hunks), "hunk")+" changed in both: the file is left as it was; edit it to hold both changes (file_write or file_edit), or merge again with markers")
 	}
 	return out, nil
-}
-
-// hunks is "1 hunk", "2 hunks".
-func hunks(n int) string {
-	if n == 1 {
-		return "1 hunk"
-	}
-	return fmt.Sprintf("%d hunks", n)
 }

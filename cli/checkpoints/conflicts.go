@@ -147,7 +147,7 @@ merged text. Text files of at most 1 MiB merge; see the versions with
 			}
 			if res.Clean || res.Written {
 				if !res.Clean && !out.AsJSON && !out.Quiet {
-					return out.Line("written with conflict markers around %s: edit them out, then run the tests", hunksText(len(res.Hunks)))
+					return out.Line("written with conflict markers around %s: edit them out, then run the tests", verb.Plural(len(res.Hunks), "hunk"))
 				}
 				return nil
 			}
@@ -155,7 +155,7 @@ merged text. Text files of at most 1 MiB merge; see the versions with
 			if cmd.Bool("dry-run") {
 				fix = "run without --dry-run to write it"
 			}
-			return &verb.Error{Code: verb.ExitConflict, Msg: fmt.Sprintf("%s: %s changed in both the sandbox and the project; the file is left as it was", path, hunksText(len(res.Hunks))), Fix: fix}
+			return &verb.Error{Code: verb.ExitConflict, Msg: fmt.Sprintf("%s: %s changed in both the sandbox and the project; the file is left as it was", path, verb.Plural(len(res.Hunks), "hunk")), Fix: fix}
 		}),
 	}
 }
@@ -186,12 +186,4 @@ func printHunks(w io.Writer, hunks []sandboxd1.MergeHunk) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
-}
-
-// hunksText is "1 hunk", "2 hunks".
-func hunksText(n int) string {
-	if n == 1 {
-		return "1 hunk"
-	}
-	return fmt.Sprintf("%d hunks", n)
 }

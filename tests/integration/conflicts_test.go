@@ -190,26 +190,31 @@ func TestMCPConflictVersionsAndMerge(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	type version struct{ Which, Kind, Content, Encoding string }
+	type version struct{ Which, Kind, Encoding string }
 	var vs struct{ Versions []version }
 	toolOK(t, cs, "conflict_versions", map[string]any{"sandbox": sb.ID, "path": "calc.py"}, &vs)
-	sandbox := calcPy(map[int]string{10: "def f10(x): return x * 10  # agent"})
-	want := []version{{"base", "file", calcPy(nil), "utf-8"}, {"project", "file", project, "utf-8"}, {"sandbox", "file", sandbox, "utf-8"}}
+	want := []version{{"base", "file", "utf-8"}, {"project", "file", "utf-8"}, {"sandbox", "file", "utf-8"}}
 	if !reflect.DeepEqual(vs.Versions, want) {
 		t.Errorf("conflict_versions of calc.py: %+v\nwant %+v", vs.Versions, want)
 	}
-	toolOK(t, cs, "conflict_versions", map[string]any{"sandbox": sb.ID, "path": "blob.bin"}, &vs)
-	if len(vs.Versions) != 3 || vs.Versions[0].Content != "YQBh" || vs.Versions[2].Encoding != "base64" || vs.Versions[2].Content != "YQBi" {
-		t.Errorf("conflict_versions of a binary file the sandbox changed: %+v", vs.Versions)
+	// The contents come once, in the text, each under a line naming it.
+	sandbox := calcPy(map[int]string{10: "def f10(x): return x * 10  # agent"})
+	text := toolText(callTool(t, cs, "conflict_versions", map[string]any{"sandbox": sb.ID, "path": "calc.py"}))
+	if wantText := "--- base: calc.py, 294 bytes, utf-8 ---\n" + calcPy(nil) + "--- project: calc.py, 302 bytes, utf-8 ---\n" + project +
+		"--- sandbox: calc.py, 303 bytes, utf-8 ---\n" + sandbox; text != wantText {
+		t.Errorf("conflict_versions' text:\n%s\nwant:\n%s", text, wantText)
 	}
-	toolOK(t, cs, "conflict_versions", map[string]any{"sandbox": sb.ID, "path": "new.txt"}, &vs)
-	if len(vs.Versions) != 3 || vs.Versions[0].Kind != "absent" || vs.Versions[1].Kind != "absent" || vs.Versions[2].Content != "new\n" {
-		t.Errorf("conflict_versions of a file only the sandbox made: %+v", vs.Versions)
+	text = toolText(callTool(t, cs, "conflict_versions", map[string]any{"sandbox": sb.ID, "path": "blob.bin"}))
+	if !strings.Contains(text, "--- base: blob.bin, 3 bytes, base64 ---\nYQBh\n") || !strings.Contains(text, "--- sandbox: blob.bin, 3 bytes, base64 ---\nYQBi\n") {
+		t.Errorf("conflict_versions of a binary file the sandbox changed:\n%s", text)
+	}
+	text = toolText(callTool(t, cs, "conflict_versions", map[string]any{"sandbox": sb.ID, "path": "new.txt"}))
+	if !strings.Contains(text, "--- base: absent") || !strings.Contains(text, "--- project: absent") || !strings.HasSuffix(text, "utf-8 ---\nnew\n") {
+		t.Errorf("conflict_versions of a file only the sandbox made:\n%s", text)
 	}
 
 	var merged struct {
 		Clean, Written bool
-		Merged         string
 		Hunks          []struct {
 			Sandbox, Base, Project struct {
 				Start, Lines int
@@ -219,8 +224,11 @@ func TestMCPConflictVersionsAndMerge(t *testing.T) {
 	}
 	both := calcPy(map[int]string{2: "def f2(x): return x - 2  # host", 10: "def f10(x): return x * 10  # agent"})
 	toolOK(t, cs, "merge", map[string]any{"sandbox": sb.ID, "path": "calc.py", "dry_run": true}, &merged)
-	if !merged.Clean || merged.Written || merged.Merged != both {
+	if !merged.Clean || merged.Written {
 		t.Errorf("merge dry_run: %+v", merged)
+	}
+	if text := toolText(callTool(t, cs, "merge", map[string]any{"sandbox": sb.ID, "path": "calc.py", "dry_run": true})); text != "calc.py merged (dry run, nothing written): clean\n--- merged ---\n"+both {
+		t.Errorf("merge dry_run's text:\n%s\nwant the merged text", text)
 	}
 	if out := ok(t, "exec", sb.ID, "--", "cat", "calc.py"); out != sandbox {
 		t.Errorf("calc.py after a dry run changed:\n%s", out)
