@@ -258,3 +258,35 @@ func TestMCPConflictVersionsAndMerge(t *testing.T) {
 		t.Errorf("a clean merge: %+v; calc.py:\n%s", merged, out)
 	}
 }
+
+// The MCP inspector CLI (a client nobody on the project wrote), in both
+// protocol eras, sees a conflict's three versions and merges it.
+func TestMCPInspectorConflictVersionsAndMerge(t *testing.T) {
+	for _, era := range []string{"modern", "legacy"} {
+		t.Run(era, func(t *testing.T) {
+			project := "insp-conflicts-" + era
+			path := addProject(t, project, map[string]string{"calc.py": calcPy(nil)})
+			id := strings.TrimSpace(ok(t, "create", "--quiet", project))
+			ok(t, "exec", id, "--", "sed", "-i", "10s/.*/def f10(x): return x * 10  # agent/", "calc.py")
+			project2 := calcPy(map[int]string{2: "def f2(x): return x - 2  # host"})
+			if err := os.WriteFile(filepath.Join(path, "calc.py"), []byte(project2), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			in := inspector(t, era)
+			res := inspect(t, in, nil, "conflict_versions", "sandbox="+id, "path=calc.py")
+			text := res.Text()
+			for _, want := range []string{"--- base: calc.py, 294 bytes, utf-8 ---\n", "--- project: calc.py, 302 bytes, utf-8 ---\n", "x - 2  # host\n",
+				"--- sandbox: calc.py, 303 bytes, utf-8 ---\n", "x * 10  # agent\n"} {
+				if !strings.Contains(text, want) {
+					t.Errorf("conflict_versions from the inspector (%s era) lacks %q:\n%s", era, want, text)
+				}
+			}
+			var merged struct{ Clean, Written bool }
+			inspect(t, in, &merged, "merge", "sandbox="+id, "path=calc.py")
+			both := calcPy(map[int]string{2: "def f2(x): return x - 2  # host", 10: "def f10(x): return x * 10  # agent"})
+			if out := ok(t, "exec", id, "--", "cat", "calc.py"); !merged.Clean || !merged.Written || out != both {
+				t.Errorf("merge from the inspector (%s era): %+v; calc.py:\n%s", era, merged, out)
+			}
+		})
+	}
+}
