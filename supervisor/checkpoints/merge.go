@@ -144,7 +144,11 @@ func mergeable(vs []Version) error {
 // sandbox's version then goes onto the project's as any change does.
 func merged(ctx context.Context, conflicts []string, base, project, sandbox string) ([]string, error) {
 	var left []string
-	for _, p := range conflicts {
+	for i, p := range conflicts {
+		if i >= maxMergedChecks {
+			left = append(left, p) // not looked at: still a conflict
+			continue
+		}
 		vs := make([]Version, 3)
 		for i, tree := range []string{base, project, sandbox} {
 			v, err := readVersion(tree, p, supervisor.Daemon("rebase"), MaxVersionBytes)
@@ -167,6 +171,11 @@ func merged(ctx context.Context, conflicts []string, base, project, sandbox stri
 	}
 	return left, nil
 }
+
+// maxMergedChecks bounds the conflicting paths a rebase reads and runs
+// diff3 on to see whether the sandbox merged them (a sandbox that
+// conflicts on thousands of paths has not merged them one by one).
+const maxMergedChecks = 100
 
 // merge3 runs diff3 on copies of the three texts in a private temporary
 // directory: `diff3 -m -E` for the merged text (exit 1: it conflicts),
