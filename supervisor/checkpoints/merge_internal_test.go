@@ -159,3 +159,36 @@ func TestUnitMergeable(t *testing.T) {
 		}
 	}
 }
+
+// A rebase takes a conflicting path whose sandbox version holds the
+// project's change already (a merge's result), and only such a path.
+func TestUnitMergedConflicts(t *testing.T) {
+	trees := [3]string{t.TempDir(), t.TempDir(), t.TempDir()} // base, project, sandbox
+	write := func(tree int, name string, data []byte) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(trees[tree], name), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// merged.py: the sandbox holds both edits. mine.py: the sandbox's
+	// edit alone. both.py: one line edited two ways. gone.py: the
+	// project deleted it.
+	write(0, "merged.py", lines(12, nil))
+	write(1, "merged.py", lines(12, map[int]string{2: "two project"}))
+	write(2, "merged.py", lines(12, map[int]string{2: "two project", 10: "ten sandbox"}))
+	write(0, "mine.py", lines(12, nil))
+	write(1, "mine.py", lines(12, map[int]string{2: "two project"}))
+	write(2, "mine.py", lines(12, map[int]string{10: "ten sandbox"}))
+	write(0, "both.py", lines(12, nil))
+	write(1, "both.py", lines(12, map[int]string{10: "ten project"}))
+	write(2, "both.py", lines(12, map[int]string{10: "ten sandbox"}))
+	write(0, "gone.py", lines(12, nil))
+	write(2, "gone.py", lines(12, map[int]string{10: "ten sandbox"}))
+	left, err := merged(context.Background(), []string{"both.py", "gone.py", "merged.py", "mine.py"}, trees[0], trees[1], trees[2])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"both.py", "gone.py", "mine.py"}; strings.Join(left, " ") != strings.Join(want, " ") {
+		t.Errorf("conflicts left: %v; want %v (merged.py taken)", left, want)
+	}
+}
