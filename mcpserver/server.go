@@ -135,6 +135,7 @@ func newServer(ctx context.Context, c *client.Client, opts Options) (*mcp.Server
 	s.addExecTools(m)
 	s.addFileTools(m)
 	s.addChangeTools(m)
+	s.addConflictTools(m)
 	s.addPromoteTools(m)
 	s.addReplTool(m)
 	s.addSystemTools(m)

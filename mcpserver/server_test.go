@@ -35,7 +35,8 @@ var wantHints = map[string]struct{ readOnly, destructive bool }{
 	"file_read": {true, false}, "file_write": {false, true}, "file_edit": {false, true}, "file_list": {true, false},
 	"diff": {true, false}, "checkpoint": {false, false}, "rollback": {false, true}, "rebase": {false, true},
 	"try": {false, true}, "promote": {false, true}, "promotion_status": {true, false}, "repl": {false, true},
-	"system_status": {true, false},
+	"system_status":     {true, false},
+	"conflict_versions": {true, false}, "merge": {false, true},
 }
 
 func TestToolsAndTheirAnnotations(t *testing.T) {

@@ -18,7 +18,8 @@ import (
 // Rebase brings sandbox id onto its project as it is now: a new base is
 // taken of the project, and the sandbox's own changes are applied onto a
 // copy of it, unless the project changed any of the same paths (a
-// conflict, refused by name). Like a rollback, the sandbox's processes
+// conflict, refused by name, unless the sandbox's version holds the
+// project's change already: a Merge resolved it). Like a rollback, the sandbox's processes
 // are stopped and it starts again on the new copy; its system layer and
 // checkpoints stay.
 func (c *Checkpoints) Rebase(ctx context.Context, id string) (sb supervisor.Sandbox, err error) {
@@ -72,6 +73,9 @@ func (c *Checkpoints) Rebase(ctx context.Context, id string) (sb supervisor.Sand
 	}
 	conflicts, err := promote.RealConflicts(promote.Conflicts(changes, theirs), newBase.Path, oldBase.Path, src.Path)
 	if err != nil {
+		return sb, fmt.Errorf("%s: %w", what, err)
+	}
+	if conflicts, err = merged(ctx, conflicts, oldBase.Path, newBase.Path, src.Path); err != nil {
 		return sb, fmt.Errorf("%s: %w", what, err)
 	}
 	if len(conflicts) > 0 {

@@ -305,7 +305,7 @@ func TestCLIStatusSaysHowFarTheProjectMovedAndRebaseCatchesUp(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(path, "a.txt"), []byte("host\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if out := ok(t, "status", id); !strings.Contains(out, "stale: the project changed 1 paths since the base was taken") || !strings.Contains(out, "(a.txt)") {
+	if out := ok(t, "status", id); !strings.Contains(out, "stale: the project changed 1 path since the base was taken") || !strings.Contains(out, "(a.txt)") {
 		t.Fatalf("status after the project changed:\n%s", out)
 	}
 	ok(t, "rebase", id)

@@ -64,6 +64,8 @@ var actions = map[string]action{
 	sandboxd1.MethodUnifiedDiff:      {heavy: true},
 	sandboxd1.MethodDiffCounted:      {heavy: true},
 	sandboxd1.MethodRebase:           {mutating: true},
+	sandboxd1.MethodFileVersions:     {heavy: true}, // a snapshot, three files held
+	sandboxd1.MethodMerge:            {mutating: true, heavy: true},
 	sandboxd1.MethodProjectChanges:   {heavy: true},
 	sandboxd1.MethodPromote:          {mutating: true, heavy: true},
 	sandboxd1.MethodExposePort:       {mutating: true},

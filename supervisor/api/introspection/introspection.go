@@ -162,6 +162,19 @@ const SandboxXML = xmlHeader + `<node>
    <arg type="as" name="paths" direction="out"/>
    <arg type="t" name="base" direction="out"/>
   </method>
+  <method name="FileVersions">
+   <arg type="s" name="path" direction="in"/>
+   <arg type="a{sv}" name="options" direction="in"/>
+   <arg type="a(sstbbays)" name="versions" direction="out"/>
+  </method>
+  <method name="Merge">
+   <arg type="s" name="path" direction="in"/>
+   <arg type="a{sv}" name="options" direction="in"/>
+   <arg type="b" name="clean" direction="out"/>
+   <arg type="b" name="written" direction="out"/>
+   <arg type="a(uuuuuusss)" name="hunks" direction="out"/>
+   <arg type="ay" name="merged" direction="out"/>
+  </method>
   <method name="Promote">
    <arg type="a{sv}" name="options" direction="in"/>
    <arg type="s" name="promotion" direction="out"/>
