@@ -128,6 +128,8 @@ func newServer(ctx context.Context, c *client.Client, opts Options) (*mcp.Server
 	s.addPromoteTools(m)
 	s.addReplTool(m)
 	s.addSystemTools(m)
+	s.addResources(m)
+	m.AddReceivingMiddleware(s.streams)
 	return m, s
 }
 

@@ -100,6 +100,7 @@ func (s *server) diff(ctx context.Context, in diffIn) (diffOut, error) {
 			return diffOut{}, err
 		}
 		out := diffOut{Text: text}
+		linkDiff(ctx, sb, text)
 		if _, out.Ignored, err = sb.DiffCounted(ctx); err != nil {
 			return diffOut{}, err
 		}
@@ -180,7 +181,10 @@ func (s *server) try(ctx context.Context, in tryIn) (sandboxd1.TryReport, error)
 		return sandboxd1.TryReport{}, err
 	}
 	opts := client.TryOptions{Create: client.CreateOptions{Network: in.Network, Allow: in.Allow}, Timeout: timeout}
+	var stop func()
+	opts.Create.Name, stop = s.watchTry(ctx, opts.Create.Name, len(in.Variants))
 	report, err := s.c.Try(ctx, in.Project, in.Variants, in.Check, in.Keep, opts)
+	stop()
 	if err != nil {
 		return sandboxd1.TryReport{}, err
 	}

@@ -23,6 +23,7 @@ type execIn struct {
 	Dir     string   `json:"dir,omitempty" jsonschema:"its working directory in the sandbox (default: the project's directory)"`
 	Root    bool     `json:"root,omitempty" jsonschema:"run it as root of the sandbox (its own user namespace's root, not the host's)"`
 	Timeout int      `json:"timeout_seconds,omitempty" jsonschema:"end it after this many seconds (default 300)"`
+	Images  []string `json:"images,omitempty" jsonschema:"paths of images the command writes (PNG, JPEG, GIF or WebP), returned as image content once it ended"`
 }
 
 type execOut struct {
@@ -103,13 +104,15 @@ func (s *server) exec(ctx context.Context, in execIn) (execOut, error) {
 		return execOut{}, err
 	}
 	stdout, stderr := newCapture(s.opts.OutputCap), newCapture(s.opts.OutputCap)
-	opts := client.ExecOptions{Stdout: stdout, Stderr: stderr, Env: in.Env, Dir: in.Dir, Root: in.Root,
+	spools, outW, errW, stop := s.execStreams(ctx, stdout, stderr)
+	opts := client.ExecOptions{Stdout: outW, Stderr: errW, Env: in.Env, Dir: in.Dir, Root: in.Root,
 		Timeout: timeout, OutputLimit: s.opts.OutputLimit}
 	if in.Stdin != "" {
 		opts.Stdin = strings.NewReader(in.Stdin)
 	}
 	start := time.Now()
 	st, err := sb.Exec(ctx, in.Command, opts)
+	stop()
 	if err != nil {
 		return execOut{}, err
 	}
@@ -130,6 +133,7 @@ func (s *server) exec(ctx context.Context, in execIn) (execOut, error) {
 			out.Notes = append(out.Notes, o.name+" is not UTF-8 text: its invalid bytes are shown as U+FFFD; write it to a file and file_read it to get its bytes (base64)")
 		}
 	}
+	out.Notes = append(out.Notes, s.execExtras(ctx, sb, in.Images, in.Root, stdout, stderr, spools)...)
 	out.Notes = append(out.Notes, s.endNotes(st, timeout)...)
 	if !st.Success() {
 		if note := s.networkNote(ctx, sb); note != "" {

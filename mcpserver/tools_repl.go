@@ -44,6 +44,8 @@ type repls struct {
 type replSession struct {
 	sb *client.Sandbox
 	id string
+	// figures is where a python3 session saves matplotlib's figures.
+	figures string
 }
 
 type replKey struct{ sandbox, language string }
@@ -92,6 +94,7 @@ func (s *server) evalRepl(ctx context.Context, in replIn) (replOut, error) {
 	if r.binary {
 		notes = append(notes, "the output is not UTF-8 text: its invalid bytes are shown as U+FFFD")
 	}
+	notes = append(notes, s.attachFigures(ctx, sb, s.repl.figures(key))...)
 	return replOut{Output: r.text, Status: status, Notes: notes}, nil
 }
 
@@ -109,11 +112,12 @@ func (r *repls) session(ctx context.Context, sb *client.Sandbox, language string
 	}
 	// Opened under the lock, so that two calls at once make one session;
 	// opening takes as long as the interpreter's start.
-	id, err = sb.OpenSession(ctx, language, client.ExecOptions{})
+	opts, figures := sessionOptions(language)
+	id, err = sb.OpenSession(ctx, language, opts)
 	if err != nil {
 		return "", false, err
 	}
-	r.open[key] = replSession{sb, id}
+	r.open[key] = replSession{sb: sb, id: id, figures: figures}
 	return id, true, nil
 }
 

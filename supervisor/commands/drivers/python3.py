@@ -4,7 +4,12 @@
 # stdout it was started with. The input's output (print, tracebacks and
 # what its subprocesses write) goes to a file of its own, so nothing can
 # break the framing; its stdin is /dev/null.
-import os, sys, traceback, tempfile
+#
+# matplotlib draws with Agg (there is no display). With $SANDBOXD_FIGURES
+# set (the MCP server's repl), plt.show() and the figures an input leaves
+# open are saved there as PNGs (at most MAX_FIGURES an input, the
+# directory emptied before each input) and closed, for the caller to read.
+import os, sys, traceback, tempfile, warnings
 
 CAP = int(sys.argv[1]) if len(sys.argv) > 1 else 1 << 20
 proto_in = os.fdopen(os.dup(0), "rb", buffering=0)
@@ -14,6 +19,50 @@ os.dup2(null, 0)
 os.close(null)
 sys.stdin = open(os.devnull)
 scope = {"__name__": "__main__", "__builtins__": __builtins__}
+os.environ.setdefault("MPLBACKEND", "Agg")
+warnings.filterwarnings("ignore", message=".*non-interactive.*")
+FIGURES = os.environ.get("SANDBOXD_FIGURES", "")
+MAX_FIGURES = 8
+figures_saved = 0
+
+
+def start_figures():
+    """Empties the figures' directory and makes plt.show() save."""
+    global figures_saved
+    figures_saved = 0
+    if not FIGURES:
+        return
+    os.makedirs(FIGURES, mode=0o700, exist_ok=True)
+    for name in os.listdir(FIGURES):
+        if name.endswith(".png"):
+            os.unlink(os.path.join(FIGURES, name))
+    patch_show()
+
+
+def patch_show():
+    plt = sys.modules.get("matplotlib.pyplot")
+    if not FIGURES or plt is None or getattr(plt.show, "_sandboxd", False):
+        return
+
+    def show(*args, **kwargs):
+        save_figures()
+
+    show._sandboxd = True
+    plt.show = show
+
+
+def save_figures():
+    """Saves the open figures as PNGs and closes them."""
+    global figures_saved
+    plt = sys.modules.get("matplotlib.pyplot")
+    if not FIGURES or plt is None:
+        return
+    for num in plt.get_fignums():
+        if figures_saved < MAX_FIGURES:
+            path = os.path.join(FIGURES, "figure-%d.png" % figures_saved)
+            plt.figure(num).savefig(path, format="png", dpi=100)
+            figures_saved += 1
+        plt.close(num)
 
 
 def read_input():
@@ -44,6 +93,7 @@ while True:
         os.dup2(f.fileno(), 1)
         os.dup2(f.fileno(), 2)
         try:
+            start_figures()
             try:
                 compiled = compile(code, "<input>", "eval")
             except SyntaxError:
@@ -57,6 +107,11 @@ while True:
         except BaseException:
             traceback.print_exc()
             status = 1
+        try:
+            patch_show()
+            save_figures()
+        except Exception:
+            traceback.print_exc()
         finally:
             sys.stdout.flush()
             sys.stderr.flush()

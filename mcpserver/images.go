@@ -1,0 +1,139 @@
+package mcpserver
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"path"
+	"slices"
+	"strings"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/sandboxd/sandboxd/client"
+)
+
+// Images a command or a session made, returned as image content: the
+// files exec's images names once the command ended, and the figures a
+// python3 session's matplotlib drew. Each is read through the client as
+// the caller, bounded by MaxFileBytes, and known by its first bytes.
+
+// maxImages bounds the images one call returns.
+const maxImages = 8
+
+// figuresEnv names, in a python3 session's environment, the directory
+// its driver saves matplotlib's figures to (see drivers/python3.py).
+const figuresEnv = "SANDBOXD_FIGURES"
+
+// imageType is the MIME type of an image by its magic bytes: PNG, JPEG,
+// GIF or WebP ("" for anything else).
+func imageType(b []byte) string {
+	switch {
+	case bytes.HasPrefix(b, []byte("\x89PNG\r\n\x1a\n")):
+		return "image/png"
+	case bytes.HasPrefix(b, []byte{0xff, 0xd8, 0xff}):
+		return "image/jpeg"
+	case bytes.HasPrefix(b, []byte("GIF87a")), bytes.HasPrefix(b, []byte("GIF89a")):
+		return "image/gif"
+	case len(b) >= 12 && string(b[:4]) == "RIFF" && string(b[8:12]) == "WEBP":
+		return "image/webp"
+	}
+	return ""
+}
+
+// attachImages reads the images a command wrote (paths in the
+// sandbox) and adds each to the call's result; what cannot be returned
+// is a note naming it and why.
+func (s *server) attachImages(ctx context.Context, sb *client.Sandbox, paths []string, root bool) []string {
+	var notes []string
+	if len(paths) > maxImages {
+		notes = append(notes, fmt.Sprintf("images names %d files: only the first %d are returned", len(paths), maxImages))
+		paths = paths[:maxImages]
+	}
+	for _, p := range paths {
+		if note := s.attachImage(ctx, sb, p, root); note != "" {
+			notes = append(notes, note)
+		}
+	}
+	return notes
+}
+
+// attachImage adds one image file to the call's result; it returns why
+// it could not ("" when it did).
+func (s *server) attachImage(ctx context.Context, sb *client.Sandbox, p string, root bool) string {
+	data, err := sb.ReadFile(ctx, p, client.ReadOptions{Limit: int64(s.opts.MaxFileBytes), Root: root})
+	switch {
+	case errors.Is(err, client.ErrTooLarge):
+		return fmt.Sprintf("image %s is over the %d bytes this server returns: not returned; make it smaller (fewer pixels, JPEG)", p, s.opts.MaxFileBytes)
+	case err != nil:
+		return fmt.Sprintf("image %s: %v", p, err)
+	}
+	mt := imageType(data)
+	if mt == "" {
+		return fmt.Sprintf("%s is not a PNG, JPEG, GIF or WebP image (by its first bytes): not returned", p)
+	}
+	attach(ctx, &mcp.ImageContent{Data: data, MIMEType: mt})
+	return ""
+}
+
+// attachFigures adds the figures a python3 session saved in dir during
+// the last input (its driver empties dir before each input).
+func (s *server) attachFigures(ctx context.Context, sb *client.Sandbox, dir string) []string {
+	if dir == "" {
+		return nil
+	}
+	entries, err := sb.ListFiles(ctx, dir, client.ListOptions{MaxEntries: 2 * maxImages})
+	if err != nil {
+		return nil // no figure was drawn: the driver made no directory
+	}
+	var names []string
+	for _, e := range entries {
+		if e.Kind == "file" && strings.HasSuffix(e.Path, ".png") {
+			names = append(names, e.Path)
+		}
+	}
+	slices.SortFunc(names, func(a, b string) int {
+		return cmpNatural(a, b)
+	})
+	var paths []string
+	for _, n := range names {
+		paths = append(paths, path.Join(dir, path.Base(n)))
+	}
+	return s.attachImages(ctx, sb, paths, false)
+}
+
+// cmpNatural orders figure-2.png before figure-10.png.
+func cmpNatural(a, b string) int {
+	if len(a) != len(b) {
+		return len(a) - len(b)
+	}
+	return strings.Compare(a, b)
+}
+
+// randomHex is n random bytes as hex, for names no other call takes.
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// sessionOptions are how a session of language is opened: a python3
+// one is given a directory of its own, under the sandbox's /tmp, for
+// its figures.
+func sessionOptions(language string) (client.ExecOptions, string) {
+	if language != "python3" {
+		return client.ExecOptions{}, ""
+	}
+	dir := "/tmp/sandboxd-figures-" + randomHex(6)
+	return client.ExecOptions{Env: []string{figuresEnv + "=" + dir}}, dir
+}
+
+// figures is the figures' directory of key's session ("" for none).
+func (r *repls) figures(key replKey) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.open[key].figures
+}
