@@ -207,16 +207,12 @@ func (s *server) followPromotion(ctx context.Context, id string) (*sandboxd1.Pro
 		if err != nil {
 			return p, err
 		}
-		total := float64(0)
-		if progressing(ctx) {
-			total = float64(3*len(p.Stages) + 1)
-		}
 		for _, st := range p.Stages {
 			if told[st.Name] == st.State || st.State == sandboxd1.StagePending {
 				continue
 			}
 			told[st.Name] = st.State
-			notify(ctx, fmt.Sprintf("promotion %s: stage %s (%s): %s", p.ID, st.Name, st.Target, st.State), total)
+			notify(ctx, fmt.Sprintf("promotion %s: stage %s (%s): %s", p.ID, st.Name, st.Target, st.State), 0)
 		}
 		if p.State != sandboxd1.PromotionRunning {
 			return p, nil

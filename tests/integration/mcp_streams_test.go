@@ -12,7 +12,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-// Issue 33's streams over `sandboxd mcp` against the real daemon:
+// Issue 33's streams over `sandboxctl mcp` against the real daemon:
 // progress notifications while a command runs, resources (a file, the
 // diff, an output exec cut, linked), and images (a python3 session's
 // matplotlib figure, a file exec names).
