@@ -66,7 +66,7 @@ func parseResourceURI(uri string) (resourceURI, error) {
 	var err error
 	r := resourceURI{kind: kind}
 	if r.sandbox, err = url.PathUnescape(sandbox); err != nil || r.sandbox == "" {
-		return resourceURI{}, fmt.Errorf("resource %q names no sandbox: give sandbox://SANDBOX/...", uri)
+		return resourceURI{}, fmt.Errorf("resource %q names no sandbox: give sandbox://SANDBOX/files/PATH, /diff or /logs/PROCESS", uri)
 	}
 	if r.rest, err = url.PathUnescape(rest); err != nil {
 		return resourceURI{}, fmt.Errorf("resource %q: its path is not escaped right: %w", uri, err)
