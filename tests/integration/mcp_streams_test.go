@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"image/png"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -194,4 +196,71 @@ func imagesOf(t *testing.T, res *mcp.CallToolResult) []*mcp.ImageContent {
 		}
 	}
 	return images
+}
+
+// TestMCPProgressOfTryAndPromote: try tells each variant's sandbox as it
+// is made, and promote each stage's state, before they answer.
+func TestMCPProgressOfTryAndPromote(t *testing.T) {
+	path := addProject(t, "mcp-progress", map[string]string{"README": "progress\n"})
+	cs, progress := mcpProgressSession(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	// The variants last a second each: longer than a look for the
+	// sandboxes (a safety net for the test's speed, not what it waits on).
+	params := &mcp.CallToolParams{Name: "try", Arguments: map[string]any{"project": "mcp-progress", "keep": "none",
+		"variants": []string{"sleep 1; echo a > v", "sleep 1; exit 3"}, "check": "test -f v"}}
+	params.SetProgressToken("try-1")
+	res, err := cs.CallTool(ctx, params)
+	if err != nil || res.IsError {
+		t.Fatalf("try: %v %s", err, toolText(res))
+	}
+	made := notesOf(t, progress, "try-1", 2, "made")
+	for _, m := range made {
+		if !strings.Contains(m, " of 2)") {
+			t.Errorf("try's notification %q does not say of how many", m)
+		}
+	}
+
+	var sb struct{ ID string }
+	toolOK(t, cs, "sandbox_create", map[string]any{"project": "mcp-progress"}, &sb)
+	var wrote struct{ Bytes int }
+	toolOK(t, cs, "file_write", map[string]any{"sandbox": sb.ID, "path": "promoted.txt", "content": "yes\n"}, &wrote)
+	params = &mcp.CallToolParams{Name: "promote", Arguments: map[string]any{"sandbox": sb.ID}}
+	params.SetProgressToken("promote-1")
+	res, err = cs.CallTool(ctx, params)
+	if err != nil || res.IsError {
+		t.Fatalf("promote: %v %s", err, toolText(res))
+	}
+	stages := notesOf(t, progress, "promote-1", 1, "stage project (project): passed")
+	if !strings.HasPrefix(stages[len(stages)-1], "promotion ") {
+		t.Errorf("promote's notifications: %q", stages)
+	}
+	if b, err := os.ReadFile(filepath.Join(path, "promoted.txt")); err != nil || string(b) != "yes\n" {
+		t.Errorf("the project after the promotion: %q, %v", b, err)
+	}
+}
+
+// notesOf reads progress notifications of token until one holds last
+// n times (the client hands them over apart from the answer, which
+// they preceded) and returns their messages.
+func notesOf(t *testing.T, progress <-chan *mcp.ProgressNotificationParams, token string, n int, last string) []string {
+	t.Helper()
+	var all []string
+	seen := 0
+	for seen < n {
+		select {
+		case p := <-progress:
+			if p.ProgressToken != token {
+				continue
+			}
+			all = append(all, p.Message)
+			if strings.Contains(p.Message, last) {
+				seen++
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("progress of %s: %q; want %d holding %q", token, all, n, last)
+		}
+	}
+	return all
 }
