@@ -14,6 +14,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/sandboxd/sandboxd/client"
+	"github.com/sandboxd/sandboxd/mcpserver/toolcall"
 )
 
 // Images a command or a session made, returned as image content: the
@@ -75,7 +76,7 @@ func (s *server) attachImage(ctx context.Context, sb *client.Sandbox, p string, 
 	if mt == "" {
 		return fmt.Sprintf("%s is not a PNG, JPEG, GIF or WebP image (by its first bytes): not returned", p)
 	}
-	attach(ctx, &mcp.ImageContent{Data: data, MIMEType: mt})
+	toolcall.Attach(ctx, &mcp.ImageContent{Data: data, MIMEType: mt})
 	return ""
 }
 

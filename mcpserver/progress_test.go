@@ -8,6 +8,9 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/sandboxd/sandboxd/mcpserver/resources"
+	"github.com/sandboxd/sandboxd/mcpserver/toolcall"
 )
 
 type floodIn struct {
@@ -26,7 +29,7 @@ func streamingSession(t *testing.T) (*mcp.ClientSession, func() []*mcp.ProgressN
 	ctx := t.Context()
 	m, s := newServer(ctx, nil, Options{})
 	add(s, m, &mcp.Tool{Name: "flood"}, func(ctx context.Context, in floodIn) (floodOut, error) {
-		out, errw, stop := streamOutput(ctx, &strings.Builder{}, &strings.Builder{})
+		out, errw, stop := toolcall.Output(ctx, &strings.Builder{}, &strings.Builder{})
 		line := []byte(strings.Repeat("x", 99) + "\n")
 		deadline := time.Now().Add(time.Second)
 		n := 0
@@ -38,7 +41,7 @@ func streamingSession(t *testing.T) (*mcp.ClientSession, func() []*mcp.ProgressN
 			n++
 		}
 		stop()
-		attach(ctx, &mcp.ResourceLink{URI: "sandbox://x/files/out.txt", Name: "out.txt"})
+		toolcall.Attach(ctx, &mcp.ResourceLink{URI: "sandbox://x/files/out.txt", Name: "out.txt"})
 		return floodOut{Wrote: n}, nil
 	})
 	var mu sync.Mutex
@@ -82,7 +85,7 @@ func TestUnitOutputFloodIsAFewNotifications(t *testing.T) {
 		t.Fatalf("the tool wrote %d lines in a second: too few to call it a flood", wrote)
 	}
 	got := progress()
-	most := int(time.Second/progressEvery) + 2
+	most := int(time.Second/toolcall.Every) + 2
 	if len(got) == 0 || len(got) > most {
 		t.Fatalf("%d lines of output gave %d notifications; want 1 to %d", wrote, len(got), most)
 	}
@@ -92,11 +95,11 @@ func TestUnitOutputFloodIsAFewNotifications(t *testing.T) {
 			t.Errorf("notification %+v: want token p1 and progress over %v", p, last)
 		}
 		last = p.Progress
-		if len(p.Message) > 2*progressExcerpt+200 || !strings.Contains(p.Message, "stdout: ") {
+		if len(p.Message) > 2*toolcall.Excerpt+200 || !strings.Contains(p.Message, "stdout: ") {
 			t.Errorf("a notification of %d bytes, %.80q...: want a bounded excerpt of stdout", len(p.Message), p.Message)
 		}
 	}
-	if !strings.Contains(got[0].Message, "bytes ...]") {
+	if !strings.Contains(got[0].Message, "bytes are cut ...]") {
 		t.Errorf("the first notification %.120q does not say what it left out", got[0].Message)
 	}
 	var link *mcp.ResourceLink
@@ -131,7 +134,7 @@ func TestUnitOutputFloodIsAFewNotifications(t *testing.T) {
 func TestUnitResourceTemplates(t *testing.T) {
 	cs := connect(t)
 	ctx := t.Context()
-	want := map[string]bool{filesTemplate: false, diffTemplate: false, logsTemplate: false}
+	want := map[string]bool{resources.FilesTemplate: false, resources.DiffTemplate: false, resources.LogsTemplate: false}
 	for rt, err := range cs.ResourceTemplates(ctx, nil) {
 		if err != nil {
 			t.Fatal(err)
@@ -152,22 +155,6 @@ func TestUnitResourceTemplates(t *testing.T) {
 	}
 }
 
-func TestUnitResourceURIs(t *testing.T) {
-	for _, tc := range []struct{ sandbox, path string }{
-		{"abc123", "src/main.py"}, {"web-1", "/etc/hosts"}, {"x", "dir with space/a#b?.txt"}, {"x", "100%.txt"},
-	} {
-		uri := fileURI(tc.sandbox, tc.path)
-		r, err := parseResourceURI(uri)
-		if err != nil || r.sandbox != tc.sandbox || r.kind != "files" || r.rest != tc.path {
-			t.Errorf("%s: %+v %v; want sandbox %q, path %q", uri, r, err, tc.sandbox, tc.path)
-		}
-	}
-	r, err := parseResourceURI("sandbox://web-1/logs/p42")
-	if err != nil || r.sandbox != "web-1" || r.kind != "logs" || r.rest != "p42" {
-		t.Errorf("a log's URI: %+v %v", r, err)
-	}
-}
-
 func TestUnitImageTypes(t *testing.T) {
 	for _, tc := range []struct {
 		data, want string
@@ -183,18 +170,5 @@ func TestUnitImageTypes(t *testing.T) {
 		if got := imageType([]byte(tc.data)); got != tc.want {
 			t.Errorf("imageType(%q) = %q; want %q", tc.data, got, tc.want)
 		}
-	}
-}
-
-func TestUnitResourceContents(t *testing.T) {
-	if c := contentsOf("u", "a.py", []byte("print(1)\n")); c.Text != "print(1)\n" || c.Blob != nil {
-		t.Errorf("a text file: %+v", c)
-	}
-	elf := []byte("\x7fELF\x02\x01\x01\x00\x00\x00")
-	if c := contentsOf("u", "prog", elf); c.Text != "" || string(c.Blob) != string(elf) || c.MIMEType == "" {
-		t.Errorf("an ELF (valid UTF-8, with NULs): %+v; want a blob", c)
-	}
-	if c := contentsOf("u", "plot.png", []byte("\x89PNG\r\n\x1a\n\x00")); c.MIMEType != "image/png" || c.Blob == nil {
-		t.Errorf("a PNG: %+v", c)
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/sandboxd/sandboxd/client"
+	"github.com/sandboxd/sandboxd/mcpserver/toolcall"
 	"github.com/sandboxd/sandboxd/sandboxd1"
 )
 
@@ -129,7 +130,7 @@ func newServer(ctx context.Context, c *client.Client, opts Options) (*mcp.Server
 	s.addReplTool(m)
 	s.addSystemTools(m)
 	s.addResources(m)
-	m.AddReceivingMiddleware(s.streams)
+	m.AddReceivingMiddleware(toolcall.Middleware)
 	return m, s
 }
 
