@@ -25,9 +25,10 @@ import (
 // maxImages bounds the images one call returns.
 const maxImages = 8
 
-// figuresEnv names, in a python3 session's environment, the directory
-// its driver saves matplotlib's figures to (see drivers/python3.py).
-const figuresEnv = "SANDBOXD_FIGURES"
+// figuresInput starts the control input a python3 session's driver
+// answers with the figures it kept (see drivers/python3.py): \x01 starts
+// no Python source anyone writes, and D-Bus strings may hold it.
+const figuresInput = "\x01sandboxd-figures "
 
 // imageType is the MIME type of an image by its magic bytes: PNG, JPEG,
 // GIF or WebP ("" for anything else).
@@ -80,29 +81,34 @@ func (s *server) attachImage(ctx context.Context, sb *client.Sandbox, p string, 
 	return ""
 }
 
-// attachFigures adds the figures a python3 session saved in dir during
-// the last input (its driver empties dir before each input).
-func (s *server) attachFigures(ctx context.Context, sb *client.Sandbox, dir string) []string {
-	if dir == "" {
+// replFigures adds the figures the input key's python3 session just ran
+// drew (plt.show(), or left open) to the call's result. Its driver
+// keeps them and, asked by a control input (figuresInput, which no
+// Python source starts with), writes them as PNGs to a directory of the
+// session's own under the sandbox's /tmp (emptied first) and names
+// them; they are read from there as the caller.
+func (s *server) replFigures(ctx context.Context, sb *client.Sandbox, key replKey) []string {
+	if key.language != "python3" {
 		return nil
 	}
-	entries, err := sb.ListFiles(ctx, dir, client.ListOptions{MaxEntries: 2 * maxImages})
-	if err != nil {
-		return nil // no figure was drawn: the driver made no directory
+	s.repl.mu.Lock()
+	id := s.repl.open[key].id
+	s.repl.mu.Unlock()
+	if id == "" || strings.Trim(id, "0123456789abcdefABCDEF-") != "" {
+		return nil
 	}
-	var names []string
-	for _, e := range entries {
-		if e.Kind == "file" && strings.HasSuffix(e.Path, ".png") {
-			names = append(names, e.Path)
+	dir := "/tmp/sandboxd-figures-" + id
+	listing, status, err := sb.Eval(ctx, id, figuresInput+dir)
+	if err != nil || status != 0 || listing == "" {
+		return nil // matplotlib drew nothing (or is not there)
+	}
+	var paths []string
+	for _, name := range strings.Split(strings.TrimSpace(listing), "\n") {
+		if strings.HasPrefix(name, "figure-") && strings.HasSuffix(name, ".png") && !strings.Contains(name, "/") {
+			paths = append(paths, path.Join(dir, name))
 		}
 	}
-	slices.SortFunc(names, func(a, b string) int {
-		return cmpNatural(a, b)
-	})
-	var paths []string
-	for _, n := range names {
-		paths = append(paths, path.Join(dir, path.Base(n)))
-	}
+	slices.SortFunc(paths, cmpNatural)
 	return s.attachImages(ctx, sb, paths, false)
 }
 
@@ -119,22 +125,4 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
-}
-
-// sessionOptions are how a session of language is opened: a python3
-// one is given a directory of its own, under the sandbox's /tmp, for
-// its figures.
-func sessionOptions(language string) (client.ExecOptions, string) {
-	if language != "python3" {
-		return client.ExecOptions{}, ""
-	}
-	dir := "/tmp/sandboxd-figures-" + randomHex(6)
-	return client.ExecOptions{Env: []string{figuresEnv + "=" + dir}}, dir
-}
-
-// figures is the figures' directory of key's session ("" for none).
-func (r *repls) figures(key replKey) string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.open[key].figures
 }

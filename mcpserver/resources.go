@@ -84,13 +84,14 @@ func (s *server) keepCut(ctx context.Context, sb *client.Sandbox, stream string,
 	return name
 }
 
-// execStreams are exec's writers: its captures, teed into spools (the
-// whole output, kept for a link when the captures cut it) and into
-// progress notifications; stop ends the notifications.
-func (s *server) execStreams(ctx context.Context, stdout, stderr io.Writer) ([2]*spool, io.Writer, io.Writer, func()) {
+// execStreams tees an exec's writers into spools (the whole output,
+// kept for a link when the captures cut it) and into progress
+// notifications; stop ends the notifications.
+func (s *server) execStreams(ctx context.Context, opts *client.ExecOptions) ([2]*spool, func()) {
 	sp := [2]*spool{{max: s.opts.MaxFileBytes}, {max: s.opts.MaxFileBytes}}
-	o, e, stop := toolcall.Output(ctx, io.MultiWriter(stdout, sp[0]), io.MultiWriter(stderr, sp[1]))
-	return sp, o, e, stop
+	var stop func()
+	opts.Stdout, opts.Stderr, stop = toolcall.Output(ctx, io.MultiWriter(opts.Stdout, sp[0]), io.MultiWriter(opts.Stderr, sp[1]))
+	return sp, stop
 }
 
 // execExtras adds to an exec's result, once the command ended, a link

@@ -100,10 +100,10 @@ func (s *server) diff(ctx context.Context, in diffIn) (diffOut, error) {
 			return diffOut{}, err
 		}
 		out := diffOut{Text: text}
-		linkDiff(ctx, sb, text)
 		if _, out.Ignored, err = sb.DiffCounted(ctx); err != nil {
 			return diffOut{}, err
 		}
+		linkDiff(ctx, sb, text)
 		if text == "" {
 			out.Notes = append(out.Notes, "the sandbox changed nothing")
 		}

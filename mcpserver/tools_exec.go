@@ -20,10 +20,10 @@ type execIn struct {
 	Command []string `json:"command" jsonschema:"the program and its arguments, not a shell line: [\"make\", \"test\"]; for a shell line use [\"sh\", \"-c\", \"LINE\"]"`
 	Stdin   string   `json:"stdin,omitempty" jsonschema:"text given to the command on its stdin (default: none)"`
 	Env     []string `json:"env,omitempty" jsonschema:"variables added to its environment, each as KEY=value"`
+	Images  []string `json:"images,omitempty" jsonschema:"paths of images the command writes (PNG, JPEG, GIF or WebP), returned as image content once it ended"`
 	Dir     string   `json:"dir,omitempty" jsonschema:"its working directory in the sandbox (default: the project's directory)"`
 	Root    bool     `json:"root,omitempty" jsonschema:"run it as root of the sandbox (its own user namespace's root, not the host's)"`
 	Timeout int      `json:"timeout_seconds,omitempty" jsonschema:"end it after this many seconds (default 300)"`
-	Images  []string `json:"images,omitempty" jsonschema:"paths of images the command writes (PNG, JPEG, GIF or WebP), returned as image content once it ended"`
 }
 
 type execOut struct {
@@ -104,15 +104,15 @@ func (s *server) exec(ctx context.Context, in execIn) (execOut, error) {
 		return execOut{}, err
 	}
 	stdout, stderr := newCapture(s.opts.OutputCap), newCapture(s.opts.OutputCap)
-	spools, outW, errW, stop := s.execStreams(ctx, stdout, stderr)
-	opts := client.ExecOptions{Stdout: outW, Stderr: errW, Env: in.Env, Dir: in.Dir, Root: in.Root,
+	opts := client.ExecOptions{Stdout: stdout, Stderr: stderr, Env: in.Env, Dir: in.Dir, Root: in.Root,
 		Timeout: timeout, OutputLimit: s.opts.OutputLimit}
 	if in.Stdin != "" {
 		opts.Stdin = strings.NewReader(in.Stdin)
 	}
+	spools, stop := s.execStreams(ctx, &opts)
+	defer stop()
 	start := time.Now()
 	st, err := sb.Exec(ctx, in.Command, opts)
-	stop()
 	if err != nil {
 		return execOut{}, err
 	}

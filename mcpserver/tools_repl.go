@@ -44,8 +44,6 @@ type repls struct {
 type replSession struct {
 	sb *client.Sandbox
 	id string
-	// figures is where a python3 session saves matplotlib's figures.
-	figures string
 }
 
 type replKey struct{ sandbox, language string }
@@ -88,13 +86,13 @@ func (s *server) evalRepl(ctx context.Context, in replIn) (replOut, error) {
 	c := newCapture(s.opts.OutputCap)
 	c.Write([]byte(output))
 	r := c.result()
+	notes = append(notes, s.replFigures(ctx, sb, key)...)
 	if r.cut > 0 {
 		notes = append(notes, fmt.Sprintf("the output was %d bytes: %d in its middle were cut", r.total, r.cut))
 	}
 	if r.binary {
 		notes = append(notes, "the output is not UTF-8 text: its invalid bytes are shown as U+FFFD")
 	}
-	notes = append(notes, s.attachFigures(ctx, sb, s.repl.figures(key))...)
 	return replOut{Output: r.text, Status: status, Notes: notes}, nil
 }
 
@@ -112,12 +110,11 @@ func (r *repls) session(ctx context.Context, sb *client.Sandbox, language string
 	}
 	// Opened under the lock, so that two calls at once make one session;
 	// opening takes as long as the interpreter's start.
-	opts, figures := sessionOptions(language)
-	id, err = sb.OpenSession(ctx, language, opts)
+	id, err = sb.OpenSession(ctx, language, client.ExecOptions{})
 	if err != nil {
 		return "", false, err
 	}
-	r.open[key] = replSession{sb: sb, id: id, figures: figures}
+	r.open[key] = replSession{sb, id}
 	return id, true, nil
 }
 

@@ -5,11 +5,13 @@
 # what its subprocesses write) goes to a file of its own, so nothing can
 # break the framing; its stdin is /dev/null.
 #
-# matplotlib draws with Agg (there is no display). With $SANDBOXD_FIGURES
-# set (the MCP server's repl), plt.show() and the figures an input leaves
-# open are saved there as PNGs (at most MAX_FIGURES an input, the
-# directory emptied before each input) and closed, for the caller to read.
-import os, sys, traceback, tempfile, warnings
+# matplotlib draws with Agg (there is no display). The control input
+# "\x01sandboxd-figures DIR" (\x01 starts no Python source; the MCP
+# server's repl sends it after each input) writes the figures the last
+# input drew (plt.show(), or left open) to DIR as PNGs (DIR emptied
+# first; at most MAX_FIGURES) and names them; from then on plt.show()
+# keeps the open figures for it and closes them.
+import io, os, sys, traceback, tempfile, warnings
 
 CAP = int(sys.argv[1]) if len(sys.argv) > 1 else 1 << 20
 proto_in = os.fdopen(os.dup(0), "rb", buffering=0)
@@ -21,48 +23,52 @@ sys.stdin = open(os.devnull)
 scope = {"__name__": "__main__", "__builtins__": __builtins__}
 os.environ.setdefault("MPLBACKEND", "Agg")
 warnings.filterwarnings("ignore", message=".*non-interactive.*")
-FIGURES = os.environ.get("SANDBOXD_FIGURES", "")
+FIGURES_INPUT = "\x01sandboxd-figures "
 MAX_FIGURES = 8
-figures_saved = 0
+collecting = False
+pending = []  # PNGs kept for the control input
 
 
-def start_figures():
-    """Empties the figures' directory and makes plt.show() save."""
-    global figures_saved
-    figures_saved = 0
-    if not FIGURES:
+def keep_figures():
+    """Keeps the open figures as PNGs (at most MAX_FIGURES) and closes them."""
+    plt = sys.modules.get("matplotlib.pyplot")
+    if plt is None:
         return
-    os.makedirs(FIGURES, mode=0o700, exist_ok=True)
-    for name in os.listdir(FIGURES):
-        if name.endswith(".png"):
-            os.unlink(os.path.join(FIGURES, name))
-    patch_show()
+    for num in plt.get_fignums():
+        if len(pending) < MAX_FIGURES:
+            buf = io.BytesIO()
+            plt.figure(num).savefig(buf, format="png", dpi=100)
+            pending.append(buf.getvalue())
+        plt.close(num)
 
 
 def patch_show():
     plt = sys.modules.get("matplotlib.pyplot")
-    if not FIGURES or plt is None or getattr(plt.show, "_sandboxd", False):
+    if not collecting or plt is None or getattr(plt.show, "_sandboxd", False):
         return
 
     def show(*args, **kwargs):
-        save_figures()
+        keep_figures()
 
     show._sandboxd = True
     plt.show = show
 
 
-def save_figures():
-    """Saves the open figures as PNGs and closes them."""
-    global figures_saved
-    plt = sys.modules.get("matplotlib.pyplot")
-    if not FIGURES or plt is None:
-        return
-    for num in plt.get_fignums():
-        if figures_saved < MAX_FIGURES:
-            path = os.path.join(FIGURES, "figure-%d.png" % figures_saved)
-            plt.figure(num).savefig(path, format="png", dpi=100)
-            figures_saved += 1
-        plt.close(num)
+def write_figures(directory):
+    """Writes the figures kept and open to directory and prints their names."""
+    global collecting
+    collecting = True
+    keep_figures()
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    for name in os.listdir(directory):
+        if name.startswith("figure-") and name.endswith(".png"):
+            os.unlink(os.path.join(directory, name))
+    for i, data in enumerate(pending):
+        with open(os.path.join(directory, "figure-%d.png" % i), "wb") as f:
+            f.write(data)
+        print("figure-%d.png" % i)
+    pending.clear()
+    patch_show()
 
 
 def read_input():
@@ -93,7 +99,11 @@ while True:
         os.dup2(f.fileno(), 1)
         os.dup2(f.fileno(), 2)
         try:
-            start_figures()
+            if code.startswith(FIGURES_INPUT):
+                write_figures(code[len(FIGURES_INPUT):])
+                raise SystemExit(0)
+            pending.clear()
+            patch_show()
             try:
                 compiled = compile(code, "<input>", "eval")
             except SyntaxError:
@@ -107,11 +117,6 @@ while True:
         except BaseException:
             traceback.print_exc()
             status = 1
-        try:
-            patch_show()
-            save_figures()
-        except Exception:
-            traceback.print_exc()
         finally:
             sys.stdout.flush()
             sys.stderr.flush()
