@@ -36,10 +36,17 @@ promotion_status, repl. It runs as you: the agent may do what you may,
 and no more. No tool approves a promotion: a stage that needs an
 administrator's approval waits for ` + "`sandboxctl approve`" + `.
 
-exec keeps the first and last 32 KiB of each of stdout and stderr,
-ends a command after its timeout (default 5m, at most --max-timeout)
-or once it wrote 32 MiB; a command that fails is a result, not an
-error. file_read and file_write move at most 1 MiB a call.
+exec runs an argv (command) or a line of sh -c (shell); it keeps the
+first and last 32 KiB of each of stdout and stderr (max_output_bytes
+keeps less), ends a command after its timeout (default 5m, at most
+--max-timeout) or once it wrote 32 MiB; a command that fails is a
+result, not an error. file_read and file_write move at most 1 MiB a
+call.
+
+It starts and lists its tools while sandboxd is down (each call then
+says how to start it), and connects at the first call. At the end of
+its input it answers the calls under way, then exits:
+sandboxctl mcp < requests.jsonl prints an answer to each.
 
 With --http ADDR it serves the streamable HTTP transport instead, at
 path /mcp, on a unix socket (ADDR a path with a "/", made 0600) or a
@@ -68,9 +75,9 @@ once. Where it listens is printed to stderr.`,
 			// for fd 1) before it killed what the client's calls started
 			// and closed its sessions.
 			signal.Ignore(syscall.SIGPIPE)
-			opts := mcpserver.Options{Version: cmd.Root().Version, MaxExecTimeout: cmd.Duration("max-timeout")}
+			opts := mcpserver.Options{Version: cmd.Root().Version, MaxExecTimeout: cmd.Duration("max-timeout"), Connect: sbclient.Connect}
 			if addr == "" {
-				return serveMCP(ctx, func(c *sbclient.Client) error { return mcpserver.ServeStdio(ctx, c, opts) })
+				return serveMCP(func() error { return mcpserver.ServeStdio(ctx, nil, opts) })
 			}
 			token, err := mcpToken(cmd)
 			if err != nil {
@@ -85,19 +92,16 @@ once. Where it listens is printed to stderr.`,
 			if token.made {
 				fmt.Fprintf(errOut, "sandboxctl mcp: bearer token (clients send Authorization: Bearer TOKEN): %s\n", token.value)
 			}
-			return serveMCP(ctx, func(c *sbclient.Client) error { return mcpserver.ServeHTTP(ctx, l, token.value, c, opts) })
+			return serveMCP(func() error { return mcpserver.ServeHTTP(ctx, l, token.value, nil, opts) })
 		},
 	}
 }
 
-// serveMCP connects to the daemon and runs serve with the connection.
-func serveMCP(ctx context.Context, serve func(*sbclient.Client) error) error {
-	c, err := sbclient.Connect(ctx)
-	if err != nil {
-		return &verb.Error{Code: verb.ExitUnavailable, Msg: err.Error(), Fix: "is dbus running? (`systemctl status dbus`)", Err: err}
-	}
-	defer c.Close()
-	if err := serve(c); err != nil {
+// serveMCP runs serve with no connection yet: the server connects at the
+// first call that needs the daemon (opts.Connect), so that it starts and
+// lists its tools while the daemon is down, and each call says so.
+func serveMCP(serve func() error) error {
+	if err := serve(); err != nil {
 		return &verb.Error{Code: verb.ExitFailed, Msg: err.Error(), Err: err}
 	}
 	return nil

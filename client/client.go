@@ -77,6 +77,10 @@ func (c *Client) Close() error {
 	return err
 }
 
+// Connected says whether the connection to the bus still stands (a
+// daemon's restart leaves it standing; the bus's does not).
+func (c *Client) Connected() bool { return c.conn.Connected() }
+
 func (c *Client) manager() dbus.BusObject {
 	return c.conn.Object(sandboxd1.BusName, sandboxd1.ManagerPath)
 }

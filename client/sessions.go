@@ -12,8 +12,10 @@ import (
 // Sessions (interpreters kept between inputs) and ports.
 
 // OpenSession starts a long-lived interpreter in the sandbox, "python3",
-// "node" or "sh", as the caller, and returns its id for Eval. opts' Env,
-// Dir and Root apply. It lives until CloseSession, its own end, the
+// "node", "sh", "go" (snippets run against the project's module) or
+// "sql" (one psql connection; PGDATABASE, PGUSER, PGHOST in opts.Env),
+// as the caller, and returns its id for Eval. opts' Env, Dir and Root
+// apply. It lives until CloseSession, its own end, the
 // sandbox's or the daemon's; a sandbox has at most 8 (ErrLimitReached).
 func (s *Sandbox) OpenSession(ctx context.Context, language string, opts ExecOptions) (string, error) {
 	o := opts.options(false)

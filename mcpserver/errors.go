@@ -38,6 +38,7 @@ var hints = []struct {
 	{client.ErrTooLarge, "read it in parts (offset and max_bytes), or look into it with exec (head, tail, grep, wc)"},
 	{client.ErrAccessDenied, "the daemon's access rules refuse it to the user the MCP server runs as; retrying will not help"},
 	{client.ErrNoIdmap, "run it without root: this sandbox has no user namespace of its own"},
+	{errRebaseConflict, "the sandbox is left as it was, and rebasing again meets the same conflict: make a new sandbox of the project as it is now (sandbox_create) and carry this sandbox's changes to the conflicting paths over by hand (diff with text shows them)"},
 	{client.ErrConflict, "the project changed the same paths since this sandbox was made: rebase the sandbox onto the project (the rebase tool), check the result, and promote again"},
 	{client.ErrBusy, "another promotion of the project, or other inputs of the same session, are under way: try again once they ended"},
 	{client.ErrLimitReached, "a limit of the daemon's was reached: destroy sandboxes (or sessions, processes) you no longer need"},

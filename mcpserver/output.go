@@ -130,12 +130,25 @@ const (
 )
 
 // fileText is a file's bytes for a tool result: the text itself when it
-// is UTF-8, base64 otherwise, with the encoding used.
+// is text, base64 otherwise, with the encoding used.
 func fileText(b []byte) (content, encoding string) {
-	if utf8.Valid(b) {
+	if isText(b) {
 		return string(b), encodingUTF8
 	}
 	return base64.StdEncoding.EncodeToString(b), encodingBase64
+}
+
+// isText says whether b is text: UTF-8 without NUL or other C0 control
+// bytes than tab, newline, carriage return, form feed, backspace and
+// escape (terminal colours). An ELF can be valid UTF-8 and still be
+// full of control bytes.
+func isText(b []byte) bool {
+	for _, c := range b {
+		if c < 0x20 && c != '\t' && c != '\n' && c != '\r' && c != '\f' && c != '\b' && c != 0x1b {
+			return false
+		}
+	}
+	return utf8.Valid(b)
 }
 
 // decodeContent is a tool input's content as bytes.
@@ -151,4 +164,12 @@ func decodeContent(content, encoding string) ([]byte, error) {
 		return b, nil
 	}
 	return nil, fmt.Errorf("encoding %q is neither %q nor %q", encoding, encodingUTF8, encodingBase64)
+}
+
+// plural is n and word, with an s when n is not 1: "1 change", "2 changes".
+func plural[N ~int | ~int64 | ~uint64](n N, word string) string {
+	if n == 1 {
+		return fmt.Sprintf("1 %s", word)
+	}
+	return fmt.Sprintf("%d %ss", n, word)
 }

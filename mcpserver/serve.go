@@ -5,6 +5,7 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/netip"
@@ -20,15 +21,23 @@ import (
 )
 
 // ServeStdio serves MCP on stdin and stdout, one client, until it closes
-// its end or ctx ends. Calls under way then end (an exec's command is
-// killed) and the REPL sessions it opened are closed before it returns.
+// its end or ctx ends. At the end of stdin the calls under way are
+// answered first (`sandboxctl mcp < requests.jsonl` prints each answer),
+// unless the reader of stdout went away; calls still under way then end
+// (an exec's command is killed) and the REPL sessions it opened are
+// closed before it returns.
 func ServeStdio(ctx context.Context, c *client.Client, opts Options) error {
+	return serveStdio(ctx, c, opts, os.Stdin, os.Stdout)
+}
+
+func serveStdio(ctx context.Context, c *client.Client, opts Options, in io.ReadCloser, out io.WriteCloser) error {
 	life, end := context.WithCancel(ctx)
 	defer end()
 	m, s := newServer(life, c, opts)
-	err := m.Run(life, &mcp.StdioTransport{})
+	err := m.Run(life, &drainingTransport{t: &mcp.IOTransport{Reader: in, Writer: out}, gone: readerGone(out)})
 	end()
 	s.repl.closeAll()
+	s.c.close()
 	if ctx.Err() != nil {
 		return nil // told to stop: a clean end
 	}
@@ -139,6 +148,7 @@ func ServeHTTP(ctx context.Context, l net.Listener, token string, c *client.Clie
 		srv.Close()
 	}
 	s.repl.closeAll()
+	s.c.close()
 	if err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("serving MCP over HTTP on %s: %w", l.Addr(), err)
 	}

@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/sandboxd/sandboxd/client"
@@ -55,6 +56,10 @@ type Options struct {
 	PromoteWait, MaxPromoteWait time.Duration
 	// Logger receives the SDK's log; nil discards it.
 	Logger *slog.Logger
+	// Connect reaches the daemon when the server is given no client: at
+	// the first call that needs it, and again once the connection to the
+	// bus was lost. The server starts and lists its tools without it.
+	Connect func(context.Context) (*client.Client, error)
 }
 
 func (o Options) withDefaults() Options {
@@ -90,11 +95,11 @@ func (o Options) withDefaults() Options {
 // instructions tell a model, once, how the tools fit together.
 const instructions = `sandboxd gives you sandboxes: copy-on-write copies of a project, seen inside a view of this host's own system, with limits. Nothing you do in one reaches the host until it is promoted.
 
-Make one with sandbox_create (sandbox_list names the projects you may use), then work in it: exec runs a command and returns its output and exit status (a failing command is a result, not an error); file_read, file_write, file_edit and file_list work on its files (a relative path starts at the project's directory); spawn and logs run something in the background; repl keeps a python3, node or sh interpreter between calls. diff shows what you changed; checkpoint and rollback keep and restore states; try runs several approaches side by side. A sandbox made with boot runs a systemd of its own: exec with root runs systemctl start on the host's services (nginx, postgresql...) there, on the sandbox's copies of their files, and system_status says when its system is up and which units failed. promote carries the changes into the project; a stage may need an administrator's approval, which no tool can give. Destroy sandboxes you no longer need.`
+Make one with sandbox_create (sandbox_list names the projects you may use), then work in it: exec runs a command and returns its output and exit status (a failing command is a result, not an error); file_read, file_write, file_edit and file_list work on its files (a relative path starts at the project's directory); spawn and logs run something in the background; repl keeps a python3, node, sh, go or sql interpreter between calls. diff shows what you changed; checkpoint and rollback keep and restore states; try runs several approaches side by side. A sandbox made with boot runs a systemd of its own: exec with root runs systemctl start on the host's services (nginx, postgresql...) there, on the sandbox's copies of their files, and system_status says when its system is up and which units failed. promote carries the changes into the project; a stage may need an administrator's approval, which no tool can give. Destroy sandboxes you no longer need.`
 
 // server is the state behind the tools.
 type server struct {
-	c    *client.Client
+	c    *daemon
 	opts Options
 	// life ends when the server does: calls under way end with it.
 	life context.Context
@@ -105,6 +110,9 @@ type server struct {
 	// networks caches each sandbox's network policy (it never changes),
 	// which exec names when a command failed.
 	networks map[string]network
+	// schemas are the tools' input schemas, by name, that
+	// checkArguments checks a call's arguments against.
+	schemas map[string]*jsonschema.Schema
 }
 
 // New returns an MCP server with sandboxd's tools, calling the daemon
@@ -118,10 +126,12 @@ func New(ctx context.Context, c *client.Client, opts Options) *mcp.Server {
 }
 
 func newServer(ctx context.Context, c *client.Client, opts Options) (*mcp.Server, *server) {
-	s := &server{c: c, opts: opts.withDefaults(), life: ctx, networks: map[string]network{}}
+	s := &server{c: newDaemon(c, opts.Connect), opts: opts.withDefaults(), life: ctx, networks: map[string]network{},
+		schemas: map[string]*jsonschema.Schema{}}
 	s.repl = newRepls()
 	m := mcp.NewServer(&mcp.Implementation{Name: "sandboxd", Title: "sandboxd", Version: s.opts.Version},
 		&mcp.ServerOptions{Instructions: instructions, Logger: opts.Logger})
+	m.AddReceivingMiddleware(s.checkArguments)
 	s.addSandboxTools(m)
 	s.addExecTools(m)
 	s.addFileTools(m)
@@ -147,9 +157,23 @@ func (s *server) bind(ctx context.Context) (context.Context, func()) {
 // handler is what a tool does: its typed input to its typed output.
 type handler[In, Out any] func(ctx context.Context, in In) (Out, error)
 
-// add registers a tool; an error of h becomes a tool error (IsError,
-// with its text and a hint), never a protocol error.
+// texter is an output whose text content is its own (a command's
+// output, once) rather than its structured content again as JSON; ""
+// leaves the JSON.
+type texter interface{ text() string }
+
+// add registers a tool, its input schema with plain types; an error of
+// h becomes a tool error (IsError, with its text and a hint), never a
+// protocol error.
 func add[In, Out any](s *server, m *mcp.Server, t *mcp.Tool, h handler[In, Out]) {
+	schema, err := inputSchema[In]()
+	if err != nil {
+		panic(err) // a tool's input type that has no schema is a bug here
+	}
+	t.InputSchema = schema
+	s.mu.Lock()
+	s.schemas[t.Name] = schema
+	s.mu.Unlock()
 	mcp.AddTool(m, t, func(ctx context.Context, _ *mcp.CallToolRequest, in In) (*mcp.CallToolResult, Out, error) {
 		ctx, done := s.bind(ctx)
 		defer done()
@@ -157,6 +181,11 @@ func add[In, Out any](s *server, m *mcp.Server, t *mcp.Tool, h handler[In, Out])
 		if err != nil {
 			var zero Out
 			return nil, zero, toolError(err)
+		}
+		if t, ok := any(out).(texter); ok {
+			if text := t.text(); text != "" {
+				return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}}, out, nil
+			}
 		}
 		return nil, out, nil
 	})

@@ -2,7 +2,9 @@ package mcpserver
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -27,9 +29,12 @@ type changeEntry struct {
 	NewPath string `json:"new_path,omitempty" jsonschema:"where a renamed path went"`
 }
 
+// diffOut is what diff returns; with text, the unified diff is in the
+// text content alone, once.
 type diffOut struct {
 	Changes []changeEntry `json:"changes,omitempty" jsonschema:"what changed since the sandbox was made, a path an entry"`
-	Text    string        `json:"text,omitempty" jsonschema:"the unified diff, with text"`
+	Text    string        `json:"-"`
+	Bytes   int           `json:"text_bytes,omitempty" jsonschema:"with text: how long the unified diff in the text content is"`
 	Ignored int           `json:"ignored,omitempty" jsonschema:"how many changed paths the project's ignore rules (.sandboxignore) left out: they never leave the sandbox"`
 	Notes   []string      `json:"notes,omitempty"`
 }
@@ -37,6 +42,11 @@ type diffOut struct {
 type checkpointIn struct {
 	Sandbox string `json:"sandbox" jsonschema:"the sandbox: its id, its name, or the start of its id"`
 	Name    string `json:"name" jsonschema:"a name for the checkpoint, unique in the sandbox"`
+}
+
+type rollbackIn struct {
+	Sandbox string `json:"sandbox" jsonschema:"the sandbox: its id, its name, or the start of its id"`
+	Name    string `json:"name" jsonschema:"the checkpoint to go back to (sandbox_status lists the sandbox's checkpoints)"`
 }
 
 type checkpointOut struct {
@@ -63,6 +73,10 @@ type tryIn struct {
 	Allow    []string `json:"allow,omitempty" jsonschema:"with network allowlist: what each may reach"`
 	Timeout  int      `json:"timeout_seconds,omitempty" jsonschema:"bound each variant and each check (default 600)"`
 }
+
+// errRebaseConflict marks a rebase's conflict, whose hint is not to
+// rebase (ErrConflict's, for promote, is).
+var errRebaseConflict = errors.New("the rebase was not done")
 
 func (s *server) addChangeTools(m *mcp.Server) {
 	add(s, m, &mcp.Tool{Name: "diff", Annotations: readOnly("Show changes"),
@@ -99,7 +113,7 @@ func (s *server) diff(ctx context.Context, in diffIn) (diffOut, error) {
 		if err != nil {
 			return diffOut{}, err
 		}
-		out := diffOut{Text: text}
+		out := diffOut{Text: text, Bytes: len(text)}
 		if _, out.Ignored, err = sb.DiffCounted(ctx); err != nil {
 			return diffOut{}, err
 		}
@@ -125,9 +139,36 @@ func (s *server) diff(ctx context.Context, in diffIn) (diffOut, error) {
 		out.Notes = append(out.Notes, "the sandbox changed nothing")
 	}
 	if ignored > 0 {
-		out.Notes = append(out.Notes, fmt.Sprintf("%d changed paths left out by the project's ignore rules (.sandboxignore): they are neither listed nor promoted", ignored))
+		out.Notes = append(out.Notes, plural(ignored, "changed path")+" left out by the project's ignore rules (.sandboxignore): they are neither listed nor promoted")
 	}
 	return out, nil
+}
+
+// text is a unified diff under a line saying its size; "" for a list
+// (its JSON is the text).
+func (o diffOut) text() string {
+	if o.Changes != nil {
+		return ""
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "a unified diff of %s", plural(o.Bytes, "byte"))
+	if o.Ignored > 0 {
+		fmt.Fprintf(&b, "; %s left out by the project's ignore rules (.sandboxignore)", plural(o.Ignored, "changed path"))
+	}
+	b.WriteString("\n")
+	if o.Text != "" {
+		b.WriteString("--- diff ---\n" + o.Text)
+		if !strings.HasSuffix(o.Text, "\n") {
+			b.WriteString("\n")
+		}
+	}
+	if len(o.Notes) > 0 {
+		b.WriteString("--- notes ---\n")
+		for _, n := range o.Notes {
+			b.WriteString("- " + n + "\n")
+		}
+	}
+	return b.String()
 }
 
 func (s *server) checkpoint(ctx context.Context, in checkpointIn) (checkpointOut, error) {
@@ -142,7 +183,7 @@ func (s *server) checkpoint(ctx context.Context, in checkpointIn) (checkpointOut
 	return checkpointOut{Name: in.Name, Created: timeText(at)}, nil
 }
 
-func (s *server) rollback(ctx context.Context, in checkpointIn) (rollbackOut, error) {
+func (s *server) rollback(ctx context.Context, in rollbackIn) (rollbackOut, error) {
 	sb, err := s.sandbox(ctx, in.Sandbox)
 	if err != nil {
 		return rollbackOut{}, err
@@ -162,6 +203,9 @@ func (s *server) rebase(ctx context.Context, in sandboxArg) (rebaseOut, error) {
 	}
 	s.repl.forget(sb.ID())
 	if err := sb.Rebase(ctx); err != nil {
+		if errors.Is(err, client.ErrConflict) {
+			return rebaseOut{}, fmt.Errorf("%w (%w)", err, errRebaseConflict)
+		}
 		return rebaseOut{}, err
 	}
 	return rebaseOut{Sandbox: sb.ID(), Rebased: true}, nil

@@ -17,31 +17,67 @@ import (
 
 type execIn struct {
 	Sandbox string   `json:"sandbox" jsonschema:"the sandbox: its id, its name, or the start of its id"`
-	Command []string `json:"command" jsonschema:"the program and its arguments, not a shell line: [\"make\", \"test\"]; for a shell line use [\"sh\", \"-c\", \"LINE\"]"`
+	Command []string `json:"command,omitempty" jsonschema:"the program and its arguments: [\"make\", \"test\"]; give this or shell"`
+	Shell   string   `json:"shell,omitempty" jsonschema:"a shell line, run by sh -c: \"make test 2>&1 | tail\"; give this or command"`
 	Stdin   string   `json:"stdin,omitempty" jsonschema:"text given to the command on its stdin (default: none)"`
 	Env     []string `json:"env,omitempty" jsonschema:"variables added to its environment, each as KEY=value"`
 	Images  []string `json:"images,omitempty" jsonschema:"paths of images the command writes (PNG, JPEG, GIF or WebP), returned as image content once it ended"`
 	Dir     string   `json:"dir,omitempty" jsonschema:"its working directory in the sandbox (default: the project's directory)"`
 	Root    bool     `json:"root,omitempty" jsonschema:"run it as root of the sandbox (its own user namespace's root, not the host's)"`
 	Timeout int      `json:"timeout_seconds,omitempty" jsonschema:"end it after this many seconds (default 300)"`
+	Max     int      `json:"max_output_bytes,omitempty" jsonschema:"how much of each of stdout and stderr to return: its first and its last half (default and most: the server's cap, 64 KiB)"`
 }
 
+// execOut is an exec's result. Its output is in the text content alone
+// (Stdout and Stderr are not in the structured content): an agent pays
+// for it once. The structured content carries the status and the counts.
 type execOut struct {
 	ExitCode int    `json:"exit_code" jsonschema:"its exit status as a shell gives it: 0 is success; 128+N when signal N ended it"`
 	How      string `json:"how" jsonschema:"how it ended: exited, signaled, timed-out, output-limit, oom-killed, or lost (the sandbox ended first)"`
 	Signal   int    `json:"signal,omitempty" jsonschema:"the signal that ended it"`
-	Stdout   string `json:"stdout" jsonschema:"what it wrote to stdout: its start and its end when it wrote more than the server keeps"`
-	Stderr   string `json:"stderr" jsonschema:"what it wrote to stderr, kept as stdout is"`
+	Stdout   string `json:"-"`
+	Stderr   string `json:"-"`
 	// The counts say how much there was, also of what was cut.
 	StdoutBytes int64    `json:"stdout_bytes"`
 	StderrBytes int64    `json:"stderr_bytes"`
+	StdoutCut   int64    `json:"stdout_cut_bytes,omitempty" jsonschema:"bytes of stdout left out of the text, in its middle"`
+	StderrCut   int64    `json:"stderr_cut_bytes,omitempty" jsonschema:"bytes of stderr left out of the text, in its middle"`
 	Seconds     float64  `json:"seconds"`
 	Notes       []string `json:"notes,omitempty" jsonschema:"what to know about this result: output cut, a limit that ended it, the sandbox's network policy"`
 }
 
+// text is the result as an agent reads it: how it ended, then its
+// stdout, its stderr and the notes, each under a heading when there is
+// any.
+func (o execOut) text() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "exit status %d (%s", o.ExitCode, o.How)
+	if o.Signal != 0 {
+		fmt.Fprintf(&b, " by signal %d", o.Signal)
+	}
+	fmt.Fprintf(&b, ") after %gs; stdout %s, stderr %s\n", o.Seconds, plural(o.StdoutBytes, "byte"), plural(o.StderrBytes, "byte"))
+	for _, part := range []struct{ name, text string }{{"stdout", o.Stdout}, {"stderr", o.Stderr}} {
+		if part.text == "" {
+			continue
+		}
+		b.WriteString("--- " + part.name + " ---\n" + part.text)
+		if !strings.HasSuffix(part.text, "\n") {
+			b.WriteString("\n")
+		}
+	}
+	if len(o.Notes) > 0 {
+		b.WriteString("--- notes ---\n")
+		for _, n := range o.Notes {
+			b.WriteString("- " + n + "\n")
+		}
+	}
+	return b.String()
+}
+
 type spawnIn struct {
 	Sandbox string   `json:"sandbox" jsonschema:"the sandbox: its id, its name, or the start of its id"`
-	Command []string `json:"command" jsonschema:"the program and its arguments: [\"python3\", \"-m\", \"http.server\"]"`
+	Command []string `json:"command,omitempty" jsonschema:"the program and its arguments: [\"python3\", \"-m\", \"http.server\"]; give this or shell"`
+	Shell   string   `json:"shell,omitempty" jsonschema:"a shell line, run by sh -c: \"./server --port 8080 > server.log 2>&1\"; give this or command"`
 	Env     []string `json:"env,omitempty" jsonschema:"variables added to its environment, each as KEY=value"`
 	Dir     string   `json:"dir,omitempty" jsonschema:"its working directory in the sandbox (default: the project's directory)"`
 	Root    bool     `json:"root,omitempty" jsonschema:"run it as root of the sandbox"`
@@ -67,24 +103,54 @@ type processOut struct {
 	ExitCode int      `json:"exit_code,omitempty"`
 }
 
+// logsOut is what logs returns. A process's output is in the text
+// content alone, as exec's is; a listing of processes is its JSON.
 type logsOut struct {
 	Processes []processOut `json:"processes,omitempty" jsonschema:"the background processes, when no process was asked for"`
-	Output    string       `json:"output,omitempty" jsonschema:"its output (stdout and stderr together) from offset, at most 64 KiB"`
+	Output    string       `json:"-"`
+	Bytes     int          `json:"output_bytes,omitempty" jsonschema:"how many bytes of its output (stdout and stderr together, at most 64 KiB) the text has, from offset"`
 	Next      uint64       `json:"next_offset,omitempty" jsonschema:"where the next call reads on"`
 	Ended     bool         `json:"ended,omitempty" jsonschema:"the process ended and this is the end of its output"`
 	Notes     []string     `json:"notes,omitempty"`
 }
 
+// text is a process's output under a line that says where it ends and
+// whether the process did; "" for a listing (its JSON is the text).
+func (o logsOut) text() string {
+	if o.Processes != nil {
+		return ""
+	}
+	var b strings.Builder
+	state := "it still runs"
+	if o.Ended {
+		state = "it ended: this is the end of its output"
+	}
+	fmt.Fprintf(&b, "%s of output; next_offset %d; %s\n", plural(o.Bytes, "byte"), o.Next, state)
+	if o.Output != "" {
+		b.WriteString("--- output ---\n" + o.Output)
+		if !strings.HasSuffix(o.Output, "\n") {
+			b.WriteString("\n")
+		}
+	}
+	if len(o.Notes) > 0 {
+		b.WriteString("--- notes ---\n")
+		for _, n := range o.Notes {
+			b.WriteString("- " + n + "\n")
+		}
+	}
+	return b.String()
+}
+
 func (s *server) addExecTools(m *mcp.Server) {
 	add(s, m, &mcp.Tool{Name: "exec", Annotations: runsCode("Run a command"),
-		Description: fmt.Sprintf("Run a command in a sandbox and wait for it; returns its exit status, how it ended and its output "+
-			"(the first and last %d KiB of each of stdout and stderr). A command that fails is a result with its status, not an error. "+
+		Description: fmt.Sprintf("Run a command in a sandbox and wait for it: command, an argv, or shell, a line run by sh -c. Returns its exit status, how it ended and its output "+
+			"(the first and last %d KiB of each of stdout and stderr; max_output_bytes asks for less). A command that fails is a result with its status, not an error. "+
 			"It runs as you, in the project's directory, with no terminal; it is ended after timeout_seconds (default %d, at most %d) "+
 			"or once it wrote more than %s.",
 			s.opts.OutputCap/2>>10, int(s.opts.ExecTimeout.Seconds()), int(s.opts.MaxExecTimeout.Seconds()), s.opts.OutputLimit)},
 		s.exec)
 	add(s, m, &mcp.Tool{Name: "spawn", Annotations: runsCode("Start a background process"),
-		Description: "Start a command in the background in a sandbox (a server, a long build) and return its process id at once; its output goes to a log that logs reads. It runs until it ends, its timeout, or the sandbox's end."},
+		Description: "Start a command in the background in a sandbox (a server, a long build; command, an argv, or shell, a line run by sh -c) and return its process id at once; its output goes to a log that logs reads. It runs until it ends, its timeout, or the sandbox's end."},
 		s.spawn)
 	add(s, m, &mcp.Tool{Name: "logs", Annotations: readOnly("Read a background process's output"),
 		Description: "Read a background process's output from an offset (64 KiB at most a call; call again from next_offset for more), and whether it ended; without a process, list the sandbox's background processes and how they ended."},
@@ -96,14 +162,21 @@ func (s *server) exec(ctx context.Context, in execIn) (execOut, error) {
 	if err != nil {
 		return execOut{}, err
 	}
-	if len(in.Command) == 0 {
-		return execOut{}, invalidf("command is empty: give the program and its arguments")
+	argv, err := commandOf(in.Command, in.Shell)
+	if err != nil {
+		return execOut{}, err
+	}
+	keep := s.opts.OutputCap
+	if in.Max < 0 || in.Max > s.opts.OutputCap {
+		return execOut{}, invalidf("max_output_bytes is %d: give 1 to %d (the server's cap), or 0 for the cap", in.Max, s.opts.OutputCap)
+	} else if in.Max > 0 {
+		keep = in.Max
 	}
 	sb, err := s.sandbox(ctx, in.Sandbox)
 	if err != nil {
 		return execOut{}, err
 	}
-	stdout, stderr := newCapture(s.opts.OutputCap), newCapture(s.opts.OutputCap)
+	stdout, stderr := newCapture(keep), newCapture(keep)
 	opts := client.ExecOptions{Stdout: stdout, Stderr: stderr, Env: in.Env, Dir: in.Dir, Root: in.Root,
 		Timeout: timeout, OutputLimit: s.opts.OutputLimit}
 	if in.Stdin != "" {
@@ -112,19 +185,19 @@ func (s *server) exec(ctx context.Context, in execIn) (execOut, error) {
 	spools, stop := s.execStreams(ctx, &opts)
 	defer stop()
 	start := time.Now()
-	st, err := sb.Exec(ctx, in.Command, opts)
+	st, err := sb.Exec(ctx, argv, opts)
 	if err != nil {
 		return execOut{}, err
 	}
 	out := execOut{ExitCode: st.Code, How: st.How, Signal: st.Signal, Seconds: time.Since(start).Round(time.Millisecond).Seconds()}
 	for _, o := range []struct {
-		name string
-		c    *capture
-		text *string
-		n    *int64
-	}{{"stdout", stdout, &out.Stdout, &out.StdoutBytes}, {"stderr", stderr, &out.Stderr, &out.StderrBytes}} {
+		name   string
+		c      *capture
+		text   *string
+		n, cut *int64
+	}{{"stdout", stdout, &out.Stdout, &out.StdoutBytes, &out.StdoutCut}, {"stderr", stderr, &out.Stderr, &out.StderrBytes, &out.StderrCut}} {
 		r := o.c.result()
-		*o.text, *o.n = r.text, r.total
+		*o.text, *o.n, *o.cut = r.text, r.total, r.cut
 		if r.cut > 0 {
 			out.Notes = append(out.Notes, fmt.Sprintf("%s was %d bytes: %d bytes in its middle were cut; redirect it to a file in the sandbox to read it whole (file_read, or exec head, tail, grep)",
 				o.name, r.total, r.cut))
@@ -135,7 +208,7 @@ func (s *server) exec(ctx context.Context, in execIn) (execOut, error) {
 	}
 	out.Notes = append(out.Notes, s.execExtras(ctx, sb, in.Images, in.Root, stdout, stderr, spools)...)
 	out.Notes = append(out.Notes, s.endNotes(st, timeout)...)
-	if !st.Success() {
+	if !st.Success() && networkFailure(out.Stdout+"\n"+out.Stderr) {
 		if note := s.networkNote(ctx, sb); note != "" {
 			out.Notes = append(out.Notes, note)
 		}
@@ -159,9 +232,48 @@ func (s *server) endNotes(st client.ExitStatus, timeout time.Duration) []string 
 	return nil
 }
 
-// networkNote tells, after a command failed, what the sandbox's network
-// lets through: a command refused the network fails however often it is
-// run again.
+// networkFailures are what tools print when the network was refused
+// them, lower-cased: curl, wget, pip, npm, git, ssh, Python, Go and libc.
+var networkFailures = []string{
+	"could not resolve", "name resolution", "name or service not known", "nodename nor servname",
+	"no address associated", "getaddrinfo", "eai_again", "network is unreachable", "enetunreach",
+	"no route to host", "ehostunreach", "connection refused", "econnrefused", "failed to connect",
+	"could not connect", "couldn't connect", "unable to connect", "connection timed out", "etimedout",
+	"failed to establish a new connection", "proxyerror", "proxy error", "403 forbidden", "returned error: 403",
+	"sandboxd egress proxy", "dial tcp", "no such host",
+}
+
+// networkFailure says whether a failed command's output shows it was
+// refused the network; only then does the network's note help.
+func networkFailure(output string) bool {
+	output = strings.ToLower(output)
+	for _, f := range networkFailures {
+		if strings.Contains(output, f) {
+			return true
+		}
+	}
+	return false
+}
+
+// commandOf is the argv an exec or spawn runs: command, or shell run by
+// sh -c; exactly one of them.
+func commandOf(command []string, shell string) ([]string, error) {
+	switch {
+	case len(command) > 0 && shell != "":
+		return nil, invalidf("both command and shell are given: give command (the program and its arguments) or shell (a line run by sh -c), not both")
+	case shell != "":
+		return []string{"sh", "-c", shell}, nil
+	case len(command) == 0:
+		return nil, invalidf("command is empty and shell is not given: give command, the program and its arguments ([\"make\", \"test\"]), or shell, a line run by sh -c (\"make test | tail\")")
+	case command[0] == "":
+		return nil, invalidf("command's program (its first item) is empty: give the program to run")
+	}
+	return command, nil
+}
+
+// networkNote tells, after a command failed on the network, what the
+// sandbox's network lets through: a command refused the network fails
+// however often it is run again.
 func (s *server) networkNote(ctx context.Context, sb *client.Sandbox) string {
 	n, err := s.networkOf(ctx, sb)
 	if err != nil {
@@ -181,8 +293,9 @@ func (s *server) networkNote(ctx context.Context, sb *client.Sandbox) string {
 }
 
 func (s *server) spawn(ctx context.Context, in spawnIn) (spawnOut, error) {
-	if len(in.Command) == 0 {
-		return spawnOut{}, invalidf("command is empty: give the program and its arguments")
+	argv, err := commandOf(in.Command, in.Shell)
+	if err != nil {
+		return spawnOut{}, err
 	}
 	if in.Timeout < 0 {
 		return spawnOut{}, invalidf("timeout_seconds is %d: give a positive number, or none", in.Timeout)
@@ -191,7 +304,7 @@ func (s *server) spawn(ctx context.Context, in spawnIn) (spawnOut, error) {
 	if err != nil {
 		return spawnOut{}, err
 	}
-	p, err := sb.Spawn(ctx, in.Command, client.ExecOptions{Env: in.Env, Dir: in.Dir, Root: in.Root,
+	p, err := sb.Spawn(ctx, argv, client.ExecOptions{Env: in.Env, Dir: in.Dir, Root: in.Root,
 		Timeout: time.Duration(in.Timeout) * time.Second})
 	if err != nil {
 		return spawnOut{}, err
@@ -226,7 +339,7 @@ func (s *server) logs(ctx context.Context, in logsIn) (logsOut, error) {
 		data = whole
 	}
 	text, binary := utf8Text(data)
-	out := logsOut{Output: text, Next: next, Ended: ended}
+	out := logsOut{Output: text, Bytes: len(data), Next: next, Ended: ended}
 	if binary {
 		out.Notes = append(out.Notes, "the output is not UTF-8 text: its invalid bytes are shown as U+FFFD")
 	}

@@ -1,10 +1,12 @@
 package mcpserver
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -26,13 +28,28 @@ type readIn struct {
 	Root     bool   `json:"root,omitempty" jsonschema:"read as root of the sandbox"`
 }
 
+// readOut is what file_read returns: the content in the text alone, once
+// (the structured content has the rest).
 type readOut struct {
 	Path     string `json:"path"`
-	Content  string `json:"content" jsonschema:"the bytes read: the text itself, or base64 when they are not UTF-8 text"`
-	Encoding string `json:"encoding" jsonschema:"utf-8 or base64"`
+	Content  string `json:"-"`
+	Encoding string `json:"encoding" jsonschema:"how the text's content is: utf-8, the text itself, or base64 when the bytes are not text (not UTF-8, or with NUL or other control bytes)"`
 	Offset   uint64 `json:"offset" jsonschema:"where the content starts in the file"`
 	Bytes    int    `json:"bytes" jsonschema:"how many bytes content holds"`
 	EOF      bool   `json:"eof" jsonschema:"the content reaches the file's end"`
+}
+
+// text is the content under a line saying what it is and where it ends.
+func (o readOut) text() string {
+	end := "the end of the file"
+	if !o.EOF {
+		end = fmt.Sprintf("more follows: read on from offset %d", o.Offset+uint64(o.Bytes))
+	}
+	text := fmt.Sprintf("%s: %s from offset %d, %s; %s\n--- content ---\n%s", o.Path, plural(o.Bytes, "byte"), o.Offset, o.Encoding, end, o.Content)
+	if o.Content != "" && !strings.HasSuffix(o.Content, "\n") {
+		text += "\n"
+	}
+	return text
 }
 
 type writeIn struct {
@@ -128,7 +145,7 @@ func (s *server) readFile(ctx context.Context, in readIn) (readOut, error) {
 	out := readOut{Path: in.Path, Offset: in.Offset, EOF: len(data) < want}
 	// A part of a text file may start or end inside a character: that
 	// is not binary. The part is then the whole characters in it.
-	if !utf8.Valid(data) {
+	if !utf8.Valid(data) && isText(bytes.ToValidUTF8(data, nil)) {
 		start, end := 0, len(data)
 		if in.Offset > 0 {
 			start = len(data) - len(trimPartialStart(data))

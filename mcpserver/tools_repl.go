@@ -18,18 +18,23 @@ import (
 
 type replIn struct {
 	Sandbox  string `json:"sandbox" jsonschema:"the sandbox: its id, its name, or the start of its id"`
-	Language string `json:"language" jsonschema:"python3, node or sh"`
+	Language string `json:"language" jsonschema:"python3, node, sh, go (a snippet compiled and run against the project's module: its declarations stay, its statements run once) or sql (psql on a database the sandbox runs, e.g. a booted sandbox's PostgreSQL)"`
 	Code     string `json:"code" jsonschema:"the input: a statement, a block, or several; its variables, imports and functions stay for the next call"`
+	Database string `json:"database,omitempty" jsonschema:"sql: the database (default: the role's name)"`
+	Role     string `json:"role,omitempty" jsonschema:"sql: the role to connect as (default: postgres); psql runs as the sandbox's user of that name, if there is one, as peer authentication wants"`
 }
 
 type replOut struct {
-	Output string   `json:"output" jsonschema:"what it wrote, stdout and stderr together"`
-	Status int      `json:"status" jsonschema:"0 when it ran without error"`
-	Notes  []string `json:"notes,omitempty"`
+	Output string `json:"output" jsonschema:"what it wrote, stdout and stderr together"`
+	Status int    `json:"status" jsonschema:"0 when it ran without error"`
+	// Tables are a sql input's result sets; its output is then what
+	// psql printed besides them.
+	Tables []sqlTable `json:"tables,omitempty" jsonschema:"sql: each result set's columns and rows (a null cell is SQL's NULL); output holds the rest (command tags, notices, errors)"`
+	Notes  []string   `json:"notes,omitempty"`
 }
 
 // languages are the interpreters a session may be.
-var languages = map[string]bool{"python3": true, "node": true, "sh": true}
+var languages = map[string]bool{"python3": true, "node": true, "sh": true, "go": true, "sql": true}
 
 // closeWait bounds closing one session when the server ends.
 const closeWait = 5 * time.Second
@@ -44,44 +49,55 @@ type repls struct {
 type replSession struct {
 	sb *client.Sandbox
 	id string
+	// nullMark is how a sql session's psql prints NULL.
+	nullMark string
 }
 
-type replKey struct{ sandbox, language string }
+// replKey names a session: a sql session's database and role are part
+// of it.
+type replKey struct{ sandbox, language, database, role string }
 
 func newRepls() *repls { return &repls{open: map[replKey]replSession{}} }
 
 func (s *server) addReplTool(m *mcp.Server) {
 	add(s, m, &mcp.Tool{Name: "repl", Annotations: runsCode("Evaluate in an interpreter"),
-		Description: "Evaluate code in a python3, node or sh interpreter that lives in a sandbox between calls (one per sandbox and language, opened on first use): what one call defines, the next can use. Returns its output and status."},
+		Description: "Evaluate code in a python3, node, sh, go or sql interpreter that lives in a sandbox between calls (one per sandbox and language, and sql's database and role, opened on first use): what one call defines, the next can use. go: a snippet compiled and run against the project's module, its declarations kept. sql: one psql connection, so SET, temporary tables and transactions last; rows come back as tables. Returns its output and status."},
 		s.evalRepl)
 }
 
 func (s *server) evalRepl(ctx context.Context, in replIn) (replOut, error) {
 	if !languages[in.Language] {
-		return replOut{}, invalidf("language %q is none of python3, node, sh", in.Language)
+		return replOut{}, invalidf("language %q is none of python3, node, sh, go, sql", in.Language)
+	}
+	if in.Language != "sql" && (in.Database != "" || in.Role != "") {
+		return replOut{}, invalidf("database and role are for language sql, not %s", in.Language)
 	}
 	sb, err := s.sandbox(ctx, in.Sandbox)
 	if err != nil {
 		return replOut{}, err
 	}
-	key := replKey{sb.ID(), in.Language}
-	session, fresh, err := s.repl.session(ctx, sb, in.Language)
+	key := replKey{sb.ID(), in.Language, in.Database, in.Role}
+	session, fresh, err := s.repl.session(ctx, sb, key)
 	if err != nil {
 		return replOut{}, err
 	}
 	var notes []string
-	output, status, err := sb.Eval(ctx, session, in.Code)
+	output, status, err := sb.Eval(ctx, session.id, in.Code)
 	if errors.Is(err, client.ErrNoSuchCommand) && !fresh {
 		// The interpreter ended (exit(), a rollback): a new one, once.
-		s.repl.drop(key, session)
+		s.repl.drop(key, session.id)
 		notes = append(notes, fmt.Sprintf("the %s session had ended, and what it defined with it; this ran in a new one", in.Language))
-		if session, _, err = s.repl.session(ctx, sb, in.Language); err != nil {
+		if session, _, err = s.repl.session(ctx, sb, key); err != nil {
 			return replOut{}, err
 		}
-		output, status, err = sb.Eval(ctx, session, in.Code)
+		output, status, err = sb.Eval(ctx, session.id, in.Code)
 	}
 	if err != nil {
 		return replOut{}, err
+	}
+	var tables []sqlTable
+	if in.Language == "sql" {
+		output, tables = sqlResults(output, session.nullMark)
 	}
 	c := newCapture(s.opts.OutputCap)
 	c.Write([]byte(output))
@@ -93,29 +109,63 @@ func (s *server) evalRepl(ctx context.Context, in replIn) (replOut, error) {
 	if r.binary {
 		notes = append(notes, "the output is not UTF-8 text: its invalid bytes are shown as U+FFFD")
 	}
-	return replOut{Output: r.text, Status: status, Notes: notes}, nil
+	return replOut{Output: r.text, Status: status, Tables: tables, Notes: notes}, nil
 }
 
-// session is the session of sb and language, opened if there is none;
-// fresh says it was opened now.
-func (r *repls) session(ctx context.Context, sb *client.Sandbox, language string) (id string, fresh bool, err error) {
-	key := replKey{sb.ID(), language}
+// session is the session of key in sb, opened if there is none; fresh
+// says it was opened now.
+func (r *repls) session(ctx context.Context, sb *client.Sandbox, key replKey) (_ replSession, fresh bool, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
-		return "", false, errServerEnding
+		return replSession{}, false, errServerEnding
 	}
 	if s, ok := r.open[key]; ok {
-		return s.id, false, nil
+		return s, false, nil
 	}
 	// Opened under the lock, so that two calls at once make one session;
 	// opening takes as long as the interpreter's start.
-	id, err = sb.OpenSession(ctx, language, client.ExecOptions{})
-	if err != nil {
-		return "", false, err
+	var opts client.ExecOptions
+	if key.language == "sql" {
+		opts = sqlOptions(key)
 	}
-	r.open[key] = replSession{sb, id}
-	return id, true, nil
+	id, err := sb.OpenSession(ctx, key.language, opts)
+	if errors.Is(err, client.ErrNoIdmap) && opts.Root {
+		// A sandbox without a user namespace of its own has no root
+		// for its owner: psql runs as the caller, as the role.
+		opts.Root = false
+		id, err = sb.OpenSession(ctx, key.language, opts)
+	}
+	if err != nil {
+		return replSession{}, false, err
+	}
+	s := replSession{sb: sb, id: id}
+	if key.language == "sql" {
+		s.nullMark = "null-" + randomMark()
+		if _, status, err := sb.Eval(ctx, id, sqlSetup(s.nullMark)); err != nil || status != 0 {
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeWait)
+			_ = sb.CloseSession(ctx, id)
+			cancel()
+			return replSession{}, false, fmt.Errorf("setting up the sql session's output (status %d): %w", status, err)
+		}
+	}
+	r.open[key] = s
+	return s, true, nil
+}
+
+// sqlOptions open a sql session of key: as root of the sandbox (where
+// it has one), so that psql may run as the role's user (Debian's peer
+// authentication), with libpq's environment naming the database and
+// role.
+func sqlOptions(key replKey) client.ExecOptions {
+	o := client.ExecOptions{Root: true}
+	if key.database != "" {
+		o.Env = append(o.Env, "PGDATABASE="+key.database)
+	}
+	if key.role != "" {
+		o.Env = append(o.Env, "PGUSER="+key.role)
+	}
+	return o
 }
 
 // drop forgets session of key, if it is still the one kept.

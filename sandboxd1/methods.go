@@ -61,7 +61,7 @@ const (
 	MethodExposePort = "ExposePort"
 	MethodClosePort  = "ClosePort"
 	// Sessions: OpenSession(s language, a{sv} options) → (s session), a long-lived
-	// interpreter (python3, node, sh); Eval(s session, s code) → (s
+	// interpreter (python3, node, sh, go, sql); Eval(s session, s code) → (s
 	// output, i status), its output and status for that input, its
 	// variables kept; CloseSession(s session).
 	MethodOpenSession  = "OpenSession"

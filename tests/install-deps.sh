@@ -2,6 +2,10 @@
 # Installs the Debian packages the tests and the testbed need, and nothing
 # when they are all there already. Run as root (make test calls it).
 set -eu
+# Node 22, the MCP inspector and the TypeScript SDK, from npm: the MCP
+# clients nobody on the project wrote that the tests drive (see
+# tests/mcpclients/install.sh; quick when they are there already).
+"$(dirname "$0")/mcpclients/install.sh"
 # iproute2 and curl: the escape tests' test hosts (network namespaces, veth)
 # and the HTTP client that goes through a sandbox's allowlist proxy; man-db
 # renders sandboxctl's man page in its test; rpm reads the .rpm in the

@@ -36,8 +36,8 @@ layer and checkpoints stay.`,
 			case out.Quiet:
 				return nil
 			}
-			return out.Line("sandbox %s is on project %s as it is now (%d paths the project changed since the old base); its processes were stopped, it runs again",
-				verb.SandboxLabel(e), e.Project, len(moved))
+			return out.Line("sandbox %s is on project %s as it is now (%s the project changed since the old base); its processes were stopped, it runs again",
+				verb.SandboxLabel(e), e.Project, verb.Plural(len(moved), "path"))
 		}),
 	}
 }

@@ -20,21 +20,41 @@ import (
 func Repl() *ucli.Command {
 	return &ucli.Command{
 		Name:      "repl",
-		Usage:     "talk to a long-lived interpreter (python3, node, sh) in a sandbox; its variables stay between inputs",
-		ArgsUsage: "SANDBOX python3|node|sh",
+		Usage:     "talk to a long-lived interpreter (python3, node, sh, go, sql) in a sandbox; its variables stay between inputs",
+		ArgsUsage: "SANDBOX python3|node|sh|go|sql",
 		Description: `Opens a session (an interpreter that lives until you leave) and sends it
 what you type, an input at a time: a line, or a line and the indented
 lines after it, and a line that closes a bracket (a block). Each input's output is printed; its variables,
 imports and functions stay for the next. Without a terminal, stdin is
 read the same way, and sandboxctl exits with the status of the last
 input (0: no error). To a terminal, control characters in the output are
-shown escaped.`,
+shown escaped.
+
+go: each input is a snippet compiled and run against the project's
+module (it may import its packages); its declarations (import, func,
+type, var, const) stay, its statements run once. sql: one psql
+connection to a database the sandbox runs (--database, --role; with
+--root, psql runs as the role's user, postgres by default, as peer
+authentication wants); SET, temporary tables and transactions last.
+See docs/sessions.md.`,
 		Flags: []ucli.Flag{
 			&ucli.BoolFlag{Name: "root", Usage: "run the interpreter as root in the sandbox (root of its user namespace)"},
+			&ucli.StringFlag{Name: "database", Usage: "sql: the database to connect to (PGDATABASE)"},
+			&ucli.StringFlag{Name: "role", Usage: "sql: the role to connect as (PGUSER)"},
 		},
 		Action: verb.OnSandbox(2, func(ctx context.Context, cmd *ucli.Command, c *verb.Client, e sandboxd1.ListEntry, rest []string) error {
 			sb := c.Handle(e)
-			sess, err := sb.OpenSession(ctx, rest[0], sbclient.ExecOptions{Root: cmd.Bool("root")})
+			var env []string
+			if d := cmd.String("database"); d != "" {
+				env = append(env, "PGDATABASE="+d)
+			}
+			if r := cmd.String("role"); r != "" {
+				env = append(env, "PGUSER="+r)
+			}
+			if len(env) > 0 && rest[0] != "sql" {
+				return verb.Usage("--database and --role are for a sql session, not %s", rest[0])
+			}
+			sess, err := sb.OpenSession(ctx, rest[0], sbclient.ExecOptions{Root: cmd.Bool("root"), Env: env})
 			if err != nil {
 				return verb.FromBus("opening a "+rest[0]+" session", err)
 			}

@@ -90,7 +90,7 @@ func followPromotion(ctx context.Context, c *verb.Client, out verb.Output, pid s
 			return err
 		}
 		if len(seen) == 0 {
-			if err := say(fmt.Sprintf("promotion %s: %d changes of sandbox %s (digest %s)", p.ID, p.Changes, labelOf(p), p.Digest)); err != nil {
+			if err := say(fmt.Sprintf("promotion %s: %s of sandbox %s (digest %s)", p.ID, verb.Plural(p.Changes, "change"), labelOf(p), p.Digest)); err != nil {
 				return err
 			}
 			if p.Ignored > 0 {
@@ -207,8 +207,8 @@ func Promotions() *ucli.Command {
 					if out.AsJSON {
 						return out.JSON(p)
 					}
-					if err := out.Line("promotion %s of sandbox %s (project %s): %s, %d changes, started %s",
-						p.ID, labelOf(p), p.Project, p.State, p.Changes, p.Created.Local().Format(time.DateTime)); err != nil {
+					if err := out.Line("promotion %s of sandbox %s (project %s): %s, %s, started %s",
+						p.ID, labelOf(p), p.Project, p.State, verb.Plural(p.Changes, "change"), p.Created.Local().Format(time.DateTime)); err != nil {
 						return err
 					}
 					for _, st := range p.Stages {

@@ -144,7 +144,7 @@ func List() *ucli.Command {
 			if err != nil || out.AsJSON || out.Quiet {
 				return err
 			}
-			return out.Line("\n%d sandboxes", len(entries))
+			return out.Line("\n%s", verb.Plural(len(entries), "sandbox"))
 		}),
 	}
 }
@@ -489,6 +489,6 @@ func stalenessDetail(paths []string, base time.Time) string {
 	if len(paths) > len(shown) {
 		more = fmt.Sprintf(", and %d more", len(paths)-len(shown))
 	}
-	return fmt.Sprintf("stale: the project changed %d paths since the base was taken %s ago (%s%s); `sandboxctl rebase` brings the sandbox onto it",
-		len(paths), verb.Age(base), strings.Join(shown, ", "), more)
+	return fmt.Sprintf("stale: the project changed %s since the base was taken %s ago (%s%s); `sandboxctl rebase` brings the sandbox onto it",
+		verb.Plural(len(paths), "path"), verb.Age(base), strings.Join(shown, ", "), more)
 }

@@ -100,9 +100,9 @@ func (t *trial) print(out verb.Output, verbose bool) error {
 	}
 	switch {
 	case destroyed == 0:
-		lines = append(lines, fmt.Sprintf("kept all %d sandboxes", len(kept)))
+		lines = append(lines, "kept all "+verb.Plural(len(kept), "sandbox"))
 	case len(kept) == 0:
-		lines = append(lines, fmt.Sprintf("destroyed all %d sandboxes", destroyed))
+		lines = append(lines, "destroyed all "+verb.Plural(destroyed, "sandbox"))
 	default:
 		lines = append(lines, fmt.Sprintf("kept %s; destroyed the other %d", strings.Join(kept, ", "), destroyed))
 	}

@@ -14,7 +14,7 @@ import (
 // Sessions: OpenSession, Eval, CloseSession.
 
 // OpenSession(s language, a{sv} options) -> (s session) starts a
-// long-lived interpreter (python3, sh) in the sandbox, as the caller,
+// long-lived interpreter (python3, node, sh, go, sql) in the sandbox, as the caller,
 // with Exec's options (Environment, WorkingDirectory, Root). It lives
 // until CloseSession, its own end, the sandbox's, or the daemon's.
 func (o sandboxObject) OpenSession(sender dbus.Sender, msg dbus.Message, language string, options map[string]dbus.Variant) (string, *dbus.Error) {

@@ -42,7 +42,7 @@ rm -f "$t"
 exec node -e "$1" "$2"`
 
 // Languages a session may speak.
-var sessionLanguages = []string{"python3", "node", "sh"}
+var sessionLanguages = []string{"python3", "node", "sh", "go", "sql"}
 
 const (
 	// maxSessions bounds one sandbox's open sessions.
@@ -83,7 +83,7 @@ type sessions struct {
 	hold    evalHold            // inputs admitted, by owner and in all
 }
 
-// OpenSession starts an interpreter of lang (python3, node, sh) in sandbox id,
+// OpenSession starts an interpreter of lang (python3, node, sh, go, sql) in sandbox id,
 // as Exec would start a command of o (its Argv, Stdio, PTY and limits
 // aside), and returns the session's id.
 func (c *Commands) OpenSession(ctx context.Context, id, lang string, o ExecOptions) (_ string, err error) {
@@ -96,6 +96,10 @@ func (c *Commands) OpenSession(ctx context.Context, id, lang string, o ExecOptio
 		argv = []string{"/bin/sh", "-c", nodeLauncher, "node", nodeDriver, strconv.Itoa(MaxEvalOutput)}
 	case "sh":
 		argv = []string{"/bin/sh", "-c", shDriver, "sh", "__sandboxd_end_" + token + "__", strconv.Itoa(MaxEvalOutput)}
+	case "go":
+		argv = []string{"/bin/sh", "-c", goLauncher, "go", goDriver, strconv.Itoa(MaxEvalOutput)}
+	case "sql":
+		argv = []string{"python3", "-u", "-c", sqlDriver, strconv.Itoa(MaxEvalOutput)}
 	default:
 		return "", fmt.Errorf("opening a session in sandbox %s: language %q: want one of %s: %w", id, lang, strings.Join(sessionLanguages, ", "), supervisor.ErrInvalid)
 	}
@@ -148,6 +152,14 @@ func (c *Commands) OpenSession(ctx context.Context, id, lang string, o ExecOptio
 	}
 	x := &session{id: newID(), sandbox: id, lang: lang, token: token, uid: o.UID, cmd: cmd,
 		in: inW, out: bufio.NewReader(outR), outFile: outR, turn: make(chan struct{}, 1), ended: make(chan struct{})}
+	if greets(lang) {
+		if err := readGreeting(ctx, x); err != nil {
+			x.in.Close()
+			_ = cmd.cmd.Signal(9)
+			x.outFile.Close()
+			return "", fmt.Errorf("opening a %s session in sandbox %s: %w", lang, id, err)
+		}
+	}
 	c.sessions.mu.Lock()
 	if c.sessions.m == nil {
 		c.sessions.m = map[string]*session{}

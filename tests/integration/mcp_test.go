@@ -92,6 +92,48 @@ func toolOK(t *testing.T, cs *mcp.ClientSession, name string, args map[string]an
 	if err := json.Unmarshal(b, out); err != nil {
 		t.Fatalf("tool %s: its result %s: %v", name, b, err)
 	}
+	// exec's and logs' output is in their text alone, once.
+	switch out := out.(type) {
+	case *mcpExec:
+		out.Stdout, out.Stderr = execSections(toolText(res))
+	case *mcpLogs:
+		out.Output = textSection(toolText(res), "output")
+	default:
+		// file_read's content and diff's text, in the text alone too.
+		v := reflect.ValueOf(out).Elem()
+		for field, section := range map[string]string{"Content": "content", "Text": "diff"} {
+			if f := v.FieldByName(field); f.IsValid() && f.Kind() == reflect.String && f.String() == "" {
+				f.SetString(textSection(toolText(res), section))
+			}
+		}
+	}
+}
+
+// textSection is what a tool's text shows under the heading name.
+func textSection(text, name string) string {
+	_, rest, ok := strings.Cut(text, "\n--- "+name+" ---\n")
+	if !ok {
+		return ""
+	}
+	for _, next := range []string{"\n--- stderr ---\n", "\n--- notes ---\n"} {
+		if i := strings.Index(rest, next); i >= 0 {
+			rest = rest[:i+1]
+		}
+	}
+	return rest
+}
+
+// execSections are the stdout and stderr an exec's text shows, each
+// under its heading.
+func execSections(text string) (stdout, stderr string) {
+	return textSection(text, "stdout"), textSection(text, "stderr")
+}
+
+// mcpLogs is a logs call's result: its output from its text.
+type mcpLogs struct {
+	Output string `json:"-"`
+	Next   uint64 `json:"next_offset"`
+	Ended  bool   `json:"ended"`
 }
 
 // toolFails calls a tool that must fail as a tool error matching want,

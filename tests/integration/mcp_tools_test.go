@@ -18,11 +18,7 @@ func TestMCPBackgroundCheckpointsAndTry(t *testing.T) {
 
 	var spawned struct{ Process string }
 	toolOK(t, cs, "spawn", map[string]any{"sandbox": sb.ID, "command": []string{"sh", "-c", "echo started; sleep 0.3; echo done; exit 4"}}, &spawned)
-	var logs struct {
-		Output string
-		Next   uint64 `json:"next_offset"`
-		Ended  bool
-	}
+	var logs mcpLogs
 	var output string
 	waitFor(t, "the background process to end", func() bool {
 		toolOK(t, cs, "logs", map[string]any{"sandbox": sb.ID, "process": spawned.Process, "offset": logs.Next}, &logs)

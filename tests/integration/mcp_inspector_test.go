@@ -1,0 +1,303 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandboxd/sandboxd/tests/mcpclients"
+)
+
+// `sandboxctl mcp` driven by MCP clients nobody on the project wrote, on
+// Node 22 (tests/install-deps.sh installs them): the MCP inspector's CLI,
+// in both protocol eras, each tool called with `--tool-arg k=v` as a
+// person types it and as a generic client fills a tool's schema; and the
+// TypeScript SDK's client.
+
+// mcpNode finds the clients' install; without it the test fails, naming
+// tests/install-deps.sh (never a silent skip).
+func mcpNode(t *testing.T) *mcpclients.Install {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	in, err := mcpclients.Find(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return in
+}
+
+// inspector is the inspector CLI of era against `sandboxctl mcp`, run as
+// root.
+func inspector(t *testing.T, era string) *mcpclients.Inspector {
+	return &mcpclients.Inspector{Install: mcpNode(t), Era: era, Server: []string{ctlBin(), "mcp"}, Home: t.TempDir()}
+}
+
+// inspect calls a tool with the inspector; it must not be a tool error or
+// a protocol error. Its structured content is decoded into out (a zero
+// value first).
+func inspect(t *testing.T, in *mcpclients.Inspector, out any, tool string, args ...string) *mcpclients.ToolResult {
+	t.Helper()
+	res, run := inspectCall(t, in, tool, args...)
+	if res.IsError {
+		t.Fatalf("%s: a tool error: %s\n%s", tool, res.Text(), run)
+	}
+	if out != nil {
+		if err := res.Decode(out); err != nil {
+			t.Fatalf("%s: its structured content %s: %v\n%s", tool, res.StructuredContent, err, run)
+		}
+	}
+	return res
+}
+
+// inspectCall calls a tool with the inspector; a protocol error fails
+// the test.
+func inspectCall(t *testing.T, in *mcpclients.Inspector, tool string, args ...string) (*mcpclients.ToolResult, *mcpclients.Run) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	res, run, err := in.Call(ctx, tool, args...)
+	if err != nil {
+		t.Fatalf("inspector (%s era) calling %s: %v", in.Era, tool, err)
+	}
+	return res, run
+}
+
+// typeLists lists the input parameters (at any depth) whose schema type
+// is a list, as "tool.param": the inspector makes a --tool-arg value JSON
+// only for a parameter typed exactly "array" or "object".
+func typeLists(tools []mcpclients.Tool) []string {
+	var found []string
+	var walk func(where string, s *mcpclients.Schema)
+	walk = func(where string, s *mcpclients.Schema) {
+		if s == nil {
+			return
+		}
+		if _, ok := s.Type.(string); !ok && s.Type != nil {
+			found = append(found, where)
+		}
+		for name, p := range s.Properties {
+			walk(where+"."+name, p)
+		}
+		walk(where+"[]", s.Items)
+	}
+	for _, tool := range tools {
+		for name, p := range tool.InputSchema.Properties {
+			walk(tool.Name+"."+name, p)
+		}
+	}
+	slices.Sort(found)
+	return found
+}
+
+// ranHi says whether an exec result is "hi" printed and a 0 exit: its
+// stdout in the structured content or, were it only there, its text.
+func ranHi(t *testing.T, in *mcpclients.Inspector, what string, args ...string) {
+	t.Helper()
+	res, r := inspectCall(t, in, "exec", args...)
+	var run mcpExec
+	if err := res.Decode(&run); res.IsError || err != nil {
+		t.Errorf("exec with %s (%s era): a tool error: %s (%v)\n%s", what, in.Era, res.Text(), err, r)
+		return
+	}
+	if run.ExitCode != 0 || run.How != "exited" || !(run.Stdout == "hi\n" || run.Stdout == "" && strings.Contains(res.Text(), "hi\n")) {
+		t.Errorf("exec with %s (%s era): %+v, text %q; want hi and exit 0", what, in.Era, run, res.Text())
+	}
+}
+
+// TestMCPInspectorWalk: with the inspector's CLI in each protocol era, an
+// agent's whole walk: the tools listed with plain JSON Schema types (a
+// generic client can fill them), a sandbox made, a command run given as
+// an array and as a shell line, a file read, two fixes tried side by
+// side, the winner promoted (the project on the host has the fix).
+func TestMCPInspectorWalk(t *testing.T) {
+	for _, era := range []string{"modern", "legacy"} {
+		t.Run(era, func(t *testing.T) { inspectorWalk(t, era) })
+	}
+}
+
+func inspectorWalk(t *testing.T, era string) {
+	project := "insp-" + era
+	path := addProject(t, project, map[string]string{
+		"calc.sh": "add() { echo $(($1 - $2)); }\n",
+		"test.sh": ". ./calc.sh\n[ \"$(add 2 3)\" = 5 ] || { echo \"add 2 3 gave $(add 2 3), want 5\" >&2; exit 1; }\n",
+	})
+	in := inspector(t, era)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	tools, run, err := in.Tools(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]mcpclients.Tool{}
+	for _, tool := range tools {
+		byName[tool.Name] = tool
+	}
+	for _, name := range []string{"sandbox_create", "sandbox_list", "sandbox_destroy", "exec", "spawn", "file_read", "try", "promote", "promotion_status"} {
+		if _, ok := byName[name]; !ok {
+			t.Fatalf("tools/list (%s era) has no %s\n%s", era, name, run)
+		}
+	}
+	// Needs mcpcalls' plain types: an array typed "array", not
+	// ["null","array"], and exec's shell line.
+	execIn := byName["exec"].InputSchema.Properties
+	if c := execIn["command"]; c == nil || c.Type != "array" || c.Items == nil || c.Items.Type != "string" {
+		t.Errorf("exec's command (%s era): %+v; want typed \"array\" of \"string\"", era, c)
+	}
+	if s := execIn["shell"]; s == nil || s.Type != "string" {
+		t.Errorf("exec has no shell parameter typed \"string\" (%s era): %+v", era, s)
+	}
+	if v := byName["try"].InputSchema.Properties["variants"]; v == nil || v.Type != "array" {
+		t.Errorf("try's variants (%s era): %+v; want typed \"array\"", era, v)
+	}
+	if lists := typeLists(tools); len(lists) > 0 {
+		t.Errorf("parameters typed as a list of types, which the inspector sends as strings (%s era): %v", era, lists)
+	}
+	// The inspector's own check of what a generic client can map: no
+	// error, and nothing to say of any tool's input.
+	strict, err := in.Run(ctx, "--method", "tools/list", "--strict")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var inputs []string
+	tool := ""
+	for _, line := range strings.Split(strict.Stderr, "\n") {
+		if w, ok := strings.CutPrefix(line, "Warning: tool "); ok {
+			tool = w
+		}
+		if p, ok := strings.CutPrefix(strings.TrimSpace(line), "Path: inputSchema."); ok {
+			inputs = append(inputs, tool+" "+p)
+		}
+	}
+	if strict.Exit != 0 || len(inputs) > 0 {
+		t.Errorf("tools/list --strict (%s era): exit %d; the inspector finds input schemas not portable: %v", era, strict.Exit, inputs)
+	}
+
+	var sb struct{ ID, Name, State, Project string }
+	created := inspect(t, in, &sb, "sandbox_create", "project="+project, "name="+project+"-1", "ttl_minutes=30")
+	t.Cleanup(func() { ctl(t, "", "destroy", sb.ID) })
+	if len(sb.ID) != 12 || sb.Name != project+"-1" || sb.State != "ready" || sb.Project != project {
+		t.Fatalf("sandbox_create (%s era): %+v", era, sb)
+	}
+	// 2026-07-28 has no initialize: a result names its server (the
+	// inspector pins that revision for the modern era, or fails).
+	var who struct{ Name string }
+	_ = json.Unmarshal(created.Meta["io.modelcontextprotocol/serverInfo"], &who)
+	if (era == "modern") != (who.Name == "sandboxd") {
+		t.Errorf("sandbox_create's result in the %s era names its server as %q in _meta", era, who.Name)
+	}
+	// Typed as a person types them: the array as JSON, the number bare.
+	ranHi(t, in, "an array", "sandbox="+sb.ID, `command=["sh","-c","echo hi"]`, "timeout_seconds=60")
+	ranHi(t, in, "a shell line", "sandbox="+sb.Name, "shell=echo hi")
+	var failed mcpExec
+	res := inspect(t, in, &failed, "exec", "sandbox="+sb.ID, `command=["sh","test.sh"]`)
+	if failed.ExitCode != 1 || !strings.Contains(failed.Stderr+res.Text(), "add 2 3 gave -1, want 5") {
+		t.Errorf("the project's failing test, run with exec (%s era): %+v, text %q", era, failed, res.Text())
+	}
+
+	var read struct{ Content, Encoding string }
+	inspect(t, in, &read, "file_read", "sandbox="+sb.ID, "path=calc.sh")
+	if read.Content != "add() { echo $(($1 - $2)); }\n" || read.Encoding != "utf-8" {
+		t.Errorf("file_read calc.sh (%s era): %+v", era, read)
+	}
+
+	// Two fixes, a wrong one first: the right one wins and is kept.
+	var report struct {
+		Winner  int
+		Results []struct {
+			ID           string
+			Passed, Kept bool
+			Result       string
+			Winner       bool
+			FailedIn     string `json:"failed_in"`
+		}
+	}
+	inspect(t, in, &report, "try", "project="+project, `variants=["sed -i 's/-/*/' calc.sh","sed -i 's/-/+/' calc.sh"]`, "check=sh test.sh", "timeout_seconds=50")
+	if len(report.Results) != 2 || report.Winner != 1 || report.Results[0].Passed || report.Results[0].FailedIn != "check" ||
+		!report.Results[1].Passed || !report.Results[1].Kept || report.Results[0].Kept {
+		t.Fatalf("try (%s era): %+v; want the second fix to pass and be kept, the first to fail its check", era, report)
+	}
+	winner := report.Results[1].ID
+
+	// Under the inspector's request timeout (60 s): past it, the
+	// promotion goes on and promotion_status follows it.
+	var p struct {
+		Promotion, State, Message string
+		Changes                   int
+	}
+	inspect(t, in, &p, "promote", "sandbox="+winner, "wait_seconds=45")
+	if p.State == "running" {
+		waitFor(t, "the promotion to end", func() bool {
+			inspect(t, in, &p, "promotion_status", "promotion="+p.Promotion)
+			return p.State != "running"
+		})
+	}
+	if p.State != "done" || p.Changes != 1 {
+		t.Fatalf("promote the winner (%s era): %+v", era, p)
+	}
+	if b, err := os.ReadFile(filepath.Join(path, "calc.sh")); err != nil || string(b) != "add() { echo $(($1 + $2)); }\n" {
+		t.Fatalf("the project's calc.sh after the promotion (%s era): %q, %v", era, b, err)
+	}
+
+	var gone struct{ Destroyed string }
+	inspect(t, in, &gone, "sandbox_destroy", "sandbox="+sb.ID)
+	if gone.Destroyed != sb.ID {
+		t.Errorf("sandbox_destroy (%s era): %+v", era, gone)
+	}
+	// A tool error is a result the inspector shows, with what to do.
+	res, run = inspectCall(t, in, "sandbox_status", "sandbox="+sb.ID)
+	if !res.IsError || run.Error == nil || run.Error.Code != "tool_is_error" ||
+		!regexp.MustCompile(`no sandbox is called or starts with`).MatchString(res.Text()) {
+		t.Errorf("sandbox_status of the destroyed sandbox (%s era): %+v\n%s", era, res, run)
+	}
+}
+
+// TestMCPTypeScriptSDKClient: a client on the MCP TypeScript SDK lists the
+// tools, makes a sandbox, runs a command in it and destroys it; the SDK
+// checks each structured result against its tool's output schema.
+func TestMCPTypeScriptSDKClient(t *testing.T) {
+	addProject(t, "ts-sdk", map[string]string{"README": "ts\n"})
+	node := mcpNode(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	report, stderr, err := node.TSClient(ctx, t.TempDir(), "ts-sdk", ctlBin(), "mcp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 2025-11-25 is the newest revision SDK 1.x speaks.
+	if report.ProtocolVersion != "2025-11-25" || report.Server.Name != "sandboxd" {
+		t.Errorf("the TypeScript SDK agreed on %q with %+v; want 2025-11-25 with sandboxd", report.ProtocolVersion, report.Server)
+	}
+	for _, name := range []string{"sandbox_create", "exec", "sandbox_destroy", "try", "promote"} {
+		if !slices.Contains(report.Tools, name) {
+			t.Errorf("the TypeScript SDK lists no %s: %v", name, report.Tools)
+		}
+	}
+	if report.Created == nil || report.Exec == nil || report.Destroyed == nil {
+		t.Fatalf("the TypeScript client made %+v; want create, exec and destroy\n%s", report, stderr)
+	}
+	var sb struct{ ID, State string }
+	if err := json.Unmarshal(report.Created.Structured, &sb); err != nil || report.Created.IsError || len(sb.ID) != 12 || sb.State != "ready" {
+		t.Fatalf("sandbox_create from the TypeScript SDK: %+v (%v)", report.Created, err)
+	}
+	t.Cleanup(func() { ctl(t, "", "destroy", sb.ID) })
+	var run mcpExec
+	if err := json.Unmarshal(report.Exec.Structured, &run); err != nil || report.Exec.IsError || run.ExitCode != 0 ||
+		!(run.Stdout == "hi from the TypeScript SDK\n" || run.Stdout == "" && strings.Contains(report.Exec.Text, "hi from the TypeScript SDK\n")) {
+		t.Errorf("exec from the TypeScript SDK: %+v, %+v (%v)", report.Exec, run, err)
+	}
+	var gone struct{ Destroyed string }
+	if err := json.Unmarshal(report.Destroyed.Structured, &gone); err != nil || gone.Destroyed != sb.ID {
+		t.Errorf("sandbox_destroy from the TypeScript SDK: %+v (%v)", report.Destroyed, err)
+	}
+	if slices.Contains(listedIDs(t), sb.ID) {
+		t.Errorf("sandboxctl list still lists %s, which the TypeScript SDK destroyed", sb.ID)
+	}
+}
