@@ -74,7 +74,7 @@ func (s *server) keepCut(ctx context.Context, sb *client.Sandbox, stream string,
 	if over || len(data) == 0 {
 		return ""
 	}
-	name := fmt.Sprintf("/tmp/sandboxd-mcp-exec-%s.%s", randomHex(4), stream)
+	name := fmt.Sprintf("/tmp/sandboxd-mcp-exec-%s.%s", strings.ToLower(randomMark()[:8]), stream)
 	if err := sb.WriteFile(ctx, name, data, client.WriteOptions{Mode: 0o600}); err != nil {
 		return ""
 	}
@@ -108,5 +108,5 @@ func (s *server) execExtras(ctx context.Context, sb *client.Sandbox, images []st
 			notes = append(notes, fmt.Sprintf("the whole %s is kept in the sandbox at %s (the resource_link in this result; file_read or exec grep read it)", stream, name))
 		}
 	}
-	return append(notes, s.attachImages(ctx, sb, images, root)...)
+	return append(notes, toolcall.AttachImages(ctx, sb, images, root, s.opts.MaxFileBytes)...)
 }

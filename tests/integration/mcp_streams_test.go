@@ -93,8 +93,8 @@ func TestMCPProgressAndResources(t *testing.T) {
 	if a.err != nil || a.res.IsError {
 		t.Fatalf("exec: %v %s", a.err, toolText(a.res))
 	}
-	if out := a.res.StructuredContent.(map[string]any); out["exit_code"] != 0.0 || out["stdout"] != "first\nsecond\ndone\n" {
-		t.Errorf("exec's result: %v", out)
+	if stdout, _ := execSections(toolText(a.res)); a.res.StructuredContent.(map[string]any)["exit_code"] != 0.0 || stdout != "first\nsecond\ndone\n" {
+		t.Errorf("exec's result: %s", toolText(a.res))
 	}
 
 	// A file, as text; a file of bytes, as a blob; a missing one: not
