@@ -106,6 +106,11 @@ func TestMCPProgressAndResources(t *testing.T) {
 	if err != nil || len(r.Contents) != 1 || r.Contents[0].Text != "hello resources\n" {
 		t.Fatalf("reading notes.txt as a resource: %v %+v", err, r)
 	}
+	// A part of it read links to the whole.
+	if link := linkOf(callTool(t, cs, "file_read", map[string]any{"sandbox": sb.ID, "path": "notes.txt", "max_bytes": 5})); link == nil ||
+		link.URI != "sandbox://"+sb.ID+"/files/notes.txt" || link.Size == nil || *link.Size != 16 {
+		t.Errorf("file_read of 5 bytes of 16: the link %+v; want notes.txt's resource", link)
+	}
 	toolOK(t, cs, "file_write", map[string]any{"sandbox": sb.ID, "path": "/tmp/bytes", "content": "AAEC/w==", "encoding": "base64"}, &wrote)
 	r, err = cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: "sandbox://" + sb.ID + "/files//tmp/bytes"})
 	if err != nil || len(r.Contents) != 1 || !bytes.Equal(r.Contents[0].Blob, []byte{0, 1, 2, 0xff}) {
@@ -122,12 +127,7 @@ func TestMCPProgressAndResources(t *testing.T) {
 	// seq 1 100000 is 588,895 bytes: exec keeps 64 KiB of it, and links
 	// to the whole, kept in the sandbox.
 	res := callTool(t, cs, "exec", map[string]any{"sandbox": sb.ID, "command": []string{"seq", "1", "100000"}})
-	var link *mcp.ResourceLink
-	for _, c := range res.Content {
-		if l, ok := c.(*mcp.ResourceLink); ok {
-			link = l
-		}
-	}
+	link := linkOf(res)
 	if res.IsError || link == nil {
 		t.Fatalf("exec of a long output: no resource_link in %v", res.Content)
 	}
@@ -172,6 +172,16 @@ func TestMCPPythonFigureIsAPNG(t *testing.T) {
 	if text := toolText(res); !strings.Contains(text, "index.html is not a PNG, JPEG, GIF or WebP image") {
 		t.Errorf("exec's result does not name index.html as refused: %s", text)
 	}
+}
+
+// linkOf is a result's resource link (nil for none).
+func linkOf(res *mcp.CallToolResult) *mcp.ResourceLink {
+	for _, c := range res.Content {
+		if l, ok := c.(*mcp.ResourceLink); ok {
+			return l
+		}
+	}
+	return nil
 }
 
 // imagesOf are a result's images, each checked to be a PNG that decodes.
