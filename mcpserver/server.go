@@ -22,6 +22,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/sandboxd/sandboxd/client"
+	"github.com/sandboxd/sandboxd/mcpserver/toolcall"
 	"github.com/sandboxd/sandboxd/sandboxd1"
 )
 
@@ -139,6 +140,8 @@ func newServer(ctx context.Context, c *client.Client, opts Options) (*mcp.Server
 	s.addPromoteTools(m)
 	s.addReplTool(m)
 	s.addSystemTools(m)
+	s.addResources(m)
+	m.AddReceivingMiddleware(toolcall.Middleware)
 	return m, s
 }
 

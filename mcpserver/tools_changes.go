@@ -117,6 +117,7 @@ func (s *server) diff(ctx context.Context, in diffIn) (diffOut, error) {
 		if _, out.Ignored, err = sb.DiffCounted(ctx); err != nil {
 			return diffOut{}, err
 		}
+		linkDiff(ctx, sb, text)
 		if text == "" {
 			out.Notes = append(out.Notes, "the sandbox changed nothing")
 		}
@@ -224,7 +225,10 @@ func (s *server) try(ctx context.Context, in tryIn) (sandboxd1.TryReport, error)
 		return sandboxd1.TryReport{}, err
 	}
 	opts := client.TryOptions{Create: client.CreateOptions{Network: in.Network, Allow: in.Allow}, Timeout: timeout}
+	var stop func()
+	opts.Create.Name, stop = s.watchTry(ctx, opts.Create.Name, len(in.Variants))
 	report, err := s.c.Try(ctx, in.Project, in.Variants, in.Check, in.Keep, opts)
+	stop()
 	if err != nil {
 		return sandboxd1.TryReport{}, err
 	}

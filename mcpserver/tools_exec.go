@@ -21,6 +21,7 @@ type execIn struct {
 	Shell   string   `json:"shell,omitempty" jsonschema:"a shell line, run by sh -c: \"make test 2>&1 | tail\"; give this or command"`
 	Stdin   string   `json:"stdin,omitempty" jsonschema:"text given to the command on its stdin (default: none)"`
 	Env     []string `json:"env,omitempty" jsonschema:"variables added to its environment, each as KEY=value"`
+	Images  []string `json:"images,omitempty" jsonschema:"paths of images the command writes (PNG, JPEG, GIF or WebP), returned as image content once it ended"`
 	Dir     string   `json:"dir,omitempty" jsonschema:"its working directory in the sandbox (default: the project's directory)"`
 	Root    bool     `json:"root,omitempty" jsonschema:"run it as root of the sandbox (its own user namespace's root, not the host's)"`
 	Timeout int      `json:"timeout_seconds,omitempty" jsonschema:"end it after this many seconds (default 300)"`
@@ -181,6 +182,8 @@ func (s *server) exec(ctx context.Context, in execIn) (execOut, error) {
 	if in.Stdin != "" {
 		opts.Stdin = strings.NewReader(in.Stdin)
 	}
+	spools, stop := s.execStreams(ctx, &opts)
+	defer stop()
 	start := time.Now()
 	st, err := sb.Exec(ctx, argv, opts)
 	if err != nil {
@@ -203,6 +206,7 @@ func (s *server) exec(ctx context.Context, in execIn) (execOut, error) {
 			out.Notes = append(out.Notes, o.name+" is not UTF-8 text: its invalid bytes are shown as U+FFFD; write it to a file and file_read it to get its bytes (base64)")
 		}
 	}
+	out.Notes = append(out.Notes, s.execExtras(ctx, sb, in.Images, in.Root, stdout, stderr, spools)...)
 	out.Notes = append(out.Notes, s.endNotes(st, timeout)...)
 	if !st.Success() && networkFailure(out.Stdout+"\n"+out.Stderr) {
 		if note := s.networkNote(ctx, sb); note != "" {

@@ -160,6 +160,9 @@ func (s *server) readFile(ctx context.Context, in readIn) (readOut, error) {
 	}
 	out.Content, out.Encoding = fileText(data)
 	out.Bytes = len(data)
+	if !out.EOF || in.Offset > 0 {
+		s.linkFilePart(ctx, sb, in.Path)
+	}
 	return out, nil
 }
 

@@ -84,7 +84,7 @@ func (s *server) promote(ctx context.Context, in promoteIn) (promotionOut, error
 	}
 	waitCtx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	p2, err := s.c.WaitPromotion(waitCtx, p.ID)
+	p2, err := s.followPromotion(waitCtx, p.ID)
 	switch {
 	case err == nil:
 		p = p2

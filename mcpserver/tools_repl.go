@@ -102,6 +102,7 @@ func (s *server) evalRepl(ctx context.Context, in replIn) (replOut, error) {
 	c := newCapture(s.opts.OutputCap)
 	c.Write([]byte(output))
 	r := c.result()
+	notes = append(notes, s.replFigures(ctx, sb, key)...)
 	if r.cut > 0 {
 		notes = append(notes, fmt.Sprintf("the output was %d bytes: %d in its middle were cut", r.total, r.cut))
 	}

@@ -23,7 +23,7 @@ set -eu
 # bubblewrap is make bench's baseline of a command in fresh namespaces;
 # postgresql is the host's service whose data a project adopts (its test
 # makes its cluster in the testbed, none on this machine).
-pkgs="btrfs-progs e2fsprogs zfs-fuse rsync util-linux mount systemd dbus iproute2 curl bash man-db rpm passwd diffutils openssh-client openssh-server python3 nodejs libcap2-bin python3-dbus-next nginx-light bubblewrap postgresql"
+pkgs="btrfs-progs e2fsprogs zfs-fuse rsync util-linux mount systemd dbus iproute2 curl bash man-db rpm passwd diffutils openssh-client openssh-server python3 nodejs libcap2-bin python3-dbus-next nginx-light bubblewrap postgresql python3-matplotlib"
 need=""
 for pkg in $pkgs; do
 	dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need="$need $pkg"
