@@ -107,7 +107,9 @@ func TestFlagsShowWhatTheyTakeAndTheirRealDefaults(t *testing.T) {
 				continue
 			}
 			line := ""
-			for l := range strings.SplitSeq(out, "\n") {
+			// Only the flags' part: a description may begin a line with a flag's name.
+			_, opts, _ := strings.Cut(out, "OPTIONS:")
+			for l := range strings.SplitSeq(opts, "\n") {
 				l = strings.TrimSpace(l)
 				if rest, ok := strings.CutPrefix(l, "--"+f.Names()[0]); ok && (strings.HasPrefix(rest, " ") || strings.HasPrefix(rest, ",")) {
 					line = l
