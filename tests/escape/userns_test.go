@@ -7,9 +7,9 @@ package escape
 
 import (
 	"bytes"
+	"crypto/rand"
 	"errors"
 	"fmt"
-	"github.com/sandboxd/sandboxd/supervisor/commands"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,6 +21,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/runtime/nsinit"
 	"github.com/sandboxd/sandboxd/supervisor"
+	"github.com/sandboxd/sandboxd/supervisor/commands"
 	"github.com/sandboxd/sandboxd/supervisor/promotion"
 	"github.com/sandboxd/sandboxd/supervisor/supervisortest"
 	"github.com/sandboxd/sandboxd/tests/testbed"
@@ -86,7 +87,10 @@ func TestOtherSandboxesAreOutOfReach(t *testing.T) {
 	if a.sb.IDs == nil || b.sb.IDs == nil || a.sb.IDs.Base == b.sb.IDs.Base {
 		t.Fatalf("two sandboxes' id maps: %+v and %+v; want two blocks", a.sb.IDs, b.sb.IDs)
 	}
-	if out, res := b.run(t, 0, "echo b-secret > b-secret.txt && echo b-secret > /etc/escape-b-secret"); res.Code != 0 {
+	// B's secret is its own: no file on the host holds it by chance (a
+	// test fixture under /opt once held "b-secret").
+	secret := "b-secret-" + rand.Text()
+	if out, res := b.run(t, 0, "echo "+secret+" > b-secret.txt && echo "+secret+" > /etc/escape-b-secret"); res.Code != 0 {
 		t.Fatalf("sandbox B writing its files: %v %s", res, out)
 	}
 	startIn(t, b, 0, "/bin/sleep", "3022")
@@ -118,10 +122,10 @@ func TestOtherSandboxesAreOutOfReach(t *testing.T) {
 		for _, c := range cases {
 			a.mustFail(t, uid, c.what, c.script)
 		}
-		a.mustFail(t, uid, "finding sandbox B's files anywhere", "grep -rqs b-secret /mnt /srv /opt /home /var/tmp /tmp /run")
+		a.mustFail(t, uid, "finding sandbox B's files anywhere", "grep -rqs "+secret+" /mnt /srv /opt /home /var/tmp /tmp /run")
 	}
 	for _, p := range []string{bProject, bSystem} {
-		if data, err := os.ReadFile(p); err != nil || string(data) != "b-secret\n" {
+		if data, err := os.ReadFile(p); err != nil || string(data) != secret+"\n" {
 			t.Errorf("ESCAPE: sandbox B's %s after sandbox A tried to change it: %q %v", p, data, err)
 		}
 	}
