@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/godbus/dbus/v5"
@@ -30,6 +31,12 @@ type TryOptions struct {
 	Inputs []string
 	// Parallel is the most sandboxes at work at once (0: 4).
 	Parallel uint32
+	// OnVariant, if set, is called as each sandbox is done (its variant
+	// and check ended), in the order they end, one call at a time, each
+	// before Try returns: the daemon's TryVariantDone, which it sends to
+	// this call alone. The report still has every result, its winner and
+	// output.
+	OnVariant func(sandboxd1.TryVariant)
 }
 
 func (o TryOptions) options() map[string]dbus.Variant {
@@ -72,6 +79,15 @@ func (c *Client) Try(ctx context.Context, project string, variants []string, che
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
 	defer conn.Close()
+	if opts.OnVariant != nil {
+		stop, err := watchVariants(ctx, conn, max(len(variants), len(opts.Inputs)), opts.OnVariant)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", op, err)
+		}
+		// Deferred after conn.Close, so run first: the signals that came
+		// before the reply are told before Try returns.
+		defer stop()
+	}
 	// godbus gives up on the call when ctx ends; closing the connection
 	// (deferred) is what tells the daemon.
 	var text string
@@ -84,4 +100,59 @@ func (c *Client) Try(ctx context.Context, project string, variants []string, che
 		return nil, fmt.Errorf("%s: the daemon's report: %w", op, err)
 	}
 	return &report, nil
+}
+
+// watchVariants calls on with each TryVariantDone the daemon sends conn,
+// a connection of one Try's own, until stop, which tells those that came
+// before it first. Only sandboxd's are taken (anyone may send a signal):
+// the sender must own org.sandboxd1 as the watch begins.
+func watchVariants(ctx context.Context, conn *dbus.Conn, n int, on func(sandboxd1.TryVariant)) (stop func(), err error) {
+	var daemon string
+	if err := conn.BusObject().CallWithContext(ctx, getNameOwner, 0, sandboxd1.BusName).Store(&daemon); err != nil {
+		return nil, wrap("finding the daemon on the bus", err)
+	}
+	match := []dbus.MatchOption{dbus.WithMatchObjectPath(sandboxd1.ManagerPath), dbus.WithMatchInterface(sandboxd1.ManagerInterface),
+		dbus.WithMatchMember(sandboxd1.SignalTryVariantDone), dbus.WithMatchSender(sandboxd1.BusName)}
+	// Room for every sandbox's, and a few others': godbus hands a full
+	// channel's signals over out of order.
+	signals := make(chan *dbus.Signal, n+16)
+	conn.Signal(signals)
+	if err := conn.AddMatchSignalContext(ctx, match...); err != nil {
+		conn.RemoveSignal(signals)
+		return nil, wrap("watching for the variants' ends", err)
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	tell := func(s *dbus.Signal) {
+		if s.Sender != daemon || s.Name != sandboxd1.ManagerInterface+"."+sandboxd1.SignalTryVariantDone || len(s.Body) != 2 {
+			return
+		}
+		text, _ := s.Body[1].(string)
+		var v sandboxd1.TryVariant
+		if json.Unmarshal([]byte(text), &v) == nil {
+			on(v)
+		}
+	}
+	wg.Go(func() {
+		for {
+			select {
+			case s := <-signals:
+				tell(s)
+			case <-done:
+				for {
+					select {
+					case s := <-signals:
+						tell(s)
+					default:
+						return
+					}
+				}
+			}
+		}
+	})
+	return func() {
+		close(done)
+		wg.Wait()
+		conn.RemoveSignal(signals)
+	}, nil
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/sandboxd/sandboxd/client"
+	"github.com/sandboxd/sandboxd/mcpserver/toolcall"
 	"github.com/sandboxd/sandboxd/sandboxd1"
 )
 
@@ -225,10 +226,8 @@ func (s *server) try(ctx context.Context, in tryIn) (sandboxd1.TryReport, error)
 		return sandboxd1.TryReport{}, err
 	}
 	opts := client.TryOptions{Create: client.CreateOptions{Network: in.Network, Allow: in.Allow}, Timeout: timeout}
-	var stop func()
-	opts.Create.Name, stop = s.watchTry(ctx, opts.Create.Name, len(in.Variants))
+	opts.OnVariant = toolcall.TryVariants(ctx, len(in.Variants))
 	report, err := s.c.Try(ctx, in.Project, in.Variants, in.Check, in.Keep, opts)
-	stop()
 	if err != nil {
 		return sandboxd1.TryReport{}, err
 	}

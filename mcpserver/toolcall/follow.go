@@ -2,7 +2,6 @@ package toolcall
 
 import (
 	"context"
-	"crypto/rand"
 	"fmt"
 	"strings"
 	"sync"
@@ -12,7 +11,7 @@ import (
 )
 
 // What try and promote tell as they go: a promotion's stages as they
-// change, a try's sandboxes as they are made.
+// change, a try's sandboxes as each is done.
 
 // FollowPromotion is client.WaitPromotion that tells each stage's state
 // as it changes: it follows the promotion (read by get) until it no
@@ -44,47 +43,26 @@ func FollowPromotion(ctx context.Context, get func(context.Context, string) (*sa
 	}
 }
 
-// tryEvery is how often a try's sandboxes are looked for.
-const tryEvery = 500 * time.Millisecond
-
-// WatchTry tells, while a try of n variants runs, each of its sandboxes
-// as it is made (the daemon answers Try only at its end: its sandboxes,
-// named PREFIX-N, are what the bus shows meanwhile, read by list); stop
-// ends the watch. It returns the prefix to give Try: prefix, or one of
-// its own when empty, so that the sandboxes can be known.
-func WatchTry(ctx context.Context, list func(context.Context) ([]sandboxd1.ListEntry, error), prefix string, n int) (string, func()) {
+// TryVariants is what tells, while a try of n sandboxes runs, each
+// sandbox's outcome as it is done (client.TryOptions.OnVariant: the
+// daemon's TryVariantDone): "try: fix-2 passed in 1.2 s (1 of 3 done)",
+// "try: fix-1 failed (check: exit 1) in 0.4 s (2 of 3 done)". nil when
+// the call asked for no progress.
+func TryVariants(ctx context.Context, n int) func(sandboxd1.TryVariant) {
 	if !Progressing(ctx) {
-		return prefix, func() {}
+		return nil
 	}
-	if prefix == "" {
-		prefix = "try-" + strings.ToLower(rand.Text()[:4])
-	}
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		seen := map[string]bool{}
-		t := time.NewTicker(tryEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			entries, err := list(ctx)
-			if err != nil {
-				continue
-			}
-			for _, e := range entries {
-				if !strings.HasPrefix(e.Name, prefix+"-") || seen[e.Name] {
-					continue
-				}
-				seen[e.Name] = true
-				Notify(ctx, fmt.Sprintf("try: %s made (%d of %d): its variant, then the check, run in it", e.Name, len(seen), n), float64(n+1))
-			}
+	var mu sync.Mutex
+	done := 0
+	return func(v sandboxd1.TryVariant) {
+		mu.Lock()
+		done++
+		k := done
+		mu.Unlock()
+		outcome := "passed"
+		if !v.Passed {
+			outcome = "failed " + strings.TrimPrefix(v.Result, "fail ")
 		}
-	})
-	return prefix, func() { close(done); wg.Wait() }
+		Notify(ctx, fmt.Sprintf("try: %s %s in %.1f s (%d of %d done)", v.Name, outcome, v.Seconds, k, max(n, v.Of)), float64(max(n, v.Of)))
+	}
 }

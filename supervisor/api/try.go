@@ -33,7 +33,8 @@ var errNoTry = errors.New("this daemon runs no Try")
 // WorkingDirectory, Root, TimeoutUSec, Detach: for each step) and
 // Inputs and Parallel. The call lasts as long as the slowest sandbox:
 // give it a long timeout. A caller that leaves the bus stops it, and its
-// sandboxes are destroyed.
+// sandboxes are destroyed. As each sandbox is done, the caller alone is
+// sent TryVariantDone (tryVariantDone).
 func (m manager) Try(sender dbus.Sender, project string, variants []string, check, keep string, opts map[string]dbus.Variant) (string, *dbus.Error) {
 	s := m.s
 	r, derr := s.begin(sender, "Try")
@@ -57,6 +58,10 @@ func (m manager) Try(sender dbus.Sender, project string, variants []string, chec
 	// Its slot is held for its creates and diffs, not while its
 	// variants and checks run (calls.Slot.Busy).
 	to.Busy = r.slot.Busy
+	n := max(len(variants), len(to.Inputs))
+	to.Done = func(prefix string, i int, res try.Result) {
+		s.tryVariantDone(string(sender), prefix, i, n, res)
+	}
 	ctx, stop := s.whileConnected(r.ctx, string(sender))
 	rep, err := s.rooms.Try.Run(ctx, to)
 	stop()
@@ -117,31 +122,64 @@ func tryOptions(in map[string]dbus.Variant) (try.Options, error) {
 func tryReport(rep try.Report) sandboxd1.TryReport {
 	out := sandboxd1.TryReport{Results: []sandboxd1.TryResult{}, Winner: rep.Winner, Left: rep.Left}
 	for _, r := range rep.Results {
-		w := sandboxd1.TryResult{
-			Name: r.Name, ID: r.ID, Command: r.Variant, Input: r.Input, Passed: r.Passed, Result: "pass",
-			How: r.How, Status: int32(r.Status), Signal: int32(r.Signal),
-			Seconds: r.Duration.Seconds(), CommandSeconds: r.CommandDuration.Seconds(), CheckSeconds: r.CheckDuration.Seconds(),
-			Changed: r.Changes, Ignored: r.Ignored, DiskUsed: r.DiskUsed, MemoryPeak: r.MemoryPeak, Winner: r.Winner, Kept: r.Kept,
-			CommandOutput: r.CommandOutput, CheckOutput: r.CheckOutput,
-		}
-		if r.FailedIn != "" {
-			w.FailedIn = r.FailedIn
-			if w.FailedIn == "variant" {
-				w.FailedIn = "command" // the client's word for the variant's step
-			}
-			how := r.How
-			switch r.How {
-			case "exited":
-				how = fmt.Sprintf("exit %d", r.Status)
-			case "signaled":
-				name := unix.SignalName(syscall.Signal(r.Signal))
-				how = "signaled (" + cmp.Or(name, fmt.Sprintf("signal %d", r.Signal)) + ")"
-			}
-			w.Result = "fail (" + w.FailedIn + ": " + how + ")"
-		}
-		out.Results = append(out.Results, w)
+		out.Results = append(out.Results, tryResult(r))
 	}
 	return out
+}
+
+// tryResult is one sandbox's result as it crosses the bus.
+func tryResult(r try.Result) sandboxd1.TryResult {
+	w := sandboxd1.TryResult{
+		Name: r.Name, ID: r.ID, Command: r.Variant, Input: r.Input, Passed: r.Passed, Result: "pass",
+		How: r.How, Status: int32(r.Status), Signal: int32(r.Signal),
+		Seconds: r.Duration.Seconds(), CommandSeconds: r.CommandDuration.Seconds(), CheckSeconds: r.CheckDuration.Seconds(),
+		Changed: r.Changes, Ignored: r.Ignored, DiskUsed: r.DiskUsed, MemoryPeak: r.MemoryPeak, Winner: r.Winner, Kept: r.Kept,
+		CommandOutput: r.CommandOutput, CheckOutput: r.CheckOutput,
+	}
+	if r.FailedIn != "" {
+		w.FailedIn = r.FailedIn
+		if w.FailedIn == "variant" {
+			w.FailedIn = "command" // the client's word for the variant's step
+		}
+		how := r.How
+		switch r.How {
+		case "exited":
+			how = fmt.Sprintf("exit %d", r.Status)
+		case "signaled":
+			name := unix.SignalName(syscall.Signal(r.Signal))
+			how = "signaled (" + cmp.Or(name, fmt.Sprintf("signal %d", r.Signal)) + ")"
+		}
+		w.Result = "fail (" + w.FailedIn + ": " + how + ")"
+	}
+	return w
+}
+
+// tryVariantDone sends TryVariantDone(s try, s variant) to dest, the
+// Try's caller, alone: a unicast signal, as CommandExited is, so that no
+// other connection learns of the Try. The steps' output stays in the
+// report: the signal is small whatever the variant printed.
+func (s *Server) tryVariantDone(dest, prefix string, i, n int, r try.Result) {
+	v := sandboxd1.TryVariant{Index: i, Of: n, TryResult: tryResult(r)}
+	v.CommandOutput, v.CheckOutput = nil, nil
+	text, err := json.Marshal(v)
+	if err != nil {
+		s.log.Error("encoding TryVariantDone", "sandbox", r.ID, "error", err)
+		return
+	}
+	msg := &dbus.Message{
+		Type: dbus.TypeSignal,
+		Headers: map[dbus.HeaderField]dbus.Variant{
+			dbus.FieldPath:        dbus.MakeVariant(sandboxd1.ManagerPath),
+			dbus.FieldInterface:   dbus.MakeVariant(sandboxd1.ManagerInterface),
+			dbus.FieldMember:      dbus.MakeVariant(sandboxd1.SignalTryVariantDone),
+			dbus.FieldDestination: dbus.MakeVariant(dest),
+			dbus.FieldSignature:   dbus.MakeVariant(dbus.SignatureOf(prefix, string(text))),
+		},
+		Body: []any{prefix, string(text)},
+	}
+	if call := s.conn.Send(msg, nil); call.Err != nil {
+		s.log.Error("emitting a D-Bus signal", "signal", sandboxd1.SignalTryVariantDone, "caller", dest, "error", call.Err)
+	}
 }
 
 // whileConnected is ctx, cancelled (errCallerGone) once sender leaves the

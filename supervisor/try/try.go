@@ -80,6 +80,13 @@ type Options struct {
 	// then gives the call's place among all heavy calls back, so that
 	// Trys with no timeout cannot keep others from theirs.
 	Busy func(ctx context.Context) (done func(), err error)
+	// Done, if set, is called as each sandbox is done (its variant and
+	// check ended, its changes and usage read), from the goroutine that
+	// ran it, before Run returns: prefix is its name's (PREFIX-N), i its
+	// place in Report.Results, r its result but Winner and Kept (decided
+	// at the end). It must not block for long: the sandbox's worker
+	// waits.
+	Done func(prefix string, i int, r Result)
 }
 
 // NoTimeout as Options.Timeout leaves the steps unbounded.
@@ -146,7 +153,7 @@ func (t *Try) Run(ctx context.Context, opts Options) (Report, error) {
 		}
 	}
 
-	err := t.all(ctx, &opts, rep.Results)
+	err := t.all(ctx, &opts, name, rep.Results)
 	if err != nil {
 		// Nothing is decided: every sandbox made goes, unless all stay.
 		gone, left := t.cleanUp(ctx, rep.Results, opts.Parallel, func(*Result) bool { return opts.Keep != "all" })
@@ -203,8 +210,9 @@ func (o *Options) check() error {
 }
 
 // all makes, runs and checks every sandbox, at most opts.Parallel at
-// once, in the order given. The first error cancels the others' work.
-func (t *Try) all(ctx context.Context, opts *Options, results []Result) error {
+// once, in the order given, telling opts.Done of each as it is done
+// (prefix: their names'). The first error cancels the others' work.
+func (t *Try) all(ctx context.Context, opts *Options, prefix string, results []Result) error {
 	work, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	var (
@@ -231,6 +239,9 @@ func (t *Try) all(ctx context.Context, opts *Options, results []Result) error {
 					mu.Unlock()
 					cancel(err)
 					return
+				}
+				if opts.Done != nil {
+					opts.Done(prefix, i, results[i])
 				}
 			}
 		})

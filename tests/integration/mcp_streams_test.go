@@ -216,20 +216,47 @@ func TestMCPProgressOfTryAndPromote(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 
-	// The variants last a second each: longer than a look for the
-	// sandboxes (a safety net for the test's speed, not what it waits on).
+	// Each variant is told as it is done, before try answers: the
+	// second waits for a file written into its sandbox (from another
+	// session) only once the first one's notification came.
 	params := &mcp.CallToolParams{Name: "try", Arguments: map[string]any{"project": "mcp-progress", "keep": "none",
-		"variants": []string{"sleep 1; echo a > v", "sleep 1; exit 3"}, "check": "test -f v"}}
+		"variants": []string{"echo a > v", "until [ -e go ]; do sleep 0.05; done; exit 3"}, "check": "test -f v"}}
 	params.SetProgressToken("try-1")
-	res, err := cs.CallTool(ctx, params)
-	if err != nil || res.IsError {
-		t.Fatalf("try: %v %s", err, toolText(res))
+	type answer struct {
+		res *mcp.CallToolResult
+		err error
 	}
-	made := notesOf(t, progress, "try-1", 2, "made")
-	for _, m := range made {
-		if !strings.Contains(m, " of 2)") {
-			t.Errorf("try's notification %q does not say of how many", m)
-		}
+	answered := make(chan answer, 1)
+	go func() {
+		res, err := cs.CallTool(ctx, params)
+		answered <- answer{res, err}
+	}()
+	first := notesOf(t, progress, "try-1", 1, "(1 of 2 done)")
+	name, ok := strings.CutPrefix(first[len(first)-1], "try: ")
+	name, _, _ = strings.Cut(name, " ")
+	if !ok || !strings.HasSuffix(name, "-1") || !strings.Contains(first[len(first)-1], " passed in ") {
+		t.Fatalf("try's first notification: %q", first)
+	}
+	select {
+	case a := <-answered:
+		t.Fatalf("try answered before its second variant was let end: %+v", a)
+	default:
+	}
+	other, _, _ := mcpSession(t)
+	second := strings.TrimSuffix(name, "-1") + "-2"
+	waitFor(t, "the second variant's sandbox", func() bool {
+		res, err := other.CallTool(ctx, &mcp.CallToolParams{Name: "file_write",
+			Arguments: map[string]any{"sandbox": second, "path": "go", "content": "go\n"}})
+		return err == nil && !res.IsError
+	})
+	last := notesOf(t, progress, "try-1", 1, "(2 of 2 done)")
+	if want := "try: " + second + " failed (command: exit 3) in "; !strings.HasPrefix(last[len(last)-1], want) {
+		t.Errorf("try's second notification: %q, want it to begin %q", last, want)
+	}
+	if a := <-answered; a.err != nil {
+		t.Fatalf("try: %v", a.err)
+	} else if a.res.IsError {
+		t.Fatalf("try: %s", toolText(a.res))
 	}
 
 	var sb struct{ ID string }
@@ -238,7 +265,7 @@ func TestMCPProgressOfTryAndPromote(t *testing.T) {
 	toolOK(t, cs, "file_write", map[string]any{"sandbox": sb.ID, "path": "promoted.txt", "content": "yes\n"}, &wrote)
 	params = &mcp.CallToolParams{Name: "promote", Arguments: map[string]any{"sandbox": sb.ID}}
 	params.SetProgressToken("promote-1")
-	res, err = cs.CallTool(ctx, params)
+	res, err := cs.CallTool(ctx, params)
 	if err != nil || res.IsError {
 		t.Fatalf("promote: %v %s", err, toolText(res))
 	}

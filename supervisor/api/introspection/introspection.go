@@ -102,6 +102,10 @@ const ManagerXML = xmlHeader + `<node>
    <arg type="s" name="id"/>
    <arg type="s" name="state"/>
   </signal>
+  <signal name="TryVariantDone">
+   <arg type="s" name="try"/>
+   <arg type="s" name="variant"/>
+  </signal>
  </interface>
 ` + standardInterfacesXML + ` <node name="sandbox"/>
 </node>
