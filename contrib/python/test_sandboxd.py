@@ -494,9 +494,9 @@ class Sessions(SandboxdTest):
 
     def test_a_go_session_keeps_declarations_and_imports_the_module(self) -> None:
         sb = self.sandbox()
-        sb.write_file("shapes/go.mod", b"module example.com/shapes\n\ngo 1.22\n")
+        self.sh(sb, "mkdir -p shapes/area && printf 'module example.com/shapes\\n\\ngo 1.22\\n' > shapes/go.mod")
         sb.write_file("shapes/area/area.go", b"package area\n\nfunc Square(s int) int { return s * s }\n")
-        with sb.open_session("go", cwd="shapes") as go:
+        with sb.open_session("go", cwd=os.path.join(PROJECT_DIR, "shapes")) as go:  # the project is there too
             r = go.eval('import "fmt"\nimport "example.com/shapes/area"\nfunc twice(n int) int { return 2 * n }')
             self.assertTrue(r.ok, r)
             self.assertEqual(go.eval("fmt.Println(twice(area.Square(3)))"), sandboxd.EvalResult("18\n", 0))
