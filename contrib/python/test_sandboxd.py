@@ -7,8 +7,7 @@ Class.test`), with:
   SANDBOXD_TEST_PROJECT_DIR  where project "web" is on the host
   SANDBOXD_TEST_SECRET       a root-only host file under /var/log, which
                              sandboxes do not see
-  SANDBOXD_TEST_SQL_SANDBOX  (Sessions' sql test) a booted sandbox whose
-                             PostgreSQL runs, of an adopted cluster
+  SANDBOXD_TEST_SQL_SANDBOX  (the sql test) a booted sandbox running PostgreSQL
 """
 
 from __future__ import annotations
@@ -421,8 +420,7 @@ class Conflicts(SandboxdTest):
         sb.write_file(both, sb.file_versions(both)[1].data)  # the agent takes the project's
         sb.rebase()
         self.assertEqual(sb.project_changes()[0], [])
-        done = sb.wait_promotion(sb.promote(), timeout=120)
-        self.assertEqual(done.state, "done", done)
+        self.assertEqual(sb.wait_promotion(sb.promote(), timeout=120).state, "done")
         with open(on_host) as f:
             self.assertEqual(f.read(), "ONE\ntwo\nthree\nfour\nFIVE\n")
 
@@ -485,6 +483,8 @@ class Sessions(SandboxdTest):
             self.assertEqual(py.eval("x").output, "42\n")
             failed = py.eval("1 / 0")
             self.assertEqual((failed.status, "ZeroDivisionError" in failed.output), (1, True), failed)
+            with self.assertRaises(sandboxd.Failed):  # its interpreter ends: the with's close has nothing to close
+                py.eval("import os; os._exit(0)")
         with self.assertRaises(sandboxd.NoSuchCommand):
             py.eval("x")
         with sb.open_session("sh", env={"GREETING": f"hello {TAG}"}, cwd="/tmp") as sh:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .errors import NoSuchCommand
 from .records import EvalResult
 
 if TYPE_CHECKING:
@@ -40,4 +41,7 @@ class Session:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.close()
+        try:
+            self.close()
+        except NoSuchCommand:
+            pass  # it ended already (its interpreter's end, or an input past 5 minutes)
