@@ -7,6 +7,7 @@ Class.test`), with:
   SANDBOXD_TEST_PROJECT_DIR  where project "web" is on the host
   SANDBOXD_TEST_SECRET       a root-only host file under /var/log, which
                              sandboxes do not see
+  SANDBOXD_TEST_SQL_SANDBOX  (the sql test) a booted sandbox running PostgreSQL
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import tempfile
 import threading
 import time
 import unittest
+from typing import Optional
 
 import sandboxd
 from sandboxd import Client, Sandbox
@@ -29,6 +31,7 @@ from sandboxd import Client, Sandbox
 TAG = os.environ.get("SANDBOXD_TEST_TAG", "manual")
 PROJECT_DIR = os.environ.get("SANDBOXD_TEST_PROJECT_DIR", "")
 SECRET = os.environ.get("SANDBOXD_TEST_SECRET", "")
+SQL_SANDBOX = os.environ.get("SANDBOXD_TEST_SQL_SANDBOX", "")
 
 BUGGY = "def add(a, b):\n    return a - b\n"
 FIXED = "def add(a, b):\n    return a + b\n"
@@ -63,6 +66,15 @@ class SandboxdTest(unittest.TestCase):
             sb.destroy()
         except sandboxd.NoSuchSandbox:
             pass
+
+    def host_file(self, name: str, text: Optional[str] = None) -> str:
+        """Name in the project on the host, with text if given; gone at the test's end."""
+        path = os.path.join(PROJECT_DIR, name)
+        if text is not None:
+            with open(path, "w") as f:
+                f.write(text)
+        self.addCleanup(lambda: os.remove(path) if os.path.lexists(path) else None)
+        return path
 
     def sh(self, sb: Sandbox, script: str) -> str:
         r = sb.exec(["sh", "-c", script])
@@ -360,6 +372,152 @@ class Try(SandboxdTest):
         self.assertEqual(self.sh(winner, "cat v.txt"), "a\n")
         with self.assertRaises(sandboxd.NoSuchSandbox):
             self.client.sandbox(report.results[1].name)
+
+
+class Conflicts(SandboxdTest):
+    """A conflict resolved as an agent would: three versions, a merge, a rebase, the promotion."""
+
+    def test_a_conflict_is_seen_in_three_versions_merged_and_promoted(self) -> None:
+        lines, both = f"merge-{TAG}.txt", f"both-{TAG}.txt"
+        on_host = self.host_file(lines, "one\ntwo\nthree\nfour\nfive\n")
+        self.host_file(both, "colour = red\n")
+        sb = self.sandbox()
+        sb.write_file(lines, b"ONE\ntwo\nthree\nfour\nfive\n")
+        sb.write_file(both, b"colour = green\n")
+        self.host_file(lines, "one\ntwo\nthree\nfour\nFIVE\n")  # the project moves on under the sandbox
+        self.host_file(both, "colour = blue\n")
+        self.assertEqual(sorted(sb.project_changes()[0]), sorted([lines, both]))
+        with self.assertRaises(sandboxd.Conflict) as e:
+            sb.promote()
+        self.assertIn(lines, e.exception.message)
+
+        versions = sb.file_versions(lines)
+        self.assertEqual([(v.which, v.kind, v.binary, v.truncated) for v in versions],
+                         [(w, "file", False, False) for w in ("base", "project", "sandbox")])
+        self.assertEqual([v.data.split(b"\n")[::4] for v in versions],
+                         [[b"one", b"five"], [b"one", b"FIVE"], [b"ONE", b"five"]])
+        self.assertEqual(sb.file_versions(lines, max_bytes=3)[0], sandboxd.FileVersion(
+            "base", "file", 24, False, True, b"one", ""))
+        with self.assertRaises(sandboxd.InvalidArgs) as bad:
+            sb.file_versions("/" + lines)
+        self.assertIn("relative", bad.exception.message)
+
+        # Both changed one line: the hunk, and the file left as it was.
+        r = sb.merge(both)
+        self.assertEqual((r.clean, r.written, len(r.hunks)), (False, False, 1), r)
+        h = r.hunks[0]
+        self.assertEqual((h.sandbox_start, h.sandbox_lines, h.sandbox, h.base, h.project),
+                         (1, 1, "colour = green\n", "colour = red\n", "colour = blue\n"))
+        self.assertIn(b"<<<<<<< sandbox", r.merged)
+        self.assertEqual(sb.read_file(both), b"colour = green\n")
+        # Apart: merged, and written only without a dry run.
+        self.assertEqual(sb.merge(lines, dry_run=True), sandboxd.MergeResult(
+            True, False, [], b"ONE\ntwo\nthree\nfour\nFIVE\n"))
+        self.assertEqual(sb.read_file(lines), b"ONE\ntwo\nthree\nfour\nfive\n")
+        self.assertTrue(sb.merge(lines).written)
+        self.assertEqual(sb.read_file(lines), b"ONE\ntwo\nthree\nfour\nFIVE\n")
+
+        sb.write_file(both, sb.file_versions(both)[1].data)  # the agent takes the project's
+        sb.rebase()
+        self.assertEqual(sb.project_changes()[0], [])
+        self.assertEqual(sb.wait_promotion(sb.promote(), timeout=120).state, "done")
+        with open(on_host) as f:
+            self.assertEqual(f.read(), "ONE\ntwo\nthree\nfour\nFIVE\n")
+
+
+class Promotions(SandboxdTest):
+    def test_nothing_to_promote_is_told_apart_and_recorded_nowhere(self) -> None:
+        sb = self.sandbox()
+        before = self.client.promotions()
+        with self.assertRaises(sandboxd.NothingToPromote) as e:
+            sb.promote(allow_empty=True)
+        self.assertIsInstance(e.exception, sandboxd.WrongState)
+        with self.assertRaises(sandboxd.WrongState) as wrong:
+            sb.promote()
+        self.assertNotIsInstance(wrong.exception, sandboxd.NothingToPromote)
+        self.assertEqual(self.client.promotions(), before)
+
+    def test_an_admin_approves_the_change_he_saw(self) -> None:  # with a project stage of approval admin
+        name = f"approve-{TAG}.txt"
+        on_host = self.host_file(name)
+        sb = self.sandbox()
+        sb.write_file(name, f"approved {TAG}\n".encode())
+        pid = sb.promote()
+        waiting = sb.wait_promotion(pid, timeout=120)
+        self.assertEqual(waiting.state, "waiting", waiting)
+        entry = [p for p in self.client.promotions() if p.id == pid]
+        self.assertEqual([(p.sandbox, p.project, p.state, p.changes) for p in entry],
+                         [(sb.id, "web", "waiting", 1)], entry)
+
+        seen = self.client.promotion_diff(pid)
+        self.assertIn(f"+++ b/{name}", seen.text)
+        self.assertIn(f"+approved {TAG}", seen.text)
+        self.assertEqual(seen.digest, waiting.record["digest"])
+        with self.assertRaises(sandboxd.WrongState) as e:
+            self.client.approve_promotion(pid, digest="0" * len(seen.digest))
+        self.assertIn("differs from what you saw", e.exception.message)
+        self.assertEqual(self.client.promotion(pid).state, "waiting")
+        self.assertFalse(os.path.exists(on_host))
+
+        self.client.approve_promotion(pid, digest=seen.digest)
+        self.assertEqual(self.client.wait_promotion(pid, timeout=120).state, "done")
+        with open(on_host) as f:
+            self.assertEqual(f.read(), f"approved {TAG}\n")
+        with self.assertRaises(sandboxd.WrongState):
+            self.client.promotion_diff(pid)  # finished: its source is gone
+
+        sb.write_file(name, b"rejected\n")
+        second = sb.promote()
+        self.assertEqual(sb.wait_promotion(second, timeout=120).state, "waiting")
+        self.client.reject_promotion(second, "not on a Friday")
+        self.assertEqual(self.client.promotion(second).state, "rejected")
+        with open(on_host) as f:
+            self.assertEqual(f.read(), f"approved {TAG}\n")
+
+
+class Sessions(SandboxdTest):
+    def test_sessions_keep_their_scope_and_take_the_environment(self) -> None:
+        sb = self.sandbox()
+        with sb.open_session("python3") as py:
+            self.assertEqual(py.eval("x = 6 * 7"), sandboxd.EvalResult("", 0))
+            self.assertEqual(py.eval("x").output, "42\n")
+            failed = py.eval("1 / 0")
+            self.assertEqual((failed.status, "ZeroDivisionError" in failed.output), (1, True), failed)
+            with self.assertRaises(sandboxd.Failed):  # its interpreter ends: the with's close has nothing to close
+                py.eval("import os; os._exit(0)")
+        with self.assertRaises(sandboxd.NoSuchCommand):
+            py.eval("x")
+        with sb.open_session("sh", env={"GREETING": f"hello {TAG}"}, cwd="/tmp") as sh:
+            self.assertEqual(sh.eval('echo "$GREETING from $PWD"').output, f"hello {TAG} from /tmp\n")
+        with self.assertRaises(sandboxd.InvalidArgs):
+            sb.open_session("cobol")
+
+    def test_a_go_session_keeps_declarations_and_imports_the_module(self) -> None:
+        sb = self.sandbox()
+        self.sh(sb, "mkdir -p shapes/area && printf 'module example.com/shapes\\n\\ngo 1.22\\n' > shapes/go.mod")
+        sb.write_file("shapes/area/area.go", b"package area\n\nfunc Square(s int) int { return s * s }\n")
+        with sb.open_session("go", cwd=os.path.join(PROJECT_DIR, "shapes")) as go:  # the project is there too
+            r = go.eval('import "fmt"\nimport "example.com/shapes/area"\nfunc twice(n int) int { return 2 * n }')
+            self.assertTrue(r.ok, r)
+            self.assertEqual(go.eval("fmt.Println(twice(area.Square(3)))"), sandboxd.EvalResult("18\n", 0))
+            bad = go.eval("fmt.Println(nosuch)")
+            self.assertEqual((bad.status, "undefined: nosuch" in bad.output), (2, True), bad)
+            self.assertEqual(go.eval("fmt.Println(twice(1))").output, "2\n")
+        self.assertEqual([c.path for c in sb.diff() if not c.path.startswith("shapes")], [])
+
+    def test_a_sql_session_reaches_the_database_its_environment_names(self) -> None:
+        """Run with SANDBOXD_TEST_SQL_SANDBOX (its table items has 100 rows)."""
+        sb = self.client.sandbox(SQL_SANDBOX)
+        with sb.open_session("sql", env={"PGDATABASE": "postgres", "PGUSER": "postgres"}, root=True) as sql:
+            self.assertEqual(sql.eval("create temp table kept (n integer); insert into kept values (1), (2);"),
+                             sandboxd.EvalResult("CREATE TABLE\nINSERT 0 2\n", 0))
+            self.assertIn(" sum \n-----\n   3\n(1 row)\n", sql.eval("select sum(n) from kept;").output)
+            self.assertIn("  100\n", sql.eval("select count(*) from items;").output)
+            failed = sql.eval("select nosuch;")
+            self.assertEqual((failed.status, 'column "nosuch" does not exist' in failed.output), (1, True), failed)
+        with self.assertRaises(sandboxd.InvalidArgs) as e:
+            sb.open_session("sql", env={"PGDATABASE": f"nosuch_{TAG}"}, root=True)
+        self.assertIn(f'database "nosuch_{TAG}" does not exist', e.exception.message)
 
 
 class Errors(SandboxdTest):

@@ -32,13 +32,16 @@ var pythonTests = []string{
 	"Boot.test_a_booted_sandbox_runs_the_hosts_nginx",
 	"Boot.test_the_system_of_a_sandbox_not_booted_is_wrong_state",
 	"Try.test_try_runs_variants_and_keeps_the_winner",
+	"Conflicts.test_a_conflict_is_seen_in_three_versions_merged_and_promoted",
+	"Promotions.test_nothing_to_promote_is_told_apart_and_recorded_nowhere",
+	"Sessions.test_sessions_keep_their_scope_and_take_the_environment",
+	"Sessions.test_a_go_session_keeps_declarations_and_imports_the_module",
 	"Errors.test_errors_have_their_dbus_names",
 	"Errors.test_paths_outside_the_sandbox_reach_no_host_file",
 }
 
 func TestPythonClient(t *testing.T) {
 	tb := install(t)
-	repo := filepath.Dir(filepath.Dir(filepath.Dir(daemonBin))) // bin/test/sandboxd -> repository
 	tag := suffix()
 	// A root-only host file that sandboxes do not see (/var/log is hidden
 	// in them): the paths test must never read it through the file API.
@@ -56,23 +59,69 @@ func TestPythonClient(t *testing.T) {
 		os.Remove("/var/log/pwned-" + tag)
 		os.Remove("/tmp/pwned-" + tag)
 	})
-	ran := regexp.MustCompile(`(?m)^Ran 1 test in .*\n\nOK$`)
 	for _, name := range pythonTests {
-		t.Run(name[strings.LastIndexByte(name, '.')+1:], func(t *testing.T) {
-			// -B: no __pycache__ of root's in the repository.
-			cmd := exec.Command("/usr/bin/python3", "-B", "contrib/python/test_sandboxd.py", "-v", name)
-			cmd.Dir = repo
-			cmd.Env = append(os.Environ(),
-				"PYTHONPATH="+filepath.Join(repo, "contrib", "python"), // the package, for the script and the agents it starts
-				"DBUS_SYSTEM_BUS_ADDRESS=unix:path=/run/dbus/system_bus_socket",
-				"SANDBOXD_TEST_TAG="+tag,
-				"SANDBOXD_TEST_PROJECT_DIR="+tb.Btrfs.Project,
-				"SANDBOXD_TEST_SECRET="+secret)
-			out, err := cmd.CombinedOutput()
-			if err != nil || !ran.Match(out) {
-				t.Fatalf("python3 test_sandboxd.py %s: %v\n%s", name, err, out)
-			}
-			t.Logf("%s", out)
-		})
+		runPython(t, name, "SANDBOXD_TEST_TAG="+tag, "SANDBOXD_TEST_SECRET="+secret)
 	}
+}
+
+// TestPythonClientApproval: an admin approves, with the Python client,
+// the change whose digest he saw, and rejects the next, at a project
+// stage whose approval is an admin's.
+func TestPythonClientApproval(t *testing.T) {
+	install(t)
+	reconfigure(t, `
+[[stage]]
+name = "project"
+target = "project"
+approval = "admin"
+`)
+	runPython(t, "Promotions.test_an_admin_approves_the_change_he_saw")
+}
+
+// TestPythonClientSQLSession: a sql session of the Python client on the
+// booted PostgreSQL of an adopted cluster, reached as the environment
+// says.
+func TestPythonClientSQLSession(t *testing.T) {
+	install(t)
+	hostCluster(t)
+	const name = "pypgsql"
+	ok(t, "project", "adopt", "--restart-units", "--freeze", pgUnit, name, "/etc/postgresql", "/var/lib/postgresql")
+	t.Cleanup(func() {
+		ctl(t, "", "project", "release", name)
+	})
+	id, _ := bootSandbox(t, name)
+	if out, errOut, code := ctl(t, "", "exec", "--root", id, "--", "systemctl", "start", pgUnit); code != 0 {
+		t.Fatalf("systemctl start %s in the booted sandbox: exit %d: %s%s", pgUnit, code, out, errOut)
+	}
+	waitUntil(t, "the sandbox's PostgreSQL answers", func() bool {
+		_, _, code := ctl(t, "", "exec", "--root", id, "--", "pg_isready", "-q")
+		return code == 0
+	})
+	runPython(t, "Sessions.test_a_sql_session_reaches_the_database_its_environment_names", "SANDBOXD_TEST_SQL_SANDBOX="+id)
+}
+
+var pythonRan = regexp.MustCompile(`(?m)^Ran 1 test in .*\n\nOK$`)
+
+// runPython runs test name of contrib/python/test_sandboxd.py (Class.test)
+// as a subtest; env is added to the script's environment (a
+// SANDBOXD_TEST_TAG there is the run's, rather than one of its own).
+func runPython(t *testing.T, name string, env ...string) {
+	tb := install(t)
+	repo := filepath.Dir(filepath.Dir(filepath.Dir(daemonBin))) // bin/test/sandboxd -> repository
+	t.Run(name[strings.LastIndexByte(name, '.')+1:], func(t *testing.T) {
+		// -B: no __pycache__ of root's in the repository.
+		cmd := exec.Command("/usr/bin/python3", "-B", "contrib/python/test_sandboxd.py", "-v", name)
+		cmd.Dir = repo
+		cmd.Env = append(append(os.Environ(),
+			"PYTHONPATH="+filepath.Join(repo, "contrib", "python"), // the package, for the script and the agents it starts
+			"DBUS_SYSTEM_BUS_ADDRESS=unix:path=/run/dbus/system_bus_socket",
+			"SANDBOXD_TEST_TAG="+suffix(),
+			"SANDBOXD_TEST_PROJECT_DIR="+tb.Btrfs.Project,
+		), env...) // the last of a name is the one a command gets
+		out, err := cmd.CombinedOutput()
+		if err != nil || !pythonRan.Match(out) {
+			t.Fatalf("python3 test_sandboxd.py %s: %v\n%s", name, err, out)
+		}
+		t.Logf("%s", out)
+	})
 }

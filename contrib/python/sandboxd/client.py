@@ -11,7 +11,7 @@ from dbus_next.signature import Variant
 from ._bus import BUS_NAME, MANAGER_INTERFACE, MANAGER_PATH, Bus
 from ._values import Env, Size, create_options, exec_options, usec, variant
 from .errors import invalid
-from .records import Promotion, SandboxInfo, TryReport, TryResult
+from .records import Promotion, PromotionDiff, PromotionEntry, SandboxInfo, TryReport, TryResult
 from .sandbox import Sandbox
 
 
@@ -108,6 +108,44 @@ class Client:
             return self._bus.run(asyncio.wait_for(wait(), timeout))
         except asyncio.TimeoutError:
             raise TimeoutError(f"promotion {promotion_id} still runs after {timeout}s") from None
+
+    def promotions(self) -> list[PromotionEntry]:
+        """The promotions the caller may see (its own; every one for an
+        admin), oldest first."""
+        return [PromotionEntry(*e) for e in self._manager("ListPromotions")[0]]
+
+    def promotion_diff(self, promotion_id: str, context: Optional[int] = None,
+                       max_bytes: Optional[int] = None) -> PromotionDiff:
+        """What the promotion carries, as a unified diff read from its frozen
+        source (as Sandbox.unified_diff shows a sandbox's), and the digest
+        of that change, for approve_promotion. The promotion's owner and
+        admins may read it until it is finished (WrongState then)."""
+        opts: dict[str, Variant] = {}
+        if context is not None:
+            opts["Context"] = variant("Context", "u", context)
+        if max_bytes is not None:
+            opts["MaxBytes"] = variant("MaxBytes", "t", max_bytes)
+        text, digest = self._manager("PromotionDiff", "sa{sv}", promotion_id, opts)
+        return PromotionDiff(str(text), str(digest))
+
+    def approve_promotion(self, promotion_id: str, digest: Optional[str] = None) -> None:
+        """Lets a promotion that waits for an admin go on to its stage.
+        Admins only (AccessDenied); one that does not wait is WrongState.
+        digest: that of the change the admin saw (promotion_diff's); when
+        the promotion's change is another, the approval is refused
+        (WrongState) and nothing changes."""
+        if digest is None:
+            self._manager("ApprovePromotion", "s", promotion_id)
+            return
+        if not digest:
+            raise invalid("an empty digest: give promotion_diff's, the digest of the change you saw")
+        self._manager("ApprovePromotionWithOptions", "sa{sv}", promotion_id,
+                      {"Digest": variant("Digest", "s", digest)})
+
+    def reject_promotion(self, promotion_id: str, reason: str) -> None:
+        """Ends a promotion that waits for an admin, as rejected with reason.
+        Admins only."""
+        self._manager("RejectPromotion", "ss", promotion_id, reason)
 
     # list is last: in the class body after it, "list" names this method.
     def list(self) -> list[SandboxInfo]:

@@ -50,6 +50,12 @@ class WrongState(SandboxdError):
     names = ("org.sandboxd1.Error.WrongState",)
 
 
+class NothingToPromote(WrongState):
+    """The sandbox changed nothing since its base (promote's
+    ``allow_empty``); nothing was recorded. A WrongState too, as the
+    daemon's answer without ``allow_empty`` is."""
+
+
 class NoSuchCheckpoint(SandboxdError):
     names = ("org.sandboxd1.Error.NoSuchCheckpoint",)
 
@@ -124,6 +130,11 @@ def error_of(reply: Message) -> SandboxdError:
 def invalid(message: str) -> InvalidArgs:
     """What the client itself refuses to send, under the daemon's name for it."""
     return InvalidArgs(InvalidArgs.names[0], message)
+
+
+def nothing_to_promote(sandbox: str) -> NothingToPromote:
+    return NothingToPromote(WrongState.names[0], f"promoting sandbox {sandbox}: nothing to promote: "
+                                                 "it has no changes since its base")
 
 
 def restarted() -> DaemonRestarted:

@@ -119,6 +119,84 @@ class Promotion:
 
 
 @dataclass(frozen=True)
+class PromotionEntry:
+    """One of ListPromotions' entries; ``stage`` is the one it is at, or
+    ended at; ``created`` µs since the epoch."""
+    id: str
+    sandbox: str
+    sandbox_name: str
+    project: str
+    state: str  # running, waiting, done, failed, rejected
+    stage: str
+    changes: int
+    created: int
+
+
+@dataclass(frozen=True)
+class PromotionDiff:
+    """What a promotion carries (PromotionDiff): its unified diff, the
+    sandbox's text (escape it before a terminal shows it), and the digest
+    of that change, which approve_promotion's ``digest`` names."""
+    text: str
+    digest: str
+
+
+@dataclass(frozen=True)
+class FileVersion:
+    """One of a conflicting path's versions (FileVersions). ``data`` is at
+    most the bound asked for (``truncated`` then); ``note`` says why there
+    is none (a symlink's target, a file the caller could not read...)."""
+    which: str  # base, project, sandbox
+    kind: str  # file, absent, symlink, directory, other, unreadable
+    size: int
+    binary: bool  # its bytes hold a NUL
+    truncated: bool
+    data: bytes
+    note: str
+
+
+@dataclass(frozen=True)
+class MergeHunk:
+    """A hunk of a merge that conflicts: each version's start line (the
+    first is 1) and line count (0: a place after the start line) and its
+    text there."""
+    sandbox_start: int
+    sandbox_lines: int
+    base_start: int
+    base_lines: int
+    project_start: int
+    project_lines: int
+    sandbox: str
+    base: str
+    project: str
+
+
+@dataclass(frozen=True)
+class MergeResult:
+    """How a three-way merge went: ``clean`` (no hunk conflicts),
+    ``written`` (the sandbox's file now holds ``merged``), the hunks that
+    conflict, and the merged text (with markers where it conflicts)."""
+    clean: bool
+    written: bool
+    hunks: list[MergeHunk]
+    merged: bytes
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    """What a session's input wrote (stdout and stderr together, at most 1
+    MiB) and its status: 0 when it ran without error (Python: 1 for an
+    exception; go: 2 when it does not compile; sql: 1 when psql said
+    ERROR)."""
+    output: str
+    status: int
+
+    @property
+    def ok(self) -> bool:
+        return self.status == 0
+
+
+@dataclass(frozen=True)
 class TryResult:
     """How one sandbox of a Try did (sandboxd1.TryResult). ``result`` is
     pass, or fail and what failed how ("fail (check: exit 1)");

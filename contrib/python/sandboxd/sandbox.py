@@ -9,8 +9,11 @@ from dbus_next.signature import Variant
 from ._bus import PROPERTIES_INTERFACE, SANDBOX_INTERFACE
 from ._exec import run_exec
 from ._values import Env, Size, exec_options, parse_size, plain, variant
+from .errors import nothing_to_promote
 from .files import Files
-from .records import Change, Checkpoint, ExecResult, LogChunk, Process, Promotion, Status
+from .records import (Change, Checkpoint, ExecResult, FileVersion, LogChunk, MergeHunk, MergeResult, Process,
+                      Promotion, Status)
+from .sessions import Session
 
 if TYPE_CHECKING:
     from .client import Client
@@ -85,6 +88,59 @@ class Sandbox(Files):
             opts["MaxBytes"] = variant("MaxBytes", "t", max_bytes)
         return str(self._call("UnifiedDiff", "a{sv}", opts)[0])
 
+    def project_changes(self) -> tuple[list[str], int]:
+        """How far the project moved since the sandbox's base: the paths it
+        changed, and when the base was taken (µs since the epoch)."""
+        paths, base = self._call("ProjectChanges")
+        return [str(p) for p in paths], int(base)
+
+    def rebase(self) -> None:
+        """Brings the sandbox onto its project as it is now, its own changes
+        kept (its processes end). A path the project changed too is
+        Conflict, and the sandbox stays as it was, unless the sandbox's
+        version holds the project's change already (merge's)."""
+        self._call("Rebase")
+
+    def file_versions(self, path: str, max_bytes: Optional[int] = None) -> list[FileVersion]:
+        """A conflicting path's three versions, base, project and sandbox, in
+        that order. path is relative to the project's top, as a conflict
+        names it; max_bytes bounds each (at most and by default 1 MiB).
+        Only a regular file the caller could read has content; a symlink
+        is named, never followed."""
+        opts: dict[str, Variant] = {}
+        if max_bytes is not None:
+            opts["MaxBytes"] = variant("MaxBytes", "t", max_bytes)
+        return [FileVersion(str(v[0]), str(v[1]), int(v[2]), bool(v[3]), bool(v[4]), bytes(v[5]), str(v[6]))
+                for v in self._call("FileVersions", "sa{sv}", path, opts)[0]]
+
+    def merge(self, path: str, markers: bool = False, dry_run: bool = False) -> MergeResult:
+        """Merges the project's change to path since the sandbox's base into
+        the sandbox's version (diff3, line by line). A clean merge is
+        written into the sandbox as the caller; one that conflicts leaves
+        the file as it is and lists its hunks, unless markers (then it is
+        written with <<<<<<< sandbox, =======, >>>>>>> project). dry_run
+        writes nothing. A version that is not a text file (deleted, a
+        symlink, binary, over 1 MiB) is InvalidArgs, naming it."""
+        opts: dict[str, Variant] = {}
+        if markers:
+            opts["Markers"] = variant("Markers", "b", True)
+        if dry_run:
+            opts["DryRun"] = variant("DryRun", "b", True)
+        clean, written, hunks, merged = self._call("Merge", "sa{sv}", path, opts)
+        return MergeResult(bool(clean), bool(written), [MergeHunk(*h) for h in hunks], bytes(merged))
+
+    def open_session(self, language: str, env: Env = None, cwd: Optional[str] = None,
+                     root: bool = False) -> Session:
+        """Starts an interpreter kept between inputs: python3, node, sh, go
+        (each input a snippet run against the project's module, the
+        go.mod that holds cwd; its declarations kept) or sql (one psql
+        connection, where env's PGDATABASE, PGUSER, PGHOST and PGPORT say;
+        with root, psql runs as the role's user). A go or sql session that
+        cannot work (no Go toolchain, a database psql cannot reach) is
+        InvalidArgs, naming why; a sandbox has at most 8 (LimitReached)."""
+        opts = exec_options(env, cwd, root, None)
+        return Session(self, str(self._call("OpenSession", "sa{sv}", language, opts)[0]), language)
+
     def checkpoint(self, name: str) -> int:
         """Takes checkpoint name; returns when, µs since the epoch."""
         return int(self._call("Checkpoint", "s", name)[0])
@@ -96,9 +152,13 @@ class Sandbox(Files):
         """Brings the sandbox back to checkpoint name (its processes end)."""
         self._call("Rollback", "s", name)
 
-    def promote(self, force: bool = False, to: Optional[str] = None, allow_privileged: bool = False) -> str:
+    def promote(self, force: bool = False, to: Optional[str] = None, allow_privileged: bool = False,
+                allow_empty: bool = False) -> str:
         """Starts carrying the changes to the stages; returns the promotion's
-        id (wait_promotion waits for it). Conflict names paths both changed."""
+        id (wait_promotion waits for it). Conflict names paths both changed
+        (file_versions and merge resolve them); nothing to promote is
+        WrongState, and with allow_empty NothingToPromote (a WrongState
+        too, told apart from a sandbox in the wrong state)."""
         opts: dict[str, Variant] = {}
         if force:
             opts["Force"] = variant("Force", "b", True)
@@ -106,7 +166,12 @@ class Sandbox(Files):
             opts["To"] = variant("To", "s", to)
         if allow_privileged:
             opts["AllowPrivileged"] = variant("AllowPrivileged", "b", True)
-        return str(self._call("Promote", "a{sv}", opts)[0])
+        if allow_empty:
+            opts["AllowEmpty"] = variant("AllowEmpty", "b", True)
+        promotion_id = str(self._call("Promote", "a{sv}", opts)[0])
+        if not promotion_id:
+            raise nothing_to_promote(self.name or self.id)
+        return promotion_id
 
     def promotion(self, promotion_id: str) -> Promotion:
         return self.client.promotion(promotion_id)
