@@ -404,8 +404,10 @@ func inspectorResourcesAndAFigure(t *testing.T, era string) {
 // CLI reaches `sandboxctl mcp --http`, a server that outlives each run,
 // and there a go session keeps the func one call declared (with a
 // package of the project's module) for the next call. In the legacy era
-// only: in the modern one the inspector fails over HTTP against it
-// ("Unsupported protocol version: 2026-07-28").
+// only: over HTTP the server is stateful (it keeps an Mcp-Session-Id),
+// and go-sdk v1.8.0 answers 2026-07-28 there only from a stateless
+// handler (a stateful one refuses it: -32022, "protocol version
+// "2026-07-28" is not supported by this server").
 func TestMCPInspectorGoSession(t *testing.T) {
 	addProject(t, "insp-go", map[string]string{
 		"go.mod":       "module example.com/shapes\n\ngo 1.22\n",
