@@ -361,11 +361,12 @@ func inspectorResourcesAndAFigure(t *testing.T, era string) {
 	}
 
 	var sb struct{ ID string }
-	inspect(t, in, &sb, "sandbox_create", "project="+project)
+	inspect(t, in, &sb, "sandbox_create", "project="+project, "name="+project+"-1")
 	t.Cleanup(func() { ctl(t, "", "destroy", sb.ID) })
 	var changed mcpExec
 	inspect(t, in, &changed, "exec", "sandbox="+sb.ID, "shell=echo changed in the sandbox >> notes.txt")
-	uri := "sandbox://" + sb.ID + "/files/notes.txt"
+	// The sandbox by its name, as the README's example reads it.
+	uri := "sandbox://" + project + "-1/files/notes.txt"
 	contents, run, err := in.ReadResource(ctx, uri)
 	if err != nil {
 		t.Fatal(err)
