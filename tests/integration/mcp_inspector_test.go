@@ -101,6 +101,12 @@ func typeLists(tools []mcpclients.Tool) []string {
 	return found
 }
 
+// idArg is key=id as --tool-arg is given an id: quoted, a JSON string.
+// The inspector JSON-parses each value before it looks at the tool's
+// schema, so that an id of digits alone, or of digits, an e and digits
+// (12e834567890), would go as a number or be refused as infinite.
+func idArg(key, id string) string { return key + `="` + id + `"` }
+
 // ranHi says whether an exec result is "hi" printed and a 0 exit: its
 // stdout in the structured content or, were it only there, its text.
 func ranHi(t *testing.T, in *mcpclients.Inspector, what string, args ...string) {
@@ -198,19 +204,21 @@ func inspectorWalk(t *testing.T, era string) {
 	if (era == "modern") != (who.Name == "sandboxd") {
 		t.Errorf("sandbox_create's result in the %s era names its server as %q in _meta", era, who.Name)
 	}
-	// Typed as a person types them: the array as JSON, the number bare.
-	ranHi(t, in, "an array", "sandbox="+sb.ID, `command=["sh","-c","echo hi"]`, "timeout_seconds=60")
+	// Typed as a person types them: the array as JSON, the number bare
+	// (the id quoted: idArg).
+	ranHi(t, in, "an array", idArg("sandbox", sb.ID), `command=["sh","-c","echo hi"]`, "timeout_seconds=60")
 	ranHi(t, in, "a shell line", "sandbox="+sb.Name, "shell=echo hi")
 	var failed mcpExec
-	res := inspect(t, in, &failed, "exec", "sandbox="+sb.ID, `command=["sh","test.sh"]`)
+	res := inspect(t, in, &failed, "exec", idArg("sandbox", sb.ID), `command=["sh","test.sh"]`)
 	if failed.ExitCode != 1 || !strings.Contains(failed.Stderr+res.Text(), "add 2 3 gave -1, want 5") {
 		t.Errorf("the project's failing test, run with exec (%s era): %+v, text %q", era, failed, res.Text())
 	}
 
-	var read struct{ Content, Encoding string }
-	inspect(t, in, &read, "file_read", "sandbox="+sb.ID, "path=calc.sh")
-	if read.Content != "add() { echo $(($1 - $2)); }\n" || read.Encoding != "utf-8" {
-		t.Errorf("file_read calc.sh (%s era): %+v", era, read)
+	// The content once, in the text under its heading.
+	var read struct{ Encoding string }
+	res = inspect(t, in, &read, "file_read", idArg("sandbox", sb.ID), "path=calc.sh")
+	if content := textSection(res.Text(), "content"); content != "add() { echo $(($1 - $2)); }\n" || read.Encoding != "utf-8" {
+		t.Errorf("file_read calc.sh (%s era): %+v, content %q", era, read, content)
 	}
 
 	// Two fixes, a wrong one first: the right one wins and is kept.
@@ -237,10 +245,10 @@ func inspectorWalk(t *testing.T, era string) {
 		Promotion, State, Message string
 		Changes                   int
 	}
-	inspect(t, in, &p, "promote", "sandbox="+winner, "wait_seconds=45")
+	inspect(t, in, &p, "promote", idArg("sandbox", winner), "wait_seconds=45")
 	if p.State == "running" {
 		waitFor(t, "the promotion to end", func() bool {
-			inspect(t, in, &p, "promotion_status", "promotion="+p.Promotion)
+			inspect(t, in, &p, "promotion_status", idArg("promotion", p.Promotion))
 			return p.State != "running"
 		})
 	}
@@ -252,12 +260,12 @@ func inspectorWalk(t *testing.T, era string) {
 	}
 
 	var gone struct{ Destroyed string }
-	inspect(t, in, &gone, "sandbox_destroy", "sandbox="+sb.ID)
+	inspect(t, in, &gone, "sandbox_destroy", idArg("sandbox", sb.ID))
 	if gone.Destroyed != sb.ID {
 		t.Errorf("sandbox_destroy (%s era): %+v", era, gone)
 	}
 	// A tool error is a result the inspector shows, with what to do.
-	res, run = inspectCall(t, in, "sandbox_status", "sandbox="+sb.ID)
+	res, run = inspectCall(t, in, "sandbox_status", idArg("sandbox", sb.ID))
 	if !res.IsError || run.Error == nil || run.Error.Code != "tool_is_error" ||
 		!regexp.MustCompile(`no sandbox is called or starts with`).MatchString(res.Text()) {
 		t.Errorf("sandbox_status of the destroyed sandbox (%s era): %+v\n%s", era, res, run)
@@ -364,7 +372,7 @@ func inspectorResourcesAndAFigure(t *testing.T, era string) {
 	inspect(t, in, &sb, "sandbox_create", "project="+project, "name="+project+"-1")
 	t.Cleanup(func() { ctl(t, "", "destroy", sb.ID) })
 	var changed mcpExec
-	inspect(t, in, &changed, "exec", "sandbox="+sb.ID, "shell=echo changed in the sandbox >> notes.txt")
+	inspect(t, in, &changed, "exec", idArg("sandbox", sb.ID), "shell=echo changed in the sandbox >> notes.txt")
 	// The sandbox by its name, as the README's example reads it.
 	uri := "sandbox://" + project + "-1/files/notes.txt"
 	contents, run, err := in.ReadResource(ctx, uri)
@@ -380,7 +388,7 @@ func inspectorResourcesAndAFigure(t *testing.T, era string) {
 		Output string
 		Status int
 	}
-	res := inspect(t, in, &repl, "repl", "sandbox="+sb.ID, "language=python3",
+	res := inspect(t, in, &repl, "repl", idArg("sandbox", sb.ID), "language=python3",
 		"code=import matplotlib.pyplot as plt; plt.plot([1, 2, 3], [1, 4, 9]); plt.title('squares'); plt.show()")
 	var images []mcpclients.Content
 	for _, c := range res.Content {
@@ -426,12 +434,12 @@ func TestMCPInspectorGoSession(t *testing.T) {
 		Output string
 		Status int
 	}
-	inspect(t, in, &repl, "repl", "sandbox="+sb.ID, "language=go",
+	inspect(t, in, &repl, "repl", idArg("sandbox", sb.ID), "language=go",
 		"code=import (\n\t\"fmt\"\n\t\"example.com/shapes/area\"\n)\n\nfunc cube(n int) int { return n * area.Square(n) }\nfmt.Println(\"declared\")\n")
 	if repl.Output != "declared\n" || repl.Status != 0 {
 		t.Errorf("repl go declaring cube: %+v", repl)
 	}
-	inspect(t, in, &repl, "repl", "sandbox="+sb.ID, "language=go", "code=fmt.Println(cube(3))")
+	inspect(t, in, &repl, "repl", idArg("sandbox", sb.ID), "language=go", "code=fmt.Println(cube(3))")
 	if repl.Output != "27\n" || repl.Status != 0 {
 		t.Errorf("repl go calling cube, declared in the call before: %+v; want 27", repl)
 	}
@@ -463,7 +471,7 @@ func TestMCPInspectorSQLSession(t *testing.T) {
 			}
 		}
 		in := inspector(t, era)
-		res := inspect(t, in, &repl, "repl", "sandbox="+id, "language=sql", "code=select n, n * n as square from generate_series(1, 3) as n")
+		res := inspect(t, in, &repl, "repl", idArg("sandbox", id), "language=sql", "code=select n, n * n as square from generate_series(1, 3) as n")
 		var rows []string
 		for _, tb := range repl.Tables {
 			for _, r := range tb.Rows {
