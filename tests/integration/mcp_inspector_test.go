@@ -1,8 +1,11 @@
 package integration
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
+	"image/png"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -18,7 +21,9 @@ import (
 // Node 22 (tests/install-deps.sh installs them): the MCP inspector's CLI,
 // in both protocol eras, each tool called with `--tool-arg k=v` as a
 // person types it and as a generic client fills a tool's schema; and the
-// TypeScript SDK's client.
+// TypeScript SDK's client, which reads the progress of a long call (the
+// inspector's CLI cannot: it makes its client with progress off, and
+// prints nothing of the notifications a server sends).
 
 // mcpNode finds the clients' install; without it the test fails, naming
 // tests/install-deps.sh (never a silent skip).
@@ -95,6 +100,12 @@ func typeLists(tools []mcpclients.Tool) []string {
 	slices.Sort(found)
 	return found
 }
+
+// idArg is key=id as --tool-arg is given an id: quoted, a JSON string.
+// The inspector JSON-parses each value before it looks at the tool's
+// schema, so that an id of digits alone, or of digits, an e and digits
+// (12e834567890), would go as a number or be refused as infinite.
+func idArg(key, id string) string { return key + `="` + id + `"` }
 
 // ranHi says whether an exec result is "hi" printed and a 0 exit: its
 // stdout in the structured content or, were it only there, its text.
@@ -193,19 +204,21 @@ func inspectorWalk(t *testing.T, era string) {
 	if (era == "modern") != (who.Name == "sandboxd") {
 		t.Errorf("sandbox_create's result in the %s era names its server as %q in _meta", era, who.Name)
 	}
-	// Typed as a person types them: the array as JSON, the number bare.
-	ranHi(t, in, "an array", "sandbox="+sb.ID, `command=["sh","-c","echo hi"]`, "timeout_seconds=60")
+	// Typed as a person types them: the array as JSON, the number bare
+	// (the id quoted: idArg).
+	ranHi(t, in, "an array", idArg("sandbox", sb.ID), `command=["sh","-c","echo hi"]`, "timeout_seconds=60")
 	ranHi(t, in, "a shell line", "sandbox="+sb.Name, "shell=echo hi")
 	var failed mcpExec
-	res := inspect(t, in, &failed, "exec", "sandbox="+sb.ID, `command=["sh","test.sh"]`)
+	res := inspect(t, in, &failed, "exec", idArg("sandbox", sb.ID), `command=["sh","test.sh"]`)
 	if failed.ExitCode != 1 || !strings.Contains(failed.Stderr+res.Text(), "add 2 3 gave -1, want 5") {
 		t.Errorf("the project's failing test, run with exec (%s era): %+v, text %q", era, failed, res.Text())
 	}
 
-	var read struct{ Content, Encoding string }
-	inspect(t, in, &read, "file_read", "sandbox="+sb.ID, "path=calc.sh")
-	if read.Content != "add() { echo $(($1 - $2)); }\n" || read.Encoding != "utf-8" {
-		t.Errorf("file_read calc.sh (%s era): %+v", era, read)
+	// The content once, in the text under its heading.
+	var read struct{ Encoding string }
+	res = inspect(t, in, &read, "file_read", idArg("sandbox", sb.ID), "path=calc.sh")
+	if content := textSection(res.Text(), "content"); content != "add() { echo $(($1 - $2)); }\n" || read.Encoding != "utf-8" {
+		t.Errorf("file_read calc.sh (%s era): %+v, content %q", era, read, content)
 	}
 
 	// Two fixes, a wrong one first: the right one wins and is kept.
@@ -232,10 +245,10 @@ func inspectorWalk(t *testing.T, era string) {
 		Promotion, State, Message string
 		Changes                   int
 	}
-	inspect(t, in, &p, "promote", "sandbox="+winner, "wait_seconds=45")
+	inspect(t, in, &p, "promote", idArg("sandbox", winner), "wait_seconds=45")
 	if p.State == "running" {
 		waitFor(t, "the promotion to end", func() bool {
-			inspect(t, in, &p, "promotion_status", "promotion="+p.Promotion)
+			inspect(t, in, &p, "promotion_status", idArg("promotion", p.Promotion))
 			return p.State != "running"
 		})
 	}
@@ -247,12 +260,12 @@ func inspectorWalk(t *testing.T, era string) {
 	}
 
 	var gone struct{ Destroyed string }
-	inspect(t, in, &gone, "sandbox_destroy", "sandbox="+sb.ID)
+	inspect(t, in, &gone, "sandbox_destroy", idArg("sandbox", sb.ID))
 	if gone.Destroyed != sb.ID {
 		t.Errorf("sandbox_destroy (%s era): %+v", era, gone)
 	}
 	// A tool error is a result the inspector shows, with what to do.
-	res, run = inspectCall(t, in, "sandbox_status", "sandbox="+sb.ID)
+	res, run = inspectCall(t, in, "sandbox_status", idArg("sandbox", sb.ID))
 	if !res.IsError || run.Error == nil || run.Error.Code != "tool_is_error" ||
 		!regexp.MustCompile(`no sandbox is called or starts with`).MatchString(res.Text()) {
 		t.Errorf("sandbox_status of the destroyed sandbox (%s era): %+v\n%s", era, res, run)
@@ -260,7 +273,8 @@ func inspectorWalk(t *testing.T, era string) {
 }
 
 // TestMCPTypeScriptSDKClient: a client on the MCP TypeScript SDK lists the
-// tools, makes a sandbox, runs a command in it and destroys it; the SDK
+// tools, makes a sandbox, runs a command in it, reads the progress of a
+// 3 s one (its output told while it runs), and destroys it; the SDK
 // checks each structured result against its tool's output schema.
 func TestMCPTypeScriptSDKClient(t *testing.T) {
 	addProject(t, "ts-sdk", map[string]string{"README": "ts\n"})
@@ -293,11 +307,188 @@ func TestMCPTypeScriptSDKClient(t *testing.T) {
 		!(run.Stdout == "hi from the TypeScript SDK\n" || run.Stdout == "" && strings.Contains(report.Exec.Text, "hi from the TypeScript SDK\n")) {
 		t.Errorf("exec from the TypeScript SDK: %+v, %+v (%v)", report.Exec, run, err)
 	}
+	tsProgress(t, report.Progress)
 	var gone struct{ Destroyed string }
 	if err := json.Unmarshal(report.Destroyed.Structured, &gone); err != nil || gone.Destroyed != sb.ID {
 		t.Errorf("sandbox_destroy from the TypeScript SDK: %+v (%v)", report.Destroyed, err)
 	}
 	if slices.Contains(listedIDs(t), sb.ID) {
 		t.Errorf("sandboxctl list still lists %s, which the TypeScript SDK destroyed", sb.ID)
+	}
+}
+
+// tsProgress checks the TypeScript SDK's exec of `sleep 1; echo a; sleep
+// 1; echo b; sleep 1` with onprogress: a notification came before the
+// result carrying a and not yet b (sent while the command ran, a second
+// before it printed b), and the result has both.
+func tsProgress(t *testing.T, p *mcpclients.TSProgress) {
+	t.Helper()
+	if p == nil || p.Result == nil {
+		t.Fatalf("the TypeScript client did not run the 3 s exec with onprogress: %+v", p)
+	}
+	if stdout, _ := execSections(p.Result.Text); p.Result.IsError || stdout != "a\nb\n" {
+		t.Errorf("the 3 s exec from the TypeScript SDK: %+v; want a and b", p.Result)
+	}
+	var told []string
+	streamed := false
+	for _, n := range p.Notes[:min(p.BeforeResult, len(p.Notes))] {
+		told = append(told, n.Message)
+		if strings.Contains(n.Message, "stdout: a\n") && !strings.Contains(n.Message, "b\n") {
+			streamed = true
+		}
+	}
+	if !streamed {
+		t.Errorf("the 3 s exec's progress before its result: %q (%d in all); want one telling a before b was printed", told, len(p.Notes))
+	}
+}
+
+// TestMCPInspectorResourcesAndAFigure: with the inspector's CLI in each
+// protocol era, the server's resource templates listed, a sandbox's file
+// read as a resource (the sandbox's version of it), and a python3
+// session's matplotlib figure returned as a PNG.
+func TestMCPInspectorResourcesAndAFigure(t *testing.T) {
+	for _, era := range []string{"modern", "legacy"} {
+		t.Run(era, func(t *testing.T) { inspectorResourcesAndAFigure(t, era) })
+	}
+}
+
+func inspectorResourcesAndAFigure(t *testing.T, era string) {
+	project := "insp-res-" + era
+	addProject(t, project, map[string]string{"notes.txt": "the project's notes\n"})
+	in := inspector(t, era)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	templates, run, err := in.Templates(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(templates)
+	if want := []string{"sandbox://{sandbox}/diff", "sandbox://{sandbox}/files/{+path}", "sandbox://{sandbox}/logs/{process}"}; !slices.Equal(templates, want) {
+		t.Errorf("resources/templates/list (%s era): %q; want %q\n%s", era, templates, want, run)
+	}
+
+	var sb struct{ ID string }
+	inspect(t, in, &sb, "sandbox_create", "project="+project, "name="+project+"-1")
+	t.Cleanup(func() { ctl(t, "", "destroy", sb.ID) })
+	var changed mcpExec
+	inspect(t, in, &changed, "exec", idArg("sandbox", sb.ID), "shell=echo changed in the sandbox >> notes.txt")
+	// The sandbox by its name, as the README's example reads it.
+	uri := "sandbox://" + project + "-1/files/notes.txt"
+	contents, run, err := in.ReadResource(ctx, uri)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(contents) != 1 || contents[0].URI != uri || contents[0].Text != "the project's notes\nchanged in the sandbox\n" {
+		t.Errorf("resources/read %s (%s era): %+v; want the sandbox's notes.txt as text\n%s", uri, era, contents, run)
+	}
+
+	// Typed on one line, as a person types it at the inspector.
+	var repl struct {
+		Output string
+		Status int
+	}
+	res := inspect(t, in, &repl, "repl", idArg("sandbox", sb.ID), "language=python3",
+		"code=import matplotlib.pyplot as plt; plt.plot([1, 2, 3], [1, 4, 9]); plt.title('squares'); plt.show()")
+	var images []mcpclients.Content
+	for _, c := range res.Content {
+		if c.Type == "image" {
+			images = append(images, c)
+		}
+	}
+	if repl.Status != 0 || len(images) != 1 {
+		t.Fatalf("repl python3 drawing a figure (%s era): status %d, %d images; want one: %s", era, repl.Status, len(images), res.Text())
+	}
+	data, err := base64.StdEncoding.DecodeString(images[0].Data)
+	if err != nil || images[0].MimeType != "image/png" {
+		t.Fatalf("the figure (%s era): type %s, %v; want image/png in base64", era, images[0].MimeType, err)
+	}
+	if img, err := png.Decode(bytes.NewReader(data)); err != nil || img.Bounds().Dx() < 100 || img.Bounds().Dy() < 100 {
+		t.Errorf("the figure (%s era), %d bytes: does not decode as a PNG of a figure (%v)", era, len(data), err)
+	}
+}
+
+// TestMCPInspectorGoSession: the inspector's CLI is a client a run, and
+// a stdio server ends with its client, and its sessions with it; so the
+// CLI reaches `sandboxctl mcp --http`, a server that outlives each run,
+// and there a go session keeps the func one call declared (with a
+// package of the project's module) for the next call. In the legacy era
+// only: over HTTP the server is stateful (it keeps an Mcp-Session-Id),
+// and go-sdk v1.8.0 answers 2026-07-28 there only from a stateless
+// handler (a stateful one refuses it: -32022, "protocol version
+// "2026-07-28" is not supported by this server").
+func TestMCPInspectorGoSession(t *testing.T) {
+	addProject(t, "insp-go", map[string]string{
+		"go.mod":       "module example.com/shapes\n\ngo 1.22\n",
+		"area/area.go": "package area\n\n// Square is the area of a square of side s.\nfunc Square(s int) int { return s * s }\n",
+	})
+	token := "insp-" + suffix()
+	_, url, _ := startHTTPMCP(t, "127.0.0.1:0", "SANDBOXD_MCP_TOKEN="+token)
+	in := inspector(t, "legacy")
+	in.URL, in.Token = url, token
+
+	var sb struct{ ID string }
+	inspect(t, in, &sb, "sandbox_create", "project=insp-go")
+	t.Cleanup(func() { ctl(t, "", "destroy", sb.ID) })
+	var repl struct {
+		Output string
+		Status int
+	}
+	inspect(t, in, &repl, "repl", idArg("sandbox", sb.ID), "language=go",
+		"code=import (\n\t\"fmt\"\n\t\"example.com/shapes/area\"\n)\n\nfunc cube(n int) int { return n * area.Square(n) }\nfmt.Println(\"declared\")\n")
+	if repl.Output != "declared\n" || repl.Status != 0 {
+		t.Errorf("repl go declaring cube: %+v", repl)
+	}
+	inspect(t, in, &repl, "repl", idArg("sandbox", sb.ID), "language=go", "code=fmt.Println(cube(3))")
+	if repl.Output != "27\n" || repl.Status != 0 {
+		t.Errorf("repl go calling cube, declared in the call before: %+v; want 27", repl)
+	}
+}
+
+// TestMCPInspectorSQLSession: with the inspector's CLI in each protocol
+// era, a sql input on the booted PostgreSQL of an adopted cluster gives
+// its rows as a table.
+func TestMCPInspectorSQLSession(t *testing.T) {
+	install(t)
+	hostCluster(t)
+	const name = "insp-pgsql"
+	ok(t, "project", "adopt", "--restart-units", "--freeze", pgUnit, name, "/etc/postgresql", "/var/lib/postgresql")
+	t.Cleanup(func() { ctl(t, "", "project", "release", name) })
+	id, _ := bootSandbox(t, name)
+	if out, errOut, code := ctl(t, "", "exec", "--root", id, "--", "systemctl", "start", pgUnit); code != 0 {
+		t.Fatalf("systemctl start %s in the booted sandbox: exit %d: %s%s", pgUnit, code, out, errOut)
+	}
+	waitUntil(t, "the sandbox's PostgreSQL answers", func() bool {
+		_, _, code := ctl(t, "", "exec", "--root", id, "--", "pg_isready", "-q")
+		return code == 0
+	})
+	for _, era := range []string{"modern", "legacy"} {
+		var repl struct {
+			Status int
+			Tables []struct {
+				Columns []string
+				Rows    [][]*string
+			}
+		}
+		in := inspector(t, era)
+		res := inspect(t, in, &repl, "repl", idArg("sandbox", id), "language=sql", "code=select n, n * n as square from generate_series(1, 3) as n")
+		var rows []string
+		for _, tb := range repl.Tables {
+			for _, r := range tb.Rows {
+				cells := []string{}
+				for _, c := range r {
+					if c == nil {
+						cells = append(cells, "null")
+					} else {
+						cells = append(cells, *c)
+					}
+				}
+				rows = append(rows, strings.Join(cells, " "))
+			}
+		}
+		if repl.Status != 0 || len(repl.Tables) != 1 || strings.Join(repl.Tables[0].Columns, ",") != "n,square" ||
+			strings.Join(rows, ",") != "1 1,2 4,3 9" {
+			t.Errorf("repl sql (%s era): status %d, tables %+v, rows %q; want n, square: 1 1, 2 4, 3 9\n%s", era, repl.Status, repl.Tables, rows, res.Text())
+		}
 	}
 }

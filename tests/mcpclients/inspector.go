@@ -11,8 +11,8 @@ import (
 )
 
 // Inspector runs the MCP inspector's CLI (`inspector --cli --format
-// json`) against a stdio server, one run a call, as a person or a script
-// would type it.
+// json`) against a stdio server, or one served over HTTP, one run a
+// call, as a person or a script would type it.
 type Inspector struct {
 	Install *Install
 	// Era is the protocol era it negotiates: "modern" (MCP 2026-07-28:
@@ -21,6 +21,11 @@ type Inspector struct {
 	Era string
 	// Server is the stdio server's command line: sandboxctl mcp.
 	Server []string
+	// URL, when set, is where a server serves the streamable HTTP
+	// transport (sandboxctl mcp --http), in place of Server: a server
+	// that outlives each run, so that what one call opens (a repl
+	// session) is there for the next. Token is its bearer token.
+	URL, Token string
 	// Home is the inspector's HOME: it may keep a catalog and a client
 	// configuration under ~/.mcp-inspector.
 	Home string
@@ -56,8 +61,14 @@ func (r *Run) String() string {
 // could not be made or whose output is not the inspector's JSON; a call
 // that failed is a Run with an Error.
 func (i *Inspector) Run(ctx context.Context, args ...string) (*Run, error) {
-	argv := append([]string{"--cli", "--format", "json", "--protocol-era", i.Era}, args...)
-	argv = append(append(argv, "--"), i.Server...)
+	argv := []string{"--cli", "--format", "json", "--protocol-era", i.Era}
+	if i.URL != "" {
+		argv = append(argv, "--transport", "http", "--server-url", i.URL, "--header", "Authorization: Bearer "+i.Token)
+	}
+	argv = append(argv, args...)
+	if i.URL == "" {
+		argv = append(append(argv, "--"), i.Server...)
+	}
 	cmd := exec.CommandContext(ctx, i.Install.Node, append([]string{i.Install.Inspector}, argv...)...)
 	cmd.Env = i.Install.env(i.Home)
 	cmd.Dir = i.Home
@@ -133,6 +144,59 @@ func (i *Inspector) Tools(ctx context.Context, args ...string) ([]Tool, *Run, er
 		return nil, run, fmt.Errorf("reading tools/list's result: %w\n%s", err, run)
 	}
 	return v.Tools, run, nil
+}
+
+// Templates lists the server's resource templates' URI templates
+// (resources/templates/list).
+func (i *Inspector) Templates(ctx context.Context) ([]string, *Run, error) {
+	run, err := i.Run(ctx, "--method", "resources/templates/list")
+	if err != nil {
+		return nil, run, err
+	}
+	if run.Error != nil {
+		return nil, run, fmt.Errorf("resources/templates/list failed: %s: %s\n%s", run.Error.Code, run.Error.Message, run)
+	}
+	var v struct {
+		Templates []struct {
+			URITemplate string `json:"uriTemplate"`
+		} `json:"resourceTemplates"`
+	}
+	if err := json.Unmarshal(run.Result, &v); err != nil {
+		return nil, run, fmt.Errorf("reading resources/templates/list's result: %w\n%s", err, run)
+	}
+	var uris []string
+	for _, t := range v.Templates {
+		uris = append(uris, t.URITemplate)
+	}
+	return uris, run, nil
+}
+
+// ResourceContents is one of what resources/read gave back: text, or
+// a blob in base64.
+type ResourceContents struct {
+	URI      string `json:"uri"`
+	MimeType string `json:"mimeType,omitempty"`
+	Text     string `json:"text,omitempty"`
+	Blob     string `json:"blob,omitempty"`
+}
+
+// ReadResource reads a resource (resources/read --uri uri). A resource
+// the server refuses (not found) is the error.
+func (i *Inspector) ReadResource(ctx context.Context, uri string) ([]ResourceContents, *Run, error) {
+	run, err := i.Run(ctx, "--method", "resources/read", "--uri", uri)
+	if err != nil {
+		return nil, run, err
+	}
+	if run.Error != nil {
+		return nil, run, fmt.Errorf("resources/read %s failed: %s: %s\n%s", uri, run.Error.Code, run.Error.Message, run)
+	}
+	var v struct {
+		Contents []ResourceContents `json:"contents"`
+	}
+	if err := json.Unmarshal(run.Result, &v); err != nil {
+		return nil, run, fmt.Errorf("reading resources/read %s's result: %w\n%s", uri, err, run)
+	}
+	return v.Contents, run, nil
 }
 
 // Content is one content block of a tool's result.

@@ -21,27 +21,42 @@ type TSCall struct {
 	Text       string          `json:"text"`
 }
 
+// TSProgress is an exec whose progress the TypeScript SDK's client read:
+// the notifications in the order they came, how many came before the
+// result, and the result.
+type TSProgress struct {
+	BeforeResult int `json:"before_result"`
+	Notes        []struct {
+		Progress float64  `json:"progress"`
+		Total    *float64 `json:"total"`
+		Message  string   `json:"message"`
+	} `json:"notes"`
+	Result *TSCall `json:"result"`
+}
+
 // TSReport is what tsclient.mjs printed: the revision the SDK and the
 // server agreed on, the server's name, its tools, the type of exec's
-// command parameter, and its three calls (sandbox_create, exec,
-// sandbox_destroy).
+// command parameter, and its calls (sandbox_create, exec, exec of a 3 s
+// shell line with its progress, sandbox_destroy).
 type TSReport struct {
 	ProtocolVersion string `json:"protocol_version"`
 	Server          struct {
 		Name    string `json:"name"`
 		Version string `json:"version"`
 	} `json:"server"`
-	Tools           []string `json:"tools"`
-	ExecCommandType any      `json:"exec_command_type"`
-	Created         *TSCall  `json:"created"`
-	Exec            *TSCall  `json:"exec"`
-	Destroyed       *TSCall  `json:"destroyed"`
-	Error           string   `json:"error"`
+	Tools           []string    `json:"tools"`
+	ExecCommandType any         `json:"exec_command_type"`
+	Created         *TSCall     `json:"created"`
+	Exec            *TSCall     `json:"exec"`
+	Progress        *TSProgress `json:"progress"`
+	Destroyed       *TSCall     `json:"destroyed"`
+	Error           string      `json:"error"`
 }
 
 // TSClient runs tsclient.mjs (a copy in home, which is also its HOME)
 // with Node 22 against the stdio server: it makes a sandbox of project,
-// runs a command in it and destroys it. The error is for a run that
+// runs a command in it, runs a 3 s one reading its progress, and
+// destroys it. The error is for a run that
 // failed or printed no report; stderr (the server's too) is in it.
 func (in *Install) TSClient(ctx context.Context, home, project string, server ...string) (*TSReport, string, error) {
 	script := filepath.Join(home, "tsclient.mjs")

@@ -1,7 +1,10 @@
 // A client of `sandboxctl mcp` on the MCP TypeScript SDK
 // (@modelcontextprotocol/sdk 1.x), as a Node agent's host would write it:
-// it lists the tools, makes a sandbox, runs a command in it and destroys
-// it, with the arguments the SDK sends, and prints one JSON object of what
+// it lists the tools, makes a sandbox, runs a command in it, runs a 3 s
+// shell line reading the progress notifications that tell its output
+// while it runs (the inspector's CLI shows none: it makes its client with
+// progress off), and destroys the sandbox, with the arguments the SDK
+// sends, and prints one JSON object of what
 // came back for the Go test to check. The SDK itself checks each result's
 // structured content against the tool's output schema.
 //
@@ -24,8 +27,8 @@ const { StdioClientTransport } = require("@modelcontextprotocol/sdk/client/stdio
 const out = {};
 // What a call gave back: the structured content, the text, and whether it
 // was a tool error.
-const call = async (client, name, args) => {
-  const res = await client.callTool({ name, arguments: args });
+const call = async (client, name, args, options) => {
+  const res = await client.callTool({ name, arguments: args }, undefined, options);
   return {
     is_error: res.isError === true,
     structured: res.structuredContent ?? null,
@@ -51,6 +54,13 @@ try {
   if (id) {
     try {
       out.exec = await call(client, "exec", { sandbox: id, command: ["sh", "-c", "echo hi from the TypeScript SDK"] });
+      // onprogress makes the SDK send a progressToken; each notification
+      // is kept in the order it came, and how many came before the
+      // result is counted once the call answered.
+      const notes = [];
+      const result = await call(client, "exec", { sandbox: id, shell: "sleep 1; echo a; sleep 1; echo b; sleep 1" },
+        { onprogress: (p) => notes.push({ progress: p.progress, total: p.total ?? null, message: p.message ?? "" }) });
+      out.progress = { before_result: notes.length, notes, result };
     } finally {
       out.destroyed = await call(client, "sandbox_destroy", { sandbox: id });
     }
