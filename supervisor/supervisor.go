@@ -2,15 +2,14 @@ package supervisor
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
-	"github.com/sandboxd/sandboxd/internal/keylock"
 	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/sandboxd/sandboxd/cowfs"
+	"github.com/sandboxd/sandboxd/internal/keylock"
+	"github.com/sandboxd/sandboxd/internal/randid"
 	"github.com/sandboxd/sandboxd/supervisor/admission"
 	"github.com/sandboxd/sandboxd/supervisor/audit"
 	"github.com/sandboxd/sandboxd/supervisor/idmap"
@@ -184,19 +183,11 @@ func baseName(id string) string   { return prefixBase + id }
 func volumeName(id string) string { return prefixSandbox + id }
 func unitName(id string) string   { return prefixUnit + id + ".scope" }
 
-func newID() string {
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
+func newID() string { return randid.Sandbox() }
 
 // newCommandID is a short random id, for the names of the core's
 // snapshots and prefixes.
-func newCommandID() string {
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
+func newCommandID() string { return randid.Hex(4) }
 
 // Get returns the sandbox id.
 func (s *Supervisor) Get(ctx context.Context, id string) (Sandbox, error) {
