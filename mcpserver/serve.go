@@ -120,8 +120,13 @@ func ServeHTTP(ctx context.Context, l net.Listener, token string, c *client.Clie
 	defer end()
 	m, s := newServer(life, c, opts)
 	mux := http.NewServeMux()
+	// Stateless: each request is whole in itself, as MCP 2026-07-28 has
+	// it (the SDK serves that revision only so); the earlier revisions'
+	// clients are served too, each request on a session of its own. What
+	// the tools keep between calls (REPL sessions) is the server's, not an
+	// MCP session's, and a call's progress goes back on its own response.
 	mux.Handle(HTTPPath, mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return m },
-		&mcp.StreamableHTTPOptions{SessionTimeout: time.Hour, Logger: opts.Logger}))
+		&mcp.StreamableHTTPOptions{Stateless: true, Logger: opts.Logger}))
 	verify := func(_ context.Context, got string, _ *http.Request) (*auth.TokenInfo, error) {
 		if subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
 			return nil, fmt.Errorf("%w: not this server's token", auth.ErrInvalidToken)

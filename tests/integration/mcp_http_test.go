@@ -166,4 +166,26 @@ func mcpOverHTTP(t *testing.T, url string, hc *http.Client) {
 	if !strings.Contains(fmt.Sprint(list.Projects), "web") {
 		t.Errorf("sandbox_list over HTTP: projects %v; want web among them", list.Projects)
 	}
+	// The current revision, 2026-07-28, with no initialize: the version
+	// and capabilities in the request's _meta.
+	meta := `"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"name":"integration-test","version":"1"}}`
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(
+		`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{`+meta+`,"name":"sandbox_list","arguments":{}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Mcp-Protocol-Version", "2026-07-28")
+	req.Header.Set("Mcp-Method", "tools/call")
+	req.Header.Set("Mcp-Name", "sandbox_list")
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"web"`) || strings.Contains(string(body), `"error"`) {
+		t.Errorf("sandbox_list over HTTP in MCP 2026-07-28: %s: %s", resp.Status, body)
+	}
 }

@@ -411,12 +411,8 @@ func inspectorResourcesAndAFigure(t *testing.T, era string) {
 // TestMCPInspectorGoSession: the inspector's CLI is a client a run, and
 // a stdio server ends with its client, and its sessions with it; so the
 // CLI reaches `sandboxctl mcp --http`, a server that outlives each run,
-// and there a go session keeps the func one call declared (with a
-// package of the project's module) for the next call. In the legacy era
-// only: over HTTP the server is stateful (it keeps an Mcp-Session-Id),
-// and go-sdk v1.8.0 answers 2026-07-28 there only from a stateless
-// handler (a stateful one refuses it: -32022, "protocol version
-// "2026-07-28" is not supported by this server").
+// and there, in each protocol era, a go session keeps the func one call
+// declared (with a package of the project's module) for the next call.
 func TestMCPInspectorGoSession(t *testing.T) {
 	addProject(t, "insp-go", map[string]string{
 		"go.mod":       "module example.com/shapes\n\ngo 1.22\n",
@@ -424,24 +420,26 @@ func TestMCPInspectorGoSession(t *testing.T) {
 	})
 	token := "insp-" + suffix()
 	_, url, _ := startHTTPMCP(t, "127.0.0.1:0", "SANDBOXD_MCP_TOKEN="+token)
-	in := inspector(t, "legacy")
-	in.URL, in.Token = url, token
+	for _, era := range []string{"modern", "legacy"} {
+		in := inspector(t, era)
+		in.URL, in.Token = url, token
 
-	var sb struct{ ID string }
-	inspect(t, in, &sb, "sandbox_create", "project=insp-go")
-	t.Cleanup(func() { ctl(t, "", "destroy", sb.ID) })
-	var repl struct {
-		Output string
-		Status int
-	}
-	inspect(t, in, &repl, "repl", idArg("sandbox", sb.ID), "language=go",
-		"code=import (\n\t\"fmt\"\n\t\"example.com/shapes/area\"\n)\n\nfunc cube(n int) int { return n * area.Square(n) }\nfmt.Println(\"declared\")\n")
-	if repl.Output != "declared\n" || repl.Status != 0 {
-		t.Errorf("repl go declaring cube: %+v", repl)
-	}
-	inspect(t, in, &repl, "repl", idArg("sandbox", sb.ID), "language=go", "code=fmt.Println(cube(3))")
-	if repl.Output != "27\n" || repl.Status != 0 {
-		t.Errorf("repl go calling cube, declared in the call before: %+v; want 27", repl)
+		var sb struct{ ID string }
+		inspect(t, in, &sb, "sandbox_create", "project=insp-go")
+		t.Cleanup(func() { ctl(t, "", "destroy", sb.ID) })
+		var repl struct {
+			Output string
+			Status int
+		}
+		inspect(t, in, &repl, "repl", idArg("sandbox", sb.ID), "language=go",
+			"code=import (\n\t\"fmt\"\n\t\"example.com/shapes/area\"\n)\n\nfunc cube(n int) int { return n * area.Square(n) }\nfmt.Println(\"declared\")\n")
+		if repl.Output != "declared\n" || repl.Status != 0 {
+			t.Errorf("repl go declaring cube (%s era): %+v", era, repl)
+		}
+		inspect(t, in, &repl, "repl", idArg("sandbox", sb.ID), "language=go", "code=fmt.Println(cube(3))")
+		if repl.Output != "27\n" || repl.Status != 0 {
+			t.Errorf("repl go calling cube, declared in the call before (%s era): %+v; want 27", era, repl)
+		}
 	}
 }
 
