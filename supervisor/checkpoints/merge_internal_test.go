@@ -3,10 +3,13 @@ package checkpoints
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sandboxd/sandboxd/supervisor"
 )
@@ -190,5 +193,62 @@ func TestUnitMergedConflicts(t *testing.T) {
 	}
 	if want := []string{"both.py", "gone.py", "mine.py"}; strings.Join(left, " ") != strings.Join(want, " ") {
 		t.Errorf("conflicts left: %v; want %v (merged.py taken)", left, want)
+	}
+}
+
+// A rebase's look for merged paths is bounded: a diff3 that does not end
+// is killed with the diff it started (none computes on as root), the
+// path stays a conflict, and the rebase is not failed by it; the other
+// paths are not looked at once the budget is spent.
+func TestUnitMergedConflictsBounded(t *testing.T) {
+	trees := [3]string{t.TempDir(), t.TempDir(), t.TempDir()} // base, project, sandbox
+	for i, data := range [][]byte{lines(12, nil), lines(12, map[int]string{2: "two project"}), lines(12, map[int]string{2: "two project", 10: "ten sandbox"})} {
+		for _, name := range []string{"a.py", "b.py"} {
+			if err := os.WriteFile(filepath.Join(trees[i], name), data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	left, err := merged(context.Background(), []string{"a.py", "b.py"}, trees[0], trees[1], trees[2])
+	if err != nil || len(left) != 0 {
+		t.Fatalf("merged paths with diff3: %v left, %v; want both taken", left, err)
+	}
+
+	// A diff3 whose diff never ends (it names its pid first).
+	dir := t.TempDir()
+	pids := filepath.Join(dir, "pids")
+	fake := filepath.Join(dir, "diff3")
+	script := "#!/bin/sh\nsleep 1000 &\necho $! >>" + pids + "\nwait\n"
+	if err := os.WriteFile(fake, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	defer func(p string, b time.Duration) { diff3Program, mergedBudget = p, b }(diff3Program, mergedBudget)
+	diff3Program, mergedBudget = fake, time.Second
+	left, err = merged(context.Background(), []string{"a.py", "b.py"}, trees[0], trees[1], trees[2])
+	if err != nil || strings.Join(left, " ") != "a.py b.py" {
+		t.Fatalf("with a diff3 that does not end: %v left, %v; want both conflicts, no error", left, err)
+	}
+	data, err := os.ReadFile(pids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(data), "\n"); n != 1 {
+		t.Errorf("diff3 ran %d times; want once: the budget spent, b.py is not looked at", n)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The diff is killed with diff3; it goes once reaped (a deadline as a
+	// safety net only).
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil || strings.Contains(string(st), ") Z ") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("diff3's child %d still runs after diff3 was killed: %s", pid, st)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
