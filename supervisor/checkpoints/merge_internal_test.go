@@ -1,10 +1,12 @@
 package checkpoints
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -250,5 +252,60 @@ func TestUnitMergedConflictsBounded(t *testing.T) {
 			t.Fatalf("diff3's child %d still runs after diff3 was killed: %s", pid, st)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A file on which a process of the sandbox holds a lease is not waited
+// for (the lease's break time, 45 s, the sandbox's lock held): Busy at
+// once, and read as any other once the lease is gone.
+func TestUnitReadVersionLeased(t *testing.T) {
+	top := t.TempDir()
+	file := filepath.Join(top, "calc.py")
+	if err := os.WriteFile(file, []byte("print(1)\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	daemon := supervisor.Daemon("test")
+	if v, err := readVersion(top, "calc.py", daemon, 100); err != nil || v.Kind != KindFile {
+		t.Fatalf("calc.py: %+v, %v; want a file", v, err)
+	}
+	holder := exec.Command("python3", "-c", `import fcntl, os, signal, sys
+signal.signal(signal.SIGIO, signal.SIG_IGN)
+fd = os.open(sys.argv[1], os.O_RDONLY)
+fcntl.fcntl(fd, 1024, fcntl.F_WRLCK)  # F_SETLEASE
+print("held", flush=True)
+sys.stdin.read()`, file)
+	in, err := holder.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := holder.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder.Stderr = os.Stderr
+	if err := holder.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Wait()
+	defer in.Close()
+	if line, err := bufio.NewReader(out).ReadString('\n'); line != "held\n" {
+		t.Fatalf("the lease's holder said %q, %v", line, err)
+	}
+	type result struct {
+		v   Version
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		v, err := readVersion(top, "calc.py", daemon, 100)
+		done <- result{v, err}
+	}()
+	select {
+	case r := <-done:
+		if !errors.Is(r.err, supervisor.ErrBusy) || !strings.Contains(r.err.Error(), "lease") {
+			t.Errorf("a leased file: %+v, %v; want Busy naming the lease", r.v, r.err)
+		}
+	case <-time.After(20 * time.Second): // a safety net: the break time is 45 s
+		t.Fatal("reading a leased file waits for the lease's break")
 	}
 }

@@ -191,8 +191,13 @@ func readVersion(top, rel string, who supervisor.Actor, limit int) (Version, err
 		return Version{Kind: KindUnreadable, Size: v.Size, Note: fmt.Sprintf("not readable by uid %d on the host: content not shown", who.UID)}, nil
 	}
 	// Reopened from the descriptor: the inode looked up, whatever the
-	// path names now.
-	f, err := os.OpenFile("/proc/self/fd/"+strconv.Itoa(fd), os.O_RDONLY|unix.O_NOCTTY, 0)
+	// path names now. O_NONBLOCK: a process of the sandbox that holds a
+	// lease on the file would hold the open (and the sandbox's lock) for
+	// the lease's break time (45 s).
+	f, err := os.OpenFile("/proc/self/fd/"+strconv.Itoa(fd), os.O_RDONLY|unix.O_NOCTTY|unix.O_NONBLOCK, 0)
+	if errors.Is(err, unix.EWOULDBLOCK) {
+		return Version{}, fmt.Errorf("opening %s: a process holds a lease on it (it is told to let go: try again): %w", rel, supervisor.ErrBusy)
+	}
 	if err != nil {
 		return Version{}, fmt.Errorf("opening %s: %w", rel, err)
 	}
