@@ -121,6 +121,22 @@ func TestUnitReadVersion(t *testing.T) {
 	if v, err := readVersion(top, "calc.py", stranger, 10); err != nil || v.Kind != KindFile {
 		t.Errorf("a file uid 4242 could read: %+v, %v", v, err)
 	}
+	// Beneath a directory uid 4242 cannot enter: not even whether there
+	// is something, nor its size; the daemon reads it.
+	must(os.Mkdir(filepath.Join(top, "shut"), 0o700))
+	must(os.WriteFile(filepath.Join(top, "shut", "inner"), []byte("secret"), 0o644))
+	must(os.Mkdir(filepath.Join(top, "shut", "sub"), 0o755))
+	if v, err := readVersion(top, "shut/inner", daemon, 10); err != nil || v.Kind != KindFile || string(v.Data) != "secret" {
+		t.Errorf("shut/inner for the daemon: %+v, %v; want the file", v, err)
+	}
+	if v, err := readVersion(top, "dir/missing", stranger, 10); err != nil || v.Kind != KindAbsent {
+		t.Errorf("dir/missing for uid 4242: %+v, %v; want absent", v, err)
+	}
+	for _, p := range []string{"shut/inner", "shut/sub", "shut/missing", "shut/sub/deeper"} {
+		if v, err := readVersion(top, p, stranger, 10); err != nil || v.Kind != KindUnreadable || v.Size != 0 || v.Data != nil {
+			t.Errorf("%s for uid 4242: %+v, %v; want unreadable, no size", p, v, err)
+		}
+	}
 }
 
 // A path names a file below the project's top.
