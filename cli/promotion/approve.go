@@ -140,8 +140,41 @@ func showDiff(w io.Writer, p sandboxd1.Promotion, text, digest string) error {
 	if text != "" && !strings.HasSuffix(text, "\n") {
 		b.WriteByte('\n')
 	}
+	if warning := unseen(text); warning != "" {
+		b.WriteString("\n" + warning + "\n")
+	}
 	_, err := io.WriteString(w, b.String())
 	return verb.Written(err)
+}
+
+// unseen says, when diff text does not show the whole change (files
+// whose content the reader could not read, a diff cut at its bound),
+// that its digest, which an approval names, covers what is not shown
+// too: a requester may hide a file's content from the approver (a mode
+// only he may read) or put it past the cut. Such lines start no line of
+// a file's content, which a diff prefixes.
+func unseen(text string) string {
+	hidden, cut := 0, false
+	for line := range strings.Lines(text) {
+		switch {
+		case strings.HasPrefix(line, "Content not shown: "):
+			hidden++
+		case strings.HasPrefix(line, "... the diff is cut here"):
+			cut = true
+		}
+	}
+	var parts []string
+	if hidden > 0 {
+		parts = append(parts, "the content of "+verb.Plural(hidden, "file")+" not shown to you")
+	}
+	if cut {
+		parts = append(parts, "the diff cut before its end")
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "warning: this diff does not show the whole change (" + strings.Join(parts, "; ") +
+		"): the digest, and an approval, cover what is not shown too"
 }
 
 // Approve is `sandboxctl approve`.

@@ -1,6 +1,7 @@
 package promotion
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/sandboxd/sandboxd/sandboxd1"
@@ -26,5 +27,25 @@ func TestChangeSummarySaysWhatChanged(t *testing.T) {
 		if got := changeSummary(c.p); got != c.want {
 			t.Errorf("changeSummary(%+v) = %q; want %q", c.p.Changed, got, c.want)
 		}
+	}
+}
+
+// TestUnseenWarnsOfWhatTheDiffDoesNotShow: a diff that shows the whole
+// change warns of nothing; one with a file's content not shown (a mode
+// only the requester may read) or cut at its bound says the approval
+// covers what is not shown too; a file's content line that says so
+// (prefixed, as a diff prefixes content) is no such line.
+func TestUnseenWarnsOfWhatTheDiffDoesNotShow(t *testing.T) {
+	whole := "diff --git a/calc.py b/calc.py\n--- a/calc.py\n+++ b/calc.py\n@@ -1 +1 @@\n-x\n+Content not shown: fake\n+... the diff is cut here\n"
+	if got := unseen(whole); got != "" {
+		t.Errorf("a whole diff: %q; want no warning", got)
+	}
+	hidden := whole + "diff --git a/run.sh b/run.sh\nnew file mode 100600\nContent not shown: b/run.sh is not readable by uid 1001\n"
+	if got := unseen(hidden); !strings.Contains(got, "the content of 1 file not shown to you") || strings.Contains(got, "cut") {
+		t.Errorf("a file's content not shown: %q", got)
+	}
+	cut := hidden + "... the diff is cut here: it is longer than 33554432 bytes\n"
+	if got := unseen(cut); !strings.Contains(got, "1 file not shown") || !strings.Contains(got, "cut before its end") || !strings.Contains(got, "approval") {
+		t.Errorf("a diff cut: %q", got)
 	}
 }

@@ -15,7 +15,8 @@ const maxUnifiedDiff = 32 << 20
 
 // unifiedDiffOptions reads UnifiedDiff's and PromotionDiff's options:
 // Context (u) lines of context, MaxBytes (t) where the text is cut (at
-// most maxUnifiedDiff, the default).
+// most maxUnifiedDiff, the default; 0 too: to unidiff it is no bound,
+// and the daemon would hold a diff as large as the sandbox).
 func unifiedDiffOptions(opts map[string]dbus.Variant) (unidiff.Options, error) {
 	uo := unidiff.Options{MaxBytes: maxUnifiedDiff}
 	for name, v := range opts {
@@ -28,6 +29,9 @@ func unifiedDiffOptions(opts map[string]dbus.Variant) (unidiff.Options, error) {
 		case uint64:
 			if name != "MaxBytes" {
 				return uo, fmt.Errorf("option %s: unknown, or not of type t (known: Context u, MaxBytes t): %w", name, supervisor.ErrInvalid)
+			}
+			if x == 0 {
+				x = maxUnifiedDiff
 			}
 			uo.MaxBytes = int64(min(x, maxUnifiedDiff))
 		default:

@@ -17,6 +17,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/sandboxd/sandboxd/internal/tailbuf"
@@ -142,10 +143,15 @@ func mergeable(vs []Version) error {
 // since the base (trees base, project), as a Merge leaves it: diff3
 // merges the three cleanly into the sandbox's version itself. The
 // sandbox's version then goes onto the project's as any change does.
+// The look is bounded: at most maxMergedChecks paths, mergedBudget in
+// all; a path not looked at, or whose diff3 failed (too slow, too much
+// output), stays a conflict.
 func merged(ctx context.Context, conflicts []string, base, project, sandbox string) ([]string, error) {
+	budget, cancel := context.WithTimeout(ctx, mergedBudget)
+	defer cancel()
 	var left []string
 	for i, p := range conflicts {
-		if i >= maxMergedChecks {
+		if i >= maxMergedChecks || budget.Err() != nil {
 			left = append(left, p) // not looked at: still a conflict
 			continue
 		}
@@ -159,28 +165,39 @@ func merged(ctx context.Context, conflicts []string, base, project, sandbox stri
 			vs[i] = v
 		}
 		if mergeable(vs) == nil {
-			res, err := merge3(ctx, vs[0].Data, vs[1].Data, vs[2].Data)
-			if err != nil {
-				return nil, fmt.Errorf("merging %s: %w", p, err)
-			}
-			if res.Clean && bytes.Equal(res.Merged, vs[2].Data) {
+			// The merged text alone: the hunks are not asked for.
+			res, err := runMerge(budget, vs[0].Data, vs[1].Data, vs[2].Data, false)
+			if err == nil && res.Clean && bytes.Equal(res.Merged, vs[2].Data) {
 				continue
 			}
 		}
 		left = append(left, p)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
 	}
 	return left, nil
 }
 
 // maxMergedChecks bounds the conflicting paths a rebase reads and runs
 // diff3 on to see whether the sandbox merged them (a sandbox that
-// conflicts on thousands of paths has not merged them one by one).
+// conflicts on thousands of paths has not merged them one by one);
+// mergedBudget bounds the time it spends on them (a diff3 of two files
+// of MaxVersionBytes with nothing in common takes 20 s of a core).
 const maxMergedChecks = 100
+
+var mergedBudget = 30 * time.Second
 
 // merge3 runs diff3 on copies of the three texts in a private temporary
 // directory: `diff3 -m -E` for the merged text (exit 1: it conflicts),
 // and, when it conflicts, plain diff3 for the hunks' lines.
 func merge3(ctx context.Context, base, project, sandbox []byte) (res MergeResult, err error) {
+	return runMerge(ctx, base, project, sandbox, true)
+}
+
+// runMerge is merge3, with the hunks of a merge that conflicts only if
+// hunks.
+func runMerge(ctx context.Context, base, project, sandbox []byte, hunks bool) (res MergeResult, err error) {
 	dir, err := os.MkdirTemp("", "sandboxd-merge-")
 	if err != nil {
 		return res, fmt.Errorf("a directory for the merge: %w", err)
@@ -197,7 +214,7 @@ func merge3(ctx context.Context, base, project, sandbox []byte) (res MergeResult
 		return res, err
 	}
 	res.Merged, res.Clean = merged, code == 0
-	if res.Clean {
+	if res.Clean || !hunks {
 		return res, nil
 	}
 	out, _, err := runDiff3(ctx, dir, "--", "sandbox", "base", "project")
@@ -218,7 +235,12 @@ func runDiff3(ctx context.Context, dir string, args ...string) ([]byte, int, err
 	cmd := exec.CommandContext(ctx, diff3Program, args...)
 	cmd.Dir = dir
 	cmd.Env = []string{"LC_ALL=C", "PATH=/usr/bin:/bin"}
-	out := &capped{max: mergeOutputMax}
+	// diff3 runs diff(1) twice: in a process group of their own, all
+	// are killed when the time is up or the output over its bound (diff3
+	// alone killed, its diff would compute on as root).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	out := &capped{max: mergeOutputMax, stop: cancel}
 	stderr := &tailbuf.Buffer{Max: 4 << 10}
 	cmd.Stdout, cmd.Stderr = out, stderr
 	cmd.WaitDelay = 5 * time.Second
@@ -237,16 +259,21 @@ func runDiff3(ctx context.Context, dir string, args ...string) ([]byte, int, err
 	return nil, 0, fmt.Errorf("diff3 %s: %s: %w", strings.Join(args, " "), strings.TrimSpace(stderr.String()), err)
 }
 
-// capped keeps what is written up to max bytes, and says it was over.
+// capped keeps what is written up to max bytes, and says it was over
+// (and calls stop).
 type capped struct {
 	b    bytes.Buffer
 	max  int
 	over bool
+	stop func()
 }
 
 func (c *capped) Write(p []byte) (int, error) {
 	if c.b.Len()+len(p) > c.max {
 		c.over = true
+		if c.stop != nil {
+			c.stop()
+		}
 		return 0, errors.New("output over its bound")
 	}
 	return c.b.Write(p)

@@ -1,12 +1,17 @@
 package checkpoints
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sandboxd/sandboxd/supervisor"
 )
@@ -116,6 +121,22 @@ func TestUnitReadVersion(t *testing.T) {
 	if v, err := readVersion(top, "calc.py", stranger, 10); err != nil || v.Kind != KindFile {
 		t.Errorf("a file uid 4242 could read: %+v, %v", v, err)
 	}
+	// Beneath a directory uid 4242 cannot enter: not even whether there
+	// is something, nor its size; the daemon reads it.
+	must(os.Mkdir(filepath.Join(top, "shut"), 0o700))
+	must(os.WriteFile(filepath.Join(top, "shut", "inner"), []byte("secret"), 0o644))
+	must(os.Mkdir(filepath.Join(top, "shut", "sub"), 0o755))
+	if v, err := readVersion(top, "shut/inner", daemon, 10); err != nil || v.Kind != KindFile || string(v.Data) != "secret" {
+		t.Errorf("shut/inner for the daemon: %+v, %v; want the file", v, err)
+	}
+	if v, err := readVersion(top, "dir/missing", stranger, 10); err != nil || v.Kind != KindAbsent {
+		t.Errorf("dir/missing for uid 4242: %+v, %v; want absent", v, err)
+	}
+	for _, p := range []string{"shut/inner", "shut/sub", "shut/missing", "shut/sub/deeper"} {
+		if v, err := readVersion(top, p, stranger, 10); err != nil || v.Kind != KindUnreadable || v.Size != 0 || v.Data != nil {
+			t.Errorf("%s for uid 4242: %+v, %v; want unreadable, no size", p, v, err)
+		}
+	}
 }
 
 // A path names a file below the project's top.
@@ -190,5 +211,117 @@ func TestUnitMergedConflicts(t *testing.T) {
 	}
 	if want := []string{"both.py", "gone.py", "mine.py"}; strings.Join(left, " ") != strings.Join(want, " ") {
 		t.Errorf("conflicts left: %v; want %v (merged.py taken)", left, want)
+	}
+}
+
+// A rebase's look for merged paths is bounded: a diff3 that does not end
+// is killed with the diff it started (none computes on as root), the
+// path stays a conflict, and the rebase is not failed by it; the other
+// paths are not looked at once the budget is spent.
+func TestUnitMergedConflictsBounded(t *testing.T) {
+	trees := [3]string{t.TempDir(), t.TempDir(), t.TempDir()} // base, project, sandbox
+	for i, data := range [][]byte{lines(12, nil), lines(12, map[int]string{2: "two project"}), lines(12, map[int]string{2: "two project", 10: "ten sandbox"})} {
+		for _, name := range []string{"a.py", "b.py"} {
+			if err := os.WriteFile(filepath.Join(trees[i], name), data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	left, err := merged(context.Background(), []string{"a.py", "b.py"}, trees[0], trees[1], trees[2])
+	if err != nil || len(left) != 0 {
+		t.Fatalf("merged paths with diff3: %v left, %v; want both taken", left, err)
+	}
+
+	// A diff3 whose diff never ends (it names its pid first).
+	dir := t.TempDir()
+	pids := filepath.Join(dir, "pids")
+	fake := filepath.Join(dir, "diff3")
+	script := "#!/bin/sh\nsleep 1000 &\necho $! >>" + pids + "\nwait\n"
+	if err := os.WriteFile(fake, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	defer func(p string, b time.Duration) { diff3Program, mergedBudget = p, b }(diff3Program, mergedBudget)
+	diff3Program, mergedBudget = fake, time.Second
+	left, err = merged(context.Background(), []string{"a.py", "b.py"}, trees[0], trees[1], trees[2])
+	if err != nil || strings.Join(left, " ") != "a.py b.py" {
+		t.Fatalf("with a diff3 that does not end: %v left, %v; want both conflicts, no error", left, err)
+	}
+	data, err := os.ReadFile(pids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(data), "\n"); n != 1 {
+		t.Errorf("diff3 ran %d times; want once: the budget spent, b.py is not looked at", n)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The diff is killed with diff3; it goes once reaped (a deadline as a
+	// safety net only).
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil || strings.Contains(string(st), ") Z ") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("diff3's child %d still runs after diff3 was killed: %s", pid, st)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A file on which a process of the sandbox holds a lease is not waited
+// for (the lease's break time, 45 s, the sandbox's lock held): Busy at
+// once, and read as any other once the lease is gone.
+func TestUnitReadVersionLeased(t *testing.T) {
+	top := t.TempDir()
+	file := filepath.Join(top, "calc.py")
+	if err := os.WriteFile(file, []byte("print(1)\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	daemon := supervisor.Daemon("test")
+	if v, err := readVersion(top, "calc.py", daemon, 100); err != nil || v.Kind != KindFile {
+		t.Fatalf("calc.py: %+v, %v; want a file", v, err)
+	}
+	holder := exec.Command("python3", "-c", `import fcntl, os, signal, sys
+signal.signal(signal.SIGIO, signal.SIG_IGN)
+fd = os.open(sys.argv[1], os.O_RDONLY)
+fcntl.fcntl(fd, 1024, fcntl.F_WRLCK)  # F_SETLEASE
+print("held", flush=True)
+sys.stdin.read()`, file)
+	in, err := holder.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := holder.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder.Stderr = os.Stderr
+	if err := holder.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Wait()
+	defer in.Close()
+	if line, err := bufio.NewReader(out).ReadString('\n'); line != "held\n" {
+		t.Fatalf("the lease's holder said %q, %v", line, err)
+	}
+	type result struct {
+		v   Version
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		v, err := readVersion(top, "calc.py", daemon, 100)
+		done <- result{v, err}
+	}()
+	select {
+	case r := <-done:
+		if !errors.Is(r.err, supervisor.ErrBusy) || !strings.Contains(r.err.Error(), "lease") {
+			t.Errorf("a leased file: %+v, %v; want Busy naming the lease", r.v, r.err)
+		}
+	case <-time.After(20 * time.Second): // a safety net: the break time is 45 s
+		t.Fatal("reading a leased file waits for the lease's break")
 	}
 }

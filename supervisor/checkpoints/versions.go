@@ -161,6 +161,13 @@ func readVersion(top, rel string, who supervisor.Actor, limit int) (Version, err
 		return Version{}, fmt.Errorf("opening %s: %w", top, err)
 	}
 	defer unix.Close(root)
+	// Beneath a directory who could not enter on the host, not even
+	// whether there is something is told.
+	if ok, err := maySearch(root, rel, who); err != nil {
+		return Version{}, err
+	} else if !ok {
+		return Version{Kind: KindUnreadable, Note: fmt.Sprintf("beneath a directory uid %d could not enter on the host: not shown", who.UID)}, nil
+	}
 	fd, st, err := lookup(root, rel)
 	switch {
 	case errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR):
@@ -191,8 +198,13 @@ func readVersion(top, rel string, who supervisor.Actor, limit int) (Version, err
 		return Version{Kind: KindUnreadable, Size: v.Size, Note: fmt.Sprintf("not readable by uid %d on the host: content not shown", who.UID)}, nil
 	}
 	// Reopened from the descriptor: the inode looked up, whatever the
-	// path names now.
-	f, err := os.OpenFile("/proc/self/fd/"+strconv.Itoa(fd), os.O_RDONLY|unix.O_NOCTTY, 0)
+	// path names now. O_NONBLOCK: a process of the sandbox that holds a
+	// lease on the file would hold the open (and the sandbox's lock) for
+	// the lease's break time (45 s).
+	f, err := os.OpenFile("/proc/self/fd/"+strconv.Itoa(fd), os.O_RDONLY|unix.O_NOCTTY|unix.O_NONBLOCK, 0)
+	if errors.Is(err, unix.EWOULDBLOCK) {
+		return Version{}, fmt.Errorf("opening %s: a process holds a lease on it (it is told to let go: try again): %w", rel, supervisor.ErrBusy)
+	}
 	if err != nil {
 		return Version{}, fmt.Errorf("opening %s: %w", rel, err)
 	}
@@ -248,37 +260,10 @@ func mayRead(root, fd int, rel string, st *unix.Stat_t, who supervisor.Actor) (b
 	if who.Daemon != "" || who.UID == 0 {
 		return true, nil
 	}
-	may := func(st *unix.Stat_t, want uint32) bool {
-		var bits uint32
-		switch {
-		case st.Uid == who.UID:
-			bits = st.Mode >> 6
-		case slices.Contains(who.GIDs, st.Gid):
-			bits = st.Mode >> 3
-		default:
-			bits = st.Mode
-		}
-		return bits&want == want
-	}
-	var top unix.Stat_t
-	if err := unix.Fstat(root, &top); err != nil {
+	if ok, err := maySearch(root, rel, who); err != nil || !ok {
 		return false, err
 	}
-	if !may(&top, permSearch) {
-		return false, nil
-	}
-	parts := strings.Split(rel, "/")
-	for i := 1; i < len(parts); i++ {
-		dfd, dst, err := lookup(root, strings.Join(parts[:i], "/"))
-		if err != nil {
-			return false, err
-		}
-		unix.Close(dfd)
-		if dst.Mode&unix.S_IFMT != unix.S_IFDIR || !may(&dst, permSearch) {
-			return false, nil
-		}
-	}
-	if !may(st, permRead) {
+	if !permits(st, who, permRead) {
 		return false, nil
 	}
 	if st.Uid != who.UID {
@@ -288,6 +273,56 @@ func mayRead(root, fd int, rel string, st *unix.Stat_t, who supervisor.Actor) (b
 			return false, nil
 		case !errors.Is(err, unix.ENODATA) && !errors.Is(err, unix.EOPNOTSUPP):
 			return false, err
+		}
+	}
+	return true, nil
+}
+
+// permits says whether the bits of st that apply to who (its owner's,
+// group's or others') grant want.
+func permits(st *unix.Stat_t, who supervisor.Actor, want uint32) bool {
+	var bits uint32
+	switch {
+	case st.Uid == who.UID:
+		bits = st.Mode >> 6
+	case slices.Contains(who.GIDs, st.Gid):
+		bits = st.Mode >> 3
+	default:
+		bits = st.Mode
+	}
+	return bits&want == want
+}
+
+// maySearch says whether who could enter the tree's top and every
+// directory on the way to rel (the daemon and root may). What is not
+// there, or not a directory, ends the walk: the lookup of rel tells it,
+// as the host would tell who.
+func maySearch(root int, rel string, who supervisor.Actor) (bool, error) {
+	if who.Daemon != "" || who.UID == 0 {
+		return true, nil
+	}
+	var top unix.Stat_t
+	if err := unix.Fstat(root, &top); err != nil {
+		return false, err
+	}
+	if !permits(&top, who, permSearch) {
+		return false, nil
+	}
+	parts := strings.Split(rel, "/")
+	for i := 1; i < len(parts); i++ {
+		dfd, dst, err := lookup(root, strings.Join(parts[:i], "/"))
+		switch {
+		case errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ELOOP) || errors.Is(err, unix.EXDEV):
+			return true, nil
+		case err != nil:
+			return false, err
+		}
+		unix.Close(dfd)
+		if dst.Mode&unix.S_IFMT != unix.S_IFDIR {
+			return true, nil
+		}
+		if !permits(&dst, who, permSearch) {
+			return false, nil
 		}
 	}
 	return true, nil

@@ -70,6 +70,12 @@ def become():
 try:
     p = subprocess.Popen([psql, "-X", "-v", "ON_ERROR_STOP=0", "-f", "-"], stdin=subprocess.PIPE,
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd="/", preexec_fn=become)
+except subprocess.SubprocessError as e:
+    # become() failed: uid 0 without root's rights (a root caller's
+    # session opened without --root) may not change its user.
+    answer(("starting psql as user %s: %s; uid 0 without root's rights cannot change its user:"
+            " open the session as root of the sandbox (--root)" % (run_as.pw_name if run_as else "?", e)).encode(), 1)
+    sys.exit(0)
 except OSError as e:
     answer(("starting psql: %s" % e).encode(), 127)
     sys.exit(0)
