@@ -83,7 +83,7 @@ func hashPath(ctx context.Context, h hash.Hash, root int, path string, buf []byt
 			Flags:   unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC,
 			Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
 		})
-		if err == unix.EINTR || err == unix.EAGAIN && try < 16 {
+		if (err == unix.EINTR || err == unix.EAGAIN) && try < 16 {
 			continue
 		}
 		break
