@@ -39,10 +39,9 @@ type UnifiedDiffOptions struct {
 	MaxBytes uint64
 }
 
-// UnifiedDiff is Diff's changes as a unified diff, as `git diff` shows
-// it. A file the caller could not read on the host is named, its content
-// not shown.
-func (s *Sandbox) UnifiedDiff(ctx context.Context, opts UnifiedDiffOptions) (string, error) {
+// wire is opts as the daemon's options: a context and a bound only
+// where they are not the daemon's defaults.
+func (opts UnifiedDiffOptions) wire() map[string]dbus.Variant {
 	o := map[string]dbus.Variant{}
 	switch {
 	case opts.Context > 0:
@@ -53,6 +52,14 @@ func (s *Sandbox) UnifiedDiff(ctx context.Context, opts UnifiedDiffOptions) (str
 	if opts.MaxBytes > 0 {
 		o[sandboxd1.OptMaxBytes] = dbus.MakeVariant(opts.MaxBytes)
 	}
+	return o
+}
+
+// UnifiedDiff is Diff's changes as a unified diff, as `git diff` shows
+// it. A file the caller could not read on the host is named, its content
+// not shown.
+func (s *Sandbox) UnifiedDiff(ctx context.Context, opts UnifiedDiffOptions) (string, error) {
+	o := opts.wire()
 	var text string
 	err := s.call(ctx, "diffing", sandboxd1.MethodUnifiedDiff, []any{o}, &text)
 	return text, err

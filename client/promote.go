@@ -134,16 +134,7 @@ func (c *Client) ApprovePromotionDigest(ctx context.Context, id, digest string) 
 // sandbox's: escape it before it reaches a terminal. The promotion's
 // owner and admins may read it until it is finished.
 func (c *Client) PromotionDiff(ctx context.Context, id string, opts UnifiedDiffOptions) (text, digest string, err error) {
-	o := map[string]dbus.Variant{}
-	switch {
-	case opts.Context > 0:
-		o[sandboxd1.OptContext] = dbus.MakeVariant(uint32(opts.Context))
-	case opts.Context < 0:
-		o[sandboxd1.OptContext] = dbus.MakeVariant(uint32(0))
-	}
-	if opts.MaxBytes > 0 {
-		o[sandboxd1.OptMaxBytes] = dbus.MakeVariant(opts.MaxBytes)
-	}
+	o := opts.wire()
 	err = c.callManager(ctx, "diffing promotion "+id, sandboxd1.MethodPromotionDiff, []any{id, o}, &text, &digest)
 	return text, digest, err
 }

@@ -173,3 +173,27 @@ func plural[N ~int | ~int64 | ~uint64](n N, word string) string {
 	}
 	return fmt.Sprintf("%d %ss", n, word)
 }
+
+// writeSection writes text under a "--- name ---" heading, ending on a
+// newline; nothing when text is "".
+func writeSection(b *strings.Builder, name, text string) {
+	if text == "" {
+		return
+	}
+	b.WriteString("--- " + name + " ---\n" + text)
+	if !strings.HasSuffix(text, "\n") {
+		b.WriteString("\n")
+	}
+}
+
+// writeNotes writes notes as a list under a "--- notes ---" heading;
+// nothing when there are none.
+func writeNotes(b *strings.Builder, notes []string) {
+	if len(notes) == 0 {
+		return
+	}
+	b.WriteString("--- notes ---\n")
+	for _, n := range notes {
+		b.WriteString("- " + n + "\n")
+	}
+}

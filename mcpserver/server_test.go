@@ -14,18 +14,7 @@ import (
 // daemon, its list and its input's validation.
 func connect(t *testing.T) *mcp.ClientSession {
 	t.Helper()
-	ctx := t.Context()
-	m, _ := newServer(ctx, nil, Options{})
-	st, ct := mcp.NewInMemoryTransports()
-	if _, err := m.Connect(ctx, st, nil); err != nil {
-		t.Fatal(err)
-	}
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test"}, nil).Connect(ctx, ct, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cs.Close() })
-	return cs
+	return connectWith(t, Options{})
 }
 
 // The hints each tool must carry: what only reads, what may destroy.

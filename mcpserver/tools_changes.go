@@ -157,18 +157,8 @@ func (o diffOut) text() string {
 		fmt.Fprintf(&b, "; %s left out by the project's ignore rules (.sandboxignore)", plural(o.Ignored, "changed path"))
 	}
 	b.WriteString("\n")
-	if o.Text != "" {
-		b.WriteString("--- diff ---\n" + o.Text)
-		if !strings.HasSuffix(o.Text, "\n") {
-			b.WriteString("\n")
-		}
-	}
-	if len(o.Notes) > 0 {
-		b.WriteString("--- notes ---\n")
-		for _, n := range o.Notes {
-			b.WriteString("- " + n + "\n")
-		}
-	}
+	writeSection(&b, "diff", o.Text)
+	writeNotes(&b, o.Notes)
 	return b.String()
 }
 

@@ -56,21 +56,9 @@ func (o execOut) text() string {
 		fmt.Fprintf(&b, " by signal %d", o.Signal)
 	}
 	fmt.Fprintf(&b, ") after %gs; stdout %s, stderr %s\n", o.Seconds, plural(o.StdoutBytes, "byte"), plural(o.StderrBytes, "byte"))
-	for _, part := range []struct{ name, text string }{{"stdout", o.Stdout}, {"stderr", o.Stderr}} {
-		if part.text == "" {
-			continue
-		}
-		b.WriteString("--- " + part.name + " ---\n" + part.text)
-		if !strings.HasSuffix(part.text, "\n") {
-			b.WriteString("\n")
-		}
-	}
-	if len(o.Notes) > 0 {
-		b.WriteString("--- notes ---\n")
-		for _, n := range o.Notes {
-			b.WriteString("- " + n + "\n")
-		}
-	}
+	writeSection(&b, "stdout", o.Stdout)
+	writeSection(&b, "stderr", o.Stderr)
+	writeNotes(&b, o.Notes)
 	return b.String()
 }
 
@@ -126,18 +114,8 @@ func (o logsOut) text() string {
 		state = "it ended: this is the end of its output"
 	}
 	fmt.Fprintf(&b, "%s of output; next_offset %d; %s\n", plural(o.Bytes, "byte"), o.Next, state)
-	if o.Output != "" {
-		b.WriteString("--- output ---\n" + o.Output)
-		if !strings.HasSuffix(o.Output, "\n") {
-			b.WriteString("\n")
-		}
-	}
-	if len(o.Notes) > 0 {
-		b.WriteString("--- notes ---\n")
-		for _, n := range o.Notes {
-			b.WriteString("- " + n + "\n")
-		}
-	}
+	writeSection(&b, "output", o.Output)
+	writeNotes(&b, o.Notes)
 	return b.String()
 }
 

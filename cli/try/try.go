@@ -2,8 +2,6 @@ package try
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"maps"
 	"os"
@@ -19,6 +17,7 @@ import (
 	"github.com/sandboxd/sandboxd/cli/sandboxes"
 	"github.com/sandboxd/sandboxd/cli/verb"
 	sbclient "github.com/sandboxd/sandboxd/client"
+	"github.com/sandboxd/sandboxd/internal/randid"
 	"github.com/sandboxd/sandboxd/sandboxd1"
 )
 
@@ -263,9 +262,7 @@ func newTrial(cmd *ucli.Command) (*trial, error) {
 		return nil, verb.Usage("--parallel %d: want 1 or more", parallel)
 	}
 	if t.prefix == "" {
-		b := make([]byte, 2)
-		_, _ = rand.Read(b)
-		t.prefix = "try-" + hex.EncodeToString(b)
+		t.prefix = "try-" + randid.Hex(2)
 	}
 	create, err := sandboxes.CreateOptions(cmd)
 	if err != nil {

@@ -1,7 +1,8 @@
 // Package fsat holds the small file system calls by descriptor that the
 // daemon's walks share (adopt's copy, promote's apply, nsinit's file
 // service): each acts at a directory descriptor and a name, never by a
-// path a tenant could swap on the way.
+// path a tenant could swap on the way; and the permission check by a
+// file's mode that the walks made for a user share (Permits).
 package fsat
 
 import "golang.org/x/sys/unix"

@@ -3,11 +3,12 @@ package unidiff
 import (
 	"context"
 	"errors"
-	"slices"
 	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandboxd/internal/fsat"
 )
 
 // Reader is whom a unified diff is written for. The daemon that writes it
@@ -38,32 +39,6 @@ func readerFrom(ctx context.Context) *Reader {
 	return nil
 }
 
-// Permission bits, as the owner, group and other triplets hold them.
-const (
-	permRead   = 4
-	permSearch = 1
-)
-
-// may says whether r is granted want (permRead, permSearch) on a file of
-// st's owner, group and mode, as the kernel's permission check without
-// capabilities does: the owner's bits for the owner, else the group's for
-// a member, else the others'.
-func (r *Reader) may(st *unix.Stat_t, want uint32) bool {
-	if r == nil || r.UID == 0 {
-		return true
-	}
-	var bits uint32
-	switch {
-	case st.Uid == r.UID:
-		bits = st.Mode >> 6
-	case slices.Contains(r.GIDs, st.Gid):
-		bits = st.Mode >> 3
-	default:
-		bits = st.Mode
-	}
-	return bits&want == want
-}
-
 // readable says whether r could read e (of tree t): e itself readable (a
 // symlink's target needs no permission), the tree's root and every
 // directory on the way searchable. A file with a POSIX ACL is shown to
@@ -77,7 +52,7 @@ func (t *diffTree) readable(e *diffEntry, r *Reader) (bool, error) {
 	if err := unix.Fstat(t.fd, &root); err != nil {
 		return false, err
 	}
-	if !r.may(&root, permSearch) {
+	if !fsat.Permits(&root, r.UID, r.GIDs, fsat.PermSearch) {
 		return false, nil
 	}
 	parts := strings.Split(e.name, "/")
@@ -86,7 +61,7 @@ func (t *diffTree) readable(e *diffEntry, r *Reader) (bool, error) {
 		if err != nil {
 			return false, err
 		}
-		ok := dir.typ() == unix.S_IFDIR && r.may(&dir.st, permSearch)
+		ok := dir.typ() == unix.S_IFDIR && fsat.Permits(&dir.st, r.UID, r.GIDs, fsat.PermSearch)
 		dir.close()
 		if !ok { // a symlink on the way is not followed here: not shown
 			return false, nil
@@ -95,7 +70,7 @@ func (t *diffTree) readable(e *diffEntry, r *Reader) (bool, error) {
 	if e.typ() == unix.S_IFLNK {
 		return true, nil
 	}
-	if !r.may(&e.st, permRead) {
+	if !fsat.Permits(&e.st, r.UID, r.GIDs, fsat.PermRead) {
 		return false, nil
 	}
 	if e.st.Uid != r.UID {

@@ -2,8 +2,6 @@ package checkpoints
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -11,6 +9,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/cowfs"
 	"github.com/sandboxd/sandboxd/internal/crashpoint"
+	"github.com/sandboxd/sandboxd/internal/randid"
 	"github.com/sandboxd/sandboxd/internal/revert"
 	"github.com/sandboxd/sandboxd/supervisor"
 	"github.com/sandboxd/sandboxd/supervisor/state"
@@ -206,7 +205,5 @@ func uidField(ctx context.Context) string {
 // newTag is a short random name part, which makes a volume's name
 // unique.
 func newTag() string {
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
+	return randid.Hex(4)
 }

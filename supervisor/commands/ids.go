@@ -1,13 +1,8 @@
 package commands
 
-import (
-	"crypto/rand"
-	"encoding/hex"
-)
+import "github.com/sandboxd/sandboxd/internal/randid"
 
 // newID is a short random id: a command's, a process's, a session's.
 func newID() string {
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
+	return randid.Hex(4)
 }

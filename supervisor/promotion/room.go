@@ -2,8 +2,7 @@ package promotion
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
+	"github.com/sandboxd/sandboxd/internal/randid"
 	"github.com/sandboxd/sandboxd/supervisor/commands"
 
 	"github.com/sandboxd/sandboxd/cowfs"
@@ -78,7 +77,5 @@ func New(h Host, cfg Config) *Promotions {
 func (r *Promotions) Stages() []Stage { return r.plan }
 
 func newID() string {
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
+	return randid.Hex(6)
 }

@@ -2,9 +2,8 @@ package try
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
+	"github.com/sandboxd/sandboxd/internal/randid"
 	"github.com/sandboxd/sandboxd/supervisor/commands"
 	"strings"
 	"sync"
@@ -318,7 +317,5 @@ func cleanUpText(results []Result, gone, left []string, keptAll bool) string {
 // randomTag is four hex digits that tell apart the sandboxes of Trys
 // their callers did not name.
 func randomTag() string {
-	var b [2]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
+	return randid.Hex(2)
 }

@@ -85,6 +85,25 @@ func hostCluster(t *testing.T) {
 		"insert into items select i, 'row ' || i from generate_series(1, 100) i")
 }
 
+// bootedCluster makes the host's cluster (hostCluster), adopts it as
+// project name (released at the end), boots a sandbox of it and starts
+// its PostgreSQL there; it returns the sandbox's id once that answers.
+func bootedCluster(t *testing.T, name string) string {
+	t.Helper()
+	hostCluster(t)
+	ok(t, "project", "adopt", "--restart-units", "--freeze", pgUnit, name, "/etc/postgresql", "/var/lib/postgresql")
+	t.Cleanup(func() { ctl(t, "", "project", "release", name) })
+	id, _ := bootSandbox(t, name)
+	if out, errOut, code := ctl(t, "", "exec", "--root", id, "--", "systemctl", "start", pgUnit); code != 0 {
+		t.Fatalf("systemctl start %s in the booted sandbox: exit %d: %s%s", pgUnit, code, out, errOut)
+	}
+	waitUntil(t, "the sandbox's PostgreSQL answers", func() bool {
+		_, _, code := ctl(t, "", "exec", "--root", id, "--", "pg_isready", "-q")
+		return code == 0
+	})
+	return id
+}
+
 // pgClient inserts a row and reads the table's rows, over and over, each
 // time on a new connection, as an application of the host would. A read
 // that fails is tried again (an application reconnects) for up to two

@@ -448,18 +448,7 @@ func TestMCPInspectorGoSession(t *testing.T) {
 // its rows as a table.
 func TestMCPInspectorSQLSession(t *testing.T) {
 	install(t)
-	hostCluster(t)
-	const name = "insp-pgsql"
-	ok(t, "project", "adopt", "--restart-units", "--freeze", pgUnit, name, "/etc/postgresql", "/var/lib/postgresql")
-	t.Cleanup(func() { ctl(t, "", "project", "release", name) })
-	id, _ := bootSandbox(t, name)
-	if out, errOut, code := ctl(t, "", "exec", "--root", id, "--", "systemctl", "start", pgUnit); code != 0 {
-		t.Fatalf("systemctl start %s in the booted sandbox: exit %d: %s%s", pgUnit, code, out, errOut)
-	}
-	waitUntil(t, "the sandbox's PostgreSQL answers", func() bool {
-		_, _, code := ctl(t, "", "exec", "--root", id, "--", "pg_isready", "-q")
-		return code == 0
-	})
+	id := bootedCluster(t, "insp-pgsql")
 	for _, era := range []string{"modern", "legacy"} {
 		var repl struct {
 			Status int

@@ -83,20 +83,7 @@ approval = "admin"
 // says.
 func TestPythonClientSQLSession(t *testing.T) {
 	install(t)
-	hostCluster(t)
-	const name = "pypgsql"
-	ok(t, "project", "adopt", "--restart-units", "--freeze", pgUnit, name, "/etc/postgresql", "/var/lib/postgresql")
-	t.Cleanup(func() {
-		ctl(t, "", "project", "release", name)
-	})
-	id, _ := bootSandbox(t, name)
-	if out, errOut, code := ctl(t, "", "exec", "--root", id, "--", "systemctl", "start", pgUnit); code != 0 {
-		t.Fatalf("systemctl start %s in the booted sandbox: exit %d: %s%s", pgUnit, code, out, errOut)
-	}
-	waitUntil(t, "the sandbox's PostgreSQL answers", func() bool {
-		_, _, code := ctl(t, "", "exec", "--root", id, "--", "pg_isready", "-q")
-		return code == 0
-	})
+	id := bootedCluster(t, "pypgsql")
 	runPython(t, "Sessions.test_a_sql_session_reaches_the_database_its_environment_names", "SANDBOXD_TEST_SQL_SANDBOX="+id)
 }
 

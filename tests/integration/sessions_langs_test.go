@@ -60,20 +60,7 @@ func TestAGoSessionKeepsDeclarationsAndImportsTheProject(t *testing.T) {
 // is an input's status, not the session's end.
 func TestASQLSessionKeepsItsConnection(t *testing.T) {
 	install(t)
-	hostCluster(t)
-	const name = "pgsql"
-	ok(t, "project", "adopt", "--restart-units", "--freeze", pgUnit, name, "/etc/postgresql", "/var/lib/postgresql")
-	t.Cleanup(func() {
-		ctl(t, "", "project", "release", name)
-	})
-	id, _ := bootSandbox(t, name)
-	if out, errOut, code := ctl(t, "", "exec", "--root", id, "--", "systemctl", "start", pgUnit); code != 0 {
-		t.Fatalf("systemctl start %s in the booted sandbox: exit %d: %s%s", pgUnit, code, out, errOut)
-	}
-	waitUntil(t, "the sandbox's PostgreSQL answers", func() bool {
-		_, _, code := ctl(t, "", "exec", "--root", id, "--", "pg_isready", "-q")
-		return code == 0
-	})
+	id := bootedCluster(t, "pgsql")
 	out, errOut, code := ctl(t, "create temp table kept (n integer, word text);\n"+
 		"insert into kept values (1, 'one'), (2, 'two');\n"+
 		"select nosuch;\n"+
