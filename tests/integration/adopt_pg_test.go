@@ -92,7 +92,15 @@ func bootedCluster(t *testing.T, name string) string {
 	t.Helper()
 	hostCluster(t)
 	ok(t, "project", "adopt", "--restart-units", "--freeze", pgUnit, name, "/etc/postgresql", "/var/lib/postgresql")
-	t.Cleanup(func() { ctl(t, "", "project", "release", name) })
+	t.Cleanup(func() {
+		// A project left adopted keeps /etc/postgresql mounted, and the
+		// next test's adopt of it is refused: the host's PostgreSQL,
+		// which holds it, stops first, then it is released.
+		_ = exec.Command("systemctl", "stop", pgUnit).Run()
+		if out, errOut, code := ctl(t, "", "project", "release", name); code != 0 {
+			t.Errorf("releasing project %s at the end: exit %d: %s%s", name, code, out, errOut)
+		}
+	})
 	id, _ := bootSandbox(t, name)
 	if out, errOut, code := ctl(t, "", "exec", "--root", id, "--", "systemctl", "start", pgUnit); code != 0 {
 		t.Fatalf("systemctl start %s in the booted sandbox: exit %d: %s%s", pgUnit, code, out, errOut)
