@@ -22,3 +22,16 @@ func Readlink(dir int, name string) (string, error) {
 		}
 	}
 }
+
+// Openat2 is unix.Openat2, tried again (16 times at most) when a signal
+// interrupted it or, for a lookup confined to dir, a rename or mount
+// anywhere raced it (EAGAIN).
+func Openat2(dir int, name string, how *unix.OpenHow) (int, error) {
+	for try := 0; ; try++ {
+		fd, err := unix.Openat2(dir, name, how)
+		if (err == unix.EINTR || err == unix.EAGAIN) && try < 16 {
+			continue
+		}
+		return fd, err
+	}
+}

@@ -35,17 +35,10 @@ func (t *diffTree) close() { unix.Close(t.fd) }
 func (t *diffTree) lookup(name string) (*diffEntry, error) {
 	var fd int
 	var err error
-	for try := 0; ; try++ {
-		fd, err = unix.Openat2(t.fd, name, &unix.OpenHow{
-			Flags:   unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC,
-			Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS,
-		})
-		// EAGAIN: a rename in the tree raced the lookup.
-		if err == unix.EINTR || err == unix.EAGAIN && try < 16 {
-			continue
-		}
-		break
-	}
+	fd, err = fsat.Openat2(t.fd, name, &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS,
+	})
 	if err != nil {
 		return nil, fmt.Errorf("opening %s in %s: %w", name, t.path, err)
 	}

@@ -18,6 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sandboxd/sandboxd/internal/fsat"
 	"github.com/sandboxd/sandboxd/supervisor"
 	"github.com/sandboxd/sandboxd/supervisor/state"
 )
@@ -225,31 +226,19 @@ func readVersion(top, rel string, who supervisor.Actor, limit int) (Version, err
 // opened itself; nothing outside root is reached.
 func lookup(root int, rel string) (int, unix.Stat_t, error) {
 	var st unix.Stat_t
-	for try := 0; ; try++ {
-		fd, err := unix.Openat2(root, rel, &unix.OpenHow{
-			Flags:   unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC,
-			Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_XDEV,
-		})
-		// EAGAIN: a rename in the tree raced the lookup.
-		if (err == unix.EINTR || err == unix.EAGAIN) && try < 16 {
-			continue
-		}
-		if err != nil {
-			return -1, st, err
-		}
-		if err := unix.Fstat(fd, &st); err != nil {
-			unix.Close(fd)
-			return -1, st, err
-		}
-		return fd, st, nil
+	fd, err := fsat.Openat2(root, rel, &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_XDEV,
+	})
+	if err != nil {
+		return -1, st, err
 	}
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return -1, st, err
+	}
+	return fd, st, nil
 }
-
-// Permission bits, as the owner, group and other triplets hold them.
-const (
-	permRead   = 4
-	permSearch = 1
-)
 
 // mayRead says whether who could read the file fd (rel below root) on
 // the host: the file readable by its uid or groups, the tree's top and
@@ -263,7 +252,7 @@ func mayRead(root, fd int, rel string, st *unix.Stat_t, who supervisor.Actor) (b
 	if ok, err := maySearch(root, rel, who); err != nil || !ok {
 		return false, err
 	}
-	if !permits(st, who, permRead) {
+	if !permits(st, who, fsat.PermRead) {
 		return false, nil
 	}
 	if st.Uid != who.UID {
@@ -281,16 +270,7 @@ func mayRead(root, fd int, rel string, st *unix.Stat_t, who supervisor.Actor) (b
 // permits says whether the bits of st that apply to who (its owner's,
 // group's or others') grant want.
 func permits(st *unix.Stat_t, who supervisor.Actor, want uint32) bool {
-	var bits uint32
-	switch {
-	case st.Uid == who.UID:
-		bits = st.Mode >> 6
-	case slices.Contains(who.GIDs, st.Gid):
-		bits = st.Mode >> 3
-	default:
-		bits = st.Mode
-	}
-	return bits&want == want
+	return fsat.Permits(st, who.UID, who.GIDs, want)
 }
 
 // maySearch says whether who could enter the tree's top and every
@@ -305,7 +285,7 @@ func maySearch(root int, rel string, who supervisor.Actor) (bool, error) {
 	if err := unix.Fstat(root, &top); err != nil {
 		return false, err
 	}
-	if !permits(&top, who, permSearch) {
+	if !permits(&top, who, fsat.PermSearch) {
 		return false, nil
 	}
 	parts := strings.Split(rel, "/")
@@ -321,7 +301,7 @@ func maySearch(root int, rel string, who supervisor.Actor) (bool, error) {
 		if dst.Mode&unix.S_IFMT != unix.S_IFDIR {
 			return true, nil
 		}
-		if !permits(&dst, who, permSearch) {
+		if !permits(&dst, who, fsat.PermSearch) {
 			return false, nil
 		}
 	}

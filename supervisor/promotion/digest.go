@@ -76,18 +76,10 @@ func listDigest(changes []cowfs.Change) string {
 // (the change list said so), else its type and mode, owner and size,
 // and a file's content's or a symlink's target's own hash.
 func hashPath(ctx context.Context, h hash.Hash, root int, path string, buf []byte) error {
-	var fd int
-	var err error
-	for try := 0; ; try++ {
-		fd, err = unix.Openat2(root, path, &unix.OpenHow{
-			Flags:   unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC,
-			Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
-		})
-		if (err == unix.EINTR || err == unix.EAGAIN) && try < 16 {
-			continue
-		}
-		break
-	}
+	fd, err := fsat.Openat2(root, path, &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+	})
 	if errors.Is(err, unix.ENOENT) {
 		fmt.Fprint(h, "absent\n")
 		return nil
