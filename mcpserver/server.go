@@ -22,6 +22,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/sandboxd/sandboxd/client"
+	"github.com/sandboxd/sandboxd/mcpserver/args"
 	"github.com/sandboxd/sandboxd/mcpserver/toolcall"
 	"github.com/sandboxd/sandboxd/sandboxd1"
 )
@@ -167,7 +168,7 @@ type texter interface{ text() string }
 // h becomes a tool error (IsError, with its text and a hint), never a
 // protocol error.
 func add[In, Out any](s *server, m *mcp.Server, t *mcp.Tool, h handler[In, Out]) {
-	schema, err := inputSchema[In]()
+	schema, err := args.Schema[In]()
 	if err != nil {
 		panic(err) // a tool's input type that has no schema is a bug here
 	}
