@@ -28,7 +28,7 @@ func ExecFlags() []ucli.Flag {
 	return []ucli.Flag{
 		&ucli.BoolFlag{Name: "root", Usage: "run as root in the sandbox (root of its user namespace, nobody on the host; in a sandbox without one only root may); without it root's command has no capability"},
 		&ucli.StringSliceFlag{Name: "env", Aliases: []string{"e"}, Usage: "KEY=value for the command's environment (repeat it)"},
-		&ucli.StringFlag{Name: "workdir", Aliases: []string{"w"}, Usage: "working directory in the sandbox (default: the project's path)"},
+		&ucli.StringFlag{Name: "workdir", Aliases: []string{"w"}, Usage: "working directory in the sandbox (default: the project's path; a relative one starts there)"},
 		&ucli.DurationFlag{Name: "timeout", Usage: "end the command after this long, like 30s (exit status 124)", DefaultText: "none"},
 		&ucli.BoolFlag{Name: "detach", Usage: "leave what the command started in the background (setsid) running after it ends"},
 	}

@@ -56,10 +56,16 @@ func (c *Commands) request(ctx context.Context, rec state.Record, o ExecOptions)
 	} else {
 		req.Home = home
 	}
-	if req.Dir == "" {
+	if !strings.HasPrefix(req.Dir, "/") {
+		// None: the project's directory; a relative one starts there, as
+		// a file call's relative path does (not cleaned: "link/.." is
+		// the kernel's to resolve, in the sandbox, as the caller).
 		dir, err := c.projectDir(ctx, rec.Project)
 		if err != nil {
 			return req, err
+		}
+		if req.Dir != "" {
+			dir = strings.TrimSuffix(dir, "/") + "/" + req.Dir
 		}
 		req.Dir = dir
 	}

@@ -94,6 +94,10 @@ func TestUnitRequestDir(t *testing.T) {
 	if req, err := c.request(ctx, rec, o); err != nil || req.Dir != "/home/u/web" {
 		t.Errorf("an adopted project: %q, %v; want /home/u/web", req.Dir, err)
 	}
+	// A relative one starts at the project's.
+	if req, err := c.request(ctx, rec, ExecOptions{UID: nobodyUID, Dir: "sub/x"}); err != nil || req.Dir != "/home/u/web/sub/x" {
+		t.Errorf("a relative dir: %q, %v; want /home/u/web/sub/x", req.Dir, err)
+	}
 	boom := errors.New("no such project volume")
 	h.B = failingPool{err: boom}
 	if _, err := c.request(ctx, rec, o); !errors.Is(err, boom) {

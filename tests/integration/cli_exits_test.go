@@ -94,3 +94,18 @@ func walkJSON(v any, f func(key string, val any)) {
 		}
 	}
 }
+
+// A relative working directory starts at the project's directory, as a
+// file call's relative path does; an absolute one is taken as it is.
+func TestCLIExecRelativeWorkdirStartsAtTheProject(t *testing.T) {
+	install(t)
+	id := strings.TrimSpace(ok(t, "create", "-q", "web"))
+	defer ctl(t, "", "destroy", id)
+	project := strings.TrimSpace(ok(t, "exec", id, "--", "pwd"))
+	ok(t, "exec", id, "--", "mkdir", "-p", "sub/deeper")
+	for dir, want := range map[string]string{"sub": project + "/sub", "sub/deeper": project + "/sub/deeper", "/tmp": "/tmp"} {
+		if got := strings.TrimSpace(ok(t, "exec", "-w", dir, id, "--", "pwd")); got != want {
+			t.Errorf("exec -w %s -- pwd: %q; want %q", dir, got, want)
+		}
+	}
+}
