@@ -82,8 +82,9 @@ func checkOne(fd int) error {
 	return nil
 }
 
-// isTerminal is isatty(3).
+// isTerminal is isatty(3), and more: a terminal hung up (a pty slave
+// whose master closed) answers EIO, and is a terminal still.
 func isTerminal(fd int) bool {
 	_, err := unix.IoctlGetTermios(fd, unix.TCGETS)
-	return err == nil
+	return err == nil || err == unix.EIO
 }

@@ -146,8 +146,10 @@ func TestHostileExecGivesNoTerminalToTheSandbox(t *testing.T) {
 		}
 	}
 
-	// A D-Bus client that passes its terminal is refused.
-	_, slave := openPTY(t)
+	// A D-Bus client that passes its terminal is refused. (The master is
+	// held open: closed, the slave is a terminal hung up.)
+	master, slave := openPTY(t)
+	defer master.Close()
 	defer slave.Close()
 	c := newClient(t)
 	null, w, collect := testbed.Capture(t)
