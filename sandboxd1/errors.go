@@ -15,6 +15,9 @@ const (
 	// ErrorWrongState: the sandbox's state does not allow the call (Thaw
 	// of a sandbox that is not frozen).
 	ErrorWrongState = "org.sandboxd1.Error.WrongState"
+	// ErrorStopped: the sandbox is stopped (Stop, or stopped for being
+	// idle by a caller's choice); Start it first.
+	ErrorStopped = "org.sandboxd1.Error.Stopped"
 	// ErrorNoSuchCheckpoint: the sandbox has no checkpoint of that name.
 	ErrorNoSuchCheckpoint = "org.sandboxd1.Error.NoSuchCheckpoint"
 	// ErrorNoSuchCommand: Signal names no running command of the sandbox.

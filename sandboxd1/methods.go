@@ -75,6 +75,21 @@ const (
 	MethodOpenSession  = "OpenSession"
 	MethodEval         = "Eval"
 	MethodCloseSession = "CloseSession"
+	// Stop() ends the sandbox's processes and keeps it (files,
+	// checkpoints, ports, declared processes), state "stopped", across
+	// the daemon's restarts and the host's reboots; Start() runs it again
+	// (a booted one boots; processes spawned with OptRestart start
+	// again). Stop of a stopped sandbox and Start of a running one do
+	// nothing.
+	MethodStop  = "Stop"
+	MethodStart = "Start"
+	// Fork(a{sv} options) → (as ids, as not_carried): OptCount new
+	// sandboxes (OptNames) whose files and system layer are the
+	// sandbox's as they stand (frozen for the instant of the snapshots),
+	// each with its options, limits, network, owner and base; the
+	// sandbox's background processes are not carried (not_carried: their
+	// command lines), OptSpawn's are started in each fork.
+	MethodFork = "Fork"
 )
 
 // A booted sandbox's systemd (OptBoot): SystemStatus() → (s state, as

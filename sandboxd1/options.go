@@ -88,6 +88,30 @@ const (
 const (
 	OptInputs   = "Inputs"   // as, a sandbox each, as $SANDBOX_INPUT; with one variant
 	OptParallel = "Parallel" // u, most sandboxes at work at once (default 4)
+	// OptFrom (s): the variants run in forks of this sandbox (its id or
+	// name) rather than in new sandboxes of the project: what it set up
+	// is there in each.
+	OptFrom = "From"
+)
+
+// Options of Fork's a{sv}.
+const (
+	OptCount = "Count" // u, forks to make, 1 to MaxForks (default 1)
+	OptNames = "Names" // as, a name for each fork, at most Count ("" for none)
+	// OptSpawn (aas): command lines started as background processes in
+	// each fork (the source's are not carried).
+	OptSpawn = "Spawn"
+)
+
+// MaxForks bounds one Fork's count.
+const MaxForks = 16
+
+// Options of Spawn's a{sv}, besides Exec's.
+const (
+	// OptRestart (b): the process is declared in the sandbox's record and
+	// started again each time the sandbox starts (Start, the host's
+	// reboot, a rollback).
+	OptRestart = "Restart"
 )
 
 // Try's keep argument: which sandboxes stay.
