@@ -78,6 +78,14 @@ func TestCacheIsKeptAcrossAnOwnersSandboxesAndNoOneElses(t *testing.T) {
 		t.Errorf("the agent's sandbox: exit %d, %q %s; want root's cache out of sight and its own written", code, out, errOut)
 	}
 	wantOwned(t, cacheVolume(tb, uid), uid, gid)
+	// An owner's cache costs the pool what is in it, not a journal of
+	// 64 MiB each (thirty owners' empty caches filled a 2 GiB pool).
+	var img syscall.Stat_t
+	if err := syscall.Stat(filepath.Join(filepath.Dir(cacheVolume(tb, uid)), "cache.img"), &img); err != nil {
+		t.Fatalf("the agent's cache image: %v", err)
+	} else if used := img.Blocks * 512; used > 16<<20 {
+		t.Errorf("the agent's cache image, holding one small file, takes %d bytes of the pool; want under 16 MiB", used)
+	}
 	if got := inSandbox(t, second, marker); got != "root's\n" {
 		t.Errorf("root's sandbox finds %q after the agent wrote its own; want root's", got)
 	}
