@@ -20,7 +20,10 @@ import (
 // where installed packages, /etc and /var/lib live); then it boots again,
 // mounts the btrfs image at the same place, starts zfs-fuse and imports
 // the pool (its data as it was, nothing made anew), and returns once
-// systemd runs. /run and /tmp start empty, as after a boot. PID and
+// systemd runs. /run and /tmp start empty, as after a boot. As after a
+// power cut, what was not synced may be lost: zfs-fuse dies with its open
+// transaction group (a file that must survive is fsynced; sync(2) does not
+// reach a FUSE filesystem). PID and
 // StartTime name the new systemd, and the Info file says so.
 //
 // A test binary running inside dies with the testbed; a test asks for a
