@@ -15,7 +15,7 @@ import (
 func TestRebootTestKeepsThePoolsAndEndsWhatRan(t *testing.T) {
 	tb := testbed.Require(t)
 	files := map[string]string{
-		filepath.Join(tb.Btrfs.Project, "reboot-kept.txt"): "on btrfs\n",
+		filepath.Join(tb.Btrfs.Project, "reboot-kept.txt"):  "on btrfs\n",
 		filepath.Join(tb.ZFS.Mountpoint, "reboot-kept.txt"): "on zfs\n",
 	}
 	const unit = "testbed-reboot-sleep.service"
