@@ -1,7 +1,9 @@
 package hosttest
 
 import (
+	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -145,4 +147,34 @@ func statusField(pid, name string) string {
 		}
 	}
 	return ""
+}
+
+// A command that asks for a reboot (through the FIFO RebootTest writes
+// to) runs again after it with the arguments it gave; a failure it
+// reported before the reboot fails the run, though the run after passes.
+func TestRunRebootsAndRunsAgainAndKeepsAFailureBefore(t *testing.T) {
+	bin := buildTestbed(t)
+	base := filepath.Join(testbed.DefaultDir, "hosttest")
+	const before = `set -e
+echo "--- FAIL: TestBefore (0.00s)"
+cut -d' ' -f22 /proc/1/stat >/tmp/boot
+printf '%s\n' '{"test":"TestAcross","args":["-c","echo resumed: $SANDBOXD_TESTBED_RESUME; ls /tmp"],"state":{"n":1}}' >"$(dirname "$SANDBOXD_TESTBED")/reboot.fifo"
+exec sleep 120`
+	cmd := exec.Command(bin, "run", "--", "sh", "-c", before)
+	cmd.Env = append(os.Environ(), testbed.EnvDir+"="+base)
+	t.Cleanup(func() {
+		_ = testbed.Stop(t.Context(), base)
+		_ = os.Remove(base)
+	})
+	out, err := cmd.Output()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+		t.Errorf("testbed run of a command that failed a test, then asked for a reboot: %v; want exit status 1", err)
+	}
+	want := `--- FAIL: TestBefore (0.00s)
+resumed: {"test":"TestAcross","args":["-c","echo resumed: $SANDBOXD_TESTBED_RESUME; ls /tmp"],"state":{"n":1}}
+`
+	if string(out) != want {
+		t.Errorf("testbed run's output across the reboot:\n%s\nwant (after the reboot, /tmp empty):\n%s", out, want)
+	}
 }
