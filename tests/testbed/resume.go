@@ -192,7 +192,9 @@ func listenReboots(tb *Testbed) (*rebootListener, error) {
 func (l *rebootListener) Close() { l.f.Close() }
 
 // failWatch passes a test binary's output through and notes whether a
-// test failed: a run ended by a reboot has no exit status to say so.
+// test failed (a line "--- FAIL: ...", indented for a subtest, framed by
+// ^V under test2json): a run ended by a reboot has no exit status to say
+// so.
 type failWatch struct {
 	w      io.Writer
 	line   []byte
@@ -202,7 +204,7 @@ type failWatch struct {
 func (fw *failWatch) Write(p []byte) (int, error) {
 	for _, b := range p {
 		if b == '\n' {
-			if strings.Contains(string(fw.line), "--- FAIL:") {
+			if strings.HasPrefix(strings.TrimLeft(string(fw.line), " \x16"), "--- FAIL:") {
 				fw.failed.Store(true)
 			}
 			fw.line = fw.line[:0]

@@ -101,7 +101,8 @@ func Run(binds []string, dir string, argv []string) int {
 	}
 	defer reboots.Close()
 	out := &failWatch{w: os.Stdout}
-	var resume []string // the environment of a run after a reboot
+	var resume []string   // the environment of a run after a reboot
+	failedBefore := false // a test failed in a run that a reboot ended
 	for {
 		cmd := tb.Command(context.Background(), dir, argv...)
 		cmd.Env = append(cmd.Env, resume...)
@@ -123,6 +124,7 @@ func Run(binds []string, dir string, argv []string) int {
 			fmt.Fprintf(os.Stderr, "testbed: %s asked for a reboot\n", req.Test)
 			rebootErr := tb.Reboot(ctx)
 			<-waited
+			failedBefore = failedBefore || out.failed.Load()
 			if rebootErr != nil {
 				fmt.Fprintf(os.Stderr, "testbed: %v\n", rebootErr)
 				return 2
@@ -143,8 +145,7 @@ func Run(binds []string, dir string, argv []string) int {
 	if errors.Is(err, exec.ErrWaitDelay) {
 		err = nil // it exited 0; what holds its output is the testbed's, and ends with it
 	}
-	if err == nil && out.failed.Load() {
-		// A test failed in a run that a reboot ended.
+	if err == nil && failedBefore {
 		return 1
 	}
 	var exit *exec.ExitError
