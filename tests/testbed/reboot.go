@@ -22,8 +22,9 @@ import (
 // the pool (its data as it was, nothing made anew), and returns once
 // systemd runs. /run and /tmp start empty, as after a boot. As after a
 // power cut, what was not synced may be lost: zfs-fuse dies with its open
-// transaction group (a file that must survive is fsynced; sync(2) does not
-// reach a FUSE filesystem). PID and
+// transaction group, and here even an fsynced write was lost (its intent
+// log is not replayed at import; sync(2) does not reach FUSE at all): a
+// `zfs snapshot` commits the group. PID and
 // StartTime name the new systemd, and the Info file says so.
 //
 // A test binary running inside dies with the testbed; a test asks for a

@@ -24,6 +24,10 @@ func TestRebootTestKeepsThePoolsAndEndsWhatRan(t *testing.T) {
 		for path, text := range files {
 			writeSynced(t, path, text)
 		}
+		// On zfs-fuse an fsync alone was seen lost when it was killed
+		// (its intent log is not replayed at import): a snapshot commits
+		// the transaction group.
+		testbed.MustRun(t, "zfs", "snapshot", tb.ZFS.Project+"@reboot-test")
 		testbed.MustRun(t, "systemd-run", "--quiet", "--unit="+unit, "sleep", "infinity")
 		if err := os.WriteFile("/run/testbed-reboot-gone", nil, 0o644); err != nil {
 			t.Fatal(err)
@@ -35,6 +39,7 @@ func TestRebootTestKeepsThePoolsAndEndsWhatRan(t *testing.T) {
 		for path := range files {
 			os.Remove(path)
 		}
+		_ = exec.Command("zfs", "destroy", tb.ZFS.Project+"@reboot-test").Run()
 	})
 	if now := bootID(t); now == before.Boot {
 		t.Fatalf("after RebootTest, the testbed's systemd is the one before (%s)", now)
@@ -71,8 +76,7 @@ func bootID(t *testing.T) string {
 }
 
 // writeSynced writes a file and fsyncs it: a power cut loses what a
-// filesystem holds in memory, and zfs-fuse, killed, loses its open
-// transaction group (sync(2) does not reach a FUSE filesystem; fsync does).
+// filesystem holds in memory.
 func writeSynced(t *testing.T, path, text string) {
 	t.Helper()
 	f, err := os.Create(path)
