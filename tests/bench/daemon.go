@@ -117,8 +117,8 @@ type daemon struct {
 // of the project, and adds the daemon's memory (the daemon part, to t);
 // then it times diffs and promotions (the promotion part, to pr).
 // Everything goes at the end, also after an error. It returns what ran,
-// for the report.
-func benchDaemon(ctx context.Context, cfg config, t, pr, sc *table) (version string, err error) {
+// for the report. The fork part's rows go to fk.
+func benchDaemon(ctx context.Context, cfg config, t, pr, sc, fk *table) (version string, err error) {
 	cleanup := context.WithoutCancel(ctx)
 	bin := os.Getenv(daemonBinEnv)
 	if bin == "" { // started inside a testbed: nobody built it
@@ -194,6 +194,11 @@ func benchDaemon(ctx context.Context, cfg config, t, pr, sc *table) (version str
 	if cfg.daemon || cfg.ports {
 		if err := benchPortConns(ctx, d, t, daemonSizes[0]); err != nil {
 			return version, fmt.Errorf("held connections to exposed ports: %w", err)
+		}
+	}
+	if cfg.fork {
+		if err := benchForks(ctx, cfg, d, fk, fs); err != nil {
+			return version, fmt.Errorf("forks: %w", err)
 		}
 	}
 	if cfg.scale {

@@ -55,6 +55,7 @@ type config struct {
 	cowfs, daemon, promote bool // the parts that run
 	scale                  bool // the daemon with cfg.live sandboxes
 	ports                  bool // the daemon holding connections to exposed ports (also in daemon)
+	fork                   bool // forks of a sandbox beside creates and reflink copies
 	sizes                  []int
 	backends               []string
 	reps                   int           // runs of snapshot, delete and change listing
@@ -67,7 +68,7 @@ type config struct {
 }
 
 // usesDaemon says whether a part that runs needs sandboxd installed.
-func (c config) usesDaemon() bool { return c.daemon || c.promote || c.scale || c.ports }
+func (c config) usesDaemon() bool { return c.daemon || c.promote || c.scale || c.ports || c.fork }
 
 // minReps is the fewest timed runs a series makes, whatever the budget.
 const minReps = 3
@@ -105,7 +106,7 @@ func main() {
 
 func parseFlags(args []string) (config, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	parts := fs.String("parts", "cowfs,daemon,promote,scale", "what to measure, comma-separated: cowfs (snapshots on each backend), daemon (sandboxd over the bus), promote (its diff and promotion), scale (-live sandboxes at once), ports (the daemon's rows of held connections alone; daemon has them too)")
+	parts := fs.String("parts", "cowfs,daemon,fork,promote,scale", "what to measure, comma-separated: cowfs (snapshots on each backend), daemon (sandboxd over the bus), fork (forks of a sandbox beside creates), promote (its diff and promotion), scale (-live sandboxes at once), ports (the daemon's rows of held connections alone; daemon has them too)")
 	sizes := fs.String("sizes", "1000,10000,100000", "project sizes, in files, comma-separated")
 	backends := fs.String("backends", "btrfs,zfs", "filesystems to measure, comma-separated: btrfs, zfs")
 	reps := fs.Int("reps", 15, "timed runs of snapshot, delete and change listing")
@@ -131,8 +132,10 @@ func parseFlags(args []string) (config, error) {
 			cfg.scale = true
 		case "ports":
 			cfg.ports = true
+		case "fork":
+			cfg.fork = true
 		default:
-			return cfg, fmt.Errorf("-parts: unknown part %q (cowfs, daemon, promote, scale, ports)", p)
+			return cfg, fmt.Errorf("-parts: unknown part %q (cowfs, daemon, fork, promote, scale, ports)", p)
 		}
 	}
 	for _, s := range strings.Split(*sizes, ",") {
@@ -240,8 +243,9 @@ func run(ctx context.Context, cfg config) error {
 	// A promotion series has 5 runs by default: too few for a p90.
 	pr := &table{pct: 0.9, ratioOf: "sandboxd", changed: true}
 	sc := &table{pct: 0.99, ratioOf: "baseline"}
+	fk := &table{pct: 0.9, ratioOf: "creates"}
 	if cfg.usesDaemon() && ctx.Err() == nil {
-		version, err := benchDaemon(ctx, cfg, d, pr, sc)
+		version, err := benchDaemon(ctx, cfg, d, pr, sc, fk)
 		if version != "" {
 			versions = append(versions, version)
 		}
@@ -249,16 +253,16 @@ func run(ctx context.Context, cfg config) error {
 			errs = append(errs, fmt.Errorf("daemon: %w", err))
 		}
 	}
-	if len(t.rows) > 0 || len(d.rows) > 0 || len(pr.rows) > 0 || len(sc.rows) > 0 {
-		printReport(os.Stdout, cfg, t, d, pr, sc, versions, time.Since(begin), load)
+	if len(t.rows) > 0 || len(d.rows) > 0 || len(pr.rows) > 0 || len(sc.rows) > 0 || len(fk.rows) > 0 {
+		printReport(os.Stdout, cfg, t, d, pr, sc, fk, versions, time.Since(begin), load)
 	}
 	return errors.Join(errs...)
 }
 
 // printReport prints the tables with the few lines they need to be read:
-// t of cowfs, d of the daemon, pr of promotions; a part that did not run
-// has no rows.
-func printReport(w *os.File, cfg config, t, d, pr, sc *table, versions []string, took time.Duration, load string) {
+// t of cowfs, d of the daemon, pr of promotions, sc at scale, fk of forks;
+// a part that did not run has no rows.
+func printReport(w *os.File, cfg config, t, d, pr, sc, fk *table, versions []string, took time.Duration, load string) {
 	var uts unix.Utsname
 	_ = unix.Uname(&uts)
 	fmt.Fprintf(w, "Measured %s on Linux %s, %d CPUs (load average %s at the start, %s at the end): %s. Whole run: %v.\n",
@@ -269,6 +273,9 @@ func printReport(w *os.File, cfg config, t, d, pr, sc *table, versions []string,
 	}
 	if len(d.rows) > 0 {
 		printDaemon(w, cfg, d)
+	}
+	if len(fk.rows) > 0 {
+		fmt.Fprint(w, "\nForks of a sandbox (make bench -parts fork):\n\n"+fk.markdown()+"\n"+forkNote+"\n")
 	}
 	if len(pr.rows) > 0 {
 		printPromotions(w, cfg, pr)

@@ -3,7 +3,6 @@ package testbed
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -92,6 +91,9 @@ type Testbed struct {
 	Info
 	lock   *os.File   // held while this process owns the testbed
 	exited chan error // the systemd's exit, when this process is its parent
+	// dieWithParent and logf are Up's Config's, for Reboot's boot.
+	dieWithParent bool
+	logf          func(string, ...any)
 }
 
 // Up brings a testbed up: it waits for any other testbed of this process's
@@ -110,7 +112,7 @@ func Up(ctx context.Context, cfg Config) (tb *Testbed, err error) {
 	if err != nil {
 		return nil, err
 	}
-	tb = &Testbed{lock: lock}
+	tb = &Testbed{lock: lock, dieWithParent: cfg.DieWithParent, logf: cfg.Logf}
 	defer func() {
 		if err != nil {
 			_ = tb.Down()
@@ -180,12 +182,8 @@ func Up(ctx context.Context, cfg Config) (tb *Testbed, err error) {
 	if err := tb.provisionZFS(ctx); err != nil {
 		return tb, err
 	}
-	data, err := json.MarshalIndent(&tb.Info, "", "  ")
-	if err != nil {
+	if err := tb.writeInfo(); err != nil {
 		return tb, err
-	}
-	if err := os.WriteFile(InfoPath(base), data, 0o644); err != nil {
-		return tb, fmt.Errorf("writing the testbed state: %w", err)
 	}
 	cfg.logf("testbed: up in %v (btrfs at %s, zfs pool %s)", time.Since(begin).Round(time.Millisecond), tb.Btrfs.Mount, tb.ZFS.Pool)
 	return tb, nil
@@ -277,20 +275,7 @@ func (tb *Testbed) provisionBtrfs(ctx context.Context) error {
 }
 
 func (tb *Testbed) provisionZFS(ctx context.Context) error {
-	zfsFuse, err := exec.LookPath("zfs-fuse")
-	if err != nil {
-		return err
-	}
-	// zfs-fuse runs as a service of the testbed's systemd, so it dies with
-	// the namespace and its socket is in the testbed's private /run.
-	if _, err := tb.Run(ctx, "systemd-run", "--quiet", "--unit="+zfsFuseUnit, "--property=DefaultDependencies=no", "--", zfsFuse, "--no-daemon", "--no-kstat-mount"); err != nil {
-		return fmt.Errorf("starting zfs-fuse in the testbed: %w", err)
-	}
-	err = waitFor(ctx, "zfs-fuse to answer", 30*time.Second, func() (bool, error) {
-		_, err := tb.Run(ctx, "zpool", "list", "-H")
-		return err == nil, err
-	})
-	if err != nil {
+	if err := tb.startZFSFuse(ctx); err != nil {
 		return err
 	}
 	steps := [][]string{
@@ -303,6 +288,23 @@ func (tb *Testbed) provisionZFS(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// startZFSFuse starts zfs-fuse in the testbed and waits until it answers.
+func (tb *Testbed) startZFSFuse(ctx context.Context) error {
+	zfsFuse, err := exec.LookPath("zfs-fuse")
+	if err != nil {
+		return err
+	}
+	// zfs-fuse runs as a service of the testbed's systemd, so it dies with
+	// the namespace and its socket is in the testbed's private /run.
+	if _, err := tb.Run(ctx, "systemd-run", "--quiet", "--unit="+zfsFuseUnit, "--property=DefaultDependencies=no", "--", zfsFuse, "--no-daemon", "--no-kstat-mount"); err != nil {
+		return fmt.Errorf("starting zfs-fuse in the testbed: %w", err)
+	}
+	return waitFor(ctx, "zfs-fuse to answer", 30*time.Second, func() (bool, error) {
+		_, err := tb.Run(ctx, "zpool", "list", "-H")
+		return err == nil, err
+	})
 }
 
 // Down ends the testbed: it kills its systemd (and so every process of its

@@ -2,6 +2,7 @@ package testbed
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // Main runs a package's tests inside a testbed. Called from TestMain on the
@@ -92,22 +94,59 @@ func Run(binds []string, dir string, argv []string) int {
 			fmt.Fprintf(os.Stderr, "testbed: ending: %v\n", err)
 		}
 	}()
-	cmd := tb.Command(context.Background(), dir, argv...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	if err := cmd.Start(); err != nil {
-		fmt.Fprintf(os.Stderr, "testbed: running %s inside: %v\n", argv[0], err)
+	reboots, err := listenReboots(tb)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "testbed: %v\n", err)
 		return 2
 	}
-	waited := make(chan error, 1)
-	go func() { waited <- cmd.Wait() }()
-	select {
-	case err = <-waited:
-	case <-ctx.Done():
-		// Ending the testbed kills the command inside with it.
-		fmt.Fprintln(os.Stderr, "testbed: interrupted; ending the testbed")
-		_ = tb.Down()
-		<-waited
-		return 130
+	defer reboots.Close()
+	out := &failWatch{w: os.Stdout}
+	var resume []string   // the environment of a run after a reboot
+	failedBefore := false // a test failed in a run that a reboot ended
+	for {
+		cmd := tb.Command(context.Background(), dir, argv...)
+		cmd.Env = append(cmd.Env, resume...)
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, out, os.Stderr
+		// Its output goes through a pipe now: a process it left that
+		// holds the pipe must not hold the end of the run.
+		cmd.WaitDelay = 10 * time.Second
+		if err := cmd.Start(); err != nil {
+			fmt.Fprintf(os.Stderr, "testbed: running %s inside: %v\n", argv[0], err)
+			return 2
+		}
+		waited := make(chan error, 1)
+		go func() { waited <- cmd.Wait() }()
+		select {
+		case err = <-waited:
+		case req := <-reboots.reqs:
+			// Rebooting kills the command with everything inside; it
+			// runs again from the test that asked.
+			fmt.Fprintf(os.Stderr, "testbed: %s asked for a reboot\n", req.Test)
+			rebootErr := tb.Reboot(ctx)
+			<-waited
+			failedBefore = failedBefore || out.failed.Load()
+			if rebootErr != nil {
+				fmt.Fprintf(os.Stderr, "testbed: %v\n", rebootErr)
+				return 2
+			}
+			data, _ := json.Marshal(req)
+			argv = append([]string{argv[0]}, req.Args...)
+			resume = []string{envResume + "=" + string(data)}
+			continue
+		case <-ctx.Done():
+			// Ending the testbed kills the command inside with it.
+			fmt.Fprintln(os.Stderr, "testbed: interrupted; ending the testbed")
+			_ = tb.Down()
+			<-waited
+			return 130
+		}
+		break
+	}
+	if errors.Is(err, exec.ErrWaitDelay) {
+		err = nil // it exited 0; what holds its output is the testbed's, and ends with it
+	}
+	if err == nil && failedBefore {
+		return 1
 	}
 	var exit *exec.ExitError
 	switch {

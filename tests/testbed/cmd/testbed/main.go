@@ -8,6 +8,7 @@
 //	testbed up                 start one and leave it running
 //	testbed status             say what runs, and check each part
 //	testbed exec -- CMD ARGS   run a command inside it
+//	testbed reboot             power cut and boot, its pools kept (Testbed.Reboot)
 //	testbed down               end it (also clears what a crashed one left)
 package main
 
@@ -25,7 +26,7 @@ import (
 	"github.com/sandboxd/sandboxd/tests/testbed"
 )
 
-const usage = `usage: testbed run -- CMD [ARGS...] | up | status | exec -- CMD [ARGS...] | down`
+const usage = `usage: testbed run -- CMD [ARGS...] | up | status | exec -- CMD [ARGS...] | reboot | down`
 
 func main() {
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -49,6 +50,8 @@ func main() {
 		os.Exit(testbed.Run([]string{cwd}, cwd, commandArgs()))
 	case "exec":
 		err = execInside(ctx, commandArgs())
+	case "reboot":
+		err = reboot(ctx)
 	case "down":
 		err = testbed.Stop(ctx, os.Getenv(testbed.EnvDir))
 	case "-h", "--help", "help":
@@ -136,6 +139,19 @@ func status(ctx context.Context) error {
 	if failed > 0 {
 		return fmt.Errorf("%d of %d checks failed", failed, len(checks))
 	}
+	return nil
+}
+
+// reboot reboots the running testbed (one of `testbed up`).
+func reboot(ctx context.Context) error {
+	tb, err := testbed.Attach(os.Getenv(testbed.EnvDir))
+	if err != nil {
+		return err
+	}
+	if err := tb.Reboot(ctx); err != nil {
+		return err
+	}
+	fmt.Printf("testbed rebooted: systemd pid %d\n", tb.PID)
 	return nil
 }
 
