@@ -106,6 +106,7 @@ func (f *Forks) Fork(ctx context.Context, id string, o Options) (res Result, err
 		return res, err
 	}
 	defer f.dropSnapshots(ctx, src)
+	crashpoint.Hit(crashpoint.ForkSnapshots)
 	res.NotCarried = f.running(ctx, id)
 
 	undo := revert.New()
@@ -195,7 +196,6 @@ func (f *Forks) snapshot(ctx context.Context, id, what string) (src supervisor.F
 			return src, fmt.Errorf("%s: snapshotting %s: %w", what, p[0], err)
 		}
 	}
-	crashpoint.Hit(crashpoint.ForkSnapshots)
 	return src, nil
 }
 
