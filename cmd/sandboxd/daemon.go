@@ -154,7 +154,7 @@ func run(ctx context.Context, configPath string) error {
 
 	rooms.Forks = fork.New(sup.Host().(fork.Host), fork.Config{Commands: rooms.Commands})
 
-	rooms.Try = try.New(sup.Host().(try.Host), try.Config{Runner: rooms.Commands})
+	rooms.Try = try.New(sup.Host().(try.Host), try.Config{Runner: rooms.Commands, Forks: rooms.Forks})
 
 	rooms.Limits = limits.New(sup.Host().(limits.Host), limits.Config{
 		UserLimits:  host.bounds(lim.UserMemoryMax, lim.UserTasksMax),

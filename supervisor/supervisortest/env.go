@@ -190,7 +190,7 @@ func (e *Env) makeRooms() {
 
 	e.Forks = fork.New(e.Sup.Host().(fork.Host), fork.Config{Commands: e.Commands})
 
-	e.Try = try.New(e.Sup.Host().(try.Host), try.Config{Runner: e.Commands})
+	e.Try = try.New(e.Sup.Host().(try.Host), try.Config{Runner: e.Commands, Forks: e.Forks})
 
 	e.Limits = limits.New(e.Sup.Host().(limits.Host), limits.Config{UserLimits: e.Config.UserLimits})
 }
