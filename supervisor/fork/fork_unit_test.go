@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sandboxd/sandboxd/cowfs"
 	"github.com/sandboxd/sandboxd/cowfs/cowfsfake"
 	"github.com/sandboxd/sandboxd/supervisor"
 	"github.com/sandboxd/sandboxd/supervisor/fork"
@@ -209,5 +210,30 @@ func TestUnitForkOfAStoppedSandbox(t *testing.T) {
 	}
 	if calls := f.units.Calls()[before:]; len(calls) != 0 {
 		t.Errorf("a stopped sandbox was frozen for its fork: %+v", calls)
+	}
+}
+
+// zfsPool is a pool that says it is ZFS.
+type zfsPool struct{ *cowfsfake.Backend }
+
+func (p zfsPool) Info() cowfs.Info {
+	i := p.Backend.Info()
+	i.Backend = "zfs"
+	return i
+}
+
+// On ZFS a clone pins the snapshot it came from, so a fork would keep
+// its source from being destroyed: refused, naming the pool's kind, and
+// nothing made.
+func TestUnitForkOnZFSIsRefusedNamingThePool(t *testing.T) {
+	_, f := newUnit(t)
+	f.Host.B = zfsPool{f.pool}
+	fk := fork.New(f, fork.Config{})
+	_, err := fk.Fork(as(1000), "s00000000001", fork.Options{})
+	if !errors.Is(err, cowfs.ErrUnsupported) || !strings.Contains(err.Error(), "the pool is zfs") || !strings.Contains(err.Error(), "forks need a btrfs pool") {
+		t.Fatalf("Fork on a ZFS pool: %v; want a refusal naming the pool and what forks need", err)
+	}
+	if vols := volumes(t, f); len(vols) != 1 {
+		t.Errorf("the pool holds %v after the refusal: want the source's volume alone", vols)
 	}
 }
