@@ -121,6 +121,11 @@ func TestTryFromASandbox(t *testing.T) {
 	src := strings.TrimSpace(ok(t, "create", "--quiet", "tryfrom"))
 	t.Cleanup(func() { ctl(t, "", "destroy", src) })
 	ok(t, "exec", src, "--", "sh", "-c", "echo warmed > warm.txt")
+	// A fork has its source's options: a create option beside --from is
+	// refused, and nothing is made.
+	if out, errOut, code := ctl(t, "", "try", "--from", src, "--memory", "256M", "--check", "true", "--variant", "true"); code == 0 || !strings.Contains(errOut, "with From each sandbox is a fork") {
+		t.Errorf("try --from with --memory: exit %d: %s%s; want a refusal saying each sandbox is a fork", code, out, errOut)
+	}
 	prefix := "tf-" + suffix()
 	out, errOut, code := ctl(t, "", "try", "--from", src, "--name", prefix, "--check", "test -f warm.txt && sh check.sh",
 		"--variant", tryWrong, "--variant", tryRight)
