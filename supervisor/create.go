@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/sandboxd/sandboxd/cowfs"
@@ -148,6 +149,10 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 	if err != nil {
 		s.admission.Unlock()
 		return sb, fmt.Errorf("creating a sandbox of %s: %w", opts.Project, err)
+	}
+	if f := opts.fork; f != nil && slices.ContainsFunc(evict, func(e state.Entry) bool { return e.ID == f.Record.ID }) {
+		s.admission.Unlock() // making room must not destroy what is forked
+		return sb, fmt.Errorf("forking sandbox %s: uid %d is at its limit of sandboxes (limits.max_sandboxes_per_user), and making room would destroy the sandbox forked; destroy another first: %w", f.Record.ID, opts.Owner, ErrLimitReached)
 	}
 	var evicted []func()
 	defer func() {
