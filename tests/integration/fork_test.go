@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -183,6 +184,23 @@ func TestForkRefusesBadInput(t *testing.T) {
 	}
 	if got := ok(t, "exec", src, "--", "cat", "mine.txt"); got != "mine\n" {
 		t.Errorf("the source after the refusals: mine.txt %q", got)
+	}
+	// The control: the same fork, asked right, is made (--json).
+	name := "ok-" + suffix()
+	var made struct {
+		Sandbox    string   `json:"sandbox"`
+		Forks      []string `json:"forks"`
+		NotCarried []string `json:"not_carried"`
+	}
+	if err := json.Unmarshal([]byte(ok(t, "fork", "--json", "--name", name, src)), &made); err != nil {
+		t.Fatal(err)
+	}
+	if len(made.Forks) != 1 || made.Sandbox != src || made.NotCarried == nil {
+		t.Fatalf("fork --json: %+v; want the source and one fork, not_carried a list", made)
+	}
+	t.Cleanup(func() { ctl(t, "", "destroy", made.Forks[0]) })
+	if got := ok(t, "exec", name, "--", "cat", "mine.txt"); got != "mine\n" {
+		t.Errorf("the fork named %s: mine.txt %q", name, got)
 	}
 }
 
