@@ -75,7 +75,7 @@ that no other sandbox's id has will do.
 			sandboxes.Create(), sandboxes.List(), sandboxes.Status(), commands.Exec(), commands.Shell(),
 			checkpoints.Checkpoint(), checkpoints.Checkpoints(), checkpoints.Rollback(), checkpoints.Diff(), try.Command(),
 			promotion.Promote(), promotion.Promotions(), promotion.Approve(), promotion.Reject(), checkpoints.Rebase(), checkpoints.Versions(), checkpoints.Merge(),
-			sandboxes.Freeze(), sandboxes.Thaw(), sandboxes.Destroy(), sandboxes.GC(), projects.Command(), manCommand(),
+			sandboxes.Fork(), sandboxes.Freeze(), sandboxes.Thaw(), sandboxes.Destroy(), sandboxes.GC(), projects.Command(), manCommand(),
 			sandboxes.Port(), sandboxes.Limits(),
 			commands.Run(), commands.PS(), commands.Logs(), commands.Kill(), commands.Repl(),
 			sandboxes.Cache(), commands.Cat(), commands.Cp(),

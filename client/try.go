@@ -31,6 +31,9 @@ type TryOptions struct {
 	Inputs []string
 	// Parallel is the most sandboxes at work at once (0: 4).
 	Parallel uint32
+	// From, if set, is a sandbox (its id or name): each variant runs in
+	// a fork of it rather than in a new sandbox of the project.
+	From string
 	// OnVariant, if set, is called as each sandbox is done (its variant
 	// and check ended), in the order they end, one call at a time, each
 	// before Try returns: the daemon's TryVariantDone, which it sends to
@@ -56,6 +59,9 @@ func (o TryOptions) options() map[string]dbus.Variant {
 	}
 	if o.Parallel > 0 {
 		m[sandboxd1.OptParallel] = dbus.MakeVariant(o.Parallel)
+	}
+	if o.From != "" {
+		m[sandboxd1.OptFrom] = dbus.MakeVariant(o.From)
 	}
 	return m
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/sandboxd/sandboxd/cowfs"
@@ -56,6 +57,8 @@ type CreateOptions struct {
 	NoCache bool
 
 	hidden, readOnly []string // the host's and the profile's
+	// fork: the sandbox is a fork, made of these (CreateFork).
+	fork *ForkSource
 }
 
 // Create makes a sandbox: its intent is recorded first, then a read-only
@@ -69,9 +72,15 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 	if err := settle(&s.cfg, &opts); err != nil {
 		return sb, fmt.Errorf("creating a sandbox of %s: %w", opts.Project, err)
 	}
+	if f := opts.fork; f != nil {
+		opts.hidden, opts.readOnly = f.Record.Hidden, f.Record.ReadOnly
+	}
 	location := s.projects.Location(opts.Project)
 	if location == "" {
 		return sb, fmt.Errorf("creating a sandbox of %q: %w", opts.Project, ErrUnknownProject)
+	}
+	if opts.fork != nil && location != opts.fork.Record.ProjectLocation {
+		return sb, fmt.Errorf("forking sandbox %s: %w (rebase it first)", opts.fork.Record.ID, ErrProjectMoved)
 	}
 	if opts.Applied || opts.NoCache {
 		// Past the project's gate, without the owner's cache: only the
@@ -106,6 +115,9 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 	}
 	// Read before the admission lock: it asks systemd and reads files.
 	env, err := s.projects.Env(ctx, opts.Project)
+	if opts.fork != nil {
+		env, err = opts.fork.Record.Env, nil // the source's, as it was made
+	}
 	if err != nil {
 		return sb, fmt.Errorf("creating a sandbox of %s: %w", opts.Project, err)
 	}
@@ -137,6 +149,10 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 	if err != nil {
 		s.admission.Unlock()
 		return sb, fmt.Errorf("creating a sandbox of %s: %w", opts.Project, err)
+	}
+	if f := opts.fork; f != nil && slices.ContainsFunc(evict, func(e state.Entry) bool { return e.ID == f.Record.ID }) {
+		s.admission.Unlock() // making room must not destroy what is forked
+		return sb, fmt.Errorf("forking sandbox %s: uid %d is at its limit of sandboxes (limits.max_sandboxes_per_user), and making room would destroy the sandbox forked; destroy another first: %w", f.Record.ID, opts.Owner, ErrLimitReached)
 	}
 	var evicted []func()
 	defer func() {
@@ -237,6 +253,8 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 		thaw := s.projects.FreezeWriters(ctx, opts.Project)
 		base, err = s.cfg.Backend.Snapshot(ctx, project, rec.Base, true)
 		thaw()
+	} else if opts.fork != nil {
+		base, err = forkBase(ctx, s.cfg.Backend, opts.fork.Record, rec.Base)
 	} else {
 		base, err = s.projects.SnapshotBase(ctx, opts.Project, project, rec.Base)
 	}
@@ -246,7 +264,11 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 	timing.Mark("base")
 	undo.Add(func(ctx context.Context) error { return s.cfg.Backend.Delete(ctx, base) })
 	crashpoint.Hit(crashpoint.CreateBase)
-	vol, err := s.cfg.Backend.Snapshot(ctx, base, rec.Volume, false)
+	from := base
+	if opts.fork != nil {
+		from = opts.fork.Volume // the source's copy as it stood
+	}
+	vol, err := s.cfg.Backend.Snapshot(ctx, from, rec.Volume, false)
 	if err != nil {
 		return sb, fmt.Errorf("creating sandbox %s: %w", id, err)
 	}
@@ -263,7 +285,7 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 		crashpoint.Hit(crashpoint.CreateInitLaunched)
 		handOff = append(handOff, undo.AddFunc(init.Kill))
 	}
-	layer, made, err := makeLayer(ctx, s.cfg.Backend, &rec)
+	layer, made, err := makeLayer(ctx, s.cfg.Backend, &rec, opts.fork)
 	if made {
 		undo.Add(func(ctx context.Context) error { return s.cfg.Backend.Delete(ctx, layer) })
 	}

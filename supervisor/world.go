@@ -157,11 +157,17 @@ func (s *Supervisor) spec(ctx context.Context, rec state.Record) (nsinit.Spec, e
 
 // makeLayer makes the volume of a sandbox's system layer, where the pool
 // can carry an overlay's upper layer; elsewhere the layer is a tmpfs.
-func makeLayer(ctx context.Context, b cowfs.Backend, rec *state.Record) (cowfs.Volume, bool, error) {
+func makeLayer(ctx context.Context, b cowfs.Backend, rec *state.Record, fork *ForkSource) (cowfs.Volume, bool, error) {
 	if !b.Info().Capabilities.OverlayUpper {
 		return cowfs.Volume{}, false, nil
 	}
-	v, err := b.Create(ctx, layerName(rec.ID))
+	var v cowfs.Volume
+	var err error
+	if fork != nil && fork.Layer.Name != "" {
+		v, err = b.Snapshot(ctx, fork.Layer, layerName(rec.ID), false) // a fork's: its source's as it stood
+	} else {
+		v, err = b.Create(ctx, layerName(rec.ID))
+	}
 	if err != nil {
 		return v, false, err
 	}

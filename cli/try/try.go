@@ -35,6 +35,7 @@ func Command() *ucli.Command {
 		&ucli.StringFlag{Name: "keep", Value: "winner", Usage: "which sandboxes stay at the end: winner, all or none"},
 		&ucli.IntFlag{Name: "parallel", Value: 4, Usage: "most sandboxes made, run and checked at once"},
 		&ucli.BoolFlag{Name: "verbose", Usage: "print each sandbox's command and check output"},
+		&ucli.StringFlag{Name: "from", Usage: "run each variant in a fork of this sandbox (id or name), with what it set up, rather than in a new sandbox of PROJECT"},
 	}
 	// create's limits, profile and network, for each sandbox (its --name
 	// is the prefix here); exec's environment, user, directory, timeout
@@ -54,10 +55,15 @@ func Command() *ucli.Command {
 	return &ucli.Command{
 		Name:      "try",
 		Usage:     "try variants side by side, a sandbox each, with one check; keep the winner",
-		ArgsUsage: "PROJECT --check CMD --variant CMD... [--input VALUE...]",
+		ArgsUsage: "[PROJECT] --check CMD --variant CMD... [--input VALUE...] [--from SANDBOX]",
 		Description: `Makes a sandbox of PROJECT for each variant, named PREFIX-1, PREFIX-2, ...
 in the order given, runs the variant's command in it and then the check,
 and prints how each did. Two ways to give the variants:
+
+With --from SANDBOX, each sandbox is a fork of SANDBOX as it stands (its
+files, system layer and options: what it installed and built is there in
+each), and PROJECT may be left out:
+  sandboxctl try --from warm --check 'make test' --variant 'sh fix-a.sh' --variant 'sh fix-b.sh'
 
 A different command in each: --variant once per sandbox.
   sandboxctl try web --check 'make test' --variant 'sh fix-a.sh' --variant 'sh fix-b.sh'
@@ -127,6 +133,16 @@ func tryAction(ctx context.Context, cmd *ucli.Command) error {
 		return err
 	}
 	defer c.Close()
+	if from := cmd.String("from"); from != "" {
+		e, err := c.Resolve(ctx, from)
+		if err != nil {
+			return err
+		}
+		if t.project != "" && t.project != e.Project {
+			return verb.Usage("--from %s is a sandbox of %s, not of %s: give its project or none", from, e.Project, t.project)
+		}
+		t.project, t.opts.From = e.Project, e.ID
+	}
 	// The sandboxes there before: not try's, whatever their names.
 	before, err := c.List(ctx)
 	if err != nil {
@@ -235,12 +251,15 @@ func (t *trial) stop(ctx context.Context, c *verb.Client, end func(), before []s
 // newTrial reads try's arguments and flags.
 func newTrial(cmd *ucli.Command) (*trial, error) {
 	a := cmd.Args().Slice()
-	if len(a) != 1 {
-		return nil, verb.Usage("try takes one PROJECT, and each variant's command as --variant 'CMD' (usage: %s)", verb.UsageLine(cmd))
+	if len(a) > 1 || len(a) == 0 && cmd.String("from") == "" {
+		return nil, verb.Usage("try takes one PROJECT (or --from SANDBOX), and each variant's command as --variant 'CMD' (usage: %s)", verb.UsageLine(cmd))
 	}
-	t := &trial{project: a[0], check: cmd.String("check"), prefix: cmd.String("name"), keep: cmd.String("keep")}
+	t := &trial{check: cmd.String("check"), prefix: cmd.String("name"), keep: cmd.String("keep")}
 	if strings.TrimSpace(t.check) == "" {
 		return nil, verb.Usage("try needs --check 'CMD', the command that tells whether a variant worked (usage: %s)", verb.UsageLine(cmd))
+	}
+	if len(a) == 1 {
+		t.project = a[0]
 	}
 	t.variants, t.inputs = cmd.StringSlice("variant"), cmd.StringSlice("input")
 	switch {

@@ -24,6 +24,7 @@ import (
 	"github.com/sandboxd/sandboxd/supervisor/checkpoints"
 	"github.com/sandboxd/sandboxd/supervisor/commands"
 	"github.com/sandboxd/sandboxd/supervisor/config"
+	"github.com/sandboxd/sandboxd/supervisor/fork"
 	"github.com/sandboxd/sandboxd/supervisor/journal"
 	"github.com/sandboxd/sandboxd/supervisor/limits"
 	"github.com/sandboxd/sandboxd/supervisor/ports"
@@ -151,7 +152,9 @@ func run(ctx context.Context, configPath string) error {
 		PoolImage: poolImage(cfg), PoolMountpoint: poolMountpoint(cfg),
 	})
 
-	rooms.Try = try.New(sup.Host().(try.Host), try.Config{Runner: rooms.Commands})
+	rooms.Forks = fork.New(sup.Host().(fork.Host), fork.Config{Commands: rooms.Commands})
+
+	rooms.Try = try.New(sup.Host().(try.Host), try.Config{Runner: rooms.Commands, Forks: rooms.Forks})
 
 	rooms.Limits = limits.New(sup.Host().(limits.Host), limits.Config{
 		UserLimits:  host.bounds(lim.UserMemoryMax, lim.UserTasksMax),

@@ -147,6 +147,16 @@ const (
 // Destroy lists the destroy's crash points, in order.
 var Destroy = []string{DestroyRecorded, DestroyScopeStopped, DestroyVolumesDeleted, DestroyRecordDeleted}
 
+// The steps of a fork (supervisor/fork Fork), in order.
+const (
+	ForkSnapshots = "fork-snapshots" // the temporary snapshots of the source exist (frozen for them, thawed); no fork recorded
+	ForkFirst     = "fork-first"     // the first fork is ready; the others are not made, the snapshots remain
+	ForkMade      = "fork-made"      // every fork is ready, its processes started; the snapshots remain, the caller has no answer
+)
+
+// Fork lists the fork's crash points, in order.
+var Fork = []string{ForkSnapshots, ForkFirst, ForkMade}
+
 // All lists every crash point, by operation.
 var All = map[string][]string{
 	"create":     Create,
@@ -155,6 +165,7 @@ var All = map[string][]string{
 	"rebase":     Rebase,
 	"destroy":    Destroy,
 	"promote":    Promotion,
+	"fork":       Fork,
 }
 
 // PauseEnv arms a pause point: the process stops at step NAME (when its

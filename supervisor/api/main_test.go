@@ -559,6 +559,8 @@ func roomsOf(se *supervisortest.Env) api.Rooms {
 
 	r.Try = se.Try
 
+	r.Forks = se.Forks
+
 	r.Limits = se.Limits
 
 	return r

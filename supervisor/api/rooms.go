@@ -5,6 +5,7 @@ import (
 	"github.com/sandboxd/sandboxd/supervisor/caches"
 	"github.com/sandboxd/sandboxd/supervisor/checkpoints"
 	"github.com/sandboxd/sandboxd/supervisor/commands"
+	"github.com/sandboxd/sandboxd/supervisor/fork"
 	"github.com/sandboxd/sandboxd/supervisor/limits"
 	"github.com/sandboxd/sandboxd/supervisor/ports"
 	"github.com/sandboxd/sandboxd/supervisor/promotion"
@@ -35,6 +36,9 @@ type Rooms struct {
 
 	// Try.
 	Try *try.Try
+
+	// Forks of a sandbox (Fork).
+	Forks *fork.Forks
 
 	// The bounds over many sandboxes and their use (GetLimits).
 	Limits *limits.Limits

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandboxd/sandboxd1"
+	"github.com/sandboxd/sandboxd/supervisor/state"
 	"github.com/sandboxd/sandboxd/supervisor/try"
 )
 
@@ -54,6 +55,17 @@ func (m manager) Try(sender dbus.Sender, project string, variants []string, chec
 		return "", s.end(r, "", dbusError(sandboxd1.ErrorInvalidArgs, "trying variants of %q: %v", project, err))
 	}
 	to.Create.Project, to.Create.Owner = project, r.who.UID
+	if to.From != "" {
+		src, derr := s.tryFrom(r, to.From)
+		if derr != nil {
+			return "", s.end(r, "", derr)
+		}
+		if project != "" && project != src.Project {
+			return "", s.end(r, "", dbusError(sandboxd1.ErrorInvalidArgs,
+				"trying variants in forks of sandbox %s: it is a sandbox of %q, not of %q: give its project or none", to.From, src.Project, project))
+		}
+		to.From, to.Create.Project, r.project = src.ID, src.Project, src.Project
+	}
 	to.Variants, to.Check, to.Keep = variants, check, keep
 	// Its slot is held for its creates and diffs, not while its
 	// variants and checks run (calls.Slot.Busy).
@@ -75,6 +87,20 @@ func (m manager) Try(sender dbus.Sender, project string, variants []string, chec
 	return string(text), s.end(r, "", nil)
 }
 
+// tryFrom is Try's From, a sandbox's id or name, as the caller may see
+// it: the same answer for one that does not exist and another user's.
+func (s *Server) tryFrom(r *request, from string) (state.Entry, *dbus.Error) {
+	if len(from) > maxFindArg {
+		return state.Entry{}, dbusError(sandboxd1.ErrorInvalidArgs, "option %s: a sandbox's id or name, at most %d bytes, not %d", sandboxd1.OptFrom, maxFindArg, len(from))
+	}
+	for _, e := range s.sup.Entries() {
+		if (e.ID == from || e.Name == from) && r.who.Sees(e.Owner) {
+			return e, nil
+		}
+	}
+	return state.Entry{}, noSuchSandbox(from)
+}
+
 // tryOptions splits Try's a{sv} into CreateSandbox's options, Exec's
 // and its own.
 func tryOptions(in map[string]dbus.Variant) (try.Options, error) {
@@ -94,6 +120,10 @@ func tryOptions(in map[string]dbus.Variant) (try.Options, error) {
 				}
 				to.Parallel = int(n)
 			}
+		case sandboxd1.OptFrom:
+			if err = dbus.Store([]any{v.Value()}, &to.From); err == nil && to.From == "" {
+				err = errors.New("empty: give the id or name of the sandbox to fork")
+			}
 		case sandboxd1.OptEnvironment, sandboxd1.OptWorkingDirectory, sandboxd1.OptRoot, sandboxd1.OptTimeoutUSec, sandboxd1.OptDetach:
 			exec[name] = v
 		default:
@@ -101,6 +131,14 @@ func tryOptions(in map[string]dbus.Variant) (try.Options, error) {
 		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("option %s (%s): %v", name, v.Signature(), err))
+		}
+	}
+	if to.From != "" {
+		// A fork has its source's options: only the names' prefix counts.
+		for name := range create {
+			if name != sandboxd1.OptName {
+				errs = append(errs, fmt.Errorf("option %s: with %s each sandbox is a fork, with the options of the sandbox it forks", name, sandboxd1.OptFrom))
+			}
 		}
 	}
 	var err error

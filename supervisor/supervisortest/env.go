@@ -23,6 +23,7 @@ import (
 	"github.com/sandboxd/sandboxd/supervisor/caches"
 	"github.com/sandboxd/sandboxd/supervisor/checkpoints"
 	"github.com/sandboxd/sandboxd/supervisor/commands"
+	"github.com/sandboxd/sandboxd/supervisor/fork"
 	"github.com/sandboxd/sandboxd/supervisor/limits"
 	"github.com/sandboxd/sandboxd/supervisor/ports"
 	"github.com/sandboxd/sandboxd/supervisor/promotion"
@@ -62,6 +63,8 @@ type Env struct {
 	Adoptions *adopt.Adoptions
 
 	Try *try.Try
+
+	Forks *fork.Forks
 
 	Limits *limits.Limits
 
@@ -185,7 +188,9 @@ func (e *Env) makeRooms() {
 
 	e.Adoptions = adopt.New(e.Sup.Host().(adopt.Host), adopt.Config{})
 
-	e.Try = try.New(e.Sup.Host().(try.Host), try.Config{Runner: e.Commands})
+	e.Forks = fork.New(e.Sup.Host().(fork.Host), fork.Config{Commands: e.Commands})
+
+	e.Try = try.New(e.Sup.Host().(try.Host), try.Config{Runner: e.Commands, Forks: e.Forks})
 
 	e.Limits = limits.New(e.Sup.Host().(limits.Host), limits.Config{UserLimits: e.Config.UserLimits})
 }

@@ -9,6 +9,8 @@ import (
 
 	"github.com/sandboxd/sandboxd/cowfs"
 	"github.com/sandboxd/sandboxd/runtime/nsinit"
+	"github.com/sandboxd/sandboxd/supervisor"
+	"github.com/sandboxd/sandboxd/supervisor/fork"
 )
 
 // Bounds of Try: what it keeps of each step's output, and how long a call
@@ -17,6 +19,22 @@ const (
 	outputMax   = 64 << 10
 	callTimeout = 5 * time.Minute
 )
+
+// make makes one of Try's sandboxes: a new one of the project, or a
+// fork of opts.From.
+func (t *Try) make(ctx context.Context, opts *Options, co supervisor.CreateOptions) (supervisor.Sandbox, error) {
+	if opts.From == "" {
+		return t.h.Create(ctx, co)
+	}
+	if t.forks == nil {
+		return supervisor.Sandbox{}, fmt.Errorf("forking sandbox %s: this daemon makes no forks: %w", opts.From, supervisor.ErrInvalid)
+	}
+	res, err := t.forks.Fork(ctx, opts.From, fork.Options{Count: 1, Names: []string{co.Name}})
+	if err != nil {
+		return supervisor.Sandbox{}, err
+	}
+	return res.Sandboxes[0], nil
+}
 
 // one makes sandbox i, runs its variant and then the check in it, and
 // reads what it changed and wrote and its memory peak. An error is not
@@ -30,7 +48,7 @@ func (t *Try) one(ctx context.Context, opts *Options, r *Result) error {
 	}
 	// Never abandoned half way: Try knows every sandbox it made.
 	cctx, done := context.WithTimeout(context.WithoutCancel(ctx), callTimeout)
-	sb, err := t.h.Create(cctx, co)
+	sb, err := t.make(cctx, opts, co)
 	done()
 	busy()
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"github.com/sandboxd/sandboxd/internal/randid"
 	"github.com/sandboxd/sandboxd/supervisor/commands"
+	"github.com/sandboxd/sandboxd/supervisor/fork"
 	"strings"
 	"sync"
 	"time"
@@ -26,18 +27,21 @@ type Config struct {
 	// Runner runs each variant and check in its sandbox (the commands
 	// room).
 	Runner commands.Runner
+	// Forks makes Options.From's forks (nil: From is refused).
+	Forks *fork.Forks
 }
 
 // Try is the room: best-of-N over sandboxes of a project.
 type Try struct {
-	h   Host
-	run commands.Runner
+	h     Host
+	run   commands.Runner
+	forks *fork.Forks
 }
 
 // New makes the room over h. It joins no hook: a Try's sandboxes are
 // the core's like any other's, and a Try's state lives in its call.
 func New(h Host, cfg Config) *Try {
-	return &Try{h: h, run: cfg.Runner}
+	return &Try{h: h, run: cfg.Runner, forks: cfg.Forks}
 }
 
 // prefix names a Try's sandboxes when the caller gives no name,
@@ -54,6 +58,10 @@ type Options struct {
 	// Create is what each sandbox is made with (Project, Owner, limits,
 	// profile...); its Name is the prefix of theirs: PREFIX-1...
 	Create supervisor.CreateOptions
+	// From, if set, is a sandbox's id: each sandbox is a fork of it (its
+	// files, system layer and options as they stand) rather than a new
+	// sandbox of Create.Project; of Create only Name counts.
+	From string
 	// Variants are shell lines, one per sandbox; Check the shell line
 	// that must pass in each after its variant did. With Inputs there is
 	// one variant, and a sandbox per input, which the variant and the

@@ -47,6 +47,7 @@ func TestCrashAtEachStepOfEachOperation(t *testing.T) {
 		{"rollback", crashRollback},
 		{"rebase", func(t *testing.T, point string) { crashRebase(t, point, project) }},
 		{"destroy", crashDestroy},
+		{"fork", crashFork},
 	}
 	// Every operation that names crash points is tried here, but for
 	// promotion's (in promote_test.go).
@@ -212,6 +213,34 @@ func crashDestroy(t *testing.T, point string) {
 	if ids := sandboxIDsOf(t, crashProject); len(ids) != 0 {
 		t.Fatalf("killed at %s: sandboxes of the project after the restart: %v; want none", point, ids)
 	}
+}
+
+// crashFork: each fork is whole (ready, with the source's files and
+// system layer) or gone; the source runs on, not left frozen, its files
+// intact; the fork's snapshots of it are gone (checkNothingLeft).
+func crashFork(t *testing.T, point string) {
+	id := crashSandbox(t, "source")
+	killedDuring(t, point, "fork", "--count", "2", id)
+	ids := sandboxIDsOf(t, crashProject)
+	if !slices.Contains(ids, id) {
+		t.Fatalf("killed at %s: the source %s is gone after the restart (sandboxes: %v)", point, id, ids)
+	}
+	want := map[string]int{crashpoint.ForkSnapshots: 0, crashpoint.ForkFirst: 1, crashpoint.ForkMade: 2}[point]
+	if len(ids) != want+1 {
+		t.Fatalf("killed at %s: sandboxes of the project after the restart: %v; want the source and %d fork(s)", point, ids, want)
+	}
+	for _, sb := range ids {
+		if st := strings.TrimSpace(ok(t, "status", "-q", sb)); st != "ready" {
+			t.Fatalf("killed at %s: sandbox %s is %s after the restart; want ready", point, sb, st)
+		}
+		if out := execIn(t, sb, false, "cat mine.txt "+layerMark); out != "source\nsource\n" {
+			t.Fatalf("killed at %s: sandbox %s's mine.txt and system layer hold %q; want the source's", point, sb, out)
+		}
+		if sb != id {
+			ok(t, "destroy", sb)
+		}
+	}
+	ok(t, "destroy", id)
 }
 
 // crashSandbox makes a sandbox of the crash project with text in mine.txt

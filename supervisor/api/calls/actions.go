@@ -77,6 +77,8 @@ var actions = map[string]action{
 	sandboxd1.MethodOpenSession:      {mutating: true},
 	sandboxd1.MethodEval:             {mutating: true},
 	sandboxd1.MethodCloseSession:     {mutating: true},
+	// Snapshots, and a create per fork.
+	sandboxd1.MethodFork: {mutating: true, heavy: true},
 	// It runs systemctl in the sandbox.
 	sandboxd1.MethodSystemStatus: {heavy: true},
 	// The file calls are heavy: each holds a thread of the sandbox's

@@ -179,6 +179,11 @@ const SandboxXML = xmlHeader + `<node>
    <arg type="a(uuuuuusss)" name="hunks" direction="out"/>
    <arg type="ay" name="merged" direction="out"/>
   </method>
+  <method name="Fork">
+   <arg type="a{sv}" name="options" direction="in"/>
+   <arg type="as" name="ids" direction="out"/>
+   <arg type="as" name="not_carried" direction="out"/>
+  </method>
   <method name="Promote">
    <arg type="a{sv}" name="options" direction="in"/>
    <arg type="s" name="promotion" direction="out"/>

@@ -1,0 +1,54 @@
+package supervisor
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/sandboxd/sandboxd/cowfs"
+	"github.com/sandboxd/sandboxd/supervisor/state"
+)
+
+// What the fork room (supervisor/fork) needs of the core beyond Host: a
+// sandbox made as Create makes one (admission, the record first, its own
+// id, id block, quota and scope, the same crash points and undo), whose
+// copy of the project and system layer are a source sandbox's as they
+// stood, and whose base is a snapshot of the source's base.
+
+// ForkSource is what a fork is made of: the source's record, and
+// read-only snapshots of its copy of the project and of its system layer
+// (zero: it has none), taken together.
+type ForkSource struct {
+	Record state.Record
+	Volume cowfs.Volume
+	Layer  cowfs.Volume
+}
+
+// CreateFork makes a fork of src.Record named name ("": none): the
+// source's options (project, owner, limits, disk quota, network, profile,
+// hidden and read-only paths, environment, boot) and its time to live
+// counted from now. The owner's bounds count it (Policy.Admit).
+func (h host) CreateFork(ctx context.Context, src ForkSource, name string) (Sandbox, error) {
+	rec := src.Record
+	opts := CreateOptions{
+		Project: rec.Project, Name: name, Owner: rec.Owner, DiskQuota: rec.DiskQuota, Profile: rec.Profile,
+		Network: rec.Network, Allow: rec.Allow, ReadOnlyProject: &rec.ReadOnlyProject, Boot: rec.Boot, fork: &src,
+	}
+	if err := unmarshalLimits(rec.Limits, &opts.Limits); err != nil {
+		return Sandbox{}, fmt.Errorf("forking sandbox %s: its limits: %w", rec.ID, err)
+	}
+	if !rec.Expires.IsZero() {
+		opts.TTL = max(rec.Expires.Sub(rec.Created), 1)
+	}
+	return h.s.Create(ctx, opts)
+}
+
+// forkBase is a fork's own base, named name: a read-only snapshot of its
+// source's (so diff, rebase and promotion measure against the same
+// project state, and the fork keeps it when the source goes).
+func forkBase(ctx context.Context, b cowfs.Backend, src state.Record, name string) (cowfs.Volume, error) {
+	base, err := b.Get(ctx, src.Base)
+	if err != nil {
+		return base, fmt.Errorf("the base of sandbox %s: %w", src.ID, err)
+	}
+	return b.Snapshot(ctx, base, name, true)
+}
