@@ -28,5 +28,11 @@ if [ "$1" = purge ]; then
 		[ ! -d /run/systemd/system ] || systemctl daemon-reload || true
 	fi
 	rm -rf /var/lib/sandboxd /var/log/sandboxd /etc/sandboxd /run/sandboxd
+	# Enabled for boot by the first install (a removal keeps it, as an
+	# admin's disable is kept through upgrades).
+	rm -f /etc/systemd/system/multi-user.target.wants/sandboxd.service
+fi
+if [ "$1" = 0 ]; then # rpm: erased (no purge there)
+	rm -f /etc/systemd/system/multi-user.target.wants/sandboxd.service
 fi
 exit 0

@@ -112,6 +112,11 @@ func TestTheDebInstallsUpgradesAndRemoves(t *testing.T) {
 	if out, _ := sh(t, "systemctl is-active sandboxd.service"); strings.TrimSpace(out) != "inactive" {
 		t.Fatalf("sandboxd runs before anyone called it: %s", out)
 	}
+	// Enabled for boot (kept sandboxes run again after a reboot), not
+	// started by the install.
+	if out, _ := sh(t, "systemctl is-enabled sandboxd.service"); strings.TrimSpace(out) != "enabled" {
+		t.Errorf("sandboxd.service after the first install: %q; want enabled for boot", out)
+	}
 	// The first call starts it.
 	must(t, "busctl call org.sandboxd1 /org/sandboxd1 org.sandboxd1.Manager ListSandboxes")
 	if out := must(t, "systemctl is-active sandboxd.service"); strings.TrimSpace(out) != "active" {
@@ -141,8 +146,14 @@ func TestTheDebInstallsUpgradesAndRemoves(t *testing.T) {
 	// The operator edits the configuration; an upgrade keeps the edit and
 	// the sandbox.
 	must(t, `sed -i 's/^log_level = "info"/log_level = "debug"/' /etc/sandboxd/sandboxd.toml && echo '# edited by the operator' >> /etc/sandboxd/sandboxd.toml`)
+	// The admin's choice not to start it at boot holds through an upgrade.
+	must(t, "systemctl disable --quiet sandboxd.service")
 	before := strings.TrimSpace(must(t, "systemctl show -p MainPID --value sandboxd.service"))
 	must(t, "dpkg -i "+deb("1.0.1"))
+	if out, _ := sh(t, "systemctl is-enabled sandboxd.service"); strings.TrimSpace(out) != "disabled" {
+		t.Errorf("sandboxd.service disabled by the admin, after an upgrade: %q; want disabled still", out)
+	}
+	must(t, "systemctl enable --quiet sandboxd.service")
 	conf, _ := os.ReadFile("/etc/sandboxd/sandboxd.toml")
 	if !strings.Contains(string(conf), `log_level = "debug"`) || !strings.Contains(string(conf), "# edited by the operator") {
 		t.Errorf("the configuration after the upgrade lost the operator's edits:\n%s", conf)
@@ -181,6 +192,9 @@ func TestTheDebInstallsUpgradesAndRemoves(t *testing.T) {
 	}
 	if out := must(t, "systemctl list-units --all --no-legend 'sandbox-*.scope' | grep -c running || true"); strings.TrimSpace(out) != "0" {
 		t.Errorf("sandbox scopes still running after purge: %s", out)
+	}
+	if _, err := os.Lstat("/etc/systemd/system/multi-user.target.wants/sandboxd.service"); err == nil {
+		t.Error("sandboxd.service is still enabled for boot after dpkg -P")
 	}
 	if out, _ := sh(t, "findmnt -n /var/lib/sandboxd/pool"); out != "" {
 		t.Errorf("the embedded pool is still mounted after purge: %s", out)
