@@ -3,7 +3,8 @@ package supervisor
 // Idle sandboxes (issue 21): one with no running command, background
 // process or open port connection for Config.IdleFreeze is frozen (its
 // memory stays, its CPU is free) and thawed by the next call that needs
-// it or the next connection to one of its ports.
+// it or the next connection to one of its ports; for Config.IdleStop,
+// stopped (issue 31: its memory is free too) and started so again.
 
 import (
 	"context"
@@ -38,16 +39,25 @@ func (a *activity) lastActive(id string) (time.Time, bool) {
 	return t, ok
 }
 
-// wake thaws sandbox id if it was frozen for being idle, and records
-// activity; a sandbox frozen by a caller stays frozen.
+// wake thaws or starts sandbox id if it was frozen or stopped for being
+// idle, and records activity; one a caller stopped is ErrStopped, one a
+// caller froze stays frozen.
 func (s *Supervisor) wake(ctx context.Context, id string) error {
 	s.activity.touch(id)
 	rec, err := s.cfg.Store.Get(id)
-	if err != nil || rec.State != state.Frozen || !rec.FrozenIdle {
+	switch {
+	case err != nil:
 		return nil
-	}
-	if _, err := s.Thaw(ctx, id); err != nil && !errors.Is(err, ErrWrongState) {
-		return fmt.Errorf("thawing idle sandbox %s: %w", id, err)
+	case rec.State == state.Stopped && rec.StoppedIdle:
+		if _, err := s.Start(ctx, id); err != nil {
+			return fmt.Errorf("starting idle sandbox %s: %w", id, err)
+		}
+	case rec.State == state.Stopped:
+		return fmt.Errorf("sandbox %s: %w", id, ErrStopped)
+	case rec.State == state.Frozen && rec.FrozenIdle:
+		if _, err := s.Thaw(ctx, id); err != nil && !errors.Is(err, ErrWrongState) {
+			return fmt.Errorf("thawing idle sandbox %s: %w", id, err)
+		}
 	}
 	s.activity.touch(id)
 	return nil
@@ -64,21 +74,22 @@ func (h *Hooks) busy(ctx context.Context, id string) bool {
 	return false
 }
 
-// FreezeIdle freezes the ready sandboxes that have been idle for
-// Config.IdleFreeze (0: none ever are), and returns their ids. A sandbox
-// this daemon has seen nothing of since it started counts from then.
-func (s *Supervisor) FreezeIdle(ctx context.Context, now time.Time) ([]string, error) {
-	if s.cfg.IdleFreeze <= 0 {
-		return nil, nil
+// Idle freezes the ready sandboxes that have been idle for
+// Config.IdleFreeze, and stops those idle for Config.IdleStop (frozen for
+// being idle too: freeze first, stop later); 0: never. It returns their
+// ids. A sandbox this daemon has seen nothing of since it started counts
+// from then.
+func (s *Supervisor) Idle(ctx context.Context, now time.Time) (frozen, stopped []string, err error) {
+	if s.cfg.IdleFreeze <= 0 && s.cfg.IdleStop <= 0 {
+		return nil, nil, nil
 	}
 	recs, err := s.cfg.Store.List()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	var frozen []string
 	var errs []error
 	for _, r := range recs {
-		if !r.Runs() {
+		if !r.Runs() && !(r.State == state.Frozen && r.FrozenIdle) {
 			continue
 		}
 		last, ok := s.activity.lastActive(r.ID)
@@ -86,18 +97,28 @@ func (s *Supervisor) FreezeIdle(ctx context.Context, now time.Time) ([]string, e
 			s.activity.touch(r.ID)
 			continue
 		}
-		if now.Sub(last) < s.cfg.IdleFreeze || s.hooks.busy(ctx, r.ID) {
+		// One frozen for being idle did nothing since: wake thaws it.
+		stop := s.cfg.IdleStop > 0 && now.Sub(last) >= s.cfg.IdleStop
+		freeze := !stop && r.Runs() && s.cfg.IdleFreeze > 0 && now.Sub(last) >= s.cfg.IdleFreeze
+		if !stop && !freeze || !r.FrozenIdle && s.hooks.busy(ctx, r.ID) {
 			continue
 		}
-		if err := s.freezeIdle(ctx, r.ID, last); err != nil {
-			if !errors.Is(err, ErrWrongState) {
-				errs = append(errs, err)
-			}
-			continue
+		var err error
+		if stop {
+			_, err = s.stop(ctx, r.ID, last)
+		} else {
+			err = s.freezeIdle(ctx, r.ID, last)
 		}
-		frozen = append(frozen, r.ID)
+		switch {
+		case err != nil && !errors.Is(err, ErrWrongState):
+			errs = append(errs, err)
+		case err == nil && stop:
+			stopped = append(stopped, r.ID)
+		case err == nil:
+			frozen = append(frozen, r.ID)
+		}
 	}
-	return frozen, errors.Join(errs...)
+	return frozen, stopped, errors.Join(errs...)
 }
 
 // freezeIdle freezes sandbox id, marked as frozen for being idle, unless

@@ -17,6 +17,7 @@ import (
 type Report struct {
 	Adopted   []string // consistent: volumes, scope and record all there
 	Restarted []string // the scope was gone (a reboot): init and scope started again
+	Stopped   []string // stopped (Stop, idle): it stays so, its scope ended if a crash left one
 	Undone    []string // a create a crash interrupted: what it made is removed
 	Finished  []string // a destroy a crash interrupted: completed
 	Lost      []string // the sandbox's volume is gone: its record is removed
@@ -81,6 +82,8 @@ func (s *Supervisor) Reconcile(ctx context.Context) (Report, error) {
 			rep.Finished = append(rep.Finished, rec.ID)
 		case "lost":
 			rep.Lost = append(rep.Lost, rec.ID)
+		case "stopped":
+			rep.Stopped = append(rep.Stopped, rec.ID)
 		}
 		s.log.Info("reconciled", "SANDBOX_ID", rec.ID, "ACTION", "reconcile", "result", did)
 	}
@@ -171,6 +174,9 @@ func (s *Supervisor) reconcileOne(ctx context.Context, rec state.Record, vols ma
 	if _, ok := vols[rec.Volume]; !ok {
 		s.log.Error("a sandbox's volume is gone", "SANDBOX_ID", rec.ID, "volume", rec.Volume)
 		return "lost", s.finishDestroy(ctx, rec)
+	}
+	if rec.State == state.Stopped { // a stop or a start a crash interrupted: stopped
+		return "stopped", s.endScope(ctx, rec)
 	}
 	if active[rec.Unit] {
 		// The daemon freezes a sandbox for the instant of a snapshot (a

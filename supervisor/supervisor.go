@@ -122,6 +122,8 @@ type Config struct {
 	// IdleFreeze freezes a sandbox idle for this long (0: never): see
 	// FreezeIdle.
 	IdleFreeze time.Duration
+	// IdleStop stops a sandbox idle for this long (0: never): see Idle.
+	IdleStop time.Duration
 	// UserNS says whether sandboxes get user namespaces of their own
 	// (see ProbeUserNS).
 	UserNS UserNS

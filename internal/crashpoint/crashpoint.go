@@ -147,6 +147,18 @@ const (
 // Destroy lists the destroy's crash points, in order.
 var Destroy = []string{DestroyRecorded, DestroyScopeStopped, DestroyVolumesDeleted, DestroyRecordDeleted}
 
+// The steps of a stop and a start (supervisor/stop.go), in order.
+const (
+	StopRecorded = "stop-recorded" // the record says stopped; its scope still runs
+	StartScope   = "start-scope"   // its scope runs its init again; the record still says stopped
+)
+
+// Stop and Start list their crash points.
+var (
+	Stop  = []string{StopRecorded}
+	Start = []string{StartScope}
+)
+
 // All lists every crash point, by operation.
 var All = map[string][]string{
 	"create":     Create,
@@ -155,6 +167,8 @@ var All = map[string][]string{
 	"rebase":     Rebase,
 	"destroy":    Destroy,
 	"promote":    Promotion,
+	"stop":       Stop,
+	"start":      Start,
 }
 
 // PauseEnv arms a pause point: the process stops at step NAME (when its
