@@ -80,7 +80,7 @@ func (h host) Store() *state.Store         { return h.s.cfg.Store }
 func (h host) Log() *slog.Logger           { return h.s.log }
 func (h host) Lock(id string) func()       { return h.s.locks.Lock(id) }
 func (h host) RuntimeDir(id string) string { return h.s.worlds.dir(id) }
-func (h host) Touch(id string)             { h.s.activity.touch(id) }
+func (h host) Touch(id string)             { h.s.activity.Touch(id) }
 
 func (h host) Sandbox(ctx context.Context, id string) (Sandbox, error) { return h.s.Get(ctx, id) }
 

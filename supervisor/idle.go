@@ -10,40 +10,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/sandboxd/sandboxd/supervisor/state"
 )
 
-// activity is when each sandbox last did something this daemon saw.
-type activity struct {
-	mu   sync.Mutex
-	last map[string]time.Time
-}
-
-// touch records activity in sandbox id now.
-func (a *activity) touch(id string) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.last == nil {
-		a.last = map[string]time.Time{}
-	}
-	a.last[id] = time.Now()
-}
-
-func (a *activity) lastActive(id string) (time.Time, bool) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	t, ok := a.last[id]
-	return t, ok
-}
-
 // wake thaws or starts sandbox id if it was frozen or stopped for being
 // idle, and records activity; one a caller stopped is ErrStopped, one a
 // caller froze stays frozen.
 func (s *Supervisor) wake(ctx context.Context, id string) error {
-	s.activity.touch(id)
+	s.activity.Touch(id)
 	rec, err := s.cfg.Store.Get(id)
 	switch {
 	case err != nil:
@@ -59,7 +35,7 @@ func (s *Supervisor) wake(ctx context.Context, id string) error {
 			return fmt.Errorf("thawing idle sandbox %s: %w", id, err)
 		}
 	}
-	s.activity.touch(id)
+	s.activity.Touch(id)
 	return nil
 }
 
@@ -92,9 +68,9 @@ func (s *Supervisor) Idle(ctx context.Context, now time.Time) (frozen, stopped [
 		if !r.Runs() && !(r.State == state.Frozen && r.FrozenIdle) {
 			continue
 		}
-		last, ok := s.activity.lastActive(r.ID)
+		last, ok := s.activity.Last(r.ID)
 		if !ok {
-			s.activity.touch(r.ID)
+			s.activity.Touch(r.ID)
 			continue
 		}
 		// One frozen for being idle did nothing since: wake thaws it.
@@ -132,7 +108,7 @@ func (s *Supervisor) freezeIdle(ctx context.Context, id string, idleSince time.T
 	if !rec.Runs() {
 		return fmt.Errorf("freezing idle sandbox %s: it is %s: %w", id, rec.State, ErrWrongState)
 	}
-	if last, _ := s.activity.lastActive(id); last.After(idleSince) {
+	if last, _ := s.activity.Last(id); last.After(idleSince) {
 		return fmt.Errorf("freezing idle sandbox %s: it woke: %w", id, ErrWrongState)
 	}
 	if err := s.cfg.Units.Freeze(ctx, rec.Unit); err != nil {

@@ -71,20 +71,9 @@ func (s *Supervisor) Reconcile(ctx context.Context) (Report, error) {
 			errs = append(errs, fmt.Errorf("sandbox %s: %w", rec.ID, err))
 			continue
 		}
-		switch did {
-		case "adopted":
-			rep.Adopted = append(rep.Adopted, rec.ID)
-		case "restarted":
-			rep.Restarted = append(rep.Restarted, rec.ID)
-		case "undone":
-			rep.Undone = append(rep.Undone, rec.ID)
-		case "finished":
-			rep.Finished = append(rep.Finished, rec.ID)
-		case "lost":
-			rep.Lost = append(rep.Lost, rec.ID)
-		case "stopped":
-			rep.Stopped = append(rep.Stopped, rec.ID)
-		}
+		lists := map[string]*[]string{"adopted": &rep.Adopted, "restarted": &rep.Restarted, "undone": &rep.Undone,
+			"finished": &rep.Finished, "lost": &rep.Lost, "stopped": &rep.Stopped}
+		*lists[did] = append(*lists[did], rec.ID)
 		s.log.Info("reconciled", "SANDBOX_ID", rec.ID, "ACTION", "reconcile", "result", did)
 	}
 	// Promotions a crash interrupted, before the orphans: their rollback

@@ -39,7 +39,7 @@ func (s *Supervisor) stop(ctx context.Context, id string, idleSince time.Time) (
 	idle, action := !idleSince.IsZero(), "stop"
 	if idle {
 		action = "stop-idle"
-		if last, _ := s.activity.lastActive(id); last.After(idleSince) {
+		if last, _ := s.activity.Last(id); last.After(idleSince) {
 			return sb, fmt.Errorf("stopping idle sandbox %s: it woke: %w", id, ErrWrongState)
 		}
 	}
@@ -124,7 +124,7 @@ func (s *Supervisor) Start(ctx context.Context, id string) (sb Sandbox, err erro
 	if err != nil {
 		return sb, fmt.Errorf("starting sandbox %s: %w", id, err)
 	}
-	s.activity.touch(id)
+	s.activity.Touch(id)
 	s.events.changed(id)
 	s.log.Info("sandbox started", "SANDBOX_ID", id, "ACTION", "start", "CALLER_UID", uidField(ctx))
 	return sandboxOf(ctx, s.cfg.Backend, &s.worlds, rec), nil

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/cowfs"
+	"github.com/sandboxd/sandboxd/internal/activity"
 	"github.com/sandboxd/sandboxd/internal/keylock"
 	"github.com/sandboxd/sandboxd/internal/randid"
 	"github.com/sandboxd/sandboxd/supervisor/admission"
@@ -150,7 +151,7 @@ type Supervisor struct {
 	worlds    worlds
 	userns    usernsState
 	stateDirs idmap.StateDirCache
-	activity  activity
+	activity  activity.Times
 }
 
 // New makes a Supervisor. Call Projects().Load, then Reconcile, before

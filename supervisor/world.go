@@ -16,6 +16,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/connbound"
 	"github.com/sandboxd/sandboxd/runtime/egress"
 	"github.com/sandboxd/sandboxd/runtime/nsinit"
+	"github.com/sandboxd/sandboxd/supervisor/diskquota"
 	"github.com/sandboxd/sandboxd/supervisor/idmap"
 	"github.com/sandboxd/sandboxd/supervisor/state"
 	"github.com/sandboxd/sandboxd/supervisor/userns"
@@ -118,7 +119,7 @@ func (s *Supervisor) spec(ctx context.Context, rec state.Record) (nsinit.Spec, e
 		}
 		spec.Layer = layer.Path
 	} else {
-		spec.LayerSize = diskShare(rec.DiskQuota) // the volume has the rest
+		spec.LayerSize = diskquota.Share(rec.DiskQuota) // the volume has the rest
 	}
 	// Where the pool or the other projects show through the host's root
 	// (a pool on the root filesystem), they are hidden: the sandbox sees
@@ -163,7 +164,7 @@ func makeLayer(ctx context.Context, b cowfs.Backend, rec *state.Record) (cowfs.V
 		return v, false, err
 	}
 	rec.Layer = v.Name
-	return v, true, nil // bounded with the volume (boundDisk)
+	return v, true, nil // bounded with the volume (diskquota.Bound)
 }
 
 // launch starts a sandbox's init, which waits for its world (startScope):
