@@ -44,6 +44,7 @@ func New(h Host) *Commands {
 	// Background processes: an init found again after the daemon's
 	// restart is watched again; a stopped one no longer.
 	hooks.Started.Add(c.watchAdopted)
+	hooks.Started.Add(c.respawn)
 	hooks.Stopped.Add(c.stopWatch)
 	for _, err := range []error{ErrNoCommand, ErrNoProcess, ErrNoSession, ErrNoFile, ErrNotBooted} {
 		hooks.Refusals.Add(err)
