@@ -29,7 +29,7 @@ func (s *Supervisor) wake(ctx context.Context, id string) error {
 			return fmt.Errorf("starting idle sandbox %s: %w", id, err)
 		}
 	case rec.State == state.Stopped:
-		return fmt.Errorf("sandbox %s: %w", id, ErrStopped)
+		return fmt.Errorf("sandbox %s: %w: start it with sandboxctl start %s", id, ErrStopped, id)
 	case rec.State == state.Frozen && rec.FrozenIdle:
 		if _, err := s.Thaw(ctx, id); err != nil && !errors.Is(err, ErrWrongState) {
 			return fmt.Errorf("thawing idle sandbox %s: %w", id, err)
