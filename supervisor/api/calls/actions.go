@@ -54,7 +54,7 @@ var actions = map[string]action{
 	sandboxd1.MethodFreeze:           {mutating: true},
 	sandboxd1.MethodThaw:             {mutating: true},
 	sandboxd1.MethodStop:             {mutating: true},
-	sandboxd1.MethodStart:            {mutating: true, heavy: true}, // an init and a scope, as a create
+	sandboxd1.MethodStart:            {mutating: true},
 	sandboxd1.MethodExec:             {mutating: true},
 	sandboxd1.MethodExecTerminal:     {mutating: true},
 	sandboxd1.MethodSignal:           {mutating: true},
