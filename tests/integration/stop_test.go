@@ -64,7 +64,10 @@ func TestStopAndStartKeepTheSandbox(t *testing.T) {
 	}
 	waitFor(t, "the declared heartbeat to beat again", func() bool { return fileOf(path, "beat") != beat })
 	waitFor(t, "the declared server to answer through the port again", serves)
-	var ps []sandboxd1.ProcessEntry
+	var ps []struct {
+		ID   string
+		Argv []string
+	}
 	if err := json.Unmarshal([]byte(ok(t, "--json", "ps", sb)), &ps); err != nil {
 		t.Fatal(err)
 	}
