@@ -180,7 +180,7 @@ func run(ctx context.Context, configPath string) error {
 	status("reconciling sandboxes")
 	rep, err := sup.Reconcile(ctx)
 	log.Info("reconciled", "adopted", len(rep.Adopted), "restarted", len(rep.Restarted),
-		"undone", len(rep.Undone), "finished", len(rep.Finished), "lost", len(rep.Lost),
+		"undone", len(rep.Undone), "finished", len(rep.Finished), "lost", len(rep.Lost), "stopped", len(rep.Stopped),
 		"orphan_volumes", strings.Join(rep.OrphanVolumes, ","), "orphan_scopes", strings.Join(rep.OrphanScopes, ","))
 	if err != nil {
 		// Each sandbox is reconciled on its own: one that fails is

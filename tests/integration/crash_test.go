@@ -423,8 +423,8 @@ func checkNothingLeft(t *testing.T, point, root string) {
 		case strings.HasPrefix(msg, "finished a rollback"):
 			t.Logf("killed at %s: the restart %s", point, msg)
 		case strings.HasPrefix(msg, "reconciled ") && e["ADOPTED"] != nil:
-			t.Logf("killed at %s: the restart's reconcile: adopted %v, restarted %v, undone %v, finished %v, lost %v, orphan volumes %q, orphan scopes %q",
-				point, e["ADOPTED"], e["RESTARTED"], e["UNDONE"], e["FINISHED"], e["LOST"], e["ORPHAN_VOLUMES"], e["ORPHAN_SCOPES"])
+			t.Logf("killed at %s: the restart's reconcile: adopted %v, restarted %v, undone %v, finished %v, lost %v, stopped %v, orphan volumes %q, orphan scopes %q",
+				point, e["ADOPTED"], e["RESTARTED"], e["UNDONE"], e["FINISHED"], e["LOST"], e["STOPPED"], e["ORPHAN_VOLUMES"], e["ORPHAN_SCOPES"])
 		}
 	}
 }
