@@ -32,7 +32,8 @@ type Host interface {
 	InitPID(id string) (int, bool)
 	// RuntimeDir is sandbox id's runtime directory (its init's socket).
 	RuntimeDir(id string) string
-	// Wake thaws sandbox id if it was frozen for being idle, and records
+	// Wake thaws or starts sandbox id if it was frozen or stopped for
+	// being idle (ErrStopped if a caller stopped it), and records
 	// activity; Touch records activity only.
 	Wake(ctx context.Context, id string) error
 	Touch(id string)

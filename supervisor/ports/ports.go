@@ -208,6 +208,9 @@ func (p *Ports) Expose(ctx context.Context, id string, port uint16, tcp bool) (a
 	if port == 0 {
 		return "", fmt.Errorf("%s: a port is 1 to 65535: %w", what, supervisor.ErrInvalid)
 	}
+	if rec.State == state.Stopped {
+		return "", fmt.Errorf("%s: %w: start it with sandboxctl start %s", what, supervisor.ErrStopped, id)
+	}
 	if _, runs := p.h.InitPID(id); (rec.State != state.Ready && rec.State != state.Running) || !runs {
 		return "", fmt.Errorf("%s: it is %s: %w", what, rec.State, supervisor.ErrWrongState)
 	}
