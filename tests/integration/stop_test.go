@@ -41,6 +41,7 @@ func TestStopAndStartKeepTheSandbox(t *testing.T) {
 			t.Errorf("%s: list does not say stopped:\n%s", when, ok(t, "list"))
 		}
 		fails(t, 5, "sandbox "+sb+": sandbox is stopped: start it with sandboxctl start "+sb, "exec", sb, "--", "true")
+		fails(t, 5, "sandbox is stopped: start it", "port", sb, "8001")
 		if out, _ := exec.Command("systemctl", "is-active", "sandbox-"+sb+".scope").Output(); strings.TrimSpace(string(out)) == "active" {
 			t.Errorf("%s: its scope is active", when)
 		}
