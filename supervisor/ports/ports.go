@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -444,7 +445,11 @@ func (p *Ports) refuse(e *exposedPort, c net.Conn, reason string) {
 func (p *Ports) forward(e *exposedPort, c net.Conn) {
 	defer c.Close()
 	if err := p.h.Wake(e.ctx, e.key.id); err != nil {
-		p.h.Log().Warn("exposed port: waking its sandbox", "SANDBOX_ID", e.key.id, "port", e.key.port, "error", err)
+		level := slog.LevelWarn
+		if errors.Is(err, supervisor.ErrStopped) { // any local user may connect: not a line each
+			level = slog.LevelDebug
+		}
+		p.h.Log().Log(e.ctx, level, "exposed port: waking its sandbox", "SANDBOX_ID", e.key.id, "port", e.key.port, "error", err)
 		return
 	}
 	defer p.h.Touch(e.key.id)
