@@ -94,14 +94,18 @@ func TestStopAndStartKeepTheSandbox(t *testing.T) {
 	}
 }
 
-// With [limits] idle_stop, an idle sandbox is stopped and the next
-// command starts it; one its caller stopped stays stopped.
+// With [limits] idle_freeze and idle_stop, an idle sandbox is frozen
+// first, stopped later, and the next command starts it; one its caller
+// stopped stays stopped.
 func TestIdleSandboxesStopAndStart(t *testing.T) {
 	install(t)
-	reconfigure(t, "[limits]\nidle_stop = \"2s\"\n")
+	reconfigure(t, "[limits]\nidle_freeze = \"1s\"\nidle_stop = \"4s\"\n")
 	idle := sandbox(t)
 	held := sandbox(t)
 	ok(t, "stop", held)
+	waitFor(t, "the idle sandbox to be frozen", func() bool {
+		return strings.Contains(ok(t, "status", idle), "frozen (idle")
+	})
 	waitFor(t, "the idle sandbox to be stopped", func() bool {
 		return strings.TrimSpace(ok(t, "--quiet", "status", idle)) == sandboxd1.StateStopped
 	})
