@@ -12,22 +12,6 @@ import (
 // Booted sandboxes (CreateOptions.Boot) run a systemd of their own; the
 // init's side is runtime/nsinit/boot.go, the design docs/boot.md.
 
-// canBoot refuses a booted sandbox where its systemd would not be
-// contained: without a user namespace it would be the host's root, and
-// on the host's network its services would bind the host's ports.
-func (u *usernsState) canBoot(opts CreateOptions) error {
-	if !opts.Boot {
-		return nil
-	}
-	if opts.Network == nsinit.NetworkHost {
-		return fmt.Errorf("%w: a booted sandbox needs a network of its own (none or allowlist), not the host's: its services would listen on the host", ErrInvalid)
-	}
-	if u.unavailable != nil {
-		return fmt.Errorf("%w: a booted sandbox's systemd must be root of a user namespace, or it would own the machine: %v", ErrNoIdmap, u.unavailable)
-	}
-	return nil
-}
-
 // bootInScope starts the scope first (Delegate=yes), then makes the
 // cgroups the init and its systemd live in, then has the init build its
 // world and boot. On failure the init is killed and the scope stopped.

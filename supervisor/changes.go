@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/sandboxd/sandboxd/cowfs"
+	"github.com/sandboxd/sandboxd/supervisor/changeset"
 	"github.com/sandboxd/sandboxd/supervisor/state"
 )
 
@@ -61,4 +62,15 @@ func (h host) FrozenSnapshot(ctx context.Context, rec state.Record, vol cowfs.Vo
 		}()
 	}
 	return s.cfg.Backend.Snapshot(ctx, vol, name, true)
+}
+
+// SandboxChanges lists what a sandbox changed in its copy since base
+// (changeset.Of: less userns.OwnTopDir's metadata of the top directory).
+func (h host) SandboxChanges(ctx context.Context, base, now cowfs.Volume) ([]cowfs.Change, error) {
+	return changeset.Of(ctx, h.s.cfg.Backend, base, now)
+}
+
+// FilterChanges is changeset.Filter with project's configured patterns.
+func (h host) FilterChanges(ctx context.Context, project string, base, now cowfs.Volume, changes []cowfs.Change) ([]cowfs.Change, int, error) {
+	return changeset.Filter(ctx, h.s.log, h.s.cfg.ProjectIgnore[project], project, base, now, changes)
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/cowfs"
 	"github.com/sandboxd/sandboxd/internal/crashpoint"
+	"github.com/sandboxd/sandboxd/supervisor/diskquota"
 	"github.com/sandboxd/sandboxd/supervisor/state"
 )
 
@@ -63,7 +64,7 @@ func (s *Supervisor) finishDestroy(ctx context.Context, rec state.Record) error 
 	if err := s.removeWorld(rec.ID); err != nil {
 		return err
 	}
-	unboundDisk(ctx, s.cfg.Backend, s.log, rec)
+	diskquota.Unbound(ctx, s.cfg.Backend, s.log, rec)
 	// Checkpoints (snapshots of the sandbox) first; clones before their
 	// origins; the layer by its name, which a crash may have left out of
 	// the record.

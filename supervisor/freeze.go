@@ -35,6 +35,9 @@ func (s *Supervisor) transition(ctx context.Context, id, action string, from []s
 		return sb, err
 	}
 	defer func() { s.auditor.record(ctx, action, rec, err) }()
+	if rec.State == state.Stopped {
+		return sb, fmt.Errorf("%s of sandbox %s: %w: start it with sandboxctl start %s", action, id, ErrStopped, id)
+	}
 	if !slices.Contains(from, rec.State) {
 		return sb, fmt.Errorf("%s of sandbox %s: it is %s: %w", action, id, rec.State, ErrWrongState)
 	}

@@ -32,7 +32,8 @@ type Host interface {
 	InitPID(id string) (int, bool)
 	// RuntimeDir is sandbox id's runtime directory (its init's socket).
 	RuntimeDir(id string) string
-	// Wake thaws sandbox id if it was frozen for being idle, and records
+	// Wake thaws or starts sandbox id if it was frozen or stopped for
+	// being idle (ErrStopped if a caller stopped it), and records
 	// activity; Touch records activity only.
 	Wake(ctx context.Context, id string) error
 	Touch(id string)
@@ -80,7 +81,7 @@ func (h host) Store() *state.Store         { return h.s.cfg.Store }
 func (h host) Log() *slog.Logger           { return h.s.log }
 func (h host) Lock(id string) func()       { return h.s.locks.Lock(id) }
 func (h host) RuntimeDir(id string) string { return h.s.worlds.dir(id) }
-func (h host) Touch(id string)             { h.s.activity.touch(id) }
+func (h host) Touch(id string)             { h.s.activity.Touch(id) }
 
 func (h host) Sandbox(ctx context.Context, id string) (Sandbox, error) { return h.s.Get(ctx, id) }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/sandboxd/sandboxd/cowfs"
+	"github.com/sandboxd/sandboxd/supervisor/diskquota"
 	"github.com/sandboxd/sandboxd/supervisor/state"
 	"github.com/sandboxd/sandboxd/units"
 )
@@ -36,9 +37,12 @@ func (h host) StopSandbox(ctx context.Context, rec state.Record, stopped func())
 	return start, h.s.removeWorld(rec.ID)
 }
 
+// boundDisk and unboundDisk: a sandbox's disk quota (create).
+var boundDisk, unboundDisk = diskquota.Bound, diskquota.Unbound
+
 // BoundDisk puts vols, volumes of sandbox rec, under its disk quota.
 func (h host) BoundDisk(ctx context.Context, rec state.Record, vols ...cowfs.Volume) error {
-	return boundDisk(ctx, h.s.cfg.Backend, rec, vols...)
+	return diskquota.Bound(ctx, h.s.cfg.Backend, rec, vols...)
 }
 
 // OpenProject opens sandbox rec's project as it is now, for the caller

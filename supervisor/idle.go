@@ -3,53 +3,39 @@ package supervisor
 // Idle sandboxes (issue 21): one with no running command, background
 // process or open port connection for Config.IdleFreeze is frozen (its
 // memory stays, its CPU is free) and thawed by the next call that needs
-// it or the next connection to one of its ports.
+// it or the next connection to one of its ports; for Config.IdleStop,
+// stopped (issue 31: its memory is free too) and started so again.
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/sandboxd/sandboxd/supervisor/state"
 )
 
-// activity is when each sandbox last did something this daemon saw.
-type activity struct {
-	mu   sync.Mutex
-	last map[string]time.Time
-}
-
-// touch records activity in sandbox id now.
-func (a *activity) touch(id string) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.last == nil {
-		a.last = map[string]time.Time{}
-	}
-	a.last[id] = time.Now()
-}
-
-func (a *activity) lastActive(id string) (time.Time, bool) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	t, ok := a.last[id]
-	return t, ok
-}
-
-// wake thaws sandbox id if it was frozen for being idle, and records
-// activity; a sandbox frozen by a caller stays frozen.
+// wake thaws or starts sandbox id if it was frozen or stopped for being
+// idle, and records activity; one a caller stopped is ErrStopped, one a
+// caller froze stays frozen.
 func (s *Supervisor) wake(ctx context.Context, id string) error {
-	s.activity.touch(id)
+	s.activity.Touch(id)
 	rec, err := s.cfg.Store.Get(id)
-	if err != nil || rec.State != state.Frozen || !rec.FrozenIdle {
+	switch {
+	case err != nil:
 		return nil
+	case rec.State == state.Stopped && rec.StoppedIdle:
+		if _, err := s.Start(ctx, id); err != nil {
+			return fmt.Errorf("starting idle sandbox %s: %w", id, err)
+		}
+	case rec.State == state.Stopped:
+		return fmt.Errorf("sandbox %s: %w: start it with sandboxctl start %s", id, ErrStopped, id)
+	case rec.State == state.Frozen && rec.FrozenIdle:
+		if _, err := s.Thaw(ctx, id); err != nil && !errors.Is(err, ErrWrongState) {
+			return fmt.Errorf("thawing idle sandbox %s: %w", id, err)
+		}
 	}
-	if _, err := s.Thaw(ctx, id); err != nil && !errors.Is(err, ErrWrongState) {
-		return fmt.Errorf("thawing idle sandbox %s: %w", id, err)
-	}
-	s.activity.touch(id)
+	s.activity.Touch(id)
 	return nil
 }
 
@@ -64,40 +50,51 @@ func (h *Hooks) busy(ctx context.Context, id string) bool {
 	return false
 }
 
-// FreezeIdle freezes the ready sandboxes that have been idle for
-// Config.IdleFreeze (0: none ever are), and returns their ids. A sandbox
-// this daemon has seen nothing of since it started counts from then.
-func (s *Supervisor) FreezeIdle(ctx context.Context, now time.Time) ([]string, error) {
-	if s.cfg.IdleFreeze <= 0 {
-		return nil, nil
+// Idle freezes the ready sandboxes that have been idle for
+// Config.IdleFreeze, and stops those idle for Config.IdleStop (frozen for
+// being idle too: freeze first, stop later); 0: never. It returns their
+// ids. A sandbox this daemon has seen nothing of since it started counts
+// from then.
+func (s *Supervisor) Idle(ctx context.Context, now time.Time) (frozen, stopped []string, err error) {
+	if s.cfg.IdleFreeze <= 0 && s.cfg.IdleStop <= 0 {
+		return nil, nil, nil
 	}
 	recs, err := s.cfg.Store.List()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	var frozen []string
 	var errs []error
 	for _, r := range recs {
-		if !r.Runs() {
+		if !r.Runs() && !(r.State == state.Frozen && r.FrozenIdle) {
 			continue
 		}
-		last, ok := s.activity.lastActive(r.ID)
+		last, ok := s.activity.Last(r.ID)
 		if !ok {
-			s.activity.touch(r.ID)
+			s.activity.Touch(r.ID)
 			continue
 		}
-		if now.Sub(last) < s.cfg.IdleFreeze || s.hooks.busy(ctx, r.ID) {
+		// One frozen for being idle did nothing since: wake thaws it.
+		stop := s.cfg.IdleStop > 0 && now.Sub(last) >= s.cfg.IdleStop
+		freeze := !stop && r.Runs() && s.cfg.IdleFreeze > 0 && now.Sub(last) >= s.cfg.IdleFreeze
+		if !stop && !freeze || !r.FrozenIdle && s.hooks.busy(ctx, r.ID) {
 			continue
 		}
-		if err := s.freezeIdle(ctx, r.ID, last); err != nil {
-			if !errors.Is(err, ErrWrongState) {
-				errs = append(errs, err)
-			}
-			continue
+		var err error
+		if stop {
+			_, err = s.stop(ctx, r.ID, last)
+		} else {
+			err = s.freezeIdle(ctx, r.ID, last)
 		}
-		frozen = append(frozen, r.ID)
+		switch {
+		case err != nil && !errors.Is(err, ErrWrongState):
+			errs = append(errs, err)
+		case err == nil && stop:
+			stopped = append(stopped, r.ID)
+		case err == nil:
+			frozen = append(frozen, r.ID)
+		}
 	}
-	return frozen, errors.Join(errs...)
+	return frozen, stopped, errors.Join(errs...)
 }
 
 // freezeIdle freezes sandbox id, marked as frozen for being idle, unless
@@ -111,7 +108,7 @@ func (s *Supervisor) freezeIdle(ctx context.Context, id string, idleSince time.T
 	if !rec.Runs() {
 		return fmt.Errorf("freezing idle sandbox %s: it is %s: %w", id, rec.State, ErrWrongState)
 	}
-	if last, _ := s.activity.lastActive(id); last.After(idleSince) {
+	if last, _ := s.activity.Last(id); last.After(idleSince) {
 		return fmt.Errorf("freezing idle sandbox %s: it woke: %w", id, ErrWrongState)
 	}
 	if err := s.cfg.Units.Freeze(ctx, rec.Unit); err != nil {

@@ -56,7 +56,7 @@ func (a *auditor) entry(ctx context.Context, e audit.Entry, rec state.Record, er
 var refusals = []error{
 	ErrAccessDenied, ErrNotFound, ErrUnknownProject, ErrInvalid, ErrWrongState, ErrExists,
 	ErrInvalidProject, ErrProjectInUse, ErrLimitReached,
-	ErrNoIdmap, ErrConflict, ErrBusy,
+	ErrNoIdmap, ErrConflict, ErrBusy, ErrStopped,
 }
 
 func (a *auditor) refused(err error) bool {

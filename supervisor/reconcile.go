@@ -17,6 +17,7 @@ import (
 type Report struct {
 	Adopted   []string // consistent: volumes, scope and record all there
 	Restarted []string // the scope was gone (a reboot): init and scope started again
+	Stopped   []string // stopped (Stop, idle): it stays so, its scope ended if a crash left one
 	Undone    []string // a create a crash interrupted: what it made is removed
 	Finished  []string // a destroy a crash interrupted: completed
 	Lost      []string // the sandbox's volume is gone: its record is removed
@@ -70,18 +71,9 @@ func (s *Supervisor) Reconcile(ctx context.Context) (Report, error) {
 			errs = append(errs, fmt.Errorf("sandbox %s: %w", rec.ID, err))
 			continue
 		}
-		switch did {
-		case "adopted":
-			rep.Adopted = append(rep.Adopted, rec.ID)
-		case "restarted":
-			rep.Restarted = append(rep.Restarted, rec.ID)
-		case "undone":
-			rep.Undone = append(rep.Undone, rec.ID)
-		case "finished":
-			rep.Finished = append(rep.Finished, rec.ID)
-		case "lost":
-			rep.Lost = append(rep.Lost, rec.ID)
-		}
+		lists := map[string]*[]string{"adopted": &rep.Adopted, "restarted": &rep.Restarted, "undone": &rep.Undone,
+			"finished": &rep.Finished, "lost": &rep.Lost, "stopped": &rep.Stopped}
+		*lists[did] = append(*lists[did], rec.ID)
 		s.log.Info("reconciled", "SANDBOX_ID", rec.ID, "ACTION", "reconcile", "result", did)
 	}
 	// Promotions a crash interrupted, before the orphans: their rollback
@@ -171,6 +163,9 @@ func (s *Supervisor) reconcileOne(ctx context.Context, rec state.Record, vols ma
 	if _, ok := vols[rec.Volume]; !ok {
 		s.log.Error("a sandbox's volume is gone", "SANDBOX_ID", rec.ID, "volume", rec.Volume)
 		return "lost", s.finishDestroy(ctx, rec)
+	}
+	if rec.State == state.Stopped { // a stop or a start a crash interrupted: stopped
+		return "stopped", s.endScope(ctx, rec)
 	}
 	if active[rec.Unit] {
 		// The daemon freezes a sandbox for the instant of a snapshot (a

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/cowfs"
+	"github.com/sandboxd/sandboxd/internal/activity"
 	"github.com/sandboxd/sandboxd/internal/keylock"
 	"github.com/sandboxd/sandboxd/internal/randid"
 	"github.com/sandboxd/sandboxd/supervisor/admission"
@@ -122,6 +123,8 @@ type Config struct {
 	// IdleFreeze freezes a sandbox idle for this long (0: never): see
 	// FreezeIdle.
 	IdleFreeze time.Duration
+	// IdleStop stops a sandbox idle for this long (0: never): see Idle.
+	IdleStop time.Duration
 	// UserNS says whether sandboxes get user namespaces of their own
 	// (see ProbeUserNS).
 	UserNS UserNS
@@ -148,7 +151,7 @@ type Supervisor struct {
 	worlds    worlds
 	userns    usernsState
 	stateDirs idmap.StateDirCache
-	activity  activity
+	activity  activity.Times
 }
 
 // New makes a Supervisor. Call Projects().Load, then Reconcile, before

@@ -6,20 +6,20 @@ import (
 	"fmt"
 	"github.com/sandboxd/sandboxd/internal/reaper"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"sync"
 	"syscall"
-	"time"
 
 	"github.com/sandboxd/sandboxd/cowfs"
 	"github.com/sandboxd/sandboxd/internal/connbound"
 	"github.com/sandboxd/sandboxd/runtime/egress"
 	"github.com/sandboxd/sandboxd/runtime/nsinit"
+	"github.com/sandboxd/sandboxd/supervisor/diskquota"
 	"github.com/sandboxd/sandboxd/supervisor/idmap"
 	"github.com/sandboxd/sandboxd/supervisor/state"
+	"github.com/sandboxd/sandboxd/supervisor/userns"
 )
 
 // ProxyAddr is where a sandbox under an allowlist finds the daemon's
@@ -37,9 +37,8 @@ func (w *worlds) dir(id string) string { return filepath.Join(w.root, id) }
 // world is what the daemon holds of a live sandbox's init: its pid, and
 // the proxy it serves into its network namespace.
 type world struct {
-	pid         int
-	stopProxy   context.CancelFunc
-	proxyClosed chan struct{}
+	pid       int
+	stopProxy func() // nil: none
 }
 
 type worlds struct {
@@ -81,7 +80,6 @@ func (w *worlds) drop(id string) {
 	w.mu.Unlock()
 	if x != nil && x.stopProxy != nil {
 		x.stopProxy()
-		<-x.proxyClosed
 	}
 }
 
@@ -121,7 +119,7 @@ func (s *Supervisor) spec(ctx context.Context, rec state.Record) (nsinit.Spec, e
 		}
 		spec.Layer = layer.Path
 	} else {
-		spec.LayerSize = diskShare(rec.DiskQuota) // the volume has the rest
+		spec.LayerSize = diskquota.Share(rec.DiskQuota) // the volume has the rest
 	}
 	// Where the pool or the other projects show through the host's root
 	// (a pool on the root filesystem), they are hidden: the sandbox sees
@@ -131,7 +129,7 @@ func (s *Supervisor) spec(ctx context.Context, rec state.Record) (nsinit.Spec, e
 	}
 	if rec.IDs != nil {
 		spec.StateDirs = s.stateDirs.Of(rec)
-		for _, p := range usernsHidden {
+		for _, p := range userns.Hidden {
 			if !slices.Contains(spec.Hidden, p) {
 				spec.Hidden = append(spec.Hidden, p)
 			}
@@ -172,7 +170,7 @@ func makeLayer(ctx context.Context, b cowfs.Backend, rec *state.Record, fork *Fo
 		return v, false, err
 	}
 	rec.Layer = v.Name
-	return v, true, nil // bounded with the volume (boundDisk)
+	return v, true, nil // bounded with the volume (diskquota.Bound)
 }
 
 // launch starts a sandbox's init, which waits for its world (startScope):
@@ -213,32 +211,12 @@ func (s *Supervisor) idmapMounts(init *nsinit.Init, rec state.Record, spec nsini
 }
 
 // startProxy serves the allowlist's proxy on the sandbox's loopback.
-func (ws *worlds) startProxy(rec state.Record, w *world) error {
-	if rec.Network != nsinit.NetworkAllowlist {
-		return nil
+func (ws *worlds) startProxy(rec state.Record, w *world) (err error) {
+	if rec.Network == nsinit.NetworkAllowlist {
+		w.stopProxy, err = egress.ServeSandbox(egress.Sandbox{ID: rec.ID, Owner: rec.Owner, Allow: rec.Allow,
+			PID: w.pid, Addr: ProxyAddr, Conns: &ws.egress, Log: ws.log})
 	}
-	allow, err := egress.ParseAllowlist(rec.Allow)
-	if err != nil {
-		return err
-	}
-	// The sandbox's sockets pinned small before their handshake, as the
-	// origins' are (ownerDialer): what a tunnel holds is bounded
-	// (egress.ConnMemory).
-	ln, err := egress.ListenInNetNSWith(fmt.Sprintf("/proc/%d/ns/net", w.pid), ProxyAddr, connbound.SetBuffers)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	w.stopProxy, w.proxyClosed = cancel, make(chan struct{})
-	p := &egress.Proxy{Allow: allow, Log: ws.log, Sandbox: rec.ID, Dialer: ownerDialer{uid: rec.Owner},
-		Conns: &ws.egress, Owner: rec.Owner}
-	go func() {
-		defer close(w.proxyClosed)
-		if err := p.Serve(ctx, ln); err != nil {
-			ws.log.Error("the allowlist proxy stopped", "SANDBOX_ID", rec.ID, "error", err)
-		}
-	}()
-	return nil
+	return err
 }
 
 // adoptWorld finds the init of a sandbox that outlived a daemon restart,
@@ -327,16 +305,4 @@ func (s *Supervisor) Close() {
 	for _, id := range ids {
 		s.forget(id)
 	}
-}
-
-// ownerDialer dials for a sandbox's egress proxy with sockets of the
-// sandbox's owner: a service on the host's loopback that an allowlist
-// names (another sandbox's exposed TCP port, which admits its owner's
-// sockets alone) sees the owner, not the root daemon.
-type ownerDialer struct{ uid uint32 }
-
-func (d ownerDialer) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	return egress.DialInNetNSAsWith(ctx, "/proc/self/ns/net", addr, d.uid, connbound.SetBuffers)
 }

@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/godbus/dbus/v5"
 	ucli "github.com/urfave/cli/v3"
 	"golang.org/x/sys/unix"
 
@@ -18,10 +19,16 @@ import (
 	"github.com/sandboxd/sandboxd/sandboxd1"
 )
 
-// Background processes: run --detach, ps, logs, kill.
+// Background processes: run --detach (spawn), ps, logs, kill.
 
 // Run is `sandboxctl run`.
-func Run() *ucli.Command {
+func Run() *ucli.Command { return background("run") }
+
+// Spawn is `sandboxctl spawn`: run --detach by another name.
+func Spawn() *ucli.Command { return background("spawn") }
+
+// background is run (which wants --detach) or spawn (which is detached).
+func background(name string) *ucli.Command {
 	one := 1
 	var flags []ucli.Flag
 	for _, f := range ExecFlags() {
@@ -29,21 +36,30 @@ func Run() *ucli.Command {
 			flags = append(flags, f)
 		}
 	}
-	flags = append(flags, &ucli.BoolFlag{Name: "detach", Aliases: []string{"d"}, Usage: "run it in the background and print its process id (needed)"})
+	argsUsage := "[--restart] SANDBOX -- COMMAND [ARG...]"
+	if name == "run" {
+		argsUsage = "--detach " + argsUsage
+		flags = append(flags, &ucli.BoolFlag{Name: "detach", Aliases: []string{"d"}, Usage: "run it in the background and print its process id (needed)"})
+	}
+	flags = append(flags, &ucli.BoolFlag{Name: "restart", Usage: "declare it: start it again each time the sandbox starts (sandboxctl start, the host's reboot, a rollback) until kill ends it"})
 	return &ucli.Command{
-		Name:      "run",
+		Name:      name,
 		Usage:     "start a command in a sandbox in the background; it runs on without you",
-		ArgsUsage: "--detach SANDBOX -- COMMAND [ARG...]",
+		ArgsUsage: argsUsage,
 		Description: `Starts COMMAND in the sandbox in the background and prints its process
 id. It runs on after sandboxctl exits, and through a restart of
 sandboxd; its stdin is /dev/null, its output goes to a log the sandbox
 keeps (sandboxctl logs; rotated at 8 MiB, the last two kept, counted in
 the sandbox's disk quota). sandboxctl ps lists the processes, kill
-signals one. When COMMAND ends, whatever it left running ends too.`,
+signals one. When COMMAND ends, whatever it left running ends too.
+With --restart it is declared: started again, as asked now, each time
+the sandbox starts (sandboxctl start, the host's reboot, a rollback or
+a rebase), until sandboxctl kill ends it (TERM, KILL, INT or QUIT
+undeclare it; another signal does not). spawn is run --detach.`,
 		StopOnNthArg: &one,
 		Flags:        flags,
 		Action: func(ctx context.Context, cmd *ucli.Command) error {
-			if !cmd.Bool("detach") {
+			if name == "run" && !cmd.Bool("detach") {
 				return verb.Usage("run starts a command in the background: give --detach (to wait for a command, use sandboxctl exec)")
 			}
 			target, argv, err := splitCommand(cmd, true)
@@ -59,9 +75,17 @@ signals one. When COMMAND ends, whatever it left running ends too.`,
 				if err != nil {
 					return err
 				}
-				proc, err := c.Handle(e).Spawn(ctx, argv, opts)
+				what := "starting " + argv[0] + " in the background"
+				var proc string
+				if cmd.Bool("restart") {
+					o := opts.WireOptions()
+					o[sandboxd1.OptRestart] = dbus.MakeVariant(true)
+					err = verb.Call(ctx, c.Sandbox(e.ID), what, sandboxd1.SandboxInterface+"."+sandboxd1.MethodSpawn, []any{argv, o}, &proc)
+				} else if proc, err = c.Handle(e).Spawn(ctx, argv, opts); err != nil {
+					err = verb.FromBus(what, err)
+				}
 				if err != nil {
-					return verb.FromBus("starting "+argv[0]+" in the background", err)
+					return err
 				}
 				return verb.OutputOf(cmd).Line("%s", proc)
 			})

@@ -331,6 +331,16 @@ func network(mode string, allow []string) string {
 }
 
 func stateCommand(name, usageText string, do func(*sbclient.Sandbox, context.Context) error, done string) *ucli.Command {
+	return stateCall(name, usageText, func(ctx context.Context, c *verb.Client, e sandboxd1.ListEntry) error {
+		if err := do(c.Handle(e), ctx); err != nil {
+			return verb.FromBus(name+" of sandbox "+e.ID, err)
+		}
+		return nil
+	}, done)
+}
+
+// stateCall is stateCommand for a call made by do.
+func stateCall(name, usageText string, do func(context.Context, *verb.Client, sandboxd1.ListEntry) error, done string) *ucli.Command {
 	return &ucli.Command{
 		Name:      name,
 		Usage:     usageText,
@@ -348,8 +358,8 @@ func stateCommand(name, usageText string, do func(*sbclient.Sandbox, context.Con
 					if err != nil {
 						return err
 					}
-					if err := do(c.Handle(e), ctx); err != nil {
-						return verb.FromBus(name+" of sandbox "+e.ID, err)
+					if err := do(ctx, c, e); err != nil {
+						return err
 					}
 					ids = append(ids, e.ID)
 					if !out.AsJSON && !out.Quiet {
@@ -370,6 +380,24 @@ func stateCommand(name, usageText string, do func(*sbclient.Sandbox, context.Con
 // Freeze is `sandboxctl freeze`.
 func Freeze() *ucli.Command {
 	return stateCommand("freeze", "stop every process of sandboxes until thaw", (*sbclient.Sandbox).Freeze, "froze")
+}
+
+// Stop is `sandboxctl stop`, Start `sandboxctl start`.
+func Stop() *ucli.Command {
+	return stateCall("stop", "end sandboxes' processes and keep them (files, checkpoints, ports, declared processes) until start",
+		sandboxMethod("stop", sandboxd1.MethodStop), "stopped")
+}
+
+func Start() *ucli.Command {
+	return stateCall("start", "run stopped sandboxes again (a booted one boots; declared processes start)",
+		sandboxMethod("start", sandboxd1.MethodStart), "started")
+}
+
+// sandboxMethod calls method, with no arguments, on the sandbox.
+func sandboxMethod(name, method string) func(context.Context, *verb.Client, sandboxd1.ListEntry) error {
+	return func(ctx context.Context, c *verb.Client, e sandboxd1.ListEntry) error {
+		return verb.Call(ctx, c.Sandbox(e.ID), name+" of sandbox "+e.ID, sandboxd1.SandboxInterface+"."+method, nil)
+	}
 }
 
 // Thaw is `sandboxctl thaw`.
@@ -459,6 +487,9 @@ func hostIDsText(ids []uint32) string {
 func stateText(state string, idle bool) string {
 	if idle && state == sandboxd1.StateFrozen {
 		return "frozen (idle: the next command or connection to one of its ports thaws it)"
+	}
+	if state == sandboxd1.StateStopped {
+		return "stopped (its processes ended, its files kept: sandboxctl start runs it again)"
 	}
 	return state
 }

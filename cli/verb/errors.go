@@ -121,7 +121,7 @@ func FromBus(what string, err error) *Error {
 			return &Error{Code: ExitNotFound, Msg: msg, Fix: "see `sandboxctl promotions`", Err: err}
 		case sandboxd1.ErrorConflict:
 			return &Error{Code: ExitConflict, Msg: msg, Fix: "see each path's versions (sandboxctl versions SANDBOX PATH) and merge the project's change into the sandbox (sandboxctl merge SANDBOX PATH); then rebase (sandboxctl rebase), or promote with --force", Err: err}
-		case sandboxd1.ErrorWrongState, sandboxd1.ErrorLimitReached, sandboxd1.ErrorExists, sandboxd1.ErrorBusy:
+		case sandboxd1.ErrorWrongState, sandboxd1.ErrorStopped, sandboxd1.ErrorLimitReached, sandboxd1.ErrorExists, sandboxd1.ErrorBusy:
 			return &Error{Code: ExitConflict, Msg: msg, Err: err}
 		case sandboxd1.ErrorInvalidArgs:
 			return &Error{Code: ExitUsage, Msg: msg, Err: err}

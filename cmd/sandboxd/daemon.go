@@ -125,6 +125,7 @@ func run(ctx context.Context, configPath string) error {
 		},
 		UserLimits: host.bounds(lim.UserMemoryMax, lim.UserTasksMax),
 		IdleFreeze: time.Duration(lim.IdleFreeze),
+		IdleStop:   time.Duration(lim.IdleStop),
 		Audit:      auditLog,
 		Log:        log,
 		UserNS: supervisor.UserNS{
@@ -182,7 +183,7 @@ func run(ctx context.Context, configPath string) error {
 	status("reconciling sandboxes")
 	rep, err := sup.Reconcile(ctx)
 	log.Info("reconciled", "adopted", len(rep.Adopted), "restarted", len(rep.Restarted),
-		"undone", len(rep.Undone), "finished", len(rep.Finished), "lost", len(rep.Lost),
+		"undone", len(rep.Undone), "finished", len(rep.Finished), "lost", len(rep.Lost), "stopped", len(rep.Stopped),
 		"orphan_volumes", strings.Join(rep.OrphanVolumes, ","), "orphan_scopes", strings.Join(rep.OrphanScopes, ","))
 	if err != nil {
 		// Each sandbox is reconciled on its own: one that fails is
@@ -212,7 +213,11 @@ func run(ctx context.Context, configPath string) error {
 	if interval, err := sddaemon.SdWatchdogEnabled(false); err == nil && interval > 0 {
 		go watchdog(ctx, interval/2)
 	}
-	go expire(ctx, sup, log, time.Duration(lim.IdleFreeze))
+	idle := time.Duration(lim.IdleFreeze) // the first of the idle steps sets the pace
+	if st := time.Duration(lim.IdleStop); st > 0 && (idle <= 0 || st < idle) {
+		idle = st
+	}
+	go expire(ctx, sup, log, idle)
 	select {
 	case <-ctx.Done():
 	case <-conn.Context().Done():
@@ -243,16 +248,16 @@ func expire(ctx context.Context, sup *supervisor.Supervisor, log *slog.Logger, i
 		if err != nil {
 			log.Error("expiring sandboxes", "error", err)
 		}
-		frozen, err := sup.FreezeIdle(ctx, time.Now())
+		frozen, stopped, err := sup.Idle(ctx, time.Now())
 		if err != nil {
-			log.Error("freezing idle sandboxes", "error", err)
+			log.Error("freezing or stopping idle sandboxes", "error", err)
 		}
 
 		if len(gone) > 0 {
 			log.Info("sandboxes expired", "ids", strings.Join(gone, ","), "ACTION", "expire")
 		}
-		if len(frozen) > 0 {
-			log.Debug("sandboxes frozen for being idle", "ids", strings.Join(frozen, ","))
+		if len(frozen) > 0 || len(stopped) > 0 {
+			log.Debug("sandboxes frozen or stopped for being idle", "frozen", strings.Join(frozen, ","), "stopped", strings.Join(stopped, ","))
 		}
 		select {
 		case <-ctx.Done():

@@ -118,6 +118,10 @@ var rules = []rule{
 		in("supervisor/idmap"), in("supervisor/state", "runtime/nsinit", "internal")},
 	{"the project registry (supervisor/projects), a lower part of the core, imports only the supervisor's records and audit log, cowfs, units and internal/",
 		in("supervisor/projects"), in("supervisor/state", "supervisor/audit", "cowfs", "units", "internal")},
+	{"the user namespaces' policy (supervisor/userns), a lower part of the core, imports only idmap, the records, cowfs, runtime/nsinit and internal/",
+		in("supervisor/userns"), in("supervisor/idmap", "supervisor/state", "cowfs", "runtime/nsinit", "internal")},
+	{"a sandbox's disk quota (supervisor/diskquota), a lower part of the core, imports only cowfs, the records and internal/",
+		in("supervisor/diskquota"), in("cowfs", "supervisor/state", "internal")},
 }
 
 // rooms are the supervisor's capabilities, each over the core's Host
@@ -187,7 +191,7 @@ func TestRulesCatchBreaks(t *testing.T) {
 	pkgs := []string{"sandboxd1", "internal/termsafe", "internal/crashpoint", "cowfs", "cowfs/btrfs", "units", "runtime/nsinit",
 		"runtime/nsinit/world", "runtime/nsinit/boot", "runtime/egress", "promote", "supervisor", "supervisor/state", "supervisor/api", "supervisor/config", "cli",
 		"cli/verb", "cmd/sandboxctl", "cmd/sandboxd", "tests/testbed", "client", "mcpserver", "supervisor/ports", "supervisor/changeset",
-		"supervisor/api/guard", "supervisor/api/access", "supervisor/admission", "supervisor/idmap", "supervisor/projects"}
+		"supervisor/api/guard", "supervisor/api/access", "supervisor/admission", "supervisor/idmap", "supervisor/projects", "supervisor/userns", "supervisor/diskquota"}
 	breaks := map[string][2]string{
 		rules[0].name:  {"sandboxd1", "internal/termsafe"},
 		rules[1].name:  {"internal/termsafe", "cowfs"},
@@ -209,6 +213,8 @@ func TestRulesCatchBreaks(t *testing.T) {
 		rules[17].name: {"supervisor/admission", "supervisor"},
 		rules[18].name: {"supervisor/idmap", "supervisor"},
 		rules[19].name: {"supervisor/projects", "supervisor"},
+		rules[20].name: {"supervisor/userns", "supervisor"},
+		rules[21].name: {"supervisor/diskquota", "supervisor"},
 		cliRule.name:   {"cli", "supervisor/config"},
 	}
 	g := graph{}
@@ -227,7 +233,9 @@ func TestRulesCatchBreaks(t *testing.T) {
 		{"runtime/nsinit", "runtime/nsinit/boot"}, {"runtime/nsinit/boot", "runtime/nsinit/world"},
 		{"supervisor", "supervisor/admission"}, {"supervisor/admission", "supervisor/state"}, {"supervisor/admission", "runtime/egress"},
 		{"supervisor", "supervisor/idmap"}, {"supervisor/idmap", "supervisor/state"}, {"supervisor/idmap", "runtime/nsinit"},
-		{"supervisor", "supervisor/projects"}, {"supervisor/projects", "supervisor/state"}, {"supervisor/projects", "cowfs"}} {
+		{"supervisor", "supervisor/projects"}, {"supervisor/projects", "supervisor/state"}, {"supervisor/projects", "cowfs"},
+		{"supervisor", "supervisor/userns"}, {"supervisor/userns", "supervisor/idmap"}, {"supervisor/userns", "cowfs"},
+		{"supervisor", "supervisor/diskquota"}, {"supervisor/diskquota", "cowfs"}} {
 		g[e[0]].ours[e[1]] = true
 	}
 	g["runtime/nsinit"].others["runtime"] = true

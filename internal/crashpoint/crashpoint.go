@@ -157,6 +157,18 @@ const (
 // Fork lists the fork's crash points, in order.
 var Fork = []string{ForkSnapshots, ForkFirst, ForkMade}
 
+// The steps of a stop and a start (supervisor/stop.go), in order.
+const (
+	StopRecorded = "stop-recorded" // the record says stopped; its scope still runs
+	StartScope   = "start-scope"   // its scope runs its init again; the record still says stopped
+)
+
+// Stop and Start list their crash points.
+var (
+	Stop  = []string{StopRecorded}
+	Start = []string{StartScope}
+)
+
 // All lists every crash point, by operation.
 var All = map[string][]string{
 	"create":     Create,
@@ -166,6 +178,8 @@ var All = map[string][]string{
 	"destroy":    Destroy,
 	"promote":    Promotion,
 	"fork":       Fork,
+	"stop":       Stop,
+	"start":      Start,
 }
 
 // PauseEnv arms a pause point: the process stops at step NAME (when its

@@ -38,6 +38,8 @@ func fromSupervisor(err error) *dbus.Error {
 		name = sandboxd1.ErrorInvalidArgs
 	case errors.Is(err, supervisor.ErrLimitReached):
 		name = sandboxd1.ErrorLimitReached
+	case errors.Is(err, supervisor.ErrStopped):
+		name = sandboxd1.ErrorStopped
 	case errors.Is(err, supervisor.ErrWrongState), errors.Is(err, supervisor.ErrProjectInUse):
 		name = sandboxd1.ErrorWrongState
 	case errors.Is(err, supervisor.ErrExists):

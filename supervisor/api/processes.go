@@ -2,6 +2,7 @@ package api
 
 import (
 	"errors"
+	"maps"
 	"syscall"
 
 	"github.com/godbus/dbus/v5"
@@ -19,7 +20,8 @@ import (
 // TimeoutUSec; Detach and OutputLimit mean nothing here): its stdin is
 // /dev/null, its stdout and stderr go to its log (ReadLog), kept by the
 // sandbox, which it outlives the call, the caller and a daemon restart
-// in. ProcessExited tells its end.
+// in. ProcessExited tells its end. Restart (b) declares it: it is
+// spawned again each time the sandbox starts.
 func (o sandboxObject) Spawn(sender dbus.Sender, msg dbus.Message, argv []string, options map[string]dbus.Variant) (string, *dbus.Error) {
 	s := o.s
 	r, id, derr := o.beginOn(sender, msg, sandboxd1.MethodSpawn)
@@ -27,6 +29,13 @@ func (o sandboxObject) Spawn(sender dbus.Sender, msg dbus.Message, argv []string
 		return "", derr
 	}
 	opts := commands.ExecOptions{Argv: argv, UID: r.who.UID}
+	if v, ok := options[sandboxd1.OptRestart]; ok {
+		options = maps.Clone(options)
+		delete(options, sandboxd1.OptRestart)
+		if err := v.Store(&opts.Restart); err != nil {
+			return "", s.end(r, id, dbusError(sandboxd1.ErrorInvalidArgs, "Spawn: option %s (%s): %v", sandboxd1.OptRestart, v.Signature(), err))
+		}
+	}
 	if err := execOptions(&opts, options); err != nil {
 		return "", s.end(r, id, dbusError(sandboxd1.ErrorInvalidArgs, "Spawn: %v", err))
 	}

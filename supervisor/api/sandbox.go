@@ -47,6 +47,17 @@ func (o sandboxObject) Thaw(sender dbus.Sender, msg dbus.Message) *dbus.Error {
 	return o.change(sender, msg, "Thaw", o.s.sup.Thaw)
 }
 
+// Stop() ends the sandbox's processes and keeps it, stopped, until
+// Start() runs it again (a booted one boots, declared processes are
+// spawned again). Each does nothing to a sandbox already so.
+func (o sandboxObject) Stop(sender dbus.Sender, msg dbus.Message) *dbus.Error {
+	return o.change(sender, msg, sandboxd1.MethodStop, o.s.sup.Stop)
+}
+
+func (o sandboxObject) Start(sender dbus.Sender, msg dbus.Message) *dbus.Error {
+	return o.change(sender, msg, sandboxd1.MethodStart, o.s.sup.Start)
+}
+
 // change runs a state change of the sandbox msg is sent to, for a caller
 // that may see it, and announces the new state.
 func (o sandboxObject) change(sender dbus.Sender, msg dbus.Message, action string,

@@ -95,7 +95,7 @@ func (c *Checkpoints) Take(ctx context.Context, id, name string) (ck Checkpoint,
 	if err := cowfs.ValidateName(name); err != nil || len(name) > maxCheckpointName {
 		return ck, fmt.Errorf("%s: a name is letters, digits, '-', '_' and '.', not starting with '.' or '-', at most %d bytes: %w", what, maxCheckpointName, supervisor.ErrInvalid)
 	}
-	if !slices.Contains([]state.State{state.Ready, state.Running, state.Frozen}, rec.State) {
+	if !slices.Contains([]state.State{state.Ready, state.Running, state.Frozen, state.Stopped}, rec.State) {
 		return ck, fmt.Errorf("%s: it is %s: %w", what, rec.State, supervisor.ErrWrongState)
 	}
 	if slices.ContainsFunc(rec.Checkpoints, func(c Checkpoint) bool { return c.Name == name }) {
@@ -104,7 +104,7 @@ func (c *Checkpoints) Take(ctx context.Context, id, name string) (ck Checkpoint,
 	if limit := c.maxCheckpoints(); len(rec.Checkpoints) >= limit {
 		return ck, fmt.Errorf("%s: the sandbox has %d checkpoints, the most it may keep (limits.max_checkpoints); delete one first: %w", what, len(rec.Checkpoints), supervisor.ErrLimitReached)
 	}
-	if rec.State != state.Frozen {
+	if rec.Runs() { // a frozen or stopped sandbox writes nothing meanwhile
 		if err := c.h.Units().Freeze(ctx, rec.Unit); err != nil {
 			return ck, fmt.Errorf("%s: freezing it for the snapshots: %w", what, err)
 		}

@@ -30,7 +30,8 @@ func (c *Checkpoints) Rollback(ctx context.Context, id, name string) (sb supervi
 	if i < 0 {
 		return sb, fmt.Errorf("%s: %w", what, ErrNoCheckpoint)
 	}
-	if !slices.Contains([]state.State{state.Ready, state.Running, state.Frozen}, rec.State) {
+	// A stopped one runs again after, as after a rebase.
+	if !slices.Contains([]state.State{state.Ready, state.Running, state.Frozen, state.Stopped}, rec.State) {
 		return sb, fmt.Errorf("%s: it is %s: %w", what, rec.State, supervisor.ErrWrongState)
 	}
 	undo := revert.New()

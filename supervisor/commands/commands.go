@@ -42,8 +42,9 @@ func New(h Host) *Commands {
 	hooks := h.Hooks()
 	hooks.Busy.Add(c.busy)
 	// Background processes: an init found again after the daemon's
-	// restart is watched again; a stopped one no longer.
-	hooks.Started.Add(c.watchAdopted)
+	// restart is watched again, a new one spawns the declared ones; a
+	// stopped one is watched no longer.
+	hooks.Started.Add(func(ctx context.Context, st supervisor.Started) { c.watchAdopted(ctx, st); c.respawn(ctx, st) })
 	hooks.Stopped.Add(c.stopWatch)
 	for _, err := range []error{ErrNoCommand, ErrNoProcess, ErrNoSession, ErrNoFile, ErrNotBooted} {
 		hooks.Refusals.Add(err)

@@ -44,6 +44,11 @@ type ExecOptions struct {
 	// command runs in a cgroup of its own, and everything in that cgroup
 	// ends with it.
 	Detach bool
+	// Restart (Spawn only) declares the background process in the
+	// sandbox's record: it is spawned again, as asked now, each time the
+	// sandbox starts (Start, the host's reboot, a rollback, a rebase),
+	// until a caller ends it with SIGTERM, SIGKILL, SIGINT or SIGQUIT.
+	Restart bool
 }
 
 // Captured is how a command run for its output ended: a promotion's

@@ -96,7 +96,9 @@ func (c *Commands) OnProcessExited(fn func(sandbox string, p nsinit.Process)) {
 
 // Spawn starts a background process in sandbox id, as Exec would start a
 // command (o's Stdio, PTY and OutputLimit aside: its stdin is /dev/null,
-// its output goes to its log), and returns its id once it runs.
+// its output goes to its log), and returns its id once it runs. With
+// o.Restart it is declared in the sandbox's record, and spawned again
+// each time the sandbox starts (declared.go).
 func (c *Commands) Spawn(ctx context.Context, id string, o ExecOptions) (_ string, err error) {
 	if err := c.h.Wake(ctx, id); err != nil {
 		return "", err
@@ -108,6 +110,21 @@ func (c *Commands) Spawn(ctx context.Context, id string, o ExecOptions) (_ strin
 	defer func() {
 		c.h.AuditEntry(ctx, audit.Entry{Action: "spawn", Command: strings.Join(o.Argv, " ")}, rec, err)
 	}()
+	if o.Restart {
+		if err := checkDeclared(rec, o); err != nil {
+			return "", err
+		}
+	}
+	proc, err := c.spawn(ctx, rec, o)
+	if err != nil || !o.Restart {
+		return proc, err
+	}
+	return proc, c.declare(ctx, rec, o, proc)
+}
+
+// spawn starts o's background process in sandbox rec, whose init runs.
+func (c *Commands) spawn(ctx context.Context, rec state.Record, o ExecOptions) (string, error) {
+	id := rec.ID
 	o.PTY, o.OutputLimit, o.Stdio = false, 0, nil
 	req, err := c.commandRequest(ctx, rec, o, "starting a background process")
 	if err != nil {
@@ -179,6 +196,11 @@ func (c *Commands) SignalProcess(ctx context.Context, id, proc string, sig sysca
 	}
 	if sig <= 0 || sig > 64 {
 		return fmt.Errorf("signalling process %s of sandbox %s: signal %d: want 1..64: %w", proc, id, sig, supervisor.ErrInvalid)
+	}
+	if ending(sig) {
+		if err := c.undeclare(ctx, id, proc); err != nil {
+			return fmt.Errorf("signalling process %s of sandbox %s: %w", proc, id, err)
+		}
 	}
 	return processError(id, nsinit.SignalProcess(ctx, nsinit.Control(c.h.RuntimeDir(id)), proc, sig))
 }

@@ -199,7 +199,11 @@ type Limits struct {
 	// process or port connection for this long; the next call or
 	// connection thaws it. 0: never.
 	IdleFreeze Duration `toml:"idle_freeze"`
-	MaxTTL     Duration `toml:"max_ttl"`
+	// IdleStop stops a sandbox idle for this long (after IdleFreeze
+	// froze it, if set); the next call or connection starts it. 0:
+	// never.
+	IdleStop Duration `toml:"idle_stop"`
+	MaxTTL   Duration `toml:"max_ttl"`
 }
 
 // Storage is the [storage] section: which pool holds sandboxes. Only the

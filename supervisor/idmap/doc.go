@@ -7,7 +7,7 @@
 // namespace sees them: the state directories a sandbox could not read
 // and the packaged log directories a booted sandbox gets.
 //
-// The core (supervisor) keeps the policy: whether sandboxes get user
-// namespaces at all (UserNS, ProbeUserNS), when to allocate, and which
-// refusal an error here is. This package knows nothing of the core.
+// The policy, whether sandboxes get user namespaces at all, is
+// supervisor/userns's; the core says when to allocate, and which refusal
+// an error here is. This package knows nothing of the core.
 package idmap

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -207,6 +208,9 @@ func (p *Ports) Expose(ctx context.Context, id string, port uint16, tcp bool) (a
 	what := fmt.Sprintf("exposing port %d of sandbox %s", port, id)
 	if port == 0 {
 		return "", fmt.Errorf("%s: a port is 1 to 65535: %w", what, supervisor.ErrInvalid)
+	}
+	if rec.State == state.Stopped {
+		return "", fmt.Errorf("%s: %w: start it with sandboxctl start %s", what, supervisor.ErrStopped, id)
 	}
 	if _, runs := p.h.InitPID(id); (rec.State != state.Ready && rec.State != state.Running) || !runs {
 		return "", fmt.Errorf("%s: it is %s: %w", what, rec.State, supervisor.ErrWrongState)
@@ -441,7 +445,11 @@ func (p *Ports) refuse(e *exposedPort, c net.Conn, reason string) {
 func (p *Ports) forward(e *exposedPort, c net.Conn) {
 	defer c.Close()
 	if err := p.h.Wake(e.ctx, e.key.id); err != nil {
-		p.h.Log().Warn("exposed port: waking its sandbox", "SANDBOX_ID", e.key.id, "port", e.key.port, "error", err)
+		level := slog.LevelWarn
+		if errors.Is(err, supervisor.ErrStopped) { // any local user may connect: not a line each
+			level = slog.LevelDebug
+		}
+		p.h.Log().Log(e.ctx, level, "exposed port: waking its sandbox", "SANDBOX_ID", e.key.id, "port", e.key.port, "error", err)
 		return
 	}
 	defer p.h.Touch(e.key.id)

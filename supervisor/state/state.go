@@ -87,6 +87,10 @@ type Record struct {
 	// FrozenIdle: it is frozen for being idle (not by a caller), and the
 	// next call that needs it, or connection to a port of its, thaws it.
 	FrozenIdle bool `json:"frozen_idle,omitempty"`
+	// StoppedIdle: it is stopped for being idle (not by a caller), and
+	// the next call that needs it, or connection to a port of its,
+	// starts it.
+	StoppedIdle bool `json:"stopped_idle,omitempty"`
 	// Checkpoints are its named read-only snapshots, oldest first.
 	Checkpoints []Checkpoint `json:"checkpoints,omitempty"`
 	// IDs is its user namespace (nil: none, its root is the host's). The
@@ -96,6 +100,9 @@ type Record struct {
 	// Ports are the ports it exposes on the host (ExposePort), in the
 	// order exposed: the daemon exposes them again when it starts.
 	Ports []Port `json:"ports,omitempty"`
+	// Processes are the background processes declared to start again
+	// each time it starts (Spawn with Restart), in the order declared.
+	Processes []Process `json:"processes,omitempty"`
 }
 
 // Port is a port of a sandbox that the daemon exposes on the host.

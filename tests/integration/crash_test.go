@@ -28,14 +28,15 @@ const crashProject = "crashops"
 const layerMark = "/usr/local/crash-mark"
 
 // TestCrashAtEachStepOfEachOperation kills the daemon (kill -9, by an
-// armed crash point) at each step of create, checkpoint, rollback, rebase
-// and destroy, lets systemd start it again, and checks what a user would:
+// armed crash point) at each step of create, checkpoint, rollback, rebase,
+// destroy, stop and start, lets systemd start it again, and checks what a user would:
 // the sandboxes listed are those expected, and usable (one whose create
 // answered, the operation's own and a bystander made before all trials,
 // is never lost; one whose destroy was asked is gone), no volume or scope
 // is left that no listed sandbox names, a checkpoint is listed exactly
 // when its volumes exist, and a rollback or a rebase left the sandbox
-// wholly before or wholly after. Every point is before the operation's
+// wholly before or wholly after, a stop or a start left the sandbox
+// stopped with its files. Every point is before the operation's
 // answer. Promotion's points are TestKill9AtEachStepOfAPromotion's.
 func TestCrashAtEachStepOfEachOperation(t *testing.T) {
 	tb := install(t)
@@ -48,6 +49,8 @@ func TestCrashAtEachStepOfEachOperation(t *testing.T) {
 		{"rebase", func(t *testing.T, point string) { crashRebase(t, point, project) }},
 		{"destroy", crashDestroy},
 		{"fork", crashFork},
+		{"stop", crashStop},
+		{"start", crashStart},
 	}
 	// Every operation that names crash points is tried here, but for
 	// promotion's (in promote_test.go).
@@ -243,6 +246,46 @@ func crashFork(t *testing.T, point string) {
 	ok(t, "destroy", id)
 }
 
+// crashStop: the stop was recorded first, so the restart finishes it:
+// the sandbox is stopped, with its files, and starts again with them.
+func crashStop(t *testing.T, point string) {
+	id := crashSandbox(t, "before")
+	killedDuring(t, point, "stop", id)
+	stoppedWhole(t, point, id)
+}
+
+// crashStart: the record turns ready only once the scope runs, so the
+// restart leaves the sandbox stopped, with its files.
+func crashStart(t *testing.T, point string) {
+	id := crashSandbox(t, "before")
+	ok(t, "stop", id)
+	killedDuring(t, point, "start", id)
+	stoppedWhole(t, point, id)
+}
+
+// stoppedWhole fails unless id is the crash project's one sandbox,
+// stopped, its scope gone and its files on the pool as crashSandbox left
+// them; then it starts it, checks its files and system layer from
+// inside, and destroys it.
+func stoppedWhole(t *testing.T, point, id string) {
+	t.Helper()
+	onlySandbox(t, point, id)
+	if st := strings.TrimSpace(ok(t, "status", "-q", id)); st != "stopped" {
+		t.Fatalf("killed at %s: the sandbox is %s after the restart; want stopped", point, st)
+	}
+	if out, _ := exec.Command("systemctl", "is-active", "sandbox-"+id+".scope").Output(); strings.TrimSpace(string(out)) == "active" {
+		t.Fatalf("killed at %s: the stopped sandbox's scope is active after the restart", point)
+	}
+	if b, err := os.ReadFile(filepath.Join(property(t, "/org/sandboxd1/sandbox/"+id, "Path"), "mine.txt")); string(b) != "before\n" {
+		t.Fatalf("killed at %s: mine.txt of the stopped sandbox on the pool: %q, %v", point, b, err)
+	}
+	ok(t, "start", id)
+	if out := execIn(t, id, false, "cat mine.txt "+layerMark); out != "before\nbefore\n" {
+		t.Fatalf("killed at %s: after start, mine.txt and the system layer's %s hold %q", point, layerMark, out)
+	}
+	ok(t, "destroy", id)
+}
+
 // crashSandbox makes a sandbox of the crash project with text in mine.txt
 // (of its copy of the project) and in its system layer's layerMark.
 func crashSandbox(t *testing.T, text string) string {
@@ -409,8 +452,8 @@ func checkNothingLeft(t *testing.T, point, root string) {
 		case strings.HasPrefix(msg, "finished a rollback"):
 			t.Logf("killed at %s: the restart %s", point, msg)
 		case strings.HasPrefix(msg, "reconciled ") && e["ADOPTED"] != nil:
-			t.Logf("killed at %s: the restart's reconcile: adopted %v, restarted %v, undone %v, finished %v, lost %v, orphan volumes %q, orphan scopes %q",
-				point, e["ADOPTED"], e["RESTARTED"], e["UNDONE"], e["FINISHED"], e["LOST"], e["ORPHAN_VOLUMES"], e["ORPHAN_SCOPES"])
+			t.Logf("killed at %s: the restart's reconcile: adopted %v, restarted %v, undone %v, finished %v, lost %v, stopped %v, orphan volumes %q, orphan scopes %q",
+				point, e["ADOPTED"], e["RESTARTED"], e["UNDONE"], e["FINISHED"], e["LOST"], e["STOPPED"], e["ORPHAN_VOLUMES"], e["ORPHAN_SCOPES"])
 		}
 	}
 }

@@ -53,6 +53,8 @@ var actions = map[string]action{
 	sandboxd1.MethodDestroy:          {mutating: true},
 	sandboxd1.MethodFreeze:           {mutating: true},
 	sandboxd1.MethodThaw:             {mutating: true},
+	sandboxd1.MethodStop:             {mutating: true},
+	sandboxd1.MethodStart:            {mutating: true},
 	sandboxd1.MethodExec:             {mutating: true},
 	sandboxd1.MethodExecTerminal:     {mutating: true},
 	sandboxd1.MethodSignal:           {mutating: true},

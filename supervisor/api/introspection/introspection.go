@@ -117,6 +117,8 @@ const SandboxXML = xmlHeader + `<node>
   <method name="Destroy"/>
   <method name="Freeze"/>
   <method name="Thaw"/>
+  <method name="Stop"/>
+  <method name="Start"/>
   <method name="Exec">
    <arg type="as" name="argv" direction="in"/>
    <arg type="a{sv}" name="options" direction="in"/>

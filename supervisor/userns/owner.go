@@ -1,10 +1,7 @@
-package supervisor
+package userns
 
 import (
-	"context"
 	"fmt"
-	"github.com/sandboxd/sandboxd/supervisor/changeset"
-	"github.com/sandboxd/sandboxd/supervisor/projects"
 	"path/filepath"
 
 	"golang.org/x/sys/unix"
@@ -22,16 +19,13 @@ import (
 // the top directory's own owner, mode and attributes out (the host's
 // keeps its own).
 
-// ownTopDir gives the top directory of sandbox rec's copy of its project
+// OwnTopDir gives the top directory of sandbox rec's copy of its project
 // (vol, made by the daemon in the pool, which only root reaches) to the
 // sandbox's owner, with the owner's rwx bits set; group and the other
 // bits stay. Not for root's sandboxes, a read-only project, or a project
-// of several directories (whose volume's top is none of them).
-func ownTopDir(reg *projects.Registry, rec state.Record, vol cowfs.Volume) error {
-	if rec.Owner == 0 || rec.ReadOnlyProject || !filepath.IsAbs(vol.Path) {
-		return nil
-	}
-	if p, ok := reg.Get(rec.Project); ok && len(p.At) > 1 {
+// of several directories (several: whose volume's top is none of them).
+func OwnTopDir(rec state.Record, vol cowfs.Volume, several bool) error {
+	if rec.Owner == 0 || rec.ReadOnlyProject || several || !filepath.IsAbs(vol.Path) {
 		return nil
 	}
 	fd, err := unix.Open(vol.Path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
@@ -53,15 +47,4 @@ func ownTopDir(reg *projects.Registry, rec state.Record, vol cowfs.Volume) error
 		return fmt.Errorf("making the top directory of its copy of the project (%s) its owner's to write: %w", vol.Path, err)
 	}
 	return nil
-}
-
-// SandboxChanges lists what a sandbox changed in its copy since base
-// (changeset.Of: less ownTopDir's metadata of the top directory).
-func (h host) SandboxChanges(ctx context.Context, base, now cowfs.Volume) ([]cowfs.Change, error) {
-	return changeset.Of(ctx, h.s.cfg.Backend, base, now)
-}
-
-// FilterChanges is changeset.Filter with project's configured patterns.
-func (h host) FilterChanges(ctx context.Context, project string, base, now cowfs.Volume, changes []cowfs.Change) ([]cowfs.Change, int, error) {
-	return changeset.Filter(ctx, h.s.log, h.s.cfg.ProjectIgnore[project], project, base, now, changes)
 }

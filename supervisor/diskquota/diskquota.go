@@ -1,4 +1,11 @@
-package supervisor
+// Package diskquota bounds what a sandbox writes in all: its project's
+// volume, its system layer (/usr, /opt, /etc, ...) and its checkpoints
+// together. Where the pool has group quotas (btrfs) they share one bound,
+// a quota group named by the sandbox's id, removed with the sandbox.
+// Elsewhere (ZFS) the bound is split: the volume and the layer (a volume
+// or a tmpfs) get half each, so that together they never hold more. A
+// lower part of the core: it knows nothing of it.
+package diskquota
 
 import (
 	"context"
@@ -10,17 +17,10 @@ import (
 	"github.com/sandboxd/sandboxd/supervisor/state"
 )
 
-// A sandbox's disk quota bounds what it writes in all: its project's
-// volume, its system layer (/usr, /opt, /etc, ...) and its checkpoints
-// together. Where the pool has group quotas (btrfs) they share one bound,
-// a quota group named by the sandbox's id, removed with the sandbox.
-// Elsewhere (ZFS) the bound is split: the volume and the layer (a volume
-// or a tmpfs) get half each, so that together they never hold more.
-
-// boundDisk puts sandbox rec's volumes vols under its disk quota: into
+// Bound puts sandbox rec's volumes vols under its disk quota: into
 // its group, or each writable one to its share. A zero Volume (a layer
 // that is a tmpfs) is skipped.
-func boundDisk(ctx context.Context, b cowfs.Backend, rec state.Record, vols ...cowfs.Volume) error {
+func Bound(ctx context.Context, b cowfs.Backend, rec state.Record, vols ...cowfs.Volume) error {
 	vols = slices.DeleteFunc(slices.Clone(vols), func(v cowfs.Volume) bool { return v.Name == "" })
 	if rec.DiskQuota == 0 || len(vols) == 0 {
 		return nil
@@ -35,21 +35,21 @@ func boundDisk(ctx context.Context, b cowfs.Backend, rec state.Record, vols ...c
 		if v.ReadOnly() {
 			continue // a ZFS snapshot counts in its dataset's quota
 		}
-		if err := b.SetQuota(ctx, v, diskShare(rec.DiskQuota)); err != nil {
+		if err := b.SetQuota(ctx, v, Share(rec.DiskQuota)); err != nil {
 			return fmt.Errorf("bounding the disk of sandbox %s: %w", rec.ID, err)
 		}
 	}
 	return nil
 }
 
-// diskShare is the part of a split disk quota each of the volume and the
+// Share is the part of a split disk quota each of the volume and the
 // layer gets.
-func diskShare(quota uint64) uint64 { return quota / 2 }
+func Share(quota uint64) uint64 { return quota / 2 }
 
-// unboundDisk removes sandbox rec's quota group, if it has one. A group
+// Unbound removes sandbox rec's quota group, if it has one. A group
 // left (logged) bounds volumes that are deleted next; the backend removes
 // groups without members when it opens.
-func unboundDisk(ctx context.Context, b cowfs.Backend, log *slog.Logger, rec state.Record) {
+func Unbound(ctx context.Context, b cowfs.Backend, log *slog.Logger, rec state.Record) {
 	if rec.DiskQuota == 0 || !b.Info().Capabilities.GroupQuota {
 		return
 	}
