@@ -31,6 +31,10 @@ type TryOptions struct {
 	Inputs []string
 	// Parallel is the most sandboxes at work at once (0: 4).
 	Parallel uint32
+	// From runs the variants in forks of this sandbox (its id or name)
+	// rather than in new sandboxes of the project, so that what it set
+	// up is there in each; Try's project is then the sandbox's.
+	From string
 	// OnVariant, if set, is called as each sandbox is done (its variant
 	// and check ended), in the order they end, one call at a time, each
 	// before Try returns: the daemon's TryVariantDone, which it sends to
@@ -56,6 +60,9 @@ func (o TryOptions) options() map[string]dbus.Variant {
 	}
 	if o.Parallel > 0 {
 		m[sandboxd1.OptParallel] = dbus.MakeVariant(o.Parallel)
+	}
+	if o.From != "" {
+		m[sandboxd1.OptFrom] = dbus.MakeVariant(o.From)
 	}
 	return m
 }
