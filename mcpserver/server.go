@@ -134,6 +134,7 @@ func newServer(ctx context.Context, c *client.Client, opts Options) (*mcp.Server
 		&mcp.ServerOptions{Instructions: instructions, Logger: opts.Logger})
 	m.AddReceivingMiddleware(s.checkArguments)
 	s.addSandboxTools(m)
+	s.addForkTools(m)
 	s.addExecTools(m)
 	s.addFileTools(m)
 	s.addChangeTools(m)
