@@ -31,9 +31,8 @@ type TryOptions struct {
 	Inputs []string
 	// Parallel is the most sandboxes at work at once (0: 4).
 	Parallel uint32
-	// From runs the variants in forks of this sandbox (its id or name)
-	// rather than in new sandboxes of the project, so that what it set
-	// up is there in each; Try's project is then the sandbox's.
+	// From, if set, is a sandbox (its id or name): each variant runs in
+	// a fork of it rather than in a new sandbox of the project.
 	From string
 	// OnVariant, if set, is called as each sandbox is done (its variant
 	// and check ended), in the order they end, one call at a time, each
