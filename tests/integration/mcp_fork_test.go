@@ -27,7 +27,8 @@ func inspectorForkStopStart(t *testing.T, era string) {
 	var sb struct{ ID, Name string }
 	inspect(t, in, &sb, "sandbox_create", "project="+project, "name="+project+"-src", "ttl_minutes=30")
 	t.Cleanup(func() { ctl(t, "", "destroy", sb.ID) })
-	// sh runs a shell line in a sandbox with exec: its stdout, exit 0.
+	// sh runs a shell line in a sandbox with exec: its stdout (in the
+	// text, under its heading), exit 0.
 	sh := func(id, line string) string {
 		t.Helper()
 		var run mcpExec
@@ -35,7 +36,8 @@ func inspectorForkStopStart(t *testing.T, era string) {
 		if run.ExitCode != 0 || run.How != "exited" {
 			t.Fatalf("exec %q in %s (%s era): %+v, text %q", line, id, era, run, res.Text())
 		}
-		return run.Stdout
+		stdout, _ := execSections(res.Text())
+		return stdout
 	}
 	sh(sb.ID, "echo built > made.txt")
 	var p struct{ Process string }
