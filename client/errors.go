@@ -48,6 +48,9 @@ var (
 	// ErrWrongState: the sandbox's state does not allow the call (a
 	// frozen sandbox for Exec, nothing to promote).
 	ErrWrongState = errors.New("wrong state")
+	// ErrStopped: the sandbox is stopped (Sandbox.Stop); Start it
+	// first.
+	ErrStopped = errors.New("sandbox is stopped")
 	// ErrNoIdmap: root inside the sandbox was asked for, and the sandbox
 	// has no user namespace of its own.
 	ErrNoIdmap = errors.New("no user namespace for root")
@@ -90,6 +93,7 @@ var sentinels = map[string]error{
 	sandboxd1.ErrorBusy:                        ErrBusy,
 	sandboxd1.ErrorLimitReached:                ErrLimitReached,
 	sandboxd1.ErrorWrongState:                  ErrWrongState,
+	sandboxd1.ErrorStopped:                     ErrStopped,
 	sandboxd1.ErrorNoIdmap:                     ErrNoIdmap,
 	sandboxd1.ErrorNoSuchFile:                  ErrNoSuchFile,
 	sandboxd1.ErrorNoProgram:                   ErrNoProgram,

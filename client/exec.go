@@ -54,7 +54,7 @@ func (e ExitStatus) String() string {
 }
 
 // ExecOptions are how a command runs. Spawn and OpenSession take Env,
-// Dir, Root and Timeout of them.
+// Dir, Root and Timeout of them, and Spawn Restart.
 type ExecOptions struct {
 	// Stdin is the command's stdin; nil is /dev/null. An *os.File is
 	// passed to the command as it is; another Reader (or a terminal) is
@@ -82,6 +82,10 @@ type ExecOptions struct {
 	// Detach leaves what the command moved out of its process group
 	// (setsid) running after it ends.
 	Detach bool
+	// Restart (Spawn only) declares the process in the sandbox's record:
+	// it is started again each time the sandbox starts (Start, the
+	// host's reboot, a rollback).
+	Restart bool
 }
 
 // options are o as Exec's a{sv}; Spawn and OpenSession take fewer.

@@ -6,6 +6,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/godbus/dbus/v5"
+
 	"github.com/sandboxd/sandboxd/sandboxd1"
 )
 
@@ -15,11 +17,17 @@ const MaxLogChunk = 64 << 10
 // Spawn starts argv in the background and returns its process id once it
 // runs. It outlives the call, this Client and a restart of the daemon;
 // its stdin is /dev/null and its output goes to a log the sandbox keeps
-// (ReadLog). opts' Env, Dir, Root and Timeout apply; the rest do not.
+// (ReadLog). opts' Env, Dir, Root, Timeout and Restart apply; the rest
+// do not. A process spawned with Restart is started again each time the
+// sandbox starts (Start, the host's reboot, a rollback).
 func (s *Sandbox) Spawn(ctx context.Context, argv []string, opts ExecOptions) (string, error) {
 	var process string
+	m := opts.options(false)
+	if opts.Restart {
+		m[sandboxd1.OptRestart] = dbus.MakeVariant(true)
+	}
 	err := s.call(ctx, "starting "+commandName(argv)+" in the background in", sandboxd1.MethodSpawn,
-		[]any{argv, opts.options(false)}, &process)
+		[]any{argv, m}, &process)
 	return process, err
 }
 

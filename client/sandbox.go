@@ -180,3 +180,19 @@ func (s *Sandbox) System(ctx context.Context) (state string, failed []string, er
 	err = s.call(ctx, "reading the system of", sandboxd1.MethodSystemStatus, nil, &state, &failed)
 	return state, failed, err
 }
+
+// Stop ends the sandbox's processes and keeps it: its files,
+// checkpoints, ports and the processes spawned with Restart stay, its
+// state is "stopped" across the daemon's restarts and the host's
+// reboots, and calls that need it running fail with ErrStopped until
+// Start. Stop of a stopped sandbox does nothing.
+func (s *Sandbox) Stop(ctx context.Context) error {
+	return s.call(ctx, "stopping", sandboxd1.MethodStop, nil)
+}
+
+// Start runs a stopped sandbox again: a booted one boots, and the
+// processes spawned with Restart start again. Start of a running
+// sandbox does nothing.
+func (s *Sandbox) Start(ctx context.Context) error {
+	return s.call(ctx, "starting", sandboxd1.MethodStart, nil)
+}

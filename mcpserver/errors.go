@@ -45,6 +45,7 @@ var hints = []struct {
 	{client.ErrBusy, "another promotion of the project, or other inputs of the same session, are under way: try again once they ended"},
 	{client.ErrLimitReached, "a limit of the daemon's was reached: destroy sandboxes (or sessions, processes) you no longer need"},
 	{errNotBooted, "make a sandbox with sandbox_create and boot true to run services with systemctl in it"},
+	{client.ErrStopped, "the sandbox is stopped: start it with sandbox_start (its files are as it left them; its background processes spawned with restart start again)"},
 	{client.ErrWrongState, "sandbox_status says the sandbox's state"},
 	{client.ErrExists, "choose another name"},
 	{client.ErrNotRunning, "sandboxd is not running on this host: an administrator must start it (systemctl start sandboxd)"},

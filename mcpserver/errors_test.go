@@ -24,6 +24,7 @@ func TestToolErrorsSayWhatToDo(t *testing.T) {
 		{daemon(sandboxd1.ErrorAccessDenied, "open x: permission denied"), "permission denied", "owner and mode"},
 		{daemon(sandboxd1.ErrorAccessDenied, "may not use project web"), "may not use project", "access rules"},
 		{daemon(sandboxd1.ErrorConflict, "paths changed: a, b"), "a, b", "rebase"},
+		{daemon(sandboxd1.ErrorStopped, "sandbox web-1 is stopped"), "is stopped", "start it with sandbox_start"},
 		{fmt.Errorf("reading x: larger than 5 bytes: %w", client.ErrTooLarge), "larger than 5", "in parts"},
 		{invalidf("mode %q is bad", "x"), `mode "x" is bad`, ""},
 		{fmt.Errorf("running sleep: %w", context.Canceled), "running sleep", "was cancelled"},

@@ -2,6 +2,7 @@ package mcpserver
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"io"
 	"path"
@@ -110,3 +111,6 @@ func (s *server) execExtras(ctx context.Context, sb *client.Sandbox, images []st
 	}
 	return append(notes, toolcall.AttachImages(ctx, sb, images, root, s.opts.MaxFileBytes)...)
 }
+
+// randomMark is 26 random letters and digits, no value's by chance.
+func randomMark() string { return rand.Text() }

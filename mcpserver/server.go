@@ -96,7 +96,7 @@ func (o Options) withDefaults() Options {
 // instructions tell a model, once, how the tools fit together.
 const instructions = `sandboxd gives you sandboxes: copy-on-write copies of a project, seen inside a view of this host's own system, with limits. Nothing you do in one reaches the host until it is promoted.
 
-Make one with sandbox_create (sandbox_list names the projects you may use), then work in it: exec runs a command and returns its output and exit status (a failing command is a result, not an error); file_read, file_write, file_edit and file_list work on its files (a relative path starts at the project's directory); spawn and logs run something in the background; repl keeps a python3, node, sh, go or sql interpreter between calls. diff shows what you changed; checkpoint and rollback keep and restore states; try runs several approaches side by side. A sandbox made with boot runs a systemd of its own: exec with root runs systemctl start on the host's services (nginx, postgresql...) there, on the sandbox's copies of their files, and system_status says when its system is up and which units failed. promote carries the changes into the project; a stage may need an administrator's approval, which no tool can give. Destroy sandboxes you no longer need.`
+Make one with sandbox_create (sandbox_list names the projects you may use), then work in it: exec runs a command and returns its output and exit status (a failing command is a result, not an error); file_read, file_write, file_edit and file_list work on its files (a relative path starts at the project's directory); spawn and logs run something in the background; repl keeps a python3, node, sh, go or sql interpreter between calls. diff shows what you changed; checkpoint and rollback keep and restore states; try runs several approaches side by side; sandbox_fork branches a sandbox as it stands (what it installed or built is in each fork); sandbox_stop keeps a sandbox without its processes until sandbox_start. A sandbox made with boot runs a systemd of its own: exec with root runs systemctl start on the host's services (nginx, postgresql...) there, on the sandbox's copies of their files, and system_status says when its system is up and which units failed. promote carries the changes into the project; a stage may need an administrator's approval, which no tool can give. Destroy sandboxes you no longer need.`
 
 // server is the state behind the tools.
 type server struct {
@@ -134,6 +134,7 @@ func newServer(ctx context.Context, c *client.Client, opts Options) (*mcp.Server
 		&mcp.ServerOptions{Instructions: instructions, Logger: opts.Logger})
 	m.AddReceivingMiddleware(s.checkArguments)
 	s.addSandboxTools(m)
+	s.addForkTools(m)
 	s.addExecTools(m)
 	s.addFileTools(m)
 	s.addChangeTools(m)

@@ -26,6 +26,7 @@ var wantHints = map[string]struct{ readOnly, destructive bool }{
 	"try": {false, true}, "promote": {false, true}, "promotion_status": {true, false}, "repl": {false, true},
 	"system_status":     {true, false},
 	"conflict_versions": {true, false}, "merge": {false, true},
+	"sandbox_fork": {false, false}, "sandbox_stop": {false, true}, "sandbox_start": {false, false},
 }
 
 func TestToolsAndTheirAnnotations(t *testing.T) {
@@ -84,6 +85,16 @@ func TestBadInputIsRefused(t *testing.T) {
 		{"sandbox_list", map[string]any{"all": true}, "all"},
 		{"system_status", map[string]any{}, "sandbox"},
 		{"sandbox_create", map[string]any{"project": "web", "boot": "yes"}, "boot"},
+		{"sandbox_fork", map[string]any{"sandbox": "x", "count": 17}, "give 1 to 16 forks"},
+		{"sandbox_fork", map[string]any{"sandbox": "x", "count": -1}, "count"},
+		{"sandbox_fork", map[string]any{"sandbox": "x", "count": 2, "names": []string{"a", "b", "c"}}, "3 names for 2 forks"},
+		{"sandbox_fork", map[string]any{"sandbox": "x", "names": []string{"a", "b"}}, "2 names for 1 forks"},
+		{"sandbox_fork", map[string]any{"sandbox": "x", "spawn": []string{"make serve", ""}}, "spawn[1] is empty"},
+		{"sandbox_fork", map[string]any{"sandbox": "x", "spawn": "make serve"}, "spawn: want an array of strings"},
+		{"sandbox_stop", map[string]any{}, "sandbox"},
+		{"sandbox_start", map[string]any{"sandbox": "x", "boot": true}, "boot"},
+		{"spawn", map[string]any{"sandbox": "x", "shell": "sleep 9", "restart": "yes"}, "restart: want true or false"},
+		{"try", map[string]any{"variants": []string{"true"}, "check": "true"}, "project is not given"},
 	} {
 		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: tc.name, Arguments: tc.args})
 		if err != nil {

@@ -66,7 +66,8 @@ type rebaseOut struct {
 }
 
 type tryIn struct {
-	Project  string   `json:"project" jsonschema:"the project to try them in"`
+	Project  string   `json:"project,omitempty" jsonschema:"the project to try them in (with from: the sandbox's, the default)"`
+	From     string   `json:"from,omitempty" jsonschema:"a sandbox (its id or name) whose forks the variants run in, rather than new sandboxes of the project: what it set up is there in each"`
 	Variants []string `json:"variants" jsonschema:"the approaches, each a shell line run in a sandbox of its own"`
 	Check    string   `json:"check" jsonschema:"a shell line run after each variant in its sandbox: exit status 0 is a pass"`
 	Keep     string   `json:"keep,omitempty" jsonschema:"which sandboxes stay: winner (the default: the passing one that took least time), all, or none"`
@@ -93,7 +94,7 @@ func (s *server) addChangeTools(m *mcp.Server) {
 		Description: "Bring a sandbox onto its project as it is now, keeping the sandbox's own changes; its processes are stopped. A path both changed is a conflict: the sandbox is then left as it was."},
 		s.rebase)
 	add(s, m, &mcp.Tool{Name: "try", Annotations: runsCode("Try approaches side by side"),
-		Description: "Run several approaches side by side: a sandbox of the project per variant, the variant and then the check in each. Returns each one's result and output, and the winner (the passing one that took least time), whose sandbox is kept to promote."},
+		Description: "Run several approaches side by side: a sandbox of the project per variant (with from, a fork of that sandbox), the variant and then the check in each. Returns each one's result and output, and the winner (the passing one that took least time), whose sandbox is kept to promote."},
 		s.try)
 }
 
@@ -216,8 +217,24 @@ func (s *server) try(ctx context.Context, in tryIn) (sandboxd1.TryReport, error)
 		return sandboxd1.TryReport{}, err
 	}
 	opts := client.TryOptions{Create: client.CreateOptions{Network: in.Network, Allow: in.Allow}, Timeout: timeout}
+	project := in.Project
+	switch {
+	case in.From != "":
+		// The forks are of the sandbox's project: it is the default,
+		// and the sandbox is named to the daemon by its id, found once.
+		sb, err := s.sandbox(ctx, in.From)
+		if err != nil {
+			return sandboxd1.TryReport{}, err
+		}
+		opts.From = sb.ID()
+		if project == "" {
+			project = sb.Project()
+		}
+	case project == "":
+		return sandboxd1.TryReport{}, invalidf("project is not given: give the project to try the variants in, or from, a sandbox whose forks they run in")
+	}
 	opts.OnVariant = toolcall.TryVariants(ctx, len(in.Variants))
-	report, err := s.c.Try(ctx, in.Project, in.Variants, in.Check, in.Keep, opts)
+	report, err := s.c.Try(ctx, project, in.Variants, in.Check, in.Keep, opts)
 	if err != nil {
 		return sandboxd1.TryReport{}, err
 	}

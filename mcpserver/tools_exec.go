@@ -70,6 +70,7 @@ type spawnIn struct {
 	Dir     string   `json:"dir,omitempty" jsonschema:"its working directory in the sandbox (default: the project's directory)"`
 	Root    bool     `json:"root,omitempty" jsonschema:"run it as root of the sandbox"`
 	Timeout int      `json:"timeout_seconds,omitempty" jsonschema:"end it after this many seconds (default: it runs until it ends)"`
+	Restart bool     `json:"restart,omitempty" jsonschema:"start it again each time the sandbox starts (sandbox_start, the host's reboot, a rollback): a server the sandbox keeps"`
 }
 
 type spawnOut struct {
@@ -283,7 +284,7 @@ func (s *server) spawn(ctx context.Context, in spawnIn) (spawnOut, error) {
 		return spawnOut{}, err
 	}
 	p, err := sb.Spawn(ctx, argv, client.ExecOptions{Env: in.Env, Dir: in.Dir, Root: in.Root,
-		Timeout: time.Duration(in.Timeout) * time.Second})
+		Timeout: time.Duration(in.Timeout) * time.Second, Restart: in.Restart})
 	if err != nil {
 		return spawnOut{}, err
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/sandboxd/sandboxd/client"
+	"github.com/sandboxd/sandboxd/mcpserver/sqltable"
 )
 
 // The repl tool: an interpreter kept between calls, one per sandbox and
@@ -29,8 +30,8 @@ type replOut struct {
 	Status int    `json:"status" jsonschema:"0 when it ran without error"`
 	// Tables are a sql input's result sets; its output is then what
 	// psql printed besides them.
-	Tables []sqlTable `json:"tables,omitempty" jsonschema:"sql: each result set's columns and rows (a null cell is SQL's NULL); output holds the rest (command tags, notices, errors)"`
-	Notes  []string   `json:"notes,omitempty"`
+	Tables []sqltable.Table `json:"tables,omitempty" jsonschema:"sql: each result set's columns and rows (a null cell is SQL's NULL); output holds the rest (command tags, notices, errors)"`
+	Notes  []string         `json:"notes,omitempty"`
 }
 
 // languages are the interpreters a session may be.
@@ -95,9 +96,9 @@ func (s *server) evalRepl(ctx context.Context, in replIn) (replOut, error) {
 	if err != nil {
 		return replOut{}, err
 	}
-	var tables []sqlTable
+	var tables []sqltable.Table
 	if in.Language == "sql" {
-		output, tables = sqlResults(output, session.nullMark)
+		output, tables = sqltable.Results(output, session.nullMark)
 	}
 	c := newCapture(s.opts.OutputCap)
 	c.Write([]byte(output))
@@ -142,7 +143,7 @@ func (r *repls) session(ctx context.Context, sb *client.Sandbox, key replKey) (_
 	s := replSession{sb: sb, id: id}
 	if key.language == "sql" {
 		s.nullMark = "null-" + randomMark()
-		if _, status, err := sb.Eval(ctx, id, sqlSetup(s.nullMark)); err != nil || status != 0 {
+		if _, status, err := sb.Eval(ctx, id, sqltable.Setup(s.nullMark)); err != nil || status != 0 {
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeWait)
 			_ = sb.CloseSession(ctx, id)
 			cancel()

@@ -597,4 +597,7 @@ def open_fds() -> list[str]:
 
 
 if __name__ == "__main__":
+    # The tests in files of their own, run as test_fork.Class.test: a
+    # dotted name is looked up in this module.
+    import test_fork  # noqa: F401
     unittest.main()

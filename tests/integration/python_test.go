@@ -87,6 +87,21 @@ func TestPythonClientSQLSession(t *testing.T) {
 	runPython(t, "Sessions.test_a_sql_session_reaches_the_database_its_environment_names", "SANDBOXD_TEST_SQL_SANDBOX="+id)
 }
 
+// TestPythonClientForkStopStart: fork, stop and start (issue 31) from
+// the Python client: the forks have the sandbox's files and change apart,
+// a stopped sandbox refuses exec as Stopped and starts again with its
+// files and its restart process, try from_ runs in forks.
+func TestPythonClientForkStopStart(t *testing.T) {
+	install(t)
+	for _, name := range []string{
+		"test_fork.Fork.test_a_fork_has_the_files_and_changes_apart",
+		"test_fork.Fork.test_a_stopped_sandbox_keeps_its_files_and_starts_again",
+		"test_fork.Fork.test_try_from_a_sandbox_runs_in_its_forks",
+	} {
+		runPython(t, name)
+	}
+}
+
 var pythonRan = regexp.MustCompile(`(?m)^Ran 1 test in .*\n\nOK$`)
 
 // runPython runs test name of contrib/python/test_sandboxd.py (Class.test)

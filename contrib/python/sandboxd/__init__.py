@@ -5,7 +5,8 @@ system bus) with Debian's python3-dbus-next, and offers the verbs of the Go
 client: ``Client().create("web")`` gives a ``Sandbox``, whose ``exec``,
 ``read_file``, ``write_file``, ``upload``, ``download``, ``edit_file``,
 ``diff``, ``checkpoint``, ``rollback``, ``promote``, ``file_versions``,
-``merge`` and ``open_session`` do what sandboxctl's commands do.
+``merge``, ``open_session``, ``fork``, ``stop`` and ``start`` do what
+sandboxctl's commands do.
 
 The API is synchronous. dbus-next's connection is asyncio's; each Client
 runs it on an event loop of its own, in a thread of its own (_bus.py), and
@@ -28,12 +29,13 @@ from ._values import Env, Size, parse_size
 from .client import Client
 from .errors import (AccessDenied, Busy, Conflict, DaemonRestarted, DaemonUnavailable, Exists, Failed, InvalidArgs,
                      LimitReached, NoIdmap, NoProgram, NoSuchCheckpoint, NoSuchCommand, NoSuchFile, NoSuchProject,
-                     NoSuchPromotion, NoSuchSandbox, NotExecutable, NothingToPromote, SandboxdError, WrongState)
+                     NoSuchPromotion, NoSuchSandbox, NotExecutable, NothingToPromote, SandboxdError, Stopped,
+                     WrongState)
 from .files import MAX_FILE_CHUNK
 from .records import (Change, Checkpoint, EvalResult, ExecResult, FileEntry, FileVersion, LogChunk, MergeHunk,
                       MergeResult, Process, Promotion, PromotionDiff, PromotionEntry, SandboxInfo, Stage, Status,
                       TryReport, TryResult)
-from .sandbox import Sandbox
+from .sandbox import ForkResult, Sandbox
 from .sessions import Session
 
 __all__ = [
@@ -41,9 +43,10 @@ __all__ = [
     "PROPERTIES_INTERFACE", "MAX_FILE_CHUNK", "Size", "Env", "Variant", "parse_size",
     "Client", "Sandbox", "Session",
     "SandboxdError", "AccessDenied", "NoSuchSandbox", "NoSuchProject", "InvalidArgs", "Failed", "LimitReached",
-    "WrongState", "NoSuchCheckpoint", "NoSuchCommand", "Exists", "Conflict", "Busy", "NoSuchPromotion", "NoIdmap",
+    "WrongState", "Stopped", "NoSuchCheckpoint", "NoSuchCommand", "Exists", "Conflict", "Busy", "NoSuchPromotion",
+    "NoIdmap",
     "NoSuchFile", "NoProgram", "NotExecutable", "NothingToPromote", "DaemonUnavailable", "DaemonRestarted",
     "SandboxInfo", "ExecResult", "FileEntry", "Change", "Checkpoint", "LogChunk", "Process", "Stage", "Promotion",
     "TryReport", "TryResult", "Status", "PromotionEntry", "PromotionDiff", "FileVersion", "MergeHunk", "MergeResult",
-    "EvalResult",
+    "EvalResult", "ForkResult",
 ]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence, Union
 
 from dbus_next.signature import Variant
 
@@ -74,10 +74,14 @@ class Client:
              name: Optional[str] = None, inputs: Optional[Sequence[str]] = None, parallel: Optional[int] = None,
              timeout: Optional[float] = None, env: Env = None, cwd: Optional[str] = None, root: bool = False,
              network: Optional[str] = None, memory_max: Optional[Size] = None,
-             options: Optional[Mapping[str, Variant]] = None) -> TryReport:
+             options: Optional[Mapping[str, Variant]] = None,
+             from_: Optional[Union[str, Sandbox]] = None) -> TryReport:
         """Runs each variant (a shell line) and then check in a sandbox of
         its own; keep is winner, all or none. timeout: seconds of each step
-        (0: none; default 10 minutes). It lasts as long as the slowest."""
+        (0: none; default 10 minutes). It lasts as long as the slowest.
+        from_: a sandbox (a Sandbox, its id or its name) whose forks the
+        variants run in, rather than new sandboxes of project (then the
+        sandbox's project): what it set up is there in each."""
         opts = create_options(name=name, network=network, memory_max=memory_max, options=options)
         opts.update(exec_options(env, cwd, root, None))
         if timeout is not None:
@@ -86,6 +90,11 @@ class Client:
             opts["Inputs"] = variant("Inputs", "as", list(inputs))
         if parallel is not None:
             opts["Parallel"] = variant("Parallel", "u", parallel)
+        if from_ is not None:
+            source = from_.id if isinstance(from_, Sandbox) else from_
+            if not source:
+                raise invalid("from_ is empty: give the sandbox whose forks the variants run in")
+            opts["From"] = variant("From", "s", source)
         report = json.loads(self._manager("Try", "sasssa{sv}", project, list(variants), check, keep, opts)[0])
         return TryReport([TryResult.from_json(r) for r in report.get("results") or []], report.get("winner", -1),
                          report.get("left") or [])

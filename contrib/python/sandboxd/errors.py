@@ -50,6 +50,11 @@ class WrongState(SandboxdError):
     names = ("org.sandboxd1.Error.WrongState",)
 
 
+class Stopped(SandboxdError):
+    """The sandbox is stopped (Sandbox.stop): start it first (Sandbox.start)."""
+    names = ("org.sandboxd1.Error.Stopped",)
+
+
 class NothingToPromote(WrongState):
     """The sandbox changed nothing since its base (promote's
     ``allow_empty``); nothing was recorded. A WrongState too, as the
@@ -113,7 +118,7 @@ class DaemonRestarted(DaemonUnavailable):
 
 _ERRORS: dict[str, type[SandboxdError]] = {
     name: cls
-    for cls in (AccessDenied, NoSuchSandbox, NoSuchProject, InvalidArgs, Failed, LimitReached, WrongState,
+    for cls in (AccessDenied, NoSuchSandbox, NoSuchProject, InvalidArgs, Failed, LimitReached, WrongState, Stopped,
                 NoSuchCheckpoint, NoSuchCommand, Exists, Conflict, Busy, NoSuchPromotion, NoIdmap, NoSuchFile,
                 NoProgram, NotExecutable, DaemonUnavailable)
     for name in cls.names

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional, Sequence, Union
 
 from dbus_next.signature import Variant
 
-from ._bus import PROPERTIES_INTERFACE, SANDBOX_INTERFACE
+from ._bus import PROPERTIES_INTERFACE, SANDBOX_INTERFACE, SANDBOX_PATH_PREFIX
 from ._exec import run_exec
 from ._values import Env, Size, exec_options, parse_size, plain, variant
-from .errors import nothing_to_promote
+from .errors import invalid, nothing_to_promote
 from .files import Files
 from .records import (Change, Checkpoint, ExecResult, FileVersion, LogChunk, MergeHunk, MergeResult, Process,
                       Promotion, Status)
@@ -64,10 +65,15 @@ class Sandbox(Files):
         return bus.run(run_exec(bus, self.object_path, command_argv(argv), opts, stdin))
 
     def spawn(self, argv: Union[str, Sequence[str]], env: Env = None, cwd: Optional[str] = None, root: bool = False,
-              timeout: Optional[float] = None) -> str:
+              timeout: Optional[float] = None, restart: bool = False) -> str:
         """Starts argv (a list, or a string: a shell line, as exec's) in the
-        background (output to a log: read_log) and returns its process id."""
-        return str(self._call("Spawn", "asa{sv}", command_argv(argv), exec_options(env, cwd, root, timeout))[0])
+        background (output to a log: read_log) and returns its process id.
+        restart: it is declared in the sandbox's record and started again
+        each time the sandbox starts (start, the host's reboot, a rollback)."""
+        opts = exec_options(env, cwd, root, timeout)
+        if restart:
+            opts["Restart"] = variant("Restart", "b", True)
+        return str(self._call("Spawn", "asa{sv}", command_argv(argv), opts)[0])
 
     def read_log(self, process: str, offset: int = 0, max: int = 1 << 16) -> LogChunk:
         data, nxt, ended = self._call("ReadLog", "stu", process, offset, max)
@@ -196,5 +202,53 @@ class Sandbox(Files):
         state, failed = self._call("SystemStatus")
         return str(state), [str(u) for u in failed]
 
+    def fork(self, count: int = 1, names: Optional[Sequence[str]] = None,
+             spawn: Optional[Sequence[Union[str, Sequence[str]]]] = None) -> ForkResult:
+        """Makes count (1 to 16) new sandboxes whose files and system are
+        this one's as they stand (it is frozen for the instant of the
+        snapshots), with its settings, owner and base. names: one a fork,
+        in order, at most count ("" for none). Background processes are
+        not carried (the result's not_carried lists them); spawn's commands
+        (lists, or strings: shell lines) start in each fork."""
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise invalid(f"fork count {count!r}: give 1 to 16 forks")
+        if isinstance(names, str):
+            raise TypeError("names is a list of str, one a fork, not a str")
+        opts: dict[str, Variant] = {"Count": variant("Count", "u", count)}
+        if names:
+            opts["Names"] = variant("Names", "as", list(names))
+        if isinstance(spawn, str):
+            raise TypeError("spawn is a list of commands (each a list of str, or a shell line), not a str")
+        if spawn:
+            opts["Spawn"] = variant("Spawn", "aas", [command_argv(c) for c in spawn])
+        ids, not_carried = self._call("Fork", "a{sv}", opts)
+        wanted = list(names or [])
+        forks = [Sandbox(self.client, str(i), SANDBOX_PATH_PREFIX + str(i), wanted[n] if n < len(wanted) else "")
+                 for n, i in enumerate(ids)]
+        return ForkResult(forks, [str(c) for c in not_carried])
+
+    def stop(self) -> None:
+        """Ends the sandbox's processes and keeps it (its files,
+        checkpoints, ports, and the processes spawned with restart), state
+        "stopped", across the daemon's restarts and the host's reboots.
+        Calls that need it running raise Stopped until start. Stopping a
+        stopped sandbox does nothing."""
+        self._call("Stop")
+
+    def start(self) -> None:
+        """Runs a stopped sandbox again: a booted one boots, and the
+        processes spawned with restart start again. Starting a running
+        sandbox does nothing."""
+        self._call("Start")
+
     def destroy(self) -> None:
         self._call("Destroy")
+
+
+@dataclass
+class ForkResult:
+    """What Sandbox.fork made: the forks, in order, and the command lines
+    of the background processes that ran in the sandbox and were not
+    carried into them."""
+    sandboxes: list[Sandbox]
+    not_carried: list[str]

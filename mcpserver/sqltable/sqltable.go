@@ -1,35 +1,34 @@
-package mcpserver
+// Package sqltable is a sql session's results as tables, for the MCP
+// server's repl tool. Its sql sessions have psql print results as HTML
+// (\pset format html), the one format of psql whose result sets cannot
+// run into each other or into what a value holds: it escapes every
+// value. Results takes the tables out of that output and leaves the rest
+// (command tags, notices, errors) as text.
+package sqltable
 
 import (
-	"crypto/rand"
 	"html"
 	"strings"
 )
 
-// A sql session's results as tables. The repl tool's sql sessions have
-// psql print results as HTML (\pset format html), the one format of
-// psql whose result sets cannot run into each other or into what a value
-// holds: it escapes every value. sqlResults takes the tables out of that
-// output and leaves the rest (command tags, notices, errors) as text.
-
-// sqlTable is one result set.
-type sqlTable struct {
+// Table is one result set.
+type Table struct {
 	Columns []string `json:"columns"`
 	// Rows' cells are text as psql prints them; null is SQL's NULL. A
 	// value of spaces alone comes back empty (psql's HTML keeps none).
 	Rows [][]*string `json:"rows"`
 }
 
-// sqlSetup is what the repl tool sends a sql session it opens: results
+// Setup is what the repl tool sends a sql session it opens: results
 // as HTML, NULL as nullMark, no "(N rows)" after each.
-func sqlSetup(nullMark string) string {
+func Setup(nullMark string) string {
 	return "\\pset format html\n\\pset null '" + nullMark + "'\n\\pset footer off\n"
 }
 
-// sqlResults splits psql's HTML output into its tables and the text
+// Results splits psql's HTML output into its tables and the text
 // around them (a command's tag, printed as <p>TAG</p>, as its text). A
 // table it cannot read (\x's layout) stays in the text.
-func sqlResults(out, nullMark string) (text string, tables []sqlTable) {
+func Results(out, nullMark string) (text string, tables []Table) {
 	var rest strings.Builder
 	for {
 		i := strings.Index(out, "<table border=\"1\">\n")
@@ -64,8 +63,8 @@ func sqlResults(out, nullMark string) (text string, tables []sqlTable) {
 
 // parseTable reads one of psql's HTML tables: a row of <th> cells, then
 // rows of <td> cells.
-func parseTable(block, nullMark string) (sqlTable, bool) {
-	var t sqlTable
+func parseTable(block, nullMark string) (Table, bool) {
+	var t Table
 	rows := strings.Split(block, "<tr")[1:]
 	if len(rows) == 0 {
 		return t, false
@@ -119,6 +118,3 @@ func cell(s string) string {
 	s = strings.ReplaceAll(s, "&nbsp;", " ")
 	return html.UnescapeString(s)
 }
-
-// randomMark is 26 random letters and digits, no value's by chance.
-func randomMark() string { return rand.Text() }

@@ -1,4 +1,4 @@
-package mcpserver
+package sqltable
 
 import (
 	"reflect"
@@ -17,12 +17,12 @@ func TestSQLResultsSplitsPsqlsHTML(t *testing.T) {
 		"</table>\n" +
 		"ERROR:  column \"nosuch\" does not exist\n" +
 		"<table border=\"1\">\n  <tr>\n    <th align=\"center\">five</th>\n  </tr>\n</table>\n"
-	text, tables := sqlResults(out, "MARK")
+	text, tables := Results(out, "MARK")
 	if text != "INSERT 0 3\nERROR:  column \"nosuch\" does not exist\n" {
 		t.Errorf("the text around the tables: %q", text)
 	}
 	s := func(v string) *string { return &v }
-	want := []sqlTable{
+	want := []Table{
 		{Columns: []string{"a", "b"}, Rows: [][]*string{{s("1"), s("x<y & \"q\"\nz")}, {s("2"), nil}, {s("3"), s("")}}},
 		{Columns: []string{"five"}, Rows: [][]*string{}},
 	}
@@ -31,7 +31,7 @@ func TestSQLResultsSplitsPsqlsHTML(t *testing.T) {
 	}
 	// An expanded (\x) table is no table of columns: it stays as text.
 	x := "<table border=\"1\">\n  <tr><td colspan=\"2\" align=\"center\">Record 1</td></tr>\n  <tr valign=\"top\">\n    <th>a</th>\n    <td align=\"right\">1</td>\n  </tr>\n</table>\n"
-	if text, tables := sqlResults(x, "MARK"); text != x || tables != nil {
+	if text, tables := Results(x, "MARK"); text != x || tables != nil {
 		t.Errorf("an expanded table: %q, %v; want it left as text", text, tables)
 	}
 }
