@@ -161,6 +161,17 @@ run curl -s --unix-socket "$sock" http://sandbox/price.sh
 run sandboxctl ps fix-2
 run sandboxctl logs fix-2 "$(sandboxctl ps --quiet fix-2 | tail -1)"
 
+step "fork the sandbox where it stands, two ways; stop one and start it again"
+run sandboxctl exec fix-2 -- sh -c 'echo "set up once, at $(date +%T)" > setup.log'
+run sandboxctl fork fix-2 --count 2 --name fix-2a --name fix-2b
+run sandboxctl exec fix-2b -- sh -c 'cat setup.log; echo "b only" > b.txt'
+run sandboxctl exec fix-2a -- sh -c 'cat setup.log; ls b.txt' || echo "(exit $?: b.txt is fix-2b's alone)"
+run sandboxctl stop fix-2a
+run sandboxctl exec fix-2a -- true || echo "(exit $?)"
+run sandboxctl start fix-2a
+run sandboxctl exec fix-2a -- cat setup.log
+run sandboxctl destroy fix-2a fix-2b
+
 step "a Python session: its variables stay between inputs"
 printf 'price = 1000\nprint(price * 1.2)\n' | run sandboxctl repl fix-2 python3
 

@@ -81,7 +81,7 @@ func TestMutatingCallsAreJournaled(t *testing.T) {
 			t.Errorf("%s is not a heavy call", name)
 		}
 	}
-	if got, want := calls.HeavyNames(), "AdoptProject, Diff, DiffCounted, EditFile, FileVersions, ListFiles, Merge, ProjectChanges, Promote, PromotionDiff, ReadFile, ReadFileTo, ReleaseProject, SystemStatus, Try, UnifiedDiff, WriteFile and WriteFileFrom"; got != want {
+	if got, want := calls.HeavyNames(), "AdoptProject, Diff, DiffCounted, EditFile, FileVersions, Fork, ListFiles, Merge, ProjectChanges, Promote, PromotionDiff, ReadFile, ReadFileTo, ReleaseProject, SystemStatus, Try, UnifiedDiff, WriteFile and WriteFileFrom"; got != want {
 		t.Errorf("calls.HeavyNames() = %q; want %q", got, want)
 	}
 }
