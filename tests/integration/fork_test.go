@@ -207,17 +207,23 @@ func TestForkRefusesBadInput(t *testing.T) {
 // Forks count against their owner's bounds: at max_sandboxes_per_user 2,
 // a fork --count 2 of one sandbox is refused at its second fork, and the
 // first is destroyed with it; with destroy-oldest, making room never
-// destroys the sandbox forked.
+// destroys the sandbox forked. A member of its own, whom no earlier test
+// left sandboxes, is the owner.
 func TestForksCountAgainstTheOwnersBounds(t *testing.T) {
 	install(t)
+	const member, project = "fork-bounds", "fork-bounds"
+	uid, gid := groupMember(t, member)
+	memberProject(t, project, uid, gid, map[string]string{"f": "f\n"})
 	for _, policy := range []string{"refuse", "destroy-oldest"} {
 		t.Run(policy, func(t *testing.T) {
 			reconfigure(t, fmt.Sprintf("[limits]\nmax_sandboxes_per_user = 2\non_user_limit = %q\n", policy))
-			src := strings.TrimSpace(ok(t, "create", "--quiet", "web"))
+			if n := len(sandboxesOf(t, project)); n != 0 {
+				t.Fatalf("%s has %d sandboxes before the test; want none", member, n)
+			}
+			src := strings.TrimSpace(okAs(t, member, "create", "--quiet", project))
 			t.Cleanup(func() { ctl(t, "", "destroy", src) })
-			ok(t, "exec", src, "--", "sh", "-c", "echo mine > mine.txt")
-			before := len(sandboxesOf(t, "web"))
-			out, errOut, code := ctl(t, "", "fork", "--count", "2", src)
+			okAs(t, member, "exec", src, "--", "sh", "-c", "echo mine > mine.txt")
+			out, errOut, code := ctlAs(t, member, "fork", "--count", "2", src)
 			words := map[string]string{
 				"refuse":         "the limit per user (limits.max_sandboxes_per_user)",
 				"destroy-oldest": "making room would destroy the sandbox forked",
@@ -225,10 +231,10 @@ func TestForksCountAgainstTheOwnersBounds(t *testing.T) {
 			if code == 0 || !strings.Contains(errOut, words) || !strings.Contains(errOut, "the 1 fork(s) made were destroyed") {
 				t.Errorf("fork --count 2 at a limit of 2 (%s): exit %d: %s%s; want a refusal saying %q and that the fork made was destroyed", policy, code, out, errOut, words)
 			}
-			if n := len(sandboxesOf(t, "web")); n != before {
-				t.Errorf("sandboxes of web after the refused fork: %d; want %d, as before", n, before)
+			if n := len(sandboxesOf(t, project)); n != 1 {
+				t.Errorf("sandboxes of %s after the refused fork: %d; want 1, the source, as before", project, n)
 			}
-			if got := ok(t, "exec", src, "--", "cat", "mine.txt"); got != "mine\n" {
+			if got := okAs(t, member, "exec", src, "--", "cat", "mine.txt"); got != "mine\n" {
 				t.Errorf("the source after the refused fork: mine.txt %q", got)
 			}
 		})
