@@ -1,0 +1,123 @@
+package integration
+
+import (
+	"encoding/json"
+	"os"
+	"strings"
+	"testing"
+)
+
+// Hostile members against fork, stop and start, try --from and declared
+// processes (issue 31): each attack is done for real against the daemon,
+// beside its control (the same call by the owner, or within bounds).
+
+// Another member may not fork, stop, start, `try --from` or declare a
+// process in root's sandbox, nor learn that it exists: each refusal is
+// word for word the one for an id nobody has; the sandbox runs on with
+// its file, and no sandbox was made. The owner's stop and start are the
+// control.
+func TestHostileMemberCannotForkStopOrStartAnothersSandbox(t *testing.T) {
+	accessUsers(t)
+	src := sandbox(t)
+	ok(t, "exec", src, "--", "sh", "-c", "echo mine > mine.txt")
+	const nobodys = "0123456789ab"
+	before := len(sandboxesOf(t, "web"))
+	for _, args := range [][]string{
+		{"fork", "SB"},
+		{"fork", "--count", "16", "SB"},
+		{"stop", "SB"},
+		{"start", "SB"},
+		{"spawn", "--restart", "SB", "--", "sleep", "1000"},
+		{"try", "--from", "SB", "--check", "true", "--variant", "true"},
+	} {
+		with := func(id string) []string {
+			out := make([]string, len(args))
+			for i, a := range args {
+				out[i] = strings.ReplaceAll(a, "SB", id)
+			}
+			return out
+		}
+		out, errOut, code := accCtl(t, accBob, with(src)...)
+		_, errNobody, codeNobody := accCtl(t, accBob, with(nobodys)...)
+		if code == 0 || !strings.Contains(errOut, "no sandbox") {
+			t.Errorf("sandboxctl %s as %s: exit %d: %s%s; want the refusal of a sandbox that does not exist", strings.Join(args, " "), accBob, code, out, errOut)
+		}
+		if strings.ReplaceAll(errOut, src, nobodys) != errNobody || code != codeNobody {
+			t.Errorf("sandboxctl %s as %s: root's sandbox is refused as %d %q, one nobody has as %d %q: the answer tells that it exists",
+				strings.Join(args, " "), accBob, code, errOut, codeNobody, errNobody)
+		}
+	}
+	if n := len(sandboxesOf(t, "web")); n != before {
+		t.Errorf("sandboxes of web after the refusals: %d; want %d, as before", n, before)
+	}
+	if got := ok(t, "exec", src, "--", "cat", "mine.txt"); got != "mine\n" {
+		t.Errorf("the sandbox after another member's calls: mine.txt %q", got)
+	}
+	if out := ok(t, "--json", "ps", src); strings.Contains(out, "sleep") {
+		t.Errorf("another member's spawn runs in the sandbox: %s", out)
+	}
+	// The control: its owner stops and starts it.
+	ok(t, "stop", src)
+	ok(t, "start", src)
+	if got := ok(t, "exec", src, "--", "cat", "mine.txt"); got != "mine\n" {
+		t.Errorf("the sandbox after its owner's stop and start: mine.txt %q", got)
+	}
+}
+
+// A fork is a new sandbox: it hides what the host and its profile hide
+// now, not only what they hid when its source was made. Before: a path an
+// admin hid since (here a profile's hidden_paths) was readable in a fork
+// of an older sandbox, while a new sandbox of the same profile hid it.
+func TestHostileForkHidesWhatTheHostHidesNow(t *testing.T) {
+	install(t)
+	const secret = "/etc/sandboxd-fork-secret"
+	if err := os.WriteFile(secret, []byte("secret\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.Remove(secret) })
+	reconfigure(t, "[profile.forkhide]\nhidden_paths = []\n")
+	src := sandbox(t, "--profile", "forkhide")
+	if got := ok(t, "exec", src, "--", "cat", secret); got != "secret\n" {
+		t.Fatalf("the file before it is hidden: %q", got)
+	}
+	reconfigure(t, "[profile.forkhide]\nhidden_paths = ["+`"`+secret+`"`+"]\n")
+	// The control: a new sandbox of the profile does not see it.
+	fresh := sandbox(t, "--profile", "forkhide")
+	if out, _, code := ctl(t, "", "exec", fresh, "--", "cat", secret); code == 0 && strings.Contains(out, "secret") {
+		t.Fatalf("a new sandbox of the profile reads the hidden file: %q", out)
+	}
+	var made struct {
+		Forks []string `json:"forks"`
+	}
+	if err := json.Unmarshal([]byte(ok(t, "fork", "--json", src)), &made); err != nil || len(made.Forks) != 1 {
+		t.Fatalf("fork --json: %v %+v", err, made)
+	}
+	t.Cleanup(func() { ctl(t, "", "destroy", made.Forks[0]) })
+	if out, _, code := ctl(t, "", "exec", made.Forks[0], "--", "cat", secret); code == 0 && strings.Contains(out, "secret") {
+		t.Errorf("the fork reads %s, which the host hides now: %q", secret, out)
+	}
+}
+
+// A declared process is kept in the sandbox's record: one whose
+// environment is over 16 KiB, or a 33rd, is refused with words that say
+// the bound, and runs not; the same process undeclared is the control.
+func TestHostileDeclaredProcessesAreBounded(t *testing.T) {
+	install(t)
+	sb := sandbox(t)
+	big := "BIG=" + strings.Repeat("x", 20<<10)
+	out, errOut, code := ctl(t, "", "spawn", "--restart", "--env", big, sb, "--", "sleep", "1000")
+	if code == 0 || !strings.Contains(errOut, "more than 16384") {
+		t.Errorf("spawn --restart with a 20 KiB environment: exit %d: %s%s; want a refusal naming the bound", code, out, errOut)
+	}
+	if ps := ok(t, "--json", "ps", sb); strings.Contains(ps, "sleep") {
+		t.Errorf("the refused declaration runs: %s", ps)
+	}
+	ok(t, "spawn", "--env", big, sb, "--", "true") // the control
+	for i := range 32 {
+		ok(t, "spawn", "--restart", sb, "--", "sleep", "100"+string(rune('0'+i%10)))
+	}
+	out, errOut, code = ctl(t, "", "spawn", "--restart", sb, "--", "sleep", "1000")
+	if code == 0 || !strings.Contains(errOut, "it declares 32, the most one may") {
+		t.Errorf("a 33rd spawn --restart: exit %d: %s%s; want a refusal naming the bound", code, out, errOut)
+	}
+}
