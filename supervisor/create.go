@@ -72,8 +72,8 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 	if err := settle(&s.cfg, &opts); err != nil {
 		return sb, fmt.Errorf("creating a sandbox of %s: %w", opts.Project, err)
 	}
-	if f := opts.fork; f != nil {
-		opts.hidden, opts.readOnly = f.Record.Hidden, f.Record.ReadOnly
+	if f := opts.fork; f != nil { // the source's, and what the host hides now
+		opts.hidden, opts.readOnly = withSource(f.Record.Hidden, opts.hidden), withSource(f.Record.ReadOnly, opts.readOnly)
 	}
 	location := s.projects.Location(opts.Project)
 	if location == "" {
