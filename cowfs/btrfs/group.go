@@ -235,3 +235,28 @@ func searchOffsets(mount string, tree, objectid uint64, typ uint32, minOff, maxO
 		minOff = last + 1
 	}
 }
+
+// JoinGroup puts every member of group from into group to (made by
+// GroupQuota): the volumes of from's sandbox, its checkpoints', and those
+// deleted that still hold what they wrote. A fork's group so counts what
+// the fork holds of its source's writes, which its own volumes do not
+// own under simple quotas (and which no group would count once its
+// source is gone). A from that has no group is no error.
+func (b *Backend) JoinGroup(ctx context.Context, to, from string) error {
+	if b.quotaMode() == "" {
+		return nil
+	}
+	b.groupMu.Lock()
+	defer b.groupMu.Unlock()
+	src, dst := groupID(from), groupID(to)
+	members, err := searchOffsets(b.mount, quotaTree, src, keyQgroupRelation, 0, groupLevel-1)
+	if err != nil {
+		return fmt.Errorf("listing the members of the quota group of %q (%s): %w", from, qgroupName(src), err)
+	}
+	for _, m := range members {
+		if err := qgroupAssign(b.mount, m, dst, true); err != nil && !errors.Is(err, syscall.EEXIST) {
+			return fmt.Errorf("putting 0/%d of the quota group of %q in that of %q (%s): %w", m, from, to, qgroupName(dst), err)
+		}
+	}
+	return nil
+}

@@ -121,3 +121,40 @@ func TestHostileDeclaredProcessesAreBounded(t *testing.T) {
 		t.Errorf("a 33rd spawn --restart: exit %d: %s%s; want a refusal naming the bound", code, out, errOut)
 	}
 }
+
+// A fork's disk quota counts what it holds of its source's writes once
+// the source is gone: a sandbox under --disk 32M writes 24 MiB, is forked
+// and destroyed, and its fork may write only what is left of the 32 MiB.
+// Before: the fork's group counted only what the fork wrote (a snapshot
+// owns nothing under simple quotas, and the source's group went with it),
+// so a chain of fork and destroy held N × 32 MiB under one 32 MiB bound.
+func TestHostileForkAndDestroyDoNotEscapeTheDiskQuota(t *testing.T) {
+	install(t)
+	src := strings.TrimSpace(ok(t, "create", "--quiet", "--disk", "32M", "web"))
+	destroyed := false
+	t.Cleanup(func() {
+		if !destroyed {
+			ctl(t, "", "destroy", src)
+		}
+	})
+	// The control: the source takes 24 MiB.
+	if n := bytesOut(t, "24 MiB into the source", ok(t, "exec", src, "--", "sh", "-c", writeMiB("a.bin", 24))); n != 24*mib {
+		t.Fatalf("the control: 24 MiB into the source under --disk 32M wrote %d bytes; want all of it", n)
+	}
+	var made struct {
+		Forks []string `json:"forks"`
+	}
+	if err := json.Unmarshal([]byte(ok(t, "fork", "--json", src)), &made); err != nil || len(made.Forks) != 1 {
+		t.Fatalf("fork --json: %v %+v", err, made)
+	}
+	fork := made.Forks[0]
+	t.Cleanup(func() { ctl(t, "", "destroy", fork) })
+	ok(t, "destroy", src)
+	destroyed = true
+	more := bytesOut(t, "24 MiB more into the fork", ok(t, "exec", fork, "--", "sh", "-c", writeMiB("b.bin", 24)))
+	held := bytesOut(t, "a.bin in the fork", ok(t, "exec", fork, "--", "stat", "-c", "%s", "a.bin"))
+	t.Logf("--disk 32M: the fork holds its source's %.1f MiB and wrote %.1f MiB more", float64(held)/mib, float64(more)/mib)
+	if held+more > 34*mib {
+		t.Errorf("--disk 32M: the fork holds %d bytes of its destroyed source's and wrote %d more, %d in all; want 32 MiB in all", held, more, held+more)
+	}
+}
