@@ -158,3 +158,33 @@ func TestHostileForkAndDestroyDoNotEscapeTheDiskQuota(t *testing.T) {
 		t.Errorf("--disk 32M: the fork holds %d bytes of its destroyed source's and wrote %d more, %d in all; want 32 MiB in all", held, more, held+more)
 	}
 }
+
+// An idle-stopped sandbox is started by the next connection to its port,
+// but only by one its owner may make: another member's connection to
+// its TCP port is refused before it wakes anything, and one its caller
+// stopped stays stopped whoever connects. The owner's connection, which
+// starts it, is the control. (A sandbox with a background process is
+// never idle: this one has none.)
+func TestHostileOthersConnectionsDoNotStartAStoppedSandbox(t *testing.T) {
+	accessUsers(t)
+	reconfigure(t, "[limits]\nidle_stop = \"2s\"\n")
+	sb := sandbox(t)
+	addr := strings.TrimSpace(ok(t, "port", "--tcp", sb, "8000"))
+	status := func() string { return strings.TrimSpace(ok(t, "--quiet", "status", sb)) }
+	waitFor(t, "the idle sandbox to be stopped", func() bool { return status() == "stopped" })
+
+	curl(t, accBob, "", addr)
+	if st := status(); st != "stopped" {
+		t.Errorf("after another member's connection to its port, the idle-stopped sandbox is %q; want stopped", st)
+	}
+	curl(t, "", "", addr) // the control: the owner's starts it
+	waitFor(t, "the owner's connection to start it", func() bool { return status() != "stopped" })
+
+	ok(t, "stop", sb)
+	for _, who := range []string{"", accBob} {
+		curl(t, who, "", addr)
+		if st := status(); st != "stopped" {
+			t.Errorf("after a connection (as %q) to its port, the sandbox its caller stopped is %q; want stopped", who, st)
+		}
+	}
+}
