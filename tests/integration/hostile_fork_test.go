@@ -137,17 +137,26 @@ func TestHostileForkAndDestroyDoNotEscapeTheDiskQuota(t *testing.T) {
 			ctl(t, "", "destroy", src)
 		}
 	})
-	// The control: the source takes 24 MiB.
+	forkOf := func(id string) string {
+		var made struct {
+			Forks []string `json:"forks"`
+		}
+		if err := json.Unmarshal([]byte(ok(t, "fork", "--json", id)), &made); err != nil || len(made.Forks) != 1 {
+			t.Fatalf("fork --json: %v %+v", err, made)
+		}
+		return made.Forks[0]
+	}
+	// A fork destroyed takes its group, never its source's bound with it
+	// (the source's volumes were members of the fork's group too).
+	ok(t, "destroy", forkOf(src))
+	// The control: the source takes 24 MiB, and no more than its 32 MiB.
 	if n := bytesOut(t, "24 MiB into the source", ok(t, "exec", src, "--", "sh", "-c", writeMiB("a.bin", 24))); n != 24*mib {
 		t.Fatalf("the control: 24 MiB into the source under --disk 32M wrote %d bytes; want all of it", n)
 	}
-	var made struct {
-		Forks []string `json:"forks"`
+	if n := bytesOut(t, "24 MiB more into the source", ok(t, "exec", src, "--", "sh", "-c", writeMiB("c.bin", 24)+"; rm -f c.bin; sync")); n > 10*mib {
+		t.Fatalf("24 MiB more into the source that holds 24 MiB under --disk 32M wrote %d bytes; want about 8 MiB", n)
 	}
-	if err := json.Unmarshal([]byte(ok(t, "fork", "--json", src)), &made); err != nil || len(made.Forks) != 1 {
-		t.Fatalf("fork --json: %v %+v", err, made)
-	}
-	fork := made.Forks[0]
+	fork := forkOf(src)
 	t.Cleanup(func() { ctl(t, "", "destroy", fork) })
 	ok(t, "destroy", src)
 	destroyed = true
