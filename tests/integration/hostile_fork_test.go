@@ -5,6 +5,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/sandboxd/sandboxd/tests/testbed"
 )
 
 // Hostile members against fork, stop and start, try --from and declared
@@ -195,5 +197,28 @@ func TestHostileOthersConnectionsDoNotStartAStoppedSandbox(t *testing.T) {
 		if st := status(); st != "stopped" {
 			t.Errorf("after a connection (as %q) to its port, the sandbox its caller stopped is %q; want stopped", who, st)
 		}
+	}
+}
+
+// A declared process that ends at once is spawned again once a start,
+// never in a loop: after a stop and a start it ran once more (one journal
+// line), and the sandbox serves commands.
+func TestHostileDeclaredProcessThatEndsAtOnceDoesNotSpin(t *testing.T) {
+	install(t)
+	sb := sandbox(t)
+	ok(t, "spawn", "--restart", sb, "--", "sh", "-c", "echo ran >> ran.txt")
+	ok(t, "stop", sb)
+	ok(t, "start", sb)
+	waitFor(t, "the declared process to run again", func() bool {
+		out, _, _ := ctl(t, "", "exec", sb, "--", "cat", "ran.txt")
+		return out == "ran\nran\n"
+	})
+	ok(t, "exec", sb, "--", "true")
+	journal := testbed.MustRun(t, "journalctl", "--no-pager", "-o", "cat", "-u", "sandboxd.service", "SANDBOX_ID="+sb)
+	if n := strings.Count(journal, "declared process spawned again"); n != 1 {
+		t.Errorf("the declared process was spawned again %d times after one start; want once:\n%s", n, journal)
+	}
+	if got := ok(t, "exec", sb, "--", "cat", "ran.txt"); got != "ran\nran\n" {
+		t.Errorf("ran.txt after a stop and a start: %q; want two runs", got)
 	}
 }
