@@ -3,6 +3,7 @@ package integration
 import (
 	"encoding/json"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 
@@ -220,5 +221,34 @@ func TestHostileDeclaredProcessThatEndsAtOnceDoesNotSpin(t *testing.T) {
 	}
 	if got := ok(t, "exec", sb, "--", "cat", "ran.txt"); got != "ran\nran\n" {
 		t.Errorf("ran.txt after a stop and a start: %q; want two runs", got)
+	}
+}
+
+// A stopped sandbox whose project an admin removed since: its start is
+// refused with words that name the project, and it stays stopped with
+// its files; destroying it leaves no scope.
+func TestStartOfAStoppedSandboxWhoseProjectIsGone(t *testing.T) {
+	accessUsers(t)
+	dir := accessProject(t, "acc-goneproj", "root:root", 0o755, map[string]os.FileMode{"readme": 0o644})
+	reconfigure(t, "[[project]]\nname = \"goneproj\"\npath = \""+dir+"\"\n")
+	sb := strings.TrimSpace(ok(t, "create", "--quiet", "goneproj"))
+	t.Cleanup(func() { ctl(t, "", "destroy", sb) })
+	ok(t, "exec", sb, "--", "sh", "-c", "echo kept > kept.txt")
+	path := property(t, "/org/sandboxd1/sandbox/"+sb, "Path")
+	ok(t, "stop", sb)
+	reconfigure(t, "")
+	out, errOut, code := ctl(t, "", "start", sb)
+	if code == 0 || !strings.Contains(errOut, "goneproj") {
+		t.Errorf("start of a sandbox whose project is gone: exit %d: %s%s; want a refusal naming the project", code, out, errOut)
+	}
+	if st := strings.TrimSpace(ok(t, "--quiet", "status", sb)); st != "stopped" {
+		t.Errorf("after the refused start the sandbox is %q; want stopped", st)
+	}
+	if got := fileOf(path, "kept.txt"); got != "kept\n" {
+		t.Errorf("after the refused start kept.txt on the pool holds %q", got)
+	}
+	ok(t, "destroy", sb)
+	if out, _ := exec.Command("systemctl", "is-active", "sandbox-"+sb+".scope").Output(); strings.TrimSpace(string(out)) == "active" {
+		t.Errorf("after its destroy, the scope of the sandbox is active")
 	}
 }
