@@ -14,6 +14,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/steps"
 	"github.com/sandboxd/sandboxd/runtime/nsinit"
 	"github.com/sandboxd/sandboxd/supervisor/admission"
+	"github.com/sandboxd/sandboxd/supervisor/diskquota"
 	"github.com/sandboxd/sandboxd/supervisor/state"
 	"github.com/sandboxd/sandboxd/units"
 )
@@ -72,8 +73,8 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 	if err := settle(&s.cfg, &opts); err != nil {
 		return sb, fmt.Errorf("creating a sandbox of %s: %w", opts.Project, err)
 	}
-	if f := opts.fork; f != nil {
-		opts.hidden, opts.readOnly = f.Record.Hidden, f.Record.ReadOnly
+	if f := opts.fork; f != nil { // the source's, and what the host hides now
+		opts.hidden, opts.readOnly = withSource(f.Record.Hidden, opts.hidden), withSource(f.Record.ReadOnly, opts.readOnly)
 	}
 	location := s.projects.Location(opts.Project)
 	if location == "" {
@@ -292,7 +293,11 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 	if err != nil {
 		return sb, fmt.Errorf("creating sandbox %s: its system layer: %w", id, err)
 	}
-	if err := boundDisk(ctx, s.cfg.Backend, rec, vol, layer); err != nil {
+	err = boundDisk(ctx, s.cfg.Backend, rec, vol, layer)
+	if err == nil && opts.fork != nil {
+		err = diskquota.Inherit(ctx, s.cfg.Backend, rec, opts.fork.Record)
+	}
+	if err != nil {
 		return sb, fmt.Errorf("creating sandbox %s: %w", id, err)
 	}
 	undo.Add(func(ctx context.Context) error { unboundDisk(ctx, s.cfg.Backend, s.log, rec); return nil })

@@ -3,6 +3,7 @@ package supervisor
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/sandboxd/sandboxd/cowfs"
 	"github.com/sandboxd/sandboxd/supervisor/state"
@@ -51,4 +52,11 @@ func forkBase(ctx context.Context, b cowfs.Backend, src state.Record, name strin
 		return base, fmt.Errorf("the base of sandbox %s: %w", src.ID, err)
 	}
 	return b.Snapshot(ctx, base, name, true)
+}
+
+// withSource is a fork's hidden (or read-only) paths: its source's, and
+// those the host and profile give a sandbox now (added since the source
+// was made), each once.
+func withSource(src, now []string) []string {
+	return slices.Concat(src, slices.DeleteFunc(slices.Clone(now), func(p string) bool { return slices.Contains(src, p) }))
 }

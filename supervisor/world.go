@@ -95,7 +95,11 @@ func (s *Supervisor) forget(id string) {
 // spec is the world of sandbox rec: the host's OS under its own layer,
 // its copy of the project at the project's path, and what it must not see.
 func (s *Supervisor) spec(ctx context.Context, rec state.Record) (nsinit.Spec, error) {
-	project, err := s.cfg.Backend.Project(ctx, s.projects.Location(rec.Project))
+	location := s.projects.Location(rec.Project)
+	if location == "" { // removed since (a stopped sandbox's start)
+		return nsinit.Spec{}, fmt.Errorf("its project %q is gone: add the project again to run the sandbox, or destroy it: %w", rec.Project, ErrUnknownProject)
+	}
+	project, err := s.cfg.Backend.Project(ctx, location)
 	if err != nil {
 		return nsinit.Spec{}, err
 	}

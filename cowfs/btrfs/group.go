@@ -108,7 +108,11 @@ func (b *Backend) removeGroup(id uint64) error {
 			return fmt.Errorf("taking 0/%d out: %w", m, err)
 		}
 		// EBUSY: a live subvolume, or one still holding data: it stays.
-		_ = qgroupCreate(b.mount, m, false)
+		// One still in another group (a fork's source's, JoinGroup) is
+		// that group's: never removed here.
+		if others, err := searchOffsets(b.mount, quotaTree, m, keyQgroupRelation, groupLevel, math.MaxUint64); err == nil && len(others) == 0 {
+			_ = qgroupCreate(b.mount, m, false)
+		}
 	}
 	if err := qgroupCreate(b.mount, id, false); err != nil && !errors.Is(err, syscall.ENOENT) {
 		return err
@@ -234,4 +238,33 @@ func searchOffsets(mount string, tree, objectid uint64, typ uint32, minOff, maxO
 		}
 		minOff = last + 1
 	}
+}
+
+// JoinGroup puts every member of group from into group to (made by
+// GroupQuota), under simple quotas: the volumes of from's sandbox, its
+// checkpoints', and those deleted that still hold what they wrote. A
+// fork's group so counts what the fork holds of its source's writes,
+// which its own volumes do not own under simple quotas (and which no
+// group would count once its source is gone). A from that has no group
+// is no error.
+func (b *Backend) JoinGroup(ctx context.Context, to, from string) error {
+	if m := b.quotaMode(); m != "squota" && m != "simple" { // sysfs says squota
+		// Full qgroups count what a group's volumes share with no other
+		// as its own already (the source's writes, once it is gone); and
+		// a member with shared extents assigned makes them inconsistent.
+		return nil
+	}
+	b.groupMu.Lock()
+	defer b.groupMu.Unlock()
+	src, dst := groupID(from), groupID(to)
+	members, err := searchOffsets(b.mount, quotaTree, src, keyQgroupRelation, 0, groupLevel-1)
+	if err != nil {
+		return fmt.Errorf("listing the members of the quota group of %q (%s): %w", from, qgroupName(src), err)
+	}
+	for _, m := range members {
+		if err := qgroupAssign(b.mount, m, dst, true); err != nil && !errors.Is(err, syscall.EEXIST) {
+			return fmt.Errorf("putting 0/%d of the quota group of %q in that of %q (%s): %w", m, from, to, qgroupName(dst), err)
+		}
+	}
+	return nil
 }

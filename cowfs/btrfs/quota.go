@@ -34,7 +34,7 @@ func (b *Backend) ensureQuota() error {
 	return b.quotaErr
 }
 
-// quotaMode reads the quota mode from sysfs: "simple", "qgroup", or ""
+// quotaMode reads the quota mode from sysfs: "squota", "qgroup", or ""
 // when quotas are off.
 func (b *Backend) quotaMode() string {
 	dir := filepath.Join("/sys/fs/btrfs", b.fsid, "qgroups")

@@ -42,6 +42,30 @@ func Bound(ctx context.Context, b cowfs.Backend, rec state.Record, vols ...cowfs
 	return nil
 }
 
+// joiner is a backend whose quota groups take in another group's
+// members (btrfs).
+type joiner interface {
+	JoinGroup(ctx context.Context, to, from string) error
+}
+
+// Inherit counts in fork rec's group what it holds of its source src's
+// writes: the members of src's group (its volumes, its checkpoints', and
+// those of the sandboxes src was forked from, deleted but still holding
+// what they wrote). Without it a snapshot owns nothing under simple
+// quotas, and a chain of fork and destroy would hold any amount under one
+// bound. What src writes after the fork counts in the fork's bound too,
+// while src lives: a fork's bound never counts less than it holds.
+func Inherit(ctx context.Context, b cowfs.Backend, rec, src state.Record) error {
+	j, ok := b.(joiner)
+	if rec.DiskQuota == 0 || src.DiskQuota == 0 || !ok || !b.Info().Capabilities.GroupQuota {
+		return nil
+	}
+	if err := j.JoinGroup(ctx, rec.ID, src.ID); err != nil {
+		return fmt.Errorf("bounding the disk of fork %s of sandbox %s: %w", rec.ID, src.ID, err)
+	}
+	return nil
+}
+
 // Share is the part of a split disk quota each of the volume and the
 // layer gets.
 func Share(quota uint64) uint64 { return quota / 2 }
