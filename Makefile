@@ -62,7 +62,7 @@ FUZZ_TARGETS := ./cowfs:FuzzValidateName ./cowfs:FuzzValidateDataset \
 	./cowfs/sendstream:FuzzReader ./supervisor/config:FuzzParse \
 	./promote/replica:FuzzParseTarget ./promote:FuzzPlan ./promote:FuzzApplyPath \
 	./supervisor:FuzzValidateSandboxName \
-	./supervisor/api:FuzzParseOptions ./supervisor/api:FuzzMessage \
+	./supervisor/api/options:FuzzParseOptions ./supervisor/api:FuzzMessage \
 	./internal/termsafe:FuzzLine ./internal/ignore:FuzzMatch
 #
 # Go's fuzz coordinator can fail a target at the -fuzztime deadline with a

@@ -9,7 +9,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/godbus/dbus/v5"
 	ucli "github.com/urfave/cli/v3"
 	"golang.org/x/sys/unix"
 
@@ -76,16 +75,10 @@ undeclare it; another signal does not). spawn is run --detach.`,
 					return err
 				}
 				what := "starting " + argv[0] + " in the background"
-				var proc string
-				if cmd.Bool("restart") {
-					o := opts.WireOptions()
-					o[sandboxd1.OptRestart] = dbus.MakeVariant(true)
-					err = verb.Call(ctx, c.Sandbox(e.ID), what, sandboxd1.SandboxInterface+"."+sandboxd1.MethodSpawn, []any{argv, o}, &proc)
-				} else if proc, err = c.Handle(e).Spawn(ctx, argv, opts); err != nil {
-					err = verb.FromBus(what, err)
-				}
+				opts.Restart = cmd.Bool("restart")
+				proc, err := c.Handle(e).Spawn(ctx, argv, opts)
 				if err != nil {
-					return err
+					return verb.FromBus(what, err)
 				}
 				return verb.OutputOf(cmd).Line("%s", proc)
 			})

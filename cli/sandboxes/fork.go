@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/godbus/dbus/v5"
 	ucli "github.com/urfave/cli/v3"
 
 	"github.com/sandboxd/sandboxd/cli/verb"
+	sbclient "github.com/sandboxd/sandboxd/client"
 	"github.com/sandboxd/sandboxd/sandboxd1"
 )
 
@@ -32,35 +32,32 @@ new ids, one a line.`,
 			&ucli.StringSliceFlag{Name: "spawn", Usage: "a command line to start in the background in each fork, as sh -c runs it (repeat it)"},
 		},
 		Action: verb.OnSandbox(1, func(ctx context.Context, cmd *ucli.Command, c *verb.Client, e sandboxd1.ListEntry, _ []string) error {
-			// The daemon checks the count, and says so.
-			opts := map[string]dbus.Variant{sandboxd1.OptCount: dbus.MakeVariant(uint32(min(cmd.Uint("count"), 1<<20)))}
-			if names := cmd.StringSlice("name"); len(names) > 0 {
-				opts[sandboxd1.OptNames] = dbus.MakeVariant(names)
+			// The daemon checks the count, and says so; but the client takes
+			// 0 for its default, one fork, where --count 0 is a mistake.
+			count := cmd.Uint("count")
+			if count == 0 {
+				return verb.Usage("forking sandbox %s: --count 0: make 1 to %d forks at once", e.ID, sandboxd1.MaxForks)
 			}
-			if lines := cmd.StringSlice("spawn"); len(lines) > 0 {
-				var argvs [][]string
-				for _, l := range lines {
-					argvs = append(argvs, []string{"/bin/sh", "-c", l})
-				}
-				opts[sandboxd1.OptSpawn] = dbus.MakeVariant(argvs)
+			var spawn [][]string
+			for _, l := range cmd.StringSlice("spawn") {
+				spawn = append(spawn, []string{"/bin/sh", "-c", l})
 			}
-			var ids, notCarried []string
-			if err := verb.Call(ctx, c.Sandbox(e.ID), "forking sandbox "+e.ID, sandboxd1.SandboxInterface+"."+sandboxd1.MethodFork,
-				[]any{opts}, &ids, &notCarried); err != nil {
-				return err
+			res, err := c.Handle(e).Fork(ctx, sbclient.ForkOptions{Count: int(min(count, 1<<20)), Names: cmd.StringSlice("name"), Spawn: spawn})
+			if err != nil {
+				return verb.FromBus("forking sandbox "+e.ID, err)
 			}
 			out := verb.OutputOf(cmd)
 			if out.AsJSON {
-				return out.JSON(map[string]any{"sandbox": e.ID, "forks": ids, "not_carried": append([]string{}, notCarried...)})
+				return out.JSON(map[string]any{"sandbox": e.ID, "forks": res.IDs, "not_carried": append([]string{}, res.NotCarried...)})
 			}
-			for _, id := range ids {
+			for _, id := range res.IDs {
 				if err := out.Line("%s", id); err != nil {
 					return err
 				}
 			}
-			if len(notCarried) > 0 && !out.Quiet {
+			if len(res.NotCarried) > 0 && !out.Quiet {
 				fmt.Fprintf(cmd.Root().ErrWriter, "not carried (background processes of %s; start them with --spawn or sandboxctl spawn): %s\n",
-					e.ID, strings.Join(notCarried, "; "))
+					e.ID, strings.Join(res.NotCarried, "; "))
 			}
 			return nil
 		}),

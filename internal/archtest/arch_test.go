@@ -105,7 +105,7 @@ var rules = []rule{
 	{"the supervisor's lower parts (changeset) import only cowfs and internal/",
 		in("supervisor/changeset"), in("cowfs", "internal")},
 	{"the front door's parts (supervisor/api/...) import neither the front door nor one another; of the daemon only the supervisor and its rooms",
-		below("supervisor/api"), func(imp string) bool {
+		func(pkg string) bool { return below("supervisor/api")(pkg) && !testOnly(pkg) }, func(imp string) bool {
 			return in("sandboxd1", "internal")(imp) || imp == "supervisor" || in(rooms...)(imp)
 		}},
 	{"the init's rooms (runtime/nsinit/*) import only one another, runtime/seccomp and internal/, never nsinit", below("runtime/nsinit"),
@@ -137,7 +137,8 @@ var cliRule = rule{"cli imports only cli/..., the wire contract, the client, the
 	in("cli", "sandboxd1", "client", "mcpserver", "internal")}
 
 // testOnly are the packages that exist for tests: no program may link them.
-var testOnly = in("tests", "supervisor/supervisortest", "supervisor/hosttest", "cowfs/cowfstest", "cowfs/cowfsfake", "units/unitsfake", "internal/treetest")
+var testOnly = in("tests", "supervisor/supervisortest", "supervisor/hosttest", "cowfs/cowfstest", "cowfs/cowfsfake", "units/unitsfake", "internal/treetest",
+	"supervisor/api/options/optionstest")
 
 // daemonOnly and daemonLibs are what sandboxctl must not link (issue 16,
 // "Done when"): the daemon's rooms, and its store and storage libraries.

@@ -7,7 +7,9 @@ import (
 
 	"github.com/godbus/dbus/v5"
 
+	"github.com/sandboxd/sandboxd/promote/unidiff"
 	"github.com/sandboxd/sandboxd/sandboxd1"
+	"github.com/sandboxd/sandboxd/supervisor/api/options"
 	"github.com/sandboxd/sandboxd/supervisor/checkpoints"
 )
 
@@ -128,11 +130,11 @@ func (o sandboxObject) DiffCounted(sender dbus.Sender, msg dbus.Message) ([]sand
 func (o sandboxObject) UnifiedDiff(sender dbus.Sender, msg dbus.Message, opts map[string]dbus.Variant) (string, *dbus.Error) {
 	var out strings.Builder
 	derr := o.onCheckpoints(sender, msg, "UnifiedDiff", func(ctx context.Context, cks *checkpoints.Checkpoints, id string) error {
-		uo, err := unifiedDiffOptions(opts)
+		lines, most, err := options.UnifiedDiff(opts)
 		if err != nil {
 			return err
 		}
-		return cks.UnifiedDiff(ctx, id, &out, uo)
+		return cks.UnifiedDiff(ctx, id, &out, unidiff.Options{Context: lines, MaxBytes: most})
 	})
 	return busString(out.String()), derr
 }

@@ -15,8 +15,8 @@
 // Its self-contained parts are packages below it: access (who calls, what
 // they may do, who hears the signals), calls (what each call is, and the
 // heavy calls' limits), guard (the connection's first reader, which bounds
-// and refuses calls before any handler) and introspection (the XML
-// served). What stays here is each call's glue: the objects and their
-// methods, and the options, records and errors translated between the
-// wire and the supervisor.
+// and refuses calls before any handler), introspection (the XML
+// served) and options (the calls' a{sv} options, read and bounded). What
+// stays here is each call's glue: the objects and their methods, and the
+// records and errors translated between the wire and the supervisor.
 package api

@@ -2,7 +2,6 @@ package api
 
 import (
 	"errors"
-	"fmt"
 	"os"
 	"syscall"
 
@@ -11,6 +10,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/runtime/nsinit"
 	"github.com/sandboxd/sandboxd/sandboxd1"
+	"github.com/sandboxd/sandboxd/supervisor/api/options"
 	"github.com/sandboxd/sandboxd/supervisor/commands"
 )
 
@@ -26,7 +26,7 @@ import (
 // anonymous inode (eventfd, pidfd, io_uring, ...), a directory or an
 // O_PATH descriptor is refused as stdio: ExecTerminal gives a command a
 // terminal of the sandbox's own.
-func (o sandboxObject) Exec(sender dbus.Sender, msg dbus.Message, argv []string, options map[string]dbus.Variant,
+func (o sandboxObject) Exec(sender dbus.Sender, msg dbus.Message, argv []string, opts map[string]dbus.Variant,
 	stdin, stdout, stderr dbus.UnixFD) (string, *dbus.Error) {
 	files, derr := adoptPassed(msg, "Exec", stdin, stdout, stderr)
 	if derr != nil {
@@ -43,7 +43,7 @@ func (o sandboxObject) Exec(sender dbus.Sender, msg dbus.Message, argv []string,
 	if err := nsinit.CheckStdio(files); err != nil {
 		return "", dbusError(sandboxd1.ErrorInvalidArgs, "Exec: %v; pass a pipe, a socket or a file", err)
 	}
-	cmd, derr := o.exec(sender, msg, "Exec", argv, options, func(e *commands.ExecOptions) { e.Stdio = files })
+	cmd, derr := o.exec(sender, msg, "Exec", argv, opts, func(e *commands.ExecOptions) { e.Stdio = files })
 	if derr != nil {
 		return "", derr
 	}
@@ -54,9 +54,9 @@ func (o sandboxObject) Exec(sender dbus.Sender, msg dbus.Message, argv []string,
 // h terminal) starts argv as Exec does, on a new pseudo-terminal of the
 // sandbox's: the caller reads and writes the terminal's master, and sets
 // its size there (TIOCSWINSZ).
-func (o sandboxObject) ExecTerminal(sender dbus.Sender, msg dbus.Message, argv []string, options map[string]dbus.Variant,
+func (o sandboxObject) ExecTerminal(sender dbus.Sender, msg dbus.Message, argv []string, opts map[string]dbus.Variant,
 	rows, cols uint16) (string, dbus.UnixFD, *dbus.Error) {
-	cmd, derr := o.exec(sender, msg, "ExecTerminal", argv, options, func(e *commands.ExecOptions) {
+	cmd, derr := o.exec(sender, msg, "ExecTerminal", argv, opts, func(e *commands.ExecOptions) {
 		e.PTY, e.Rows, e.Cols = true, rows, cols
 	})
 	if derr != nil {
@@ -71,7 +71,7 @@ func (o sandboxObject) ExecTerminal(sender dbus.Sender, msg dbus.Message, argv [
 }
 
 func (o sandboxObject) exec(sender dbus.Sender, msg dbus.Message, action string, argv []string,
-	options map[string]dbus.Variant, set func(*commands.ExecOptions)) (*commands.Command, *dbus.Error) {
+	in map[string]dbus.Variant, set func(*commands.ExecOptions)) (*commands.Command, *dbus.Error) {
 	s := o.s
 	r, derr := s.begin(sender, action)
 	if derr != nil {
@@ -85,7 +85,7 @@ func (o sandboxObject) exec(sender dbus.Sender, msg dbus.Message, action string,
 		return nil, s.end(r, id, derr)
 	}
 	opts := commands.ExecOptions{Argv: argv, UID: r.who.UID}
-	if err := execOptions(&opts, options); err != nil {
+	if err := options.Exec(&opts, in); err != nil {
 		return nil, s.end(r, id, dbusError(sandboxd1.ErrorInvalidArgs, "%s: %v", action, err))
 	}
 	set(&opts)
@@ -146,42 +146,6 @@ func (s *Server) commandsOf(r *request, id string) (*commands.Commands, *dbus.Er
 		return nil, s.end(r, id, dbusError(sandboxd1.ErrorFailed, "commands, processes, sessions and files are not served here"))
 	}
 	return s.rooms.Commands, nil
-}
-
-// execOptions reads Exec's options into o.
-func execOptions(o *commands.ExecOptions, options map[string]dbus.Variant) error {
-	for name, v := range options {
-		var err error
-		switch name {
-		case "Environment":
-			err = dbus.Store([]any{v.Value()}, &o.Env)
-		case "WorkingDirectory":
-			err = dbus.Store([]any{v.Value()}, &o.Dir)
-		case "Root":
-			err = dbus.Store([]any{v.Value()}, &o.AsRoot)
-		case "Detach":
-			err = dbus.Store([]any{v.Value()}, &o.Detach)
-		case "TimeoutUSec":
-			var us uint64
-			if err = dbus.Store([]any{v.Value()}, &us); err == nil {
-				o.Timeout, err = usec(us)
-			}
-		case "OutputLimit":
-			var n uint64
-			if err = dbus.Store([]any{v.Value()}, &n); err == nil {
-				if n > 1<<62 {
-					err = errors.New("too large")
-				}
-				o.OutputLimit = int64(n)
-			}
-		default:
-			return fmt.Errorf("unknown option %q (known: Environment, WorkingDirectory, Root, TimeoutUSec, OutputLimit, Detach)", name)
-		}
-		if err != nil {
-			return fmt.Errorf("option %s (%s): %v", name, v.Signature(), err)
-		}
-	}
-	return nil
 }
 
 // adoptPassed takes the descriptors of a call of method (adoptFDs), once

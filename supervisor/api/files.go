@@ -8,6 +8,7 @@ import (
 	"github.com/godbus/dbus/v5"
 
 	"github.com/sandboxd/sandboxd/sandboxd1"
+	"github.com/sandboxd/sandboxd/supervisor/api/options"
 	"github.com/sandboxd/sandboxd/supervisor/commands"
 )
 
@@ -48,7 +49,7 @@ func (o sandboxObject) ReadFile(sender dbus.Sender, msg dbus.Message, path strin
 // if missing (Create, default true; Mode, default 0644), emptied first
 // unless Append or Offset; Root writes as root of the sandbox's user
 // namespace.
-func (o sandboxObject) WriteFile(sender dbus.Sender, msg dbus.Message, path string, data []byte, options map[string]dbus.Variant) *dbus.Error {
+func (o sandboxObject) WriteFile(sender dbus.Sender, msg dbus.Message, path string, data []byte, opts map[string]dbus.Variant) *dbus.Error {
 	s := o.s
 	r, id, derr := o.beginOn(sender, msg, sandboxd1.MethodWriteFile)
 	if derr != nil {
@@ -58,7 +59,7 @@ func (o sandboxObject) WriteFile(sender dbus.Sender, msg dbus.Message, path stri
 		return s.end(r, id, dbusError(sandboxd1.ErrorInvalidArgs,
 			"writing %s: %d bytes at once, over %d: write it in parts, or whole with WriteFileFrom", path, len(data), sandboxd1.MaxFileChunk))
 	}
-	who, wo, err := writeOptions(r.who.UID, options)
+	who, wo, err := options.Write(r.who.UID, opts)
 	if err != nil {
 		return s.end(r, id, dbusError(sandboxd1.ErrorInvalidArgs, "WriteFile: %v", err))
 	}
@@ -69,45 +70,13 @@ func (o sandboxObject) WriteFile(sender dbus.Sender, msg dbus.Message, path stri
 	return s.end(r, id, fromSupervisorOrNil(c.WriteFile(r.ctx, id, who, path, data, wo)))
 }
 
-// writeOptions reads WriteFile's and WriteFileFrom's options.
-func writeOptions(uid uint32, options map[string]dbus.Variant) (commands.FileAccess, commands.WriteOptions, error) {
-	who := commands.FileAccess{UID: uid}
-	var wo commands.WriteOptions
-	create := true
-	for name, v := range options {
-		var err error
-		switch name {
-		case sandboxd1.OptMode:
-			err = dbus.Store([]any{v.Value()}, &wo.Mode)
-			wo.HasMode = true
-		case sandboxd1.OptCreate:
-			err = dbus.Store([]any{v.Value()}, &create)
-		case sandboxd1.OptAppend:
-			err = dbus.Store([]any{v.Value()}, &wo.Append)
-		case sandboxd1.OptOffset:
-			err = dbus.Store([]any{v.Value()}, &wo.Offset)
-			wo.AtOffset = true
-		case sandboxd1.OptRoot:
-			err = dbus.Store([]any{v.Value()}, &who.AsRoot)
-		default:
-			err = fmt.Errorf("unknown option (known: %s, %s, %s, %s, %s)", sandboxd1.OptMode, sandboxd1.OptCreate,
-				sandboxd1.OptAppend, sandboxd1.OptOffset, sandboxd1.OptRoot)
-		}
-		if err != nil {
-			return who, wo, fmt.Errorf("option %s (%s): %v", name, v.Signature(), err)
-		}
-	}
-	wo.NoCreate = !create
-	return who, wo, nil
-}
-
 // ReadFileTo(s path, h pipe, a{sv} options) -> (t bytes) copies a whole
 // regular file into the caller's pipe (its write end), which the caller
 // reads meanwhile; Root reads as root of the sandbox's user namespace.
-func (o sandboxObject) ReadFileTo(sender dbus.Sender, msg dbus.Message, path string, pipe dbus.UnixFD, options map[string]dbus.Variant) (uint64, *dbus.Error) {
+func (o sandboxObject) ReadFileTo(sender dbus.Sender, msg dbus.Message, path string, pipe dbus.UnixFD, opts map[string]dbus.Variant) (uint64, *dbus.Error) {
 	return o.stream(sender, msg, sandboxd1.MethodReadFileTo, pipe, func(r *request, id string, f *os.File) (uint64, error) {
 		who := commands.FileAccess{UID: r.who.UID}
-		for name, v := range options {
+		for name, v := range opts {
 			if name != sandboxd1.OptRoot {
 				return 0, optionError{fmt.Errorf("unknown option %q (known: %s)", name, sandboxd1.OptRoot)}
 			}
@@ -122,9 +91,9 @@ func (o sandboxObject) ReadFileTo(sender dbus.Sender, msg dbus.Message, path str
 // WriteFileFrom(s path, h pipe, a{sv} options) -> (t bytes) writes what
 // comes through the caller's pipe (its read end), to its end, into a
 // file, with WriteFile's options.
-func (o sandboxObject) WriteFileFrom(sender dbus.Sender, msg dbus.Message, path string, pipe dbus.UnixFD, options map[string]dbus.Variant) (uint64, *dbus.Error) {
+func (o sandboxObject) WriteFileFrom(sender dbus.Sender, msg dbus.Message, path string, pipe dbus.UnixFD, opts map[string]dbus.Variant) (uint64, *dbus.Error) {
 	return o.stream(sender, msg, sandboxd1.MethodWriteFileFrom, pipe, func(r *request, id string, f *os.File) (uint64, error) {
-		who, wo, err := writeOptions(r.who.UID, options)
+		who, wo, err := options.Write(r.who.UID, opts)
 		if err != nil {
 			return 0, optionError{err}
 		}
@@ -166,33 +135,15 @@ func (o sandboxObject) stream(sender dbus.Sender, msg dbus.Message, method strin
 // ListFiles(s path, a{sv} options) -> a(ssuutts) lists a directory's
 // entries (Recursive: all below it, symlinks not followed; at most
 // MaxEntries, 10,000), or a file's own entry.
-func (o sandboxObject) ListFiles(sender dbus.Sender, msg dbus.Message, path string, options map[string]dbus.Variant) ([]sandboxd1.FileEntry, *dbus.Error) {
+func (o sandboxObject) ListFiles(sender dbus.Sender, msg dbus.Message, path string, opts map[string]dbus.Variant) ([]sandboxd1.FileEntry, *dbus.Error) {
 	s := o.s
 	r, id, derr := o.beginOn(sender, msg, sandboxd1.MethodListFiles)
 	if derr != nil {
 		return nil, derr
 	}
-	who := commands.FileAccess{UID: r.who.UID}
-	var recursive bool
-	var most uint32
-	for name, v := range options {
-		var err error
-		switch name {
-		case sandboxd1.OptRecursive:
-			err = dbus.Store([]any{v.Value()}, &recursive)
-		case sandboxd1.OptMaxEntries:
-			err = dbus.Store([]any{v.Value()}, &most)
-		case sandboxd1.OptRoot:
-			err = dbus.Store([]any{v.Value()}, &who.AsRoot)
-		default:
-			err = fmt.Errorf("unknown option (known: %s, %s, %s)", sandboxd1.OptRecursive, sandboxd1.OptMaxEntries, sandboxd1.OptRoot)
-		}
-		if err != nil {
-			return nil, s.end(r, id, dbusError(sandboxd1.ErrorInvalidArgs, "ListFiles: option %s (%s): %v", name, v.Signature(), err))
-		}
-	}
-	if most > sandboxd1.MaxListEntries {
-		return nil, s.end(r, id, dbusError(sandboxd1.ErrorInvalidArgs, "ListFiles: MaxEntries %d is over %d", most, sandboxd1.MaxListEntries))
+	who, recursive, most, err := options.ListFiles(r.who.UID, opts)
+	if err != nil {
+		return nil, s.end(r, id, dbusError(sandboxd1.ErrorInvalidArgs, "ListFiles: %v", err))
 	}
 	c, derr := s.commandsOf(r, id)
 	if derr != nil {

@@ -2,12 +2,11 @@ package api
 
 import (
 	"errors"
-	"fmt"
 
 	"github.com/godbus/dbus/v5"
 
 	"github.com/sandboxd/sandboxd/sandboxd1"
-	"github.com/sandboxd/sandboxd/supervisor/fork"
+	"github.com/sandboxd/sandboxd/supervisor/api/options"
 )
 
 // errNoForks answers Fork where the daemon serves no fork room.
@@ -18,7 +17,7 @@ var errNoForks = errors.New("forks are not served by this daemon")
 // command lines started in each; not_carried are the sandbox's running
 // background processes, which the forks do not have. Each fork is the
 // sandbox's owner's and counts against its bounds.
-func (o sandboxObject) Fork(sender dbus.Sender, msg dbus.Message, options map[string]dbus.Variant) ([]string, []string, *dbus.Error) {
+func (o sandboxObject) Fork(sender dbus.Sender, msg dbus.Message, opts map[string]dbus.Variant) ([]string, []string, *dbus.Error) {
 	s := o.s
 	r, id, derr := o.beginOn(sender, msg, sandboxd1.MethodFork)
 	if derr != nil {
@@ -31,7 +30,7 @@ func (o sandboxObject) Fork(sender dbus.Sender, msg dbus.Message, options map[st
 		return nil, nil, s.end(r, id, dbusError(sandboxd1.ErrorAccessDenied,
 			"forking sandbox %s: uid %d may not create sandboxes (not root, nor a creator by uid or group)", id, r.who.UID))
 	}
-	fo, err := forkOptions(options)
+	fo, err := options.Fork(opts)
 	if err != nil {
 		return nil, nil, s.end(r, id, dbusError(sandboxd1.ErrorInvalidArgs, "forking sandbox %s: %v", id, err))
 	}
@@ -44,34 +43,4 @@ func (o sandboxObject) Fork(sender dbus.Sender, msg dbus.Message, options map[st
 		ids = append(ids, sb.Record.ID)
 	}
 	return ids, append([]string{}, res.NotCarried...), s.end(r, id, nil)
-}
-
-// forkOptions is Fork's a{sv}; an unknown option or a value of the wrong
-// type is refused by name.
-func forkOptions(in map[string]dbus.Variant) (fork.Options, error) {
-	var o fork.Options
-	var errs []error
-	for name, v := range in {
-		var err error
-		switch name {
-		case sandboxd1.OptCount:
-			var n uint32
-			if err = dbus.Store([]any{v.Value()}, &n); err == nil {
-				if n == 0 || n > fork.MaxCount {
-					err = fmt.Errorf("%d: make 1 to %d forks at once", n, fork.MaxCount)
-				}
-				o.Count = int(n)
-			}
-		case sandboxd1.OptNames:
-			err = dbus.Store([]any{v.Value()}, &o.Names)
-		case sandboxd1.OptSpawn:
-			err = dbus.Store([]any{v.Value()}, &o.Spawn)
-		default:
-			err = fmt.Errorf("not an option of Fork (%s, %s, %s)", sandboxd1.OptCount, sandboxd1.OptNames, sandboxd1.OptSpawn)
-		}
-		if err != nil {
-			errs = append(errs, fmt.Errorf("option %s (%s): %v", name, v.Signature(), err))
-		}
-	}
-	return o, errors.Join(errs...)
 }

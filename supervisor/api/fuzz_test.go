@@ -6,289 +6,29 @@ import (
 	"io"
 	"log/slog"
 	"maps"
-	"math"
 	"os"
 	"reflect"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
-	"unicode/utf8"
 
 	"github.com/godbus/dbus/v5"
 	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandboxd/sandboxd1"
-	"github.com/sandboxd/sandboxd/supervisor"
+	"github.com/sandboxd/sandboxd/supervisor/api/options/optionstest"
 )
 
-// The fuzz targets need no testbed, but the package's TestMain boots one:
-// under -fuzz the coordinator and its workers run inside it.
-//
-// Promote's and UnifiedDiff's options are read inside the methods, after
-// the caller is identified on the bus and the sandbox looked up, so no
-// fuzz target reaches them without a bus and a supervisor; FuzzMessage
-// takes their calls as far as the server's door.
+// FuzzMessage needs no testbed, but the package's TestMain boots one:
+// under -fuzz the coordinator and its workers run inside it. The calls'
+// options are fuzzed apart, without one (supervisor/api/options).
 
-// FuzzParseOptions: CreateSandbox's options, as variants of any type.
-// parseOptions never panics; it accepts a set of options exactly when it
-// accepts each alone, and then sets exactly the fields those options name,
-// to their values (durations exact, in µs); a refusal is valid UTF-8 and
-// says each option's own refusal, which names the option.
-//
-// The input is a list of options, each: a name byte (below 0x80 one of
-// the known names, by index; otherwise the next n&0x7f bytes are the
-// name), a type byte (see variantOf) and a length byte with the value's
-// bytes.
-func FuzzParseOptions(f *testing.F) {
-	names := knownOptions()
-	u64 := func(v uint64) []byte { return binary.LittleEndian.AppendUint64(nil, v) }
-	seed := func(opts ...[]byte) []byte { return bytes.Join(opts, nil) }
-	opt := func(name string, typ byte, val []byte) []byte {
-		var b []byte
-		if i := slices.Index(names, name); i >= 0 {
-			b = append(b, byte(i))
-		} else {
-			b = append(append(b, 0x80|byte(len(name))), name...)
-		}
-		return append(append(b, typ, byte(len(val))), val...)
-	}
-	for _, s := range [][]byte{
-		seed(opt("MemoryMax", 1, u64(1<<30)), opt("TasksMax", 1, u64(64)), opt("Name", 0, []byte("agent-1"))),
-		seed(opt("CPUQuotaPerSecUSec", 1, u64(500000)), opt("RuntimeMaxUSec", 1, u64(maxUSec)), opt("TTLUSec", 1, u64(maxUSec+1))),
-		seed(opt("MemoryMax", 1, u64(12))), seed(opt("MemoryMax", 1, u64(16<<20))), seed(opt("MemoryMax", 1, u64(16<<20-1))),
-		seed(opt("DiskQuota", 1, u64(0)), opt("TTLUSec", 1, u64(0)), opt("Name", 0, nil)),
-		seed(opt("Name", 0, []byte("0123456789ab")), opt("Name", 0, []byte("é")), opt("Allow", 4, []byte("a:1\x00b:2"))),
-		seed(opt("Network", 0, []byte("allowlist")), opt("Allow", 4, []byte("example.com:443")), opt("ReadOnlyProject", 3, []byte{1})),
-		seed(opt("MemoryMax", 0, []byte("1G")), opt("CPUWeight", 2, []byte{1, 0, 0, 0}), opt("ReadOnlyProject", 0, []byte("true"))),
-		seed(opt("memorymax", 1, u64(1)), opt("", 0, nil), opt("Name\xff", 11, []byte("x"))),
-		seed(opt("Profile", 0, []byte("default")), opt("IOWeight", 1, u64(100)), opt("MemoryHigh", 1, u64(math.MaxUint64))),
-	} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, data []byte) {
-		if len(data) > maxInput {
-			return
-		}
-		checkOptions(t, optionsOf(data, names))
-	})
-}
-
-// maxInput bounds the fuzz targets' inputs: Go minimizes an interesting
+// maxMessage bounds FuzzMessage's input: Go minimizes an interesting
 // input by trying it without each span of its bytes, which takes the
-// square of its length in runs, and a few of a thousand bytes leave a
-// 10 s run no time to fuzz. Longer inputs are skipped; they are never
-// interesting.
-const maxInput = 256
-
-// maxMessage bounds FuzzMessage's input, as maxInput does the others'.
-const maxMessage = 4 * maxInput
-
-// knownOptions lists CreateSandbox's options, sorted.
-func knownOptions() []string { return slices.Sorted(maps.Keys(options)) }
-
-// optionsOf reads FuzzParseOptions's input.
-func optionsOf(data []byte, names []string) map[string]dbus.Variant {
-	in := map[string]dbus.Variant{}
-	next := func(n int) []byte {
-		n = min(n, len(data))
-		b := data[:n]
-		data = data[n:]
-		return b
-	}
-	for len(data) >= 3 {
-		n := next(1)[0]
-		name := ""
-		if n < 0x80 {
-			name = names[int(n)%len(names)]
-		} else {
-			name = string(next(int(n & 0x7f)))
-		}
-		typ := next(1)
-		l := next(1)
-		if len(typ) == 0 || len(l) == 0 {
-			break
-		}
-		in[name] = variantOf(typ[0], next(int(l[0])))
-	}
-	return in
-}
-
-// variantOf makes a variant of a type chosen by typ from the bytes val.
-func variantOf(typ byte, val []byte) dbus.Variant {
-	num := func() uint64 {
-		var b [8]byte
-		copy(b[:], val)
-		return binary.LittleEndian.Uint64(b[:])
-	}
-	switch typ % 15 {
-	case 0:
-		return dbus.MakeVariant(string(val))
-	case 1:
-		return dbus.MakeVariant(num())
-	case 2:
-		return dbus.MakeVariant(uint32(num()))
-	case 3:
-		return dbus.MakeVariant(len(val) > 0 && val[0]&1 == 1)
-	case 4:
-		list := strings.Split(string(val), "\x00")
-		if len(val) == 0 {
-			list = nil
-		}
-		return dbus.MakeVariant(list)
-	case 5:
-		return dbus.MakeVariant(int32(num()))
-	case 6:
-		return dbus.MakeVariant(int64(num()))
-	case 7:
-		return dbus.MakeVariant(math.Float64frombits(num()))
-	case 8:
-		return dbus.MakeVariant(val)
-	case 9:
-		return dbus.MakeVariant(uint16(num()))
-	case 10:
-		return dbus.MakeVariant(dbus.ObjectPath(val))
-	case 11:
-		return dbus.MakeVariant(dbus.MakeVariant(string(val)))
-	case 12:
-		return dbus.MakeVariant(map[string]dbus.Variant{string(val): dbus.MakeVariant(num())})
-	case 13:
-		return dbus.MakeVariant([]uint64{num()})
-	default:
-		return dbus.MakeVariant(byte(num()))
-	}
-}
-
-// checkOptions checks parseOptions on in, and on each option alone.
-func checkOptions(t *testing.T, in map[string]dbus.Variant) {
-	t.Helper()
-	got, err := parseOptions(in)
-	var singles []string // each option's own refusal
-	want := supervisor.CreateOptions{}
-	for _, name := range slices.Sorted(maps.Keys(in)) {
-		v := in[name]
-		one, oneErr := parseOptions(map[string]dbus.Variant{name: v})
-		if oneErr != nil {
-			msg := oneErr.Error()
-			says := "option " + name + " "
-			if _, known := options[name]; !known {
-				says = "unknown option " + strconv.Quote(name)
-			}
-			if !strings.HasPrefix(msg, says) {
-				t.Fatalf("option %s = %v: the refusal %q does not start with %q", name, v, msg, says)
-			}
-			if setWant(&supervisor.CreateOptions{}, name, v) {
-				t.Fatalf("option %s = %v (%s) refused, but it is of the option's type and within its bounds: %q", name, v, v.Signature(), msg)
-			}
-			singles = append(singles, msg)
-			continue
-		}
-		if !setWant(&want, name, v) {
-			t.Fatalf("option %s = %v (%s) accepted: it is not a known option of that type", name, v, v.Signature())
-		}
-		single := supervisor.CreateOptions{}
-		setWant(&single, name, v)
-		if !reflect.DeepEqual(one, single) {
-			t.Fatalf("option %s = %v alone gives %+v; want %+v", name, v, one, single)
-		}
-	}
-	if err != nil {
-		msg := err.Error()
-		if len(singles) == 0 {
-			t.Fatalf("parseOptions(%v) = %q, but each option alone is accepted", in, msg)
-		}
-		if !utf8.ValidString(msg) {
-			t.Fatalf("parseOptions(%v): the refusal %q is not valid UTF-8 (a D-Bus error could not carry it)", in, msg)
-		}
-		if want := strings.Join(singles, "; "); msg != want {
-			t.Fatalf("parseOptions(%v) = %q; want each option's own refusal: %q", in, msg, want)
-		}
-		return
-	}
-	if len(singles) > 0 {
-		t.Fatalf("parseOptions(%v) accepted options that alone are refused: %q", in, singles)
-	}
-	if !reflect.DeepEqual(got, want) {
-		t.Fatalf("parseOptions(%v) = %+v; want %+v", in, got, want)
-	}
-	if got.TTL < 0 || got.Limits.CPUQuota != nil && *got.Limits.CPUQuota < 0 || got.Limits.RuntimeMax != nil && *got.Limits.RuntimeMax < 0 {
-		t.Fatalf("parseOptions(%v): a negative duration: %+v", in, got)
-	}
-	if got.Name != "" && supervisor.ValidateSandboxName(got.Name) != nil {
-		t.Fatalf("parseOptions(%v): accepted the name %q", in, got.Name)
-	}
-}
-
-// setWant sets the field option name documents to v, if v is of the
-// option's type and within its bounds; false when it is not.
-func setWant(o *supervisor.CreateOptions, name string, v dbus.Variant) bool {
-	u, isU := v.Value().(uint64)
-	s, isS := v.Value().(string)
-	dur := func(d **time.Duration) bool {
-		if !isU || u > uint64(math.MaxInt64/int64(time.Microsecond)) {
-			return false
-		}
-		x := time.Duration(u) * time.Microsecond
-		*d = &x
-		return true
-	}
-	count := func(p **uint64) bool {
-		*p = &u
-		return isU
-	}
-	switch name {
-	case "MemoryMax":
-		// Below the floor a sandbox's init cannot start.
-		return count(&o.Limits.MemoryMax) && u >= uint64(sandboxd1.MinMemoryMax)
-	case "MemoryHigh":
-		return count(&o.Limits.MemoryHigh)
-	case "MemorySwapMax":
-		return count(&o.Limits.MemorySwapMax)
-	case "TasksMax":
-		return count(&o.Limits.TasksMax)
-	case "CPUWeight":
-		return count(&o.Limits.CPUWeight)
-	case "IOWeight":
-		return count(&o.Limits.IOWeight)
-	case "CPUQuotaPerSecUSec":
-		return dur(&o.Limits.CPUQuota)
-	case "RuntimeMaxUSec":
-		return dur(&o.Limits.RuntimeMax)
-	case "DiskQuota":
-		o.DiskQuota = u
-		return isU && u > 0
-	case "TTLUSec":
-		var d *time.Duration
-		if !dur(&d) || *d == 0 {
-			return false
-		}
-		o.TTL = *d
-		return true
-	case "Name":
-		o.Name = s
-		return isS && supervisor.ValidateSandboxName(s) == nil
-	case "Profile":
-		o.Profile = s
-		return isS
-	case "Network":
-		o.Network = s
-		return isS
-	case "Allow":
-		list, ok := v.Value().([]string)
-		o.Allow = list
-		return ok
-	case "ReadOnlyProject":
-		b, ok := v.Value().(bool)
-		o.ReadOnlyProject = &b
-		return ok
-	case "Boot":
-		b, ok := v.Value().(bool)
-		o.Boot = b
-		return ok
-	}
-	return false
-}
+// square of its length in runs, and a few thousand bytes leave a 10 s run
+// no time to fuzz. Longer inputs are skipped; they are never interesting.
+const maxMessage = 1024
 
 // FuzzMessage: whole D-Bus messages as the daemon's connection would read
 // them. godbus refuses a malformed one with an error, and never panics. A method call it decodes goes where godbus would send it
@@ -297,7 +37,8 @@ func setWant(o *supervisor.CreateOptions, name string, v dbus.Variant) bool {
 // (dbus.Store into the method's parameter types), refused cleanly when
 // they do not fit, and otherwise passed to the method itself, on a server
 // that is closing (which refuses at its door, touching nothing). The
-// options of a CreateSandbox call go through FuzzParseOptions's checks.
+// options of a CreateSandbox call go through FuzzParseOptions's checks
+// (optionstest.CheckCreate).
 func FuzzMessage(f *testing.F) {
 	for _, m := range seedMessages() {
 		for _, order := range []binary.ByteOrder{binary.LittleEndian, binary.BigEndian} {
@@ -350,7 +91,7 @@ func FuzzMessage(f *testing.F) {
 				continue // godbus answers ErrMsgInvalidArg
 			}
 			if m.name == sandboxd1.ManagerInterface+".CreateSandbox" {
-				checkOptions(t, *args[2].Interface().(*map[string]dbus.Variant))
+				optionstest.CheckCreate(t, *args[2].Interface().(*map[string]dbus.Variant))
 			}
 			in := make([]reflect.Value, len(args))
 			for i, a := range args {

@@ -11,6 +11,7 @@ import (
 	"github.com/sandboxd/sandboxd/sandboxd1"
 	"github.com/sandboxd/sandboxd/supervisor"
 	"github.com/sandboxd/sandboxd/supervisor/adopt"
+	"github.com/sandboxd/sandboxd/supervisor/api/options"
 	"github.com/sandboxd/sandboxd/supervisor/state"
 )
 
@@ -31,7 +32,7 @@ func (m manager) CreateSandbox(sender dbus.Sender, project string, opts map[stri
 		return "", "", s.end(r, "", dbusError(sandboxd1.ErrorAccessDenied,
 			"creating a sandbox of %q: uid %d may not create sandboxes (not root, nor a creator by uid or group)", project, r.who.UID))
 	}
-	co, err := parseOptions(opts)
+	co, err := options.Create(opts)
 	if err != nil {
 		return "", "", s.end(r, "", dbusError(sandboxd1.ErrorInvalidArgs, "creating a sandbox of %q: %v", project, err))
 	}
@@ -198,7 +199,7 @@ func (m manager) AddProjectWithOptions(sender dbus.Sender, name, location string
 func (m manager) addProject(sender dbus.Sender, action, name, location string, opts map[string]dbus.Variant) *dbus.Error {
 	what := fmt.Sprintf("adding project %q", name)
 	return m.adminProject(sender, action, name, what, "add", func(ctx context.Context) *dbus.Error {
-		access, err := projectAccessOptions(opts)
+		access, err := options.ProjectAccess(opts)
 		if err != nil {
 			return dbusError(sandboxd1.ErrorInvalidArgs, "%s: %v", what, err)
 		}
@@ -228,7 +229,7 @@ func (m manager) AdoptProject(sender dbus.Sender, name, path string, opts map[st
 			}
 		}
 		var err error
-		if o.Access, err = projectAccessOptions(opts); err != nil {
+		if o.Access, err = options.ProjectAccess(opts); err != nil {
 			return dbusError(sandboxd1.ErrorInvalidArgs, "%s: %v", what, err)
 		}
 		o.Caller = member

@@ -2,13 +2,13 @@ package api
 
 import (
 	"errors"
-	"maps"
 	"syscall"
 
 	"github.com/godbus/dbus/v5"
 
 	"github.com/sandboxd/sandboxd/runtime/nsinit"
 	"github.com/sandboxd/sandboxd/sandboxd1"
+	"github.com/sandboxd/sandboxd/supervisor/api/options"
 	"github.com/sandboxd/sandboxd/supervisor/commands"
 )
 
@@ -22,21 +22,14 @@ import (
 // sandbox, which it outlives the call, the caller and a daemon restart
 // in. ProcessExited tells its end. Restart (b) declares it: it is
 // spawned again each time the sandbox starts.
-func (o sandboxObject) Spawn(sender dbus.Sender, msg dbus.Message, argv []string, options map[string]dbus.Variant) (string, *dbus.Error) {
+func (o sandboxObject) Spawn(sender dbus.Sender, msg dbus.Message, argv []string, in map[string]dbus.Variant) (string, *dbus.Error) {
 	s := o.s
 	r, id, derr := o.beginOn(sender, msg, sandboxd1.MethodSpawn)
 	if derr != nil {
 		return "", derr
 	}
 	opts := commands.ExecOptions{Argv: argv, UID: r.who.UID}
-	if v, ok := options[sandboxd1.OptRestart]; ok {
-		options = maps.Clone(options)
-		delete(options, sandboxd1.OptRestart)
-		if err := v.Store(&opts.Restart); err != nil {
-			return "", s.end(r, id, dbusError(sandboxd1.ErrorInvalidArgs, "Spawn: option %s (%s): %v", sandboxd1.OptRestart, v.Signature(), err))
-		}
-	}
-	if err := execOptions(&opts, options); err != nil {
+	if err := options.Spawn(&opts, in); err != nil {
 		return "", s.end(r, id, dbusError(sandboxd1.ErrorInvalidArgs, "Spawn: %v", err))
 	}
 	c, derr := s.commandsOf(r, id)

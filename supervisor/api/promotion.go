@@ -9,9 +9,11 @@ import (
 
 	"github.com/godbus/dbus/v5"
 
+	"github.com/sandboxd/sandboxd/promote/unidiff"
 	"github.com/sandboxd/sandboxd/sandboxd1"
 	"github.com/sandboxd/sandboxd/supervisor"
 	"github.com/sandboxd/sandboxd/supervisor/api/access"
+	"github.com/sandboxd/sandboxd/supervisor/api/options"
 	"github.com/sandboxd/sandboxd/supervisor/promotion"
 )
 
@@ -44,29 +46,9 @@ func (o sandboxObject) Promote(sender dbus.Sender, msg dbus.Message, opts map[st
 	if s.rooms.Promotion == nil {
 		return "", s.end(r, id, fromSupervisor(errNoPromotions))
 	}
-	po := promotion.PromoteOptions{Owner: r.who.UID}
-	allowEmpty := false
-	for name, v := range opts {
-		var err error
-		switch name {
-		case "Force":
-			err = boolOption(name, v, &po.Force)
-		case "AllowPrivileged":
-			err = boolOption(name, v, &po.AllowPrivileged)
-		case "AllowEmpty":
-			err = boolOption(name, v, &allowEmpty)
-		case "To":
-			str, ok := v.Value().(string)
-			if !ok {
-				err = fmt.Errorf("option To has type %s; want s: %w", v.Signature(), supervisor.ErrInvalid)
-			}
-			po.To = str
-		default:
-			err = fmt.Errorf("unknown option %q (known: Force, To, AllowPrivileged, AllowEmpty): %w", name, supervisor.ErrInvalid)
-		}
-		if err != nil {
-			return "", s.end(r, id, fromSupervisor(err))
-		}
+	po, allowEmpty, err := options.Promote(r.who.UID, opts)
+	if err != nil {
+		return "", s.end(r, id, fromSupervisor(err))
 	}
 	if po.AllowPrivileged && !r.who.Admin {
 		return "", s.end(r, id, dbusError(sandboxd1.ErrorAccessDenied,
@@ -83,15 +65,6 @@ func (o sandboxObject) Promote(sender dbus.Sender, msg dbus.Message, opts map[st
 		return p.ID, s.end(r, id, fromSupervisor(err))
 	}
 	return p.ID, s.end(r, id, nil)
-}
-
-func boolOption(name string, v dbus.Variant, b *bool) error {
-	x, ok := v.Value().(bool)
-	if !ok {
-		return fmt.Errorf("option %s has type %s; want b: %w", name, v.Signature(), supervisor.ErrInvalid)
-	}
-	*b = x
-	return nil
 }
 
 // visiblePromotion says whether the caller may see promotion p: its own,
@@ -227,12 +200,12 @@ func (m manager) PromotionDiff(sender dbus.Sender, id string, opts map[string]db
 	if derr != nil {
 		return "", "", s.end(r, "", derr)
 	}
-	uo, err := unifiedDiffOptions(opts)
+	lines, most, err := options.UnifiedDiff(opts)
 	if err != nil {
 		return "", "", s.end(r, p.Sandbox, fromSupervisor(err))
 	}
 	var out strings.Builder
-	p, err = s.rooms.Promotion.Diff(r.ctx, id, &out, uo)
+	p, err = s.rooms.Promotion.Diff(r.ctx, id, &out, unidiff.Options{Context: lines, MaxBytes: most})
 	if err != nil {
 		return "", "", s.end(r, p.Sandbox, fromSupervisor(err))
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/godbus/dbus/v5"
 
 	"github.com/sandboxd/sandboxd/sandboxd1"
+	"github.com/sandboxd/sandboxd/supervisor/api/options"
 	"github.com/sandboxd/sandboxd/supervisor/commands"
 )
 
@@ -17,14 +18,14 @@ import (
 // long-lived interpreter (python3, node, sh, go, sql) in the sandbox, as the caller,
 // with Exec's options (Environment, WorkingDirectory, Root). It lives
 // until CloseSession, its own end, the sandbox's, or the daemon's.
-func (o sandboxObject) OpenSession(sender dbus.Sender, msg dbus.Message, language string, options map[string]dbus.Variant) (string, *dbus.Error) {
+func (o sandboxObject) OpenSession(sender dbus.Sender, msg dbus.Message, language string, in map[string]dbus.Variant) (string, *dbus.Error) {
 	s := o.s
 	r, id, derr := o.beginOn(sender, msg, sandboxd1.MethodOpenSession)
 	if derr != nil {
 		return "", derr
 	}
 	opts := commands.ExecOptions{UID: r.who.UID}
-	if err := execOptions(&opts, options); err != nil {
+	if err := options.Exec(&opts, in); err != nil {
 		return "", s.end(r, id, dbusError(sandboxd1.ErrorInvalidArgs, "OpenSession: %v", err))
 	}
 	c, derr := s.commandsOf(r, id)

@@ -142,18 +142,23 @@ func (d *daemon) fork(ctx context.Context, id string, n int) ([]string, error) {
 	return ids, nil
 }
 
-// timeForks times forks of src n ways, each run's forks destroyed after.
-func (d *daemon) timeForks(ctx context.Context, cfg config, src string, n int, label string) (series, error) {
+// timeMade times makeSome, which makes sandboxes, in a loop named label;
+// each run's sandboxes are destroyed after it, and then fs, if not nil,
+// settled.
+func (d *daemon) timeMade(ctx context.Context, cfg config, fs *btrfsFS, label string, makeSome func() ([]string, error)) (series, error) {
 	var s series
 	l := loop{reps: forkReps, min: minReps, budget: cfg.budget}
 	err := l.run(ctx, label, func(warm bool) (err error) {
 		var ids []string
 		dt, err := timed(func() (err error) {
-			ids, err = d.fork(ctx, src, n)
+			ids, err = makeSome()
 			return err
 		})
 		for _, id := range ids {
 			err = errors.Join(err, d.destroy(context.WithoutCancel(ctx), id))
+		}
+		if fs != nil {
+			err = errors.Join(err, fs.settle(context.WithoutCancel(ctx)))
 		}
 		if err != nil {
 			return err
@@ -166,34 +171,23 @@ func (d *daemon) timeForks(ctx context.Context, cfg config, src string, n int, l
 	return s, err
 }
 
+// timeForks times forks of src n ways, each run's forks destroyed after.
+func (d *daemon) timeForks(ctx context.Context, cfg config, src string, n int, label string) (series, error) {
+	return d.timeMade(ctx, cfg, nil, label, func() ([]string, error) { return d.fork(ctx, src, n) })
+}
+
 // timeCreates times n creates in a row from project, destroyed after.
 func (d *daemon) timeCreates(ctx context.Context, cfg config, fs *btrfsFS, project string, n int) (series, error) {
-	var s series
-	l := loop{reps: forkReps, min: minReps, budget: cfg.budget}
-	err := l.run(ctx, fmt.Sprintf("fork: %d creates", n), func(warm bool) (err error) {
-		var ids []string
-		dt, err := timed(func() (err error) {
-			for range n {
-				id, err := d.create(ctx, project)
-				if err != nil {
-					return err
-				}
-				ids = append(ids, id)
+	return d.timeMade(ctx, cfg, fs, fmt.Sprintf("fork: %d creates", n), func() (ids []string, err error) {
+		for range n {
+			id, err := d.create(ctx, project)
+			if err != nil {
+				return ids, err
 			}
-			return nil
-		})
-		for _, id := range ids {
-			err = errors.Join(err, d.destroy(context.WithoutCancel(ctx), id))
+			ids = append(ids, id)
 		}
-		if err = errors.Join(err, fs.settle(context.WithoutCancel(ctx))); err != nil {
-			return err
-		}
-		if !warm {
-			s = append(s, dt)
-		}
-		return nil
+		return ids, nil
 	})
-	return s, err
 }
 
 // timeCopies times n `cp -a --reflink=always` of tree in a row, each into

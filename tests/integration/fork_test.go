@@ -4,12 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/sandboxd/sandboxd/tests/testbed"
 )
 
 // A sandbox that installed a local .deb (as its root) and wrote 10,000
@@ -21,25 +18,7 @@ func TestForkCarriesAPackageAndTenThousandFiles(t *testing.T) {
 	tb, _, _ := rootInsideSetup(t)
 	const pkg = "sbfork-hello"
 	file := "/usr/share/" + pkg + "/hello"
-	dir := filepath.Join(t.TempDir(), pkg)
-	for p, text := range map[string]string{
-		"DEBIAN/control": "Package: " + pkg + "\nVersion: 1.0\nArchitecture: all\nMaintainer: sandboxd tests <tests@example.invalid>\nDescription: a file for issue 31's test\n",
-		file[1:]:         "hello from a package\n",
-	} {
-		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, p)), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, p), []byte(text), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	testbed.MustRun(t, "dpkg-deb", "--root-owner-group", "-b", dir, dir+".deb")
-	deb, err := os.ReadFile(dir + ".deb")
-	if err != nil {
-		t.Fatal(err)
-	}
-	debName := pkg + "-" + suffix() + ".deb"
-	webFile(t, tb, debName, deb, 0, 0, 0o644)
+	debName := webDeb(t, tb, pkg, file, "issue 31's test")
 	src := agentSandbox(t)
 	agentShOK(t, src, true, "dpkg -i "+debName)
 	agentShOK(t, src, false, "mkdir gen && cd gen && seq 1 10000 | xargs touch")

@@ -79,6 +79,33 @@ func webFile(t *testing.T, tb *testbed.Info, name string, data []byte, uid, gid 
 	return p
 }
 
+// webDeb builds package pkg, version 1.0, of one file (an absolute path)
+// saying "hello from a package", for why (its description), and puts it
+// into project web as webFile does, under a name of its own, returned.
+func webDeb(t *testing.T, tb *testbed.Info, pkg, file, why string) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), pkg)
+	for p, text := range map[string]string{
+		"DEBIAN/control": "Package: " + pkg + "\nVersion: 1.0\nArchitecture: all\nMaintainer: sandboxd tests <tests@example.invalid>\nDescription: a file for " + why + "\n",
+		file[1:]:         "hello from a package\n",
+	} {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, p)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, p), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testbed.MustRun(t, "dpkg-deb", "--root-owner-group", "-b", dir, dir+".deb")
+	deb, err := os.ReadFile(dir + ".deb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := pkg + "-" + suffix() + ".deb"
+	webFile(t, tb, name, deb, 0, 0, 0o644)
+	return name
+}
+
 // agentSandbox makes a sandbox of web as rootAgent, destroyed at the end.
 func agentSandbox(t *testing.T) string {
 	t.Helper()
@@ -223,25 +250,7 @@ func TestRootInsideInstallsADebTheHostNeverSees(t *testing.T) {
 	if exec.Command("dpkg", "-s", pkg).Run() == nil {
 		t.Fatalf("%s is installed on the host before the test", pkg)
 	}
-	dir := filepath.Join(t.TempDir(), pkg)
-	for p, text := range map[string]string{
-		"DEBIAN/control": "Package: " + pkg + "\nVersion: 1.0\nArchitecture: all\nMaintainer: sandboxd tests <tests@example.invalid>\nDescription: a file for issue 17's test\n",
-		file[1:]:         "hello from a package\n",
-	} {
-		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, p)), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, p), []byte(text), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	testbed.MustRun(t, "dpkg-deb", "--root-owner-group", "-b", dir, dir+".deb")
-	deb, err := os.ReadFile(dir + ".deb")
-	if err != nil {
-		t.Fatal(err)
-	}
-	debName := pkg + "-" + suffix() + ".deb"
-	webFile(t, tb, debName, deb, 0, 0, 0o644)
+	debName := webDeb(t, tb, pkg, file, "issue 17's test")
 	id := agentSandbox(t)
 
 	// The control: the agent itself cannot install it.

@@ -161,7 +161,7 @@ func checkString(body []any, i int, what string, limit int) string {
 
 // checkExecOptions checks the sizes of an Exec's options at body[i], if
 // there are any: their names, Environment and WorkingDirectory. Their
-// types are execOptions' to check.
+// types are options.Exec's to check (supervisor/api/options).
 func checkExecOptions(body []any, i int) string {
 	if len(body) <= i {
 		return ""
@@ -187,7 +187,7 @@ func checkExecOptions(body []any, i int) string {
 		if n > MaxEnvBytes {
 			return fmt.Sprintf("option Environment holds %d bytes, more than the %d allowed", n, MaxEnvBytes)
 		}
-	case string: // the wrong type, refused by execOptions, but not at any size
+	case string: // the wrong type, refused by options.Exec, but not at any size
 		if len(env) > MaxEnvBytes {
 			return fmt.Sprintf("option Environment holds %d bytes, more than the %d allowed", len(env), MaxEnvBytes)
 		}

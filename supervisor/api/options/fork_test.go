@@ -1,4 +1,4 @@
-package api
+package options
 
 import (
 	"strings"
@@ -10,12 +10,12 @@ import (
 // Fork's options: each taken as typed; a count out of 1..16, a value of
 // the wrong type and an unknown option are refused by name.
 func TestUnitForkOptions(t *testing.T) {
-	o, err := forkOptions(map[string]dbus.Variant{
+	o, err := Fork(map[string]dbus.Variant{
 		"Count": dbus.MakeVariant(uint32(3)), "Names": dbus.MakeVariant([]string{"a", "", "c"}),
 		"Spawn": dbus.MakeVariant([][]string{{"sleep", "9"}}),
 	})
 	if err != nil || o.Count != 3 || len(o.Names) != 3 || o.Names[2] != "c" || len(o.Spawn) != 1 || o.Spawn[0][1] != "9" {
-		t.Fatalf("forkOptions: %+v, %v", o, err)
+		t.Fatalf("Fork: %+v, %v", o, err)
 	}
 	for _, c := range []struct {
 		opts  map[string]dbus.Variant
@@ -28,8 +28,8 @@ func TestUnitForkOptions(t *testing.T) {
 		{map[string]dbus.Variant{"Spawn": dbus.MakeVariant([]string{"sleep"})}, "option Spawn (as)"},
 		{map[string]dbus.Variant{"Memory": dbus.MakeVariant(uint64(1))}, "option Memory (t): not an option of Fork (Count, Names, Spawn)"},
 	} {
-		if _, err := forkOptions(c.opts); err == nil || !strings.Contains(err.Error(), c.words) {
-			t.Errorf("forkOptions(%v): %v; want an error saying %q", c.opts, err, c.words)
+		if _, err := Fork(c.opts); err == nil || !strings.Contains(err.Error(), c.words) {
+			t.Errorf("Fork(%v): %v; want an error saying %q", c.opts, err, c.words)
 		}
 	}
 }

@@ -1,8 +1,9 @@
-package api
+package options
 
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -23,7 +24,7 @@ type option struct {
 	set       func(o *supervisor.CreateOptions, v any) error
 }
 
-var options = map[string]option{
+var createOptions = map[string]option{
 	sandboxd1.OptMemoryMax: {signature: "t", unit: "bytes", set: func(o *supervisor.CreateOptions, v any) error {
 		// Less and the sandbox's init is killed as it starts: the sandbox
 		// would be made, and nothing could run in it.
@@ -121,20 +122,13 @@ func usec(v uint64) (time.Duration, error) {
 	return time.Duration(v) * time.Microsecond, nil
 }
 
-// optionNames lists the options, for messages.
-func optionNames() string {
-	names := make([]string, 0, len(options))
-	for name := range options {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	return strings.Join(names, ", ")
-}
+// CreateNames lists CreateSandbox's options, sorted.
+func CreateNames() []string { return slices.Sorted(maps.Keys(createOptions)) }
 
-// parseOptions turns CreateSandbox's a{sv} into CreateOptions. Every
+// Create turns CreateSandbox's a{sv} into CreateOptions. Every
 // unknown option, wrong type and impossible value is reported, each by
 // name, in one error.
-func parseOptions(in map[string]dbus.Variant) (supervisor.CreateOptions, error) {
+func Create(in map[string]dbus.Variant) (supervisor.CreateOptions, error) {
 	var o supervisor.CreateOptions
 	names := make([]string, 0, len(in))
 	for name := range in {
@@ -144,9 +138,9 @@ func parseOptions(in map[string]dbus.Variant) (supervisor.CreateOptions, error) 
 	var errs []error
 	for _, name := range names {
 		v := in[name]
-		opt, ok := options[name]
+		opt, ok := createOptions[name]
 		if !ok {
-			errs = append(errs, fmt.Errorf("unknown option %q (known: %s)", name, optionNames()))
+			errs = append(errs, fmt.Errorf("unknown option %q (known: %s)", name, strings.Join(CreateNames(), ", ")))
 			continue
 		}
 		if sig := v.Signature().String(); sig != opt.signature {
@@ -165,24 +159,4 @@ func parseOptions(in map[string]dbus.Variant) (supervisor.CreateOptions, error) 
 		return o, errors.New(strings.Join(msgs, "; "))
 	}
 	return o, nil
-}
-
-// projectAccessOptions reads AddProjectWithOptions's options: Users and
-// Groups, each an array of names or numeric ids.
-func projectAccessOptions(opts map[string]dbus.Variant) (supervisor.ProjectAccess, error) {
-	var a supervisor.ProjectAccess
-	for name, v := range opts {
-		list, ok := v.Value().([]string)
-		switch {
-		case name != "Users" && name != "Groups":
-			return a, fmt.Errorf("option %s: unknown (known: Users as, Groups as)", name)
-		case !ok:
-			return a, fmt.Errorf("option %s has type %s; want as (names or numeric ids)", name, v.Signature())
-		case name == "Users":
-			a.Users = list
-		default:
-			a.Groups = list
-		}
-	}
-	return a, nil
 }

@@ -1,4 +1,4 @@
-package api
+package options
 
 import (
 	"testing"
@@ -19,9 +19,9 @@ func TestUnitUnifiedDiffOptionsBounded(t *testing.T) {
 		{map[string]dbus.Variant{"MaxBytes": dbus.MakeVariant(uint64(1 << 40))}, maxUnifiedDiff},
 		{map[string]dbus.Variant{"MaxBytes": dbus.MakeVariant(uint64(0))}, maxUnifiedDiff},
 	} {
-		uo, err := unifiedDiffOptions(c.opts)
-		if err != nil || uo.MaxBytes != c.want {
-			t.Errorf("options %v: MaxBytes %d, %v; want %d", c.opts, uo.MaxBytes, err, c.want)
+		_, most, err := UnifiedDiff(c.opts)
+		if err != nil || most != c.want {
+			t.Errorf("options %v: MaxBytes %d, %v; want %d", c.opts, most, err, c.want)
 		}
 	}
 }
