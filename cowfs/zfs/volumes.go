@@ -224,7 +224,8 @@ func (b *Backend) Delete(ctx context.Context, v cowfs.Volume) error {
 		return fmt.Errorf("deleting %s: %w", v.Name, err)
 	}
 	// The snapshot this volume made for itself (SRC@name), if any: it goes
-	// with it unless other clones still use it.
+	// with it unless other clones still use it. A read-only volume's is
+	// then held for them (held.go); a writable one's is its alone.
 	origin := cur.Origin
 	if cur.Kind == cowfs.KindReadOnly {
 		origin = cur.ID
@@ -241,17 +242,31 @@ func (b *Backend) Delete(ctx context.Context, v cowfs.Volume) error {
 				others = append(others, c)
 			}
 		}
-		if len(others) > 0 {
+		switch {
+		case len(others) > 0 && cur.Kind != cowfs.KindReadOnly:
 			return fmt.Errorf("deleting %s: volumes made from it still exist (%s): %w", v.Name, strings.Join(others, ", "), cowfs.ErrBusy)
+		case len(others) > 0:
+			if origin, err = holdSnapshot(ctx, origin); err != nil {
+				return fmt.Errorf("deleting %s: %w", v.Name, err)
+			}
+			ownOrigin = false
 		}
 	}
+	held := false
 	if err := b.destroy(ctx, ds); err != nil {
-		if strings.Contains(err.Error(), "has children") {
-			return fmt.Errorf("deleting %s: it has snapshots (checkpoints): delete them first: %w", v.Name, cowfs.ErrBusy)
+		if !strings.Contains(err.Error(), "has children") {
+			return fmt.Errorf("deleting %s: %w", v.Name, err)
 		}
-		return fmt.Errorf("deleting %s: %w", v.Name, err)
+		if held, err = b.holdDataset(ctx, v.Name, ds); err != nil {
+			return err
+		}
 	}
-	if ownOrigin {
+	switch {
+	case ownOrigin && held:
+		// The held dataset is a clone of it: held with it.
+		_, err := holdSnapshot(ctx, origin)
+		return err
+	case ownOrigin:
 		if err := b.destroy(ctx, origin); err != nil {
 			return fmt.Errorf("deleting %s: its snapshot %s: %w", v.Name, origin, err)
 		}
@@ -260,6 +275,10 @@ func (b *Backend) Delete(ctx context.Context, v cowfs.Volume) error {
 			if err := b.destroy(ctx, src, "-r"); err != nil {
 				return fmt.Errorf("deleting %s: %w", v.Name, err)
 			}
+		}
+	case !held:
+		if err := b.sweep(ctx, origin); err != nil {
+			return fmt.Errorf("deleting %s: %w", v.Name, err)
 		}
 	}
 	return nil
