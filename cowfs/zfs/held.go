@@ -172,7 +172,8 @@ func (b *Backend) dropDataset(ctx context.Context, ds string) (string, error) {
 
 // removeHeld destroys what was held and no clone needs any more (left
 // by a crash between a clone's destroy and its sweep): held datasets
-// under the root and held snapshots anywhere in the pool.
+// under the root and held snapshots anywhere in the pool. One that will
+// not go is tried again at the next Open: a start is not refused for it.
 func (b *Backend) removeHeld(ctx context.Context) error {
 	lines, err := command.Lines(ctx, "zfs", "list", "-H", "-t", "snapshot", "-o", "name", "-r", b.pool)
 	if err != nil {
@@ -185,9 +186,7 @@ func (b *Backend) removeHeld(ctx context.Context) error {
 		if p, err := props(ctx, f[0], propManaged); err != nil || p[propManaged] != "yes" {
 			continue // not one of sandboxd's
 		}
-		if err := b.sweep(ctx, f[0]); err != nil {
-			return err
-		}
+		_ = b.sweep(ctx, f[0])
 	}
 	return nil
 }
