@@ -8,8 +8,8 @@
 //   - a read-only volume N is the snapshot SRC@N (its ID: what sends,
 //     rollbacks and clones use) and a read-only clone ROOT/N (its files).
 //
-// What a clone still needs when its origin volume is deleted is held
-// under a name with ":held-" in it until the clone goes (held.go).
+// What a clone still needs when its origin volume is deleted is held,
+// marked org.sandboxd:held=yes, until the clone goes (held.go).
 //
 // All of them, snapshots included, carry the user property
 // org.sandboxd:managed=yes set locally, which is how a reconcile tells
@@ -101,7 +101,7 @@ func (b *Backend) removeLeftovers(ctx context.Context) error {
 		return fmt.Errorf("listing %s: %w", b.root, classify(err))
 	}
 	for _, f := range lines {
-		if strings.Contains(path.Base(f[0]), tmpMark) && !isHeld(f[0]) {
+		if strings.Contains(path.Base(f[0]), tmpMark) {
 			if err := b.destroy(ctx, f[0], "-r"); err != nil {
 				return fmt.Errorf("removing leftover %s: %w", f[0], err)
 			}
