@@ -47,7 +47,18 @@ func TestConformance(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return cowfstest.Pool{Backend: b, Project: project, Foreign: "/tmp", ForeignErr: cowfs.ErrUnsupportedFS}
+		leftovers := func(t *testing.T) []string {
+			entries, err := os.ReadDir(root)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var left []string
+			for _, e := range entries {
+				left = append(left, e.Name())
+			}
+			return left
+		}
+		return cowfstest.Pool{Backend: b, Project: project, Foreign: "/tmp", ForeignErr: cowfs.ErrUnsupportedFS, Leftovers: leftovers}
 	})
 }
 

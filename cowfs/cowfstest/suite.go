@@ -36,6 +36,9 @@ type Pool struct {
 	// cowfsfake package): a write there fails with EACCES, not EROFS,
 	// and root, whom modes do not stop, is not refused.
 	ReadOnlyByMode bool
+	// Leftovers lists what the pool holds beside the project (ZFS: its
+	// datasets and snapshots); nil: nothing to look at.
+	Leftovers func(t *testing.T) []string
 }
 
 // Run runs every check; newPool makes a fresh pool and project per check.
@@ -49,6 +52,7 @@ func Run(t *testing.T, newPool func(t *testing.T) Pool) {
 		{"ExistingNameIsRefused", existingName},
 		{"GetAndList", getAndList},
 		{"DeleteRemovesOnlyOurs", deleteOnlyOurs},
+		{"ForkOutlivesItsSource", forkOutlivesSource},
 		{"RollbackRestoresTheCheckpoint", rollback},
 		{"RollbackProjectRestoresItsSnapshot", rollbackProject},
 		{"ChangesListWhatChanged", changes},

@@ -11,9 +11,9 @@ import (
 	"github.com/sandboxd/sandboxd/cowfs/internal/command"
 )
 
-// Snapshot: a read-only volume is SRC@name plus a read-only clone; a
-// writable one is a clone of SRC (when SRC is a snapshot) or of a new
-// SRC@name. Whatever a failure interrupts is undone.
+// Snapshot: a read-only volume is SRC@name plus a read-only clone (of
+// SRC itself when SRC is a snapshot); a writable one is a clone of SRC
+// (when SRC is a snapshot) or of a new SRC@name. Whatever a failure interrupts is undone.
 func (b *Backend) Snapshot(ctx context.Context, src cowfs.Volume, name string, readOnly bool) (v cowfs.Volume, err error) {
 	ds, err := b.dataset(name)
 	if err != nil {
@@ -41,9 +41,10 @@ func (b *Backend) Snapshot(ctx context.Context, src cowfs.Volume, name string, r
 			return v, fmt.Errorf("marking snapshot %s: %w", snap, classify(err))
 		}
 		origin = snap
-	} else if readOnly {
-		return v, fmt.Errorf("snapshotting %s: it is read-only already; make a writable snapshot of it: %w", src.Name, cowfs.ErrUnsupported)
 	}
+	// A read-only snapshot of a read-only volume is another read-only clone
+	// of its snapshot, which the two share (Delete holds it while either
+	// needs it): a snapshot is never changed.
 	kind := cowfs.KindWritable
 	args := []string{"zfs", "clone", "-o", propManaged + "=yes"}
 	if readOnly {
@@ -73,7 +74,7 @@ func (b *Backend) Rollback(ctx context.Context, v, to cowfs.Volume) error {
 	if err := snap.Rollback(false); err != nil {
 		err = classify(err)
 		if strings.Contains(err.Error(), "more recent snapshots") {
-			return fmt.Errorf("rolling back %s to %s: later snapshots of it exist, and ZFS would destroy them: %w", v.Name, to.Name, cowfs.ErrBusy)
+			return fmt.Errorf("rolling back %s to %s: later snapshots of it exist (checkpoints, or one its forks were made from), and ZFS would destroy them: %w", v.Name, to.Name, cowfs.ErrBusy)
 		}
 		return fmt.Errorf("rolling back %s to %s: %w", v.Name, to.Name, err)
 	}

@@ -38,13 +38,16 @@ func props(ctx context.Context, target string, names ...string) (map[string]stri
 	return values, nil
 }
 
-var volumeProps = []string{"origin", "mountpoint", "creation", propKind, propManaged}
+var volumeProps = []string{"origin", "mountpoint", "creation", propKind, propManaged, propHeld}
 
 // volume reads sandboxd's volume at dataset ds.
 func (b *Backend) volume(ctx context.Context, name, ds string) (cowfs.Volume, error) {
 	p, err := props(ctx, ds, volumeProps...)
 	if err != nil {
 		return cowfs.Volume{}, fmt.Errorf("volume %s: %w", name, err)
+	}
+	if p[propHeld] == "yes" {
+		return cowfs.Volume{}, fmt.Errorf("volume %s: deleted, kept only for the volumes made from it: %w", name, cowfs.ErrNotFound)
 	}
 	return b.volumeFrom(name, ds, p), nil
 }
@@ -157,8 +160,8 @@ func (b *Backend) List(ctx context.Context) ([]cowfs.Volume, error) {
 	var vols []cowfs.Volume
 	for _, ds := range order {
 		name := path.Base(ds)
-		if cowfs.ValidateName(name) != nil {
-			continue // a temporary dataset
+		if cowfs.ValidateName(name) != nil || byDS[ds][propHeld] == "yes" {
+			continue // a temporary dataset, or a held one (held.go)
 		}
 		vols = append(vols, b.volumeFrom(name, ds, byDS[ds]))
 	}
@@ -224,7 +227,8 @@ func (b *Backend) Delete(ctx context.Context, v cowfs.Volume) error {
 		return fmt.Errorf("deleting %s: %w", v.Name, err)
 	}
 	// The snapshot this volume made for itself (SRC@name), if any: it goes
-	// with it unless other clones still use it.
+	// with it unless other clones still use it. A read-only volume's is
+	// then held for them (held.go); a writable one's is its alone.
 	origin := cur.Origin
 	if cur.Kind == cowfs.KindReadOnly {
 		origin = cur.ID
@@ -241,17 +245,30 @@ func (b *Backend) Delete(ctx context.Context, v cowfs.Volume) error {
 				others = append(others, c)
 			}
 		}
-		if len(others) > 0 {
+		switch {
+		case len(others) > 0 && cur.Kind != cowfs.KindReadOnly:
 			return fmt.Errorf("deleting %s: volumes made from it still exist (%s): %w", v.Name, strings.Join(others, ", "), cowfs.ErrBusy)
+		case len(others) > 0:
+			if err := hold(ctx, origin); err != nil {
+				return fmt.Errorf("deleting %s: %w", v.Name, err)
+			}
+			ownOrigin = false
 		}
 	}
+	kept := false
 	if err := b.destroy(ctx, ds); err != nil {
-		if strings.Contains(err.Error(), "has children") {
-			return fmt.Errorf("deleting %s: it has snapshots (checkpoints): delete them first: %w", v.Name, cowfs.ErrBusy)
+		if !strings.Contains(err.Error(), "has children") {
+			return fmt.Errorf("deleting %s: %w", v.Name, err)
 		}
-		return fmt.Errorf("deleting %s: %w", v.Name, err)
+		if kept, err = b.holdDataset(ctx, v.Name, ds); err != nil {
+			return err
+		}
 	}
-	if ownOrigin {
+	switch {
+	case ownOrigin && kept:
+		// The held dataset is a clone of it: held with it.
+		return hold(ctx, origin)
+	case ownOrigin:
 		if err := b.destroy(ctx, origin); err != nil {
 			return fmt.Errorf("deleting %s: its snapshot %s: %w", v.Name, origin, err)
 		}
@@ -260,6 +277,10 @@ func (b *Backend) Delete(ctx context.Context, v cowfs.Volume) error {
 			if err := b.destroy(ctx, src, "-r"); err != nil {
 				return fmt.Errorf("deleting %s: %w", v.Name, err)
 			}
+		}
+	case !kept:
+		if err := b.sweep(ctx, origin); err != nil {
+			return fmt.Errorf("deleting %s: %w", v.Name, err)
 		}
 	}
 	return nil

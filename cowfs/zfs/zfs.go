@@ -8,6 +8,9 @@
 //   - a read-only volume N is the snapshot SRC@N (its ID: what sends,
 //     rollbacks and clones use) and a read-only clone ROOT/N (its files).
 //
+// What a clone still needs when its origin volume is deleted is held,
+// marked org.sandboxd:held=yes, until the clone goes (held.go).
+//
 // All of them, snapshots included, carry the user property
 // org.sandboxd:managed=yes set locally, which is how a reconcile tells
 // sandboxd's from the user's.
@@ -91,7 +94,7 @@ func (b *Backend) Info() cowfs.Info { return b.info }
 func (b *Backend) Close() error { return nil }
 
 // removeLeftovers destroys the temporary datasets a crash left under the
-// root (their names hold ':').
+// root (their names hold ':'), and what was held that nothing needs.
 func (b *Backend) removeLeftovers(ctx context.Context) error {
 	lines, err := command.Lines(ctx, "zfs", "list", "-H", "-r", "-d", "1", "-t", "filesystem", "-o", "name", b.root)
 	if err != nil {
@@ -104,5 +107,5 @@ func (b *Backend) removeLeftovers(ctx context.Context) error {
 			}
 		}
 	}
-	return nil
+	return b.removeHeld(ctx)
 }

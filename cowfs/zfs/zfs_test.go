@@ -45,7 +45,22 @@ func TestConformance(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return cowfstest.Pool{Backend: b, Project: project, Foreign: "otherpool/web", ForeignErr: cowfs.ErrOutsidePool}
+		leftovers := func(t *testing.T) []string {
+			var left []string
+			for _, ds := range []string{root, proj} {
+				out, err := exec.Command("zfs", "list", "-H", "-o", "name", "-t", "filesystem,snapshot", "-r", ds).CombinedOutput()
+				if err != nil {
+					t.Fatalf("zfs list -r %s: %v: %s", ds, err, out)
+				}
+				for _, name := range strings.Fields(string(out)) {
+					if name != ds {
+						left = append(left, name)
+					}
+				}
+			}
+			return left
+		}
+		return cowfstest.Pool{Backend: b, Project: project, Foreign: "otherpool/web", ForeignErr: cowfs.ErrOutsidePool, Leftovers: leftovers}
 	})
 }
 

@@ -92,14 +92,6 @@ func (f *Forks) Fork(ctx context.Context, id string, o Options) (res Result, err
 	if err := o.check(); err != nil {
 		return res, fmt.Errorf("%s: %w", what, err)
 	}
-	b := f.h.Backend()
-	if kind := b.Info().Backend; kind != "btrfs" && kind != "fake" {
-		// A ZFS clone holds its origin snapshot: the fork's copy would pin
-		// the source's volumes (its destroy refused) and the temporary
-		// snapshots could not go.
-		return res, fmt.Errorf("%s: the pool is %s, where a clone depends on the snapshot it came from, so a fork would keep its source from being destroyed; forks need a btrfs pool: %w",
-			what, kind, cowfs.ErrUnsupported)
-	}
 	var src supervisor.ForkSource
 	defer func() { f.h.Audit(ctx, "fork", src.Record, err) }()
 	if src, err = f.snapshot(ctx, id, what); err != nil {
@@ -135,7 +127,12 @@ func (f *Forks) Fork(ctx context.Context, id string, o Options) (res Result, err
 	for i, sb := range res.Sandboxes {
 		ids[i] = sb.ID
 	}
-	f.h.Log().Info("sandbox forked", "SANDBOX_ID", id, "ACTION", "fork", "forks", strings.Join(ids, " "), "CALLER_UID", callerField(ctx))
+	attrs := []any{"SANDBOX_ID", id, "ACTION", "fork", "forks", strings.Join(ids, " "), "CALLER_UID", callerField(ctx)}
+	if !f.h.Backend().Info().Capabilities.OverlayUpper {
+		// The system layer is a tmpfs there (zfs-fuse): each fork's is new.
+		attrs = append(attrs, "system_layer", "not carried")
+	}
+	f.h.Log().Info("sandbox forked", attrs...)
 	return res, nil
 }
 

@@ -118,8 +118,8 @@ func (g *Gate) stagedOf(project string) *stagedProject {
 // project itself, its writers frozen for the moment, or, while a stage of
 // a promotion of it is under way, of that stage's rollback point (see
 // Gate). A backend that cannot snapshot a read-only snapshot
-// read-only (ZFS: a snapshot of a snapshot) waits for the stage's end
-// instead, or for ctx's.
+// read-only (none of sandboxd's: ZFS shares the snapshot) waits for the
+// stage's end instead, or for ctx's.
 func (r *Registry) SnapshotBase(ctx context.Context, projectName string, project cowfs.Volume, name string) (cowfs.Volume, error) {
 	gate := r.gate.of(projectName)
 	for {
