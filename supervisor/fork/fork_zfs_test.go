@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/sandboxd/sandboxd/cowfs/zfs"
 	"github.com/sandboxd/sandboxd/supervisor"
@@ -38,22 +37,7 @@ func TestForkOnZFS(t *testing.T) {
 	root := fmt.Sprintf("%s/fork-zfs-%d", tb.ZFS.Pool, os.Getpid())
 	proj := fmt.Sprintf("%s/fork-web-%d", tb.ZFS.Pool, os.Getpid())
 	testbed.MustRun(t, "zfs", "create", proj)
-	t.Cleanup(func() {
-		// zfs-fuse calls a dataset busy for a moment after its last
-		// clone is gone.
-		for _, ds := range []string{root, proj} {
-			var out []byte
-			var err error
-			for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-				if out, err = exec.Command("zfs", "destroy", "-r", ds).CombinedOutput(); err == nil {
-					break
-				}
-			}
-			if err != nil {
-				t.Errorf("zfs destroy -r %s: %v: %s", ds, err, out)
-			}
-		}
-	})
+	t.Cleanup(func() { testbed.DestroyDatasets(t, root, proj) })
 	fs, err := zfs.Open(context.Background(), root)
 	if err != nil {
 		t.Fatal(err)

@@ -510,22 +510,7 @@ func TestFaultZFSFuseGoesAway(t *testing.T) {
 	ctx := supervisor.WithActor(context.Background(), supervisor.Daemon("test"))
 	root, project := tb.ZFS.Pool+"/fault-zfs", tb.ZFS.Pool+"/fault-web"
 	testbed.MustRun(t, "zfs", "create", project)
-	t.Cleanup(func() {
-		for _, ds := range []string{root, project} {
-			// zfs-fuse calls a dataset busy for a moment after its last
-			// clone is gone.
-			var out []byte
-			var err error
-			for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-				if out, err = exec.Command("zfs", "destroy", "-r", ds).CombinedOutput(); err == nil {
-					break
-				}
-			}
-			if err != nil {
-				t.Errorf("zfs destroy -r %s: %v: %s", ds, err, out)
-			}
-		}
-	})
+	t.Cleanup(func() { testbed.DestroyDatasets(t, root, project) })
 	mp := strings.TrimSpace(testbed.MustRun(t, "zfs", "get", "-H", "-o", "value", "mountpoint", project))
 	if err := os.WriteFile(filepath.Join(mp, "index.html"), []byte("on zfs\n"), 0o644); err != nil {
 		t.Fatal(err)

@@ -209,6 +209,26 @@ func Require(t testing.TB) *Info {
 	return info
 }
 
+// DestroyDatasets destroys each ZFS dataset of datasets with what is
+// below it, in order, failing the test for one that will not go.
+// zfs-fuse calls a dataset busy for a moment after its last clone is
+// gone: each is tried again, on its answer, for up to 10 s.
+func DestroyDatasets(t testing.TB, datasets ...string) {
+	t.Helper()
+	for _, ds := range datasets {
+		var out []byte
+		var err error
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+			if out, err = exec.Command("zfs", "destroy", "-r", ds).CombinedOutput(); err == nil {
+				break
+			}
+		}
+		if err != nil {
+			t.Errorf("zfs destroy -r %s: %v: %s", ds, err, out)
+		}
+	}
+}
+
 // MustRun runs argv and returns its combined output; a failure fails the
 // test with the command, its error and what it printed.
 func MustRun(t testing.TB, argv ...string) string {
