@@ -10,6 +10,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/crashpoint"
 	"github.com/sandboxd/sandboxd/internal/randid"
 	"github.com/sandboxd/sandboxd/internal/revert"
+	"github.com/sandboxd/sandboxd/internal/steps"
 	"github.com/sandboxd/sandboxd/runtime/nsinit"
 	"github.com/sandboxd/sandboxd/sandboxd1"
 	"github.com/sandboxd/sandboxd/supervisor"
@@ -100,14 +101,22 @@ func (f *Forks) Fork(ctx context.Context, id string, o Options) (res Result, err
 		return res, fmt.Errorf("%s: the pool is %s, where a clone depends on the snapshot it came from, so a fork would keep its source from being destroyed; forks need a btrfs pool: %w",
 			what, kind, cowfs.ErrUnsupported)
 	}
+	// Its steps go in its journal line, each fork's create in its own.
+	timing := steps.New()
 	var src supervisor.ForkSource
 	defer func() { f.h.Audit(ctx, "fork", src.Record, err) }()
-	if src, err = f.snapshot(ctx, id, what); err != nil {
+	if src, err = f.snapshot(steps.With(ctx, timing), id, what); err != nil {
 		return res, err
 	}
-	defer f.dropSnapshots(ctx, src)
+	dropped := false
+	defer func() {
+		if !dropped {
+			f.dropSnapshots(ctx, src)
+		}
+	}()
 	crashpoint.Hit(crashpoint.ForkSnapshots)
 	res.NotCarried = f.running(ctx, id)
+	timing.Mark("processes")
 
 	undo := revert.New()
 	defer func() { _ = undo.Fail(ctx) }()
@@ -126,16 +135,22 @@ func (f *Forks) Fork(ctx context.Context, id string, o Options) (res Result, err
 			crashpoint.Hit(crashpoint.ForkFirst)
 		}
 	}
+	timing.Mark("creates")
 	if err := f.spawn(ctx, res.Sandboxes, o.Spawn); err != nil {
 		return res, fmt.Errorf("%s: %w%s", what, err, undoneText(res.Sandboxes))
 	}
 	crashpoint.Hit(crashpoint.ForkMade)
 	undo.Success()
+	timing.Mark("spawn")
+	dropped = true
+	f.dropSnapshots(ctx, src)
+	timing.Mark("drop")
 	ids := make([]string, len(res.Sandboxes))
 	for i, sb := range res.Sandboxes {
 		ids[i] = sb.ID
 	}
-	f.h.Log().Info("sandbox forked", "SANDBOX_ID", id, "ACTION", "fork", "forks", strings.Join(ids, " "), "CALLER_UID", callerField(ctx))
+	f.h.Log().Info("sandbox forked", "SANDBOX_ID", id, "ACTION", "fork", "forks", strings.Join(ids, " "), "CALLER_UID", callerField(ctx),
+		"took_ms", float64(timing.Took().Microseconds())/1000, "steps", timing.String())
 	return res, nil
 }
 
@@ -145,7 +160,9 @@ func (f *Forks) Fork(ctx context.Context, id string, o Options) (res Result, err
 // is not held after: a fork's create may evict sandboxes of the owner,
 // and the snapshots stand alone.
 func (f *Forks) snapshot(ctx context.Context, id, what string) (src supervisor.ForkSource, err error) {
+	timing := steps.Of(ctx)
 	defer f.h.Lock(id)()
+	timing.Mark("lock")
 	rec, err := f.h.Store().Get(id)
 	if err != nil {
 		return src, fmt.Errorf("%s: %w", what, err)
@@ -173,11 +190,13 @@ func (f *Forks) snapshot(ctx context.Context, id, what string) (src supervisor.F
 		if err := f.h.Units().Freeze(ctx, rec.Unit); err != nil {
 			return src, fmt.Errorf("%s: freezing it for the snapshots: %w", what, err)
 		}
+		timing.Mark("freeze")
 		defer func() {
 			if terr := f.h.Units().Thaw(context.WithoutCancel(ctx), rec.Unit); terr != nil && err == nil {
 				f.dropSnapshots(ctx, src)
 				err = fmt.Errorf("%s: thawing it after the snapshots: %w", what, terr)
 			}
+			timing.Mark("thaw")
 		}()
 	}
 	for i, p := range pairs {
@@ -196,6 +215,7 @@ func (f *Forks) snapshot(ctx context.Context, id, what string) (src supervisor.F
 			return src, fmt.Errorf("%s: snapshotting %s: %w", what, p[0], err)
 		}
 	}
+	timing.Mark("snapshots")
 	return src, nil
 }
 
