@@ -71,13 +71,13 @@ func benchForks(ctx context.Context, cfg config, d *daemon, t *table, fs *btrfsF
 		return err
 	}
 
-	freshForks, err := d.timeForks(ctx, cfg, fresh, 1, "fork ×1 of a fresh sandbox")
+	freshForks, err := d.timeForks(ctx, cfg, fs, fresh, 1, "fork ×1 of a fresh sandbox")
 	if err != nil {
 		return err
 	}
 	for _, n := range forkCounts {
 		since := time.Now()
-		forks, err := d.timeForks(ctx, cfg, src, n, fmt.Sprintf("fork ×%d", n))
+		forks, err := d.timeForks(ctx, cfg, fs, src, n, fmt.Sprintf("fork ×%d", n))
 		if err != nil {
 			return err
 		}
@@ -190,9 +190,11 @@ func (d *daemon) timeMade(ctx context.Context, cfg config, fs *btrfsFS, label st
 	return s, err
 }
 
-// timeForks times forks of src n ways, each run's forks destroyed after.
-func (d *daemon) timeForks(ctx context.Context, cfg config, src string, n int, label string) (series, error) {
-	return d.timeMade(ctx, cfg, nil, label, func() ([]string, error) { return d.fork(ctx, src, n) })
+// timeForks times forks of src n ways, each run's forks destroyed after
+// and fs settled, as the creates' (a fork's snapshot commits would wait
+// on the btrfs cleaner's work of the last run's deletes otherwise).
+func (d *daemon) timeForks(ctx context.Context, cfg config, fs *btrfsFS, src string, n int, label string) (series, error) {
+	return d.timeMade(ctx, cfg, fs, label, func() ([]string, error) { return d.fork(ctx, src, n) })
 }
 
 // timeCreates times n creates in a row from project, destroyed after.
