@@ -265,9 +265,15 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 	timing.Mark("base")
 	undo.Add(func(ctx context.Context) error { return s.cfg.Backend.Delete(ctx, base) })
 	crashpoint.Hit(crashpoint.CreateBase)
-	from := base
-	if opts.fork != nil {
-		from = opts.fork.Volume // the source's copy as it stood
+	from, release := base, func() error { return nil }
+	if f := opts.fork; f != nil {
+		from = f.Volume // the source's copy as it stood, or stands, held
+		if f.Hold != nil {
+			if release, err = f.Hold(ctx); err != nil {
+				return sb, fmt.Errorf("creating sandbox %s: %w", id, err)
+			}
+			defer func() { _ = release() }()
+		}
 	}
 	vol, err := s.cfg.Backend.Snapshot(ctx, from, rec.Volume, false)
 	if err != nil {
@@ -292,6 +298,9 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 	}
 	if err != nil {
 		return sb, fmt.Errorf("creating sandbox %s: its system layer: %w", id, err)
+	}
+	if err := release(); err != nil { // both snapshots taken
+		return sb, fmt.Errorf("creating sandbox %s: %w", id, err)
 	}
 	err = boundDisk(ctx, s.cfg.Backend, rec, vol, layer)
 	if err == nil && opts.fork != nil {

@@ -17,11 +17,15 @@ import (
 
 // ForkSource is what a fork is made of: the source's record, and
 // read-only snapshots of its copy of the project and of its system layer
-// (zero: it has none), taken together.
+// (zero: it has none), taken together; or, with Hold, the source's own
+// volumes, which the fork's create snapshots while Hold holds them still.
 type ForkSource struct {
 	Record state.Record
 	Volume cowfs.Volume
 	Layer  cowfs.Volume
+	// Hold (nil: none) holds the source still (its lock, frozen) until
+	// release, which may be called again (a no-op then).
+	Hold func(context.Context) (release func() error, err error)
 }
 
 // CreateFork makes a fork of src.Record named name ("": none): the

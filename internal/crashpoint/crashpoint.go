@@ -152,10 +152,14 @@ const (
 	ForkSnapshots = "fork-snapshots" // the temporary snapshots of the source exist (frozen for them, thawed); no fork recorded
 	ForkFirst     = "fork-first"     // the first fork is ready; the others are not made, the snapshots remain
 	ForkMade      = "fork-made"      // every fork is ready, its processes started; the snapshots remain, the caller has no answer
+	// A single fork's own: its create holds the source (locked, frozen)
+	// to snapshot its volumes straight; the fork is recorded, its base made.
+	ForkHeld = "fork-held"
 )
 
-// Fork lists the fork's crash points, in order.
-var Fork = []string{ForkSnapshots, ForkFirst, ForkMade}
+// Fork lists the fork's crash points, in order (ForkHeld: a single
+// fork's, instead of ForkSnapshots).
+var Fork = []string{ForkSnapshots, ForkFirst, ForkMade, ForkHeld}
 
 // The steps of a stop and a start (supervisor/stop.go), in order.
 const (

@@ -7,7 +7,8 @@
 // against the owner's bounds, its record first, its undo); the room takes
 // the source's snapshots, which are named as unrecorded checkpoints of
 // the source so that Reconcile removes them after a crash, and deletes
-// them once the forks are made. Checkpoints, exposed ports and background
+// them once the forks are made (a single fork takes none: its create
+// snapshots the source's volumes straight, held through ForkSource.Hold). Checkpoints, exposed ports and background
 // processes are not carried: the source's running processes are named in
 // the result, and command lines given are started in each fork through
 // the commands room.

@@ -29,6 +29,9 @@ type fakeHost struct {
 	ids    int
 	failAt int
 	srcs   []supervisor.ForkSource
+	held   []unitsfake.Call // the units' calls once a source was held
+	// beforeHold runs before the source is held.
+	beforeHold func()
 }
 
 func (f *fakeHost) CreateFork(ctx context.Context, src supervisor.ForkSource, name string) (supervisor.Sandbox, error) {
@@ -38,6 +41,17 @@ func (f *fakeHost) CreateFork(ctx context.Context, src supervisor.ForkSource, na
 	}
 	f.srcs = append(f.srcs, src)
 	id := fmt.Sprintf("f%011d", f.ids)
+	if f.beforeHold != nil {
+		f.beforeHold()
+	}
+	if src.Hold != nil { // the source's own volume, held for the snapshot
+		release, err := src.Hold(ctx)
+		if err != nil {
+			return supervisor.Sandbox{}, err
+		}
+		defer func() { _ = release() }()
+		f.held = append(f.held, f.units.Calls()...)
+	}
 	vol, err := f.pool.Snapshot(ctx, src.Volume, "sb-"+id, false)
 	if err != nil {
 		return supervisor.Sandbox{}, err
@@ -148,6 +162,47 @@ func TestUnitForkCopiesTheFilesAndDropsItsSnapshots(t *testing.T) {
 	}
 	if !strings.HasPrefix(f.srcs[0].Volume.Name, "ck-s00000000001-.fork-") {
 		t.Errorf("the snapshot is %s: want an unrecorded checkpoint of the source, which Reconcile removes", f.srcs[0].Volume.Name)
+	}
+}
+
+// A single fork snapshots its source's own volume, frozen for it: no
+// temporary snapshot; the source is thawed and unlocked after.
+func TestUnitSingleForkSnapshotsTheSourceHeld(t *testing.T) {
+	fk, f := newUnit(t)
+	res, err := fk.Fork(as(1000), "s00000000001", fork.Options{})
+	if err != nil || len(res.Sandboxes) != 1 {
+		t.Fatalf("a single fork: %+v, %v", res, err)
+	}
+	if b, err := os.ReadFile(filepath.Join(res.Sandboxes[0].Path, "a.txt")); err != nil || string(b) != "set up\n" {
+		t.Errorf("the fork's a.txt: %q, %v; want the source's", b, err)
+	}
+	if v := f.srcs[0].Volume.Name; v != "sb-s00000000001" {
+		t.Errorf("the fork was made of %s: want the source's own volume", v)
+	}
+	if n := len(f.held); n == 0 || f.held[n-1].Method != "Freeze" {
+		t.Errorf("the source was not frozen when its volume was snapshotted: %+v", f.held)
+	}
+	if calls := f.units.Calls(); calls[len(calls)-1].Method != "Thaw" {
+		t.Errorf("the source was not thawed after: %+v", calls)
+	}
+	if vols := volumes(t, f); len(vols) != 2 {
+		t.Errorf("the pool holds %v: want the source's volume and the fork's", vols)
+	}
+	f.Lock("s00000000001")() // not left locked
+}
+
+// A source destroyed between the fork's check and its snapshot fails the
+// fork, naming it.
+func TestUnitSingleForkOfASourceGoneMeanwhile(t *testing.T) {
+	fk, f := newUnit(t)
+	f.beforeHold = func() {
+		if err := f.Host.Destroy(context.Background(), "s00000000001"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := fk.Fork(as(1000), "s00000000001", fork.Options{})
+	if !errors.Is(err, supervisor.ErrNotFound) || !strings.Contains(err.Error(), "forking sandbox s00000000001") {
+		t.Fatalf("a fork of a source destroyed meanwhile: %v; want not found, naming it", err)
 	}
 }
 

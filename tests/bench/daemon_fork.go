@@ -31,13 +31,14 @@ const forkNote = "The source is a sandbox of the 100k-file project that wrote 10
 	"(100 per directory, by a shell loop spawned in it) before the first fork. " +
 	"`Fork` is one call over the system bus with `Count` N, timed from the call until each fork's `State` reads ready; " +
 	"the N creates are N `CreateSandbox` calls in a row from the project (each returns once ready); " +
-	"the copies are N `cp -a --reflink=always` in a row of the source's tree (its `Path`) into new subvolumes of the same btrfs, write-back excluded. " +
+	"the copies are N `cp -a --reflink=always` of the source's tree (its `Path`), each into a new subvolume of the same btrfs, their times summed: each copy is deleted and the filesystem settled, untimed, before the next (ten whole copies of the tree at once do not fit the testbed's pool), write-back excluded. " +
 	"Each run's sandboxes and copies are destroyed and cleaned, untimed, before the next. " +
 	"The row of a fork of a fresh sandbox (nothing written) shows whether a fork grows with what the source wrote. " +
 	"Up to 5 runs of forks and creates (one untimed first), fewer once a series took the budget; the copies as the cowfs table's."
 
-// benchForks adds the fork rows to t. The project of targetSize files is
-// the daemon's projectName(targetSize).
+// benchForks adds the fork rows to t, and to its note where a fork ×1's
+// time went. The project of targetSize files is the daemon's
+// projectName(targetSize).
 func benchForks(ctx context.Context, cfg config, d *daemon, t *table, fs *btrfsFS) (err error) {
 	cleanup := context.WithoutCancel(ctx)
 	project := projectName(targetSize)
@@ -70,18 +71,36 @@ func benchForks(ctx context.Context, cfg config, d *daemon, t *table, fs *btrfsF
 		return err
 	}
 
-	freshForks, err := d.timeForks(ctx, cfg, fresh, 1, "fork ×1 of a fresh sandbox")
+	freshForks, err := d.timeForks(ctx, cfg, fs, fresh, 1, "fork ×1 of a fresh sandbox")
 	if err != nil {
 		return err
 	}
 	for _, n := range forkCounts {
-		forks, err := d.timeForks(ctx, cfg, src, n, fmt.Sprintf("fork ×%d", n))
+		since := time.Now()
+		forks, err := d.timeForks(ctx, cfg, fs, src, n, fmt.Sprintf("fork ×%d", n))
 		if err != nil {
 			return err
 		}
+		forkSteps, err := d.journalSteps(ctx, since, "sandbox forked")
+		if err != nil {
+			return err
+		}
+		forkCreateSteps, err := d.journalSteps(ctx, since, "sandbox created")
+		if err != nil {
+			return err
+		}
+		since = time.Now()
 		creates, err := d.timeCreates(ctx, cfg, fs, project, n)
 		if err != nil {
 			return err
+		}
+		createSteps, err := d.journalSteps(ctx, since, "sandbox created")
+		if err != nil {
+			return err
+		}
+		if n == 1 {
+			t.note = fmt.Sprintf("Where a fork ×1's time went (medians, ms, from the daemon's journal lines, warm-up included; steps marked (beside) ran beside the others): the fork's own %s; its fork's create %s; a create from the project %s.",
+				stepMedians(forkSteps), stepMedians(forkCreateSteps), stepMedians(createSteps))
 		}
 		copies, err := timeCopies(ctx, cfg, fs, tree, n)
 		if err != nil {
@@ -100,7 +119,7 @@ func benchForks(ctx context.Context, cfg config, d *daemon, t *table, fs *btrfsF
 		t.add(row{fs: "btrfs", files: targetSize, s: creates, ratio: "×1",
 			op: fmt.Sprintf("%d `CreateSandbox` in a row from the project, %s, each until ready", n, mode)})
 		t.add(row{fs: "btrfs", files: targetSize, s: copies, ratio: ratio(copies.median(), creates.median()),
-			op: fmt.Sprintf("%d `cp -a --reflink=always` in a row of the sandbox's tree", n)})
+			op: fmt.Sprintf("%d `cp -a --reflink=always` of the sandbox's tree, one at a time (each deleted, untimed, before the next), summed", n)})
 	}
 	t.add(row{fs: "btrfs", files: targetSize, s: freshForks,
 		op: fmt.Sprintf("`Fork` ×1 of a fresh sandbox (nothing written), %s, until ready", mode)})
@@ -171,9 +190,11 @@ func (d *daemon) timeMade(ctx context.Context, cfg config, fs *btrfsFS, label st
 	return s, err
 }
 
-// timeForks times forks of src n ways, each run's forks destroyed after.
-func (d *daemon) timeForks(ctx context.Context, cfg config, src string, n int, label string) (series, error) {
-	return d.timeMade(ctx, cfg, nil, label, func() ([]string, error) { return d.fork(ctx, src, n) })
+// timeForks times forks of src n ways, each run's forks destroyed after
+// and fs settled, as the creates' (a fork's snapshot commits would wait
+// on the btrfs cleaner's work of the last run's deletes otherwise).
+func (d *daemon) timeForks(ctx context.Context, cfg config, fs *btrfsFS, src string, n int, label string) (series, error) {
+	return d.timeMade(ctx, cfg, fs, label, func() ([]string, error) { return d.fork(ctx, src, n) })
 }
 
 // timeCreates times n creates in a row from project, destroyed after.
@@ -190,44 +211,42 @@ func (d *daemon) timeCreates(ctx context.Context, cfg config, fs *btrfsFS, proje
 	})
 }
 
-// timeCopies times n `cp -a --reflink=always` of tree in a row, each into
-// a new subvolume of the same btrfs, removed after.
+// timeCopies times n `cp -a --reflink=always` of tree, each into a new
+// subvolume of the same btrfs, deleted and settled untimed before the
+// next (ten whole copies do not fit the pool); a run is their sum.
 func timeCopies(ctx context.Context, cfg config, fs *btrfsFS, tree string, n int) (series, error) {
 	var s series
 	cleanup := context.WithoutCancel(ctx)
 	l := loop{reps: cfg.copyReps, min: 1, budget: cfg.budget}
-	err := l.run(ctx, fmt.Sprintf("fork: %d reflink copies", n), func(warm bool) (err error) {
-		var made []string
-		defer func() {
-			for _, name := range made {
-				err = errors.Join(err, fs.dropScratch(cleanup, name))
-			}
-			err = errors.Join(err, fs.settle(cleanup))
-		}()
-		var dirs []string
+	err := l.run(ctx, fmt.Sprintf("fork: %d reflink copies", n), func(warm bool) error {
+		var sum time.Duration
 		for i := range n {
-			name := fmt.Sprintf("bench-fork-copy-%d", i)
-			to, err := fs.newScratch(ctx, name)
+			dt, err := timeCopy(ctx, cleanup, fs, tree, fmt.Sprintf("bench-fork-copy-%d", i))
 			if err != nil {
 				return err
 			}
-			made, dirs = append(made, name), append(dirs, filepath.Join(to, "tree"))
-		}
-		dt, err := timed(func() error {
-			for _, to := range dirs {
-				if out, err := command(ctx, "cp", "-a", "--reflink=always", tree, to).CombinedOutput(); err != nil {
-					return fmt.Errorf("copying %s: %w: %s", tree, err, firstLine(string(out)))
-				}
-			}
-			return nil
-		})
-		if err != nil {
-			return err
+			sum += dt
 		}
 		if !warm {
-			s = append(s, dt)
+			s = append(s, sum)
 		}
 		return nil
 	})
 	return s, err
+}
+
+// timeCopy times one `cp -a --reflink=always` of tree into a new
+// subvolume name, deleted after and the filesystem settled.
+func timeCopy(ctx, cleanup context.Context, fs *btrfsFS, tree, name string) (dt time.Duration, err error) {
+	to, err := fs.newScratch(ctx, name)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { err = errors.Join(err, fs.dropScratch(cleanup, name), fs.settle(cleanup)) }()
+	return timed(func() error {
+		if out, err := command(ctx, "cp", "-a", "--reflink=always", tree, filepath.Join(to, "tree")).CombinedOutput(); err != nil {
+			return fmt.Errorf("copying %s: %w: %s", tree, err, firstLine(string(out)))
+		}
+		return nil
+	})
 }

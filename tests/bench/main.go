@@ -276,6 +276,9 @@ func printReport(w *os.File, cfg config, t, d, pr, sc, fk *table, versions []str
 	}
 	if len(fk.rows) > 0 {
 		fmt.Fprint(w, "\nForks of a sandbox (make bench -parts fork):\n\n"+fk.markdown()+"\n"+forkNote+"\n")
+		if fk.note != "" {
+			fmt.Fprint(w, "\n"+fk.note+"\n")
+		}
 	}
 	if len(pr.rows) > 0 {
 		printPromotions(w, cfg, pr)

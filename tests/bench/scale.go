@@ -19,6 +19,12 @@ import (
 // "sandbox created" line's steps (supervisor's steps: "base=1.20ms ..."),
 // in the order the creates ended.
 func (d *daemon) createSteps(ctx context.Context, since time.Time) ([]map[string]time.Duration, error) {
+	return d.journalSteps(ctx, since, "sandbox created")
+}
+
+// journalSteps reads the steps of each journal line since since whose
+// message starts with message, in order.
+func (d *daemon) journalSteps(ctx context.Context, since time.Time, message string) ([]map[string]time.Duration, error) {
 	cmd := command(ctx, "journalctl", "--no-pager", "-o", "json", "-u", daemonUnit,
 		"--since", "@"+strconv.FormatInt(since.Unix()-1, 10), "--output-fields", "MESSAGE,STEPS")
 	out, err := cmd.StdoutPipe()
@@ -36,7 +42,7 @@ func (d *daemon) createSteps(ctx context.Context, since time.Time) ([]map[string
 			Message string `json:"MESSAGE"`
 			Steps   string `json:"STEPS"`
 		}
-		if json.Unmarshal(sc.Bytes(), &e) != nil || !strings.HasPrefix(e.Message, "sandbox created") || e.Steps == "" {
+		if json.Unmarshal(sc.Bytes(), &e) != nil || !strings.HasPrefix(e.Message, message) || e.Steps == "" {
 			continue
 		}
 		m := map[string]time.Duration{}

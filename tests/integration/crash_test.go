@@ -220,15 +220,21 @@ func crashDestroy(t *testing.T, point string) {
 
 // crashFork: each fork is whole (ready, with the source's files and
 // system layer) or gone; the source runs on, not left frozen, its files
-// intact; the fork's snapshots of it are gone (checkNothingLeft).
+// intact; the fork's snapshots of it are gone (checkNothingLeft). Two
+// forks, but at ForkHeld, a single fork's point (no temporary snapshots:
+// the source held, frozen, while its fork's create snapshots it).
 func crashFork(t *testing.T, point string) {
 	id := crashSandbox(t, "source")
-	killedDuring(t, point, "fork", "--count", "2", id)
+	count := "2"
+	if point == crashpoint.ForkHeld {
+		count = "1"
+	}
+	killedDuring(t, point, "fork", "--count", count, id)
 	ids := sandboxIDsOf(t, crashProject)
 	if !slices.Contains(ids, id) {
 		t.Fatalf("killed at %s: the source %s is gone after the restart (sandboxes: %v)", point, id, ids)
 	}
-	want := map[string]int{crashpoint.ForkSnapshots: 0, crashpoint.ForkFirst: 1, crashpoint.ForkMade: 2}[point]
+	want := map[string]int{crashpoint.ForkSnapshots: 0, crashpoint.ForkFirst: 1, crashpoint.ForkMade: 2, crashpoint.ForkHeld: 0}[point]
 	if len(ids) != want+1 {
 		t.Fatalf("killed at %s: sandboxes of the project after the restart: %v; want the source and %d fork(s)", point, ids, want)
 	}
