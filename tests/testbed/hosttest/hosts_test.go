@@ -1,0 +1,244 @@
+package hosttest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandboxd/sandboxd/client"
+	"github.com/sandboxd/sandboxd/tests/testbed"
+)
+
+// hostConfig is a host's sandboxd.toml: its btrfs, project "web", and
+// sandboxes in user namespaces over the host root's layers.
+func hostConfig(tb *testbed.Testbed) string {
+	layers, _ := json.Marshal(tb.Layers)
+	return fmt.Sprintf(`
+[storage]
+backend = "btrfs"
+[storage.btrfs]
+root = %q
+[sandbox]
+userns = "require"
+root_layers = %s
+[[project]]
+name = "web"
+path = %q
+`, filepath.Join(tb.Btrfs.Mount, "sandboxd"), layers, tb.Btrfs.Project)
+}
+
+// left is what a host holds on the machine, to check none of it outlives
+// its Down.
+type left struct {
+	name, dir, cgroup, pidNS string
+	pid                      int
+	images                   []string
+}
+
+func (l left) check(t *testing.T) {
+	t.Helper()
+	if _, err := os.Stat(fmt.Sprintf("/proc/%d", l.pid)); err == nil {
+		t.Errorf("host %s: its systemd (pid %d) is still there", l.name, l.pid)
+	}
+	if _, err := os.Stat(l.dir); err == nil {
+		t.Errorf("host %s: its directory %s is still there", l.name, l.dir)
+	}
+	if testbed.SubtreeExists(l.cgroup) {
+		pids, _ := testbed.SubtreeProcs(l.cgroup)
+		t.Errorf("host %s: its cgroup subtree %s is still there (processes %v)", l.name, l.cgroup, pids)
+	}
+	for _, img := range l.images {
+		if out := testbed.MustRun(t, "losetup", "-n", "-O", "NAME", "-j", img); strings.TrimSpace(out) != "" {
+			t.Errorf("host %s: loop devices still on %s: %s", l.name, img, out)
+		}
+	}
+	mounts, _ := os.ReadFile("/proc/self/mountinfo")
+	if strings.Contains(string(mounts), l.dir) {
+		t.Errorf("host %s: mounts below %s are left on the machine", l.name, l.dir)
+	}
+	// No process of its PID namespace is left.
+	procs, _ := filepath.Glob("/proc/[0-9]*/ns/pid")
+	for _, p := range procs {
+		if ns, err := os.Readlink(p); err == nil && ns == l.pidNS {
+			t.Errorf("host %s: process %s of its PID namespace is left", l.name, filepath.Base(filepath.Dir(filepath.Dir(p))))
+		}
+	}
+}
+
+// TestTwoHostsAtOnce brings up two testbed hosts at once and proves each
+// a host of its own: its systemd runs, a scope's memory limit OOM-kills a
+// hog in each, its btrfs pool is its own, its sandboxd (installed from
+// outside) serves its own sandboxes over its own bus; stopping sandboxd
+// or ending one host leaves the other serving, and nothing of either is
+// left after their Down. A single testbed comes up again afterwards.
+func TestTwoHostsAtOnce(t *testing.T) {
+	if err := testbed.Preflight(); err != nil {
+		t.Fatal(err)
+	}
+	repo, err := filepath.Abs("../../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(repo, "bin", "sandboxd")
+	if _, err := os.Stat(bin); err != nil {
+		t.Fatalf("%v: run `make build` first", err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	base := filepath.Join(testbed.DefaultDir, "hosttest-hosts")
+	hosts, err := testbed.UpHosts(ctx, testbed.Config{Dir: base, Binds: []string{repo}, DieWithParent: true, Logf: t.Logf}, "alpha", "beta")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, tb := range hosts {
+			_ = tb.Down()
+		}
+		_ = os.Remove(filepath.Join(base, "hosts"))
+		_ = os.Remove(base)
+	})
+	names := []string{"alpha", "beta"}
+	var lefts []left
+	for i, tb := range hosts {
+		pidNS, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", tb.PID))
+		if err != nil {
+			t.Fatal(err)
+		}
+		lefts = append(lefts, left{name: names[i], dir: tb.Dir, cgroup: tb.Cgroup, pidNS: pidNS, pid: tb.PID, images: []string{tb.Btrfs.Image}})
+		if tb.ZFS.Pool != "" {
+			t.Errorf("host %s has a zfs pool %q; want none", names[i], tb.ZFS.Pool)
+		}
+	}
+	if lefts[0].cgroup == lefts[1].cgroup || lefts[0].pidNS == lefts[1].pidNS {
+		t.Fatalf("the hosts share a cgroup subtree or a PID namespace: %+v", lefts)
+	}
+	for i, tb := range hosts {
+		name := names[i]
+		out, _ := tb.Run(ctx, "systemctl", "is-system-running")
+		if state := strings.TrimSpace(out); state != "running" && state != "degraded" {
+			t.Errorf("host %s: is-system-running %q", name, state)
+		}
+		// Its systemd made its slices in its own subtree, not the machine's.
+		if _, err := os.Stat(filepath.Join("/sys/fs/cgroup/systemd", tb.Cgroup, "init.scope")); err != nil {
+			t.Errorf("host %s: no init.scope in its subtree: %v", name, err)
+		}
+		// Real limits: the hog fits under 512M and is killed under 64M.
+		hog := "head -c 200M /dev/zero | tail >/dev/null && echo fits"
+		out, err = tb.Run(ctx, "systemd-run", "--quiet", "--scope", "-p", "MemoryMax=512M", "sh", "-c", hog)
+		if err != nil || strings.TrimSpace(out) != "fits" {
+			t.Errorf("host %s: 200M under MemoryMax=512M: %q, %v; want it to fit", name, out, err)
+		}
+		out, err = tb.Run(ctx, "systemd-run", "--quiet", "--scope", "-p", "MemoryMax=64M", "sh", "-c", hog)
+		if err == nil || strings.Contains(out, "fits") {
+			t.Errorf("host %s: 200M under MemoryMax=64M: %q, %v; want it OOM-killed", name, out, err)
+		}
+		// Its own pool: a file written in one is absent in the other.
+		if _, err := tb.Run(ctx, "sh", "-c", "echo "+name+" >"+filepath.Join(tb.Btrfs.Project, "whose")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, tb := range hosts {
+		out, err := tb.Run(ctx, "cat", filepath.Join(tb.Btrfs.Project, "whose"))
+		if err != nil || strings.TrimSpace(out) != names[i] {
+			t.Errorf("host %s: its project's file reads %q, %v; want %q (its own pool)", names[i], out, err, names[i])
+		}
+	}
+
+	// sandboxd in each, a sandbox in each from outside over its bus.
+	clients := make([]*client.Client, len(hosts))
+	ids := make([]string, len(hosts))
+	for i, tb := range hosts {
+		if err := tb.InstallServiceOn(ctx, repo, bin, hostConfig(tb)); err != nil {
+			t.Fatalf("host %s: %v", names[i], err)
+		}
+		c, err := client.ConnectAddress(ctx, tb.BusAddress())
+		if err != nil {
+			t.Fatalf("host %s: %v", names[i], err)
+		}
+		t.Cleanup(func() { c.Close() })
+		clients[i] = c
+		sb, err := c.Create(ctx, "web", client.CreateOptions{Name: "on-" + names[i], MemoryMax: 256 << 20})
+		if err != nil {
+			t.Fatalf("host %s: creating a sandbox: %v", names[i], err)
+		}
+		ids[i] = sb.ID()
+		stdout, _, st, err := sb.Output(ctx, []string{"cat", "/project/whose"}, client.ExecOptions{})
+		if err != nil || st.Code != 0 {
+			t.Errorf("host %s: a command in its sandbox: %v, %+v", names[i], err, st)
+		}
+		t.Logf("host %s: sandbox %s sees %q", names[i], ids[i], stdout)
+		// sandboxd's own freeze (cgroup.freeze) works in a host.
+		if err := sb.Freeze(ctx); err != nil {
+			t.Errorf("host %s: freezing its sandbox: %v", names[i], err)
+		} else if err := sb.Thaw(ctx); err != nil {
+			t.Errorf("host %s: thawing its sandbox: %v", names[i], err)
+		}
+	}
+	listed := func(i int) ([]string, error) {
+		list, err := clients[i].List(ctx)
+		var got []string
+		for _, e := range list {
+			got = append(got, e.ID)
+		}
+		return got, err
+	}
+	for i := range hosts {
+		got, err := listed(i)
+		if err != nil || !slices.Equal(got, []string{ids[i]}) {
+			t.Errorf("host %s lists %v, %v; want its own sandbox alone, %s", names[i], got, err, ids[i])
+		}
+	}
+
+	// Stopping sandboxd in alpha leaves beta's serving.
+	if _, err := hosts[0].Run(ctx, "systemctl", "stop", "sandboxd.service"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := clients[0].List(ctx); err == nil {
+		t.Errorf("host alpha's sandboxd answers after its stop")
+	}
+	if got, err := listed(1); err != nil || !slices.Equal(got, []string{ids[1]}) {
+		t.Errorf("host beta after alpha's sandboxd stopped: %v, %v; want %s", got, err, ids[1])
+	}
+
+	// Down of alpha leaves beta up and serving.
+	if err := hosts[0].Down(); err != nil {
+		t.Errorf("ending host alpha: %v", err)
+	}
+	lefts[0].check(t)
+	out, _ := hosts[1].Run(ctx, "systemctl", "is-system-running")
+	if state := strings.TrimSpace(out); state != "running" && state != "degraded" {
+		t.Errorf("host beta after alpha's Down: is-system-running %q", state)
+	}
+	if got, err := listed(1); err != nil || !slices.Equal(got, []string{ids[1]}) {
+		t.Errorf("host beta after alpha's Down lists %v, %v; want %s", got, err, ids[1])
+	}
+	clients[1].Close()
+	if err := hosts[1].Down(); err != nil {
+		t.Errorf("ending host beta: %v", err)
+	}
+	lefts[1].check(t)
+	for _, h := range []string{"systemd", "memory", "unified"} {
+		if _, err := os.Stat(filepath.Join("/sys/fs/cgroup", h, "sandboxd-testbed")); err == nil {
+			t.Errorf("/sys/fs/cgroup/%s/sandboxd-testbed is left after both hosts' Down", h)
+		}
+	}
+
+	// The lock is free again: a classic testbed comes up, and runs.
+	single, err := testbed.Up(ctx, testbed.Config{Dir: base, DieWithParent: true, Logf: t.Logf})
+	if err != nil {
+		t.Fatalf("a single testbed after the hosts: %v", err)
+	}
+	defer single.Down()
+	if out, err := single.Run(ctx, "systemctl", "is-system-running"); err != nil || strings.TrimSpace(out) != "running" {
+		t.Errorf("the single testbed after the hosts: %q, %v", out, err)
+	}
+	if err := single.Down(); err != nil {
+		t.Errorf("ending the single testbed: %v", err)
+	}
+}
