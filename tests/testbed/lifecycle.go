@@ -408,8 +408,8 @@ func Attach(base string) (*Testbed, error) {
 	return &Testbed{Info: *info}, nil
 }
 
-// Stop ends the testbed under base (DefaultDir when empty), whether it is
-// alive or left behind by a crash.
+// Stop ends the testbed under base (DefaultDir when empty), and the hosts
+// of UpHosts there, whether alive or left behind by a crash.
 func Stop(ctx context.Context, base string) error {
 	base = baseDir(base)
 	lock, err := lockFile(ctx, lockPath, nil)
@@ -427,7 +427,17 @@ func Stop(ctx context.Context, base string) error {
 			return err
 		}
 	}
-	return removeInstance(instanceDir(base))
+	// UpHosts' hosts under base, which a process without DieWithParent
+	// may have left running.
+	hostInfos, _ := filepath.Glob(filepath.Join(hostsDir(base), "*", "shared", stateFile))
+	for _, path := range hostInfos {
+		if info, err := readInfo(path); err == nil {
+			if err := killAndWait(info.PID, info.StartTime); err != nil {
+				return err
+			}
+		}
+	}
+	return errors.Join(removeInstance(instanceDir(base)), clearStaleHosts(base))
 }
 
 // clearStale removes what a dead testbed left under base, or reports

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -135,7 +136,7 @@ func TestTwoHostsAtOnce(t *testing.T) {
 			t.Errorf("host %s: 200M under MemoryMax=512M: %q, %v; want it to fit", name, out, err)
 		}
 		out, err = tb.Run(ctx, "systemd-run", "--quiet", "--scope", "-p", "MemoryMax=64M", "sh", "-c", hog)
-		if err == nil || strings.Contains(out, "fits") {
+		if err == nil || !strings.Contains(err.Error(), "exit status 137") || strings.Contains(out, "fits") {
 			t.Errorf("host %s: 200M under MemoryMax=64M: %q, %v; want it OOM-killed", name, out, err)
 		}
 		// Its own pool: a file written in one is absent in the other.
@@ -168,11 +169,25 @@ func TestTwoHostsAtOnce(t *testing.T) {
 			t.Fatalf("host %s: creating a sandbox: %v", names[i], err)
 		}
 		ids[i] = sb.ID()
-		stdout, _, st, err := sb.Output(ctx, []string{"cat", "/project/whose"}, client.ExecOptions{})
-		if err != nil || st.Code != 0 {
-			t.Errorf("host %s: a command in its sandbox: %v, %+v", names[i], err, st)
+		stdout, stderr, st, err := sb.Output(ctx, []string{"cat", filepath.Join(tb.Btrfs.Project, "whose")}, client.ExecOptions{})
+		if err != nil || st.Code != 0 || strings.TrimSpace(string(stdout)) != names[i] {
+			t.Errorf("host %s: its sandbox reads its project's file: %q, %v, %+v (%s); want %q", names[i], stdout, err, st, stderr, names[i])
 		}
-		t.Logf("host %s: sandbox %s sees %q", names[i], ids[i], stdout)
+		// The sandbox's own limit (MemoryMax 256M) holds in a host.
+		stdout, stderr, st, err = sb.Output(ctx, []string{"sh", "-c", "head -c 400M /dev/zero | tail >/dev/null && echo fits"}, client.ExecOptions{})
+		if err != nil || st.Code != 137 || strings.Contains(string(stdout), "fits") {
+			t.Errorf("host %s: 400M in its sandbox of MemoryMax 256M: %q, %v, %+v (%s); want it OOM-killed", names[i], stdout, err, st, stderr)
+		}
+		// Its scope is in the host's subtree of the machine's hierarchies.
+		scope := "sandbox-" + sb.ID() + ".scope"
+		found := false
+		_ = filepath.WalkDir(filepath.Join("/sys/fs/cgroup/memory", tb.Cgroup), func(path string, d fs.DirEntry, err error) error {
+			found = found || err == nil && d.IsDir() && d.Name() == scope
+			return nil
+		})
+		if !found {
+			t.Errorf("host %s: no %s in its subtree %s of the memory hierarchy", names[i], scope, tb.Cgroup)
+		}
 		// sandboxd's own freeze (cgroup.freeze) works in a host.
 		if err := sb.Freeze(ctx); err != nil {
 			t.Errorf("host %s: freezing its sandbox: %v", names[i], err)
