@@ -1,11 +1,13 @@
 package hosttest
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -255,5 +257,101 @@ func TestTwoHostsAtOnce(t *testing.T) {
 	}
 	if err := single.Down(); err != nil {
 		t.Errorf("ending the single testbed: %v", err)
+	}
+}
+
+// envHoldHosts makes TestHelperHoldHosts bring hosts up under its value
+// (a base directory), print their pids and wait to be killed.
+const envHoldHosts = "SANDBOXD_TEST_HOLD_HOSTS"
+
+func TestHelperHoldHosts(t *testing.T) {
+	base := os.Getenv(envHoldHosts)
+	if base == "" {
+		t.Skip("a helper of TestHostsOfAKilledProcessGoAndTheNextUpClearsThem")
+	}
+	hosts, err := testbed.UpHosts(t.Context(), testbed.Config{Dir: base, DieWithParent: true}, "alpha", "beta")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tb := range hosts {
+		fmt.Printf("host %d %s %s\n", tb.PID, tb.Cgroup, tb.Btrfs.Image)
+	}
+	fmt.Println("ready")
+	time.Sleep(5 * time.Minute)
+}
+
+// TestHostsOfAKilledProcessGoAndTheNextUpClearsThem kills (SIGKILL) a
+// process holding two hosts: both die with it, and the next UpHosts
+// clears the subtrees and directories they left, and its Down leaves
+// nothing.
+func TestHostsOfAKilledProcessGoAndTheNextUpClearsThem(t *testing.T) {
+	if err := testbed.Preflight(); err != nil {
+		t.Fatal(err)
+	}
+	base := filepath.Join(testbed.DefaultDir, "hosttest-killed")
+	t.Cleanup(func() {
+		_ = testbed.Stop(context.Background(), base)
+		_ = os.RemoveAll(base)
+	})
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperHoldHosts$", "-test.v")
+	cmd.Env = append(os.Environ(), envHoldHosts+"="+base)
+	cmd.Stderr = os.Stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	var lefts []left
+	sc := bufio.NewScanner(stdout)
+	for sc.Scan() && sc.Text() != "ready" {
+		var l left
+		if n, _ := fmt.Sscanf(sc.Text(), "host %d %s %s", &l.pid, &l.cgroup, &l.dir); n == 3 {
+			l.name, l.images = filepath.Base(l.cgroup), []string{l.dir}
+			l.dir = filepath.Join(base, "hosts", l.name)
+			l.pidNS, _ = os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", l.pid))
+			lefts = append(lefts, l)
+		}
+	}
+	if len(lefts) != 2 {
+		t.Fatalf("the helper brought up %d hosts; want 2", len(lefts))
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	for _, l := range lefts {
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			if _, err := os.Stat(fmt.Sprintf("/proc/%d", l.pid)); err != nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("host %s's systemd (pid %d) outlived its owner's SIGKILL", l.name, l.pid)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if !testbed.SubtreeExists(l.cgroup) {
+			t.Logf("host %s's subtree went with it already", l.name)
+		}
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	hosts, err := testbed.UpHosts(ctx, testbed.Config{Dir: base, DieWithParent: true}, "gamma")
+	if err != nil {
+		t.Fatalf("hosts after a killed owner's: %v", err)
+	}
+	for _, l := range lefts {
+		if testbed.SubtreeExists(l.cgroup) {
+			t.Errorf("host %s's subtree %s is left after the next UpHosts", l.name, l.cgroup)
+		}
+	}
+	gamma := left{name: "gamma", dir: hosts[0].Dir, cgroup: hosts[0].Cgroup, pid: hosts[0].PID, images: []string{hosts[0].Btrfs.Image}}
+	gamma.pidNS, _ = os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", gamma.pid))
+	if err := hosts[0].Down(); err != nil {
+		t.Error(err)
+	}
+	for _, l := range append(lefts, gamma) {
+		l.check(t)
 	}
 }
