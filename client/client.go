@@ -35,6 +35,18 @@ func Connect(ctx context.Context) (*Client, error) {
 	return &Client{conn: conn}, nil
 }
 
+// ConnectAddress opens a connection to sandboxd over the bus at address,
+// a D-Bus address (unix:path=...): another host's system bus, as a fleet
+// test dials each of its hosts' from outside. ctx bounds the connecting
+// only.
+func ConnectAddress(ctx context.Context, address string) (*Client, error) {
+	conn, err := dialWith(ctx, "the bus at "+address, func() (*dbus.Conn, error) { return dbus.Connect(address) })
+	if err != nil {
+		return nil, err
+	}
+	return &Client{conn: conn}, nil
+}
+
 // New makes a Client of conn, a connection to the system bus the caller
 // made (sandboxctl, which also makes calls the Client does not wrap, such
 // as ExecTerminal's). Close closes conn.
@@ -42,6 +54,12 @@ func New(conn *dbus.Conn) *Client { return &Client{conn: conn} }
 
 // dial connects to the system bus, giving up when ctx ends.
 func dial(ctx context.Context) (*dbus.Conn, error) {
+	return dialWith(ctx, "the system bus", func() (*dbus.Conn, error) { return dbus.ConnectSystemBus() })
+}
+
+// dialWith connects to bus (named so in errors) with connect, giving up
+// when ctx ends.
+func dialWith(ctx context.Context, bus string, connect func() (*dbus.Conn, error)) (*dbus.Conn, error) {
 	type result struct {
 		conn *dbus.Conn
 		err  error
@@ -50,13 +68,13 @@ func dial(ctx context.Context) (*dbus.Conn, error) {
 	go func() {
 		// Not dbus.WithContext(ctx): godbus would close the connection
 		// when ctx ends, and the connection outlives this call.
-		conn, err := dbus.ConnectSystemBus()
+		conn, err := connect()
 		done <- result{conn, err}
 	}()
 	select {
 	case r := <-done:
 		if r.err != nil {
-			return nil, fmt.Errorf("connecting to the system bus: %w", r.err)
+			return nil, fmt.Errorf("connecting to %s: %w", bus, r.err)
 		}
 		return r.conn, nil
 	case <-ctx.Done():
@@ -65,7 +83,7 @@ func dial(ctx context.Context) (*dbus.Conn, error) {
 				r.conn.Close()
 			}
 		}()
-		return nil, fmt.Errorf("connecting to the system bus: %w", ctx.Err())
+		return nil, fmt.Errorf("connecting to %s: %w", bus, ctx.Err())
 	}
 }
 

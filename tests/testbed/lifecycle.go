@@ -53,6 +53,20 @@ pivot_root . oldroot
 cd /
 umount -l /oldroot
 rmdir /oldroot
+# A host of UpHosts runs in a cgroup namespace whose root is its own subtree
+# (hostStage): the hierarchies are mounted anew, so that its systemd sees
+# that subtree as the root of each and makes its slices there, apart from
+# every other host's.
+if [ -n "${CGMOUNTS:-}" ]; then
+	mount -t tmpfs -o mode=755,nosuid,nodev,noexec tmpfs /sys/fs/cgroup
+	for m in $CGMOUNTS; do
+		name=${m%% *}
+		rest=${m#* }
+		mkdir -p "/sys/fs/cgroup/$name"
+		mount -t "${rest%% *}" -o "${rest#* }" cgroup "/sys/fs/cgroup/$name"
+	done
+	mount -o remount,ro,mode=755,nosuid,nodev,noexec tmpfs /sys/fs/cgroup
+fi
 mkdir -p /run/systemd/system/dbus.socket.d /run/systemd/system/dbus.service.d
 # Any service with default dependencies pulls in sysinit.target, whose units
 # act on the whole machine (sysctl, modules, binfmt, the clock, /dev/log in
@@ -90,6 +104,7 @@ exec "$SYSTEMD" --system --unit=testbed.target --log-target=kmsg --log-level=war
 type Testbed struct {
 	Info
 	lock   *os.File   // held while this process owns the testbed
+	hosts  *hostsLock // a host's: the lock all of UpHosts' hosts share
 	exited chan error // the systemd's exit, when this process is its parent
 	// dieWithParent and logf are Up's Config's, for Reboot's boot.
 	dieWithParent bool
@@ -122,12 +137,24 @@ func Up(ctx context.Context, cfg Config) (tb *Testbed, err error) {
 	if err := clearStale(base); err != nil {
 		return tb, err
 	}
+	if err := clearStaleHosts(base); err != nil {
+		return tb, err
+	}
+	if err := tb.make(ctx, cfg, instanceDir(base), true); err != nil {
+		return tb, err
+	}
+	cfg.logf("testbed: up in %v (btrfs at %s, zfs pool %s)", time.Since(begin).Round(time.Millisecond), tb.Btrfs.Mount, tb.ZFS.Pool)
+	return tb, nil
+}
 
-	dir := instanceDir(base)
+// make makes the testbed's files in dir, boots its systemd and provisions
+// its btrfs filesystem (and its zfs pool, withZFS); tb holds the lock.
+func (tb *Testbed) make(ctx context.Context, cfg Config, dir string, withZFS bool) error {
+	begin := time.Now()
 	tb.Dir = dir
 	for _, sub := range []string{"layer", "root", "shared"} {
 		if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
-			return tb, fmt.Errorf("making the testbed directory: %w", err)
+			return fmt.Errorf("making the testbed directory: %w", err)
 		}
 	}
 	shared := filepath.Join(dir, "shared")
@@ -137,11 +164,13 @@ func Up(ctx context.Context, cfg Config) (tb *Testbed, err error) {
 		Mount:   BtrfsMount,
 		Project: filepath.Join(BtrfsMount, projectName),
 	}
-	tb.ZFS = ZFS{
-		Image:      filepath.Join(shared, "zfs.img"),
-		Pool:       ZFSPool,
-		Project:    ZFSPool + "/" + projectName,
-		Mountpoint: filepath.Join(ZFSMount, projectName),
+	if withZFS {
+		tb.ZFS = ZFS{
+			Image:      filepath.Join(shared, "zfs.img"),
+			Pool:       ZFSPool,
+			Project:    ZFSPool + "/" + projectName,
+			Mountpoint: filepath.Join(ZFSMount, projectName),
+		}
 	}
 	btrfsMB, zfsMB := cfg.BtrfsMB, cfg.ZFSMB
 	if btrfsMB == 0 {
@@ -153,40 +182,43 @@ func Up(ctx context.Context, cfg Config) (tb *Testbed, err error) {
 	// The images are made from the host, before boot: mkfs needs nothing of
 	// the namespace, and the files sit on the host's disk, not in the overlay.
 	if err := sparseFile(tb.Btrfs.Image, btrfsMB<<20); err != nil {
-		return tb, err
+		return err
 	}
 	if out, err := exec.CommandContext(ctx, "mkfs.btrfs", "-q", tb.Btrfs.Image).CombinedOutput(); err != nil {
-		return tb, fmt.Errorf("making btrfs on %s: %w: %s", tb.Btrfs.Image, err, strings.TrimSpace(string(out)))
+		return fmt.Errorf("making btrfs on %s: %w: %s", tb.Btrfs.Image, err, strings.TrimSpace(string(out)))
 	}
-	if err := sparseFile(tb.ZFS.Image, zfsMB<<20); err != nil {
-		return tb, err
+	if withZFS {
+		if err := sparseFile(tb.ZFS.Image, zfsMB<<20); err != nil {
+			return err
+		}
 	}
 	// ext4, not btrfs: with a btrfs upper, copy-up into directories of the
 	// machine's root failed with ENODATA (docs/userns.md).
 	rootImage := filepath.Join(shared, rootImageName)
 	if err := sparseFile(rootImage, rootLayerMB<<20); err != nil {
-		return tb, err
+		return err
 	}
 	if out, err := exec.CommandContext(ctx, "mkfs.ext4", "-q", "-F", rootImage).CombinedOutput(); err != nil {
-		return tb, fmt.Errorf("making ext4 on %s: %w: %s", rootImage, err, strings.TrimSpace(string(out)))
+		return fmt.Errorf("making ext4 on %s: %w: %s", rootImage, err, strings.TrimSpace(string(out)))
 	}
 
 	if err := tb.boot(ctx, cfg.DieWithParent); err != nil {
-		return tb, err
+		return err
 	}
 	cfg.logf("testbed: systemd up (pid %d) in %v", tb.PID, time.Since(begin).Round(time.Millisecond))
 	tb.Layers = []string{filepath.Join(LayersDir, "upper"), filepath.Join(LayersDir, "lower")}
 	if err := tb.provisionBtrfs(ctx); err != nil {
-		return tb, err
+		return err
 	}
-	if err := tb.provisionZFS(ctx); err != nil {
-		return tb, err
+	if withZFS {
+		if err := tb.provisionZFS(ctx); err != nil {
+			return err
+		}
 	}
 	if err := tb.writeInfo(); err != nil {
-		return tb, err
+		return err
 	}
-	cfg.logf("testbed: up in %v (btrfs at %s, zfs pool %s)", time.Since(begin).Round(time.Millisecond), tb.Btrfs.Mount, tb.ZFS.Pool)
-	return tb, nil
+	return nil
 }
 
 // boot starts the boot script as PID 1 of new PID and mount namespaces and
@@ -206,6 +238,16 @@ func (tb *Testbed) boot(ctx context.Context, dieWithParent bool) error {
 		"BINDS=" + strings.Join(tb.Binds, "\n"),
 		"SYSTEMD=" + systemdBinary,
 		"LAYERS=" + LayersDir,
+	}
+	if tb.Cgroup != "" {
+		// A host: PID 1 joins its own subtree in every hierarchy, then
+		// takes a cgroup namespace rooted there before it boots.
+		dirs, mounts, err := makeSubtree(tb.Cgroup)
+		if err != nil {
+			return err
+		}
+		cmd.Args = []string{"/bin/sh", "-c", hostStage}
+		cmd.Env = append(cmd.Env, "BOOT="+bootScript, "CGROUPS="+strings.Join(dirs, "\n"), "CGMOUNTS="+strings.Join(mounts, "\n"))
 	}
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{
@@ -333,9 +375,19 @@ func (tb *Testbed) Down() error {
 			errs = append(errs, err)
 		}
 	}
+	if tb.Cgroup != "" {
+		if err := removeSubtree(tb.Cgroup); err != nil {
+			errs = append(errs, err)
+		}
+		tb.Cgroup = ""
+	}
 	if tb.lock != nil {
 		tb.lock.Close() // releases the flock
 		tb.lock = nil
+	}
+	if tb.hosts != nil {
+		tb.hosts.release() // the last host's Down releases the flock
+		tb.hosts = nil
 	}
 	return errors.Join(errs...)
 }
@@ -356,8 +408,8 @@ func Attach(base string) (*Testbed, error) {
 	return &Testbed{Info: *info}, nil
 }
 
-// Stop ends the testbed under base (DefaultDir when empty), whether it is
-// alive or left behind by a crash.
+// Stop ends the testbed under base (DefaultDir when empty), and the hosts
+// of UpHosts there, whether alive or left behind by a crash.
 func Stop(ctx context.Context, base string) error {
 	base = baseDir(base)
 	lock, err := lockFile(ctx, lockPath, nil)
@@ -375,7 +427,17 @@ func Stop(ctx context.Context, base string) error {
 			return err
 		}
 	}
-	return removeInstance(instanceDir(base))
+	// UpHosts' hosts under base, which a process without DieWithParent
+	// may have left running.
+	hostInfos, _ := filepath.Glob(filepath.Join(hostsDir(base), "*", "shared", stateFile))
+	for _, path := range hostInfos {
+		if info, err := readInfo(path); err == nil {
+			if err := killAndWait(info.PID, info.StartTime); err != nil {
+				return err
+			}
+		}
+	}
+	return errors.Join(removeInstance(instanceDir(base)), clearStaleHosts(base))
 }
 
 // clearStale removes what a dead testbed left under base, or reports

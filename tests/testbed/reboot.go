@@ -74,11 +74,13 @@ func (tb *Testbed) Reboot(ctx context.Context) error {
 	if _, err := tb.Run(ctx, "mount", "-o", "loop", tb.Btrfs.Image, tb.Btrfs.Mount); err != nil {
 		return fmt.Errorf("rebooting the testbed: mounting its btrfs again: %w", err)
 	}
-	if err := tb.startZFSFuse(ctx); err != nil {
-		return fmt.Errorf("rebooting the testbed: %w", err)
-	}
-	if err := tb.importPool(ctx); err != nil {
-		return fmt.Errorf("rebooting the testbed: %w", err)
+	if tb.ZFS.Pool != "" { // a host of UpHosts has none
+		if err := tb.startZFSFuse(ctx); err != nil {
+			return fmt.Errorf("rebooting the testbed: %w", err)
+		}
+		if err := tb.importPool(ctx); err != nil {
+			return fmt.Errorf("rebooting the testbed: %w", err)
+		}
 	}
 	if err := tb.writeInfo(); err != nil {
 		return fmt.Errorf("rebooting the testbed: %w", err)

@@ -93,6 +93,9 @@ type Info struct {
 	// `[sandbox] root_layers`. The root itself is an overlay, which cannot
 	// be idmapped; each layer can.
 	Layers []string `json:"layers"`
+	// Cgroup is a host's (UpHosts'): its subtree, the same path below the
+	// root of every cgroup hierarchy, its systemd's cgroup namespace's root.
+	Cgroup string `json:"cgroup,omitempty"`
 }
 
 // Btrfs is the testbed's btrfs filesystem.
@@ -261,7 +264,7 @@ func (tb *Testbed) Command(ctx context.Context, dir string, argv ...string) *exe
 	}
 	args := append([]string{"-t", strconv.Itoa(tb.PID), "-p", "-m", "-n", "--wd=" + dir, "--"}, argv...)
 	cmd := exec.CommandContext(ctx, "nsenter", args...)
-	cmd.Env = append(os.Environ(), envInfo+"="+InfoPath(filepath.Dir(tb.Dir)))
+	cmd.Env = append(os.Environ(), envInfo+"="+filepath.Join(tb.Dir, "shared", stateFile))
 	return cmd
 }
 
