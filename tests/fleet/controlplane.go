@@ -50,7 +50,7 @@ func Tools(repo string) (string, error) {
 	if dir == "" {
 		dir = filepath.Join(repo, ".tools", "fleet")
 	}
-	for _, name := range []string{"etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager", "agent-sandbox-controller"} {
+	for _, name := range []string{"etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager", "kubectl", "agent-sandbox-controller"} {
 		if _, err := os.Stat(filepath.Join(dir, "bin", name)); err != nil {
 			return "", fmt.Errorf("the fleet's %s is not built in %s: run `make fleet-tools` (tests/fleet/tools/build.sh; about 20 minutes the first time)", name, dir)
 		}
@@ -233,10 +233,10 @@ func (cp *ControlPlane) Kubelet(node string) (KubeletFiles, error) {
 	return KubeletFiles{Kubeconfig: kc, Cert: cert, Key: key, ClientCA: cp.pki.CA()}, nil
 }
 
-// Kubectl runs kubectl as the admin and returns its standard output; an
+// Kubectl runs kubectl (the tools', of the apiserver's version) as the admin and returns its standard output; an
 // error carries its standard error.
 func (cp *ControlPlane) Kubectl(ctx context.Context, args ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, "kubectl", append([]string{"--kubeconfig=" + cp.Kubeconfig}, args...)...)
+	cmd := exec.CommandContext(ctx, filepath.Join(cp.Tools, "bin", "kubectl"), append([]string{"--kubeconfig=" + cp.Kubeconfig}, args...)...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

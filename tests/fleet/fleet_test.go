@@ -16,8 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/godbus/dbus/v5"
-
 	"github.com/sandboxd/sandboxd/client"
 	"github.com/sandboxd/sandboxd/tests/fleet"
 	"github.com/sandboxd/sandboxd/tests/testbed"
@@ -230,11 +228,9 @@ func upHosts(ctx context.Context, t *testing.T) []*host {
 		if err := tb.InstallServiceOn(ctx, repo, filepath.Join(repo, "bin", "sandboxd"), hostConfig(tb)); err != nil {
 			t.Fatalf("installing sandboxd on %s: %v", h.name, err)
 		}
-		conn, err := dbus.Connect(tb.BusAddress())
-		if err != nil {
-			t.Fatalf("connecting to %s's bus at %s: %v", h.name, tb.BusAddress(), err)
+		if h.bus, err = client.ConnectAddress(ctx, tb.BusAddress()); err != nil {
+			t.Fatalf("connecting to %s's bus: %v", h.name, err)
 		}
-		h.bus = client.New(conn)
 		hosts = append(hosts, h)
 	}
 	return hosts
