@@ -127,7 +127,7 @@ var rules = []rule{
 // rooms are the supervisor's capabilities, each over the core's Host
 // (docs/architecture.md, "The supervisor's rooms").
 var rooms = []string{"supervisor/ports", "supervisor/caches", "supervisor/commands", "supervisor/checkpoints",
-	"supervisor/promotion", "supervisor/adopt", "supervisor/try", "supervisor/limits", "supervisor/fork"}
+	"supervisor/promotion", "supervisor/adopt", "supervisor/try", "supervisor/limits", "supervisor/fork", "supervisor/metrics"}
 
 // cliRule waits for the wire contract (issue 16): the CLI (cli and its
 // verbs' packages below it) imports only sandboxd1, the Go client on it
