@@ -141,10 +141,10 @@ var testOnly = in("tests", "supervisor/supervisortest", "supervisor/hosttest", "
 	"supervisor/api/options/optionstest")
 
 // daemonOnly and daemonLibs are what sandboxctl must not link (issue 16,
-// "Done when"): the daemon's rooms, and its store and storage libraries.
+// "Done when"): the daemon's rooms, and its store, storage and metrics libraries.
 var (
 	daemonOnly = in("supervisor", "cowfs", "runtime", "promote", "units")
-	daemonLibs = in("go.etcd.io/bbolt", "github.com/mistifyio/go-zfs", "github.com/dennwc/btrfs")
+	daemonLibs = in("go.etcd.io/bbolt", "github.com/mistifyio/go-zfs", "github.com/dennwc/btrfs", "github.com/prometheus/client_golang")
 )
 
 func TestImportRules(t *testing.T) {
