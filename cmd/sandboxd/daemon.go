@@ -27,6 +27,7 @@ import (
 	"github.com/sandboxd/sandboxd/supervisor/fork"
 	"github.com/sandboxd/sandboxd/supervisor/journal"
 	"github.com/sandboxd/sandboxd/supervisor/limits"
+	"github.com/sandboxd/sandboxd/supervisor/metrics"
 	"github.com/sandboxd/sandboxd/supervisor/ports"
 	"github.com/sandboxd/sandboxd/supervisor/projects"
 	"github.com/sandboxd/sandboxd/supervisor/promotion"
@@ -162,6 +163,11 @@ func run(ctx context.Context, configPath string) error {
 		SliceLimits: host.bounds(lim.SliceMemoryMax, lim.SliceTasksMax),
 	})
 
+	// The metrics count what the audit log hears from now on: the
+	// reconcile's and the callers' creates, commands and promotions.
+	rooms.Metrics = metrics.New(sup.Host().(metrics.Host), metrics.Config{UserMemoryMax: lim.UserMemoryMax.Of(host.memory)})
+	auditLog.Observe(rooms.Metrics.Audited)
+
 	if err := sup.ProbeUserNS(ctx); err != nil {
 		return errors.Join(exConfig, err)
 	}
@@ -205,6 +211,14 @@ func run(ctx context.Context, configPath string) error {
 		return err
 	}
 	defer srv.Close()
+	// Served once the API is: a scrape sees the sandboxes reconciled.
+	msrv, err := serveMetrics(cfg.Metrics, rooms.Metrics, log)
+	if err != nil {
+		return err
+	}
+	if msrv != nil {
+		defer msrv.Close() // before the API's: last deferred, first run
+	}
 
 	list, _ := sup.List(ctx)
 	_, _ = sddaemon.SdNotify(false, fmt.Sprintf("READY=1\nSTATUS=serving org.sandboxd1; %d sandboxes", len(list)))

@@ -127,7 +127,7 @@ var rules = []rule{
 // rooms are the supervisor's capabilities, each over the core's Host
 // (docs/architecture.md, "The supervisor's rooms").
 var rooms = []string{"supervisor/ports", "supervisor/caches", "supervisor/commands", "supervisor/checkpoints",
-	"supervisor/promotion", "supervisor/adopt", "supervisor/try", "supervisor/limits", "supervisor/fork"}
+	"supervisor/promotion", "supervisor/adopt", "supervisor/try", "supervisor/limits", "supervisor/fork", "supervisor/metrics"}
 
 // cliRule waits for the wire contract (issue 16): the CLI (cli and its
 // verbs' packages below it) imports only sandboxd1, the Go client on it
@@ -141,10 +141,10 @@ var testOnly = in("tests", "supervisor/supervisortest", "supervisor/hosttest", "
 	"supervisor/api/options/optionstest")
 
 // daemonOnly and daemonLibs are what sandboxctl must not link (issue 16,
-// "Done when"): the daemon's rooms, and its store and storage libraries.
+// "Done when"): the daemon's rooms, and its store, storage and metrics libraries.
 var (
 	daemonOnly = in("supervisor", "cowfs", "runtime", "promote", "units")
-	daemonLibs = in("go.etcd.io/bbolt", "github.com/mistifyio/go-zfs", "github.com/dennwc/btrfs")
+	daemonLibs = in("go.etcd.io/bbolt", "github.com/mistifyio/go-zfs", "github.com/dennwc/btrfs", "github.com/prometheus/client_golang")
 )
 
 func TestImportRules(t *testing.T) {

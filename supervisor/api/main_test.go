@@ -563,5 +563,7 @@ func roomsOf(se *supervisortest.Env) api.Rooms {
 
 	r.Limits = se.Limits
 
+	r.Metrics = se.Metrics
+
 	return r
 }

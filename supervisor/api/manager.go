@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/godbus/dbus/v5"
 
@@ -23,7 +24,7 @@ type manager struct{ s *Server }
 
 // CreateSandbox(s project, a{sv} options) -> (s id, o object)
 func (m manager) CreateSandbox(sender dbus.Sender, project string, opts map[string]dbus.Variant) (string, dbus.ObjectPath, *dbus.Error) {
-	s := m.s
+	s, start := m.s, time.Now()
 	r, derr := s.begin(sender, "CreateSandbox")
 	if derr != nil {
 		return "", "", derr
@@ -52,6 +53,7 @@ func (m manager) CreateSandbox(sender dbus.Sender, project string, opts map[stri
 	if err := s.SandboxChanged(context.WithoutCancel(r.ctx), sb.ID); err != nil {
 		s.log.Error("announcing a new sandbox", "SANDBOX_ID", sb.ID, "error", err)
 	}
+	s.rooms.Metrics.CreateTook(time.Since(start))
 	return sb.ID, sandboxd1.SandboxPath(sb.ID), s.end(r, sb.ID, nil)
 }
 

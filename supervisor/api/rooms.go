@@ -7,6 +7,7 @@ import (
 	"github.com/sandboxd/sandboxd/supervisor/commands"
 	"github.com/sandboxd/sandboxd/supervisor/fork"
 	"github.com/sandboxd/sandboxd/supervisor/limits"
+	"github.com/sandboxd/sandboxd/supervisor/metrics"
 	"github.com/sandboxd/sandboxd/supervisor/ports"
 	"github.com/sandboxd/sandboxd/supervisor/promotion"
 	"github.com/sandboxd/sandboxd/supervisor/try"
@@ -42,4 +43,7 @@ type Rooms struct {
 
 	// The bounds over many sandboxes and their use (GetLimits).
 	Limits *limits.Limits
+
+	// The metrics: CreateSandbox's latency (nil: not measured).
+	Metrics *metrics.Metrics
 }

@@ -17,6 +17,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -118,6 +119,23 @@ type Log struct {
 	// lines go on into the file it could not rotate.
 	retryAt time.Time
 	budgets budgets
+	// observe hears every entry (Observe), written or left out.
+	observe atomic.Pointer[func(Entry)]
+}
+
+// Observe has f hear every entry recorded from now on, before its
+// caller's budget is spent (a line left out is heard too), with no lock
+// of the log's held: the metrics count the actions so. f must be quick
+// and must not record. A nil f hears nothing more.
+func (l *Log) Observe(f func(Entry)) {
+	if l == nil {
+		return
+	}
+	if f == nil {
+		l.observe.Store(nil)
+		return
+	}
+	l.observe.Store(&f)
 }
 
 // Open opens (making it and its directory if needed) the log at path,
@@ -163,6 +181,9 @@ func (l *Log) Record(e Entry) error {
 	}
 	e.Command = Truncate(e.Command, field)
 	e.Error = Truncate(e.Error, field)
+	if f := l.observe.Load(); f != nil {
+		(*f)(e)
+	}
 	line, err := marshal(e)
 	if err != nil {
 		return err

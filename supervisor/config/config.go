@@ -61,6 +61,8 @@ type Config struct {
 	// Stages are the [[stage]] list, in order: where a promotion carries
 	// a sandbox's changes. Without any, there is one: "project".
 	Stages []Stage `toml:"stage"`
+	// Metrics is where the Prometheus metrics are served, if anywhere.
+	Metrics Metrics `toml:"metrics"`
 }
 
 // Stage targets other than a path or an ssh:// address.
@@ -204,6 +206,20 @@ type Limits struct {
 	// never.
 	IdleStop Duration `toml:"idle_stop"`
 	MaxTTL   Duration `toml:"max_ttl"`
+}
+
+// Metrics is the [metrics] section: where the daemon serves its
+// Prometheus metrics, if anywhere.
+type Metrics struct {
+	// Listen is "" (no metrics, the default), "unix:/absolute/path" (a
+	// socket of mode 0660, root's) or a loopback IP and port
+	// ("127.0.0.1:9477", "[::1]:9477"). Nothing else: the metrics name
+	// owners (uids) and their usage, which are not for the network; a
+	// Prometheus elsewhere scrapes through an agent on the host.
+	Listen string `toml:"listen"`
+	// Group (a name or numeric id) owns the unix socket, so that its
+	// members may scrape; "": root's group, root alone.
+	Group string `toml:"group"`
 }
 
 // Storage is the [storage] section: which pool holds sandboxes. Only the

@@ -49,6 +49,7 @@ func TestRepoConfigExamples(t *testing.T) {
 	want := Default()
 	want.Storage.Btrfs.Root = "/srv/sandboxd"
 	want.Storage.ZFS.Root = "tank/sandboxd"
+	want.Metrics = Metrics{Listen: "unix:/run/sandboxd/metrics.sock", Group: "adm"}
 	want.Projects = []Project{{Name: "web", Path: "/srv/web", Users: []string{"alice", "1001"}, Groups: []string{"webdev"},
 		Units: []string{"nginx.service"}, Env: []string{"APP_ENV=staging", "LOG_LEVEL=debug"},
 		Ignore: []string{"*.log", "/tmp/"}}, {Name: "data", Dataset: "tank/data"}}

@@ -191,6 +191,7 @@ func (c *Config) validate(file string, w *where) error {
 
 	v.sandbox(c)
 	v.stages(c)
+	v.metrics(c)
 
 	if len(v.errs) == 0 {
 		return nil

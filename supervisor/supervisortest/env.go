@@ -25,6 +25,7 @@ import (
 	"github.com/sandboxd/sandboxd/supervisor/commands"
 	"github.com/sandboxd/sandboxd/supervisor/fork"
 	"github.com/sandboxd/sandboxd/supervisor/limits"
+	"github.com/sandboxd/sandboxd/supervisor/metrics"
 	"github.com/sandboxd/sandboxd/supervisor/ports"
 	"github.com/sandboxd/sandboxd/supervisor/promotion"
 	"github.com/sandboxd/sandboxd/supervisor/state"
@@ -67,6 +68,8 @@ type Env struct {
 	Forks *fork.Forks
 
 	Limits *limits.Limits
+	// Metrics hears the audit log when the Config has one.
+	Metrics *metrics.Metrics
 
 	Config  supervisor.Config // what Sup was made with, to make another
 	FS      cowfs.Backend
@@ -193,6 +196,9 @@ func (e *Env) makeRooms() {
 	e.Try = try.New(e.Sup.Host().(try.Host), try.Config{Runner: e.Commands, Forks: e.Forks})
 
 	e.Limits = limits.New(e.Sup.Host().(limits.Host), limits.Config{UserLimits: e.Config.UserLimits})
+
+	e.Metrics = metrics.New(e.Sup.Host().(metrics.Host), metrics.Config{NoProcess: true})
+	e.Config.Audit.Observe(e.Metrics.Audited)
 }
 
 // RunAs runs script in sandbox id through cmds as uid (0: as root), with
