@@ -82,9 +82,10 @@ func PlanPod(pod *corev1.Pod) (Plan, error) {
 	}
 	p.Spawn.Dir = c.WorkingDir
 	p.Spawn.Restart = true
-	if len(p.Spawn.Env) > 0 && p.Argv == nil {
-		return Plan{}, fmt.Errorf("container %q: env without a command: a sandbox has no environment of its own, only its processes: %w", c.Name, ErrPodSpec)
-	}
+	// Without a command the environment has no process to go to (a
+	// sandbox has none of its own; kubectl exec's commands get the
+	// daemon's): it is not refused, since virtual-kubelet adds the
+	// services' variables to every pod that does not turn enableServiceLinks off.
 	for _, port := range c.Ports {
 		if port.Protocol != "" && port.Protocol != corev1.ProtocolTCP {
 			return Plan{}, fmt.Errorf("container %q: port %d/%s: only TCP ports are exposed: %w", c.Name, port.ContainerPort, port.Protocol, ErrPodSpec)

@@ -123,12 +123,6 @@ func TestPlanPodRefusals(t *testing.T) {
 			p.Annotations = map[string]string{AnnotationNetwork: "bridge"}
 			return p
 		}, ErrPodSpec, `"bridge"`},
-		"env without command": {func() *corev1.Pod {
-			c := ok
-			c.Command = nil
-			c.Env = []corev1.EnvVar{{Name: "A", Value: "b"}}
-			return pod(c)
-		}, ErrPodSpec, "env without a command"},
 	}
 	for name, tc := range cases {
 		_, err := PlanPod(tc.pod())
