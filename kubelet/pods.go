@@ -116,13 +116,20 @@ func (p *Provider) makeSandbox(ctx context.Context, plan Plan) (*client.Sandbox,
 	for attempt := 0; ; attempt++ {
 		c, err := p.client(ctx)
 		if err == nil {
+			// Found first: a full host refuses a create before it
+			// looks at the name.
 			var sb *client.Sandbox
-			sb, err = c.Create(ctx, plan.Project, plan.Create)
-			if errors.Is(err, client.ErrExists) {
-				return c.Sandbox(ctx, plan.Create.Name)
-			}
-			if err == nil {
+			if sb, err = c.Sandbox(ctx, plan.Create.Name); err == nil {
 				return sb, nil
+			}
+			if errors.Is(err, client.ErrNoSuchSandbox) {
+				sb, err = c.Create(ctx, plan.Project, plan.Create)
+				if errors.Is(err, client.ErrExists) {
+					return c.Sandbox(ctx, plan.Create.Name)
+				}
+				if err == nil {
+					return sb, nil
+				}
 			}
 		}
 		if !transient(err) || attempt == 5 {

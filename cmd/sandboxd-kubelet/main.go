@@ -23,6 +23,7 @@ import (
 	"github.com/virtual-kubelet/virtual-kubelet/node/nodeutil"
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/sandboxd/sandboxd/kubelet"
 )
@@ -118,7 +119,14 @@ func run(ctx context.Context, f flags, log *slog.Logger) error {
 	if net.ParseIP(f.nodeIP) == nil {
 		return fmt.Errorf("--node-ip %q is not an IP address", f.nodeIP)
 	}
-	kube, err := nodeutil.ClientsetFromEnv(f.kubeconfig)
+	rc, err := clientcmd.BuildConfigFromFlags("", f.kubeconfig)
+	if err != nil {
+		return fmt.Errorf("--kubeconfig %s: %w", f.kubeconfig, err)
+	}
+	// A node's pods' status, leases and annotations: more than
+	// client-go's default 5 calls a second when a warm pool fills.
+	rc.QPS, rc.Burst = 50, 100
+	kube, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		return fmt.Errorf("--kubeconfig %s: %w", f.kubeconfig, err)
 	}
