@@ -69,7 +69,9 @@ func (f Facts) Pool() string {
 func NodeLabels(base map[string]string, f Facts) map[string]string {
 	l := map[string]string{}
 	for k, v := range base {
-		if !strings.HasPrefix(k, LabelProject) {
+		// virtual-kubelet's kubernetes.io/role is a label the
+		// NodeRestriction admission plugin refuses a node.
+		if !strings.HasPrefix(k, LabelProject) && k != "kubernetes.io/role" {
 			l[k] = v
 		}
 	}

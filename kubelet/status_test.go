@@ -78,7 +78,7 @@ func TestPodStatus(t *testing.T) {
 
 func TestNodeLabelsAndConditions(t *testing.T) {
 	f := Facts{Projects: []sandboxd1.ProjectEntry{{Name: "web", Location: "/srv/pool/projects/web"}, {Name: "api", Location: "/srv/api"}}, Idmap: "true"}
-	l := NodeLabels(map[string]string{"kubernetes.io/hostname": "h1", LabelProject + "old": "true"}, f)
+	l := NodeLabels(map[string]string{"kubernetes.io/hostname": "h1", "kubernetes.io/role": "agent", LabelProject + "old": "true"}, f)
 	for k, v := range map[string]string{"type": "virtual-kubelet", "kubernetes.io/os": "linux", LabelNode: "true",
 		LabelProject + "web": "true", LabelProject + "api": "true", LabelPool: "btrfs", LabelIdmap: "true", "kubernetes.io/hostname": "h1"} {
 		if l[k] != v {
@@ -87,6 +87,9 @@ func TestNodeLabelsAndConditions(t *testing.T) {
 	}
 	if _, ok := l[LabelProject+"old"]; ok {
 		t.Error("a project gone keeps its label")
+	}
+	if _, ok := l["kubernetes.io/role"]; ok {
+		t.Error("kubernetes.io/role, which NodeRestriction refuses a node, is kept")
 	}
 	if (Facts{Projects: []sandboxd1.ProjectEntry{{Name: "x", Location: "tank/sandboxd/x"}}}).Pool() != "zfs" {
 		t.Error("a dataset is not zfs")
