@@ -47,12 +47,14 @@ var readyStates = map[string]bool{
 // the cluster can reach; its ports are exposed on the host).
 func PodStatus(pod *corev1.Pod, o Observed, hostIP string) corev1.PodStatus {
 	st := corev1.PodStatus{
-		Phase:    corev1.PodPending,
-		HostIP:   hostIP,
-		PodIP:    hostIP,
-		HostIPs:  []corev1.HostIP{{IP: hostIP}},
-		PodIPs:   []corev1.PodIP{{IP: hostIP}},
-		QOSClass: corev1.PodQOSBestEffort,
+		Phase:   corev1.PodPending,
+		HostIP:  hostIP,
+		PodIP:   hostIP,
+		HostIPs: []corev1.HostIP{{IP: hostIP}},
+		PodIPs:  []corev1.PodIP{{IP: hostIP}},
+		// The apiserver set it at the pod's creation, and refuses a
+		// status that changes it.
+		QOSClass: pod.Status.QOSClass,
 	}
 	if pod.Status.StartTime != nil {
 		st.StartTime = pod.Status.StartTime

@@ -20,6 +20,7 @@ func condition(st corev1.PodStatus, t corev1.PodConditionType) corev1.ConditionS
 
 func TestPodStatus(t *testing.T) {
 	p := pod(corev1.Container{Name: "main", Image: "sandboxd.io/project/web"})
+	p.Status.QOSClass = corev1.PodQOSGuaranteed
 	now := time.Now()
 	running := &sandboxd1.ProcessEntry{ID: "p1", Started: uint64(now.UnixMicro())}
 	cases := []struct {
@@ -65,6 +66,9 @@ func TestPodStatus(t *testing.T) {
 		}
 		if tc.obs.SandboxID != "" && st.ContainerStatuses[0].ContainerID != "sandboxd://"+tc.obs.SandboxID {
 			t.Errorf("%s: containerID %q", tc.name, st.ContainerStatuses[0].ContainerID)
+		}
+		if st.QOSClass != corev1.PodQOSGuaranteed {
+			t.Errorf("%s: qosClass %q, which the apiserver does not let a status change", tc.name, st.QOSClass)
 		}
 		if st.PodIP != "127.0.0.1" || st.HostIP != "127.0.0.1" {
 			t.Errorf("%s: podIP %q hostIP %q", tc.name, st.PodIP, st.HostIP)
