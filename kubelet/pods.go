@@ -35,15 +35,18 @@ type podEntry struct {
 
 // CreatePod makes pod's sandbox in the background: the pod is Pending
 // until it is made and its process runs. A pod that cannot be a sandbox
-// is refused at once (virtual-kubelet marks it Failed, ProviderFailed,
-// with the error as its message).
+// fails at once, reason ProviderFailed, the refusal its message (as an
+// error virtual-kubelet would keep it Pending and try again, which
+// cannot help).
 func (p *Provider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 	plan, err := PlanPod(pod)
-	if err != nil {
-		return err
-	}
 	key := podKey(pod.Namespace, pod.Name)
 	e := &podEntry{pod: pod.DeepCopy(), plan: plan, obs: Observed{Command: plan.Argv != nil}, made: make(chan struct{})}
+	if err != nil {
+		p.log.Warn("a pod refused", "pod", key, "error", err)
+		e.obs.Failed = err.Error()
+		close(e.made)
+	}
 	p.mu.Lock()
 	if old, ok := p.pods[key]; ok && old.pod.UID == pod.UID {
 		p.mu.Unlock()
@@ -52,7 +55,9 @@ func (p *Provider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 	p.pods[key] = e
 	p.mu.Unlock()
 	p.notify(e)
-	go p.create(context.WithoutCancel(ctx), e)
+	if err == nil {
+		go p.create(context.WithoutCancel(ctx), e)
+	}
 	return nil
 }
 
