@@ -55,13 +55,14 @@ type Facts struct {
 // Pool is the pool's kind as its projects' locations say: a btrfs
 // subvolume is a path, a ZFS dataset is not; "" with no project.
 func (f Facts) Pool() string {
-	for _, pr := range f.Projects {
-		if strings.HasPrefix(pr.Location, "/") {
-			return "btrfs"
-		}
+	switch {
+	case len(f.Projects) == 0:
+		return ""
+	case strings.HasPrefix(f.Projects[0].Location, "/"):
+		return "btrfs"
+	default:
 		return "zfs"
 	}
-	return ""
 }
 
 // NodeLabels are the node's labels for facts, over base (its labels as
