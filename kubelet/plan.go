@@ -13,8 +13,8 @@ import (
 // Annotations a pod may carry for what the pod model has no field for.
 const (
 	// AnnotationSandboxID is set by the node on a pod once its sandbox
-	// is made: the sandbox's id, for sandboxctl and the D-Bus API on the
-	// node (promotion, checkpoints, fork).
+	// is made (with the pod's status): the sandbox's id, for sandboxctl
+	// and the D-Bus API on the node (promotion, checkpoints, fork).
 	AnnotationSandboxID = "sandboxd.io/sandbox-id"
 	// AnnotationProfile picks the sandbox's profile (default, untrusted,
 	// trusted, or one of sandboxd.toml's).

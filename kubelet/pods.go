@@ -2,7 +2,6 @@ package kubelet
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -15,7 +14,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/sandboxd/sandboxd/client"
 	"github.com/sandboxd/sandboxd/sandboxd1"
@@ -100,7 +98,6 @@ func (p *Provider) create(ctx context.Context, e *podEntry) {
 	e.mu.Lock()
 	e.ports = ports
 	e.mu.Unlock()
-	p.annotate(ctx, e)
 	if e.plan.Argv != nil {
 		proc, err := p.ensureProcess(ctx, sb, e.plan)
 		e.mu.Lock()
@@ -173,28 +170,6 @@ func (p *Provider) ensureProcess(ctx context.Context, sb *client.Sandbox, plan P
 		}
 	}
 	return sandboxd1.ProcessEntry{ID: id, Argv: plan.Argv, Started: uint64(time.Now().UnixMicro())}, nil
-}
-
-// annotate puts the sandbox's id (and its ports' addresses) in the pod's
-// annotations. The Node authorizer lets a node patch pods' status only:
-// the cluster grants patch on pods to its nodes (docs/fleet.md), and
-// without it the id is still the container's containerID.
-func (p *Provider) annotate(ctx context.Context, e *podEntry) {
-	if p.cfg.Kube == nil {
-		return
-	}
-	e.mu.Lock()
-	ann := map[string]string{AnnotationSandboxID: e.obs.SandboxID}
-	if len(e.ports) > 0 {
-		ann[AnnotationPorts] = strings.Join(e.ports, ",")
-	}
-	ns, name := e.pod.Namespace, e.pod.Name
-	e.mu.Unlock()
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": ann}})
-	_, err := p.cfg.Kube.CoreV1().Pods(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
-	if err != nil {
-		p.log.Warn("the pod's sandbox id could not be put in its annotations (it is its containerID)", "pod", ns+"/"+name, "error", err)
-	}
 }
 
 // UpdatePod takes the pod's new version; what a sandbox could change of
@@ -340,11 +315,17 @@ func (p *Provider) podOf(e *podEntry) *corev1.Pod {
 	defer e.mu.Unlock()
 	pod := e.pod.DeepCopy()
 	pod.Status = PodStatus(pod, e.obs, p.cfg.NodeIP)
+	// The annotations ride with the status update virtual-kubelet makes
+	// (pods/status, which the Node authorizer and NodeRestriction let a
+	// node write): no patch of the pod itself, which they refuse.
 	if e.obs.SandboxID != "" {
 		if pod.Annotations == nil {
 			pod.Annotations = map[string]string{}
 		}
 		pod.Annotations[AnnotationSandboxID] = e.obs.SandboxID
+		if len(e.ports) > 0 {
+			pod.Annotations[AnnotationPorts] = strings.Join(e.ports, ",")
+		}
 	}
 	return pod
 }

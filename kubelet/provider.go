@@ -10,7 +10,6 @@ import (
 
 	"github.com/virtual-kubelet/virtual-kubelet/errdefs"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/kubernetes"
 	corev1listers "k8s.io/client-go/listers/core/v1"
 
 	"github.com/sandboxd/sandboxd/client"
@@ -28,9 +27,7 @@ type Config struct {
 	// StatusInterval is how often sandboxd is asked whether it answers
 	// (the node's Ready) and how its pods' sandboxes stand.
 	StatusInterval time.Duration
-	// Kube is the node's client of the apiserver (the pods' annotation),
-	// Pods the pod controller's lister of this node's pods.
-	Kube kubernetes.Interface
+	// Pods is the pod controller's lister of this node's pods.
 	Pods corev1listers.PodLister
 	Log  *slog.Logger
 	// Connect connects to sandboxd (client.Connect, which honours

@@ -149,7 +149,7 @@ func run(ctx context.Context, f flags, log *slog.Logger) error {
 		provider = kubelet.New(kubelet.Config{
 			NodeName: f.nodeName, NodeIP: f.nodeIP, Port: int32(port),
 			Projects: projects, StatusInterval: f.statusInterval,
-			Kube: kube, Pods: pc.Pods, Log: log,
+			Pods: pc.Pods, Log: log,
 		})
 		provider.ConfigureNode(ctx, pc.Node)
 		return provider, provider, nil
