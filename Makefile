@@ -25,7 +25,7 @@ export PATH := $(dir $(GO)):$(PATH)
 all: build
 
 build:
-	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/sandboxd ./cmd/sandboxctl ./tests/testbed/cmd/testbed
+	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/sandboxd ./cmd/sandboxctl ./cmd/sandboxd-kubelet ./tests/testbed/cmd/testbed
 	@mkdir -p $(BIN)/completion
 	$(BIN)/sandboxctl man > $(BIN)/sandboxctl.1
 	$(BIN)/sandboxctl completion bash > $(BIN)/completion/sandboxctl.bash

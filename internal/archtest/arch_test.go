@@ -122,6 +122,9 @@ var rules = []rule{
 		in("supervisor/userns"), in("supervisor/idmap", "supervisor/state", "cowfs", "runtime/nsinit", "internal")},
 	{"a sandbox's disk quota (supervisor/diskquota), a lower part of the core, imports only cowfs, the records and internal/",
 		in("supervisor/diskquota"), in("cowfs", "supervisor/state", "internal")},
+	{"kubelet (the fleet's node) imports only the client, the wire contract and internal/ (besides virtual-kubelet and Kubernetes')",
+		in("kubelet"), in("kubelet", "client", "sandboxd1", "internal")},
+	{"nothing but cmd/sandboxd-kubelet imports kubelet", not(or(is("cmd/sandboxd-kubelet"), in("kubelet"))), not(in("kubelet"))},
 }
 
 // rooms are the supervisor's capabilities, each over the core's Host
@@ -158,7 +161,7 @@ func TestImportRules(t *testing.T) {
 
 func TestProgramsLinkNoTestPackage(t *testing.T) {
 	g := loadGraph(t)
-	for _, prog := range []string{"cmd/sandboxd", "cmd/sandboxctl"} {
+	for _, prog := range []string{"cmd/sandboxd", "cmd/sandboxctl", "cmd/sandboxd-kubelet"} {
 		ours, _ := deps(g, prog)
 		for _, dep := range ours {
 			if testOnly(dep) {
@@ -186,13 +189,37 @@ func TestCLIImportsOnlyTheWireContract(t *testing.T) {
 	}
 }
 
+// kubernetesLibs are what only sandboxd-kubelet links: virtual-kubelet
+// and Kubernetes' modules (a hundred megabytes the daemon and sandboxctl
+// do without).
+var kubernetesLibs = func(pkg string) bool {
+	return strings.HasPrefix(pkg, "k8s.io/") || strings.HasPrefix(pkg, "sigs.k8s.io/") ||
+		strings.HasPrefix(pkg, "github.com/virtual-kubelet/")
+}
+
+func TestDaemonAndCLILinkNoKubernetes(t *testing.T) {
+	g := loadGraph(t)
+	for _, prog := range []string{"cmd/sandboxd", "cmd/sandboxctl"} {
+		_, others := deps(g, prog)
+		for _, dep := range others {
+			if kubernetesLibs(dep) {
+				t.Errorf("%s links %s (imported by %s): only sandboxd-kubelet may", prog, dep, strings.Join(importers(g, prog, dep), ", "))
+			}
+		}
+	}
+	if _, others := deps(g, "cmd/sandboxd-kubelet"); !slices.ContainsFunc(others, kubernetesLibs) {
+		t.Error("cmd/sandboxd-kubelet links no Kubernetes package: the test reads the wrong graph")
+	}
+}
+
 // TestRulesCatchBreaks proves the checks can fail: a graph with one break
 // of each rule gets exactly that break reported by it.
 func TestRulesCatchBreaks(t *testing.T) {
 	pkgs := []string{"sandboxd1", "internal/termsafe", "internal/crashpoint", "cowfs", "cowfs/btrfs", "units", "runtime/nsinit",
 		"runtime/nsinit/world", "runtime/nsinit/boot", "runtime/egress", "promote", "supervisor", "supervisor/state", "supervisor/api", "supervisor/config", "cli",
 		"cli/verb", "cmd/sandboxctl", "cmd/sandboxd", "tests/testbed", "client", "mcpserver", "supervisor/ports", "supervisor/changeset",
-		"supervisor/api/guard", "supervisor/api/access", "supervisor/admission", "supervisor/idmap", "supervisor/projects", "supervisor/userns", "supervisor/diskquota"}
+		"supervisor/api/guard", "supervisor/api/access", "supervisor/admission", "supervisor/idmap", "supervisor/projects", "supervisor/userns", "supervisor/diskquota",
+		"kubelet", "cmd/sandboxd-kubelet"}
 	breaks := map[string][2]string{
 		rules[0].name:  {"sandboxd1", "internal/termsafe"},
 		rules[1].name:  {"internal/termsafe", "cowfs"},
@@ -216,6 +243,8 @@ func TestRulesCatchBreaks(t *testing.T) {
 		rules[19].name: {"supervisor/projects", "supervisor"},
 		rules[20].name: {"supervisor/userns", "supervisor"},
 		rules[21].name: {"supervisor/diskquota", "supervisor"},
+		rules[22].name: {"kubelet", "supervisor"},
+		rules[23].name: {"cmd/sandboxd", "kubelet"},
 		cliRule.name:   {"cli", "supervisor/config"},
 	}
 	g := graph{}
@@ -236,7 +265,8 @@ func TestRulesCatchBreaks(t *testing.T) {
 		{"supervisor", "supervisor/idmap"}, {"supervisor/idmap", "supervisor/state"}, {"supervisor/idmap", "runtime/nsinit"},
 		{"supervisor", "supervisor/projects"}, {"supervisor/projects", "supervisor/state"}, {"supervisor/projects", "cowfs"},
 		{"supervisor", "supervisor/userns"}, {"supervisor/userns", "supervisor/idmap"}, {"supervisor/userns", "cowfs"},
-		{"supervisor", "supervisor/diskquota"}, {"supervisor/diskquota", "cowfs"}} {
+		{"supervisor", "supervisor/diskquota"}, {"supervisor/diskquota", "cowfs"},
+		{"cmd/sandboxd-kubelet", "kubelet"}, {"kubelet", "client"}, {"kubelet", "sandboxd1"}} {
 		g[e[0]].ours[e[1]] = true
 	}
 	g["runtime/nsinit"].others["runtime"] = true

@@ -14,6 +14,9 @@ if [ -d /run/systemd/system ]; then
 	systemctl daemon-reload || true
 	busctl call org.freedesktop.DBus /org/freedesktop/DBus org.freedesktop.DBus ReloadConfig >/dev/null 2>&1 || true
 	systemctl try-restart sandboxd.service || true
+	# Never enabled nor started by the package; restarted on an upgrade
+	# if it runs.
+	systemctl try-restart sandboxd-kubelet.service || true
 fi
 case "$1" in
 configure) [ -n "$2" ] || first=yes ;; # deb: no version before

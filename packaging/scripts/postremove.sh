@@ -31,8 +31,12 @@ if [ "$1" = purge ]; then
 	# Enabled for boot by the first install (a removal keeps it, as an
 	# admin's disable is kept through upgrades).
 	rm -f /etc/systemd/system/multi-user.target.wants/sandboxd.service
+	# An admin's enable of the kubelet goes with the purge too.
+	rm -f /etc/systemd/system/multi-user.target.wants/sandboxd-kubelet.service
 fi
 if [ "$1" = 0 ]; then # rpm: erased (no purge there)
 	rm -f /etc/systemd/system/multi-user.target.wants/sandboxd.service
+	# An admin's enable of the kubelet goes with the purge too.
+	rm -f /etc/systemd/system/multi-user.target.wants/sandboxd-kubelet.service
 fi
 exit 0

@@ -6,6 +6,7 @@ set -e
 case "$1" in
 remove | 0)
 	if [ -d /run/systemd/system ]; then
+		systemctl stop sandboxd-kubelet.service >/dev/null 2>&1 || true
 		systemctl stop sandboxd.service >/dev/null 2>&1 || true
 	fi
 	;;

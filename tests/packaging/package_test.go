@@ -101,6 +101,7 @@ func TestTheDebInstallsUpgradesAndRemoves(t *testing.T) {
 	// files it installs stay there.
 	must(t, "dpkg -i "+deb("1.0.0"))
 	for _, f := range []string{"/usr/bin/sandboxd", "/usr/bin/sandboxctl", "/usr/lib/systemd/system/sandboxd.service",
+		"/usr/bin/sandboxd-kubelet", "/usr/lib/systemd/system/sandboxd-kubelet.service", "/etc/sandboxd/kubelet.env",
 		"/usr/share/dbus-1/system.d/org.sandboxd1.conf", "/usr/share/dbus-1/system-services/org.sandboxd1.service",
 		"/etc/sandboxd/sandboxd.toml", "/usr/share/man/man1/sandboxctl.1", "/usr/share/man/man8/sandboxd.8",
 		"/usr/share/bash-completion/completions/sandboxctl", "/var/lib/sandboxd", "/var/log/sandboxd"} {
@@ -116,6 +117,16 @@ func TestTheDebInstallsUpgradesAndRemoves(t *testing.T) {
 	// started by the install.
 	if out, _ := sh(t, "systemctl is-enabled sandboxd.service"); strings.TrimSpace(out) != "enabled" {
 		t.Errorf("sandboxd.service after the first install: %q; want enabled for boot", out)
+	}
+	// The kubelet is optional: installed, neither enabled nor started.
+	if out, _ := sh(t, "systemctl is-enabled sandboxd-kubelet.service"); strings.TrimSpace(out) != "disabled" {
+		t.Errorf("sandboxd-kubelet.service after the first install: %q; want disabled", out)
+	}
+	if out, _ := sh(t, "systemctl is-active sandboxd-kubelet.service"); strings.TrimSpace(out) != "inactive" {
+		t.Errorf("sandboxd-kubelet.service after the first install: %q; want inactive", out)
+	}
+	if out, code := sh(t, "sandboxd-kubelet --version"); code != 0 || out != "sandboxd-kubelet 1.0.0\n" {
+		t.Errorf("sandboxd-kubelet --version: %q (exit %d)", out, code)
 	}
 	// The first call starts it.
 	must(t, "busctl call org.sandboxd1 /org/sandboxd1 org.sandboxd1.Manager ListSandboxes")
@@ -224,7 +235,7 @@ func TestTheRpmMatchesTheDeb(t *testing.T) {
 			t.Errorf("the rpm's scripts lack %q:\n%s", want, scripts)
 		}
 	}
-	if conf := must(t, "rpm -qcp "+rpmFile(v)+" 2>/dev/null"); strings.TrimSpace(conf) != "/etc/sandboxd/sandboxd.toml" {
+	if conf := lines(must(t, "rpm -qcp "+rpmFile(v)+" 2>/dev/null")); !slices.Equal(slices.Sorted(slices.Values(conf)), []string{"/etc/sandboxd/kubelet.env", "/etc/sandboxd/sandboxd.toml"}) {
 		t.Errorf("the rpm's config files: %q", conf)
 	}
 }

@@ -1,0 +1,110 @@
+package kubelet
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/virtual-kubelet/virtual-kubelet/node/api"
+)
+
+// logPoll is how often a followed log is read for more.
+const logPoll = 500 * time.Millisecond
+
+// GetContainerLogs is kubectl logs: the pod's background process's log
+// (ReadLog), its last Tail lines, at most LimitBytes, followed with
+// Follow until the process ends or the client goes.
+func (p *Provider) GetContainerLogs(ctx context.Context, namespace, name, container string, opts api.ContainerLogOpts) (io.ReadCloser, error) {
+	sb, e, err := p.sandboxOf(ctx, namespace, name, container)
+	if err != nil {
+		return nil, err
+	}
+	e.mu.Lock()
+	process := e.process
+	e.mu.Unlock()
+	if process == "" {
+		return nil, fmt.Errorf("pod %s/%s has no command, so no log: its sandbox runs what kubectl exec runs in it", namespace, name)
+	}
+	// The log as it is now, whole (its rotation bounds it), then cut.
+	var buf bytes.Buffer
+	var off uint64
+	ended := false
+	for {
+		data, next, end, err := sb.ReadLog(ctx, process, off, 0)
+		if err != nil {
+			return nil, err
+		}
+		buf.Write(data)
+		off, ended = next, end
+		if len(data) == 0 {
+			break
+		}
+	}
+	head := TailLines(buf.Bytes(), opts.Tail)
+	if opts.LimitBytes > 0 && len(head) > opts.LimitBytes {
+		head = head[:opts.LimitBytes]
+	}
+	if !opts.Follow || ended {
+		return io.NopCloser(bytes.NewReader(head)), nil
+	}
+	pr, pw := io.Pipe()
+	go func() {
+		if _, err := pw.Write(head); err != nil {
+			return
+		}
+		written := len(head)
+		for {
+			data, next, end, err := sb.ReadLog(ctx, process, off, 0)
+			if err != nil {
+				pw.CloseWithError(err)
+				return
+			}
+			if opts.LimitBytes > 0 && written+len(data) > opts.LimitBytes {
+				data = data[:opts.LimitBytes-written]
+			}
+			if len(data) > 0 {
+				if _, err := pw.Write(data); err != nil {
+					return
+				}
+				written += len(data)
+			}
+			off = next
+			if end || opts.LimitBytes > 0 && written >= opts.LimitBytes {
+				pw.Close()
+				return
+			}
+			if len(data) == 0 {
+				select {
+				case <-ctx.Done():
+					pw.CloseWithError(ctx.Err())
+					return
+				case <-time.After(logPoll):
+				}
+			}
+		}
+	}()
+	return pr, nil
+}
+
+// TailLines is the last n lines of b (all of them for n <= 0); a last
+// line without its newline counts.
+func TailLines(b []byte, n int) []byte {
+	if n <= 0 {
+		return b
+	}
+	end := len(b)
+	if end > 0 && b[end-1] == '\n' {
+		end--
+	}
+	for i := end - 1; i >= 0; i-- {
+		if b[i] == '\n' {
+			n--
+			if n == 0 {
+				return b[i+1:]
+			}
+		}
+	}
+	return b
+}
