@@ -1,7 +1,6 @@
 package client_test
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -51,22 +50,10 @@ func install(t testing.TB, repo, bin string) {
 			t.Fatal(err)
 		}
 	}
-	layers, _ := json.Marshal(tb.Layers)
-	config := fmt.Sprintf(`
-[storage]
-backend = "btrfs"
-[storage.btrfs]
-root = %q
-[sandbox]
-userns = "require"
-root_layers = %s
-[[project]]
-name = "web"
-path = %q
-[[project]]
+	config := tb.SandboxdConfig(fmt.Sprintf(`[[project]]
 name = "site"
 path = %q
-`, filepath.Join(tb.Btrfs.Mount, "sandboxd"), layers, tb.Btrfs.Project, site)
+`, site))
 	testbed.InstallService(t, repo, bin, config, nil)
 }
 

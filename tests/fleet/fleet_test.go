@@ -264,7 +264,7 @@ func upHosts(ctx context.Context, t *testing.T) []*host {
 		if _, err := tb.Run(ctx, "sh", "-c", "echo hello from the project > "+filepath.Join(tb.Btrfs.Project, "hello.txt")); err != nil {
 			t.Fatal(err)
 		}
-		if err := tb.InstallServiceOn(ctx, repo, filepath.Join(repo, "bin", "sandboxd"), hostConfig(tb)); err != nil {
+		if err := tb.InstallServiceOn(ctx, repo, filepath.Join(repo, "bin", "sandboxd"), tb.SandboxdConfig("")); err != nil {
 			t.Fatalf("installing sandboxd on %s: %v", h.name, err)
 		}
 		if h.bus, err = client.ConnectAddress(ctx, tb.BusAddress()); err != nil {
@@ -273,24 +273,6 @@ func upHosts(ctx context.Context, t *testing.T) []*host {
 		hosts = append(hosts, h)
 	}
 	return hosts
-}
-
-// hostConfig is a host's sandboxd.toml: its btrfs, project "web", and
-// sandboxes in user namespaces over its root's layers.
-func hostConfig(tb *testbed.Testbed) string {
-	layers, _ := json.Marshal(tb.Layers)
-	return fmt.Sprintf(`
-[storage]
-backend = "btrfs"
-[storage.btrfs]
-root = %q
-[sandbox]
-userns = "require"
-root_layers = %s
-[[project]]
-name = %q
-path = %q
-`, filepath.Join(tb.Btrfs.Mount, "sandboxd"), layers, project, tb.Btrfs.Project)
 }
 
 // startKubelet runs the host's sandboxd-kubelet here, outside the host, a

@@ -5,7 +5,6 @@ package integration
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -63,24 +62,8 @@ func install(t *testing.T) *testbed.Info {
 	return tb
 }
 
-// baseConfig is the tests' sandboxd.toml: the testbed's btrfs, project
-// "web", and sandboxes in user namespaces over the testbed root's layers
-// (its root, an overlay, cannot be idmapped).
-func baseConfig(tb *testbed.Info) string {
-	layers, _ := json.Marshal(tb.Layers)
-	return fmt.Sprintf(`
-[storage]
-backend = "btrfs"
-[storage.btrfs]
-root = %q
-[sandbox]
-userns = "require"
-root_layers = %s
-[[project]]
-name = "web"
-path = %q
-`, filepath.Join(tb.Btrfs.Mount, "sandboxd"), layers, tb.Btrfs.Project)
-}
+// baseConfig is the tests' sandboxd.toml (testbed.Info.SandboxdConfig).
+func baseConfig(tb *testbed.Info) string { return tb.SandboxdConfig("") }
 
 var (
 	createdRe = regexp.MustCompile(`^so "([0-9a-f]+)" "(/org/sandboxd1/sandbox/[^"]+)"`)

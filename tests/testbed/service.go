@@ -2,6 +2,8 @@ package testbed
 
 import (
 	"bytes"
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -36,4 +38,24 @@ func InstallService(t testing.TB, repo, bin, config string, extraPolicies map[st
 	must(os.WriteFile("/run/systemd/system/sandboxd.service", unit, 0o644))
 	MustRun(t, "systemctl", "daemon-reload")
 	MustRun(t, "systemctl", "start", "sandboxd.service")
+}
+
+// SandboxdConfig is the tests' sandboxd.toml for this testbed: its btrfs
+// pool, project "web" at Btrfs.Project, and sandboxes in user namespaces
+// over its root's layers (its root, an overlay, cannot be idmapped);
+// extra (more sections, more projects) is appended.
+func (info *Info) SandboxdConfig(extra string) string {
+	layers, _ := json.Marshal(info.Layers)
+	return fmt.Sprintf(`
+[storage]
+backend = "btrfs"
+[storage.btrfs]
+root = %q
+[sandbox]
+userns = "require"
+root_layers = %s
+[[project]]
+name = "web"
+path = %q
+`, filepath.Join(info.Btrfs.Mount, "sandboxd"), layers, info.Btrfs.Project) + extra
 }

@@ -3,7 +3,6 @@ package hosttest
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io/fs"
 	"os"
@@ -17,24 +16,6 @@ import (
 	"github.com/sandboxd/sandboxd/client"
 	"github.com/sandboxd/sandboxd/tests/testbed"
 )
-
-// hostConfig is a host's sandboxd.toml: its btrfs, project "web", and
-// sandboxes in user namespaces over the host root's layers.
-func hostConfig(tb *testbed.Testbed) string {
-	layers, _ := json.Marshal(tb.Layers)
-	return fmt.Sprintf(`
-[storage]
-backend = "btrfs"
-[storage.btrfs]
-root = %q
-[sandbox]
-userns = "require"
-root_layers = %s
-[[project]]
-name = "web"
-path = %q
-`, filepath.Join(tb.Btrfs.Mount, "sandboxd"), layers, tb.Btrfs.Project)
-}
 
 // left is what a host holds on the machine, to check none of it outlives
 // its Down.
@@ -157,7 +138,7 @@ func TestTwoHostsAtOnce(t *testing.T) {
 	clients := make([]*client.Client, len(hosts))
 	ids := make([]string, len(hosts))
 	for i, tb := range hosts {
-		if err := tb.InstallServiceOn(ctx, repo, bin, hostConfig(tb)); err != nil {
+		if err := tb.InstallServiceOn(ctx, repo, bin, tb.SandboxdConfig("")); err != nil {
 			t.Fatalf("host %s: %v", names[i], err)
 		}
 		c, err := client.ConnectAddress(ctx, tb.BusAddress())
