@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"sync"
 	"time"
 
@@ -45,6 +46,9 @@ type Provider struct {
 	cfg     Config
 	log     *slog.Logger
 	creates chan struct{}
+	// uid is the kubelet's user: the only owner whose sandboxes it
+	// finds, adopts, sweeps or destroys (root's calls see every owner's).
+	uid uint32
 
 	connMu sync.Mutex
 	conn   *client.Client
@@ -68,7 +72,7 @@ func New(cfg Config) *Provider {
 	if cfg.Connect == nil {
 		cfg.Connect = client.Connect
 	}
-	return &Provider{cfg: cfg, log: cfg.Log, creates: make(chan struct{}, maxCreates), pods: map[string]*podEntry{}}
+	return &Provider{cfg: cfg, log: cfg.Log, creates: make(chan struct{}, maxCreates), pods: map[string]*podEntry{}, uid: uint32(os.Geteuid())}
 }
 
 // client is the connection to sandboxd, made again when the bus's went
