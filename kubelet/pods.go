@@ -41,6 +41,9 @@ func (p *Provider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 	if err == nil {
 		err = p.advertised(plan.Project)
 	}
+	if err == nil && plan.Create.Network == client.NetworkHost && !p.cfg.AllowHostNetwork {
+		err = fmt.Errorf("annotation %s=host: %w", AnnotationNetwork, ErrHostNetwork)
+	}
 	key := podKey(pod.Namespace, pod.Name)
 	e := &podEntry{pod: pod.DeepCopy(), plan: plan, obs: Observed{Command: plan.Argv != nil}, made: make(chan struct{})}
 	if err != nil {
@@ -82,6 +85,17 @@ func (p *Provider) create(ctx context.Context, e *podEntry) {
 	sb, err := p.makeSandbox(ctx, e.plan)
 	if err != nil {
 		p.log.Warn("a pod's sandbox could not be made", "pod", podKey(e.pod.Namespace, e.pod.Name), "error", err)
+		e.mu.Lock()
+		e.obs.Failed = err.Error()
+		e.mu.Unlock()
+		p.notify(e)
+		return
+	}
+	if err := p.checkNetwork(ctx, sb); err != nil {
+		p.log.Warn("a pod's sandbox has the host's network: destroyed", "pod", podKey(e.pod.Namespace, e.pod.Name), "sandbox", sb.ID(), "error", err)
+		if derr := sb.Destroy(ctx); derr != nil && !errors.Is(derr, client.ErrNoSuchSandbox) {
+			p.log.Warn("destroying a pod's sandbox", "sandbox", sb.ID(), "error", derr)
+		}
 		e.mu.Lock()
 		e.obs.Failed = err.Error()
 		e.mu.Unlock()
@@ -160,6 +174,23 @@ func (p *Provider) makeSandbox(ctx context.Context, plan Plan) (*client.Sandbox,
 		}
 		pause *= 2
 	}
+}
+
+// checkNetwork refuses sb when it has the host's network and the node
+// does not allow it: a profile (the annotation's, the host's default)
+// may give it without the pod's network annotation saying so.
+func (p *Provider) checkNetwork(ctx context.Context, sb *client.Sandbox) error {
+	if p.cfg.AllowHostNetwork {
+		return nil
+	}
+	st, err := sb.Status(ctx)
+	if err != nil {
+		return fmt.Errorf("sandbox %s: its network: %w", sb.ID(), err)
+	}
+	if st.Network == client.NetworkHost {
+		return fmt.Errorf("sandbox %s (profile %q): %w", sb.ID(), st.Profile, ErrHostNetwork)
+	}
+	return nil
 }
 
 // own returns sb, found by its name, if the kubelet's user made it: root

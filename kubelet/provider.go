@@ -25,6 +25,11 @@ type Config struct {
 	// Projects are the projects advertised as labels; nil: all the
 	// projects the kubelet's user may use.
 	Projects []string
+	// AllowHostNetwork lets a pod's sandbox have the host's network
+	// (annotation sandboxd.io/network: host, or a profile's network);
+	// without it such a pod fails: the host's loopback services (an
+	// etcd, the kubelet API, a database) would be its.
+	AllowHostNetwork bool
 	// StatusInterval is how often sandboxd is asked whether it answers
 	// (the node's Ready) and how its pods' sandboxes stand.
 	StatusInterval time.Duration

@@ -2,10 +2,12 @@ package kubelet
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/godbus/dbus/v5"
 	corev1 "k8s.io/api/core/v1"
 	corev1listers "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
@@ -123,5 +125,115 @@ func TestSweepDestroysOnlyTheKubeletsOwn(t *testing.T) {
 	}
 	if !slices.Equal(destroyed, []string{"/org/sandboxd1/sandbox/" + mine}) {
 		t.Errorf("the sweep destroyed %q; want the kubelet's own %s alone, not uid %d's %s", destroyed, mine, otherUID, theirs)
+	}
+}
+
+func TestPlanPodRefusesWhatASandboxDoesNotGive(t *testing.T) {
+	ok := corev1.Container{Name: "main", Image: "sandboxd.io/project/web", Command: []string{"sleep", "infinity"}}
+	yes, uid1000 := true, int64(1000)
+	cases := map[string]struct {
+		pod  func() *corev1.Pod
+		says string
+	}{
+		"hostNetwork": {func() *corev1.Pod { p := pod(ok); p.Spec.HostNetwork = true; return p }, "hostNetwork"},
+		"hostPID":     {func() *corev1.Pod { p := pod(ok); p.Spec.HostPID = true; return p }, "hostPID"},
+		"hostIPC":     {func() *corev1.Pod { p := pod(ok); p.Spec.HostIPC = true; return p }, "hostIPC"},
+		"hostPath": {func() *corev1.Pod {
+			p := pod(ok)
+			p.Spec.Volumes = []corev1.Volume{{Name: "etc", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/etc"}}}}
+			return p
+		}, `volume "etc": hostPath`},
+		"privileged": {func() *corev1.Pod {
+			c := ok
+			c.SecurityContext = &corev1.SecurityContext{Privileged: &yes}
+			return pod(c)
+		}, "privileged"},
+		"capabilities": {func() *corev1.Pod {
+			c := ok
+			c.SecurityContext = &corev1.SecurityContext{Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"SYS_ADMIN"}}}
+			return pod(c)
+		}, "SYS_ADMIN"},
+		"readOnlyRootFilesystem": {func() *corev1.Pod {
+			c := ok
+			c.SecurityContext = &corev1.SecurityContext{ReadOnlyRootFilesystem: &yes}
+			return pod(c)
+		}, "readOnlyRootFilesystem"},
+		"runAsUser": {func() *corev1.Pod {
+			c := ok
+			c.SecurityContext = &corev1.SecurityContext{RunAsUser: &uid1000}
+			return pod(c)
+		}, "runAsUser: 1000"},
+		"pod runAsNonRoot": {func() *corev1.Pod {
+			p := pod(ok)
+			p.Spec.SecurityContext = &corev1.PodSecurityContext{RunAsNonRoot: &yes}
+			return p
+		}, "runAsNonRoot"},
+		"pod runAsGroup": {func() *corev1.Pod {
+			p := pod(ok)
+			p.Spec.SecurityContext = &corev1.PodSecurityContext{RunAsGroup: &uid1000}
+			return p
+		}, "runAsGroup: 1000"},
+	}
+	for name, tc := range cases {
+		_, err := PlanPod(tc.pod())
+		if !errors.Is(err, ErrPodSpec) || !strings.Contains(err.Error(), tc.says) {
+			t.Errorf("%s: %v; want ErrPodSpec saying %q", name, err, tc.says)
+		}
+	}
+	// What a sandbox gives of itself, and the token the apiserver adds,
+	// pass.
+	c := ok
+	no, root := false, int64(0)
+	c.SecurityContext = &corev1.SecurityContext{AllowPrivilegeEscalation: &no, RunAsUser: &root,
+		Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}, SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}}
+	p := pod(c)
+	p.Spec.Volumes = []corev1.Volume{{Name: "kube-api-access-x", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{}}}}
+	if _, err := PlanPod(p); err != nil {
+		t.Errorf("a pod asking what a sandbox gives: %v", err)
+	}
+}
+
+func TestCreatePodRefusesTheHostsNetwork(t *testing.T) {
+	connected := false
+	p := New(Config{Connect: noDaemon(&connected)})
+	pd := pod(corev1.Container{Name: "main", Image: "sandboxd.io/project/web"})
+	pd.Annotations = map[string]string{AnnotationNetwork: "host"}
+	st := failedStatus(t, p, pd)
+	if st.Phase != corev1.PodFailed || !strings.Contains(st.Message, "--allow-host-network") || connected {
+		t.Errorf("network host: phase %s, message %q, sandboxd called %v; want Failed naming --allow-host-network, no call", st.Phase, st.Message, connected)
+	}
+}
+
+func TestCreatePodDestroysASandboxAProfileGaveTheHostsNetwork(t *testing.T) {
+	const id = "0123456789ab"
+	d := &fakeDaemon{t: t, reply: func(c call) ([]any, string) {
+		switch c.member {
+		case sandboxd1.MethodFindSandbox:
+			return nil, sandboxd1.ErrorNoSuchSandbox
+		case sandboxd1.MethodCreateSandbox:
+			return []any{id, dbus.ObjectPath("/org/sandboxd1/sandbox/" + id)}, ""
+		case "GetAll":
+			return []any{map[string]dbus.Variant{sandboxd1.PropNetwork: dbus.MakeVariant("host"), sandboxd1.PropProfile: dbus.MakeVariant("trusted")}}, ""
+		case sandboxd1.MethodDestroy:
+			return nil, ""
+		}
+		return nil, sandboxd1.ErrorInvalidArgs
+	}}
+	p := New(Config{Connect: d.connect})
+	pd := pod(corev1.Container{Name: "main", Image: "sandboxd.io/project/web", Command: []string{"sleep", "infinity"}})
+	pd.Annotations = map[string]string{AnnotationProfile: "trusted"}
+	if err := p.CreatePod(context.Background(), pd); err != nil {
+		t.Fatal(err)
+	}
+	p.mu.Lock()
+	e := p.pods[podKey(pd.Namespace, pd.Name)]
+	p.mu.Unlock()
+	<-e.made
+	got, _ := p.GetPod(context.Background(), pd.Namespace, pd.Name)
+	if st := got.Status; st.Phase != corev1.PodFailed || !strings.Contains(st.Message, `profile "trusted"`) {
+		t.Errorf("a profile with the host's network: phase %s, message %q; want Failed naming the profile", st.Phase, st.Message)
+	}
+	if m := d.members(); !slices.Equal(m, []string{sandboxd1.MethodFindSandbox, sandboxd1.MethodCreateSandbox, "GetAll", sandboxd1.MethodDestroy}) {
+		t.Errorf("calls %q; want find, create, its properties, destroy: nothing spawned or exposed", m)
 	}
 }
