@@ -3,11 +3,13 @@ package kubelet
 import (
 	"context"
 	"errors"
+	"io"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/godbus/dbus/v5"
+	"github.com/virtual-kubelet/virtual-kubelet/node/api"
 	corev1 "k8s.io/api/core/v1"
 	corev1listers "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
@@ -235,5 +237,34 @@ func TestCreatePodDestroysASandboxAProfileGaveTheHostsNetwork(t *testing.T) {
 	}
 	if m := d.members(); !slices.Equal(m, []string{sandboxd1.MethodFindSandbox, sandboxd1.MethodCreateSandbox, "GetAll", sandboxd1.MethodDestroy}) {
 		t.Errorf("calls %q; want find, create, its properties, destroy: nothing spawned or exposed", m)
+	}
+}
+
+func TestContainerLogsHoldsAtMostTheLogsBound(t *testing.T) {
+	const id, chunk, written = "0123456789ab", 64 << 10, 48 << 20
+	// A process that writes as fast as its log is read: 48 MiB by the
+	// time the kubelet would have read to the end.
+	d := &fakeDaemon{t: t, reply: func(c call) ([]any, string) {
+		if c.member != sandboxd1.MethodReadLog {
+			return nil, sandboxd1.ErrorInvalidArgs
+		}
+		off := c.body[1].(uint64)
+		if off >= written {
+			return []any{[]byte{}, off, false}, ""
+		}
+		return []any{make([]byte, chunk), off + chunk, false}, ""
+	}}
+	p := New(Config{Connect: d.connect})
+	pd := pod(corev1.Container{Name: "main", Image: "sandboxd.io/project/web", Command: []string{"yes"}})
+	e := &podEntry{pod: pd, obs: Observed{SandboxID: id, Command: true}, process: "p1", made: make(chan struct{})}
+	close(e.made)
+	p.pods[podKey(pd.Namespace, pd.Name)] = e
+	r, err := p.GetContainerLogs(context.Background(), pd.Namespace, pd.Name, "main", api.ContainerLogOpts{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, _ := io.Copy(io.Discard, r)
+	if n > maxLogHeld+chunk {
+		t.Errorf("kubectl logs held %d MiB of a log the daemon keeps %d MiB of", n>>20, maxLogHeld>>20)
 	}
 }
