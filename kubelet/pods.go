@@ -377,7 +377,12 @@ func (p *Provider) podOf(e *podEntry) *corev1.Pod {
 	pod.Status = PodStatus(pod, e.obs, p.cfg.NodeIP)
 	// The annotations ride with the status update virtual-kubelet makes
 	// (pods/status, which the Node authorizer and NodeRestriction let a
-	// node write): no patch of the pod itself, which they refuse.
+	// node write): no patch of the pod itself, which they refuse. The
+	// pod's author may have set them: they say the node's word or none
+	// (a script that promotes the sandbox the annotation names would
+	// promote one the author chose).
+	delete(pod.Annotations, AnnotationSandboxID)
+	delete(pod.Annotations, AnnotationPorts)
 	if e.obs.SandboxID != "" {
 		if pod.Annotations == nil {
 			pod.Annotations = map[string]string{}

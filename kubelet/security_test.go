@@ -268,3 +268,20 @@ func TestContainerLogsHoldsAtMostTheLogsBound(t *testing.T) {
 		t.Errorf("kubectl logs held %d MiB of a log the daemon keeps %d MiB of", n>>20, maxLogHeld>>20)
 	}
 }
+
+func TestPodStatusCarriesNoAuthorsSandboxID(t *testing.T) {
+	connected := false
+	p := New(Config{Projects: []string{"web"}, Connect: noDaemon(&connected)})
+	// The author names a sandbox of another's, hoping a script on the
+	// node acts on it (sandboxctl promote $id).
+	pd := pod(corev1.Container{Name: "main", Image: "sandboxd.io/project/secrets"})
+	pd.Annotations = map[string]string{AnnotationSandboxID: "0123456789ab", AnnotationPorts: "80=127.0.0.1:22"}
+	failedStatus(t, p, pd)
+	got, _ := p.GetPod(context.Background(), pd.Namespace, pd.Name)
+	if v, ok := got.Annotations[AnnotationSandboxID]; ok {
+		t.Errorf("a pod without a sandbox says sandbox %q, its author's", v)
+	}
+	if v, ok := got.Annotations[AnnotationPorts]; ok {
+		t.Errorf("a pod without a sandbox says ports %q, its author's", v)
+	}
+}
