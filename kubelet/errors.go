@@ -13,6 +13,14 @@ var (
 	// ErrPodSpec: a field of the pod that has no meaning for a sandbox,
 	// or a value out of a sandbox's bounds.
 	ErrPodSpec = errors.New("the pod asks what a sandbox cannot be")
+	// ErrProject: the image names a project the node does not
+	// advertise (--projects).
+	ErrProject = errors.New("the project is not one this node advertises")
+	// ErrHostNetwork: the pod's sandbox would have the host's network,
+	// which the node does not allow (--allow-host-network).
+	ErrHostNetwork = errors.New("the host's network is not for this node's pods (sandboxd-kubelet --allow-host-network allows it)")
+	// ErrNotOwned: a sandbox of a pod's name that another user made.
+	ErrNotOwned = errors.New("the sandbox is not the kubelet's own")
 	// ErrNoSuchPod: the node runs no pod of that namespace and name.
 	ErrNoSuchPod = errors.New("no such pod on this node")
 )

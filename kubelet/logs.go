@@ -13,6 +13,10 @@ import (
 // logPoll is how often a followed log is read for more.
 const logPoll = 500 * time.Millisecond
 
+// maxLogHeld bounds what one kubectl logs holds: a process's log as the
+// daemon keeps it, the current file and the one before, 8 MiB each.
+const maxLogHeld = 16 << 20
+
 // GetContainerLogs is kubectl logs: the pod's background process's log
 // (ReadLog), its last Tail lines, at most LimitBytes, followed with
 // Follow until the process ends or the client goes.
@@ -27,11 +31,13 @@ func (p *Provider) GetContainerLogs(ctx context.Context, namespace, name, contai
 	if process == "" {
 		return nil, fmt.Errorf("pod %s/%s has no command, so no log: its sandbox runs what kubectl exec runs in it", namespace, name)
 	}
-	// The log as it is now, whole (its rotation bounds it), then cut.
+	// The log as it is now, whole (its rotation keeps maxLogHeld), then
+	// cut. A process that writes as fast as it is read never lets the
+	// log end: what comes past maxLogHeld is the follow's.
 	var buf bytes.Buffer
 	var off uint64
 	ended := false
-	for {
+	for buf.Len() < maxLogHeld {
 		data, next, end, err := sb.ReadLog(ctx, process, off, 0)
 		if err != nil {
 			return nil, err

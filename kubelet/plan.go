@@ -54,6 +54,9 @@ func PlanPod(pod *corev1.Pod) (Plan, error) {
 		return Plan{}, fmt.Errorf("%d containers: %w", len(spec.Containers), ErrPodShape)
 	}
 	c := &spec.Containers[0]
+	if err := security(spec, c); err != nil {
+		return Plan{}, err
+	}
 	project, err := ParseImage(c.Image)
 	if err != nil {
 		return Plan{}, fmt.Errorf("container %q: %w", c.Name, err)
@@ -96,6 +99,66 @@ func PlanPod(pod *corev1.Pod) (Plan, error) {
 		p.Ports = append(p.Ports, uint16(port.ContainerPort))
 	}
 	return p, nil
+}
+
+// security refuses what a pod asks of the host, or of its process's
+// identity, that a sandbox does not give: left out in silence, the pod
+// would run with another reach than its author (and the cluster's pod
+// security policy, which sees these fields) expects. What a sandbox
+// gives of itself is not refused: no capability, no_new_privs, a
+// seccomp filter (capabilities.drop, allowPrivilegeEscalation: false,
+// a seccompProfile), nor volumes the apiserver adds (a service
+// account's token): a sandbox mounts none, it sees its project.
+func security(spec *corev1.PodSpec, c *corev1.Container) error {
+	refuse := func(field, why string) error {
+		return fmt.Errorf("%s: %s: %w", field, why, ErrPodSpec)
+	}
+	switch {
+	case spec.HostNetwork:
+		return refuse("hostNetwork", "a pod's sandbox has a network of its own (annotation "+AnnotationNetwork+")")
+	case spec.HostPID:
+		return refuse("hostPID", "a pod's sandbox sees its own processes, not the host's")
+	case spec.HostIPC:
+		return refuse("hostIPC", "a pod's sandbox has an IPC namespace of its own")
+	}
+	for _, v := range spec.Volumes {
+		if v.HostPath != nil {
+			return refuse(fmt.Sprintf("volume %q", v.Name), "hostPath: a pod's sandbox sees its project, no path of the host's")
+		}
+	}
+	// The process runs as the sandbox's root (the kubelet's user), with
+	// no capability.
+	user := func(where string, uid, gid *int64, nonRoot *bool) error {
+		switch {
+		case uid != nil && *uid != 0:
+			return refuse(where+"runAsUser", fmt.Sprintf("%d: a pod's process runs as its sandbox's root, uid 0 without capabilities", *uid))
+		case gid != nil && *gid != 0:
+			return refuse(where+"runAsGroup", fmt.Sprintf("%d: a pod's process runs as its sandbox's root, gid 0", *gid))
+		case nonRoot != nil && *nonRoot:
+			return refuse(where+"runAsNonRoot", "a pod's process runs as its sandbox's root, uid 0 without capabilities")
+		}
+		return nil
+	}
+	if sc := spec.SecurityContext; sc != nil {
+		if err := user("securityContext.", sc.RunAsUser, sc.RunAsGroup, sc.RunAsNonRoot); err != nil {
+			return err
+		}
+	}
+	if sc := c.SecurityContext; sc != nil {
+		where := fmt.Sprintf("container %q: securityContext.", c.Name)
+		switch {
+		case sc.Privileged != nil && *sc.Privileged:
+			return refuse(where+"privileged", "a pod's sandbox is never privileged")
+		case sc.Capabilities != nil && len(sc.Capabilities.Add) > 0:
+			return refuse(where+"capabilities.add", fmt.Sprintf("%v: a pod's process has no capability", sc.Capabilities.Add))
+		case sc.ReadOnlyRootFilesystem != nil && *sc.ReadOnlyRootFilesystem:
+			return refuse(where+"readOnlyRootFilesystem", "a pod's sandbox may write its own copy of the host's files and of its project")
+		}
+		if err := user(where, sc.RunAsUser, sc.RunAsGroup, sc.RunAsNonRoot); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // limits puts the container's resource limits on the sandbox: cpu as a

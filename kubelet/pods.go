@@ -38,6 +38,12 @@ type podEntry struct {
 // cannot help).
 func (p *Provider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 	plan, err := PlanPod(pod)
+	if err == nil {
+		err = p.advertised(plan.Project)
+	}
+	if err == nil && plan.Create.Network == client.NetworkHost && !p.cfg.AllowHostNetwork {
+		err = fmt.Errorf("annotation %s=host: %w", AnnotationNetwork, ErrHostNetwork)
+	}
 	key := podKey(pod.Namespace, pod.Name)
 	e := &podEntry{pod: pod.DeepCopy(), plan: plan, obs: Observed{Command: plan.Argv != nil}, made: make(chan struct{})}
 	if err != nil {
@@ -59,6 +65,16 @@ func (p *Provider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 	return nil
 }
 
+// advertised refuses a project the node does not advertise: --projects
+// names the only ones its pods may use (root may use every project,
+// root-only ones too); without it, every project root may use.
+func (p *Provider) advertised(project string) error {
+	if p.cfg.Projects == nil || slices.Contains(p.cfg.Projects, project) {
+		return nil
+	}
+	return fmt.Errorf("project %q: this node runs pods of projects %s only: %w", project, strings.Join(p.cfg.Projects, ", "), ErrProject)
+}
+
 // create makes e's sandbox, or finds it (a pod's sandbox has a name of
 // its own: a restarted kubelet finds it, ErrExists), then exposes its
 // ports and spawns its process unless it runs already.
@@ -69,6 +85,17 @@ func (p *Provider) create(ctx context.Context, e *podEntry) {
 	sb, err := p.makeSandbox(ctx, e.plan)
 	if err != nil {
 		p.log.Warn("a pod's sandbox could not be made", "pod", podKey(e.pod.Namespace, e.pod.Name), "error", err)
+		e.mu.Lock()
+		e.obs.Failed = err.Error()
+		e.mu.Unlock()
+		p.notify(e)
+		return
+	}
+	if err := p.checkNetwork(ctx, sb); err != nil {
+		p.log.Warn("a pod's sandbox has the host's network: destroyed", "pod", podKey(e.pod.Namespace, e.pod.Name), "sandbox", sb.ID(), "error", err)
+		if derr := sb.Destroy(ctx); derr != nil && !errors.Is(derr, client.ErrNoSuchSandbox) {
+			p.log.Warn("destroying a pod's sandbox", "sandbox", sb.ID(), "error", derr)
+		}
 		e.mu.Lock()
 		e.obs.Failed = err.Error()
 		e.mu.Unlock()
@@ -122,12 +149,15 @@ func (p *Provider) makeSandbox(ctx context.Context, plan Plan) (*client.Sandbox,
 			// looks at the name.
 			var sb *client.Sandbox
 			if sb, err = c.Sandbox(ctx, plan.Create.Name); err == nil {
-				return sb, nil
+				return p.own(sb)
 			}
 			if errors.Is(err, client.ErrNoSuchSandbox) {
 				sb, err = c.Create(ctx, plan.Project, plan.Create)
 				if errors.Is(err, client.ErrExists) {
-					return c.Sandbox(ctx, plan.Create.Name)
+					if sb, err = c.Sandbox(ctx, plan.Create.Name); err != nil {
+						return nil, err
+					}
+					return p.own(sb)
 				}
 				if err == nil {
 					return sb, nil
@@ -144,6 +174,33 @@ func (p *Provider) makeSandbox(ctx context.Context, plan Plan) (*client.Sandbox,
 		}
 		pause *= 2
 	}
+}
+
+// checkNetwork refuses sb when it has the host's network and the node
+// does not allow it: a profile (the annotation's, the host's default)
+// may give it without the pod's network annotation saying so.
+func (p *Provider) checkNetwork(ctx context.Context, sb *client.Sandbox) error {
+	if p.cfg.AllowHostNetwork {
+		return nil
+	}
+	st, err := sb.Status(ctx)
+	if err != nil {
+		return fmt.Errorf("sandbox %s: its network: %w", sb.ID(), err)
+	}
+	if st.Network == client.NetworkHost {
+		return fmt.Errorf("sandbox %s (profile %q): %w", sb.ID(), st.Profile, ErrHostNetwork)
+	}
+	return nil
+}
+
+// own returns sb, found by its name, if the kubelet's user made it: root
+// finds every owner's sandboxes, and a local user may name one of its
+// own k8s_... first; that one is not the pod's, and the pod fails.
+func (p *Provider) own(sb *client.Sandbox) (*client.Sandbox, error) {
+	if e := sb.Entry(); e.Owner != p.uid {
+		return nil, fmt.Errorf("sandbox %s named %s is uid %d's, not this kubelet's (uid %d): %w", e.ID, e.Name, e.Owner, p.uid, ErrNotOwned)
+	}
+	return sb, nil
 }
 
 // ensureProcess returns the process of plan's command in sb: one that
@@ -220,6 +277,9 @@ func (p *Provider) DeletePod(ctx context.Context, pod *corev1.Pod) error {
 		sb, err = nil, nil
 	} else if err != nil {
 		return err
+	} else if _, err := p.own(sb); err != nil {
+		p.log.Warn("a deleted pod's sandbox name is another user's sandbox: left alone", "pod", key, "error", err)
+		sb = nil
 	}
 	if sb != nil {
 		if err := sb.Destroy(ctx); err != nil && !errors.Is(err, client.ErrNoSuchSandbox) {
@@ -317,7 +377,12 @@ func (p *Provider) podOf(e *podEntry) *corev1.Pod {
 	pod.Status = PodStatus(pod, e.obs, p.cfg.NodeIP)
 	// The annotations ride with the status update virtual-kubelet makes
 	// (pods/status, which the Node authorizer and NodeRestriction let a
-	// node write): no patch of the pod itself, which they refuse.
+	// node write): no patch of the pod itself, which they refuse. The
+	// pod's author may have set them: they say the node's word or none
+	// (a script that promotes the sandbox the annotation names would
+	// promote one the author chose).
+	delete(pod.Annotations, AnnotationSandboxID)
+	delete(pod.Annotations, AnnotationPorts)
 	if e.obs.SandboxID != "" {
 		if pod.Annotations == nil {
 			pod.Annotations = map[string]string{}
@@ -436,15 +501,17 @@ func (p *Provider) syncPod(ctx context.Context, c *client.Client, e *podEntry, b
 	}
 }
 
-// sweep destroys the sandboxes named for pods (SandboxName) whose pod
-// the apiserver no longer has on this node, or has with another uid.
+// sweep destroys the sandboxes named for pods (SandboxName), made by the
+// kubelet's user, whose pod the apiserver no longer has on this node, or
+// has with another uid. Another owner's sandbox is never the kubelet's
+// to destroy, whatever its name.
 func (p *Provider) sweep(ctx context.Context, c *client.Client, list []sandboxd1.ListEntry) {
 	if p.cfg.Pods == nil {
 		return
 	}
 	for _, s := range list {
 		ref, ok := ParseSandboxName(s.Name)
-		if !ok || s.State == sandboxd1.StateCreating || p.podExists(ref) {
+		if !ok || s.Owner != p.uid || s.State == sandboxd1.StateCreating || p.podExists(ref) {
 			continue
 		}
 		p.log.Info("destroying the sandbox of a pod that is no more", "sandbox", s.ID, "pod", ref.Namespace+"/"+ref.Name, "uid", ref.UID)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"sync"
 	"time"
 
@@ -24,6 +25,11 @@ type Config struct {
 	// Projects are the projects advertised as labels; nil: all the
 	// projects the kubelet's user may use.
 	Projects []string
+	// AllowHostNetwork lets a pod's sandbox have the host's network
+	// (annotation sandboxd.io/network: host, or a profile's network);
+	// without it such a pod fails: the host's loopback services (an
+	// etcd, the kubelet API, a database) would be its.
+	AllowHostNetwork bool
 	// StatusInterval is how often sandboxd is asked whether it answers
 	// (the node's Ready) and how its pods' sandboxes stand.
 	StatusInterval time.Duration
@@ -45,6 +51,9 @@ type Provider struct {
 	cfg     Config
 	log     *slog.Logger
 	creates chan struct{}
+	// uid is the kubelet's user: the only owner whose sandboxes it
+	// finds, adopts, sweeps or destroys (root's calls see every owner's).
+	uid uint32
 
 	connMu sync.Mutex
 	conn   *client.Client
@@ -68,7 +77,7 @@ func New(cfg Config) *Provider {
 	if cfg.Connect == nil {
 		cfg.Connect = client.Connect
 	}
-	return &Provider{cfg: cfg, log: cfg.Log, creates: make(chan struct{}, maxCreates), pods: map[string]*podEntry{}}
+	return &Provider{cfg: cfg, log: cfg.Log, creates: make(chan struct{}, maxCreates), pods: map[string]*podEntry{}, uid: uint32(os.Geteuid())}
 }
 
 // client is the connection to sandboxd, made again when the bus's went

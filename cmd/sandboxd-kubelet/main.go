@@ -39,6 +39,7 @@ type flags struct {
 	certFile, keyFile, clientCAFile      string
 	projects                             string
 	statusInterval                       time.Duration
+	allowHostNetwork                     bool
 	debug, showVersion                   bool
 }
 
@@ -54,6 +55,7 @@ func parseFlags(args []string) (flags, error) {
 	fs.StringVar(&f.keyFile, "tls-private-key-file", "", "its private key (required)")
 	fs.StringVar(&f.clientCAFile, "client-ca-file", "", "the CA of the kubelet API's client certificates (the apiserver's --kubelet-client-certificate)")
 	fs.StringVar(&f.projects, "projects", "", "the projects to advertise, comma-separated (default: all the projects sandboxd lets this user use)")
+	fs.BoolVar(&f.allowHostNetwork, "allow-host-network", false, "let a pod's sandbox have the host's network (annotation sandboxd.io/network: host, or a profile's); without it such a pod fails")
 	fs.DurationVar(&f.statusInterval, "status-interval", 10*time.Second, "how often sandboxd is asked whether it answers and how the pods' sandboxes stand")
 	fs.BoolVar(&f.debug, "debug", false, "log at debug level")
 	fs.BoolVar(&f.showVersion, "version", false, "print the version and exit")
@@ -148,7 +150,7 @@ func run(ctx context.Context, f flags, log *slog.Logger) error {
 	n, err := nodeutil.NewNode(f.nodeName, func(pc nodeutil.ProviderConfig) (nodeutil.Provider, node.NodeProvider, error) {
 		provider = kubelet.New(kubelet.Config{
 			NodeName: f.nodeName, NodeIP: f.nodeIP, Port: int32(port),
-			Projects: projects, StatusInterval: f.statusInterval,
+			Projects: projects, AllowHostNetwork: f.allowHostNetwork, StatusInterval: f.statusInterval,
 			Pods: pc.Pods, Log: log,
 		})
 		provider.ConfigureNode(ctx, pc.Node)
