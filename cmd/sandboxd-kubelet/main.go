@@ -141,9 +141,9 @@ func run(ctx context.Context, f flags, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	var projects []string
-	if f.projects != "" {
-		projects = strings.Split(f.projects, ",")
+	projects, err := projectList(f.projects)
+	if err != nil {
+		return err
 	}
 	var provider *kubelet.Provider
 	mux := http.NewServeMux()
@@ -230,4 +230,21 @@ func firstAddress() (string, error) {
 		}
 	}
 	return "", errors.New("finding the node's IP: no address but loopback; give --node-ip")
+}
+
+// projectList reads --projects: names split on commas, spaces around
+// them dropped ("web, api"); an empty name is refused, not taken as none.
+func projectList(flag string) ([]string, error) {
+	if flag == "" {
+		return nil, nil
+	}
+	var names []string
+	for _, name := range strings.Split(flag, ",") {
+		name = strings.TrimSpace(name)
+		if name == "" {
+			return nil, fmt.Errorf("--projects %q: an empty project name; give names split by commas, e.g. --projects web,api", flag)
+		}
+		names = append(names, name)
+	}
+	return names, nil
 }
