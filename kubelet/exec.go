@@ -117,12 +117,31 @@ func onTerminal(ctx context.Context, sb *client.Sandbox, cmd []string, attach ap
 	return st, err
 }
 
-// AttachToContainer is kubectl attach: a sandbox's background process
-// has no stdin to join, and its output is kubectl logs -f's.
+// AttachToContainer is kubectl attach: the pod's background process's
+// output from now on, until it ends or the client goes. The process has
+// no stdin nor terminal to join: -i and -t are refused, saying so.
 func (p *Provider) AttachToContainer(ctx context.Context, namespace, name, container string, attach api.AttachIO) error {
-	if _, _, err := p.sandboxOf(ctx, namespace, name, container); err != nil {
+	sb, e, err := p.sandboxOf(ctx, namespace, name, container)
+	if err != nil {
 		return err
 	}
-	return errors.New("attach is not served by a sandboxd node: a sandbox's process has no stdin to join; " +
-		"use kubectl logs -f for its output, kubectl exec for a command")
+	if attach.Stdin() != nil || attach.TTY() {
+		return errors.New("a sandbox's background process has no stdin or terminal to join: " +
+			"kubectl attach without -i and -t shows its output; kubectl exec -it runs a command on a terminal")
+	}
+	e.mu.Lock()
+	process := e.process
+	e.mu.Unlock()
+	if process == "" {
+		return fmt.Errorf("pod %s/%s has no command, so nothing to attach to: kubectl exec runs a command in its sandbox", namespace, name)
+	}
+	var out io.Writer = io.Discard
+	if w := attach.Stdout(); w != nil {
+		out = w
+	}
+	off, err := logEnd(ctx, sb, process)
+	if err != nil {
+		return err
+	}
+	return follow(ctx, sb, process, off, 0, out)
 }

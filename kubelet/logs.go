@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/virtual-kubelet/virtual-kubelet/node/api"
+
+	"github.com/sandboxd/sandboxd/client"
 )
 
 // logPoll is how often a followed log is read for more.
@@ -60,38 +62,62 @@ func (p *Provider) GetContainerLogs(ctx context.Context, namespace, name, contai
 		if _, err := pw.Write(head); err != nil {
 			return
 		}
-		written := len(head)
-		for {
-			data, next, end, err := sb.ReadLog(ctx, process, off, 0)
-			if err != nil {
-				pw.CloseWithError(err)
-				return
-			}
-			if opts.LimitBytes > 0 && written+len(data) > opts.LimitBytes {
-				data = data[:opts.LimitBytes-written]
-			}
-			if len(data) > 0 {
-				if _, err := pw.Write(data); err != nil {
-					return
-				}
-				written += len(data)
-			}
-			off = next
-			if end || opts.LimitBytes > 0 && written >= opts.LimitBytes {
-				pw.Close()
-				return
-			}
-			if len(data) == 0 {
-				select {
-				case <-ctx.Done():
-					pw.CloseWithError(ctx.Err())
-					return
-				case <-time.After(logPoll):
-				}
-			}
+		limit := 0
+		if opts.LimitBytes > 0 {
+			limit = opts.LimitBytes - len(head)
 		}
+		pw.CloseWithError(follow(ctx, sb, process, off, limit, pw))
 	}()
 	return pr, nil
+}
+
+// follow copies a process's log from off to w, as it grows, until the
+// process ends (nil), limit bytes (> 0) were written (nil), or ctx ends
+// or w fails (their error). w's pace bounds what is held: one chunk.
+func follow(ctx context.Context, sb *client.Sandbox, process string, off uint64, limit int, w io.Writer) error {
+	written := 0
+	for {
+		data, next, end, err := sb.ReadLog(ctx, process, off, 0)
+		if err != nil {
+			return err
+		}
+		if limit > 0 && written+len(data) > limit {
+			data = data[:limit-written]
+		}
+		if len(data) > 0 {
+			if _, err := w.Write(data); err != nil {
+				return err
+			}
+			written += len(data)
+		}
+		off = next
+		if end || limit > 0 && written >= limit {
+			return nil
+		}
+		if len(data) == 0 {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(logPoll):
+			}
+		}
+	}
+}
+
+// logEnd is where a process's log ends now (what a fast writer adds
+// while it is read, past maxLogHeld, is not waited for), read and let go
+// a chunk at a time.
+func logEnd(ctx context.Context, sb *client.Sandbox, process string) (uint64, error) {
+	var off, skipped uint64
+	for skipped < maxLogHeld {
+		data, next, _, err := sb.ReadLog(ctx, process, off, 0)
+		if err != nil || len(data) == 0 {
+			return next, err
+		}
+		skipped += next - off
+		off = next
+	}
+	return off, nil
 }
 
 // TailLines is the last n lines of b (all of them for n <= 0); a last

@@ -236,7 +236,7 @@ func (cp *ControlPlane) Kubelet(node string) (KubeletFiles, error) {
 // Kubectl runs kubectl (the tools', of the apiserver's version) as the admin and returns its standard output; an
 // error carries its standard error.
 func (cp *ControlPlane) Kubectl(ctx context.Context, args ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, filepath.Join(cp.Tools, "bin", "kubectl"), append([]string{"--kubeconfig=" + cp.Kubeconfig}, args...)...)
+	cmd := cp.KubectlCommand(ctx, args...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -244,6 +244,11 @@ func (cp *ControlPlane) Kubectl(ctx context.Context, args ...string) (string, er
 		return string(out), fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
 	}
 	return string(out), nil
+}
+
+// KubectlCommand is kubectl as the admin, for a caller that streams.
+func (cp *ControlPlane) KubectlCommand(ctx context.Context, args ...string) *exec.Cmd {
+	return exec.CommandContext(ctx, filepath.Join(cp.Tools, "bin", "kubectl"), append([]string{"--kubeconfig=" + cp.Kubeconfig}, args...)...)
 }
 
 // WaitFor polls cond until it holds, it fails, or timeout passes (a safety

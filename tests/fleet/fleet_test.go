@@ -3,6 +3,7 @@
 package fleet_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -136,6 +137,12 @@ func TestFleet(t *testing.T) {
 	if err == nil || out != "42\n" || !strings.Contains(err.Error(), "exit code 3") {
 		t.Fatalf("kubectl exec with an exit status 3: %q, %v", out, err)
 	}
+
+	// kubectl logs is the pod's process's output; kubectl attach follows it.
+	if out, err := cp.Kubectl(ctx, "logs", pod, "--limit-bytes=8"); err != nil || out != "started\n" {
+		t.Fatalf("kubectl logs %s --limit-bytes=8: %q, %v", pod, out, err)
+	}
+	attachTicks(ctx, t, cp, pod)
 
 	// A warm pool of 4 keeps 4 ready sandboxes; a claim takes one of them
 	// and the pool makes another.
@@ -320,6 +327,44 @@ func startKubelet(ctx context.Context, t *testing.T, cp *fleet.ControlPlane, h *
 	})
 }
 
+// attachTicks runs kubectl attach on pod until a "tick" comes through it,
+// then ends it (by its pid).
+func attachTicks(ctx context.Context, t *testing.T, cp *fleet.ControlPlane, pod string) {
+	t.Helper()
+	cmd := cp.KubectlCommand(ctx, "attach", pod)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	lines := make(chan string)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	for {
+		select {
+		case line, ok := <-lines:
+			if !ok {
+				t.Fatalf("kubectl attach %s ended before a tick: %s", pod, stderr.String())
+			}
+			if line == "tick" {
+				return
+			}
+		case <-time.After(2 * time.Minute):
+			t.Fatalf("kubectl attach %s: no tick in 2 minutes (a safety net: one comes each second): %s", pod, stderr.String())
+		}
+	}
+}
+
 // waitNode waits for node's Ready condition to be status.
 func waitNode(ctx context.Context, t *testing.T, cp *fleet.ControlPlane, node, status string) {
 	t.Helper()
@@ -363,7 +408,7 @@ spec:
       containers:
       - name: agent
         image: sandboxd.io/project/web
-        command: ["sleep", "infinity"]
+        command: ["sh", "-c", "echo started; while sleep 1; do echo tick; done"]
         resources:
           requests:
             cpu: 100m
