@@ -54,7 +54,7 @@ func parseFlags(args []string) (flags, error) {
 	fs.StringVar(&f.certFile, "tls-cert-file", "", "the kubelet API's serving certificate (required)")
 	fs.StringVar(&f.keyFile, "tls-private-key-file", "", "its private key (required)")
 	fs.StringVar(&f.clientCAFile, "client-ca-file", "", "the CA of the kubelet API's client certificates (the apiserver's --kubelet-client-certificate)")
-	fs.StringVar(&f.projects, "projects", "", "the projects to advertise, comma-separated (default: all the projects sandboxd lets this user use)")
+	fs.StringVar(&f.projects, "projects", "", "the projects to advertise, the only ones its pods may use, comma-separated (default: all the projects sandboxd lets this user use)")
 	fs.BoolVar(&f.allowHostNetwork, "allow-host-network", false, "let a pod's sandbox have the host's network (annotation sandboxd.io/network: host, or a profile's); without it such a pod fails")
 	fs.DurationVar(&f.statusInterval, "status-interval", 10*time.Second, "how often sandboxd is asked whether it answers and how the pods' sandboxes stand")
 	fs.BoolVar(&f.debug, "debug", false, "log at debug level")
