@@ -60,7 +60,10 @@ func TestServiceEnvironmentIsWhatTheServiceGets(t *testing.T) {
 		}
 	}
 	const unit = "units-test-env.service"
-	run := exec.Command("systemd-run", "--unit="+unit, "--quiet",
+	// Type=exec: systemd-run returns once sleep is exec'd, so that the
+	// MainPID's environ below is the service's, not that of systemd's
+	// child before its execve (read too early on a busy machine: empty).
+	run := exec.Command("systemd-run", "--unit="+unit, "--quiet", "--property=Type=exec",
 		"--property=Environment=T_ENV=1 T_OVERRIDDEN=env",
 		"--property=EnvironmentFile="+filepath.Join(dir, "tricky.env"),
 		"--property=EnvironmentFile=-"+filepath.Join(dir, "missing.env"),
