@@ -65,17 +65,19 @@ func (o sandboxObject) ExecTerminal(sender dbus.Sender, msg dbus.Message, argv [
 	}
 	// godbus writes the reply after this returns, maybe after the command
 	// ended (at once, on a busy machine): the reply gets a copy of the
-	// master, closed once written; ours is closed when the command ends.
+	// master, closed once written; ours is closed when the command ends
+	// (copied first: the command may have ended already).
 	master := cmd.Master
-	go func() { <-cmd.Done(); master.Close() }()
-	if msg.Flags&dbus.FlagNoReplyExpected != 0 {
-		return cmd.ID, -1, nil // no reply: nothing to hand off
+	fd := dbus.UnixFD(-1)
+	var err error
+	if msg.Flags&dbus.FlagNoReplyExpected == 0 { // else no reply: nothing to hand off
+		fd, err = guard.HandOff(master)
 	}
-	fd, err := guard.HandOff(master)
 	if err != nil {
 		master.Close() // the command's terminal hangs up: it ends
 		return "", -1, dbusError(sandboxd1.ErrorFailed, "ExecTerminal: %v", err)
 	}
+	go func() { <-cmd.Done(); master.Close() }()
 	return cmd.ID, fd, nil
 }
 
