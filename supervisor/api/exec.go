@@ -10,6 +10,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/runtime/nsinit"
 	"github.com/sandboxd/sandboxd/sandboxd1"
+	"github.com/sandboxd/sandboxd/supervisor/api/guard"
 	"github.com/sandboxd/sandboxd/supervisor/api/options"
 	"github.com/sandboxd/sandboxd/supervisor/commands"
 )
@@ -62,12 +63,22 @@ func (o sandboxObject) ExecTerminal(sender dbus.Sender, msg dbus.Message, argv [
 	if derr != nil {
 		return "", -1, derr
 	}
-	// godbus sends the descriptor after this returns, and does not close
-	// it: ours is closed when the command ends (a number closed sooner
-	// could be reused before the reply is written).
+	// godbus writes the reply after this returns, maybe after the command
+	// ended (at once, on a busy machine): the reply gets a copy of the
+	// master, closed once written; ours is closed when the command ends
+	// (copied first: the command may have ended already).
 	master := cmd.Master
+	fd := dbus.UnixFD(-1)
+	var err error
+	if msg.Flags&dbus.FlagNoReplyExpected == 0 { // else no reply: nothing to hand off
+		fd, err = guard.HandOff(master)
+	}
+	if err != nil {
+		master.Close() // the command's terminal hangs up: it ends
+		return "", -1, dbusError(sandboxd1.ErrorFailed, "ExecTerminal: %v", err)
+	}
 	go func() { <-cmd.Done(); master.Close() }()
-	return cmd.ID, dbus.UnixFD(master.Fd()), nil
+	return cmd.ID, fd, nil
 }
 
 func (o sandboxObject) exec(sender dbus.Sender, msg dbus.Message, action string, argv []string,

@@ -99,7 +99,11 @@ func TestATerminalCommandGetsAPTY(t *testing.T) {
 	c := newClient(t)
 	var id string
 	var fd dbus.UnixFD
-	err := c.conn.Object("org.sandboxd1", dbus.ObjectPath(object)).Call("org.sandboxd1.Sandbox.ExecTerminal", 0,
+	// Bounded: a command that ended before the daemon wrote its reply once
+	// took the descriptor with it, and the reply never came.
+	callCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err := c.conn.Object("org.sandboxd1", dbus.ObjectPath(object)).CallWithContext(callCtx, "org.sandboxd1.Sandbox.ExecTerminal", 0,
 		[]string{"/bin/sh", "-c", "tty; stty size"}, map[string]dbus.Variant{}, uint16(24), uint16(80)).Store(&id, &fd)
 	if err != nil {
 		t.Fatal(err)

@@ -74,8 +74,14 @@ func Attach(log *slog.Logger, sessions Sessions) {
 // stay open in the daemon for ever. The guard sees every message as it is
 // read, closes every descriptor no handler will take, and refuses calls
 // that carry descriptors the method does not take or arguments too large.
+// Outgoing, it closes the descriptors a method handed off (HandOff) once
+// the reply that carries them is written.
 func ConnOptions() []dbus.ConnOption {
-	return []dbus.ConnOption{dbus.WithIncomingInterceptor(guard)}
+	return []dbus.ConnOption{
+		dbus.WithIncomingInterceptor(guard),
+		dbus.WithOutgoingInterceptor(outgoing),
+		dbus.WithSerialGenerator(newSerials()),
+	}
 }
 
 // guard runs on godbus's reading goroutine for every message received,
