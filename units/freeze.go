@@ -67,7 +67,10 @@ func (m *Manager) freezeOrThaw(ctx context.Context, op, name string, freeze bool
 	return nil
 }
 
-// waitStopped waits, bounded by ctx, until every thread of every process
+// maxStopWait bounds waitStopped.
+const maxStopWait = 30 * time.Second
+
+// waitStopped waits, bounded by ctx (and maxStopWait), until every thread of every process
 // in the unit's cgroup is stopped (or gone). A thaw's SIGCONT needs no
 // such wait: the kernel wakes stopped threads as it sends it.
 func (m *Manager) waitStopped(ctx context.Context, name string) error {
@@ -88,6 +91,11 @@ func (m *Manager) waitStopped(ctx context.Context, name string) error {
 		return nil // no cgroup: no processes
 	}
 	procs := filepath.Join(root, filepath.Clean("/"+cgroup), "cgroup.procs")
+	// A safety net, not the bound waited on: a thread that stays in
+	// uninterruptible sleep (a hung mount) must not hold a freeze, and
+	// whatever waits behind it, for ever.
+	ctx, cancel := context.WithTimeout(ctx, maxStopWait)
+	defer cancel()
 	// Stopping cannot be waited on from outside the process's parent (no
 	// event tells it): look, and look again after a pause that grows to
 	// 10ms, until all are stopped or ctx ends.
