@@ -60,14 +60,7 @@ func TestCreatePodAdoptsNoOtherOwnersSandbox(t *testing.T) {
 	}}
 	p := New(Config{Connect: d.connect})
 	p.uid = 0
-	if err := p.CreatePod(context.Background(), pd); err != nil {
-		t.Fatal(err)
-	}
-	p.mu.Lock()
-	e := p.pods[podKey(pd.Namespace, pd.Name)]
-	p.mu.Unlock()
-	<-e.made
-	got, _ := p.GetPod(context.Background(), pd.Namespace, pd.Name)
+	got := createdPod(t, p, pd)
 	if st := got.Status; st.Phase != corev1.PodFailed || !strings.Contains(st.Message, "uid 4242") || got.Annotations[AnnotationSandboxID] != "" {
 		t.Errorf("a pod whose name another user's sandbox has: phase %s, message %q, sandbox %q; want Failed, naming uid 4242, no sandbox",
 			st.Phase, st.Message, got.Annotations[AnnotationSandboxID])
@@ -224,14 +217,7 @@ func TestCreatePodDestroysASandboxAProfileGaveTheHostsNetwork(t *testing.T) {
 	p := New(Config{Connect: d.connect})
 	pd := pod(corev1.Container{Name: "main", Image: "sandboxd.io/project/web", Command: []string{"sleep", "infinity"}})
 	pd.Annotations = map[string]string{AnnotationProfile: "trusted"}
-	if err := p.CreatePod(context.Background(), pd); err != nil {
-		t.Fatal(err)
-	}
-	p.mu.Lock()
-	e := p.pods[podKey(pd.Namespace, pd.Name)]
-	p.mu.Unlock()
-	<-e.made
-	got, _ := p.GetPod(context.Background(), pd.Namespace, pd.Name)
+	got := createdPod(t, p, pd)
 	if st := got.Status; st.Phase != corev1.PodFailed || !strings.Contains(st.Message, `profile "trusted"`) {
 		t.Errorf("a profile with the host's network: phase %s, message %q; want Failed naming the profile", st.Phase, st.Message)
 	}
@@ -284,4 +270,22 @@ func TestPodStatusCarriesNoAuthorsSandboxID(t *testing.T) {
 	if v, ok := got.Annotations[AnnotationPorts]; ok {
 		t.Errorf("a pod without a sandbox says ports %q, its author's", v)
 	}
+}
+
+// createdPod hands pd to p and returns it as p has it once its create
+// ended, made or not.
+func createdPod(t *testing.T, p *Provider, pd *corev1.Pod) *corev1.Pod {
+	t.Helper()
+	if err := p.CreatePod(context.Background(), pd); err != nil {
+		t.Fatal(err)
+	}
+	p.mu.Lock()
+	e := p.pods[podKey(pd.Namespace, pd.Name)]
+	p.mu.Unlock()
+	<-e.made
+	got, err := p.GetPod(context.Background(), pd.Namespace, pd.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
 }
