@@ -38,6 +38,10 @@ const Events = unix.FAN_MODIFY | unix.FAN_CLOSE_WRITE | unix.FAN_ATTRIB |
 	unix.FAN_CREATE | unix.FAN_DELETE | unix.FAN_MOVED_FROM | unix.FAN_MOVED_TO |
 	unix.FAN_DELETE_SELF | unix.FAN_MOVE_SELF | unix.FAN_ONDIR
 
+// opened is what Opened counts: a file of the project opened (in any mode)
+// is how a write through a mapping begins, which itself makes no event.
+const opened = unix.FAN_OPEN
+
 var (
 	// ErrClosed is returned by a Watcher's calls after Close.
 	ErrClosed = errors.New("changewatch: watcher closed")
@@ -53,12 +57,14 @@ type Project struct {
 	Dir     string
 	fsid    fsid
 	subvol  uint64 // btrfs subvolume id (tree id) of Dir; 0 if not btrfs
-	changes uint64 // events seen for it
+	changes uint64 // modifications seen for it
+	opens   uint64 // opens seen for it
 }
 
 // Mark is where a project stood when Watcher.Mark was called.
 type Mark struct {
-	changes, overflows uint64
+	changes, opens, overflows uint64
+	writers                   []string // Writers at the mark (Begin only)
 }
 
 // Watcher is one fanotify group with a filesystem mark on one filesystem.
@@ -80,7 +86,7 @@ func NewWatcher(dir string) (*Watcher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fanotify_init: %w", err)
 	}
-	if err := unix.FanotifyMark(fd, unix.FAN_MARK_ADD|unix.FAN_MARK_FILESYSTEM, Events, unix.AT_FDCWD, dir); err != nil {
+	if err := unix.FanotifyMark(fd, unix.FAN_MARK_ADD|unix.FAN_MARK_FILESYSTEM, Events|opened, unix.AT_FDCWD, dir); err != nil {
 		unix.Close(fd)
 		return nil, fmt.Errorf("fanotify_mark filesystem of %s: %w", dir, err)
 	}
@@ -126,7 +132,7 @@ func (w *Watcher) Mark(p *Project) (Mark, error) {
 	if err := w.drainLocked(); err != nil {
 		return Mark{}, err
 	}
-	return Mark{changes: p.changes, overflows: w.overflows}, nil
+	return Mark{changes: p.changes, opens: p.opens, overflows: w.overflows}, nil
 }
 
 // Changed drains the queue and reports whether p was modified since m, or
@@ -139,6 +145,61 @@ func (w *Watcher) Changed(p *Project, m Mark) (bool, error) {
 		return true, err
 	}
 	return p.changes != m.changes || w.overflows != m.overflows, nil
+}
+
+// Begin is the pool's mark, to take before a pool sandbox's snapshot: Mark,
+// then Writers of the project (after the mark, so that a writer closed in
+// between left a FAN_CLOSE_WRITE behind it).
+func (w *Watcher) Begin(p *Project) (Mark, error) {
+	m, err := w.Mark(p)
+	if err != nil {
+		return m, err
+	}
+	if m.writers, err = Writers(p.Dir); err != nil {
+		return m, err
+	}
+	return m, nil
+}
+
+// Suspect lists the writers Begin found: a sandbox marked while they were
+// there is never clean (a shared mapping can write without an event).
+func (m Mark) Suspect() []string { return m.writers }
+
+// Unchanged is the pool's check at claim, against a Mark from Begin: no
+// modification since, no overflow, no writer at the mark, and if a file of
+// the project was opened since, no writer now. False is "do not hand the
+// sandbox out"; an error is false too.
+func (w *Watcher) Unchanged(p *Project, m Mark) (bool, error) {
+	if len(m.writers) > 0 {
+		return false, nil
+	}
+	if c, err := w.Changed(p, m); c || err != nil {
+		return false, err
+	}
+	o, err := w.Opened(p, m)
+	if err != nil {
+		return false, err
+	}
+	if !o {
+		return true, nil
+	}
+	now, err := Writers(p.Dir)
+	return err == nil && len(now) == 0, err
+}
+
+// Opened drains the queue and reports whether a file of p was opened since
+// m (or the queue overflowed). A write through a shared mapping makes no
+// event; the mapping needs a file opened for writing, either before the
+// mark (Writers at the mark finds it) or after it (Opened says so, and
+// Writers at the check finds it if it is still open; once closed, its
+// FAN_CLOSE_WRITE made it a change).
+func (w *Watcher) Opened(p *Project, m Mark) (bool, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err := w.drainLocked(); err != nil {
+		return true, err
+	}
+	return p.opens != m.opens || w.overflows != m.overflows, nil
 }
 
 // Drain reads the queued events (a caller polling FD calls it when the
@@ -214,7 +275,7 @@ func (w *Watcher) parse(b []byte) {
 		if mask&unix.FAN_Q_OVERFLOW != 0 {
 			w.overflows++
 		} else {
-			w.attribute(b[metaLen:evLen])
+			w.attribute(mask, b[metaLen:evLen])
 		}
 		b = b[evLen:]
 	}
@@ -222,7 +283,10 @@ func (w *Watcher) parse(b []byte) {
 
 // attribute counts an event for each watched project its info records name.
 // An event with no record we can read counts for every project.
-func (w *Watcher) attribute(info []byte) {
+func (w *Watcher) attribute(mask uint64, info []byte) {
+	// A directory's open (FAN_ONDIR: events merge only per object, so the
+	// flag names the object) cannot lead to a mapping: not an open here.
+	change, open := mask&Events&^unix.FAN_ONDIR != 0, mask&opened != 0 && mask&unix.FAN_ONDIR == 0
 	matched, read := false, false
 	for len(info) >= infoHdrLen {
 		typ := info[0]
@@ -249,19 +313,28 @@ func (w *Watcher) attribute(info []byte) {
 		root, isBtrfs := btrfsRoot(htype, handle)
 		for _, p := range w.projects {
 			if (p.subvol != 0 && isBtrfs && root == p.subvol) || (p.subvol == 0 && id == p.fsid) {
-				p.changes++
+				p.count(change, open)
 				matched = true
 			}
 		}
 	}
 	if !read {
 		for _, p := range w.projects {
-			p.changes++
+			p.count(true, true)
 		}
 		matched = true
 	}
 	if !matched {
 		w.other++
+	}
+}
+
+func (p *Project) count(change, open bool) {
+	if change {
+		p.changes++
+	}
+	if open {
+		p.opens++
 	}
 }
 
