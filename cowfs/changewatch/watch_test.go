@@ -167,6 +167,31 @@ var writes = []struct {
 		_, err := f.early.WriteAt([]byte("E"), 0)
 		must(t, err)
 	}},
+	{"reflink-into", true, false, func(t *testing.T, f *fixture) {
+		src := filepath.Join(filepath.Dir(f.dir), "src-"+filepath.Base(f.dir))
+		must(t, os.WriteFile(src, make([]byte, 8192), 0o644))
+		defer os.Remove(src)
+		in, err := os.Open(src)
+		must(t, err)
+		defer in.Close()
+		out, err := os.OpenFile(filepath.Join(f.dir, "file.txt"), os.O_WRONLY, 0)
+		must(t, err)
+		defer out.Close()
+		must(t, unix.IoctlFileClone(int(out.Fd()), int(in.Fd())))
+	}},
+	{"copy_file_range-into", true, false, func(t *testing.T, f *fixture) {
+		src := filepath.Join(filepath.Dir(f.dir), "src-"+filepath.Base(f.dir))
+		must(t, os.WriteFile(src, []byte("copied"), 0o644))
+		defer os.Remove(src)
+		in, err := os.Open(src)
+		must(t, err)
+		defer in.Close()
+		out, err := os.OpenFile(filepath.Join(f.dir, "file.txt"), os.O_WRONLY, 0)
+		must(t, err)
+		defer out.Close()
+		_, err = unix.CopyFileRange(int(in.Fd()), nil, int(out.Fd()), nil, 6, 0)
+		must(t, err)
+	}},
 	{"write-nested-dir", true, false, func(t *testing.T, f *fixture) {
 		must(t, os.WriteFile(filepath.Join(f.dir, "a/b/c/deep.txt"), []byte("changed"), 0o644))
 	}},
