@@ -39,17 +39,22 @@ func Writers(dir string) ([]string, error) {
 		base := filepath.Join("/proc", pid)
 		fds, _ := os.ReadDir(filepath.Join(base, "fd")) // gone or a kernel thread: nothing
 		for _, fd := range fds {
-			var fst unix.Stat_t
-			if unix.Stat(filepath.Join(base, "fd", fd.Name()), &fst) != nil || fst.Dev != dev {
+			// Cheap first (procfs alone): sockets, pipes and anonymous
+			// inodes are no files of the volume; a descriptor not open for
+			// writing is no writer. Only what is left is stat'ed.
+			fdPath := filepath.Join(base, "fd", fd.Name())
+			if target, err := os.Readlink(fdPath); err == nil && !strings.HasPrefix(target, "/") {
 				continue
 			}
 			info, err := os.ReadFile(filepath.Join(base, "fdinfo", fd.Name()))
-			if err != nil {
+			if err != nil || !fdWritable(string(info)) {
 				continue
 			}
-			if fdWritable(string(info)) {
-				found = append(found, fmt.Sprintf("pid %s fd %s", pid, fd.Name()))
+			var fst unix.Stat_t
+			if unix.Stat(fdPath, &fst) != nil || fst.Dev != dev {
+				continue
 			}
+			found = append(found, fmt.Sprintf("pid %s fd %s", pid, fd.Name()))
 		}
 		maps, err := os.ReadFile(filepath.Join(base, "maps"))
 		if err != nil {
