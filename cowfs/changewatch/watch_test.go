@@ -394,25 +394,29 @@ func TestCost(t *testing.T) {
 	// The same while another sandbox writes (dirty data for syncfs to commit).
 	stop := make(chan struct{})
 	done := make(chan struct{})
+	var written int64
+	fd, err := os.OpenFile(filepath.Join(o.dir, "busy.bin"), os.O_CREATE|os.O_WRONLY, 0o644)
+	must(t, err)
+	defer fd.Close()
+	began := time.Now()
 	go func() {
 		defer close(done)
 		b := make([]byte, 64<<10)
-		fd, err := os.OpenFile(filepath.Join(o.dir, "busy.bin"), os.O_CREATE|os.O_WRONLY, 0o644)
-		if err != nil {
-			return
-		}
-		defer fd.Close()
 		for i := 0; ; i++ {
 			select {
 			case <-stop:
 				return
 			default:
 			}
-			_, _ = fd.WriteAt(b, int64(i%1024)*int64(len(b)))
+			n, _ := fd.WriteAt(b, int64(i%1024)*int64(len(b)))
+			written += int64(n)
+			time.Sleep(time.Millisecond) // at most 64 MiB/s: a busy sandbox, not a flood
 		}
 	}()
+	time.Sleep(500 * time.Millisecond)
 	lat("fanotify check, another sandbox writing", fanCheck)
 	lat("generation check (syncfs), another sandbox writing", genCheck)
 	close(stop)
 	<-done
+	t.Logf("the other sandbox wrote %d MiB in %v meanwhile", written>>20, time.Since(began).Round(time.Millisecond))
 }
