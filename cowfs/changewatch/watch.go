@@ -12,8 +12,10 @@
 //     modification; an event is the project's when its file handle names
 //     the project's subvolume (btrfs handles carry the subvolume's id) or,
 //     on another filesystem, when its fsid is the project's. A queue
-//     overflow is a change of every project. Misses a write through a
-//     shared mapping whose file is still open (page faults make no event).
+//     overflow is a change of every project. Alone it misses a write
+//     through a shared mapping whose file is still open (page faults make
+//     no event); Begin and Unchanged close that with Writers, the
+//     descriptors open for writing and shared mappings found in /proc.
 //   - Generation: btrfs's generation of the project's subvolume after a
 //     syncfs (BTRFS_IOC_GET_SUBVOL_INFO) against the transaction its
 //     snapshot was taken in (the snapshot's otransid). Sees everything that
