@@ -206,7 +206,7 @@ func benchWarm(ctx context.Context, cfg config, d *daemon, fs *btrfsFS) (res war
 
 // warmOff measures the floors and the full creates the claims stand
 // beside: 8 clients at 0 live (then destroyed), one client's -live in a
-// row, and 8 clients again at -live.
+// row, and 8 clients again from -live less k and the pool's size.
 func warmOff(ctx context.Context, cfg config, d *daemon, fs *btrfsFS, project string, res *warmResult) error {
 	w, err := newWarmer(ctx, d, project)
 	if err != nil {
@@ -258,11 +258,11 @@ func warmOff(ctx context.Context, cfg config, d *daemon, fs *btrfsFS, project st
 	if !res.atLive {
 		return nil
 	}
-	// 8 clients from -live minus the pool's size to -live, as the
-	// claims will be.
+	// 8 clients from -live less k and the pool's size, as the claims
+	// will be.
 	var some []string
 	for id := range d.live {
-		if len(some) == res.size {
+		if len(some) == res.k+res.size {
 			break
 		}
 		some = append(some, id)
@@ -279,8 +279,9 @@ func warmOff(ctx context.Context, cfg config, d *daemon, fs *btrfsFS, project st
 }
 
 // warmOn measures the pool: its first fill, one client's claims and
-// then 8 clients' from a full pool, its refill after them, and the same
-// claims from -live minus k and the pool's size.
+// then 8 clients' from a full pool, its refill after them; and at -live
+// less k and the pool's size, 8 clients' claims and then one client's,
+// up to -live (the pool full before each).
 func warmOn(ctx context.Context, d *daemon, fs *btrfsFS, project string, res *warmResult) error {
 	w, err := newWarmer(ctx, d, project)
 	if err != nil {
@@ -330,13 +331,13 @@ func warmOn(ctx context.Context, d *daemon, fs *btrfsFS, project string, res *wa
 	if _, err := w.waitFill(ctx, "refill before the claims at -live"); err != nil {
 		return err
 	}
-	if res.onSeqL, err = w.window(ctx, 1, k, fmt.Sprintf("claims, one client, %d live", len(d.live))); err != nil {
-		return err
-	}
-	if _, err := w.waitFill(ctx, "refill after one client's claims at -live"); err != nil {
-		return err
-	}
 	if res.onParL, err = w.window(ctx, parallelClients, res.size, fmt.Sprintf("claims, 8 clients, %d live", len(d.live))); err != nil {
+		return err
+	}
+	if _, err := w.waitFill(ctx, "refill after 8 clients' claims at -live"); err != nil {
+		return err
+	}
+	if res.onSeqL, err = w.window(ctx, 1, k, fmt.Sprintf("claims, one client, %d live", len(d.live))); err != nil {
 		return err
 	}
 	for _, m := range []*createWindow{&res.onSeqL, &res.onParL} {

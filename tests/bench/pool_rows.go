@@ -186,18 +186,18 @@ func warmNote(r warmResult) string {
 	s := fmt.Sprintf("The project of %s files, the daemon with `userns = \"require\"` (as the scale part), the caps of `[limits]` lifted. "+
 		"With the pool off: one untimed create and destroy; %d Pings of the daemon one after another, then %d by %d clients at once, and %d rounds of the commit's floor; "+
 		"%d clients create %d sandboxes at once, destroyed after; one client creates %d in a row, all kept, the first and last %d timed (each from the call to its reply, ready); "+
-		"%d of them destroyed, and %d clients create %d at once, back to %d live; all destroyed. "+
+		"%d of them destroyed, and %d clients create %d at once, to %d live; all destroyed. "+
 		"Then the daemon restarts with `[limits] pool = %d`: its first create (full) starts the pool of the project and the bench's owner (root), and the bench polls `ListPools` every %v until `ready` = `size`; "+
 		"one client makes %d (kept), the pool is let fill, %d clients make %d at once, and the pool refills (its rate from then until full); "+
-		"up to %d live by %d clients at once (untimed), the pool full again, then the same %d and %d. "+
+		"up to %d live by %d clients at once (untimed), the pool full again, then %d clients make %d at once and, the pool full again, one client %d, up to %d live. "+
 		"Claims and full creates are ListPools' claims and misses over each window; a member made meanwhile is one more ready, claimed or found stale. "+
 		"Live counts are listed sandboxes; the pool's members, unlisted, come beside them. "+
 		"CPU time is /proc/stat's over each window, per call: the machine's, sandboxd's (with the kernel's work for its calls), systemd's (pid 1) and dbus-daemon's; "+
 		"the pool refills beside the claims, so a claim's own is the window's less the members made meanwhile at the first fill's cost each (an estimate). "+
 		"Ratios: a claim against the full creates of the same clients at about the same live count, in the same run.",
 		count(targetSize), pingRuns, pingCalls, parallelClients, commitRuns,
-		parallelClients, r.size, r.live, r.k, r.size, parallelClients, r.size, r.live,
-		r.size, poolPoll, r.k, parallelClients, r.size, r.live-r.k-r.size, parallelClients, r.k, r.size)
+		parallelClients, r.size, r.live, r.k, r.k+r.size, parallelClients, r.size, r.live-r.k,
+		r.size, poolPoll, r.k, parallelClients, r.size, r.live-r.k-r.size, parallelClients, parallelClients, r.size, r.k, r.live)
 	if !r.atLive {
 		s += fmt.Sprintf("\n\n-live %d is too few for windows at -live after those at few live (at least %d): those rows did not run.", r.live, 2*(r.k+r.size)+1)
 	}
