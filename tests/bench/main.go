@@ -19,6 +19,11 @@
 // `rsync -a` of the same change from the sandbox's tree to a copy of the
 // project.
 //
+// Its pool part times creates that claim a ready sandbox of a warm pool
+// beside full creates with the pool off, with one client and with eight,
+// at a few and at -live live sandboxes, the pool's refill, and the CPU of
+// a claim and of a full create, beside a call that does nothing.
+//
 // It prints markdown tables on standard output and its progress on
 // standard error. Timings and sizes are reported, never asserted.
 //
