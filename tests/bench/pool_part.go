@@ -10,8 +10,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/sandboxd/sandboxd/units"
 )
 
 // Targets from the issue.
@@ -72,6 +75,8 @@ type warmResult struct {
 	pingPar      parallelRun // 8 clients' Pings
 	pingCPU      cpuCost
 	commit       series
+	// A full create's primitives alone, at 0 and at -live live.
+	prim0, primL primitives
 
 	// With the pool off: one client's first and last k of -live creates
 	// in a row, and 8 clients' creates at 0 and at -live.
@@ -134,7 +139,7 @@ func (w *warmer) window(ctx context.Context, clients, n int, label string) (win 
 		win.claims, win.misses = after.Claims-before.Claims, after.Misses-before.Misses
 		win.made = after.Ready - before.Ready + win.claims + (after.Stale - before.Stale)
 	}
-	progress("pool: %s: %d in %v (%.0f a second)", label, len(win.s), sum(win.s).Round(time.Millisecond), win.rate)
+	progress("pool: %s: %d in %.1f s (%.0f a second)", label, len(win.s), float64(len(win.s))/win.rate, win.rate)
 	return win, nil
 }
 
@@ -223,6 +228,11 @@ func warmOff(ctx context.Context, cfg config, d *daemon, fs *btrfsFS, project st
 	if err != nil {
 		return err
 	}
+	projectDir := filepath.Join(fs.mount, projectPath(targetSize))
+	slice := units.ScopeSlice(0, "bench-pool.scope")
+	if res.prim0, err = measurePrimitives(ctx, fs, projectDir, slice); err != nil {
+		return err
+	}
 	if res.ping0, err = d.pings(ctx, pingRuns); err != nil {
 		return err
 	}
@@ -253,6 +263,9 @@ func warmOff(ctx context.Context, cfg config, d *daemon, fs *btrfsFS, project st
 		return err
 	}
 	if res.pingL, err = d.pings(ctx, pingRuns); err != nil {
+		return err
+	}
+	if res.primL, err = measurePrimitives(ctx, fs, projectDir, slice); err != nil {
 		return err
 	}
 	if !res.atLive {

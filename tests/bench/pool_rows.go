@@ -53,6 +53,22 @@ func addWarmRows(t *table, r warmResult) {
 			verdict: fmt.Sprintf("%s: %s of 1-%d", map[bool]string{true: "flat", false: "not flat"}[flat], ratio(last, first), r.k)})
 	}
 	add(r.onSeqL, claimRow(r, r.onSeqL, r.offSeqL, 1, floor))
+	for _, p := range []struct {
+		op   string
+		a, b series
+	}{
+		{"floor of a full create: the two btrfs snapshots alone (the project's read-only base, the sandbox's writable one of it)", r.prim0.snapshots, r.primL.snapshots},
+		{"floor of a full create: a scope of one process started through systemd, in a slice of the sandboxes' scopes", r.prim0.scope, r.primL.scope},
+	} {
+		if len(p.a) == 0 {
+			continue
+		}
+		t.add(row{fs: "btrfs", files: targetSize, op: p.op + ", 0 live", s: p.a})
+		if len(p.b) > 0 {
+			t.add(row{fs: "btrfs", files: targetSize, op: fmt.Sprintf("the same, %d live", r.live), s: p.b, ratio: ratio(p.b.median(), p.a.median()),
+				verdict: "no target; the machine's own growth"})
+		}
+	}
 
 	// Eight clients: the same.
 	for _, p := range [][2]createWindow{{r.offPar0, r.onPar0}, {r.offParL, r.onParL}} {
@@ -184,7 +200,7 @@ func addWarmCPURows(t *table, r warmResult) {
 // warmNote says how the pool table was measured.
 func warmNote(r warmResult) string {
 	s := fmt.Sprintf("The project of %s files, the daemon with `userns = \"require\"` (as the scale part), the caps of `[limits]` lifted. "+
-		"With the pool off: one untimed create and destroy; %d Pings of the daemon one after another, then %d by %d clients at once, and %d rounds of the commit's floor; "+
+		"With the pool off: one untimed create and destroy; a create's primitives alone, %d times each, as the scale part's (and again at -live live); %d Pings of the daemon one after another, then %d by %d clients at once, and %d rounds of the commit's floor; "+
 		"%d clients create %d sandboxes at once, destroyed after; one client creates %d in a row, all kept, the first and last %d timed (each from the call to its reply, ready); "+
 		"%d of them destroyed, and %d clients create %d at once, to %d live; all destroyed. "+
 		"Then the daemon restarts with `[limits] pool = %d`: its first create (full) starts the pool of the project and the bench's owner (root), and the bench polls `ListPools` every %v until `ready` = `size`; "+
@@ -195,7 +211,7 @@ func warmNote(r warmResult) string {
 		"CPU time is /proc/stat's over each window, per call: the machine's, sandboxd's (with the kernel's work for its calls), systemd's (pid 1) and dbus-daemon's; "+
 		"the pool refills beside the claims, so a claim's own is the window's less the members made meanwhile at the first fill's cost each (an estimate). "+
 		"Ratios: a claim against the full creates of the same clients at about the same live count, in the same run.",
-		count(targetSize), pingRuns, pingCalls, parallelClients, commitRuns,
+		count(targetSize), primitiveReps, pingRuns, pingCalls, parallelClients, commitRuns,
 		parallelClients, r.size, r.live, r.k, r.k+r.size, parallelClients, r.size, r.live-r.k,
 		r.size, poolPoll, r.k, parallelClients, r.size, r.live-r.k-r.size, parallelClients, parallelClients, r.size, r.k, r.live)
 	if !r.atLive {
