@@ -1,0 +1,40 @@
+package main
+
+import (
+	"log/slog"
+
+	"github.com/sandboxd/sandboxd/supervisor/config"
+	warmpool "github.com/sandboxd/sandboxd/supervisor/pool"
+)
+
+// warmPools is the pools' room's configuration: limits.pool and each
+// project's own pool; nil when no project has a pool, or when the pool's
+// filesystem cannot be watched (then each create is a full one, said
+// once in the journal).
+func warmPools(cfg *config.Config, root string, log *slog.Logger) *warmpool.Config {
+	sizes := map[string]int{}
+	any := cfg.Limits.Pool > 0
+	for _, p := range cfg.Projects {
+		if p.Pool != nil {
+			sizes[p.Name] = *p.Pool
+			any = any || *p.Pool > 0
+		}
+	}
+	if !any {
+		return nil
+	}
+	w, err := warmpool.NewWatch(root)
+	if err != nil {
+		log.Warn("warm pools are off: a claim could not tell that its project is unchanged", "error", err)
+		return nil
+	}
+	return &warmpool.Config{
+		Changes: w,
+		Size: func(project string) int {
+			if n, ok := sizes[project]; ok {
+				return n
+			}
+			return cfg.Limits.Pool
+		},
+	}
+}
