@@ -164,12 +164,7 @@ func run(ctx context.Context, configPath string) error {
 		SliceLimits: host.bounds(lim.SliceMemoryMax, lim.SliceTasksMax),
 	})
 
-	if pools := warmPools(cfg, backend.Info().Root, log); pools != nil {
-		rooms.Pools = warmpool.New(sup.Host().(warmpool.Host), *pools)
-		if w, ok := pools.Changes.(*warmpool.Watch); ok {
-			defer w.Close()
-		}
-	}
+	rooms.Pools = warmpool.New(sup.Host().(warmpool.Host), warmPools(cfg, backend.Info().Root, log))
 
 	// The metrics count what the audit log hears from now on: the
 	// reconcile's and the callers' creates, commands and promotions.

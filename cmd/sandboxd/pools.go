@@ -8,10 +8,11 @@ import (
 )
 
 // warmPools is the pools' room's configuration: limits.pool and each
-// project's own pool; nil when no project has a pool, or when the pool's
-// filesystem cannot be watched (then each create is a full one, said
-// once in the journal).
-func warmPools(cfg *config.Config, root string, log *slog.Logger) *warmpool.Config {
+// project's own pool. Its Changes are nil, and every pool off, when no
+// project has a pool or the pool's filesystem cannot be watched (then
+// each create is a full one, said once in the journal); the room is made
+// all the same, to destroy what a previous daemon pooled.
+func warmPools(cfg *config.Config, root string, log *slog.Logger) warmpool.Config {
 	sizes := map[string]int{}
 	any := cfg.Limits.Pool > 0
 	for _, p := range cfg.Projects {
@@ -20,16 +21,7 @@ func warmPools(cfg *config.Config, root string, log *slog.Logger) *warmpool.Conf
 			any = any || *p.Pool > 0
 		}
 	}
-	if !any {
-		return nil
-	}
-	w, err := warmpool.NewWatch(root)
-	if err != nil {
-		log.Warn("warm pools are off: a claim could not tell that its project is unchanged", "error", err)
-		return nil
-	}
-	return &warmpool.Config{
-		Changes: w,
+	pc := warmpool.Config{
 		Size: func(project string) int {
 			if n, ok := sizes[project]; ok {
 				return n
@@ -37,4 +29,14 @@ func warmPools(cfg *config.Config, root string, log *slog.Logger) *warmpool.Conf
 			return cfg.Limits.Pool
 		},
 	}
+	if !any {
+		return pc
+	}
+	w, err := warmpool.NewWatch(root)
+	if err != nil {
+		log.Warn("warm pools are off: a claim could not tell that its project is unchanged", "error", err)
+		return pc
+	}
+	pc.Changes = w
+	return pc
 }

@@ -20,6 +20,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"sync"
 	"time"
@@ -307,7 +308,11 @@ func (p *Pools) wake() {
 	}
 }
 
+// close ends the refills, then the watch of the projects' changes.
 func (p *Pools) close() {
 	p.stop()
 	<-p.ended
+	if c, ok := p.cfg.Changes.(io.Closer); ok {
+		_ = c.Close()
+	}
 }
