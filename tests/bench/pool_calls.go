@@ -21,18 +21,8 @@ import (
 	"github.com/sandboxd/sandboxd/sandboxd1"
 )
 
-// warmPool is one entry of ListPools' JSON: a pool of a project and an
-// owner, its size and what it has done since the daemon started.
-type warmPool struct {
-	Project string `json:"project"`
-	Owner   any    `json:"owner"` // a uid or a name: the bench reads neither
-	Size    int    `json:"size"`
-	Ready   int    `json:"ready"`
-	Making  int    `json:"making"`
-	Claims  int    `json:"claims"`
-	Misses  int    `json:"misses"`
-	Stale   int    `json:"stale"`
-}
+// warmPool is one entry of ListPools' answer.
+type warmPool = sandboxd1.Pool
 
 // poolOf is the pool of project that ListPools gives (the bench, root,
 // is its only owner), and whether there is one.
@@ -40,7 +30,7 @@ func (d *daemon) poolOf(ctx context.Context, project string) (warmPool, bool, er
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
 	var text string
-	if err := d.manager().CallWithContext(ctx, sandboxd1.ManagerInterface+".ListPools", 0).Store(&text); err != nil {
+	if err := d.manager().CallWithContext(ctx, sandboxd1.ManagerInterface+"."+sandboxd1.MethodListPools, 0).Store(&text); err != nil {
 		return warmPool{}, false, fmt.Errorf("listing the warm pools: %w", err)
 	}
 	var pools []warmPool
@@ -186,11 +176,13 @@ func commitFloor(n int) (s series, err error) {
 }
 
 // warmTicks is where the machine's CPU time went up to a moment: the
-// scale part's, and dbus-daemon's (every call and every unit signal
-// goes through it).
+// scale part's, dbus-daemon's (every call and every unit signal goes
+// through it), and the testbed's processes' (procs: each one's own and
+// its waited-for children's, the bench's aside).
 type warmTicks struct {
 	cpuTicks
-	dbus uint64
+	dbus  uint64
+	procs map[int]uint64
 }
 
 // cpuReader reads warmTicks of a daemon and of the bus's daemon.
@@ -217,23 +209,85 @@ func (r cpuReader) read() (warmTicks, error) {
 	}
 	w := warmTicks{cpuTicks: c}
 	if r.dbus > 0 {
-		w.dbus, err = procTicks(r.dbus)
+		if w.dbus, err = procTicks(r.dbus); err != nil {
+			return w, err
+		}
 	}
+	w.procs, err = namespaceTicks()
 	return w, err
 }
 
-// cpuCost is CPU time per operation: the whole machine's busy time, and
-// the shares of sandboxd (with the kernel's work for its calls, such as
-// the snapshots' commits), systemd and dbus-daemon.
+// namespaceTicks is the CPU time of each process /proc lists (the
+// testbed's, in its pid namespace; the bench's own aside): utime, stime,
+// and its waited-for children's, so that a process that ended in a window
+// is counted in its parent's.
+func namespaceTicks() (map[int]uint64, error) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
+	self := os.Getpid()
+	m := make(map[int]uint64, len(entries))
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == self {
+			continue
+		}
+		data, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue // it ended meanwhile: its parent's children's count has it
+		}
+		s := string(data)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 || i+2 > len(s) {
+			continue
+		}
+		f := strings.Fields(s[i+2:])
+		if len(f) < 15 {
+			continue
+		}
+		var t uint64
+		for _, v := range f[11:15] { // utime, stime, cutime, cstime
+			n, _ := strconv.ParseUint(v, 10, 64)
+			t += n
+		}
+		m[pid] = t
+	}
+	return m, nil
+}
+
+// procsDelta is the testbed's processes' CPU ticks from a to b: each
+// one's growth, a new one's whole, less what one that ended had at a
+// (its parent's children's count took all of it).
+func procsDelta(a, b map[int]uint64) uint64 {
+	var sumB, sumA uint64
+	for _, t := range b {
+		sumB += t
+	}
+	for _, t := range a {
+		sumA += t
+	}
+	if sumB < sumA {
+		return 0
+	}
+	return sumB - sumA
+}
+
+// cpuCost is CPU time per operation: the whole machine's busy time
+// (other work on the machine in it, and the kernel's threads: btrfs's
+// transactions and cleaner, writeback), the testbed's processes', and of
+// these sandboxd's (with the kernel's work in its calls, such as the
+// snapshots' commits), systemd's and dbus-daemon's.
 type cpuCost struct {
-	machine, daemon, systemd, dbus time.Duration
-	n                              int // operations it is divided by
+	machine, testbed, daemon, systemd, dbus time.Duration
+	n                                       int // operations it is divided by
 }
 
 func costPer(a, b warmTicks, n int) cpuCost {
 	per := func(t uint64) time.Duration { return time.Duration(t) * clockTick / time.Duration(max(n, 1)) }
 	return cpuCost{
 		machine: per((b.total - a.total) - (b.idle - a.idle)),
+		testbed: per(procsDelta(a.procs, b.procs)),
 		daemon:  per(b.daemon - a.daemon),
 		systemd: per(b.systemd - a.systemd),
 		dbus:    per(b.dbus - a.dbus),
@@ -242,7 +296,8 @@ func costPer(a, b warmTicks, n int) cpuCost {
 }
 
 func (c cpuCost) String() string {
-	return fmt.Sprintf("%s ms (sandboxd %s, systemd %s, dbus-daemon %s)", ms(c.machine), ms(c.daemon), ms(c.systemd), ms(c.dbus))
+	return fmt.Sprintf("machine %s ms; the testbed's processes %s ms, of which sandboxd %s, systemd %s, dbus-daemon %s",
+		ms(c.machine), ms(c.testbed), ms(c.daemon), ms(c.systemd), ms(c.dbus))
 }
 
 // cpuWindow measures fn's CPU time, divided by the operations fn says

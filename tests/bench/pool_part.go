@@ -136,8 +136,8 @@ func (w *warmer) window(ctx context.Context, clients, n int, label string) (win 
 		if err != nil {
 			return win, err
 		}
-		win.claims, win.misses = after.Claims-before.Claims, after.Misses-before.Misses
-		win.made = after.Ready - before.Ready + win.claims + (after.Stale - before.Stale)
+		win.claims, win.misses = int(after.Claims-before.Claims), int(after.Misses-before.Misses)
+		win.made = after.Ready - before.Ready + win.claims + int(after.Stale-before.Stale)
 	}
 	progress("pool: %s: %d in %.1f s (%.0f a second)", label, len(win.s), float64(len(win.s))/win.rate, win.rate)
 	return win, nil
