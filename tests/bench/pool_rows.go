@@ -30,7 +30,7 @@ func addWarmRows(t *table, r warmResult) {
 	}
 	if len(r.pingPar.calls) > 0 {
 		t.add(row{fs: "btrfs", s: r.pingPar.all(),
-			op: fmt.Sprintf("floor of calls a second: Ping, %d clients at once, %d calls: %.0f a second; the machine's CPU per call %s",
+			op: fmt.Sprintf("floor of calls a second: Ping, %d clients at once, %d calls: %.0f a second; CPU per call: %s",
 				parallelClients, len(r.pingPar.calls), r.pingPar.perSecond(), r.pingCPU),
 			verdict: fmt.Sprintf("no claims a second beyond %.0f", r.pingPar.perSecond())})
 	}
@@ -109,7 +109,7 @@ func claimRow(r warmResult, on, off createWindow, clients int, floor time.Durati
 	x := row{
 		op: fmt.Sprintf("claim: `CreateSandbox` from a full pool of %d, %s, %d → %d live: %.0f a second (%d claims, %d full creates; the pool made %d meanwhile)",
 			r.size, who, on.from, on.to, on.rate, on.claims, on.misses, on.made),
-		target: fmt.Sprintf("p50 < %s ms; p99 < %s ms", ms(claimP50), ms(claimP99)),
+		target: fmt.Sprintf("p50 < %d ms; p99 < %d ms", claimP50/time.Millisecond, claimP99/time.Millisecond),
 	}
 	if len(off.s) > 0 {
 		x.ratio = ratio(on.s.median(), off.s.median())
