@@ -383,8 +383,9 @@ func warmTeardown(ctx context.Context, d *daemon, fs *btrfsFS, res *warmResult) 
 	if err != nil {
 		return err
 	}
-	// A pool turned off may end its members after the daemon is ready.
-	deadline := time.Now().Add(poolStall)
+	// The daemon destroys what its predecessor pooled after it is ready,
+	// one at a time: waited for while their number goes down.
+	last, lastChange := -1, time.Now()
 	for {
 		left, err := d.leftovers(ctx)
 		if err != nil {
@@ -393,7 +394,10 @@ func warmTeardown(ctx context.Context, d *daemon, fs *btrfsFS, res *warmResult) 
 		if len(left) == 0 {
 			return nil
 		}
-		if time.Now().After(deadline) {
+		if len(left) != last {
+			last, lastChange = len(left), time.Now()
+		}
+		if time.Since(lastChange) > poolStall {
 			res.leftovers = left
 			for _, l := range left {
 				if unit, ok := strings.CutPrefix(l, "unit "); ok {
