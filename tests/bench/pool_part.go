@@ -406,6 +406,6 @@ func warmTeardown(ctx context.Context, d *daemon, fs *btrfsFS, res *warmResult) 
 			}
 			return leftoverErr(left)
 		}
-		time.Sleep(poolPoll)
+		time.Sleep(10 * poolPoll) // systemctl lists every unit
 	}
 }
