@@ -48,11 +48,16 @@ type createWindow struct {
 
 // claimOnly is the window's CPU per call less that of the members the
 // pool made beside it, at memberCost each: an estimate of a claim's own.
-func (w createWindow) claimOnly() time.Duration {
+func (w createWindow) claimOnly() cpuCost {
 	if w.cpu.n == 0 {
-		return 0
+		return w.cpu
 	}
-	return max(0, w.cpu.machine-time.Duration(w.made)*w.memberCost.machine/time.Duration(w.cpu.n))
+	less := func(all, member time.Duration) time.Duration {
+		return max(0, all-time.Duration(w.made)*member/time.Duration(w.cpu.n))
+	}
+	c, m := w.cpu, w.memberCost
+	return cpuCost{machine: less(c.machine, m.machine), testbed: less(c.testbed, m.testbed), daemon: less(c.daemon, m.daemon),
+		systemd: less(c.systemd, m.systemd), dbus: less(c.dbus, m.dbus), n: c.n}
 }
 
 // fill is the pool making members with no create asking: from empty
@@ -83,6 +88,7 @@ type warmResult struct {
 	offSeq0, offSeqL, offPar0, offParL createWindow
 	// With the pool on.
 	firstFill, refill fill
+	refillL           fill // after 8 clients' claims at -live
 	onSeq0, onPar0    createWindow
 	onSeqL, onParL    createWindow
 	leftovers         []string
@@ -321,9 +327,9 @@ func warmOn(ctx context.Context, d *daemon, fs *btrfsFS, project string, res *wa
 	if res.refill, err = w.waitFill(ctx, "refill after 8 clients' claims"); err != nil {
 		return err
 	}
-	for _, m := range []*createWindow{&res.onSeq0, &res.onPar0} {
-		m.memberCost = res.firstFill.cpu
-	}
+	// A member's cost grows with the live count: each window's are
+	// taken at the fill measured nearest to it.
+	res.onSeq0.memberCost, res.onPar0.memberCost = res.firstFill.cpu, res.refill.cpu
 	if !res.atLive {
 		return nil
 	}
@@ -347,15 +353,13 @@ func warmOn(ctx context.Context, d *daemon, fs *btrfsFS, project string, res *wa
 	if res.onParL, err = w.window(ctx, parallelClients, res.size, fmt.Sprintf("claims, 8 clients, %d live", len(d.live))); err != nil {
 		return err
 	}
-	if _, err := w.waitFill(ctx, "refill after 8 clients' claims at -live"); err != nil {
+	if res.refillL, err = w.waitFill(ctx, "refill after 8 clients' claims at -live"); err != nil {
 		return err
 	}
 	if res.onSeqL, err = w.window(ctx, 1, k, fmt.Sprintf("claims, one client, %d live", len(d.live))); err != nil {
 		return err
 	}
-	for _, m := range []*createWindow{&res.onSeqL, &res.onParL} {
-		m.memberCost = res.firstFill.cpu
-	}
+	res.onSeqL.memberCost, res.onParL.memberCost = res.refillL.cpu, res.refillL.cpu
 	return nil
 }
 

@@ -86,6 +86,7 @@ func addWarmRows(t *table, r warmResult) {
 	}{
 		{"the pool's first fill, after the create that started it", r.firstFill},
 		{fmt.Sprintf("its refill after %d clients' claims drained it", parallelClients), r.refill},
+		{fmt.Sprintf("its refill after %d clients' claims drained it at %d live", parallelClients, r.onParL.to), r.refillL},
 	} {
 		if f.f.made == 0 {
 			continue
@@ -177,11 +178,11 @@ func addWarmCPURows(t *table, r warmResult) {
 		}
 		own := w.w.claimOnly()
 		x := row{fs: "btrfs", files: targetSize,
-			op: fmt.Sprintf("CPU per claim, %s, %d → %d live, the pool's refill beside it included: %s; less its %d members made meanwhile, at the first fill's %s ms each: %s ms",
-				w.what, w.w.from, w.w.to, w.w.cpu, w.w.made, ms(w.w.memberCost.machine), ms(own)),
-			verdict: bound(cpuCost{machine: own})}
+			op: fmt.Sprintf("CPU per claim, %s, %d → %d live: %s; the pool's refill beside it made %d (at the nearest fill's %s ms of the machine each), without them: %s",
+				w.what, w.w.from, w.w.to, w.w.cpu, w.w.made, ms(w.w.memberCost.machine), own),
+			verdict: bound(own)}
 		if w.full.cpu.n > 0 {
-			x.ratio = ratio(own, w.full.cpu.machine)
+			x.ratio = ratio(own.machine, w.full.cpu.machine)
 		}
 		t.add(x)
 	}
@@ -208,8 +209,8 @@ func warmNote(r warmResult) string {
 		"up to %d live by %d clients at once (untimed), the pool full again, then %d clients make %d at once and, the pool full again, one client %d, up to %d live. "+
 		"Claims and full creates are ListPools' claims and misses over each window; a member made meanwhile is one more ready, claimed or found stale. "+
 		"Live counts are listed sandboxes; the pool's members, unlisted, come beside them. "+
-		"CPU time is /proc/stat's over each window, per call: the machine's, sandboxd's (with the kernel's work for its calls), systemd's (pid 1) and dbus-daemon's; "+
-		"the pool refills beside the claims, so a claim's own is the window's less the members made meanwhile at the first fill's cost each (an estimate). "+
+		"CPU time is over each window, per call: the machine's (/proc/stat: other work on the machine and the kernel's threads in it), the testbed's processes' (each one's own and its waited-for children's), and of these sandboxd's (with the kernel's work in its calls), systemd's (pid 1) and dbus-daemon's; "+
+		"the pool refills beside the claims, so a claim's own is the window's less the members made meanwhile, each at the cost per member of the fill measured nearest in live count (an estimate). "+
 		"Ratios: a claim against the full creates of the same clients at about the same live count, in the same run.",
 		count(targetSize), primitiveReps, pingRuns, pingCalls, parallelClients, commitRuns,
 		parallelClients, r.size, r.live, r.k, r.k+r.size, parallelClients, r.size, r.live-r.k,
