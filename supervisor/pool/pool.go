@@ -5,8 +5,8 @@
 //
 // A pool starts with an owner's first create of a project (a full one)
 // and makes its sandboxes with that create's options; a create with
-// other options is a full create, and the pool learns them (its
-// sandboxes are remade). A pool's sandbox is the owner's: his id block,
+// other options is a full create, and two in a row teach the pool those
+// (its sandboxes are remade). A pool's sandbox is the owner's: his id block,
 // slice and cache; it counts against his bounds and the host's, and gives
 // way to his creates (admission.Policy.Admit). The project is marked
 // before each pool sandbox's snapshot (Changes); a claim hands out only a
@@ -87,8 +87,11 @@ type key struct {
 type pool struct {
 	like  state.Record // the options of the owner's last create
 	print string       // what a create must ask for to claim (fingerprint)
-	actor supervisor.Actor
-	ready []member
+	// pending: other options the owner's last create asked for, which
+	// the pool takes if his next asks for them again.
+	pending string
+	actor   supervisor.Actor
+	ready   []member
 	// making: a sandbox being made; blocked: why the last refill failed
 	// (nil: none), cleared by a claim or a destroy.
 	making                bool
@@ -179,16 +182,24 @@ func (p *Pools) claim(ctx context.Context, want state.Record, ttl time.Duration)
 	}
 	print := fingerprint(want)
 	if pl == nil || pl.print != print {
-		// The owner's first create, or with other options: a full one,
-		// and the pool makes sandboxes like it from now on.
+		// The owner's first create, or the second in a row with other
+		// options (one alone leaves the pool as it is: a caller
+		// alternating options must not make it remake every sandbox
+		// each time): a full one, and the pool makes sandboxes like it
+		// from now on.
 		if pl == nil {
 			pl = &pool{}
 			p.pools[k] = pl
 		} else {
 			pl.misses++
+			if pl.pending != print {
+				pl.pending = print
+				p.mu.Unlock()
+				return supervisor.Sandbox{}, false, nil
+			}
 			p.retireMembersLocked(pl)
 		}
-		pl.like, pl.print, pl.blocked = want, print, nil
+		pl.like, pl.print, pl.pending, pl.blocked = want, print, "", nil
 		pl.like.Name = ""
 		if a, err := supervisor.ActorOf(ctx); err == nil {
 			pl.actor = a

@@ -210,6 +210,17 @@ func TestUnitOtherOptionsMakeAFullCreateAndThePoolLearnsThem(t *testing.T) {
 	if _, claimed := e.create(t, other); claimed {
 		t.Fatal("a create with other limits claimed a sandbox made without them")
 	}
+	// One create with other options leaves the pool as it was (a caller
+	// alternating them must not make it remake its sandboxes each time).
+	if _, claimed := e.create(t, e.want); !claimed {
+		t.Fatal("a create like the first, after one with other options, was not a claim")
+	}
+	e.waitReady(t, 2)
+	for range 2 {
+		if _, claimed := e.create(t, other); claimed {
+			t.Fatal("a create with other limits claimed a sandbox made without them")
+		}
+	}
 	e.waitReady(t, 2)
 	rec, claimed := e.create(t, other)
 	if !claimed || string(rec.Limits) != `{"MemoryMax":536870912}` {
