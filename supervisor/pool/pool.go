@@ -201,13 +201,12 @@ func (p *Pools) claim(ctx context.Context, want state.Record, ttl time.Duration)
 		}
 		pl.like, pl.print, pl.pending, pl.blocked = want, print, "", nil
 		pl.like.Name = ""
-		if a, err := supervisor.ActorOf(ctx); err == nil {
-			pl.actor = a
-		}
+		pl.actor = actorOf(ctx, pl.actor)
 		p.mu.Unlock()
 		p.wake()
 		return supervisor.Sandbox{}, false, nil
 	}
+	pl.actor = actorOf(ctx, pl.actor) // the owner as he is now (his groups)
 	for {
 		if len(pl.ready) == 0 {
 			pl.misses++
@@ -243,6 +242,15 @@ func (p *Pools) claim(ctx context.Context, want state.Record, ttl time.Duration)
 		p.wake()
 		return sb, true, nil
 	}
+}
+
+// actorOf is the caller of ctx, whose right to the project the pool's
+// refills check (old if ctx names none).
+func actorOf(ctx context.Context, old supervisor.Actor) supervisor.Actor {
+	if a, err := supervisor.ActorOf(ctx); err == nil {
+		return a
+	}
+	return old
 }
 
 // fingerprint is what of a create's sandbox a pool's must equal to be
