@@ -5,8 +5,8 @@
 //
 // A pool starts with an owner's first create of a project (a full one)
 // and makes its sandboxes with that create's options; a create with
-// other options is a full create, and the pool learns them (its
-// sandboxes are remade). A pool's sandbox is the owner's: his id block,
+// other options is a full create, and two in a row teach the pool those
+// (its sandboxes are remade). A pool's sandbox is the owner's: his id block,
 // slice and cache; it counts against his bounds and the host's, and gives
 // way to his creates (admission.Policy.Admit). The project is marked
 // before each pool sandbox's snapshot (Changes); a claim hands out only a
@@ -87,8 +87,11 @@ type key struct {
 type pool struct {
 	like  state.Record // the options of the owner's last create
 	print string       // what a create must ask for to claim (fingerprint)
-	actor supervisor.Actor
-	ready []member
+	// pending: other options the owner's last create asked for, which
+	// the pool takes if his next asks for them again.
+	pending string
+	actor   supervisor.Actor
+	ready   []member
 	// making: a sandbox being made; blocked: why the last refill failed
 	// (nil: none), cleared by a claim or a destroy.
 	making                bool
@@ -179,24 +182,31 @@ func (p *Pools) claim(ctx context.Context, want state.Record, ttl time.Duration)
 	}
 	print := fingerprint(want)
 	if pl == nil || pl.print != print {
-		// The owner's first create, or with other options: a full one,
-		// and the pool makes sandboxes like it from now on.
+		// The owner's first create, or the second in a row with other
+		// options (one alone leaves the pool as it is: a caller
+		// alternating options must not make it remake every sandbox
+		// each time): a full one, and the pool makes sandboxes like it
+		// from now on.
 		if pl == nil {
 			pl = &pool{}
 			p.pools[k] = pl
 		} else {
 			pl.misses++
+			if pl.pending != print {
+				pl.pending = print
+				p.mu.Unlock()
+				return supervisor.Sandbox{}, false, nil
+			}
 			p.retireMembersLocked(pl)
 		}
-		pl.like, pl.print, pl.blocked = want, print, nil
+		pl.like, pl.print, pl.pending, pl.blocked = want, print, "", nil
 		pl.like.Name = ""
-		if a, err := supervisor.ActorOf(ctx); err == nil {
-			pl.actor = a
-		}
+		pl.actor = actorOf(ctx, pl.actor)
 		p.mu.Unlock()
 		p.wake()
 		return supervisor.Sandbox{}, false, nil
 	}
+	pl.actor = actorOf(ctx, pl.actor) // the owner as he is now (his groups)
 	for {
 		if len(pl.ready) == 0 {
 			pl.misses++
@@ -232,6 +242,15 @@ func (p *Pools) claim(ctx context.Context, want state.Record, ttl time.Duration)
 		p.wake()
 		return sb, true, nil
 	}
+}
+
+// actorOf is the caller of ctx, whose right to the project the pool's
+// refills check (old if ctx names none).
+func actorOf(ctx context.Context, old supervisor.Actor) supervisor.Actor {
+	if a, err := supervisor.ActorOf(ctx); err == nil {
+		return a
+	}
+	return old
 }
 
 // fingerprint is what of a create's sandbox a pool's must equal to be
