@@ -18,6 +18,7 @@ import (
 	"github.com/godbus/dbus/v5"
 	"golang.org/x/sys/unix"
 
+	"github.com/sandboxd/sandboxd/cowfs/changewatch"
 	"github.com/sandboxd/sandboxd/sandboxd1"
 )
 
@@ -316,4 +317,36 @@ func (r cpuReader) window(fn func() (int, error)) (cpuCost, error) {
 		return cpuCost{}, err
 	}
 	return costPer(a, b, n), nil
+}
+
+// scanRuns is how many times scanWriters runs at each live count.
+const scanRuns = 10
+
+// writerScan is what the pool does before each member's snapshot, beside
+// the fanotify mark: changewatch.Writers of the project, a scan of every
+// process's descriptors and mappings in /proc; and how many processes
+// /proc listed.
+type writerScan struct {
+	s     series
+	procs int
+}
+
+// scanWriters times changewatch.Writers of the project at dir, untimed
+// once first.
+func scanWriters(dir string) (w writerScan, err error) {
+	for i := range scanRuns + 1 {
+		dt, err := timed(func() error {
+			_, err := changewatch.Writers(dir)
+			return err
+		})
+		if err != nil {
+			return w, fmt.Errorf("scanning /proc for the project's writers: %w", err)
+		}
+		if i > 0 {
+			w.s = append(w.s, dt)
+		}
+	}
+	procs, err := namespaceTicks()
+	w.procs = len(procs) + 1 // the bench's own
+	return w, err
 }

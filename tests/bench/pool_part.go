@@ -80,8 +80,10 @@ type warmResult struct {
 	pingPar      parallelRun // 8 clients' Pings
 	pingCPU      cpuCost
 	commit       series
-	// A full create's primitives alone, at 0 and at -live live.
+	// A full create's primitives alone, at 0 and at -live live, and the
+	// scan of /proc a pool does before each member's snapshot.
 	prim0, primL primitives
+	scan0, scanL writerScan
 
 	// With the pool off: one client's first and last k of -live creates
 	// in a row, and 8 clients' creates at 0 and at -live.
@@ -239,6 +241,9 @@ func warmOff(ctx context.Context, cfg config, d *daemon, fs *btrfsFS, project st
 	if res.prim0, err = measurePrimitives(ctx, fs, projectDir, slice); err != nil {
 		return err
 	}
+	if res.scan0, err = scanWriters(projectDir); err != nil {
+		return err
+	}
 	if res.ping0, err = d.pings(ctx, pingRuns); err != nil {
 		return err
 	}
@@ -272,6 +277,9 @@ func warmOff(ctx context.Context, cfg config, d *daemon, fs *btrfsFS, project st
 		return err
 	}
 	if res.primL, err = measurePrimitives(ctx, fs, projectDir, slice); err != nil {
+		return err
+	}
+	if res.scanL, err = scanWriters(projectDir); err != nil {
 		return err
 	}
 	if !res.atLive {

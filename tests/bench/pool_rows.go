@@ -97,6 +97,16 @@ func addWarmRows(t *table, r warmResult) {
 			verdict: fmt.Sprintf("no target; ×%.1f one client's full creates (%.0f a second, pool off)", f.f.rate()/oneRate, oneRate)})
 	}
 
+	if len(r.scan0.s) > 0 {
+		t.add(row{fs: "btrfs", files: targetSize, s: r.scan0.s,
+			op: fmt.Sprintf("what a pool adds to each member's create: `changewatch.Writers` of the project (every process's descriptors and mappings in /proc), %d processes, 0 live", r.scan0.procs)})
+	}
+	if len(r.scanL.s) > 0 {
+		t.add(row{fs: "btrfs", files: targetSize, s: r.scanL.s, ratio: ratio(r.scanL.s.median(), r.scan0.s.median()),
+			op:      fmt.Sprintf("the same, %d processes, %d live", r.scanL.procs, r.live),
+			verdict: "no target; grows with the processes"})
+	}
+
 	addWarmCPURows(t, r)
 }
 
@@ -201,7 +211,7 @@ func addWarmCPURows(t *table, r warmResult) {
 // warmNote says how the pool table was measured.
 func warmNote(r warmResult) string {
 	s := fmt.Sprintf("The project of %s files, the daemon with `userns = \"require\"` (as the scale part), the caps of `[limits]` lifted. "+
-		"With the pool off: one untimed create and destroy; a create's primitives alone, %d times each, as the scale part's (and again at -live live); %d Pings of the daemon one after another, then %d by %d clients at once, and %d rounds of the commit's floor; "+
+		"With the pool off: one untimed create and destroy; a create's primitives alone, %d times each, as the scale part's, and %d scans of /proc for the project's writers, as a pool does before each member (both again at -live live); %d Pings of the daemon one after another, then %d by %d clients at once, and %d rounds of the commit's floor; "+
 		"%d clients create %d sandboxes at once, destroyed after; one client creates %d in a row, all kept, the first and last %d timed (each from the call to its reply, ready); "+
 		"%d of them destroyed, and %d clients create %d at once, to %d live; all destroyed. "+
 		"Then the daemon restarts with `[limits] pool = %d`: its first create (full) starts the pool of the project and the bench's owner (root), and the bench polls `ListPools` every %v until `ready` = `size`; "+
@@ -212,7 +222,7 @@ func warmNote(r warmResult) string {
 		"CPU time is over each window, per call: the machine's (/proc/stat: other work on the machine and the kernel's threads in it), the testbed's processes' (each one's own and its waited-for children's), and of these sandboxd's (with the kernel's work in its calls), systemd's (pid 1) and dbus-daemon's; "+
 		"the pool refills beside the claims, so a claim's own is the window's less the members made meanwhile, each at the cost per member of the fill measured nearest in live count (an estimate). "+
 		"Ratios: a claim against the full creates of the same clients at about the same live count, in the same run.",
-		count(targetSize), primitiveReps, pingRuns, pingCalls, parallelClients, commitRuns,
+		count(targetSize), primitiveReps, scanRuns, pingRuns, pingCalls, parallelClients, commitRuns,
 		parallelClients, r.size, r.live, r.k, r.k+r.size, parallelClients, r.size, r.live-r.k,
 		r.size, poolPoll, r.k, parallelClients, r.size, r.live-r.k-r.size, parallelClients, parallelClients, r.size, r.k, r.live)
 	if !r.atLive {
