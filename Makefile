@@ -99,7 +99,7 @@ fuzz:
 
 # One table of every figure, each beside its baseline from the same run
 # (tests/bench/README.md). Boots its own testbed; about 25 minutes (the
-# pool part alone 8 to 9).
+# pool part alone 8 to 10).
 bench: deps build
 	$(GO) run ./tests/bench
 
