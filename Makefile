@@ -98,7 +98,8 @@ fuzz:
 	if [ -n "$$failed" ]; then echo "fuzz: failed:$$failed"; exit 1; fi
 
 # One table of every figure, each beside its baseline from the same run
-# (tests/bench/README.md). Boots its own testbed; about 15 minutes.
+# (tests/bench/README.md). Boots its own testbed; about 25 minutes (the
+# pool part alone 8 to 10).
 bench: deps build
 	$(GO) run ./tests/bench
 

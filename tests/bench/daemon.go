@@ -106,7 +106,10 @@ type daemon struct {
 	root     string
 	projects map[string]string
 	userns   bool
-	live     map[string]bool // sandboxes made and not yet destroyed
+	// pool is its [limits] pool, the warm pool's size (0: off, the
+	// daemon's default; the pool part sets it).
+	pool int
+	live map[string]bool // sandboxes made and not yet destroyed
 	// CommandExited signals, and the statuses they told by command id.
 	signals chan *dbus.Signal
 	exited  map[string]int32
@@ -117,8 +120,8 @@ type daemon struct {
 // of the project, and adds the daemon's memory (the daemon part, to t);
 // then it times diffs and promotions (the promotion part, to pr).
 // Everything goes at the end, also after an error. It returns what ran,
-// for the report. The fork part's rows go to fk.
-func benchDaemon(ctx context.Context, cfg config, t, pr, sc, fk *table) (version string, err error) {
+// for the report. The fork part's rows go to fk, the warm pool's to wp.
+func benchDaemon(ctx context.Context, cfg config, t, pr, sc, fk, wp *table) (version string, err error) {
 	cleanup := context.WithoutCancel(ctx)
 	bin := os.Getenv(daemonBinEnv)
 	if bin == "" { // started inside a testbed: nobody built it
@@ -206,6 +209,14 @@ func benchDaemon(ctx context.Context, cfg config, t, pr, sc, fk *table) (version
 		sc.note = scaleNote(res)
 		if err != nil {
 			return version, fmt.Errorf("scale: %w", err)
+		}
+	}
+	if cfg.warm {
+		res, err := benchWarm(ctx, cfg, d, fs)
+		addWarmRows(wp, res)
+		wp.note = warmNote(res)
+		if err != nil {
+			return version, fmt.Errorf("pool: %w", err)
 		}
 	}
 	// Last: promotions change the projects. They run as before, without

@@ -103,7 +103,7 @@ func (d *daemon) start(ctx context.Context, root string, projects map[string]str
 // writeConfig writes the daemon's configuration, with sandboxes in user
 // namespaces or without; the daemon reads it when it (re)starts.
 func (d *daemon) writeConfig(userns bool) error {
-	text, err := daemonConfig(d.configPath, d.root, d.projects, userns)
+	text, err := daemonConfig(d.configPath, d.root, d.projects, userns, d.pool)
 	if err != nil {
 		return err
 	}
@@ -156,8 +156,9 @@ func sandboxTable(userns bool) string {
 }
 
 // daemonConfig is the daemon's configuration: its pool at root on btrfs,
-// its own state directory, user namespaces or not, and the projects.
-func daemonConfig(path, root string, projects map[string]string, userns bool) ([]byte, error) {
+// its own state directory, user namespaces or not, the projects, and a
+// warm pool of that many ready sandboxes per project and owner (0: none).
+func daemonConfig(path, root string, projects map[string]string, userns bool, warm int) ([]byte, error) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "[daemon]\nstate_dir = %q\n\n[storage]\nbackend = \"btrfs\"\n\n[storage.btrfs]\nroot = %q\n", benchStateDir, root)
 	b.WriteString(sandboxTable(userns))
@@ -171,9 +172,18 @@ func daemonConfig(path, root string, projects map[string]string, userns bool) ([
 	// user): they are lifted; sandboxd.slice's bounds stay. A
 	// configuration that knows no [limits] has no caps, and must not
 	// name the section.
-	lifted := b.String() + "\n[limits]\nmax_sandboxes = 0\nmax_sandboxes_per_user = 0\nmax_memory = 0\nuser_memory_max = 0\nuser_tasks_max = 0\n" + tail.String()
-	if _, err := sdconfig.Parse([]byte(lifted), path); err == nil {
+	lifted := b.String() + "\n[limits]\nmax_sandboxes = 0\nmax_sandboxes_per_user = 0\nmax_memory = 0\nuser_memory_max = 0\nuser_tasks_max = 0\n"
+	if warm > 0 {
+		// The pool's members count against those bounds: none.
+		lifted += fmt.Sprintf("pool = %d\n", warm)
+	}
+	lifted += tail.String()
+	_, err := sdconfig.Parse([]byte(lifted), path)
+	if err == nil {
 		return []byte(lifted), nil
+	}
+	if warm > 0 {
+		return nil, fmt.Errorf("writing sandboxd's configuration with a warm pool of %d: %w", warm, err)
 	}
 	plain := b.String() + tail.String()
 	if _, err := sdconfig.Parse([]byte(plain), path); err != nil {

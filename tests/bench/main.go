@@ -19,6 +19,11 @@
 // `rsync -a` of the same change from the sandbox's tree to a copy of the
 // project.
 //
+// Its pool part times creates that claim a ready sandbox of a warm pool
+// beside full creates with the pool off, with one client and with eight,
+// at a few and at -live live sandboxes, the pool's refill, and the CPU of
+// a claim and of a full create, beside a call that does nothing.
+//
 // It prints markdown tables on standard output and its progress on
 // standard error. Timings and sizes are reported, never asserted.
 //
@@ -56,6 +61,8 @@ type config struct {
 	scale                  bool // the daemon with cfg.live sandboxes
 	ports                  bool // the daemon holding connections to exposed ports (also in daemon)
 	fork                   bool // forks of a sandbox beside creates and reflink copies
+	warm                   bool // part pool: claims from a warm pool beside full creates
+	poolSize               int  // part pool: the pool's size ([limits] pool)
 	sizes                  []int
 	backends               []string
 	reps                   int           // runs of snapshot, delete and change listing
@@ -68,7 +75,9 @@ type config struct {
 }
 
 // usesDaemon says whether a part that runs needs sandboxd installed.
-func (c config) usesDaemon() bool { return c.daemon || c.promote || c.scale || c.ports || c.fork }
+func (c config) usesDaemon() bool {
+	return c.daemon || c.promote || c.scale || c.ports || c.fork || c.warm
+}
 
 // minReps is the fewest timed runs a series makes, whatever the budget.
 const minReps = 3
@@ -106,20 +115,21 @@ func main() {
 
 func parseFlags(args []string) (config, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	parts := fs.String("parts", "cowfs,daemon,fork,promote,scale", "what to measure, comma-separated: cowfs (snapshots on each backend), daemon (sandboxd over the bus), fork (forks of a sandbox beside creates), promote (its diff and promotion), scale (-live sandboxes at once), ports (the daemon's rows of held connections alone; daemon has them too)")
+	parts := fs.String("parts", "cowfs,daemon,fork,pool,promote,scale", "what to measure, comma-separated: cowfs (snapshots on each backend), daemon (sandboxd over the bus), fork (forks of a sandbox beside creates), pool (claims from a warm pool beside full creates, up to -live), promote (its diff and promotion), scale (-live sandboxes at once), ports (the daemon's rows of held connections alone; daemon has them too)")
 	sizes := fs.String("sizes", "1000,10000,100000", "project sizes, in files, comma-separated")
 	backends := fs.String("backends", "btrfs,zfs", "filesystems to measure, comma-separated: btrfs, zfs")
 	reps := fs.Int("reps", 15, "timed runs of snapshot, delete and change listing")
 	copyReps := fs.Int("copy-reps", 3, "timed runs of each cp of 10k files or more (smaller trees get -reps)")
 	budget := fs.Duration("budget", 40*time.Second, "a series of runs stops early once it has taken this long (after at least 3 runs)")
 	creates := fs.Int("creates", 200, "daemon part: sandboxes made in a row, and then destroyed, per project size")
-	live := fs.Int("live", 1000, "scale part: sandboxes kept live at once")
+	live := fs.Int("live", 1000, "scale and pool parts: sandboxes kept live at once")
+	poolSize := fs.Int("pool", 200, "pool part: the warm pool's size ([limits] pool; the issue's 200)")
 	promoteReps := fs.Int("promote-reps", 5, "promote part: promotions of each change size, each from a new sandbox")
 	changes := fs.String("changes", "10,100,1000", "promote part: changed files to promote in the 100k-file project, comma-separated; the 1k one gets the fewest")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
 	}
-	cfg := config{reps: *reps, copyReps: *copyReps, budget: *budget, creates: *creates, promoteReps: *promoteReps, live: *live}
+	cfg := config{reps: *reps, copyReps: *copyReps, budget: *budget, creates: *creates, promoteReps: *promoteReps, live: *live, poolSize: *poolSize}
 	for _, p := range strings.Split(*parts, ",") {
 		switch strings.TrimSpace(p) {
 		case "cowfs":
@@ -134,8 +144,10 @@ func parseFlags(args []string) (config, error) {
 			cfg.ports = true
 		case "fork":
 			cfg.fork = true
+		case "pool":
+			cfg.warm = true
 		default:
-			return cfg, fmt.Errorf("-parts: unknown part %q (cowfs, daemon, fork, promote, scale, ports)", p)
+			return cfg, fmt.Errorf("-parts: unknown part %q (cowfs, daemon, fork, pool, promote, scale, ports)", p)
 		}
 	}
 	for _, s := range strings.Split(*sizes, ",") {
@@ -154,6 +166,9 @@ func parseFlags(args []string) (config, error) {
 	}
 	if cfg.live < 2 {
 		return cfg, fmt.Errorf("-live must be at least 2")
+	}
+	if cfg.poolSize < 2 {
+		return cfg, fmt.Errorf("-pool must be at least 2")
 	}
 	if cfg.reps < minReps || cfg.copyReps < 1 || cfg.creates < minReps || cfg.promoteReps < minReps {
 		return cfg, fmt.Errorf("-reps, -creates and -promote-reps must be at least %d and -copy-reps at least 1", minReps)
@@ -244,8 +259,9 @@ func run(ctx context.Context, cfg config) error {
 	pr := &table{pct: 0.9, ratioOf: "sandboxd", changed: true}
 	sc := &table{pct: 0.99, ratioOf: "baseline"}
 	fk := &table{pct: 0.9, ratioOf: "creates"}
+	wp := &table{pct: 0.99, ratioOf: "baseline"}
 	if cfg.usesDaemon() && ctx.Err() == nil {
-		version, err := benchDaemon(ctx, cfg, d, pr, sc, fk)
+		version, err := benchDaemon(ctx, cfg, d, pr, sc, fk, wp)
 		if version != "" {
 			versions = append(versions, version)
 		}
@@ -253,16 +269,16 @@ func run(ctx context.Context, cfg config) error {
 			errs = append(errs, fmt.Errorf("daemon: %w", err))
 		}
 	}
-	if len(t.rows) > 0 || len(d.rows) > 0 || len(pr.rows) > 0 || len(sc.rows) > 0 || len(fk.rows) > 0 {
-		printReport(os.Stdout, cfg, t, d, pr, sc, fk, versions, time.Since(begin), load)
+	if len(t.rows) > 0 || len(d.rows) > 0 || len(pr.rows) > 0 || len(sc.rows) > 0 || len(fk.rows) > 0 || len(wp.rows) > 0 {
+		printReport(os.Stdout, cfg, t, d, pr, sc, fk, wp, versions, time.Since(begin), load)
 	}
 	return errors.Join(errs...)
 }
 
 // printReport prints the tables with the few lines they need to be read:
-// t of cowfs, d of the daemon, pr of promotions, sc at scale, fk of forks;
-// a part that did not run has no rows.
-func printReport(w *os.File, cfg config, t, d, pr, sc, fk *table, versions []string, took time.Duration, load string) {
+// t of cowfs, d of the daemon, pr of promotions, sc at scale, fk of forks,
+// wp of the warm pool; a part that did not run has no rows.
+func printReport(w *os.File, cfg config, t, d, pr, sc, fk, wp *table, versions []string, took time.Duration, load string) {
 	var uts unix.Utsname
 	_ = unix.Uname(&uts)
 	fmt.Fprintf(w, "Measured %s on Linux %s, %d CPUs (load average %s at the start, %s at the end): %s. Whole run: %v.\n",
@@ -285,6 +301,9 @@ func printReport(w *os.File, cfg config, t, d, pr, sc, fk *table, versions []str
 	}
 	if len(sc.rows) > 0 {
 		fmt.Fprint(w, "\nsandboxd at scale (make bench -parts scale):\n\n"+sc.markdown()+"\n"+sc.note+"\n")
+	}
+	if len(wp.rows) > 0 {
+		fmt.Fprint(w, "\nThe warm pool (make bench -parts pool):\n\n"+wp.markdown()+"\n"+wp.note+"\n")
 	}
 }
 
