@@ -420,3 +420,47 @@ func TestCost(t *testing.T) {
 	<-done
 	t.Logf("the other sandbox wrote %d MiB in %v meanwhile", written>>20, time.Since(began).Round(time.Millisecond))
 }
+
+// TestBeginFindsAWriterOpenedSinceItsLastScan: Begin skips the /proc scan
+// when no file of the project was opened since a clean one; a writer that
+// opened a file in between (and keeps it mapped, which makes no event of
+// its writes) is found all the same, at the second mark.
+func TestBeginFindsAWriterOpenedSinceItsLastScan(t *testing.T) {
+	tb := testbed.Require(t)
+	base := filepath.Join(tb.Btrfs.Mount, "changewatch-rescan")
+	must(t, os.MkdirAll(base, 0o755))
+	t.Cleanup(func() { _ = os.Remove(base) })
+	w, err := changewatch.NewWatcher(base)
+	must(t, err)
+	defer w.Close()
+	f := newProject(t, base, "p", false)
+	p, err := w.Watch(f.dir)
+	must(t, err)
+	for i := range 2 { // the second skips the scan
+		m, err := w.Begin(p)
+		must(t, err)
+		if len(m.Suspect()) != 0 {
+			t.Fatalf("mark %d of an untouched project: writers %v", i, m.Suspect())
+		}
+	}
+	fh, err := os.OpenFile(filepath.Join(f.dir, "mapped.txt"), os.O_RDWR, 0)
+	must(t, err)
+	defer fh.Close()
+	mem, err := unix.Mmap(int(fh.Fd()), 0, 16, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	must(t, err)
+	defer unix.Munmap(mem)
+	m, err := w.Begin(p)
+	must(t, err)
+	if len(m.Suspect()) == 0 {
+		t.Fatal("a mark after a file was opened for writing and mapped found no writer")
+	}
+	// Once it is gone (its close is a change for marks before it), a
+	// clean scan again, then none.
+	must(t, unix.Munmap(mem))
+	must(t, fh.Close())
+	for i := range 2 {
+		if m, err := w.Begin(p); err != nil || len(m.Suspect()) != 0 {
+			t.Fatalf("mark %d after the writer went: writers %v, %v", i, m.Suspect(), err)
+		}
+	}
+}
