@@ -68,9 +68,17 @@ func (t *Steps) write(name string, d time.Duration) {
 }
 
 // Took is the time since the call began.
-func (t *Steps) Took() time.Duration { return time.Since(t.start) }
+func (t *Steps) Took() time.Duration {
+	if t == nil {
+		return 0
+	}
+	return time.Since(t.start)
+}
 
 func (t *Steps) String() string {
+	if t == nil {
+		return ""
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.b.String()

@@ -25,6 +25,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandboxd/sandboxd/internal/steps"
 	"github.com/sandboxd/sandboxd/sandboxd1"
 	"github.com/sandboxd/sandboxd/supervisor"
 	"github.com/sandboxd/sandboxd/supervisor/state"
@@ -207,6 +208,7 @@ func (p *Pools) claim(ctx context.Context, want state.Record, ttl time.Duration)
 		return supervisor.Sandbox{}, false, nil
 	}
 	pl.actor = actorOf(ctx, pl.actor) // the owner as he is now (his groups)
+	timing := steps.Of(ctx)
 	for {
 		if len(pl.ready) == 0 {
 			pl.misses++
@@ -218,7 +220,9 @@ func (p *Pools) claim(ctx context.Context, want state.Record, ttl time.Duration)
 		m := pl.ready[0]
 		pl.ready = pl.ready[1:]
 		p.mu.Unlock()
-		if !p.cfg.Changes.Unchanged(m.mark) {
+		unchanged := p.cfg.Changes.Unchanged(m.mark)
+		timing.Mark("unchanged")
+		if !unchanged {
 			p.mu.Lock()
 			pl.stale++
 			p.retired = append(p.retired, m.id)
@@ -240,6 +244,9 @@ func (p *Pools) claim(ctx context.Context, want state.Record, ttl time.Duration)
 		pl.blocked = nil
 		p.mu.Unlock()
 		p.wake()
+		timing.Mark("claimed")
+		p.h.Log().Info("sandbox claimed from a pool", "SANDBOX_ID", sb.ID, "CALLER_UID", want.Owner, "ACTION", "create",
+			"project", want.Project, "took_ms", float64(timing.Took().Microseconds())/1000, "steps", timing.String())
 		return sb, true, nil
 	}
 }
