@@ -109,7 +109,7 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 	}
 	project, err := s.cfg.Backend.Project(ctx, location)
 	if err == nil {
-		err = roomInPool(s.cfg.Backend)
+		err = cowfs.RoomIn(s.cfg.Backend)
 	}
 	if err != nil {
 		return sb, fmt.Errorf("creating a sandbox of %s: %w", opts.Project, err)

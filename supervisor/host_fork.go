@@ -7,6 +7,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/cowfs"
 	"github.com/sandboxd/sandboxd/supervisor/state"
+	"github.com/sandboxd/sandboxd/units"
 )
 
 // What the fork room (supervisor/fork) needs of the core beyond Host: a
@@ -38,7 +39,7 @@ func (h host) CreateFork(ctx context.Context, src ForkSource, name string) (Sand
 		Project: rec.Project, Name: name, Owner: rec.Owner, DiskQuota: rec.DiskQuota, Profile: rec.Profile,
 		Network: rec.Network, Allow: rec.Allow, ReadOnlyProject: &rec.ReadOnlyProject, Boot: rec.Boot, fork: &src,
 	}
-	if err := unmarshalLimits(rec.Limits, &opts.Limits); err != nil {
+	if err := units.UnmarshalLimits(rec.Limits, &opts.Limits); err != nil {
 		return Sandbox{}, fmt.Errorf("forking sandbox %s: its limits: %w", rec.ID, err)
 	}
 	if !rec.Expires.IsZero() {

@@ -278,18 +278,6 @@ func (w *worlds) currentState(id string, st state.State) state.State {
 	return st
 }
 
-// roomInPool refuses a create on a pool that is full: a snapshot takes no
-// data, so the sandbox would be made, and could not write a byte. Only a
-// pool that is a directory (btrfs) is checked; a ZFS root is a dataset.
-func roomInPool(b cowfs.Backend) error {
-	root := b.Info().Root
-	var st syscall.Statfs_t
-	if !filepath.IsAbs(root) || syscall.Statfs(root, &st) != nil || st.Bavail*uint64(st.Bsize) >= 1<<20 {
-		return nil
-	}
-	return fmt.Errorf("%w: %s has %d bytes available; free some space first", cowfs.ErrNoSpace, root, st.Bavail*uint64(st.Bsize))
-}
-
 // Close ends the promotions running in the background and waits for them
 // (the store may be closed after it), then stops the proxies this daemon
 // serves and the ports it exposes (its next start exposes them again);
