@@ -391,7 +391,7 @@ func (s *Supervisor) startScope(ctx context.Context, rec state.Record, limits un
 		return err
 	}
 	timing.Mark("build+scope")
-	w := &world{pid: init.PID}
+	w := &world{pid: init.PID, proc: init.Process}
 	if err := s.worlds.startProxy(rec, w); err != nil {
 		init.Kill()
 		_ = s.scopes.stop(context.WithoutCancel(ctx), rec.Unit)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/sandboxd/sandboxd/internal/reaper"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/cowfs"
 	"github.com/sandboxd/sandboxd/internal/connbound"
+	"github.com/sandboxd/sandboxd/internal/pidwatch"
 	"github.com/sandboxd/sandboxd/runtime/egress"
 	"github.com/sandboxd/sandboxd/runtime/nsinit"
 	"github.com/sandboxd/sandboxd/supervisor/diskquota"
@@ -34,21 +34,24 @@ func layerName(id string) string { return prefixLayer + id }
 // control socket).
 func (w *worlds) dir(id string) string { return filepath.Join(w.root, id) }
 
-// world is what the daemon holds of a live sandbox's init: its pid, and
-// the proxy it serves into its network namespace.
+// world is what the daemon holds of a live sandbox's init: its pid, the
+// watch of its end (a pidfd), and the proxy it serves into its network
+// namespace.
 type world struct {
 	pid       int
+	proc      *pidwatch.Process
 	stopProxy func() // nil: none
 }
 
 type worlds struct {
 	// root holds each live sandbox's runtime directory (Config.RuntimeDir).
 	root string
-	// initCommand starts an init (Config.InitCommand); reaper collects
-	// the inits' exits while the daemon runs.
+	// initCommand starts an init (Config.InitCommand).
 	initCommand []string
-	reaper      reaper.Reaper
 	log         *slog.Logger
+	// ended hears of a sandbox whose init ended by itself (the change
+	// event): its state is stopped from then on (current).
+	ended func(id string)
 
 	mu sync.Mutex
 	m  map[string]*world
@@ -70,6 +73,11 @@ func (w *worlds) set(id string, x *world) {
 		w.m = map[string]*world{}
 	}
 	w.m[id] = x
+	go func() {
+		if <-x.proc.Done(); x.proc.Ended() && w.get(id) == x {
+			w.ended(id)
+		}
+	}()
 }
 
 // drop forgets a sandbox's world and stops its proxy.
@@ -78,6 +86,9 @@ func (w *worlds) drop(id string) {
 	x := w.m[id]
 	delete(w.m, id)
 	w.mu.Unlock()
+	if x != nil {
+		x.proc.Stop()
+	}
 	if x != nil && x.stopProxy != nil {
 		x.stopProxy()
 	}
@@ -184,14 +195,7 @@ func (w *worlds) launch(rec state.Record) (*nsinit.Init, error) {
 	if len(w.initCommand) == 0 {
 		return nil, errors.New("no init command configured")
 	}
-	init, err := nsinit.Launch(w.initCommand, rec.Network, idmap.ForInit(rec.IDs))
-	if err != nil {
-		return nil, err
-	}
-	// The reaper collects its exit status when it ends while the daemon
-	// runs (a destroy, RuntimeMax); after a restart, systemd does.
-	w.reaper.Add(init.PID)
-	return init, nil
+	return nsinit.Launch(w.initCommand, rec.Network, idmap.ForInit(rec.IDs))
 }
 
 // idmapMounts are the mounts an init in a user namespace builds its world
@@ -239,8 +243,15 @@ func (s *Supervisor) adoptWorld(ctx context.Context, rec state.Record) error {
 			return fmt.Errorf("its files at %s are unreachable: %w", at, err)
 		}
 	}
-	w := &world{pid: pid}
+	// Its end is watched from here: it is not the daemon's child (after
+	// a restart, systemd reaps it), and answered as pid just now.
+	proc, err := pidwatch.Watch(pid, false)
+	if err != nil {
+		return err
+	}
+	w := &world{pid: pid, proc: proc}
 	if err := s.worlds.startProxy(rec, w); err != nil {
+		proc.Stop()
 		return err
 	}
 	s.worlds.set(rec.ID, w)
@@ -271,7 +282,7 @@ func (w *worlds) current(rec state.Record) state.Record {
 // currentState is what current says of a sandbox's state st.
 func (w *worlds) currentState(id string, st state.State) state.State {
 	if st == state.Ready || st == state.Running || st == state.Frozen {
-		if x := w.get(id); x != nil && syscall.Kill(x.pid, 0) == syscall.ESRCH {
+		if x := w.get(id); x != nil && x.proc.Ended() {
 			return state.Stopped
 		}
 	}
