@@ -76,7 +76,7 @@ that no other sandbox's id has will do.
 			checkpoints.Checkpoint(), checkpoints.Checkpoints(), checkpoints.Rollback(), checkpoints.Diff(), try.Command(),
 			promotion.Promote(), promotion.Promotions(), promotion.Approve(), promotion.Reject(), checkpoints.Rebase(), checkpoints.Versions(), checkpoints.Merge(),
 			sandboxes.Fork(), sandboxes.Freeze(), sandboxes.Thaw(), sandboxes.Stop(), sandboxes.Start(), sandboxes.Destroy(), sandboxes.GC(), projects.Command(), manCommand(),
-			sandboxes.Port(), sandboxes.Limits(),
+			sandboxes.Port(), sandboxes.Limits(), sandboxes.Pools(),
 			commands.Run(), commands.Spawn(), commands.PS(), commands.Logs(), commands.Kill(), commands.Repl(),
 			sandboxes.Cache(), commands.Cat(), commands.Cp(),
 			mcpCommand(), helpCommand(),

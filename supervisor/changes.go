@@ -3,6 +3,7 @@ package supervisor
 import (
 	"context"
 	"fmt"
+	"github.com/sandboxd/sandboxd/supervisor/volname"
 
 	"github.com/sandboxd/sandboxd/cowfs"
 	"github.com/sandboxd/sandboxd/supervisor/changeset"
@@ -28,7 +29,7 @@ func (h host) WithChanges(ctx context.Context, id, what string, fn func(base, no
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
-	now, err := s.cfg.Backend.Snapshot(ctx, vol, DiffName(id, newCommandID()), true)
+	now, err := s.cfg.Backend.Snapshot(ctx, vol, volname.Diff(id, newCommandID()), true)
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}

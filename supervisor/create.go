@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/sandboxd/sandboxd/supervisor/volname"
 	"slices"
 	"time"
 
@@ -56,6 +57,10 @@ type CreateOptions struct {
 	// NoCache: no owner's cache (a promotion's checks: what the owner's
 	// other sandboxes put there must not change what a check does).
 	NoCache bool
+	// Pool: a warm pool's sandbox (supervisor/pool), made ahead of the
+	// create that claims it: no time to live until then, and within the
+	// caps without making room.
+	Pool bool
 
 	hidden, readOnly []string // the host's and the profile's
 	// fork: the sandbox is a fork, made of these (CreateFork).
@@ -68,6 +73,10 @@ type CreateOptions struct {
 // what was made, in reverse; a crash is finished by Reconcile.
 func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox, err error) {
 	defer func() { s.auditor.record(ctx, "create", sb.Record, err) }()
+	if !opts.Pool { // the pools' refills wait for the others (Creating)
+		s.creating.Add(1)
+		defer s.creating.Add(-1)
+	}
 	timing := steps.New()
 	ctx = steps.With(ctx, timing)
 	if err := settle(&s.cfg, &opts); err != nil {
@@ -83,11 +92,11 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 	if opts.fork != nil && location != opts.fork.Record.ProjectLocation {
 		return sb, fmt.Errorf("forking sandbox %s: %w (rebase it first)", opts.fork.Record.ID, ErrProjectMoved)
 	}
-	if opts.Applied || opts.NoCache {
-		// Past the project's gate, without the owner's cache: only the
-		// daemon's own creates (a promotion's checks) may ask.
+	if opts.Applied || opts.NoCache || opts.Pool {
+		// Past the project's gate, without the owner's cache, a pool's:
+		// only the daemon's own creates (a promotion's checks) may ask.
 		if a, err := ActorOf(ctx); err != nil || a.Daemon == "" {
-			return sb, fmt.Errorf("creating a sandbox of %s: Applied and NoCache are the daemon's own options: %w", opts.Project, ErrInvalid)
+			return sb, fmt.Errorf("creating a sandbox of %s: Applied, NoCache and Pool are the daemon's own options: %w", opts.Project, ErrInvalid)
 		}
 	}
 	if err := s.mayUseProject(ctx, opts.Project); err != nil {
@@ -126,7 +135,20 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 	if err != nil {
 		return sb, err
 	}
+	rec := state.Record{
+		Name: opts.Name, Project: opts.Project, ProjectLocation: location, Owner: opts.Owner, State: state.Creating,
+		Profile: opts.Profile, Limits: limits, DiskQuota: opts.DiskQuota, Network: opts.Network, Allow: opts.Allow,
+		ReadOnlyProject: *opts.ReadOnlyProject, Hidden: opts.hidden, ReadOnly: opts.readOnly, NoCache: opts.NoCache,
+		Env: env, Boot: opts.Boot, Pool: opts.Pool,
+	}
 	timing.Mark("checks")
+	if !opts.Pool && !opts.Applied && opts.fork == nil {
+		for _, claim := range s.hooks.Claim.Funcs() {
+			if sb, ok, err := claim(ctx, rec, opts.TTL); ok || err != nil {
+				return sb, err
+			}
+		}
+	}
 	s.admission.Lock()
 	timing.Mark("admission-wait")
 	// Under the lock: a project removed since the check above is gone,
@@ -136,17 +158,16 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 		return sb, fmt.Errorf("creating a sandbox of %q: it was removed meanwhile: %w", opts.Project, ErrUnknownProject)
 	}
 	recs := s.cfg.Store.Entries()
-	// Names are unique among all the records, a destroying sandbox's too:
-	// its name is free once it is gone.
-	if opts.Name != "" {
-		for _, r := range recs {
-			if r.Name == opts.Name {
-				s.admission.Unlock()
-				return sb, fmt.Errorf("creating a sandbox of %s: a sandbox named %q exists; pick another name or destroy it: %w", opts.Project, opts.Name, ErrExists)
-			}
-		}
+	if err := nameFree(recs, opts.Name); err != nil {
+		s.admission.Unlock()
+		return sb, fmt.Errorf("creating a sandbox of %s: %w", opts.Project, err)
 	}
-	evict, err := s.cfg.Policy.Admit(admission.Live(recs), opts.Owner, opts.Limits.MemoryMax)
+	var evict []state.Entry
+	if opts.Pool {
+		err = s.cfg.Policy.AdmitPooled(admission.Live(recs), opts.Owner, opts.Limits.MemoryMax)
+	} else {
+		evict, err = s.cfg.Policy.Admit(admission.Live(recs), opts.Owner, opts.Limits.MemoryMax)
+	}
 	if err != nil {
 		s.admission.Unlock()
 		return sb, fmt.Errorf("creating a sandbox of %s: %w", opts.Project, err)
@@ -176,17 +197,9 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 	}
 	id := newID()
 	defer s.locks.Lock(id)()
-	now := time.Now().UTC()
-	rec := state.Record{
-		ID: id, Name: opts.Name, Project: opts.Project, ProjectLocation: location, Owner: opts.Owner, State: state.Creating,
-		Base: baseName(id), Volume: volumeName(id), Unit: unitName(id),
-		Profile: opts.Profile, Created: now, Limits: limits, DiskQuota: opts.DiskQuota,
-		Network: opts.Network, Allow: opts.Allow, ReadOnlyProject: *opts.ReadOnlyProject,
-		Hidden: opts.hidden, ReadOnly: opts.readOnly, IDs: ids, NoCache: opts.NoCache, Env: env,
-		Boot: opts.Boot,
-	}
-	if opts.TTL > 0 {
-		rec.Expires = now.Add(opts.TTL)
+	rec.ID, rec.Base, rec.Volume, rec.Unit, rec.IDs, rec.Created = id, volname.Base(id), volname.Sandbox(id), volname.Unit(id), ids, time.Now().UTC()
+	if opts.TTL > 0 && !opts.Pool {
+		rec.Expires = rec.Created.Add(opts.TTL)
 	}
 	sb.Record = rec
 	err = s.cfg.Store.Create(rec)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sandboxd/sandboxd/supervisor/volname"
 	"slices"
 
 	"github.com/sandboxd/sandboxd/cowfs"
@@ -87,9 +88,9 @@ func (s *Supervisor) finishDestroy(ctx context.Context, rec state.Record) error 
 	// the record.
 	var names []string
 	for _, c := range slices.Backward(rec.Checkpoints) {
-		names = append(names, CheckpointLayerName(rec.ID, c.Name), CheckpointName(rec.ID, c.Name))
+		names = append(names, volname.CheckpointLayer(rec.ID, c.Name), volname.Checkpoint(rec.ID, c.Name))
 	}
-	names = append(names, layerName(rec.ID), rec.Volume, rec.Base)
+	names = append(names, volname.Layer(rec.ID), rec.Volume, rec.Base)
 	for _, name := range names {
 		v, err := s.cfg.Backend.Get(ctx, name)
 		if errors.Is(err, cowfs.ErrNotFound) {

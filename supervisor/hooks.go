@@ -3,6 +3,7 @@ package supervisor
 import (
 	"context"
 	"github.com/sandboxd/sandboxd/internal/hook"
+	"time"
 
 	"github.com/sandboxd/sandboxd/cowfs"
 	"github.com/sandboxd/sandboxd/runtime/nsinit"
@@ -38,6 +39,11 @@ type Hooks struct {
 	// namespace is a copy of the daemon's: what must show in it is
 	// mounted here: the owner's cache).
 	BeforeLaunch Hook[func(ctx context.Context, rec state.Record)]
+	// Claim offers a create to the warm pools (supervisor/pool) before
+	// one is made: want is the sandbox it would make (no id yet), ttl its
+	// time to live. A room that hands out a ready sandbox like it returns
+	// it, claimed (Host's Claim), and true.
+	Claim Hook[func(ctx context.Context, want state.Record, ttl time.Duration) (Sandbox, bool, error)]
 	// Spec lets a room add to the spec the init builds its world from;
 	// release runs once the init built it (or failed to).
 	Spec Hook[func(ctx context.Context, rec state.Record, spec *nsinit.Spec) (release func())]

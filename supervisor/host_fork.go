@@ -35,17 +35,28 @@ type ForkSource struct {
 // counted from now. The owner's bounds count it (Policy.Admit).
 func (h host) CreateFork(ctx context.Context, src ForkSource, name string) (Sandbox, error) {
 	rec := src.Record
-	opts := CreateOptions{
-		Project: rec.Project, Name: name, Owner: rec.Owner, DiskQuota: rec.DiskQuota, Profile: rec.Profile,
-		Network: rec.Network, Allow: rec.Allow, ReadOnlyProject: &rec.ReadOnlyProject, Boot: rec.Boot, fork: &src,
+	opts, err := optionsOf(rec)
+	if err != nil {
+		return Sandbox{}, fmt.Errorf("forking sandbox %s: %w", rec.ID, err)
 	}
-	if err := units.UnmarshalLimits(rec.Limits, &opts.Limits); err != nil {
-		return Sandbox{}, fmt.Errorf("forking sandbox %s: its limits: %w", rec.ID, err)
-	}
+	opts.Name, opts.fork = name, &src
 	if !rec.Expires.IsZero() {
 		opts.TTL = max(rec.Expires.Sub(rec.Created), 1)
 	}
 	return h.s.Create(ctx, opts)
+}
+
+// optionsOf is what a create of a sandbox like rec asks for: its project,
+// owner, limits, disk quota, profile, network and boot.
+func optionsOf(rec state.Record) (CreateOptions, error) {
+	opts := CreateOptions{
+		Project: rec.Project, Owner: rec.Owner, DiskQuota: rec.DiskQuota, Profile: rec.Profile,
+		Network: rec.Network, Allow: rec.Allow, ReadOnlyProject: &rec.ReadOnlyProject, Boot: rec.Boot,
+	}
+	if err := units.UnmarshalLimits(rec.Limits, &opts.Limits); err != nil {
+		return opts, fmt.Errorf("its limits: %w", err)
+	}
+	return opts, nil
 }
 
 // forkBase is a fork's own base, named name: a read-only snapshot of its

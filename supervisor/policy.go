@@ -3,7 +3,6 @@ package supervisor
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"time"
 
 	"github.com/sandboxd/sandboxd/supervisor/admission"
@@ -22,55 +21,28 @@ type (
 	Profile = admission.Profile
 )
 
-// auditor records the daemon's actions in the audit log, with their
-// caller and result.
-type auditor struct {
-	log      *audit.Log // nil: none
-	journal  *slog.Logger
-	refusals *Hook[error] // the rooms' refusals (Hooks.Refusals)
-}
+// auditor records the daemon's actions on sandboxes in the audit log.
+type auditor struct{ audit.Recorder }
 
-// record records an action and how it ended.
+// record records an action on rec and how it ended.
 func (a *auditor) record(ctx context.Context, action string, rec state.Record, err error) {
 	a.entry(ctx, audit.Entry{Action: action, Network: rec.Network}, rec, err)
 }
 
-// auditEntry records e, an action on rec, with its caller and result.
+// entry records e, an action on rec, with its caller and result.
 func (a *auditor) entry(ctx context.Context, e audit.Entry, rec state.Record, err error) {
-	e.CallerUID, e.Sandbox, e.Project, e.Result = callerOf(ctx), rec.ID, rec.Project, "ok"
+	e.Sandbox, e.Project = rec.ID, rec.Project
 	if e.Action != "create" {
 		e.Network = ""
 	}
-	action := e.Action
-	if err != nil {
-		e.Result, e.Error, e.Refused = "error", err.Error(), a.refused(err)
-	}
-	if aerr := a.log.Record(e); aerr != nil {
-		a.journal.Error("writing the audit log", "error", aerr, "ACTION", action, "SANDBOX_ID", rec.ID)
-	}
+	a.Record(ctx, e, err)
 }
 
-// refusals are the errors that are the caller's: what it asked is not
-// allowed, not there or not well formed. The audit log keeps them short
-// and budgets them apart from the caller's actions.
+// refusals are the errors that are the caller's (audit.Recorder).
 var refusals = []error{
 	ErrAccessDenied, ErrNotFound, ErrUnknownProject, ErrInvalid, ErrWrongState, ErrExists,
 	ErrInvalidProject, ErrProjectInUse, ErrLimitReached,
 	ErrNoIdmap, ErrConflict, ErrBusy, ErrStopped,
-}
-
-func (a *auditor) refused(err error) bool {
-	for _, r := range refusals {
-		if errors.Is(err, r) {
-			return true
-		}
-	}
-	for _, r := range a.refusals.Funcs() {
-		if errors.Is(err, r) {
-			return true
-		}
-	}
-	return false
 }
 
 // settle gives opts what its profile, the policy and the host give a

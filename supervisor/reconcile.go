@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sandboxd/sandboxd/supervisor/volname"
 	"strings"
 
 	"github.com/sandboxd/sandboxd/cowfs"
@@ -42,7 +43,7 @@ func (s *Supervisor) Reconcile(ctx context.Context) (Report, error) {
 	if err != nil {
 		return rep, fmt.Errorf("reconciling: %w", err)
 	}
-	scopes, err := s.cfg.Units.List(ctx, prefixUnit+"*.scope")
+	scopes, err := s.cfg.Units.List(ctx, volname.PrefixUnit+"*.scope")
 	if err != nil {
 		return rep, fmt.Errorf("reconciling: %w", err)
 	}
@@ -95,7 +96,7 @@ func (s *Supervisor) Reconcile(ctx context.Context) (Report, error) {
 		}
 	}
 	for _, v := range vols {
-		id, name, ok := checkpointOf(v.Name)
+		id, name, ok := volname.CheckpointOf(v.Name)
 		if !ok || !v.Ours || (known[id] && listed[id+"/"+name]) {
 			continue
 		}
@@ -112,7 +113,7 @@ func (s *Supervisor) Reconcile(ctx context.Context) (Report, error) {
 	for _, rec := range recs {
 		named[rec.Base], named[rec.Volume], named[rec.Layer] = true, true, true
 	}
-	for _, prefix := range []string{prefixLayer, prefixSandbox, prefixBase} {
+	for _, prefix := range []string{volname.PrefixLayer, volname.PrefixSandbox, volname.PrefixBase} {
 		for _, v := range vols {
 			_, ok := strings.CutPrefix(v.Name, prefix)
 			if !ok || named[v.Name] || !v.Ours {
@@ -127,7 +128,7 @@ func (s *Supervisor) Reconcile(ctx context.Context) (Report, error) {
 		}
 	}
 	for _, u := range scopes {
-		id := strings.TrimSuffix(strings.TrimPrefix(u.Name, prefixUnit), ".scope")
+		id := strings.TrimSuffix(strings.TrimPrefix(u.Name, volname.PrefixUnit), ".scope")
 		if known[id] {
 			continue
 		}

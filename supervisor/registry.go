@@ -3,6 +3,7 @@ package supervisor
 import (
 	"context"
 	"fmt"
+	"github.com/sandboxd/sandboxd/supervisor/volname"
 
 	"github.com/sandboxd/sandboxd/supervisor/projects"
 	"github.com/sandboxd/sandboxd/supervisor/state"
@@ -91,8 +92,20 @@ func (h host) projectMoves(ctx context.Context, rec state.Record) (ProjectMove, 
 	if err != nil {
 		return ProjectMove{}, fmt.Errorf("%s: %w", what, err)
 	}
-	return s.projects.Moves(ctx, what, location, rec.Base, DiffName(rec.ID, "p"+newCommandID()))
+	return s.projects.Moves(ctx, what, location, rec.Base, volname.Diff(rec.ID, "p"+newCommandID()))
 }
 
 // ValidateSandboxName checks a sandbox's name (projects.ValidateSandboxName).
 func ValidateSandboxName(name string) error { return projects.ValidateSandboxName(name) }
+
+// nameFree says whether no record is named name ("": none asked). Names are
+// unique among all the records, a destroying sandbox's too: its name is
+// free once it is gone.
+func nameFree(recs []state.Entry, name string) error {
+	for _, r := range recs {
+		if name != "" && r.Name == name {
+			return fmt.Errorf("a sandbox named %q exists; pick another name or destroy it: %w", name, ErrExists)
+		}
+	}
+	return nil
+}

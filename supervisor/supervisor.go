@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sandboxd/sandboxd/cowfs"
@@ -152,6 +153,7 @@ type Supervisor struct {
 	userns    usernsState
 	stateDirs idmap.StateDirCache
 	activity  activity.Times
+	creating  atomic.Int32 // creates under way, but for the pools'
 }
 
 // New makes a Supervisor. Call Projects().Load, then Reconcile, before
@@ -165,7 +167,7 @@ func New(cfg Config) *Supervisor {
 		scopes: scopes{units: cfg.Units, userLimits: cfg.UserLimits},
 		worlds: worlds{root: cfg.RuntimeDir, initCommand: cfg.InitCommand, log: log}}
 	s.worlds.ended = s.events.changed
-	s.auditor = auditor{log: cfg.Audit, journal: log, refusals: &s.hooks.Refusals}
+	s.auditor = auditor{audit.Recorder{Log: cfg.Audit, Journal: log, Caller: callerOf, Refusals: refusals, More: s.hooks.Refusals.Funcs}}
 	s.projects = projects.New(projects.Config{
 		Locations: cfg.Projects, Access: cfg.ProjectAccess, Env: cfg.ProjectEnv,
 		Backend: cfg.Backend, Units: cfg.Units, Store: cfg.Store, Log: log,
@@ -180,12 +182,6 @@ type Sandbox struct {
 	// Path is where the sandbox's copy of the project is on the host.
 	Path string
 }
-
-// Names of a sandbox's parts, derived from its id: the filesystem and
-// systemd alone tell which volumes and scopes are sandboxd's.
-func baseName(id string) string   { return prefixBase + id }
-func volumeName(id string) string { return prefixSandbox + id }
-func unitName(id string) string   { return prefixUnit + id + ".scope" }
 
 func newID() string { return randid.Sandbox() }
 

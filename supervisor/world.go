@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sandboxd/sandboxd/supervisor/volname"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -26,9 +27,8 @@ import (
 // filtering proxy, on its own loopback.
 const ProxyAddr = "127.0.0.1:3128"
 
-// layerName is the volume that holds a sandbox's system layer (what it
+// volname.Layer is the volume that holds a sandbox's system layer (what it
 // writes to /usr, /etc, ...), where the pool can carry one.
-func layerName(id string) string { return prefixLayer + id }
 
 // runtimeDir is the sandbox's directory for its init (root mountpoint,
 // control socket).
@@ -120,7 +120,7 @@ func (s *Supervisor) spec(ctx context.Context, rec state.Record) (nsinit.Spec, e
 	}
 	spec := nsinit.Spec{
 		ID:       rec.ID,
-		Hostname: prefixUnit + rec.ID,
+		Hostname: volname.PrefixUnit + rec.ID,
 		Dir:      s.worlds.dir(rec.ID),
 		Project:  nsinit.Bind{Source: vol.Path, Target: s.projects.SeenAt(rec.Project, project), ReadOnly: rec.ReadOnlyProject},
 		Hidden:   slices.Clone(rec.Hidden),
@@ -177,9 +177,9 @@ func makeLayer(ctx context.Context, b cowfs.Backend, rec *state.Record, fork *Fo
 	var v cowfs.Volume
 	var err error
 	if fork != nil && fork.Layer.Name != "" {
-		v, err = b.Snapshot(ctx, fork.Layer, layerName(rec.ID), false) // a fork's: its source's as it stood
+		v, err = b.Snapshot(ctx, fork.Layer, volname.Layer(rec.ID), false) // a fork's: its source's as it stood
 	} else {
-		v, err = b.Create(ctx, layerName(rec.ID))
+		v, err = b.Create(ctx, volname.Layer(rec.ID))
 	}
 	if err != nil {
 		return v, false, err

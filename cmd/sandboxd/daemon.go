@@ -28,6 +28,7 @@ import (
 	"github.com/sandboxd/sandboxd/supervisor/journal"
 	"github.com/sandboxd/sandboxd/supervisor/limits"
 	"github.com/sandboxd/sandboxd/supervisor/metrics"
+	warmpool "github.com/sandboxd/sandboxd/supervisor/pool"
 	"github.com/sandboxd/sandboxd/supervisor/ports"
 	"github.com/sandboxd/sandboxd/supervisor/projects"
 	"github.com/sandboxd/sandboxd/supervisor/promotion"
@@ -162,6 +163,8 @@ func run(ctx context.Context, configPath string) error {
 		UserLimits:  host.bounds(lim.UserMemoryMax, lim.UserTasksMax),
 		SliceLimits: host.bounds(lim.SliceMemoryMax, lim.SliceTasksMax),
 	})
+
+	rooms.Pools = warmpool.New(sup.Host().(warmpool.Host), warmPools(cfg, backend.Info().Root, log))
 
 	// The metrics count what the audit log hears from now on: the
 	// reconcile's and the callers' creates, commands and promotions.

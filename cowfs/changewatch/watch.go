@@ -27,6 +27,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sync"
 	"unsafe"
 
@@ -124,6 +125,28 @@ func (w *Watcher) Watch(dir string) (*Project, error) {
 	}
 	w.projects = append(w.projects, p)
 	return p, nil
+}
+
+// Unwatch stops counting p's events (a project gone, or watched again).
+func (w *Watcher) Unwatch(p *Project) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if i := slices.Index(w.projects, p); i >= 0 {
+		w.projects = slices.Delete(w.projects, i, i+1)
+	}
+}
+
+// Same says whether p.Dir is still the volume p was watched as: a btrfs
+// subvolume swapped in at the same path (a promotion's switch) is not.
+func (p *Project) Same() (bool, error) {
+	if p.subvol == 0 {
+		return true, nil
+	}
+	info, err := Generation(p.Dir)
+	if err != nil {
+		return false, err
+	}
+	return info.TreeID == p.subvol, nil
 }
 
 // Mark drains the queue and says where p stands now: every modification

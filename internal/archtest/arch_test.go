@@ -122,6 +122,8 @@ var rules = []rule{
 		in("supervisor/userns"), in("supervisor/idmap", "supervisor/state", "cowfs", "runtime/nsinit", "internal")},
 	{"a sandbox's disk quota (supervisor/diskquota), a lower part of the core, imports only cowfs, the records and internal/",
 		in("supervisor/diskquota"), in("cowfs", "supervisor/state", "internal")},
+	{"the names of what sandboxd makes (supervisor/volname), a lower part of the core, import only cowfs and internal/",
+		in("supervisor/volname"), in("cowfs", "internal")},
 	{"kubelet (the fleet's node) imports only the client, the wire contract and internal/ (besides virtual-kubelet and Kubernetes')",
 		in("kubelet"), in("kubelet", "client", "sandboxd1", "internal")},
 	{"nothing but cmd/sandboxd-kubelet imports kubelet", not(or(is("cmd/sandboxd-kubelet"), in("kubelet"))), not(in("kubelet"))},
@@ -130,7 +132,7 @@ var rules = []rule{
 // rooms are the supervisor's capabilities, each over the core's Host
 // (docs/architecture.md, "The supervisor's rooms").
 var rooms = []string{"supervisor/ports", "supervisor/caches", "supervisor/commands", "supervisor/checkpoints",
-	"supervisor/promotion", "supervisor/adopt", "supervisor/try", "supervisor/limits", "supervisor/fork", "supervisor/metrics"}
+	"supervisor/promotion", "supervisor/adopt", "supervisor/try", "supervisor/limits", "supervisor/fork", "supervisor/metrics", "supervisor/pool"}
 
 // cliRule waits for the wire contract (issue 16): the CLI (cli and its
 // verbs' packages below it) imports only sandboxd1, the Go client on it
@@ -219,7 +221,7 @@ func TestRulesCatchBreaks(t *testing.T) {
 		"runtime/nsinit/world", "runtime/nsinit/boot", "runtime/egress", "promote", "supervisor", "supervisor/state", "supervisor/api", "supervisor/config", "cli",
 		"cli/verb", "cmd/sandboxctl", "cmd/sandboxd", "tests/testbed", "client", "mcpserver", "supervisor/ports", "supervisor/changeset",
 		"supervisor/api/guard", "supervisor/api/access", "supervisor/admission", "supervisor/idmap", "supervisor/projects", "supervisor/userns", "supervisor/diskquota",
-		"kubelet", "cmd/sandboxd-kubelet"}
+		"supervisor/volname", "kubelet", "cmd/sandboxd-kubelet"}
 	breaks := map[string][2]string{
 		rules[0].name:  {"sandboxd1", "internal/termsafe"},
 		rules[1].name:  {"internal/termsafe", "cowfs"},
@@ -243,8 +245,9 @@ func TestRulesCatchBreaks(t *testing.T) {
 		rules[19].name: {"supervisor/projects", "supervisor"},
 		rules[20].name: {"supervisor/userns", "supervisor"},
 		rules[21].name: {"supervisor/diskquota", "supervisor"},
-		rules[22].name: {"kubelet", "supervisor"},
-		rules[23].name: {"cmd/sandboxd", "kubelet"},
+		rules[22].name: {"supervisor/volname", "supervisor/state"},
+		rules[23].name: {"kubelet", "supervisor"},
+		rules[24].name: {"cmd/sandboxd", "kubelet"},
 		cliRule.name:   {"cli", "supervisor/config"},
 	}
 	g := graph{}
@@ -266,6 +269,7 @@ func TestRulesCatchBreaks(t *testing.T) {
 		{"supervisor", "supervisor/projects"}, {"supervisor/projects", "supervisor/state"}, {"supervisor/projects", "cowfs"},
 		{"supervisor", "supervisor/userns"}, {"supervisor/userns", "supervisor/idmap"}, {"supervisor/userns", "cowfs"},
 		{"supervisor", "supervisor/diskquota"}, {"supervisor/diskquota", "cowfs"},
+		{"supervisor", "supervisor/volname"}, {"supervisor/volname", "cowfs"},
 		{"cmd/sandboxd-kubelet", "kubelet"}, {"kubelet", "client"}, {"kubelet", "sandboxd1"}} {
 		g[e[0]].ours[e[1]] = true
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/sandboxd/sandboxd/supervisor/state"
@@ -69,8 +70,71 @@ func (p Policy) ApplyDefaults(r *Request) error {
 
 // Admit checks a create of owner's, asking for memoryMax (nil: none),
 // against the caps, given the live records oldest first (Live); it
-// returns the owner's sandboxes to destroy first (DestroyOldest).
+// returns the sandboxes to destroy first: the owner's oldest
+// (DestroyOldest), and warm pools' sandboxes (Entry.Pool), which count
+// against every cap but give way to a create (the owner's own first).
 func (p Policy) Admit(live []state.Entry, owner uint32, memoryMax *uint64) ([]state.Entry, error) {
+	var pooled, claimed []state.Entry
+	for _, e := range live {
+		if e.Pool {
+			pooled = append(pooled, e)
+		} else {
+			claimed = append(claimed, e)
+		}
+	}
+	evict, err := p.admit(claimed, owner, memoryMax)
+	if err != nil {
+		return nil, err
+	}
+	// The pools' sandboxes the caps have no room for beside it.
+	count, own, promised := len(claimed)-len(evict)+1, 1, memoryOf(memoryMax)
+	for _, e := range claimed {
+		if e.Owner == owner {
+			own++
+		}
+		promised += memoryOf(limitsOf(e).MemoryMax)
+	}
+	for _, e := range evict {
+		own--
+		promised -= memoryOf(limitsOf(e).MemoryMax)
+	}
+	slices.SortStableFunc(pooled, func(a, b state.Entry) int { return cmpBool(a.Owner != owner, b.Owner != owner) })
+	for _, e := range pooled {
+		count++
+		if e.Owner == owner {
+			own++
+		}
+		promised += memoryOf(limitsOf(e).MemoryMax)
+	}
+	for _, e := range pooled {
+		over := p.MaxSandboxes > 0 && count > p.MaxSandboxes ||
+			p.MaxPerOwner > 0 && own > p.MaxPerOwner && e.Owner == owner ||
+			p.MaxMemory > 0 && promised > p.MaxMemory
+		if !over {
+			continue
+		}
+		evict = append(evict, e)
+		count--
+		if e.Owner == owner {
+			own--
+		}
+		promised -= memoryOf(limitsOf(e).MemoryMax)
+	}
+	return evict, nil
+}
+
+// AdmitPooled checks a warm pool's create of a sandbox of owner's: it
+// must fit every cap beside all live sandboxes, pooled or not, and
+// makes no room.
+func (p Policy) AdmitPooled(live []state.Entry, owner uint32, memoryMax *uint64) error {
+	evict, err := p.admit(live, owner, memoryMax)
+	if err == nil && len(evict) > 0 {
+		err = fmt.Errorf("uid %d is at its limit of sandboxes (limits.max_sandboxes_per_user): a pool makes no room: %w", owner, ErrLimitReached)
+	}
+	return err
+}
+
+func (p Policy) admit(live []state.Entry, owner uint32, memoryMax *uint64) ([]state.Entry, error) {
 	if p.MaxSandboxes > 0 && len(live) >= p.MaxSandboxes {
 		return nil, fmt.Errorf("%d sandboxes are alive, the host's limit (limits.max_sandboxes): %w", len(live), ErrLimitReached)
 	}
@@ -108,6 +172,30 @@ func (p Policy) Admit(live []state.Entry, owner uint32, memoryMax *uint64) ([]st
 		}
 	}
 	return evict, nil
+}
+
+func limitsOf(e state.Entry) (l units.Limits) {
+	if len(e.Limits) > 0 {
+		_ = json.Unmarshal(e.Limits, &l)
+	}
+	return l
+}
+
+func memoryOf(m *uint64) uint64 {
+	if m == nil {
+		return 0
+	}
+	return *m
+}
+
+func cmpBool(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
+		return 1
+	}
+	return -1
 }
 
 // Live lists the records of sandboxes that count against the caps.

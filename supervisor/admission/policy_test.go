@@ -132,3 +132,54 @@ func TestUnitPolicyDefaults(t *testing.T) {
 		t.Fatalf("no policy: TTL %v, MemoryMax %v, %v; want none", r.TTL, r.Limits.MemoryMax, err)
 	}
 }
+
+func pooledEntry(t *testing.T, id string, owner uint32, memoryMax uint64) state.Entry {
+	e := entry(t, id, owner, memoryMax)
+	e.Pool = true
+	return e
+}
+
+func TestUnitPooledSandboxesCountAndGiveWay(t *testing.T) {
+	p := admission.Policy{MaxSandboxes: 4, MaxPerOwner: 2}
+	// One of uid 1000's own and one pooled: a create takes the pooled
+	// one's place, not refused.
+	live := []state.Entry{entry(t, "a", 1000, 0), pooledEntry(t, "p1", 1000, 0), pooledEntry(t, "q1", 1001, 0)}
+	evict, err := p.Admit(live, 1000, nil)
+	if err != nil || !slices.Equal(ids(evict), []string{"p1"}) {
+		t.Fatalf("a create at the per-user cap with one pooled: evict %v, %v; want p1 evicted", ids(evict), err)
+	}
+	// Pooled sandboxes never make room for more than the cap: two of
+	// the owner's own are the cap, pooled or not.
+	if _, err := p.Admit(append(live, entry(t, "b", 1000, 0)), 1000, nil); !errors.Is(err, admission.ErrLimitReached) {
+		t.Fatalf("a third create of uid 1000's at a cap of 2: %v; want refused", err)
+	}
+	// The host's cap: the owner's pooled sandboxes go first, then others'.
+	live = []state.Entry{entry(t, "a", 1000, 0), pooledEntry(t, "q1", 1001, 0), pooledEntry(t, "q2", 1001, 0), pooledEntry(t, "p1", 1000, 0)}
+	evict, err = p.Admit(live, 1002, nil)
+	if err != nil || !slices.Equal(ids(evict), []string{"q1"}) {
+		t.Fatalf("a create at the host's cap: evict %v, %v; want one pooled sandbox (q1)", ids(evict), err)
+	}
+	if evict, err = p.Admit(live, 1000, nil); err != nil || !slices.Equal(ids(evict), []string{"p1"}) {
+		t.Fatalf("uid 1000's create at the host's cap: evict %v, %v; want its own pooled p1 first", ids(evict), err)
+	}
+	// Memory: a pooled sandbox's promise gives way too.
+	m := admission.Policy{MaxMemory: 1 << 30}
+	live = []state.Entry{entry(t, "a", 1000, 512<<20), pooledEntry(t, "p1", 1000, 512<<20)}
+	if evict, err = m.Admit(live, 1001, new(uint64(512<<20))); err != nil || !slices.Equal(ids(evict), []string{"p1"}) {
+		t.Fatalf("a create of 512 MiB with 1 GiB promised, half pooled: evict %v, %v; want p1", ids(evict), err)
+	}
+}
+
+func TestUnitAPoolsCreateMakesNoRoom(t *testing.T) {
+	p := admission.Policy{MaxSandboxes: 4, MaxPerOwner: 2, DestroyOldest: true}
+	live := []state.Entry{entry(t, "a", 1000, 0), pooledEntry(t, "p1", 1000, 0)}
+	if err := p.AdmitPooled(live, 1000, nil); !errors.Is(err, admission.ErrLimitReached) || !strings.Contains(err.Error(), "max_sandboxes_per_user") {
+		t.Fatalf("a pool's create at the per-user cap (DestroyOldest): %v; want refused", err)
+	}
+	if err := p.AdmitPooled(live[:1], 1000, nil); err != nil {
+		t.Fatalf("a pool's create under the caps: %v", err)
+	}
+	if err := (admission.Policy{MaxMemory: 1 << 30}).AdmitPooled([]state.Entry{entry(t, "a", 1, 1<<30)}, 2, new(uint64(1))); !errors.Is(err, admission.ErrLimitReached) {
+		t.Fatalf("a pool's create over the memory cap: %v", err)
+	}
+}

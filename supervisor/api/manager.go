@@ -67,7 +67,7 @@ func (m manager) ListSandboxes(sender dbus.Sender) ([]sandboxd1.ListEntry, *dbus
 	}
 	out := []sandboxd1.ListEntry{} // never nil: godbus sends an empty array either way, but be plain
 	for _, e := range s.sup.Entries() {
-		if r.who.Sees(e.Owner) && sandboxd1.ValidID(e.ID) {
+		if r.who.Sees(e.Owner) && sandboxd1.ValidID(e.ID) && !e.Pool {
 			out = append(out, listEntry(s.sup.Current(e)))
 		}
 	}
@@ -98,7 +98,7 @@ func (m manager) FindSandbox(sender dbus.Sender, sandbox string) (sandboxd1.List
 	var named *state.Entry
 	var prefixed []state.Entry
 	for _, e := range s.sup.Entries() {
-		if !sandboxd1.ValidID(e.ID) {
+		if !sandboxd1.ValidID(e.ID) || e.Pool {
 			continue
 		}
 		if !r.who.Sees(e.Owner) {
@@ -322,7 +322,7 @@ func (s *Server) lookup(r *request, id string) (supervisor.Sandbox, *dbus.Error)
 		return supervisor.Sandbox{}, invalidID(id)
 	}
 	sb, err := s.sup.Get(r.ctx, id)
-	if errors.Is(err, supervisor.ErrNotFound) {
+	if errors.Is(err, supervisor.ErrNotFound) || err == nil && sb.Pool { // a pool's: nobody's yet
 		return sb, noSuchSandbox(id)
 	}
 	if err != nil {

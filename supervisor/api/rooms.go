@@ -8,6 +8,7 @@ import (
 	"github.com/sandboxd/sandboxd/supervisor/fork"
 	"github.com/sandboxd/sandboxd/supervisor/limits"
 	"github.com/sandboxd/sandboxd/supervisor/metrics"
+	"github.com/sandboxd/sandboxd/supervisor/pool"
 	"github.com/sandboxd/sandboxd/supervisor/ports"
 	"github.com/sandboxd/sandboxd/supervisor/promotion"
 	"github.com/sandboxd/sandboxd/supervisor/try"
@@ -43,6 +44,9 @@ type Rooms struct {
 
 	// The bounds over many sandboxes and their use (GetLimits).
 	Limits *limits.Limits
+
+	// The warm pools (ListPools; nil: none configured).
+	Pools *pool.Pools
 
 	// The metrics: CreateSandbox's latency (nil: not measured).
 	Metrics *metrics.Metrics

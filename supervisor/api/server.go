@@ -113,6 +113,9 @@ func Serve(ctx context.Context, conn *dbus.Conn, sup *supervisor.Supervisor, roo
 		return nil, fmt.Errorf("serving %s: listing the sandboxes: %w", sandboxd1.BusName, err)
 	}
 	for _, sb := range list {
+		if sb.Pool {
+			continue // nobody's until claimed
+		}
 		if !sandboxd1.ValidID(sb.ID) {
 			// Cannot happen with the supervisor's hex ids; such a record
 			// could not have an object path.
@@ -341,7 +344,7 @@ func (s *Server) SandboxChanged(ctx context.Context, id string) error {
 	defer s.mu.Unlock()
 	sb, err := s.sup.Get(ctx, id)
 	switch {
-	case errors.Is(err, supervisor.ErrNotFound):
+	case errors.Is(err, supervisor.ErrNotFound) || err == nil && sb.Pool: // a pool's: nobody's yet
 		s.announceGone(id)
 		return nil
 	case err != nil:

@@ -94,7 +94,7 @@ func (s *Server) tryFrom(r *request, from string) (state.Entry, *dbus.Error) {
 		return state.Entry{}, dbusError(sandboxd1.ErrorInvalidArgs, "option %s: a sandbox's id or name, at most %d bytes, not %d", sandboxd1.OptFrom, maxFindArg, len(from))
 	}
 	for _, e := range s.sup.Entries() {
-		if (e.ID == from || e.Name == from) && r.who.Sees(e.Owner) {
+		if (e.ID == from || e.Name == from) && r.who.Sees(e.Owner) && !e.Pool {
 			return e, nil
 		}
 	}

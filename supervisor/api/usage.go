@@ -1,6 +1,8 @@
 package api
 
 import (
+	"encoding/json"
+
 	"github.com/godbus/dbus/v5"
 
 	"github.com/sandboxd/sandboxd/sandboxd1"
@@ -39,4 +41,27 @@ func (m manager) GetLimits(sender dbus.Sender) (sandboxd1.Limits, *dbus.Error) {
 		AllSandboxes: uint64(u.AllSandboxes), AllSandboxesMax: uint64(u.AllSandboxesMax),
 		Promised: u.Promised, PromisedMax: u.PromisedMax,
 	}, s.end(r, "", nil)
+}
+
+// ListPools() → s: the warm pools the caller may see, a JSON array of
+// sandboxd1.Pool (its own; root's and admins' every owner's).
+func (m manager) ListPools(sender dbus.Sender) (string, *dbus.Error) {
+	s := m.s
+	r, derr := s.begin(sender, sandboxd1.MethodListPools)
+	if derr != nil {
+		return "", derr
+	}
+	out := []sandboxd1.Pool{}
+	if s.rooms.Pools != nil {
+		for _, p := range s.rooms.Pools.List(0, true) {
+			if r.who.Sees(p.Owner) {
+				out = append(out, p)
+			}
+		}
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		return "", s.end(r, "", fromSupervisor(err))
+	}
+	return string(b), s.end(r, "", nil)
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/sandboxd/sandboxd/supervisor"
 	"github.com/sandboxd/sandboxd/supervisor/audit"
 	"github.com/sandboxd/sandboxd/supervisor/state"
+	"github.com/sandboxd/sandboxd/supervisor/volname"
 )
 
 // cacheEnv sends the tools' caches into the owner's cache volume.
@@ -31,7 +32,7 @@ var cacheEnv = []string{
 
 // cacheName is owner's cache volume.
 func cacheName(owner uint32) string {
-	return supervisor.PrefixCache + strconv.FormatUint(uint64(owner), 10)
+	return volname.PrefixCache + strconv.FormatUint(uint64(owner), 10)
 }
 
 // Config is what the daemon's configuration says of the caches.

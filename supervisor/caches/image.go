@@ -14,6 +14,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/cowfs"
 	"github.com/sandboxd/sandboxd/supervisor"
+	"github.com/sandboxd/sandboxd/supervisor/volname"
 )
 
 // Where a copy into a volume may share the source's blocks uncounted
@@ -47,7 +48,7 @@ const (
 
 // cacheFSName is the volume of owner's cache filesystem.
 func cacheFSName(owner uint32) string {
-	return supervisor.PrefixCacheFS + strconv.FormatUint(uint64(owner), 10)
+	return volname.PrefixCacheFS + strconv.FormatUint(uint64(owner), 10)
 }
 
 // onImage says whether caches are filesystems of their own.

@@ -13,6 +13,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/revert"
 	"github.com/sandboxd/sandboxd/supervisor"
 	"github.com/sandboxd/sandboxd/supervisor/state"
+	"github.com/sandboxd/sandboxd/supervisor/volname"
 )
 
 // ErrNoCheckpoint: the sandbox has no checkpoint of that name.
@@ -119,9 +120,9 @@ func (c *Checkpoints) Take(ctx context.Context, id, name string) (ck Checkpoint,
 	undo := revert.New()
 	defer func() { _ = undo.Fail(ctx) }()
 	var made []cowfs.Volume
-	pairs := [][2]string{{rec.Volume, supervisor.CheckpointName(id, name)}}
+	pairs := [][2]string{{rec.Volume, volname.Checkpoint(id, name)}}
 	if rec.Layer != "" {
-		pairs = append(pairs, [2]string{rec.Layer, supervisor.CheckpointLayerName(id, name)})
+		pairs = append(pairs, [2]string{rec.Layer, volname.CheckpointLayer(id, name)})
 	}
 	for _, p := range pairs {
 		src, err := b.Get(ctx, p[0])
@@ -185,8 +186,8 @@ func (c *Checkpoints) Delete(ctx context.Context, id, name string) (err error) {
 	if err != nil {
 		return fmt.Errorf("deleting checkpoint %q of sandbox %s: %w", name, id, err)
 	}
-	for _, v := range []string{supervisor.CheckpointLayerName(id, name), supervisor.CheckpointName(id, name)} {
-		if err := supervisor.DeleteVolume(ctx, c.h.Backend(), v); err != nil {
+	for _, v := range []string{volname.CheckpointLayer(id, name), volname.Checkpoint(id, name)} {
+		if err := volname.Delete(ctx, c.h.Backend(), v); err != nil {
 			return fmt.Errorf("deleting checkpoint %q of sandbox %s: %w", name, id, err)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/sandboxd/sandboxd/promote"
 	"github.com/sandboxd/sandboxd/supervisor"
 	"github.com/sandboxd/sandboxd/supervisor/state"
+	"github.com/sandboxd/sandboxd/supervisor/volname"
 )
 
 // Rebase brings sandbox id onto its project as it is now: a new base is
@@ -50,7 +51,7 @@ func (c *Checkpoints) Rebase(ctx context.Context, id string) (sb supervisor.Sand
 	defer func() { _ = undo.Fail(ctx) }()
 	// What the sandbox changed, read from a moment's read-only copy; the
 	// sandbox is frozen for it, as for a checkpoint.
-	src, err := c.h.FrozenSnapshot(ctx, rec, oldVol, supervisor.DiffName(id, "r"+newTag()))
+	src, err := c.h.FrozenSnapshot(ctx, rec, oldVol, volname.Diff(id, "r"+newTag()))
 	if err != nil {
 		return sb, fmt.Errorf("%s: %w", what, err)
 	}
@@ -60,7 +61,7 @@ func (c *Checkpoints) Rebase(ctx context.Context, id string) (sb supervisor.Sand
 	if err != nil {
 		return sb, fmt.Errorf("%s: %w", what, err)
 	}
-	baseName, volName := supervisor.RebaseNames(id, newTag())
+	baseName, volName := volname.Rebase(id, newTag())
 	newBase, err := snapshotProject(ctx, baseName)
 	if err != nil {
 		return sb, fmt.Errorf("%s: %w", what, err)

@@ -11,6 +11,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/revert"
 	"github.com/sandboxd/sandboxd/supervisor"
 	"github.com/sandboxd/sandboxd/supervisor/state"
+	"github.com/sandboxd/sandboxd/supervisor/volname"
 )
 
 // Rollback brings sandbox id back to checkpoint name. A running sandbox
@@ -58,7 +59,7 @@ func (c *Checkpoints) Rollback(ctx context.Context, id, name string) (sb supervi
 	// the last, has the daemon's next start finish the rollback.
 	var marker cowfs.Volume
 	if len(pairs) > 1 {
-		if marker, err = b.Create(ctx, supervisor.RollbackMarkerName(id, name)); err != nil {
+		if marker, err = b.Create(ctx, volname.RollbackMarker(id, name)); err != nil {
 			return sb, fmt.Errorf("%s: marking it under way: %w", what, err)
 		}
 		// A failure is not finished later: the sandbox runs on.
@@ -110,9 +111,9 @@ func swap(ctx context.Context, b cowfs.Backend, p [2]string) error {
 // checkpoint i swaps with the checkpoint's volume it takes.
 func rollbackPairs(rec state.Record, i int) [][2]string {
 	c := rec.Checkpoints[i]
-	pairs := [][2]string{{rec.Volume, supervisor.CheckpointName(rec.ID, c.Name)}}
+	pairs := [][2]string{{rec.Volume, volname.Checkpoint(rec.ID, c.Name)}}
 	if rec.Layer != "" && c.Layer {
-		pairs = append(pairs, [2]string{rec.Layer, supervisor.CheckpointLayerName(rec.ID, c.Name)})
+		pairs = append(pairs, [2]string{rec.Layer, volname.CheckpointLayer(rec.ID, c.Name)})
 	}
 	return pairs
 }
@@ -128,7 +129,7 @@ func (c *Checkpoints) finishRollbacks(ctx context.Context, recs []state.Record, 
 	}
 	var errs []error
 	for _, marker := range vols {
-		id, name, ok := supervisor.RollbackOf(marker.Name)
+		id, name, ok := volname.RollbackOf(marker.Name)
 		if !ok || !marker.Ours {
 			continue
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/sandboxd/sandboxd/supervisor"
 	"github.com/sandboxd/sandboxd/supervisor/checkpoints"
 	"github.com/sandboxd/sandboxd/supervisor/state"
+	"github.com/sandboxd/sandboxd/supervisor/volname"
 )
 
 // A checkpoint is a read-only snapshot of the sandbox's copy and of its
@@ -185,23 +186,23 @@ func TestUnitFinishRollbacks(t *testing.T) {
 	destroying := mk("dddddddddddd", "sandbox-dddddddddddd.scope", state.Destroying, "one")
 	noCk := mk("eeeeeeeeeeee", "sandbox-eeeeeeeeeeee.scope", state.Ready)
 	for _, r := range []state.Record{redo, running, creating, destroying, noCk} {
-		for _, n := range []string{r.Volume, r.Layer, supervisor.CheckpointName(r.ID, "one"), supervisor.CheckpointLayerName(r.ID, "one")} {
+		for _, n := range []string{r.Volume, r.Layer, volname.Checkpoint(r.ID, "one"), volname.CheckpointLayer(r.ID, "one")} {
 			e.pool.add(n, cowfs.KindWritable)
 		}
 	}
 	markers := []string{
-		supervisor.RollbackMarkerName(redo.ID, "one"),
-		supervisor.RollbackMarkerName(running.ID, "one"),
-		supervisor.RollbackMarkerName(creating.ID, "one"),
-		supervisor.RollbackMarkerName(destroying.ID, "one"),
-		supervisor.RollbackMarkerName(noCk.ID, "one"),
-		supervisor.RollbackMarkerName("ffffffffffff", "one"), // no such sandbox
+		volname.RollbackMarker(redo.ID, "one"),
+		volname.RollbackMarker(running.ID, "one"),
+		volname.RollbackMarker(creating.ID, "one"),
+		volname.RollbackMarker(destroying.ID, "one"),
+		volname.RollbackMarker(noCk.ID, "one"),
+		volname.RollbackMarker("ffffffffffff", "one"), // no such sandbox
 	}
 	var vols []cowfs.Volume
 	for _, m := range markers {
 		vols = append(vols, e.pool.add(m, cowfs.KindWritable))
 	}
-	notOurs := e.pool.add(supervisor.RollbackMarkerName(redo.ID, "two"), cowfs.KindWritable)
+	notOurs := e.pool.add(volname.RollbackMarker(redo.ID, "two"), cowfs.KindWritable)
 	notOurs.Ours = false
 	e.pool.vols[notOurs.Name] = notOurs
 	vols = append(vols, notOurs)

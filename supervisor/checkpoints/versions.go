@@ -21,6 +21,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/fsat"
 	"github.com/sandboxd/sandboxd/supervisor"
 	"github.com/sandboxd/sandboxd/supervisor/state"
+	"github.com/sandboxd/sandboxd/supervisor/volname"
 )
 
 // MaxVersionBytes bounds what FileVersions reads of each version, and
@@ -115,7 +116,7 @@ func (c *Checkpoints) withTrees(ctx context.Context, id, what, path string, fn f
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
-	project, err := snapshotProject(ctx, supervisor.DiffName(id, "v"+newTag()))
+	project, err := snapshotProject(ctx, volname.Diff(id, "v"+newTag()))
 	if err != nil {
 		return fmt.Errorf("%s: a snapshot of its project: %w", what, err)
 	}

@@ -194,6 +194,10 @@ type Limits struct {
 	CacheQuota Size `toml:"cache_quota"`
 	// MaxCheckpoints caps one sandbox's checkpoints; 0: 32.
 	MaxCheckpoints int `toml:"max_checkpoints"`
+	// Pool is how many ready sandboxes each owner keeps of each project
+	// he makes sandboxes of (a warm pool: a create claims one); 0: none.
+	// A project's own pool setting overrides it.
+	Pool int `toml:"pool"`
 	// DefaultTTL is given to a sandbox created without a time to live;
 	// MaxTTL bounds any.
 	DefaultTTL Duration `toml:"default_ttl"`
@@ -271,6 +275,8 @@ type Project struct {
 	// sandbox: diff, try and promotion leave them out (with the
 	// project's .sandboxignore after them).
 	Ignore []string `toml:"ignore"`
+	// Pool overrides limits.pool for this project (nil: limits.pool).
+	Pool *int `toml:"pool"`
 }
 
 // Default returns the configuration that applies with no file, and whose

@@ -52,7 +52,7 @@ func TestRepoConfigExamples(t *testing.T) {
 	want.Metrics = Metrics{Listen: "unix:/run/sandboxd/metrics.sock", Group: "adm"}
 	want.Projects = []Project{{Name: "web", Path: "/srv/web", Users: []string{"alice", "1001"}, Groups: []string{"webdev"},
 		Units: []string{"nginx.service"}, Env: []string{"APP_ENV=staging", "LOG_LEVEL=debug"},
-		Ignore: []string{"*.log", "/tmp/"}}, {Name: "data", Dataset: "tank/data"}}
+		Ignore: []string{"*.log", "/tmp/"}, Pool: ptrTo(4)}, {Name: "data", Dataset: "tank/data"}}
 	// The built-in profiles, written out as they are, and one more.
 	want.Profiles = builtinProfiles()
 	want.Profiles["build"] = Profile{
@@ -475,3 +475,5 @@ func wantParseError(t *testing.T, in string, want []string) {
 		}
 	}
 }
+
+func ptrTo[T any](v T) *T { return &v }

@@ -47,6 +47,9 @@ func (v *validator) add(line int, key string, cause error, format string, args .
 var accountName = regexp.MustCompile(`^(?:[0-9]+|[a-zA-Z_][a-zA-Z0-9_.-]{0,31}\$?)$`)
 
 // projectLine is where key is set in project i, or its header with key "".
+// MaxPool bounds a warm pool's size (limits.pool, a project's pool).
+const MaxPool = 256
+
 func (v *validator) projectLine(i int, key string) int {
 	var rest toml.Key
 	if key != "" {
@@ -88,10 +91,13 @@ func (c *Config) validate(file string, w *where) error {
 		val int
 	}{{"max_sandboxes", l.MaxSandboxes}, {"max_sandboxes_per_user", l.MaxSandboxesPerUser},
 		{"max_adoptions_per_user", l.MaxAdoptionsPerUser},
-		{"default_tasks_max", l.DefaultTasksMax}, {"max_checkpoints", l.MaxCheckpoints}} {
+		{"default_tasks_max", l.DefaultTasksMax}, {"max_checkpoints", l.MaxCheckpoints}, {"pool", l.Pool}} {
 		if n.val < 0 {
 			v.add(w.line("limits", n.key), "limits."+n.key, nil, "limits.%s = %d is negative: want 0 or more", n.key, n.val)
 		}
+	}
+	if l.Pool > MaxPool {
+		v.add(w.line("limits", "pool"), "limits.pool", nil, "limits.pool = %d is over %d: want at most %d ready sandboxes per project and owner", l.Pool, MaxPool, MaxPool)
 	}
 	v.oneOf(w.line("limits", "on_user_limit"), "limits.on_user_limit", l.OnUserLimit, []string{OnUserLimitRefuse, OnUserLimitDestroyOldest})
 	if l.MaxTTL > 0 && l.DefaultTTL > l.MaxTTL {
@@ -186,6 +192,9 @@ func (c *Config) validate(file string, w *where) error {
 			}
 		}
 		v.projectEnv(i, p)
+		if p.Pool != nil && (*p.Pool < 0 || *p.Pool > MaxPool) {
+			v.add(v.projectLine(i, "pool"), key("pool"), nil, "%s = %d: want 0 to %d ready sandboxes per owner", key("pool"), *p.Pool, MaxPool)
+		}
 		v.projectIgnore(i, p)
 	}
 

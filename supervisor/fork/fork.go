@@ -17,6 +17,7 @@ import (
 	"github.com/sandboxd/sandboxd/supervisor"
 	"github.com/sandboxd/sandboxd/supervisor/commands"
 	"github.com/sandboxd/sandboxd/supervisor/state"
+	"github.com/sandboxd/sandboxd/supervisor/volname"
 )
 
 // MaxCount bounds one Fork's count.
@@ -212,9 +213,9 @@ func (f *Forks) snapshot(ctx context.Context, id, what string) (src supervisor.F
 	}
 	rec := src.Record
 	b := f.h.Backend()
-	pairs := [][2]string{{rec.Volume, supervisor.CheckpointName(id, tempName())}}
+	pairs := [][2]string{{rec.Volume, volname.Checkpoint(id, tempName())}}
 	if rec.Layer != "" {
-		pairs = append(pairs, [2]string{rec.Layer, supervisor.CheckpointLayerName(id, strings.TrimPrefix(pairs[0][1], "ck-"+id+"-"))})
+		pairs = append(pairs, [2]string{rec.Layer, volname.CheckpointLayer(id, strings.TrimPrefix(pairs[0][1], "ck-"+id+"-"))})
 	}
 	thaw, err := f.freeze(ctx, rec, what)
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/sandboxd/sandboxd/supervisor/fork"
 	"github.com/sandboxd/sandboxd/supervisor/hosttest"
 	"github.com/sandboxd/sandboxd/supervisor/state"
+	"github.com/sandboxd/sandboxd/supervisor/volname"
 	"github.com/sandboxd/sandboxd/units"
 	"github.com/sandboxd/sandboxd/units/unitsfake"
 )
@@ -68,7 +69,7 @@ func (f *fakeHost) Destroy(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	if err := supervisor.DeleteVolume(ctx, f.pool, rec.Volume); err != nil {
+	if err := volname.Delete(ctx, f.pool, rec.Volume); err != nil {
 		return err
 	}
 	return f.Host.Destroy(ctx, id)

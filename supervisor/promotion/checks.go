@@ -17,6 +17,7 @@ import (
 	"github.com/sandboxd/sandboxd/supervisor"
 	"github.com/sandboxd/sandboxd/supervisor/audit"
 	"github.com/sandboxd/sandboxd/supervisor/state"
+	"github.com/sandboxd/sandboxd/supervisor/volname"
 )
 
 const (
@@ -89,7 +90,7 @@ func (r *Promotions) checkInSandbox(ctx context.Context, p *Promotion, st StageC
 	}
 	timeout := checkTimeout(st)
 	sb, err := r.h.Create(ctx, supervisor.CreateOptions{
-		Project: p.Project, Name: supervisor.PromotionCheckSandboxName(p.ID), Owner: p.Owner,
+		Project: p.Project, Name: volname.PromotionCheckSandbox(p.ID), Owner: p.Owner,
 		TTL: time.Duration(len(st.Checks)+1) * timeout, Applied: true, NoCache: true,
 	})
 	if err != nil {

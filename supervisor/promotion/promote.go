@@ -17,6 +17,7 @@ import (
 	"github.com/sandboxd/sandboxd/promote"
 	"github.com/sandboxd/sandboxd/supervisor"
 	"github.com/sandboxd/sandboxd/supervisor/state"
+	"github.com/sandboxd/sandboxd/supervisor/volname"
 )
 
 var (
@@ -98,7 +99,7 @@ func (r *Promotions) Promote(ctx context.Context, id string, o PromoteOptions) (
 	now := time.Now().UTC()
 	p = Promotion{
 		ID: pid, Sandbox: id, SandboxName: rec.Name, Project: rec.Project, Owner: o.Owner,
-		State: state.PromotionRunning, Source: supervisor.PromotionSourceName(pid), Base: rec.Base, Force: o.Force,
+		State: state.PromotionRunning, Source: volname.PromotionSource(pid), Base: rec.Base, Force: o.Force,
 		Created: now, Updated: now,
 	}
 	for i, stage := range stages {
@@ -171,7 +172,7 @@ func (r *Promotions) Promote(ctx context.Context, id string, o PromoteOptions) (
 	// Conflicts, against a snapshot of the project that is the first
 	// stage's rollback point too, unless that stage waits for approval
 	// (the project may move meanwhile: it is taken again then).
-	rp, conflicts, err := r.projectRollbackPoint(ctx, project, base, source, r.earlierSource(ctx, id), changes, supervisor.PromotionRollbackName(pid, 0))
+	rp, conflicts, err := r.projectRollbackPoint(ctx, project, base, source, r.earlierSource(ctx, id), changes, volname.PromotionRollback(pid, 0))
 	if err != nil {
 		return fail(fmt.Errorf("%s: %w", what, err))
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/sandboxd/sandboxd/cowfs"
 	"github.com/sandboxd/sandboxd/supervisor"
 	"github.com/sandboxd/sandboxd/supervisor/state"
+	"github.com/sandboxd/sandboxd/supervisor/volname"
 )
 
 // reconcilePromotions finishes what a crash left of promotions (I1, I5):
@@ -52,7 +53,7 @@ func (r *Promotions) reconcileOne(ctx context.Context, p *Promotion) error {
 	// snapshot of the project, which a rollback would have to destroy.
 	if recs, err := r.h.Store().List(); err == nil {
 		for _, rec := range recs {
-			if rec.Name == supervisor.PromotionCheckSandboxName(p.ID) {
+			if rec.Name == volname.PromotionCheckSandbox(p.ID) {
 				err := r.h.DestroyFor(ctx, rec.ID, "promote-interrupted")
 				if err != nil && !errors.Is(err, supervisor.ErrNotFound) {
 					return fmt.Errorf("destroying its check sandbox %s: %w", rec.ID, err)
@@ -108,10 +109,10 @@ func keptVolumes(ps []Promotion, live map[string]bool) map[string]bool {
 				continue
 			}
 			if i == 0 && live[p.Sandbox] {
-				newest["src/"+p.Sandbox] = supervisor.PromotionSourceName(p.ID)
+				newest["src/"+p.Sandbox] = volname.PromotionSource(p.ID)
 			}
 			if i > 0 {
-				newest[fmt.Sprintf("out/%s/%d", p.Project, i)] = supervisor.PromotionOutName(p.ID)
+				newest[fmt.Sprintf("out/%s/%d", p.Project, i)] = volname.PromotionOut(p.ID)
 			}
 		}
 	}
@@ -149,7 +150,7 @@ func (r *Promotions) prune(ctx context.Context) ([]string, error) {
 	var deleted []string
 	var errs []error
 	for _, v := range vols {
-		pid, ok := supervisor.PromotionOf(v.Name)
+		pid, ok := volname.PromotionOf(v.Name)
 		if !ok || !v.Ours || keep[v.Name] {
 			continue
 		}

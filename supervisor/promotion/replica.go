@@ -19,6 +19,7 @@ import (
 	"github.com/sandboxd/sandboxd/runtime/nsinit"
 	"github.com/sandboxd/sandboxd/supervisor"
 	"github.com/sandboxd/sandboxd/supervisor/state"
+	"github.com/sandboxd/sandboxd/supervisor/volname"
 )
 
 // replicaStage is a stage whose target is a replica of the promoted
@@ -59,7 +60,7 @@ func (s *replicaStage) Apply(ctx context.Context, run *stageRun) error {
 	if err != nil {
 		return err
 	}
-	out, err := r.h.Backend().Get(ctx, supervisor.PromotionOutName(p.ID))
+	out, err := r.h.Backend().Get(ctx, volname.PromotionOut(p.ID))
 	if err != nil {
 		return fmt.Errorf("the promoted project's snapshot: %w", err)
 	}
@@ -163,7 +164,7 @@ func (s *replicaStage) parent(ctx context.Context, rep *replica.Replica, p *Prom
 		if old.ID == p.ID || old.Project != p.Project || i >= len(old.Stages) || old.Stages[i].State != state.StagePassed {
 			continue
 		}
-		v, err := s.r.h.Backend().Get(ctx, supervisor.PromotionOutName(old.ID))
+		v, err := s.r.h.Backend().Get(ctx, volname.PromotionOut(old.ID))
 		if err != nil {
 			continue
 		}

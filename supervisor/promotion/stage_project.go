@@ -15,6 +15,7 @@ import (
 	"github.com/sandboxd/sandboxd/promote"
 	"github.com/sandboxd/sandboxd/supervisor"
 	"github.com/sandboxd/sandboxd/supervisor/state"
+	"github.com/sandboxd/sandboxd/supervisor/volname"
 )
 
 // projectStage is a stage whose target is the project itself.
@@ -45,7 +46,7 @@ func (s *projectStage) Apply(ctx context.Context, run *stageRun) error {
 			return err
 		}
 	} else {
-		st.RollbackPoint = supervisor.PromotionRollbackName(p.ID, run.i)
+		st.RollbackPoint = volname.PromotionRollback(p.ID, run.i)
 		st.State = state.StageApplying
 		r.put(p)
 		base, err := r.h.Backend().Get(ctx, p.Base)
@@ -115,7 +116,7 @@ func (s *projectStage) Keep(ctx context.Context, run *stageRun) error {
 	if !s.keepPromoted {
 		return nil
 	}
-	if _, err := s.r.h.Backend().Snapshot(ctx, run.project, supervisor.PromotionOutName(run.p.ID), true); err != nil {
+	if _, err := s.r.h.Backend().Snapshot(ctx, run.project, volname.PromotionOut(run.p.ID), true); err != nil {
 		return fmt.Errorf("snapshotting the promoted project for the next stages: %w", err)
 	}
 	return nil
@@ -126,7 +127,7 @@ func (s *projectStage) Keep(ctx context.Context, run *stageRun) error {
 func (s *projectStage) Done(ctx context.Context, run *stageRun) {
 	run.settle() // before the rollback point goes: no create snapshots it now
 	st := run.st()
-	if err := supervisor.DeleteVolume(ctx, s.r.h.Backend(), st.RollbackPoint); err != nil {
+	if err := volname.Delete(ctx, s.r.h.Backend(), st.RollbackPoint); err != nil {
 		s.r.h.Log().Warn("deleting a passed stage's rollback point", "promotion", run.p.ID, "volume", st.RollbackPoint, "error", err)
 	}
 }

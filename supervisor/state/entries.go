@@ -21,10 +21,12 @@ type Entry struct {
 	// a user namespace (HasIDs).
 	IDBase uint32
 	HasIDs bool
+	// Pool: a warm pool's sandbox, not yet claimed (Record.Pool).
+	Pool bool
 }
 
 func entryOf(r Record) Entry {
-	e := Entry{ID: r.ID, Name: r.Name, Project: r.Project, Owner: r.Owner, State: r.State, Created: r.Created, Limits: r.Limits}
+	e := Entry{ID: r.ID, Name: r.Name, Project: r.Project, Owner: r.Owner, State: r.State, Created: r.Created, Limits: r.Limits, Pool: r.Pool}
 	if r.IDs != nil {
 		e.IDBase, e.HasIDs = r.IDs.Base, true
 	}

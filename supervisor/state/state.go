@@ -80,6 +80,9 @@ type Record struct {
 	NoCache bool `json:"no_cache,omitempty"`
 	// Boot: it runs a systemd of its own (CreateOptions.Boot).
 	Boot bool `json:"boot,omitempty"`
+	// Pool: a warm pool's ready sandbox, nobody's until a create claims
+	// it (supervisor/pool); callers do not see it.
+	Pool bool `json:"pool,omitempty"`
 	// Env is its project's environment (KEY=value: its units' and its
 	// env entries), read when it was made: every command in it gets it,
 	// under the caller's own.

@@ -45,6 +45,7 @@ var actions = map[string]action{
 	sandboxd1.MethodRejectPromotion:       {mutating: true},
 	sandboxd1.MethodClearCache:            {mutating: true},
 	sandboxd1.MethodGetLimits:             {},
+	sandboxd1.MethodListPools:             {},
 
 	// An approval naming the digest seen; a promotion's diff, built whole.
 	sandboxd1.MethodApprovePromotionWithOptions: {mutating: true},

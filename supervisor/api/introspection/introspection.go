@@ -90,6 +90,9 @@ const ManagerXML = xmlHeader + `<node>
   <method name="GetLimits">
    <arg type="(tttttttttttttt)" name="limits" direction="out"/>
   </method>
+  <method name="ListPools">
+   <arg type="s" name="pools" direction="out"/>
+  </method>
   <signal name="SandboxNew">
    <arg type="s" name="id"/>
    <arg type="o" name="object"/>
