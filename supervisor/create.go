@@ -118,7 +118,7 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 	}
 	project, err := s.cfg.Backend.Project(ctx, location)
 	if err == nil {
-		err = roomInPool(s.cfg.Backend)
+		err = cowfs.RoomIn(s.cfg.Backend)
 	}
 	if err != nil {
 		return sb, fmt.Errorf("creating a sandbox of %s: %w", opts.Project, err)
@@ -176,18 +176,18 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 		s.admission.Unlock() // making room must not destroy what is forked
 		return sb, fmt.Errorf("forking sandbox %s: uid %d is at its limit of sandboxes (limits.max_sandboxes_per_user), and making room would destroy the sandbox forked; destroy another first: %w", f.Record.ID, opts.Owner, ErrLimitReached)
 	}
-	var evicted []func()
-	defer func() {
-		for _, gone := range evicted {
-			gone()
-		}
-	}()
+	// What makes room is marked Destroying here (Live counts it no
+	// more) and destroyed once the lock is left, before this sandbox is
+	// made; a crash between leaves it to Reconcile.
+	var evicted []func() error
+	defer func() { evictAll(evicted) }() // those an early return left
 	for _, old := range evict {
-		gone, err := s.destroy(ctx, old.ID, "evict")
-		evicted = append(evicted, gone)
+		rec, unlock, err := s.markDestroying(old.ID)
 		if err != nil && !errors.Is(err, ErrNotFound) {
 			s.admission.Unlock()
 			return sb, fmt.Errorf("creating a sandbox of %s: making room by destroying %s: %w", opts.Project, old.ID, err)
+		} else if err == nil {
+			evicted = append(evicted, func() error { return s.destroyMarked(ctx, rec, unlock, "evict") })
 		}
 	}
 	ids, err := s.userns.allocateIDs(recs, opts.Owner)
@@ -221,6 +221,10 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 		}
 		_ = s.cfg.Store.Delete(id)
 	}()
+	if err = evictAll(evicted); err != nil {
+		return sb, fmt.Errorf("creating sandbox %s: making room: %w", id, err)
+	}
+	evicted = nil
 
 	// The init starts first, so that its start overlaps the snapshots,
 	// unless the sandbox's volume will be a mount of its own, which the
@@ -400,7 +404,7 @@ func (s *Supervisor) startScope(ctx context.Context, rec state.Record, limits un
 		return err
 	}
 	timing.Mark("build+scope")
-	w := &world{pid: init.PID}
+	w := &world{pid: init.PID, proc: init.Process}
 	if err := s.worlds.startProxy(rec, w); err != nil {
 		init.Kill()
 		_ = s.scopes.stop(context.WithoutCancel(ctx), rec.Unit)

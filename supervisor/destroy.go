@@ -17,32 +17,49 @@ import (
 // volumes deleted, and its record removed last; Reconcile finishes a
 // destroy that a crash interrupted.
 func (s *Supervisor) Destroy(ctx context.Context, id string) error {
-	gone, err := s.destroy(ctx, id, "destroy")
-	gone()
-	return err
+	return s.destroy(ctx, id, "destroy")
 }
 
 // destroy is Destroy, named in the journal and audit log by action
-// (destroy, expire, evict). gone runs the Destroyed hooks, which an
-// eviction runs only once it left the admission lock.
-func (s *Supervisor) destroy(ctx context.Context, id, action string) (gone func(), err error) {
-	gone = func() {}
-	defer s.locks.Lock(id)()
+// (destroy, expire, evict).
+func (s *Supervisor) destroy(ctx context.Context, id, action string) error {
+	rec, unlock, err := s.markDestroying(id)
+	if err != nil {
+		return err
+	}
+	return s.destroyMarked(ctx, rec, unlock, action)
+}
+
+// markDestroying takes sandbox id's lock and records the intent: from
+// here Reconcile finishes the destroy. Create marks what it evicts under
+// the admission lock, and destroys it once it left the lock.
+func (s *Supervisor) markDestroying(id string) (state.Record, func(), error) {
+	unlock := s.locks.Lock(id)
 	rec, err := s.cfg.Store.Update(id, func(r *state.Record) error { r.State = state.Destroying; return nil })
 	if err != nil {
-		return gone, fmt.Errorf("destroying sandbox %s: %w", id, err)
+		unlock()
+		return rec, nil, fmt.Errorf("destroying sandbox %s: %w", id, err)
 	}
+	return rec, unlock, nil
+}
+
+// destroyMarked destroys sandbox rec, marked Destroying, whose lock
+// unlock releases; then the Destroyed hooks run.
+func (s *Supervisor) destroyMarked(ctx context.Context, rec state.Record, unlock func(), action string) (err error) {
+	gone := func() {}
+	defer func() { unlock(); gone() }()
 	defer func() { s.auditor.record(ctx, action, rec, err) }()
 	// Announced whatever happens from here: gone, or left destroying for
 	// Reconcile.
-	defer s.events.changed(id)
+	defer s.events.changed(rec.ID)
 	crashpoint.Hit(crashpoint.DestroyRecorded)
 	if err := s.finishDestroy(ctx, rec); err != nil {
-		return gone, fmt.Errorf("destroying sandbox %s: %w", id, err)
+		return fmt.Errorf("destroying sandbox %s: %w", rec.ID, err)
 	}
 	crashpoint.Hit(crashpoint.DestroyRecordDeleted)
-	s.log.Info("sandbox destroyed", "SANDBOX_ID", id, "ACTION", action, "CALLER_UID", uidField(ctx))
-	return s.hooks.destroyed(context.WithoutCancel(ctx), rec), nil
+	s.log.Info("sandbox destroyed", "SANDBOX_ID", rec.ID, "ACTION", action, "CALLER_UID", uidField(ctx))
+	gone = s.hooks.destroyed(context.WithoutCancel(ctx), rec)
+	return nil
 }
 
 // uidField is the caller's uid for the journal, or "daemon".
@@ -88,4 +105,15 @@ func (s *Supervisor) finishDestroy(ctx context.Context, rec state.Record) error 
 	}
 	crashpoint.Hit(crashpoint.DestroyVolumesDeleted)
 	return s.cfg.Store.Delete(rec.ID)
+}
+
+// evictAll destroys what a create marked to make room.
+func evictAll(evicted []func() error) error {
+	var errs []error
+	for _, f := range evicted {
+		if err := f(); err != nil && !errors.Is(err, ErrNotFound) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }

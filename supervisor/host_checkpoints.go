@@ -24,7 +24,7 @@ import (
 // it, so that the sandbox runs on what its volumes hold.
 func (h host) StopSandbox(ctx context.Context, rec state.Record, stopped func()) (start func(context.Context, state.Record) error, err error) {
 	var limits units.Limits
-	if err := unmarshalLimits(rec.Limits, &limits); err != nil {
+	if err := units.UnmarshalLimits(rec.Limits, &limits); err != nil {
 		return nil, err
 	}
 	if err := h.s.scopes.stop(ctx, rec.Unit); err != nil {

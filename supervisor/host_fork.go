@@ -7,6 +7,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/cowfs"
 	"github.com/sandboxd/sandboxd/supervisor/state"
+	"github.com/sandboxd/sandboxd/units"
 )
 
 // What the fork room (supervisor/fork) needs of the core beyond Host: a
@@ -52,7 +53,7 @@ func optionsOf(rec state.Record) (CreateOptions, error) {
 		Project: rec.Project, Owner: rec.Owner, DiskQuota: rec.DiskQuota, Profile: rec.Profile,
 		Network: rec.Network, Allow: rec.Allow, ReadOnlyProject: &rec.ReadOnlyProject, Boot: rec.Boot,
 	}
-	if err := unmarshalLimits(rec.Limits, &opts.Limits); err != nil {
+	if err := units.UnmarshalLimits(rec.Limits, &opts.Limits); err != nil {
 		return opts, fmt.Errorf("its limits: %w", err)
 	}
 	return opts, nil

@@ -30,9 +30,7 @@ func (h host) StageProject(project string, rp cowfs.Volume) (settle func()) {
 
 // DestroyFor is Destroy, named action in the journal and audit log.
 func (h host) DestroyFor(ctx context.Context, id, action string) error {
-	gone, err := h.s.destroy(ctx, id, action)
-	gone()
-	return err
+	return h.s.destroy(ctx, id, action)
 }
 
 // OwnerGroups are uid's groups (its primary group and the others it is

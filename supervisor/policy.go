@@ -79,8 +79,7 @@ func (s *Supervisor) Expire(ctx context.Context, now time.Time) ([]string, error
 		if r.Expires.IsZero() || r.Expires.After(now) || r.State == state.Creating || r.State == state.Destroying {
 			continue
 		}
-		gone, err := s.destroy(ctx, r.ID, "expire")
-		gone()
+		err := s.destroy(ctx, r.ID, "expire")
 		if errors.Is(err, ErrNotFound) {
 			continue // destroyed meanwhile
 		}

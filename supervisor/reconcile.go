@@ -2,7 +2,6 @@ package supervisor
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"github.com/sandboxd/sandboxd/supervisor/volname"
@@ -143,17 +142,6 @@ func (s *Supervisor) Reconcile(ctx context.Context) (Report, error) {
 	return rep, errors.Join(errs...)
 }
 
-// unmarshalLimits reads a record's limits.
-func unmarshalLimits(raw json.RawMessage, l *units.Limits) error {
-	if len(raw) == 0 {
-		return nil
-	}
-	if err := json.Unmarshal(raw, l); err != nil {
-		return fmt.Errorf("reading its limits: %w", err)
-	}
-	return nil
-}
-
 func (s *Supervisor) reconcileOne(ctx context.Context, rec state.Record, vols map[string]cowfs.Volume, active map[string]bool) (string, error) {
 	switch rec.State {
 	case state.Creating:
@@ -187,7 +175,7 @@ func (s *Supervisor) reconcileOne(ctx context.Context, rec state.Record, vols ma
 		}
 	}
 	var limits units.Limits
-	if err := unmarshalLimits(rec.Limits, &limits); err != nil {
+	if err := units.UnmarshalLimits(rec.Limits, &limits); err != nil {
 		return "", err
 	}
 	if err := s.scopes.stop(ctx, rec.Unit); err != nil { // a failed one lingers until reset

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"github.com/sandboxd/sandboxd/supervisor/volname"
 
-	"github.com/sandboxd/sandboxd/cowfs"
 	"github.com/sandboxd/sandboxd/supervisor/projects"
 	"github.com/sandboxd/sandboxd/supervisor/state"
 )
@@ -96,33 +95,8 @@ func (h host) projectMoves(ctx context.Context, rec state.Record) (ProjectMove, 
 	return s.projects.Moves(ctx, what, location, rec.Base, volname.Diff(rec.ID, "p"+newCommandID()))
 }
 
-// ValidateSandboxName checks a sandbox's name: a name as cowfs.ValidateName
-// has it, and not 12 lowercase hex digits, which would read as a sandbox's
-// id wherever a name or an id is asked for. The message starts with the
-// name quoted, so that a caller can put what it is before it ("option
-// Name ...").
-func ValidateSandboxName(name string) error {
-	if err := cowfs.ValidateName(name); err != nil {
-		return fmt.Errorf("%s is not a valid name: %s", projects.QuoteName(name), projects.NameRule)
-	}
-	if looksLikeID(name) {
-		return fmt.Errorf("%q is 12 hex digits, which would read as a sandbox id: pick a name that is not", name)
-	}
-	return nil
-}
-
-// looksLikeID says whether name has the form of newID's ids.
-func looksLikeID(name string) bool {
-	if len(name) != 12 {
-		return false
-	}
-	for _, c := range []byte(name) {
-		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
-			return false
-		}
-	}
-	return true
-}
+// ValidateSandboxName checks a sandbox's name (projects.ValidateSandboxName).
+func ValidateSandboxName(name string) error { return projects.ValidateSandboxName(name) }
 
 // nameFree says whether no record is named name ("": none asked). Names are
 // unique among all the records, a destroying sandbox's too: its name is

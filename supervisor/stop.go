@@ -105,7 +105,7 @@ func (s *Supervisor) Start(ctx context.Context, id string) (sb Sandbox, err erro
 	}
 	defer func() { s.auditor.record(ctx, "start", rec, err) }()
 	var limits units.Limits
-	if err := unmarshalLimits(rec.Limits, &limits); err != nil {
+	if err := units.UnmarshalLimits(rec.Limits, &limits); err != nil {
 		return sb, fmt.Errorf("starting sandbox %s: %w", id, err)
 	}
 	// What is left of a dead init, or of a stop a crash interrupted.

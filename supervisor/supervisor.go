@@ -166,6 +166,7 @@ func New(cfg Config) *Supervisor {
 	s := &Supervisor{cfg: cfg, log: log, userns: usernsState{unavailable: errors.New("user namespaces were not probed (ProbeUserNS)")},
 		scopes: scopes{units: cfg.Units, userLimits: cfg.UserLimits},
 		worlds: worlds{root: cfg.RuntimeDir, initCommand: cfg.InitCommand, log: log}}
+	s.worlds.ended = s.events.changed
 	s.auditor = auditor{audit.Recorder{Log: cfg.Audit, Journal: log, Caller: callerOf, Refusals: refusals, More: s.hooks.Refusals.Funcs}}
 	s.projects = projects.New(projects.Config{
 		Locations: cfg.Projects, Access: cfg.ProjectAccess, Env: cfg.ProjectEnv,

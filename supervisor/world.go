@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/sandboxd/sandboxd/internal/reaper"
 	"github.com/sandboxd/sandboxd/supervisor/volname"
 	"log/slog"
 	"os"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/cowfs"
 	"github.com/sandboxd/sandboxd/internal/connbound"
+	"github.com/sandboxd/sandboxd/internal/pidwatch"
 	"github.com/sandboxd/sandboxd/runtime/egress"
 	"github.com/sandboxd/sandboxd/runtime/nsinit"
 	"github.com/sandboxd/sandboxd/supervisor/diskquota"
@@ -34,21 +34,24 @@ const ProxyAddr = "127.0.0.1:3128"
 // control socket).
 func (w *worlds) dir(id string) string { return filepath.Join(w.root, id) }
 
-// world is what the daemon holds of a live sandbox's init: its pid, and
-// the proxy it serves into its network namespace.
+// world is what the daemon holds of a live sandbox's init: its pid, the
+// watch of its end (a pidfd), and the proxy it serves into its network
+// namespace.
 type world struct {
 	pid       int
+	proc      *pidwatch.Process
 	stopProxy func() // nil: none
 }
 
 type worlds struct {
 	// root holds each live sandbox's runtime directory (Config.RuntimeDir).
 	root string
-	// initCommand starts an init (Config.InitCommand); reaper collects
-	// the inits' exits while the daemon runs.
+	// initCommand starts an init (Config.InitCommand).
 	initCommand []string
-	reaper      reaper.Reaper
 	log         *slog.Logger
+	// ended hears of a sandbox whose init ended by itself (the change
+	// event): its state is stopped from then on (current).
+	ended func(id string)
 
 	mu sync.Mutex
 	m  map[string]*world
@@ -70,6 +73,11 @@ func (w *worlds) set(id string, x *world) {
 		w.m = map[string]*world{}
 	}
 	w.m[id] = x
+	go func() {
+		if <-x.proc.Done(); x.proc.Ended() && w.get(id) == x {
+			w.ended(id)
+		}
+	}()
 }
 
 // drop forgets a sandbox's world and stops its proxy.
@@ -78,6 +86,9 @@ func (w *worlds) drop(id string) {
 	x := w.m[id]
 	delete(w.m, id)
 	w.mu.Unlock()
+	if x != nil {
+		x.proc.Stop()
+	}
 	if x != nil && x.stopProxy != nil {
 		x.stopProxy()
 	}
@@ -184,14 +195,7 @@ func (w *worlds) launch(rec state.Record) (*nsinit.Init, error) {
 	if len(w.initCommand) == 0 {
 		return nil, errors.New("no init command configured")
 	}
-	init, err := nsinit.Launch(w.initCommand, rec.Network, idmap.ForInit(rec.IDs))
-	if err != nil {
-		return nil, err
-	}
-	// The reaper collects its exit status when it ends while the daemon
-	// runs (a destroy, RuntimeMax); after a restart, systemd does.
-	w.reaper.Add(init.PID)
-	return init, nil
+	return nsinit.Launch(w.initCommand, rec.Network, idmap.ForInit(rec.IDs))
 }
 
 // idmapMounts are the mounts an init in a user namespace builds its world
@@ -239,8 +243,15 @@ func (s *Supervisor) adoptWorld(ctx context.Context, rec state.Record) error {
 			return fmt.Errorf("its files at %s are unreachable: %w", at, err)
 		}
 	}
-	w := &world{pid: pid}
+	// Its end is watched from here: it is not the daemon's child (after
+	// a restart, systemd reaps it), and answered as pid just now.
+	proc, err := pidwatch.Watch(pid, false)
+	if err != nil {
+		return err
+	}
+	w := &world{pid: pid, proc: proc}
 	if err := s.worlds.startProxy(rec, w); err != nil {
+		proc.Stop()
 		return err
 	}
 	s.worlds.set(rec.ID, w)
@@ -271,23 +282,11 @@ func (w *worlds) current(rec state.Record) state.Record {
 // currentState is what current says of a sandbox's state st.
 func (w *worlds) currentState(id string, st state.State) state.State {
 	if st == state.Ready || st == state.Running || st == state.Frozen {
-		if x := w.get(id); x != nil && syscall.Kill(x.pid, 0) == syscall.ESRCH {
+		if x := w.get(id); x != nil && x.proc.Ended() {
 			return state.Stopped
 		}
 	}
 	return st
-}
-
-// roomInPool refuses a create on a pool that is full: a snapshot takes no
-// data, so the sandbox would be made, and could not write a byte. Only a
-// pool that is a directory (btrfs) is checked; a ZFS root is a dataset.
-func roomInPool(b cowfs.Backend) error {
-	root := b.Info().Root
-	var st syscall.Statfs_t
-	if !filepath.IsAbs(root) || syscall.Statfs(root, &st) != nil || st.Bavail*uint64(st.Bsize) >= 1<<20 {
-		return nil
-	}
-	return fmt.Errorf("%w: %s has %d bytes available; free some space first", cowfs.ErrNoSpace, root, st.Bavail*uint64(st.Bsize))
 }
 
 // Close ends the promotions running in the background and waits for them

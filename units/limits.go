@@ -1,6 +1,7 @@
 package units
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -167,4 +168,16 @@ func (l Limits) String() string {
 		return "no limits"
 	}
 	return s
+}
+
+// UnmarshalLimits reads limits kept as JSON (a sandbox's record); empty
+// is none.
+func UnmarshalLimits(raw []byte, l *Limits) error {
+	if len(raw) == 0 {
+		return nil
+	}
+	if err := json.Unmarshal(raw, l); err != nil {
+		return fmt.Errorf("reading its limits: %w", err)
+	}
+	return nil
 }

@@ -14,23 +14,28 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandboxd/internal/pidwatch"
 )
 
 // Init is a sandbox's init that Launch started and Build has not yet
 // (or has) given its world.
 type Init struct {
 	// PID is the init's pid, in the caller's PID namespace.
-	PID   int
-	setup *os.File
-	ids   *IDMap
+	PID int
+	// Process tells when the init ended: it is reaped then, and must not
+	// be waited for otherwise.
+	Process *pidwatch.Process
+	setup   *os.File
+	ids     *IDMap
 }
 
 // Launch starts argv (a program whose main calls Main when IsInit) as the
 // init of a new sandbox: in new mount, PID, UTS, IPC and (unless network
 // is the host's) network namespaces, in its own session so that it
 // outlives the daemon. The init waits for Build; meanwhile the caller can
-// make the sandbox's volumes and move the pid into its scope. The caller
-// reaps it when it ends.
+// make the sandbox's volumes and move the pid into its scope. It is
+// reaped when it ends (Process).
 //
 // With ids, the init is also in a new user namespace of that map, as its
 // root: root in the sandbox, ids's host ids outside it. Its world is
@@ -93,8 +98,15 @@ func launch(argv []string, flags int, ids *IDMap) (*Init, error) {
 		return nil, fmt.Errorf("starting a sandbox's init: %w", err)
 	}
 	pid := cmd.Process.Pid
+	proc, err := pidwatch.Watch(pid, true)
+	if err != nil {
+		ours.Close()
+		_ = cmd.Process.Kill()
+		go func() { _ = cmd.Wait() }()
+		return nil, fmt.Errorf("starting a sandbox's init: %w", err)
+	}
 	_ = cmd.Process.Release()
-	return &Init{PID: pid, setup: ours, ids: ids}, nil
+	return &Init{PID: pid, Process: proc, setup: ours, ids: ids}, nil
 }
 
 // Kill ends an init (and with it its sandbox's processes).

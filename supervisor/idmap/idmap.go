@@ -58,44 +58,53 @@ func Allocate(recs []state.Entry, r Range, owner uint32) (*state.IDMap, error) {
 	}
 	// The block's first id owns the sandbox's user namespace (and so has
 	// every capability in it): an account the name service knows (LDAP,
-	// sssd; not in the files above) must not have it.
+	// sssd; not in the files above) must not have it (accounts.go).
+	held := heldBases(recs)
 	for range 64 {
-		m, err := allocate(recs, reserved, r, owner)
-		if err != nil || m == nil || !accountHas(m.Base) {
-			return m, err
+		base, err := freeBase(held, reserved, r)
+		if err != nil {
+			return nil, err
 		}
-		reserved = append(reserved, idSpan{first: uint64(m.Base), count: 1})
+		if !names.has(base) {
+			held[base] = true
+			names.lookAhead(held, reserved, r)
+			return mapIDs(base, owner, OwnerGroups(owner)), nil
+		}
+		reserved = append(reserved, idSpan{first: uint64(base), count: 1})
 	}
 	return nil, &ExhaustedError{fmt.Sprintf("no block of %d host ids whose first id is no account's", Block)}
 }
 
-// accountHas reports whether the name service knows id as a user's or a
-// group's.
-func accountHas(id uint32) bool {
-	n := strconv.FormatUint(uint64(id), 10)
-	if _, err := user.LookupId(n); err == nil {
-		return true
+// allocate is Allocate with the host's ids given, and no name service.
+func allocate(recs []state.Entry, reserved []idSpan, r Range, owner uint32) (*state.IDMap, error) {
+	base, err := freeBase(heldBases(recs), reserved, r)
+	if err != nil {
+		return nil, err
 	}
-	_, err := user.LookupGroupId(n)
-	return err == nil
+	return mapIDs(base, owner, OwnerGroups(owner)), nil
 }
 
-// allocate is Allocate with the host's ids given.
-func allocate(recs []state.Entry, reserved []idSpan, r Range, owner uint32) (*state.IDMap, error) {
+// heldBases are the bases of the blocks recs hold.
+func heldBases(recs []state.Entry) map[uint32]bool {
 	held := map[uint32]bool{}
 	for _, rec := range recs {
 		if rec.HasIDs {
 			held[rec.IDBase] = true
 		}
 	}
+	return held
+}
+
+// freeBase is the lowest block of r that held does not have and no id of
+// reserved is in.
+func freeBase(held map[uint32]bool, reserved []idSpan, r Range) (uint32, error) {
 	first := (uint64(r.First) + Block - 1) / Block * Block
 	for b := first; b+Block <= uint64(r.First)+uint64(r.Count) && b+Block <= 1<<32; b += Block {
-		if held[uint32(b)] || reservedIn(reserved, b) {
-			continue
+		if !held[uint32(b)] && !reservedIn(reserved, b) {
+			return uint32(b), nil
 		}
-		return mapIDs(uint32(b), owner, OwnerGroups(owner)), nil
 	}
-	return nil, &ExhaustedError{fmt.Sprintf("no free block of %d host ids in %d+%d for a user namespace (sandbox.userns_ids)",
+	return 0, &ExhaustedError{fmt.Sprintf("no free block of %d host ids in %d+%d for a user namespace (sandbox.userns_ids)",
 		Block, r.First, r.Count)}
 }
 

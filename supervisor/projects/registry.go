@@ -377,3 +377,32 @@ func (r *Registry) Remove(ctx context.Context, name string) (err error) {
 func (r *Registry) audit(ctx context.Context, action, name, location string, err error) {
 	r.cfg.Audit(ctx, audit.Entry{Action: action, Location: location}, state.Record{Project: name}, err)
 }
+
+// ValidateSandboxName checks a sandbox's name: a name as cowfs.ValidateName
+// has it, and not 12 lowercase hex digits, which would read as a sandbox's
+// id wherever a name or an id is asked for. The message starts with the
+// name quoted, so that a caller can put what it is before it ("option
+// Name ...").
+func ValidateSandboxName(name string) error {
+	if err := cowfs.ValidateName(name); err != nil {
+		return fmt.Errorf("%s is not a valid name: %s", QuoteName(name), NameRule)
+	}
+	if looksLikeID(name) {
+		return fmt.Errorf("%q is 12 hex digits, which would read as a sandbox id: pick a name that is not", name)
+	}
+	return nil
+}
+
+// looksLikeID says whether name has the form of a sandbox's id
+// (internal/randid).
+func looksLikeID(name string) bool {
+	if len(name) != 12 {
+		return false
+	}
+	for _, c := range []byte(name) {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
