@@ -142,7 +142,10 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 		Env: env, Boot: opts.Boot, Pool: opts.Pool,
 	}
 	timing.Mark("checks")
-	if !opts.Pool && !opts.Applied && opts.fork == nil {
+	// A RuntimeMax counts from the scope's start: a pool's sandbox, made
+	// before the create, would run for less than asked (or be handed out
+	// with its time already up). Such a create is a full one.
+	if !opts.Pool && !opts.Applied && opts.fork == nil && opts.Limits.RuntimeMax == nil {
 		for _, claim := range s.hooks.Claim.Funcs() {
 			if sb, ok, err := claim(ctx, rec, opts.TTL); ok || err != nil {
 				return sb, err
