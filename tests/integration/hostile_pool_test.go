@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"encoding/json"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -139,5 +140,53 @@ func TestAPooledSandboxIsNotFrozenForBeingIdle(t *testing.T) {
 	}
 	if id != pooled || webPool(t).Claims != 1 {
 		t.Fatalf("the create after idle_freeze made %s (pool %+v); want the pool's %s claimed", id, webPool(t), pooled)
+	}
+}
+
+// poolOf is root's pool of project as ListPools shows it (zero: none).
+func poolOf(t *testing.T, project string) sandboxd1.Pool {
+	t.Helper()
+	out := testbed.MustRun(t, "busctl", "--json=short", "call", "org.sandboxd1", "/org/sandboxd1", "org.sandboxd1.Manager", "ListPools")
+	var reply struct{ Data []string }
+	if err := json.Unmarshal([]byte(out), &reply); err != nil || len(reply.Data) != 1 {
+		t.Fatalf("ListPools answered %q: %v", out, err)
+	}
+	var pools []sandboxd1.Pool
+	if err := json.Unmarshal([]byte(reply.Data[0]), &pools); err != nil {
+		t.Fatalf("ListPools' JSON %q: %v", reply.Data[0], err)
+	}
+	for _, p := range pools {
+		if p.Project == project && p.Owner == 0 {
+			return p
+		}
+	}
+	return sandboxd1.Pool{}
+}
+
+// A project whose only sandboxes are a warm pool's can be removed: no
+// caller sees those, nor can destroy them, and the pool refills them; then
+// the pool's sandboxes go.
+func TestAWarmPoolDoesNotHoldItsProjectsRemovalBack(t *testing.T) {
+	tb := install(t)
+	root := filepath.Join(tb.Btrfs.Mount, "sandboxd")
+	destroyListed(t)
+	reconfigure(t, "[limits]\npool = 1\n")
+	waitNoStray(t, root)
+	addProject(t, "pooled", map[string]string{"f": "f\n"})
+	id := strings.TrimSpace(ok(t, "create", "--quiet", "pooled"))
+	deadline := time.Now().Add(time.Minute)
+	for poolOf(t, "pooled").Ready != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the pool of project pooled never got 1 ready: %+v", poolOf(t, "pooled"))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	ok(t, "destroy", id)
+	if out, err := manager(t, "RemoveProject", "s", "pooled"); err != nil {
+		t.Fatalf("removing a project whose only sandboxes are its pool's: %v %s", err, out)
+	}
+	waitNoStray(t, root)
+	if p := poolOf(t, "pooled"); p.Size != 0 {
+		t.Fatalf("the pool of a removed project: %+v", p)
 	}
 }
