@@ -32,6 +32,12 @@ func (h host) Claim(ctx context.Context, id string, want state.Record, ttl time.
 	s := h.s
 	s.admission.Lock()
 	err := nameFree(s.cfg.Store.Entries(), want.Name)
+	// Under the lock, as a create's: a project removed (or moved) since
+	// the create's check is not claimed from (its removal does not count
+	// the pools' sandboxes).
+	if err == nil && s.projects.Location(want.Project) != want.ProjectLocation {
+		err = fmt.Errorf("it was removed meanwhile: %w", ErrUnknownProject)
+	}
 	if err == nil {
 		_, err = s.cfg.Store.Update(id, func(r *state.Record) error {
 			if !r.Pool {
