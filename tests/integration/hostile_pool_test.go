@@ -190,3 +190,31 @@ func TestAWarmPoolDoesNotHoldItsProjectsRemovalBack(t *testing.T) {
 		t.Fatalf("the pool of a removed project: %+v", p)
 	}
 }
+
+// A pool's own creates are no caller's: the audit log (and the metrics'
+// creates, counted from it) says "create" once per caller's create, the
+// pool's as "pool-create".
+func TestAPoolsCreatesAreNotCountedAsCallersCreates(t *testing.T) {
+	tb := install(t)
+	root := filepath.Join(tb.Btrfs.Mount, "sandboxd")
+	destroyListed(t)
+	reconfigure(t, "[limits]\npool = 2\n")
+	waitNoStray(t, root)
+	offset := auditLogSize()
+	create(t)
+	waitPool(t, "2 ready", func(p sandboxd1.Pool) bool { return p.Ready == 2 })
+	create(t) // a claim
+	waitPool(t, "a claim and 2 ready", func(p sandboxd1.Pool) bool { return p.Claims == 1 && p.Ready == 2 })
+	creates, pools := 0, 0
+	for _, e := range auditSince(t, offset) {
+		switch e.Action {
+		case "create":
+			creates++
+		case "pool-create":
+			pools++
+		}
+	}
+	if creates != 2 || pools != 3 {
+		t.Fatalf("the audit log after 2 creates (one claimed) and a pool of 2 refilled: %d create lines, %d pool-create; want 2 and 3", creates, pools)
+	}
+}
