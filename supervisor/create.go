@@ -72,7 +72,13 @@ type CreateOptions struct {
 // sandbox's init process; the record turns ready last. Any failure undoes
 // what was made, in reverse; a crash is finished by Reconcile.
 func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox, err error) {
-	defer func() { s.auditor.record(ctx, "create", sb.Record, err) }()
+	defer func() {
+		action := "create"
+		if opts.Pool { // no caller's: the claim is the create
+			action = "pool-create"
+		}
+		s.auditor.record(ctx, action, sb.Record, err)
+	}()
 	if !opts.Pool { // the pools' refills wait for the others (Creating)
 		s.creating.Add(1)
 		defer s.creating.Add(-1)
@@ -142,7 +148,10 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 		Env: env, Boot: opts.Boot, Pool: opts.Pool,
 	}
 	timing.Mark("checks")
-	if !opts.Pool && !opts.Applied && opts.fork == nil {
+	// A RuntimeMax counts from the scope's start: a pool's sandbox, made
+	// before the create, would run for less than asked (or be handed out
+	// with its time already up). Such a create is a full one.
+	if !opts.Pool && !opts.Applied && opts.fork == nil && opts.Limits.RuntimeMax == nil {
 		for _, claim := range s.hooks.Claim.Funcs() {
 			if sb, ok, err := claim(ctx, rec, opts.TTL); ok || err != nil {
 				return sb, err

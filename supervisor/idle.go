@@ -65,6 +65,12 @@ func (s *Supervisor) Idle(ctx context.Context, now time.Time) (frozen, stopped [
 	}
 	var errs []error
 	for _, r := range recs {
+		// A warm pool's sandbox is idle by design and nobody's yet: frozen
+		// or stopped, no claim could hand it out as a create's, and its
+		// idle time counts from its claim (Claim).
+		if r.Pool {
+			continue
+		}
 		if !r.Runs() && !(r.State == state.Frozen && r.FrozenIdle) {
 			continue
 		}

@@ -32,7 +32,7 @@ func (a *auditor) record(ctx context.Context, action string, rec state.Record, e
 // entry records e, an action on rec, with its caller and result.
 func (a *auditor) entry(ctx context.Context, e audit.Entry, rec state.Record, err error) {
 	e.Sandbox, e.Project = rec.ID, rec.Project
-	if e.Action != "create" {
+	if e.Action != "create" && e.Action != "pool-create" {
 		e.Network = ""
 	}
 	a.Record(ctx, e, err)

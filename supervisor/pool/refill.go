@@ -30,6 +30,7 @@ func (p *Pools) refill(ctx context.Context) {
 			return
 		case <-p.kick:
 		case <-tick.C:
+			p.sweep()
 			p.unblock()
 		}
 		for ctx.Err() == nil && p.step(ctx) {
@@ -116,6 +117,18 @@ func (p *Pools) make(ctx context.Context, like state.Record, actor supervisor.Ac
 	}
 	sb, err := p.h.CreatePooled(ctx, like)
 	return m, sb, err
+}
+
+// sweep retires the pools whose project is gone or moved (a removal does
+// not wait for the pools' sandboxes, which no caller can destroy).
+func (p *Pools) sweep() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for k, pl := range p.pools {
+		if at, ok := p.h.Project(k.project); !ok || at.Location != pl.like.ProjectLocation {
+			p.retireLocked(k, pl)
+		}
+	}
 }
 
 // unblock lets the pools whose refill failed try again.

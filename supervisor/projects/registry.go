@@ -356,9 +356,12 @@ func (r *Registry) Remove(ctx context.Context, name string) (err error) {
 	if err != nil {
 		return fmt.Errorf("removing project %q: %w", name, err)
 	}
+	// A warm pool's sandboxes are nobody's, and no caller can destroy
+	// them: they do not hold the project (the pool destroys them once it
+	// sees the project gone; a claim checks it is there).
 	n := 0
 	for _, rec := range recs {
-		if rec.Project == name {
+		if rec.Project == name && !rec.Pool {
 			n++
 		}
 	}
