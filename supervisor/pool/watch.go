@@ -2,7 +2,6 @@ package pool
 
 import (
 	"fmt"
-	"strings"
 	"sync"
 
 	"github.com/sandboxd/sandboxd/cowfs/changewatch"
@@ -72,10 +71,9 @@ func (x *Watch) Mark(dir string) (Mark, error) {
 		return nil, fmt.Errorf("marking project %s: %w", dir, err)
 	}
 	if s := m.Suspect(); len(s) > 0 {
-		if len(s) > 3 {
-			s = append(s[:3], "...")
-		}
-		return nil, fmt.Errorf("project %s has files open for writing (%s): a pool waits until they are closed", dir, strings.Join(s, ", "))
+		// How many, not who: ListPools shows it to the pool's owner, and
+		// the writers may be other users' processes.
+		return nil, fmt.Errorf("project %s has files open for writing (%d descriptors or mappings): a pool waits until they are closed", dir, len(s))
 	}
 	return mark{p, m}, nil
 }
