@@ -40,11 +40,7 @@ func pooledID(t *testing.T, root string) string {
 // A pool's sandbox whose init ended while it waited (an OOM kill, any
 // death) is not handed out: the create gets a running sandbox.
 func TestAClaimHandsOutNoPoolSandboxWhoseInitEnded(t *testing.T) {
-	tb := install(t)
-	root := filepath.Join(tb.Btrfs.Mount, "sandboxd")
-	destroyListed(t)
-	reconfigure(t, "[limits]\npool = 1\n")
-	waitNoStray(t, root)
+	root := freshPool(t, "[limits]\npool = 1\n")
 	create(t)
 	waitPool(t, "1 ready", func(p sandboxd1.Pool) bool { return p.Ready == 1 })
 	pooled := pooledID(t, root)
@@ -72,11 +68,7 @@ func TestAClaimHandsOutNoPoolSandboxWhoseInitEnded(t *testing.T) {
 // A create asking for a RuntimeMax runs for as long as asked from the
 // create: a pool's sandbox's scope, started before, would end sooner.
 func TestACreatesRuntimeMaxCountsFromTheCreate(t *testing.T) {
-	tb := install(t)
-	root := filepath.Join(tb.Btrfs.Mount, "sandboxd")
-	destroyListed(t)
-	reconfigure(t, "[limits]\npool = 1\n")
-	waitNoStray(t, root)
+	freshPool(t, "[limits]\npool = 1\n")
 	opt := []string{"1", "RuntimeMaxUSec", "t", "600000000"}
 	create(t, opt...)
 	// Either a sandbox pooled like it, or (such creates not pooled) none.
@@ -167,11 +159,7 @@ func poolOf(t *testing.T, project string) sandboxd1.Pool {
 // caller sees those, nor can destroy them, and the pool refills them; then
 // the pool's sandboxes go.
 func TestAWarmPoolDoesNotHoldItsProjectsRemovalBack(t *testing.T) {
-	tb := install(t)
-	root := filepath.Join(tb.Btrfs.Mount, "sandboxd")
-	destroyListed(t)
-	reconfigure(t, "[limits]\npool = 1\n")
-	waitNoStray(t, root)
+	root := freshPool(t, "[limits]\npool = 1\n")
 	addProject(t, "pooled", map[string]string{"f": "f\n"})
 	id := strings.TrimSpace(ok(t, "create", "--quiet", "pooled"))
 	deadline := time.Now().Add(time.Minute)
@@ -195,11 +183,7 @@ func TestAWarmPoolDoesNotHoldItsProjectsRemovalBack(t *testing.T) {
 // creates, counted from it) says "create" once per caller's create, the
 // pool's as "pool-create".
 func TestAPoolsCreatesAreNotCountedAsCallersCreates(t *testing.T) {
-	tb := install(t)
-	root := filepath.Join(tb.Btrfs.Mount, "sandboxd")
-	destroyListed(t)
-	reconfigure(t, "[limits]\npool = 2\n")
-	waitNoStray(t, root)
+	freshPool(t, "[limits]\npool = 2\n")
 	offset := auditLogSize()
 	create(t)
 	waitPool(t, "2 ready", func(p sandboxd1.Pool) bool { return p.Ready == 2 })

@@ -74,10 +74,7 @@ func destroyListed(t *testing.T) {
 }
 
 func TestAWarmPoolOfFourIsRefilledAfterClaims(t *testing.T) {
-	tb := install(t)
-	destroyListed(t)
-	reconfigure(t, "[limits]\npool = 4\n")
-	root := filepath.Join(tb.Btrfs.Mount, "sandboxd")
+	root := freshPool(t, "[limits]\npool = 4\n")
 	if p := webPool(t); p.Size != 0 {
 		t.Fatalf("a pool before any create: %+v", p)
 	}
@@ -131,9 +128,8 @@ func TestAWarmPoolOfFourIsRefilledAfterClaims(t *testing.T) {
 }
 
 func TestAWriteToTheProjectMakesTheNextCreateAFreshOne(t *testing.T) {
+	freshPool(t, "[limits]\npool = 2\n")
 	tb := install(t)
-	destroyListed(t)
-	reconfigure(t, "[limits]\npool = 2\n")
 	create(t)
 	waitPool(t, "2 ready", func(p sandboxd1.Pool) bool { return p.Ready == 2 })
 	// Untouched, a create claims (so that the check below can fail).
@@ -168,10 +164,7 @@ func TestAWriteToTheProjectMakesTheNextCreateAFreshOne(t *testing.T) {
 }
 
 func TestKill9WithAPoolHalfMadeLeavesNoStrayVolumeOrScope(t *testing.T) {
-	tb := install(t)
-	root := filepath.Join(tb.Btrfs.Mount, "sandboxd")
-	destroyListed(t)
-	reconfigure(t, "[limits]\npool = 8\n")
+	root := freshPool(t, "[limits]\npool = 8\n")
 	first, _ := create(t)
 	// Half made: some ready, not all.
 	waitPool(t, "some ready", func(p sandboxd1.Pool) bool { return p.Ready >= 1 && p.Ready < 8 })
@@ -185,6 +178,19 @@ func TestKill9WithAPoolHalfMadeLeavesNoStrayVolumeOrScope(t *testing.T) {
 	if ids := listedIDs(t); len(ids) != 1 || !strings.Contains(ids[0], first) {
 		t.Fatalf("ListSandboxes after the restart: %v; want %s", ids, first)
 	}
+}
+
+// freshPool starts a pool test: no sandbox listed, the daemon restarted
+// with config, nothing of a previous daemon's pools left; it returns the
+// pool's root.
+func freshPool(t *testing.T, config string) string {
+	t.Helper()
+	tb := install(t)
+	root := filepath.Join(tb.Btrfs.Mount, "sandboxd")
+	destroyListed(t)
+	reconfigure(t, config)
+	waitNoStray(t, root)
+	return root
 }
 
 // waitNoStray waits until every sandbox volume and scope is a listed
@@ -213,11 +219,7 @@ func waitNoStray(t *testing.T, root string) {
 }
 
 func TestPoolSandboxesCountAgainstTheBounds(t *testing.T) {
-	tb := install(t)
-	root := filepath.Join(tb.Btrfs.Mount, "sandboxd")
-	destroyListed(t)
-	reconfigure(t, "[limits]\npool = 4\nmax_sandboxes_per_user = 3\n")
-	waitNoStray(t, root)
+	root := freshPool(t, "[limits]\npool = 4\nmax_sandboxes_per_user = 3\n")
 	create(t)
 	// One sandbox and a pool of 4 within 3: two pooled, and the pool says
 	// why it stops there.
