@@ -3,11 +3,11 @@ package supervisor
 import (
 	"context"
 	"fmt"
-	"github.com/sandboxd/sandboxd/supervisor/volname"
 
 	"github.com/sandboxd/sandboxd/cowfs"
 	"github.com/sandboxd/sandboxd/supervisor/changeset"
 	"github.com/sandboxd/sandboxd/supervisor/state"
+	"github.com/sandboxd/sandboxd/supervisor/volname"
 )
 
 // WithChanges calls fn with sandbox id's base, a moment's read-only

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/sandboxd/sandboxd/supervisor/volname"
 	"slices"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 	"github.com/sandboxd/sandboxd/supervisor/admission"
 	"github.com/sandboxd/sandboxd/supervisor/diskquota"
 	"github.com/sandboxd/sandboxd/supervisor/state"
+	"github.com/sandboxd/sandboxd/supervisor/volname"
 	"github.com/sandboxd/sandboxd/units"
 )
 
@@ -191,12 +191,12 @@ func (s *Supervisor) Create(ctx context.Context, opts CreateOptions) (sb Sandbox
 	var evicted []func() error
 	defer func() { evictAll(evicted) }() // those an early return left
 	for _, old := range evict {
-		rec, unlock, err := s.markDestroying(old.ID)
+		_, finish, err := s.markDestroying(old.ID)
 		if err != nil && !errors.Is(err, ErrNotFound) {
 			s.admission.Unlock()
 			return sb, fmt.Errorf("creating a sandbox of %s: making room by destroying %s: %w", opts.Project, old.ID, err)
 		} else if err == nil {
-			evicted = append(evicted, func() error { return s.destroyMarked(ctx, rec, unlock, "evict") })
+			evicted = append(evicted, func() error { return finish(ctx, "evict") })
 		}
 	}
 	ids, err := s.userns.allocateIDs(recs, opts.Owner)

@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/sandboxd/sandboxd/supervisor/volname"
 	"slices"
 
 	"github.com/sandboxd/sandboxd/cowfs"
 	"github.com/sandboxd/sandboxd/internal/crashpoint"
 	"github.com/sandboxd/sandboxd/supervisor/diskquota"
 	"github.com/sandboxd/sandboxd/supervisor/state"
+	"github.com/sandboxd/sandboxd/supervisor/volname"
 )
 
 // Destroy ends a sandbox: its intent is recorded, its scope stopped, its
@@ -23,43 +23,41 @@ func (s *Supervisor) Destroy(ctx context.Context, id string) error {
 // destroy is Destroy, named in the journal and audit log by action
 // (destroy, expire, evict).
 func (s *Supervisor) destroy(ctx context.Context, id, action string) error {
-	rec, unlock, err := s.markDestroying(id)
+	_, finish, err := s.markDestroying(id)
 	if err != nil {
 		return err
 	}
-	return s.destroyMarked(ctx, rec, unlock, action)
+	return finish(ctx, action)
 }
 
 // markDestroying takes sandbox id's lock and records the intent: from
-// here Reconcile finishes the destroy. Create marks what it evicts under
-// the admission lock, and destroys it once it left the lock.
-func (s *Supervisor) markDestroying(id string) (state.Record, func(), error) {
+// here Reconcile finishes the destroy. finish destroys it, releases its
+// lock, then runs the Destroyed hooks. Create marks what it evicts under
+// the admission lock, and finishes it once it left the lock.
+func (s *Supervisor) markDestroying(id string) (state.Record, func(ctx context.Context, action string) error, error) {
 	unlock := s.locks.Lock(id)
 	rec, err := s.cfg.Store.Update(id, func(r *state.Record) error { r.State = state.Destroying; return nil })
 	if err != nil {
 		unlock()
 		return rec, nil, fmt.Errorf("destroying sandbox %s: %w", id, err)
 	}
-	return rec, unlock, nil
-}
-
-// destroyMarked destroys sandbox rec, marked Destroying, whose lock
-// unlock releases; then the Destroyed hooks run.
-func (s *Supervisor) destroyMarked(ctx context.Context, rec state.Record, unlock func(), action string) (err error) {
-	gone := func() {}
-	defer func() { unlock(); gone() }()
-	defer func() { s.auditor.record(ctx, action, rec, err) }()
-	// Announced whatever happens from here: gone, or left destroying for
-	// Reconcile.
-	defer s.events.changed(rec.ID)
-	crashpoint.Hit(crashpoint.DestroyRecorded)
-	if err := s.finishDestroy(ctx, rec); err != nil {
-		return fmt.Errorf("destroying sandbox %s: %w", rec.ID, err)
+	finish := func(ctx context.Context, action string) (err error) {
+		gone := func() {}
+		defer func() { unlock(); gone() }()
+		defer func() { s.auditor.record(ctx, action, rec, err) }()
+		// Announced whatever happens from here: gone, or left destroying
+		// for Reconcile.
+		defer s.events.changed(rec.ID)
+		crashpoint.Hit(crashpoint.DestroyRecorded)
+		if err := s.finishDestroy(ctx, rec); err != nil {
+			return fmt.Errorf("destroying sandbox %s: %w", rec.ID, err)
+		}
+		crashpoint.Hit(crashpoint.DestroyRecordDeleted)
+		s.log.Info("sandbox destroyed", "SANDBOX_ID", rec.ID, "ACTION", action, "CALLER_UID", uidField(ctx))
+		gone = s.hooks.destroyed(context.WithoutCancel(ctx), rec)
+		return nil
 	}
-	crashpoint.Hit(crashpoint.DestroyRecordDeleted)
-	s.log.Info("sandbox destroyed", "SANDBOX_ID", rec.ID, "ACTION", action, "CALLER_UID", uidField(ctx))
-	gone = s.hooks.destroyed(context.WithoutCancel(ctx), rec)
-	return nil
+	return rec, finish, nil
 }
 
 // uidField is the caller's uid for the journal, or "daemon".

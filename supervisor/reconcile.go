@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/sandboxd/sandboxd/supervisor/volname"
 	"strings"
 
 	"github.com/sandboxd/sandboxd/cowfs"
 	"github.com/sandboxd/sandboxd/supervisor/state"
+	"github.com/sandboxd/sandboxd/supervisor/volname"
 	"github.com/sandboxd/sandboxd/units"
 )
 

@@ -3,10 +3,10 @@ package supervisor
 import (
 	"context"
 	"fmt"
-	"github.com/sandboxd/sandboxd/supervisor/volname"
 
 	"github.com/sandboxd/sandboxd/supervisor/projects"
 	"github.com/sandboxd/sandboxd/supervisor/state"
+	"github.com/sandboxd/sandboxd/supervisor/volname"
 )
 
 // The core's side of the project registry (supervisor/projects): the

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/sandboxd/sandboxd/supervisor/volname"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -21,6 +20,7 @@ import (
 	"github.com/sandboxd/sandboxd/supervisor/idmap"
 	"github.com/sandboxd/sandboxd/supervisor/state"
 	"github.com/sandboxd/sandboxd/supervisor/userns"
+	"github.com/sandboxd/sandboxd/supervisor/volname"
 )
 
 // ProxyAddr is where a sandbox under an allowlist finds the daemon's
