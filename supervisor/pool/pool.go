@@ -74,6 +74,7 @@ type Pools struct {
 	ended chan struct{}
 
 	mu    sync.Mutex
+	last  time.Time // when the last caller's create began (quiet)
 	pools map[key]*pool
 	// retired: pool sandboxes to destroy (stale, of a pool gone or
 	// changed, or pooled by a previous daemon).
@@ -173,6 +174,7 @@ func (p *Pools) claim(ctx context.Context, want state.Record, ttl time.Duration)
 	k := key{want.Project, want.Owner}
 	size := p.size(want.Project)
 	p.mu.Lock()
+	p.last = time.Now()
 	pl := p.pools[k]
 	if size == 0 {
 		if pl != nil { // sized 0 since (a project's pool is read at start)

@@ -15,8 +15,14 @@ import (
 const retry = 30 * time.Second
 
 // yield is how long a refill waits for the callers' creates under way to
-// end before it looks again: the pools work at low priority.
-const yield = 2 * time.Millisecond
+// end before it looks again; quiet, how long after a caller's create
+// began it waits before making a sandbox: the pools work at low priority,
+// and a member made between two claims of a burst delayed the second (a
+// create's commit and snapshots beside it).
+const (
+	yield = 2 * time.Millisecond
+	quiet = 20 * time.Millisecond
+)
 
 // refill makes and destroys the pools' sandboxes, one at a time, while no
 // caller's create is under way, until ctx ends.
@@ -41,7 +47,7 @@ func (p *Pools) refill(ctx context.Context) {
 // step does one piece of the pools' work: it destroys a retired sandbox,
 // or makes one for a pool short of its size; false when there is none.
 func (p *Pools) step(ctx context.Context) bool {
-	for p.h.Creating() > 0 {
+	for p.h.Creating() > 0 || time.Since(p.lastCreate()) < quiet {
 		select {
 		case <-ctx.Done():
 			return false
@@ -138,4 +144,10 @@ func (p *Pools) unblock() {
 	for _, pl := range p.pools {
 		pl.blocked = nil
 	}
+}
+
+func (p *Pools) lastCreate() time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.last
 }
