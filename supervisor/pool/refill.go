@@ -14,11 +14,10 @@ import (
 // a writer on the project) tries again when nothing else wakes it.
 const retry = 30 * time.Second
 
-// yield is how long a refill waits for the callers' creates under way to
-// end before it looks again; quiet, how long after a caller's create
-// began it waits before making a sandbox: the pools work at low priority,
-// and a member made between two claims of a burst delayed the second (a
-// create's commit and snapshots beside it).
+// yield is how often a refill looks whether a caller's create is under
+// way; quiet, how long none must have been before it makes a sandbox: the
+// pools work at low priority, and a member made between two claims of a
+// burst delayed the second (a create's commit and snapshots beside it).
 const (
 	yield = 2 * time.Millisecond
 	quiet = 20 * time.Millisecond
@@ -47,7 +46,14 @@ func (p *Pools) refill(ctx context.Context) {
 // step does one piece of the pools' work: it destroys a retired sandbox,
 // or makes one for a pool short of its size; false when there is none.
 func (p *Pools) step(ctx context.Context) bool {
-	for p.h.Creating() > 0 || time.Since(p.lastCreate()) < quiet {
+	// No caller's create for quiet, counted from when the last ended.
+	var since time.Time
+	for since.IsZero() || time.Since(since) < quiet {
+		if p.h.Creating() > 0 || time.Since(p.lastCreate()) < yield {
+			since = time.Time{}
+		} else if since.IsZero() {
+			since = time.Now()
+		}
 		select {
 		case <-ctx.Done():
 			return false
