@@ -166,7 +166,12 @@ func New(cfg Config) *Supervisor {
 	s := &Supervisor{cfg: cfg, log: log, userns: usernsState{unavailable: errors.New("user namespaces were not probed (ProbeUserNS)")},
 		scopes: scopes{units: cfg.Units, userLimits: cfg.UserLimits},
 		worlds: worlds{root: cfg.RuntimeDir, initCommand: cfg.InitCommand, log: log}}
-	s.worlds.ended = s.events.changed
+	s.worlds.ended = func(id string) {
+		// Not a destroy's: it announces the sandbox gone, no state on the way.
+		if rec, err := s.cfg.Store.Get(id); err == nil && rec.State != state.Destroying {
+			s.events.changed(id)
+		}
+	}
 	s.auditor = auditor{audit.Recorder{Log: cfg.Audit, Journal: log, Caller: callerOf, Refusals: refusals, More: s.hooks.Refusals.Funcs}}
 	s.projects = projects.New(projects.Config{
 		Locations: cfg.Projects, Access: cfg.ProjectAccess, Env: cfg.ProjectEnv,
