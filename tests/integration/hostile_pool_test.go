@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"encoding/json"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -133,26 +132,6 @@ func TestAPooledSandboxIsNotFrozenForBeingIdle(t *testing.T) {
 	if id != pooled || webPool(t).Claims != 1 {
 		t.Fatalf("the create after idle_freeze made %s (pool %+v); want the pool's %s claimed", id, webPool(t), pooled)
 	}
-}
-
-// poolOf is root's pool of project as ListPools shows it (zero: none).
-func poolOf(t *testing.T, project string) sandboxd1.Pool {
-	t.Helper()
-	out := testbed.MustRun(t, "busctl", "--json=short", "call", "org.sandboxd1", "/org/sandboxd1", "org.sandboxd1.Manager", "ListPools")
-	var reply struct{ Data []string }
-	if err := json.Unmarshal([]byte(out), &reply); err != nil || len(reply.Data) != 1 {
-		t.Fatalf("ListPools answered %q: %v", out, err)
-	}
-	var pools []sandboxd1.Pool
-	if err := json.Unmarshal([]byte(reply.Data[0]), &pools); err != nil {
-		t.Fatalf("ListPools' JSON %q: %v", reply.Data[0], err)
-	}
-	for _, p := range pools {
-		if p.Project == project && p.Owner == 0 {
-			return p
-		}
-	}
-	return sandboxd1.Pool{}
 }
 
 // A project whose only sandboxes are a warm pool's can be removed: no

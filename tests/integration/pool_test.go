@@ -19,8 +19,11 @@ import (
 // ready sandbox; the pool is refilled; a write to the project is never
 // missed; a kill -9 leaves nothing; pools count against the bounds.
 
-// webPool is root's pool of project web as ListPools shows it (zero: none).
-func webPool(t *testing.T) sandboxd1.Pool {
+// webPool is root's pool of project web (poolOf).
+func webPool(t *testing.T) sandboxd1.Pool { return poolOf(t, "web") }
+
+// poolOf is root's pool of project as ListPools shows it (zero: none).
+func poolOf(t *testing.T, project string) sandboxd1.Pool {
 	t.Helper()
 	out := testbed.MustRun(t, "busctl", "--json=short", "call", "org.sandboxd1", "/org/sandboxd1", "org.sandboxd1.Manager", "ListPools")
 	var reply struct{ Data []string }
@@ -32,7 +35,7 @@ func webPool(t *testing.T) sandboxd1.Pool {
 		t.Fatalf("ListPools' JSON %q: %v", reply.Data[0], err)
 	}
 	for _, p := range pools {
-		if p.Project == "web" && p.Owner == 0 {
+		if p.Project == project && p.Owner == 0 {
 			return p
 		}
 	}
